@@ -1,0 +1,545 @@
+"""numba_cpu — the default backend of device "cpu": Numba-JIT kernels.
+
+Operator setup follows the seed's 0.4.1 path: a short fast path (same shape, same
+dtype, C-contiguous: one flat loop) and a general path that branches off it (type
+promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and load
+from Numba's on-disk cache afterwards (Note [Kernel cache]).
+"""
+import numba
+import numpy as np
+from numba import prange, types
+from numpy.lib.stride_tricks import as_strided
+
+from lamina import _dtypes as D
+from lamina._tensor import from_array, from_flat
+from lamina.backends.hookspecs import hookimpl
+from lamina.backends import setup as S
+from lamina.dispatch.table import OPERATORS
+
+from . import kernels as K
+
+empty = np.empty
+
+# ---------------------------------------------------------------- threads
+# Note [Parallel threshold]: below PARALLEL_MIN elements a kernel runs serially: waking
+# threads costs more than it saves. With one thread the threshold is infinite, so the
+# choice is a single comparison either way.
+PARALLEL_ELEMENTS = 1 << 17
+_parallel_min = float("inf")
+
+
+def set_num_threads(n):
+    global _parallel_min
+    n = int(n)
+    if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
+        raise ValueError(f"num_threads must be between 1 and "
+                         f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}")
+    numba.set_num_threads(n)
+    _parallel_min = float("inf") if n == 1 else PARALLEL_ELEMENTS
+
+
+def get_num_threads():
+    return numba.get_num_threads() if _parallel_min != float("inf") else 1
+
+
+# ---------------------------------------------------------------- lazy compilation
+
+
+class _Stub:
+    """Stands in a LazyEntries slot until first called; then compiles and steps aside."""
+
+    __slots__ = ("entries", "key")
+
+    def __init__(self, entries, key):
+        self.entries, self.key = entries, key
+
+    def __call__(self, *args):
+        entry = self.entries.build(self.key)
+        self.entries[self.key] = entry
+        return entry(*args)
+
+
+class LazyEntries(list):
+    """Compiled entry points indexed by dtype index (a list: no dict lookup per call)."""
+
+    def __init__(self, build, size=len(D.ALL)):
+        super().__init__()
+        self.build = build
+        self.extend(_Stub(self, i) for i in range(size))
+
+
+# ---------------------------------------------------------------- strided operands
+
+
+def _buffer(a):
+    """(flat buffer, element offset) of a strided view: the buffer spans its memory."""
+    if a.ndim == 0:
+        return a.reshape(1), 0
+    item = a.itemsize
+    low = a[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in a.strides)]
+    span = sum((n - 1) * s for n, s in zip(low.shape, low.strides)) // item + 1
+    offset = sum((n - 1) * -s for n, s in zip(a.shape, a.strides) if s < 0) // item
+    return as_strided(low, shape=(span,), strides=(item,)), offset
+
+
+def strided_args(shape, arrays):
+    """Kernel arguments for arrays broadcast to ``shape``, dims merged where possible.
+
+    Size-1 dims are dropped and neighbours merged where every operand's strides allow
+    it, so e.g. a contiguous tensor plus a broadcast row runs as a 2-D loop."""
+    views = [np.broadcast_to(a, shape) if a.shape != shape else a for a in arrays]
+    dims = [[shape[d], [v.strides[d] // v.itemsize for v in views]]
+            for d in range(len(shape)) if shape[d] != 1]
+    merged = []
+    for n, st in dims:
+        if merged and all(p == s * n for p, s in zip(merged[-1][1], st)):
+            merged[-1][0] *= n
+            merged[-1][1] = st
+        else:
+            merged.append([n, st])
+    if not merged:
+        merged = [[1, [0] * len(views)]]
+    args = []
+    for i, v in enumerate(views):
+        buf, off = _buffer(v)
+        args += [buf, off, np.array([st[i] for _, st in merged], np.int64)]
+    return args + [np.array([n for n, _ in merged], np.int64)]
+
+
+# ---------------------------------------------------------------- elementwise
+
+_FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
+_STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
+_STRIDED_OPERAND = (types.int64, K.INDEX)
+
+
+class Elementwise:
+    """Kernels and setup of one elementwise operator (unary, binary or ternary).
+
+    ``scalar(dtype)`` picks the scalar function for a computation dtype;
+    ``in_dtypes(dtype)`` gives each input's dtype (``where`` takes a bool condition)."""
+
+    def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0):
+        self.op, self.arity, self.scalar = op, arity, scalar
+        self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
+        self.promote_from = promote_from
+        self.flat = LazyEntries(lambda i: self._compile(_FLAT, i, range))
+        self.flat_parallel = LazyEntries(lambda i: self._compile(_FLAT, i, prange))
+        self.strided = LazyEntries(lambda i: self._compile(_STRIDED, i, range))
+        self.strided_parallel = LazyEntries(lambda i: self._compile(_STRIDED, i, prange))
+        # Note [Fast path]: the result dtype of a call whose inputs all have dtype i and
+        # need no promotion, or None where dtype i must go through the general path.
+        self.fast_out = []
+        for d in D.ALL:
+            try:
+                comp = S.check_dtype(op, d)
+            except TypeError:
+                comp = None
+            self.fast_out.append(S.result_dtype(op, d) if comp is d and arity != 3 else None)
+
+    def _compile(self, family, index, loop):
+        comp = D.ALL[index]
+        out = K.array(S.result_dtype(self.op, comp).np)
+        ins = [K.array(d.np) for d in self.in_dtypes(comp)]
+        if family is _FLAT:
+            sig = types.void(*ins, out)
+        else:
+            sig = types.void(out, *_STRIDED_OPERAND,
+                             *[t for a in ins for t in (a, *_STRIDED_OPERAND)], K.INDEX)
+        return K.compile_kernel(family[self.arity], (self.scalar(comp), loop), sig)
+
+    def general(self, args, target=None):
+        """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op."""
+        op = self.op
+        comp = S.promote(op, args[self.promote_from:])
+        res = S.result_dtype(op, comp)
+        shape = S.broadcast_shapes(op.name, *(S.shape_of(a) for a in args))
+        ins = self.in_dtypes(comp)
+        arrays = [S.operand(a, d) for a, d in zip(args, ins)]
+        if target is None:
+            out = empty(shape, res.np)
+        else:
+            S.inplace_check(op, target, res, shape)
+            out = target._data
+            arrays = [a.copy() if np.may_share_memory(a, out) else a for a in arrays]
+        self.run(comp, out, arrays)
+        return target if target is not None else from_array(out)
+
+    def run(self, comp, out, arrays):
+        n = out.size
+        if n == 0:
+            return
+        i = comp.index
+        if out.flags.c_contiguous and all(a.shape == out.shape and a.flags.c_contiguous
+                                          for a in arrays):
+            flat = self.flat if n < _parallel_min else self.flat_parallel
+            flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))
+        else:
+            strided = self.strided if n < _parallel_min else self.strided_parallel
+            strided[i](*strided_args(out.shape, [out, *arrays]))
+
+
+def unary_kernel(ew):
+    flat, flat_parallel, fast_out = ew.flat, ew.flat_parallel, ew.fast_out
+
+    def kernel(ks, x):
+        fx, dt = x._flat, x._dtype
+        out_dt = fast_out[dt.index]
+        if fx is not None and out_dt is not None:  # Note [Fast path]
+            out = empty(fx.size, out_dt.np)
+            (flat if fx.size < _parallel_min else flat_parallel)[dt.index](fx, out)
+            return from_flat(out, x._shape, out_dt)
+        return ew.general((x,))
+    kernel.__qualname__ = kernel.__name__ = ew.op.name
+    return kernel
+
+
+def binary_kernel(ew):
+    flat, flat_parallel, fast_out = ew.flat, ew.flat_parallel, ew.fast_out
+
+    def kernel(ks, a, b):
+        try:
+            fa, fb, dt = a._flat, b._flat, a._dtype
+            if fa is not None and fb is not None and dt is b._dtype and a._shape == b._shape:
+                out_dt = fast_out[dt.index]  # Note [Fast path]
+                if out_dt is not None:
+                    out = empty(fa.size, out_dt.np)
+                    (flat if fa.size < _parallel_min else flat_parallel)[dt.index](fa, fb, out)
+                    return from_flat(out, a._shape, out_dt)
+        except AttributeError:  # a Python scalar operand
+            pass
+        return ew.general((a, b))
+    kernel.__qualname__ = kernel.__name__ = ew.op.name
+    return kernel
+
+
+def inplace_kernel(ew, op):
+    def kernel(ks, x1, x2):
+        return ew.general((x1, x2), target=x1)
+    kernel.__qualname__ = kernel.__name__ = op.name
+    return kernel
+
+
+def ternary_kernel(ew):
+    def kernel(ks, *args):
+        return ew.general(args)
+    kernel.__qualname__ = kernel.__name__ = ew.op.name
+    return kernel
+
+
+def _by_kind(**fns):
+    """A scalar-function chooser: keyword = dtype kinds ("f", "iu", "b", "biuf")."""
+    def choose(dtype):
+        return next(fn for kinds, fn in fns.items() if dtype.kind in kinds)
+    return choose
+
+
+def _same(fn):
+    return lambda dtype: fn
+
+
+ELEMENTWISE_SCALARS = {
+    "abs": _by_kind(iuf=K.absolute), "negative": _same(K.negative),
+    "positive": _same(K.identity), "square": _same(K.square), "sign": _same(K.sign),
+    "floor": _by_kind(f=K.float_floor, iu=K.identity),
+    "ceil": _by_kind(f=K.float_ceil, iu=K.identity),
+    "trunc": _by_kind(f=K.float_trunc, iu=K.identity),
+    "round": _by_kind(f=K.round_half_even, iu=K.identity),
+    "bitwise_invert": _by_kind(b=K.logical_not, iu=K.bitwise_invert),
+    "logical_not": _same(K.logical_not),
+    "isfinite": _by_kind(f=K.isfinite, biu=K.always_true),
+    "isinf": _by_kind(f=K.isinf, biu=K.always_false),
+    "isnan": _by_kind(f=K.isnan, biu=K.always_false),
+    "signbit": _same(K.signbit),
+    "pow": _same(K.power),
+    **{name: _same(getattr(K, "float_" + name)) for name in
+       "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
+       "asinh acosh atanh".split()},
+    **{name: _same(getattr(K, name)) for name in
+       "add subtract multiply divide floor_divide remainder maximum minimum atan2 "
+       "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
+       "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
+       "bitwise_left_shift bitwise_right_shift".split()},
+}
+
+
+def _clip_bounds(x, lo, hi):
+    """clip's None bounds become the dtype's extremes; the result keeps x's dtype."""
+    if x._dtype.kind == "f":
+        lo = -np.inf if lo is None else lo
+        hi = np.inf if hi is None else hi
+    else:
+        info = np.iinfo(x._dtype.np)
+        lo = int(info.min) if lo is None else lo
+        hi = int(info.max) if hi is None else hi
+    return lo, hi
+
+
+def _register_elementwise(registry):
+    for op in OPERATORS.values():
+        if op.kind in ("unary", "binary"):
+            arity = 1 if op.kind == "unary" else 2
+            ew = Elementwise(op, arity, ELEMENTWISE_SCALARS[op.name])
+            registry.register(op.name, "cpu", (unary_kernel if arity == 1 else binary_kernel)(ew))
+            if op.name + "_" in OPERATORS:
+                inplace = OPERATORS[op.name + "_"]
+                registry.register(inplace.name, "cpu", inplace_kernel(ew, inplace))
+    where = Elementwise(OPERATORS["where"], 3, _same(K.where),
+                        in_dtypes=lambda d: [D.bool_, d, d], promote_from=1)
+    registry.register("where", "cpu", ternary_kernel(where))
+    clip = Elementwise(OPERATORS["clip"], 3, _same(K.clip))
+
+    def clip_kernel(ks, x, min=None, max=None):
+        S.check_dtype(clip.op, x._dtype)
+        lo, hi = _clip_bounds(x, min, max)
+        shape = S.broadcast_shapes("clip", x._shape, S.shape_of(lo), S.shape_of(hi))
+        if shape != x._shape:
+            raise ValueError(f"clip: the bounds must broadcast to x's shape {x._shape}, "
+                             f"got a result shape {shape}")
+        arrays = [x._data] + [S.operand(b, x._dtype) for b in (lo, hi)]
+        out = empty(shape, x._dtype.np)
+        clip.run(x._dtype, out, arrays)
+        return from_array(out)
+    registry.register("clip", "cpu", clip_kernel)
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def rows_view(data, axis):
+    """A 2-D view (kept, reduced) of ``data`` with the ``axis`` dims last (may copy)."""
+    kept = [d for d in range(data.ndim) if d not in axis]
+    rows = int(np.prod([data.shape[d] for d in kept]))
+    cols = int(np.prod([data.shape[d] for d in axis]))
+    return data.transpose(kept + list(axis)).reshape(rows, cols)
+
+
+class Reduction:
+    """One reduction family: ``step`` folded over each row into an accumulator."""
+
+    def __init__(self, template, fn):
+        self.entries = {}
+        self.template, self.fn = template, fn
+
+    def __call__(self, rows, out):
+        loop = range if rows.size < _parallel_min else prange
+        key = (rows.dtype, out.dtype, loop)
+        entry = self.entries.get(key)
+        if entry is None:
+            sig = types.void(K.array(rows.dtype, 2, "A"), K.array(out.dtype))
+            args = (loop,) if self.fn is None else (self.fn, loop)
+            entry = self.entries[key] = K.compile_kernel(self.template, args, sig)
+        entry(rows, out)
+
+
+_SUM = Reduction(K.reduce_rows, K.add)
+_PROD = Reduction(K.reduce_rows, K.multiply)
+_MAX = Reduction(K.reduce_rows, K.maximum)
+_MIN = Reduction(K.reduce_rows, K.minimum)
+_ALL = Reduction(K.reduce_rows, K.logical_and_reduce)
+_ANY = Reduction(K.reduce_rows, K.logical_or_reduce)
+_ARGMAX = Reduction(K.argreduce_rows, K.greater_than)
+_ARGMIN = Reduction(K.argreduce_rows, K.less_than)
+
+
+def _accumulator(dtype):
+    return {"f": np.float64, "i": np.int64, "u": np.uint64, "b": np.bool_}[dtype.kind]
+
+
+def _finish(acc, x, axis, keepdims, dtype):
+    out = acc.reshape(S.reduced_shape(x._shape, axis, keepdims))
+    return from_array(out if out.dtype == dtype.np else out.astype(dtype.np))
+
+
+def _sum_like(reduction, start):
+    def kernel(ks, x, axis, dtype, keepdims):
+        res = S.sum_dtype(OPERATORS[kernel.__name__], x, dtype)
+        data = x._data if res.kind != "b" else x._data.astype(bool)
+        rows = rows_view(data, axis)
+        acc = np.full(rows.shape[0], start, _accumulator(res))
+        if rows.size:
+            reduction(rows, acc)
+        return _finish(acc, x, axis, keepdims, res)
+    return kernel
+
+
+def _extreme(reduction, name):
+    def kernel(ks, x, axis, keepdims):
+        rows = rows_view(x._data, axis)
+        if rows.shape[1] == 0:
+            raise ValueError(f"{name}: cannot reduce a zero-size axis (shape {x._shape}, "
+                             f"axis {axis}): there is no identity")
+        acc = rows[:, 0].copy()
+        if rows.size:
+            reduction(rows, acc)
+        return _finish(acc, x, axis, keepdims, x._dtype)
+    return kernel
+
+
+def _logical(reduction, start):
+    def kernel(ks, x, axis, keepdims):
+        rows = rows_view(x._data, axis)
+        acc = np.full(rows.shape[0], start, np.bool_)
+        if rows.size:
+            reduction(rows, acc)
+        return _finish(acc, x, axis, keepdims, D.bool_)
+    return kernel
+
+
+def _arg(reduction, name):
+    def kernel(ks, x, axis, keepdims):
+        rows = rows_view(x._data, axis)
+        if rows.shape[1] == 0:
+            raise ValueError(f"{name}: cannot take the {name} of an empty sequence "
+                             f"(shape {x._shape})")
+        acc = np.zeros(rows.shape[0], np.int64)
+        if rows.size:
+            reduction(rows, acc)
+        return _finish(acc, x, axis, keepdims, D.int64)
+    return kernel
+
+
+_MOMENTS = {}
+
+
+def _moments(rows):
+    key = rows.dtype
+    if key not in _MOMENTS:
+        a = K.array(np.float64)
+        _MOMENTS[key] = K.compile_kernel(K.moments_rows, (range,), types.void(
+            K.array(rows.dtype, 2, "A"), a, a))
+    mean, m2 = np.empty(rows.shape[0]), np.empty(rows.shape[0])
+    if rows.shape[1]:
+        _MOMENTS[key](rows, mean, m2)
+    else:
+        mean[:], m2[:] = np.nan, np.nan
+    return mean, m2
+
+
+def _moment_kernel(which):
+    def kernel(ks, x, axis, keepdims, correction=0.0):
+        dtype = S.check_dtype(OPERATORS[which], x._dtype)
+        rows = rows_view(x._data, axis)
+        mean, m2 = _moments(rows)
+        if which == "mean":
+            acc = mean
+        else:
+            dof = rows.shape[1] - correction
+            with np.errstate(divide="ignore", invalid="ignore"):
+                acc = m2 / dof if dof > 0 else np.full_like(m2, np.nan)
+            if which == "std":
+                acc = np.sqrt(acc)
+        return _finish(acc, x, axis, keepdims, dtype)
+    return kernel
+
+
+def _register_reductions(registry):
+    kernels = {
+        "sum": _sum_like(_SUM, 0), "prod": _sum_like(_PROD, 1),
+        "max": _extreme(_MAX, "max"), "min": _extreme(_MIN, "min"),
+        "all": _logical(_ALL, True), "any": _logical(_ANY, False),
+        "argmax": _arg(_ARGMAX, "argmax"), "argmin": _arg(_ARGMIN, "argmin"),
+        "mean": _moment_kernel("mean"), "var": _moment_kernel("var"),
+        "std": _moment_kernel("std"),
+    }
+    for name, fn in kernels.items():
+        fn.__name__ = fn.__qualname__ = name
+        registry.register(name, "cpu", fn)
+
+
+# ---------------------------------------------------------------- linear algebra, joins
+
+_MATMUL_INT = {}
+
+
+def matmul(ks, x1, x2):
+    op = OPERATORS["matmul"]
+    comp = S.promote(op, (x1, x2))
+    a, b = S.operand(x1, comp), S.operand(x2, comp)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: operands must be at least 1-D, got shapes "
+                         f"{x1._shape} and {x2._shape}")
+    a2 = a[None] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: shapes {x1._shape} and {x2._shape} do not match "
+                         f"(contracted dimensions {a2.shape[-1]} != {b2.shape[-2]})")
+    batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    if comp.kind == "f":
+        out = np.matmul(a2, b2)  # BLAS
+    else:
+        m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+        a3 = np.broadcast_to(a2, batch + (m, k)).reshape(-1, m, k)
+        b3 = np.broadcast_to(b2, batch + (k, n)).reshape(-1, k, n)
+        out = np.zeros((a3.shape[0], m, n), comp.np)
+        if comp not in _MATMUL_INT:
+            arr = K.array(comp.np, 3, "A")
+            _MATMUL_INT[comp] = K.compile_kernel(K.matmul_int, (range,),
+                                                 types.void(arr, arr, arr))
+        if out.size:
+            _MATMUL_INT[comp](a3, b3, out)
+        out = out.reshape(batch + (m, n))
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    return from_array(np.ascontiguousarray(out))
+
+
+def tensordot(ks, x1, x2, axes):
+    a_axes, b_axes = axes
+    free_a = [d for d in range(len(x1._shape)) if d not in a_axes]
+    free_b = [d for d in range(len(x2._shape)) if d not in b_axes]
+    op = OPERATORS["tensordot"]
+    comp = S.promote(op, (x1, x2))
+    a = S.operand(x1, comp).transpose(free_a + list(a_axes))
+    b = S.operand(x2, comp).transpose(list(b_axes) + free_b)
+    k = int(np.prod([x1._shape[d] for d in a_axes]))
+    a2 = a.reshape(-1, k)
+    b2 = b.reshape(k, -1)
+    out = matmul(ks, from_array(np.ascontiguousarray(a2)), from_array(np.ascontiguousarray(b2)))
+    shape = tuple(x1._shape[d] for d in free_a) + tuple(x2._shape[d] for d in free_b)
+    return from_array(out._data.reshape(shape))
+
+
+def concat(ks, arrays, axis):
+    op = OPERATORS["concat"]
+    comp = S.promote(op, arrays)
+    first = arrays[0]._shape
+    for t in arrays:
+        if len(t._shape) != len(first) or any(
+                s != f for d, (s, f) in enumerate(zip(t._shape, first)) if d != axis):
+            raise ValueError(f"concat: all tensors must have the same shape except on "
+                             f"axis {axis}; got {', '.join(str(a._shape) for a in arrays)}")
+    shape = list(first)
+    shape[axis] = sum(t._shape[axis] for t in arrays)
+    out = empty(tuple(shape), comp.np)
+    copy = _COPY
+    start = 0
+    for t in arrays:
+        n = t._shape[axis]
+        index = (slice(None),) * axis + (slice(start, start + n),)
+        copy.run(comp, out[index], [S.operand(t, comp)])
+        start += n
+    return from_array(out)
+
+
+_COPY = Elementwise(OPERATORS["positive"], 1, _same(K.identity))
+
+
+def stack(ks, arrays, axis):
+    first = arrays[0]._shape
+    for t in arrays:
+        if t._shape != first:
+            raise ValueError(f"stack: all tensors must have the same shape; got "
+                             f"{', '.join(str(a._shape) for a in arrays)}")
+    expanded = [from_array(np.expand_dims(t._data, axis)) for t in arrays]
+    return concat(ks, expanded, axis)
+
+
+@hookimpl
+def lamina_register_kernels(registry):
+    _register_elementwise(registry)
+    _register_reductions(registry)
+    for fn in (matmul, tensordot, concat, stack):
+        registry.register(fn.__name__, "cpu", fn)

@@ -1,0 +1,468 @@
+"""Numba kernel templates and the scalar functions they are instantiated with.
+
+Note [Kernel cache]: templates are closures over module-level scalar functions. Numba's
+on-disk cache (``cache=True``) keys a closure by its code and the pickled closure cells;
+a module-level function pickles by name, so every (template, scalar function) pair gets
+its own stable cache entry. Numba invalidates the cache by the timestamp of the file
+that defines the template, so the scalar functions live in this same file: edit one and
+every kernel is recompiled, never served stale.
+
+Every kernel is compiled for an explicit signature (``compile_kernel``) and called
+through its compiled entry point, skipping Numba's per-call type dispatch.
+
+Families (one template each): unary, binary and ternary elementwise (a flat loop for the
+contiguous fast path, a strided loop for everything else), reductions and
+arg-reductions over the rows of a 2-D view, and integer matmul.
+"""
+import math
+
+import numba
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import register_jitable
+
+OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
+
+# ---------------------------------------------------------------- scalar functions
+# Arithmetic
+
+
+@register_jitable
+def add(x, y):
+    return x + y
+
+
+@register_jitable
+def subtract(x, y):
+    return x - y
+
+
+@register_jitable
+def multiply(x, y):
+    return x * y
+
+
+@register_jitable
+def divide(x, y):
+    return x / y
+
+
+@register_jitable
+def floor_divide(x, y):
+    return x // y  # ints: x // 0 is 0 under the numpy error model, as in NumPy
+
+
+@register_jitable
+def remainder(x, y):
+    return x % y
+
+
+@register_jitable
+def power(x, y):
+    return x ** y  # integers: a negative exponent truncates toward zero
+
+
+@register_jitable
+def maximum(x, y):
+    return x if x > y or x != x else y  # NaN propagates, as in NumPy and PyTorch
+
+
+@register_jitable
+def minimum(x, y):
+    return x if x < y or x != x else y
+
+
+@register_jitable
+def atan2(x, y):
+    return math.atan2(x, y)
+
+
+@register_jitable
+def copysign(x, y):
+    return math.copysign(x, y)
+
+
+@register_jitable
+def hypot(x, y):
+    return math.hypot(x, y)
+
+
+@register_jitable
+def logaddexp(x, y):
+    if x == y:  # also the infinities of one sign
+        return x + math.log(2.0) * (x - x + 1)
+    m = x if x > y or x != x else y
+    return m + math.log1p(math.exp(-abs(x - y)))
+
+
+# Comparison and logic (the output is bool; the inputs share one dtype)
+
+
+@register_jitable
+def equal(x, y):
+    return x == y
+
+
+@register_jitable
+def not_equal(x, y):
+    return x != y
+
+
+@register_jitable
+def greater(x, y):
+    return x > y
+
+
+@register_jitable
+def greater_equal(x, y):
+    return x >= y
+
+
+@register_jitable
+def less(x, y):
+    return x < y
+
+
+@register_jitable
+def less_equal(x, y):
+    return x <= y
+
+
+@register_jitable
+def logical_and(x, y):
+    return bool(x) and bool(y)
+
+
+@register_jitable
+def logical_or(x, y):
+    return bool(x) or bool(y)
+
+
+@register_jitable
+def logical_xor(x, y):
+    return bool(x) != bool(y)
+
+
+# Bitwise (integers and bool)
+
+
+@register_jitable
+def bitwise_and(x, y):
+    return x & y
+
+
+@register_jitable
+def bitwise_or(x, y):
+    return x | y
+
+
+@register_jitable
+def bitwise_xor(x, y):
+    return x ^ y
+
+
+@register_jitable
+def bitwise_left_shift(x, y):
+    # Shifting by 64 or more (or a negative count) is undefined in LLVM; NumPy gives 0.
+    # Narrower types are computed in 64 bits and truncated on store, which agrees.
+    if y < 0 or y >= 64:
+        return x - x
+    return x << y
+
+
+@register_jitable
+def bitwise_right_shift(x, y):
+    if y < 0 or y >= 64:
+        return x - x - 1 if x < 0 else x - x
+    return x >> y
+
+
+# Unary
+
+
+@register_jitable
+def identity(x):
+    return x
+
+
+@register_jitable
+def negative(x):
+    return -x
+
+
+@register_jitable
+def absolute(x):
+    return -x if x < 0 else x
+
+
+@register_jitable
+def square(x):
+    return x * x
+
+
+@register_jitable
+def sign(x):
+    if x > 0:
+        return x // x  # a one of x's own type (a literal 1 would turn uint64 into float)
+    if x < 0:
+        return -(x // x)
+    return x  # zero, -0.0 and NaN
+
+
+@register_jitable
+def bitwise_invert(x):
+    return ~x
+
+
+@register_jitable
+def logical_not(x):
+    return not x
+
+
+@register_jitable
+def isnan(x):
+    return x != x
+
+
+@register_jitable
+def isinf(x):
+    return math.isinf(x)
+
+
+@register_jitable
+def isfinite(x):
+    return math.isfinite(x)
+
+
+@register_jitable
+def always_true(x):
+    return True
+
+
+@register_jitable
+def always_false(x):
+    return False
+
+
+@register_jitable
+def signbit(x):
+    return math.copysign(1.0, x) < 0
+
+
+@register_jitable
+def round_half_even(x):
+    return np.round(x)
+
+
+def _math(name, fn):
+    """A float scalar function calling ``fn`` (math.* or np.*), named for the cache."""
+    scalar = register_jitable(lambda x: fn(x))
+    scalar.__name__ = scalar.__qualname__ = name
+    globals()[name] = scalar  # module-level, so it pickles by name (Note [Kernel cache])
+    return scalar
+
+
+for _name, _fn in [("exp", math.exp), ("expm1", math.expm1), ("log", np.log),
+                   ("log1p", np.log1p), ("log2", np.log2), ("log10", np.log10),
+                   ("sqrt", np.sqrt), ("sin", math.sin), ("cos", math.cos),
+                   ("tan", math.tan), ("asin", np.arcsin), ("acos", np.arccos),
+                   ("atan", math.atan), ("sinh", math.sinh), ("cosh", math.cosh),
+                   ("tanh", math.tanh), ("asinh", math.asinh), ("acosh", np.arccosh),
+                   ("atanh", np.arctanh), ("floor", np.floor), ("ceil", np.ceil),
+                   ("trunc", np.trunc)]:
+    _math("float_" + _name, _fn)
+
+
+# ---------------------------------------------------------------- templates
+# Each template takes the scalar function and ``loop`` (``range``, or ``prange`` for the
+# parallel variant, compiled only once an input is big enough to need it). ``loop`` is a
+# closure cell, so it is part of the cache key (Note [Kernel cache]).
+
+
+def unary_flat(fn, loop):
+    def kernel(x, out):
+        for i in loop(out.size):
+            out[i] = fn(x[i])
+    return kernel
+
+
+def binary_flat(fn, loop):
+    def kernel(a, b, out):
+        for i in loop(out.size):
+            out[i] = fn(a[i], b[i])
+    return kernel
+
+
+def ternary_flat(fn, loop):
+    def kernel(a, b, c, out):
+        for i in loop(out.size):
+            out[i] = fn(a[i], b[i], c[i])
+    return kernel
+
+
+@register_jitable
+def _row_start(r, shape, strides, offset):
+    """Element offset of row ``r`` (all dims but the last) of one strided operand."""
+    rem = r
+    for d in range(shape.size - 2, -1, -1):
+        offset += (rem % shape[d]) * strides[d]
+        rem //= shape[d]
+    return offset
+
+
+# Strided operands are (buffer, offset, strides): a flat 1-D view of the memory the
+# operand spans, the element offset of its first element, and its element strides
+# (0 where broadcast, negative where flipped). ``shape`` is the iteration shape.
+
+
+def unary_strided(fn, loop):
+    def kernel(out, oo, os, x, xo, xs, shape):
+        inner = shape[shape.size - 1]
+        for r in loop(out.size // inner if inner else 0):
+            o, i = _row_start(r, shape, os, oo), _row_start(r, shape, xs, xo)
+            for j in range(inner):
+                out[o + j * os[-1]] = fn(x[i + j * xs[-1]])
+    return kernel
+
+
+def binary_strided(fn, loop):
+    def kernel(out, oo, os, a, ao, as_, b, bo, bs, shape):
+        inner = shape[shape.size - 1]
+        rows = 1
+        for d in range(shape.size - 1):
+            rows *= shape[d]
+        for r in loop(rows if inner else 0):
+            o, i, k = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
+                       _row_start(r, shape, bs, bo))
+            for j in range(inner):
+                out[o + j * os[-1]] = fn(a[i + j * as_[-1]], b[k + j * bs[-1]])
+    return kernel
+
+
+def ternary_strided(fn, loop):
+    def kernel(out, oo, os, a, ao, as_, b, bo, bs, c, co, cs, shape):
+        inner = shape[shape.size - 1]
+        rows = 1
+        for d in range(shape.size - 1):
+            rows *= shape[d]
+        for r in loop(rows if inner else 0):
+            o, i, k, m = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
+                          _row_start(r, shape, bs, bo), _row_start(r, shape, cs, co))
+            for j in range(inner):
+                out[o + j * os[-1]] = fn(a[i + j * as_[-1]], b[k + j * bs[-1]],
+                                         c[m + j * cs[-1]])
+    return kernel
+
+
+# Ternary scalar functions
+
+
+@register_jitable
+def where(cond, x, y):
+    return x if cond else y
+
+
+@register_jitable
+def clip(x, lo, hi):
+    # NaN in x propagates; a NaN bound propagates too (as in NumPy).
+    if lo != lo or hi != hi:
+        return lo + hi
+    return minimum(maximum(x, lo), hi)
+
+
+# Reductions over the rows of a 2-D view ``x`` (rows kept, columns reduced) into ``out``.
+# ``out``'s dtype is the accumulator: float64 for floating sums, int64/uint64 for
+# integer sums, the input dtype for max/min, bool for all/any.
+
+
+def reduce_rows(step, loop):
+    def kernel(x, out):
+        for r in loop(x.shape[0]):
+            acc = out[r]  # the caller fills out with the start value (0, 1, x[:, 0])
+            for j in range(x.shape[1]):
+                acc = step(acc, x[r, j])
+            out[r] = acc
+    return kernel
+
+
+def moments_rows(loop):
+    """Per row: the mean and the sum of squared deviations (two passes, float64)."""
+    def kernel(x, mean, m2):
+        n = x.shape[1]
+        for r in loop(x.shape[0]):
+            s = 0.0
+            for j in range(n):
+                s += x[r, j]
+            mu = s / n
+            q = 0.0
+            for j in range(n):
+                q += (x[r, j] - mu) ** 2
+            mean[r], m2[r] = mu, q
+    return kernel
+
+
+def argreduce_rows(better, loop):
+    def kernel(x, out):
+        for r in loop(x.shape[0]):
+            best, at = x[r, 0], 0
+            for j in range(1, x.shape[1]):
+                v = x[r, j]
+                if best == best and (better(v, best) or v != v):  # first NaN wins
+                    best, at = v, j
+            out[r] = at
+    return kernel
+
+
+@register_jitable
+def greater_than(x, y):
+    return x > y
+
+
+@register_jitable
+def less_than(x, y):
+    return x < y
+
+
+@register_jitable
+def logical_and_reduce(acc, x):
+    return acc and bool(x)
+
+
+@register_jitable
+def logical_or_reduce(acc, x):
+    return acc or bool(x)
+
+
+def matmul_int(loop):
+    """Batched integer matmul, (B, M, K) @ (B, K, N) -> (B, M, N); floats use BLAS."""
+    def kernel(a, b, out):
+        for p in loop(out.shape[0]):
+            for i in range(out.shape[1]):
+                for j in range(out.shape[2]):
+                    acc = out[p, i, j] - out[p, i, j]
+                    for k in range(a.shape[2]):
+                        acc += a[p, i, k] * b[p, k, j]
+                    out[p, i, j] = acc
+    return kernel
+
+
+# ---------------------------------------------------------------- compilation
+
+
+def compile_kernel(template, args, signature):
+    """Compile ``template(*args)`` for one explicit signature; return its entry point.
+
+    The entry point is the compiled wrapper itself: calling it skips Numba's per-call
+    argument typing (about 100 ns on this path), which is safe because callers only
+    pass arrays of exactly ``signature``'s types (Note [Kernel signatures])."""
+    parallel = args[-1] is prange
+    dispatcher = njit(parallel=parallel, **OPTIONS)(template(*args))
+    dispatcher.compile(signature)
+    return dispatcher.overloads[signature.args].entry_point
+
+
+def array(dtype, ndim=1, layout="C"):
+    return types.Array(numba.from_dtype(dtype), ndim, layout)
+
+
+INDEX = types.Array(types.int64, 1, "C")

@@ -1,0 +1,126 @@
+"""Operator setup shared by the CPU backends: type promotion with Python scalars,
+dtype checks, broadcasting and axis handling. Pure Python, no kernels.
+
+Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
+kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float) and
+an integer that does not fit raises OverflowError instead of wrapping.
+"""
+import numpy as np
+
+from lamina import _dtypes as D
+
+_SCALARS = (bool, int, float)
+
+
+def scalar_value(x):
+    """A Python scalar for ``x`` (NumPy scalars become Python ones), or None."""
+    if isinstance(x, _SCALARS):
+        return x
+    if isinstance(x, np.generic) and x.ndim == 0:
+        return x.item()
+    return None
+
+
+def _weak_kind(value):
+    return "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
+
+
+def promote(op, args):
+    """The computation dtype of an elementwise call, checked against the operator."""
+    dtype = None
+    for a in args:
+        d = getattr(a, "_dtype", None)
+        if d is not None:
+            dtype = d if dtype is None else D.PROMOTE[dtype.index][d.index]
+    for a in args:
+        v = scalar_value(a)
+        if v is None:
+            continue
+        kind = _weak_kind(v)
+        if kind == "i" and dtype.kind == "b":
+            dtype = D.default_int
+        elif kind == "f" and dtype.kind != "f":
+            dtype = D.default_float
+    return check_dtype(op, dtype)
+
+
+_ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
+_DESCRIBE = {"numeric": "numeric", "float": "floating-point", "int": "integer",
+             "intbool": "integer or boolean"}
+
+
+def check_dtype(op, dtype):
+    rule = op.info.dtypes
+    if dtype.kind in _ACCEPTS[rule]:
+        return dtype
+    if rule == "float" and dtype.kind in "biu":
+        return D.default_float  # as NumPy: exp(int tensor) is float64
+    raise TypeError(f"{op.name} needs {_DESCRIBE[rule]} inputs, got {dtype}")
+
+
+def result_dtype(op, dtype):
+    rule = op.info.result
+    if rule == "bool":
+        return D.bool_
+    if rule == "index":
+        return D.int64
+    if rule == "sum":
+        return {"b": D.int64, "i": D.int64, "u": D.uint64}.get(dtype.kind, dtype)
+    return dtype
+
+
+def operand(x, dtype):
+    """The NumPy array for one operand in computation dtype (scalars become 0-d)."""
+    v = scalar_value(x)
+    if v is None:
+        data = x._data
+        return data if data.dtype == dtype.np else data.astype(dtype.np)
+    if isinstance(v, int) and not isinstance(v, bool) and dtype.kind in "iu":
+        info = np.iinfo(dtype.np)
+        if not info.min <= v <= info.max:
+            raise OverflowError(f"Python integer {v} is out of bounds for {dtype} "
+                                f"[{info.min}, {info.max}]")
+    return np.asarray(v, dtype.np)
+
+
+def shape_of(x):
+    return getattr(x, "_shape", ())
+
+
+def broadcast_shapes(name, *shapes):
+    """The broadcast shape, or a ValueError that shows every shape."""
+    ndim = max(len(s) for s in shapes)
+    result = []
+    for i in range(-ndim, 0):
+        sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"{name}: shapes {' and '.join(map(str, shapes))} cannot be "
+                             f"broadcast together (dimension {ndim + i} differs)")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def inplace_check(op, target, dtype, shape):
+    """``x1 op= x2`` must not change x1's dtype or shape (Array API)."""
+    if dtype is not target._dtype:
+        raise TypeError(f"{op.name}: the result dtype {dtype} cannot be stored in place "
+                        f"into a {target._dtype} tensor")
+    if shape != target._shape:
+        raise ValueError(f"{op.name}: the result shape {shape} cannot be stored in place "
+                         f"into a tensor of shape {target._shape}")
+    if not target._data.flags.writeable:
+        raise ValueError(f"{op.name}: the target tensor is a read-only view "
+                         "(e.g. from broadcast_to)")
+
+
+def reduced_shape(shape, axis, keepdims):
+    if keepdims:
+        return tuple(1 if i in axis else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axis)
+
+
+def sum_dtype(op, x, dtype):
+    """The accumulation/result dtype of sum and prod (Array API defaults)."""
+    if dtype is not None:
+        return check_dtype(op, D.as_dtype(dtype))
+    return result_dtype(op, check_dtype(op, x._dtype))

@@ -1,0 +1,162 @@
+"""lamina's data types, type promotion and dtype introspection (Array API 2023.12).
+
+A lamina dtype is a small object that names a NumPy dtype for CPU storage. Promotion
+between two tensors follows the Array API lattice (no value-based casting); where the
+standard leaves mixed kinds open (bool with int, int with float, int64 with uint64) we
+follow NumPy 2, so results match the NumPy reference backend.
+"""
+import numpy as np
+
+
+class DType:
+    """A tensor element type. Compare with ``==`` or ``is``; both mean the same."""
+
+    __slots__ = ("name", "np", "index", "kind")
+
+    def __init__(self, name, index, kind):
+        self.name = name
+        self.np = np.dtype(name)
+        self.index = index  # position in ALL: kernels keep per-dtype lists indexed by it
+        self.kind = kind  # "b" bool, "i" signed, "u" unsigned, "f" real floating
+
+    def __repr__(self):
+        return f"lamina.{self.name}"
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+    @property
+    def itemsize(self):
+        return self.np.itemsize
+
+
+_NAMES = [("bool", "b"), ("int8", "i"), ("int16", "i"), ("int32", "i"), ("int64", "i"),
+          ("uint8", "u"), ("uint16", "u"), ("uint32", "u"), ("uint64", "u"),
+          ("float32", "f"), ("float64", "f")]
+ALL = tuple(DType(name, i, kind) for i, (name, kind) in enumerate(_NAMES))
+(bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64) = ALL
+BY_NAME = {d.name: d for d in ALL}
+_FROM_NUMPY = {d.np: d for d in ALL}
+default_int = int64
+default_uint = uint64
+default_float = float64
+
+
+def _by_name(name):
+    return BY_NAME[name]
+
+
+def from_numpy(np_dtype):
+    """The lamina dtype for a NumPy dtype; TypeError naming it when lamina has none."""
+    try:
+        return _FROM_NUMPY[np_dtype]
+    except KeyError:
+        d = np.dtype(np_dtype)
+        if d in _FROM_NUMPY:  # e.g. a non-native byte order or a type object
+            return _FROM_NUMPY[d.newbyteorder("=")]
+        raise TypeError(f"unsupported dtype {d}: lamina supports "
+                        f"{', '.join(x.name for x in ALL)}") from None
+
+
+def as_dtype(dtype):
+    """Normalize a user-given dtype (lamina dtype, NumPy dtype, name or Python type)."""
+    if isinstance(dtype, DType):
+        return dtype
+    if dtype is bool:
+        return bool_
+    if dtype is int:
+        return default_int
+    if dtype is float:
+        return default_float
+    try:
+        return from_numpy(np.dtype(dtype))
+    except TypeError as exc:
+        raise TypeError(f"unsupported dtype {dtype!r}: lamina supports "
+                        f"{', '.join(x.name for x in ALL)}") from exc
+
+
+# Note [Promotion table]: result_type of two dtypes is a list lookup, PROMOTE[a][b],
+# computed once from NumPy 2's rules, which agree with the Array API lattice wherever
+# the standard defines a result.
+PROMOTE = [[from_numpy(np.promote_types(a.np, b.np)) for b in ALL] for a in ALL]
+
+
+def result_type(*arrays_and_dtypes):
+    """Array API ``result_type``: the promoted dtype of tensors and dtypes."""
+    if not arrays_and_dtypes:
+        raise ValueError("result_type() needs at least one tensor or dtype")
+    result = None
+    for x in arrays_and_dtypes:
+        d = x.dtype if hasattr(x, "_ks") else as_dtype(x)
+        result = d if result is None else PROMOTE[result.index][d.index]
+    return result
+
+
+def can_cast(from_, to, /):
+    """Whether ``from_`` promotes to ``to`` without changing kind or losing values."""
+    f = from_.dtype if hasattr(from_, "_ks") else as_dtype(from_)
+    return PROMOTE[f.index][as_dtype(to).index] is as_dtype(to) and (
+        f.kind == "b" or as_dtype(to).kind != "b")
+
+
+_KINDS = {
+    "bool": "b",
+    "signed integer": "i",
+    "unsigned integer": "u",
+    "integral": "iu",
+    "real floating": "f",
+    "complex floating": "",
+    "numeric": "iuf",
+}
+
+
+def isdtype(dtype, kind):
+    """Array API ``isdtype``: is ``dtype`` of ``kind`` (a dtype, a kind name or a tuple)."""
+    dtype = as_dtype(dtype)
+    if isinstance(kind, tuple):
+        return any(isdtype(dtype, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise ValueError(f"unknown dtype kind {kind!r}; valid kinds: {', '.join(_KINDS)}")
+        return dtype.kind in _KINDS[kind]
+    return dtype is as_dtype(kind)
+
+
+class finfo_object:
+    __slots__ = ("bits", "eps", "max", "min", "smallest_normal", "dtype")
+
+    def __repr__(self):
+        return (f"finfo(bits={self.bits}, eps={self.eps}, max={self.max}, min={self.min}, "
+                f"smallest_normal={self.smallest_normal}, dtype={self.dtype})")
+
+
+class iinfo_object:
+    __slots__ = ("bits", "max", "min", "dtype")
+
+    def __repr__(self):
+        return f"iinfo(bits={self.bits}, max={self.max}, min={self.min}, dtype={self.dtype})"
+
+
+def _dtype_of(type_or_tensor):
+    return type_or_tensor.dtype if hasattr(type_or_tensor, "_ks") else as_dtype(type_or_tensor)
+
+
+def finfo(type, /):
+    """Machine limits of a floating dtype (Array API ``finfo``)."""
+    d = _dtype_of(type)
+    if d.kind != "f":
+        raise TypeError(f"finfo needs a floating dtype, got {d}")
+    info, r = np.finfo(d.np), finfo_object()
+    r.bits, r.eps, r.max, r.min = info.bits, float(info.eps), float(info.max), float(info.min)
+    r.smallest_normal, r.dtype = float(info.smallest_normal), d
+    return r
+
+
+def iinfo(type, /):
+    """Machine limits of an integer dtype (Array API ``iinfo``)."""
+    d = _dtype_of(type)
+    if d.kind not in "iu":
+        raise TypeError(f"iinfo needs an integer dtype, got {d}")
+    info, r = np.iinfo(d.np), iinfo_object()
+    r.bits, r.max, r.min, r.dtype = info.bits, int(info.max), int(info.min), d
+    return r
