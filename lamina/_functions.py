@@ -113,7 +113,7 @@ def _shape_tuple(name, shape):
 def reshape(x, /, shape, *, copy=None):
     _require_tensor("reshape", x)
     shape = _shape_tuple("reshape", shape)
-    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+    if shape.count(-1) > 1 or builtins.any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other negatives)")
     known = int(np.prod([s for s in shape if s != -1]))
     if -1 in shape:

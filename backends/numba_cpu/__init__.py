@@ -11,14 +11,16 @@ from numba import prange, types
 from numpy.lib.stride_tricks import as_strided
 
 from lamina import _dtypes as D
-from lamina._tensor import from_array, from_flat
+from lamina._tensor import Tensor, from_array, from_flat
 from lamina.backends.hookspecs import hookimpl
 from lamina.backends import setup as S
+from lamina.dispatch.keys import CPU
 from lamina.dispatch.table import OPERATORS
 
 from . import kernels as K
 
 empty = np.empty
+new_tensor = object.__new__
 
 # ---------------------------------------------------------------- threads
 # Note [Parallel threshold]: below PARALLEL_MIN elements a kernel runs serially: waking
@@ -199,13 +201,20 @@ def binary_kernel(ew):
 
     def kernel(ks, a, b):
         try:
-            fa, fb, dt = a._flat, b._flat, a._dtype
-            if fa is not None and fb is not None and dt is b._dtype and a._shape == b._shape:
-                out_dt = fast_out[dt.index]  # Note [Fast path]
-                if out_dt is not None:
-                    out = empty(fa.size, out_dt.np)
-                    (flat if fa.size < _parallel_min else flat_parallel)[dt.index](fa, fb, out)
-                    return from_flat(out, a._shape, out_dt)
+            fa, dt, shape = a._flat, a._dtype, a._shape
+            if fa is not None and dt is b._dtype and shape == b._shape:
+                fb, out_dt = b._flat, fast_out[dt.index]  # Note [Fast path]
+                if fb is not None and out_dt is not None:
+                    out = empty(shape, out_dt.np)
+                    t = new_tensor(Tensor)
+                    if len(shape) == 1:
+                        t._data = t._flat = out
+                    else:
+                        t._data, t._flat = out, out.reshape(-1)
+                    (flat if fa.size < _parallel_min else flat_parallel)[dt.index](
+                        fa, fb, t._flat)
+                    t._ks, t._dtype, t._shape = CPU, out_dt, shape
+                    return t
         except AttributeError:  # a Python scalar operand
             pass
         return ew.general((a, b))
