@@ -99,7 +99,12 @@ def _load_entry_points():
                           f"import and was skipped: {type(exc).__name__}: {exc}",
                           RuntimeWarning, stacklevel=2)
             continue
-        register(plugin, ep.name, "entry point")
+        try:  # a bad hook signature or a taken name must not break `import lamina`
+            register(plugin, ep.name, "entry point")
+        except Exception as exc:
+            warnings.warn(f"lamina backend plugin {ep.name!r} ({ep.value}) could not be "
+                          f"registered and was skipped: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
 
 
 
@@ -110,7 +115,7 @@ def list():  # noqa: A001  (lm.backends.list(), as the issue names it)
     rows = []
     for name in _sources:
         ks = table.kernels_of(name)
-        devices = sorted({keys.key_name(k) for _, k, _ in ks})
+        devices = sorted({keys.key_name(k).lower() for _, k, _ in ks})
         rows.append({"name": name, "source": _sources[name], "devices": devices,
                      "kernels": len(ks)})
     return _list(rows)

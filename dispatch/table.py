@@ -110,9 +110,10 @@ def kernels_of(plugin):
 
 def _winner(entries):
     # Note [Kernel priority]: the preferred backend (lm.backends.use) beats priority;
-    # then higher priority; then the plugin name, so ties do not depend on load order.
-    return max(entries, key=lambda e: (e.plugin == _preferred_plugin, e.priority,
-                                       [-ord(c) for c in e.plugin]))
+    # then higher priority; then the plugin name (alphabetical), then registration
+    # order, so ties never depend on the order plugins were loaded in.
+    return min(entries, key=lambda e: (e.plugin != _preferred_plugin, -e.priority,
+                                       e.plugin, e.order))
 
 
 def _missing_kernel(op, key):

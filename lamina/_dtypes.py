@@ -52,8 +52,9 @@ def from_numpy(np_dtype):
         return _FROM_NUMPY[np_dtype]
     except KeyError:
         d = np.dtype(np_dtype)
-        if d in _FROM_NUMPY:  # e.g. a non-native byte order or a type object
-            return _FROM_NUMPY[d.newbyteorder("=")]
+        native = d.newbyteorder("=")  # '>i4' != '<i4' as dtypes: compare in native order
+        if native in _FROM_NUMPY:  # e.g. a non-native byte order or a type object
+            return _FROM_NUMPY[native]
         raise TypeError(f"unsupported dtype {d}: lamina supports "
                         f"{', '.join(x.name for x in ALL)}") from None
 

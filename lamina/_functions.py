@@ -129,6 +129,8 @@ def reshape(x, /, shape, *, copy=None):
 
 def permute_dims(x, /, axes):
     _require_tensor("permute_dims", x)
+    if not isinstance(axes, (tuple, list)):
+        raise TypeError(f"permute_dims: axes must be a tuple of ints, got {axes!r}")
     axes = tuple(_axis_index("permute_dims", a, x.ndim) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"permute_dims: axes {axes} are not a permutation of "
@@ -177,6 +179,10 @@ def broadcast_to(x, /, shape):
 
 def broadcast_arrays(*arrays):
     from lamina.backends.setup import broadcast_shapes
+    for a in arrays:
+        _require_tensor("broadcast_arrays", a)
+    if not arrays:
+        return []
     shape = broadcast_shapes("broadcast_arrays", *(a.shape for a in arrays))
     return [broadcast_to(a, shape) for a in arrays]
 
@@ -215,7 +221,11 @@ def split(x, split_size_or_sections, /, axis=0):
         if s <= 0:
             raise ValueError(f"split: split_size must be positive, got {s}")
     else:
-        s = [operator.index(v) for v in s]
+        try:
+            s = [operator.index(v) for v in s]
+        except TypeError:
+            raise TypeError(f"split: split_size_or_sections must be an int or a sequence "
+                            f"of ints, got {s!r}") from None
         if builtins.any(v < 0 for v in s):
             raise ValueError(f"split: section sizes must be non-negative, got {s}")
     return OPERATORS["split"](x, s, axis)
@@ -224,6 +234,7 @@ def split(x, split_size_or_sections, /, axis=0):
 
 
 def unstack(x, /, *, axis=0):
+    _require_tensor("unstack", x)
     axis = _axis_index("unstack", axis, x.ndim)
     return tuple(squeeze(p, axis) for p in split(x, 1, axis))
 
@@ -338,6 +349,9 @@ def full(shape, fill_value, *, dtype=None, device=None):
         dtype = D.bool_ if isinstance(fill_value, bool) else D.default_int if isinstance(
             fill_value, int) else D.default_float
     dtype = D.as_dtype(dtype)
+    if not isinstance(fill_value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        raise TypeError(f"full: fill_value must be a bool, int or float, got "
+                        f"{type(fill_value).__name__}")
     if isinstance(fill_value, int) and not isinstance(fill_value, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype.np)
         if not info.min <= fill_value <= info.max:
@@ -346,6 +360,7 @@ def full(shape, fill_value, *, dtype=None, device=None):
 
 
 def _like(x, dtype, device):
+    _require_tensor("*_like", x)
     return (x.shape, x.dtype if dtype is None else D.as_dtype(dtype),
             x.device if device is None else device)
 
@@ -396,6 +411,9 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"from_dlpack: expected an object with __dlpack__, got "
+                        f"{type(x).__name__}")
     return asarray(np.from_dlpack(x), device=device, copy=copy)
 
 

@@ -90,6 +90,8 @@ class Tensor:
 
     @property
     def mT(self):
+        if self.ndim < 2:
+            raise ValueError(f".mT needs at least 2 dimensions, got shape {self._shape}")
         return OPERATORS["matrix_transpose"](self)
 
     @property
@@ -316,8 +318,11 @@ def install_bindings(namespace):
         setattr(Tensor, f"__{dunder}__", _comparison(namespace[name]))
     for name, dunder in _UNARY_DUNDERS.items():
         setattr(Tensor, f"__{dunder}__", namespace[name])
-    Tensor.__matmul__ = lambda a, b: OPERATORS["matmul"](a, b)
-    Tensor.__rmatmul__ = lambda a, b: OPERATORS["matmul"](b, a)
+    # a non-tensor operand (scalar, list, ndarray) gives NotImplemented: Python's TypeError
+    Tensor.__matmul__ = lambda a, b: (OPERATORS["matmul"](a, b) if isinstance(b, Tensor)
+                                      else NotImplemented)
+    Tensor.__rmatmul__ = lambda a, b: (OPERATORS["matmul"](b, a) if isinstance(b, Tensor)
+                                       else NotImplemented)
 
 
 _dtypes  # re-exported through lamina

@@ -150,9 +150,10 @@ class Elementwise:
                              *[t for a in ins for t in (a, *_STRIDED_OPERAND)], K.INDEX)
         return K.compile_kernel(family[self.arity], (self.scalar(comp), loop), sig)
 
-    def general(self, args, target=None):
-        """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op."""
-        op = self.op
+    def general(self, args, target=None, op=None):
+        """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op
+        and ``op`` that operator (``add_``), so that errors name what was called."""
+        op = op or self.op
         comp = S.promote(op, args[self.promote_from:])
         res = S.result_dtype(op, comp)
         shape = S.broadcast_shapes(op.name, *(S.shape_of(a) for a in args))
@@ -224,7 +225,7 @@ def binary_kernel(ew):
 
 def inplace_kernel(ew, op):
     def kernel(ks, x1, x2):
-        return ew.general((x1, x2), target=x1)
+        return ew.general((x1, x2), target=x1, op=op)
     kernel.__qualname__ = kernel.__name__ = op.name
     return kernel
 
@@ -260,12 +261,13 @@ ELEMENTWISE_SCALARS = {
     "isinf": _by_kind(f=K.isinf, biu=K.always_false),
     "isnan": _by_kind(f=K.isnan, biu=K.always_false),
     "signbit": _same(K.signbit),
-    "pow": _same(K.power),
+    "pow": _by_kind(f=K.power, i=K.int_power, u=K.uint_power),
+    "floor_divide": _by_kind(i=K.int_floor_divide, uf=K.floor_divide),
     **{name: _same(getattr(K, "float_" + name)) for name in
        "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
        "asinh acosh atanh".split()},
     **{name: _same(getattr(K, name)) for name in
-       "add subtract multiply divide floor_divide remainder maximum minimum atan2 "
+       "add subtract multiply divide remainder maximum minimum atan2 "
        "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
        "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
        "bitwise_left_shift bitwise_right_shift".split()},
@@ -363,7 +365,11 @@ def _finish(acc, x, axis, keepdims, dtype):
 def _sum_like(reduction, start):
     def kernel(ks, x, axis, dtype, keepdims):
         res = S.sum_dtype(OPERATORS[kernel.__name__], x, dtype)
-        data = x._data if res.kind != "b" else x._data.astype(bool)
+        kind = x._dtype.kind
+        # Array API: the input is cast to ``dtype`` first (sum([1.7, 1.7], dtype=int64)
+        # is 2, as in NumPy); bool inputs need no cast, their 0/1 fit every accumulator
+        cast = res.kind == "b" or (res.kind != kind and kind != "b")
+        data = x._data.astype(res.np) if cast else x._data
         rows = rows_view(data, axis)
         acc = np.full(rows.shape[0], start, _accumulator(res))
         if rows.size:
@@ -473,14 +479,19 @@ def matmul(ks, x1, x2):
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: shapes {x1._shape} and {x2._shape} do not match "
                          f"(contracted dimensions {a2.shape[-1]} != {b2.shape[-2]})")
-    batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    try:
+        batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: the batch dimensions of shapes {x1._shape} and "
+                         f"{x2._shape} cannot be broadcast together") from None
     if comp.kind == "f":
         out = np.matmul(a2, b2)  # BLAS
     else:
         m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
-        a3 = np.broadcast_to(a2, batch + (m, k)).reshape(-1, m, k)
-        b3 = np.broadcast_to(b2, batch + (k, n)).reshape(-1, k, n)
-        out = np.zeros((a3.shape[0], m, n), comp.np)
+        nb = int(np.prod(batch))  # explicit: reshape(-1, ...) is ambiguous at size 0
+        a3 = np.broadcast_to(a2, batch + (m, k)).reshape(nb, m, k)
+        b3 = np.broadcast_to(b2, batch + (k, n)).reshape(nb, k, n)
+        out = np.zeros((nb, m, n), comp.np)
         if comp not in _MATMUL_INT:
             arr = K.array(comp.np, 3, "A")
             _MATMUL_INT[comp] = K.compile_kernel(K.matmul_int, (range,),
@@ -492,7 +503,8 @@ def matmul(ks, x1, x2):
         out = out[..., 0, :]
     if b.ndim == 1:
         out = out[..., 0]
-    return from_array(np.ascontiguousarray(out))
+    # not ascontiguousarray: it turns the 0-d result of 1-D @ 1-D into shape (1,)
+    return from_array(out if out.flags.c_contiguous else out.copy())
 
 
 def tensordot(ks, x1, x2, axes):
@@ -504,8 +516,8 @@ def tensordot(ks, x1, x2, axes):
     a = S.operand(x1, comp).transpose(free_a + list(a_axes))
     b = S.operand(x2, comp).transpose(list(b_axes) + free_b)
     k = int(np.prod([x1._shape[d] for d in a_axes]))
-    a2 = a.reshape(-1, k)
-    b2 = b.reshape(k, -1)
+    a2 = a.reshape(int(np.prod([x1._shape[d] for d in free_a])), k)  # not -1: k may be 0
+    b2 = b.reshape(k, int(np.prod([x2._shape[d] for d in free_b])))
     out = matmul(ks, from_array(np.ascontiguousarray(a2)), from_array(np.ascontiguousarray(b2)))
     shape = tuple(x1._shape[d] for d in free_a) + tuple(x2._shape[d] for d in free_b)
     return from_array(out._data.reshape(shape))

@@ -55,13 +55,53 @@ def floor_divide(x, y):
 
 
 @register_jitable
+def int_floor_divide(x, y):
+    # Signed ints: Numba returns 0 for MIN // -1 (int64); NumPy wraps to MIN, as -x does.
+    if y == -1:
+        return -x
+    return x // y
+
+
+@register_jitable
 def remainder(x, y):
     return x % y
 
 
 @register_jitable
 def power(x, y):
-    return x ** y  # integers: a negative exponent truncates toward zero
+    return x ** y  # floats only: see int_power
+
+
+@register_jitable
+def int_power(x, y):
+    # Exponentiation by squaring in 64 bits, truncated on store: wraps like NumPy for
+    # every exponent (Numba's ``int ** int`` switches to float pow above 2**16).
+    # A negative exponent truncates 1 / x**-y toward zero: 1 and -1 keep their power,
+    # everything else (0 included; NumPy raises) gives 0.
+    if y < 0:
+        if x == 1 or x == -1:
+            return x if y % 2 else x * x
+        return x - x
+    r = 1
+    b = np.int64(x)
+    while y:
+        if y & 1:
+            r *= b
+        b *= b
+        y >>= 1
+    return r
+
+
+@register_jitable
+def uint_power(x, y):
+    r = np.uint64(1)
+    b = np.uint64(x)
+    while y:
+        if y & 1:
+            r *= b
+        b *= b
+        y >>= 1
+    return r
 
 
 @register_jitable
@@ -91,8 +131,8 @@ def hypot(x, y):
 
 @register_jitable
 def logaddexp(x, y):
-    if x == y:  # also the infinities of one sign
-        return x + math.log(2.0) * (x - x + 1)
+    if x == y:  # also the infinities of one sign (x - x would be NaN for them)
+        return x + math.log(2.0)
     m = x if x > y or x != x else y
     return m + math.log1p(math.exp(-abs(x - y)))
 
@@ -175,7 +215,8 @@ def bitwise_left_shift(x, y):
 @register_jitable
 def bitwise_right_shift(x, y):
     if y < 0 or y >= 64:
-        return x - x - 1 if x < 0 else x - x
+        # ~0, not x - x - 1: a literal 1 would make uint64 results float64 (and lossy)
+        return ~(x - x) if x < 0 else x - x
     return x >> y
 
 
@@ -194,7 +235,7 @@ def negative(x):
 
 @register_jitable
 def absolute(x):
-    return -x if x < 0 else x
+    return abs(x)  # abs(-0.0) is +0.0 (Array API, NumPy); ints wrap: abs(-128) is -128
 
 
 @register_jitable

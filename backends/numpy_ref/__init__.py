@@ -123,7 +123,7 @@ def _extreme(npfn, name):
 
 def _arg(npfn, name):
     def compute(x, axis, keepdims):
-        if x.size == 0 or any(x._shape[d] == 0 for d in axis):
+        if any(x._shape[d] == 0 for d in axis):  # axis holds every dim when it was None
             raise ValueError(f"{name}: cannot take the {name} of an empty sequence "
                              f"(shape {x._shape})")
         data = x._data
@@ -187,8 +187,9 @@ def broadcast_to(data, shape):
 def getitem(ks, x, key):
     key = _unwrap_index(key)
     out = x._data[key]
-    if not isinstance(out, np.ndarray):  # an integer per dim gives a NumPy scalar
-        out = np.asarray(out)
+    if not isinstance(out, np.ndarray):  # an integer per dim gives a NumPy scalar (a
+        # copy); with a trailing Ellipsis NumPy gives a 0-d view instead, as PyTorch does
+        out = x._data[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
     return from_array(out, x._ks)
 
 
@@ -214,7 +215,11 @@ def setitem(ks, x, key, value):
                         f"without changing their kind (cast them explicitly with astype)")
     if not x._data.flags.writeable:
         raise ValueError("setitem: the tensor is a read-only view (e.g. from broadcast_to)")
-    x._data[_unwrap_index(key)] = S.operand(value, x._dtype)
+    try:
+        x._data[_unwrap_index(key)] = S.operand(value, x._dtype)
+    except ValueError as exc:  # shape mismatch: name the operator and both shapes
+        raise ValueError(f"setitem: cannot store a value of shape {S.shape_of(value)} into "
+                         f"a selection of a tensor of shape {x._shape}: {exc}") from None
     return x
 
 

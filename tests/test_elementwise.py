@@ -1,0 +1,734 @@
+"""Elementwise operators of the default numba_cpu backend, checked against the numpy_ref
+backend and against NumPy itself (samples: tests/opinfo.py).
+
+Cost note: numba_cpu compiles one kernel per (operator, dtype, flat|strided[, parallel])
+on first use (~0.1-0.3 s each when Numba's cache is cold, as on CI). The sample database
+picks the dtypes so that every test here reuses kernels the value tests compile anyway;
+new (operator, dtype) pairs belong in opinfo.py, not in ad-hoc tests.
+"""
+import operator as O
+import os
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import lamina as lm
+from lamina.backends import numba_cpu
+from lamina.dispatch.operators import ELEMENTWISE
+from lamina.dispatch.table import OPERATORS
+
+sys.path.insert(0, os.path.dirname(__file__))
+import opinfo as I  # noqa: E402
+
+HYPOTHESIS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                      suppress_health_check=[HealthCheck.too_slow])
+
+
+def numpy_ref(fn, *args):
+    with lm.backends.use("numpy_ref"):
+        return fn(*args)
+
+
+def check(op, fn, lm_args, np_args, where=""):
+    """fn(*lm_args) on numba_cpu and on numpy_ref both equal NumPy's result; the inputs
+    are left untouched."""
+    want, res = I.expected(op, np_args)
+    before = [a.numpy().copy() for a in lm_args if isinstance(a, lm.Tensor)]
+    if want is None:
+        with pytest.raises(TypeError, match=op.name):
+            fn(*lm_args)
+        with pytest.raises(TypeError, match=op.name):
+            numpy_ref(fn, *lm_args)
+        return
+    got = fn(*lm_args)
+    I.assert_matches(got, want, res, op.signed_zero, f"{op.name} numba_cpu {where}")
+    ref = numpy_ref(fn, *lm_args)
+    I.assert_matches(ref, want, res, op.signed_zero, f"{op.name} numpy_ref {where}")
+    I.assert_matches(got, ref.numpy(), res, op.signed_zero, f"{op.name} vs numpy_ref {where}")
+    after = [a.numpy() for a in lm_args if isinstance(a, lm.Tensor)]
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(a, b, err_msg=f"{op.name} changed its input")
+    return got
+
+
+# ---------------------------------------------------------------- the operator list
+
+
+def test_database_covers_the_operator_list():
+    """Every elementwise operator of dispatch/operators.py has samples, and what the
+    database assumes of it (arity, accepted dtypes, result) is what the list says."""
+    listed = {name: (kind, dtypes, result, inplace)
+              for name, _, kind, dtypes, result, _, inplace in ELEMENTWISE}
+    assert set(listed) == set(I.OPS)
+    for name, (kind, dtypes, result, inplace) in listed.items():
+        op = I.OPS[name]
+        assert (op.arity, op.rule, op.result) == ({"unary": 1, "binary": 2}[kind], dtypes,
+                                                  result), name
+        if op.inplace is not None:
+            assert inplace and name + "_" in OPERATORS, name
+        for d in op.dtypes:  # each tested dtype is one the operator accepts (or promotes)
+            assert np.dtype(d).kind in I.ACCEPTS[op.rule] or op.rule == "float", (name, d)
+    # Every dtype is exercised by many operators, each kind by every operator.
+    for d in I.ALL_DTYPES:
+        assert sum(d in op.dtypes for op in I.OPS.values()) >= 6, d
+    for op in I.OPS.values():
+        kinds = {np.dtype(d).kind for d in op.dtypes}
+        if op.rule == "float":  # floats, and one other kind promoted to float64
+            assert "f" in kinds and kinds - {"f"}, op.name
+            continue
+        need = set(I.ACCEPTS[op.rule])
+        if op.name in I.ONE_INTEGER_KIND:
+            need -= {"u"} if "i" in kinds else {"i"}
+        assert need <= kinds, op.name
+
+
+# ---------------------------------------------------------------- values, dtypes, layouts
+
+
+@pytest.mark.parametrize("layout", list(I.UNARY_LAYOUTS))
+@pytest.mark.parametrize("op, dtype", I.op_dtype_params(I.UNARY))
+def test_unary(op, dtype, layout):
+    t, a = I.unary_sample(op, dtype, layout)
+    check(op, getattr(lm, op.name), [t], [a], f"{dtype} {layout}")
+
+
+@pytest.mark.parametrize("layout", list(I.BINARY_LAYOUTS))
+@pytest.mark.parametrize("op, dtype", I.op_dtype_params(I.BINARY))
+def test_binary(op, dtype, layout):
+    (t1, t2), (a1, a2) = I.binary_sample(op, dtype, dtype, layout)
+    got = check(op, getattr(lm, op.name), [t1, t2], [a1, a2], f"{dtype} {layout}")
+    assert got.shape == np.broadcast_shapes(a1.shape, a2.shape)
+
+
+@pytest.mark.parametrize("op, dtype", I.op_dtype_params(I.BINARY))
+def test_binary_python_scalar(op, dtype):
+    """A Python scalar of the tensor's kind is weak: the result keeps the tensor's dtype
+    (or is bool), on either side, through the function and the Tensor operators
+    (``x - 2`` and the reflected ``2 - x``)."""
+    fn = getattr(lm, op.name)
+    for layout in ("1d", "transposed"):
+        for side in (0, 1):  # the side the tensor is on
+            t, a = _sample(op, dtype, side, layout)
+            for s in I.python_scalars(op, dtype, 1 - side):
+                args, np_args = ([t, s], [a, s]) if side == 0 else ([s, t], [s, a])
+                got = check(op, fn, args, np_args, f"{dtype} {layout} scalar {s!r}")
+                alone = I.result_dtype(op, I.comp_dtype(op, [a]))  # the scalar is weak
+                assert got.dtype == I.lm_dtype(alone.name)
+                if op.dunder is not None:
+                    via_dunder = op.dunder(*args)
+                    I.assert_matches(via_dunder, got.numpy(), got.numpy().dtype,
+                                     where=f"{op.name} operator, scalar {s!r}")
+
+
+def _sample(op, dtype, operand, layout):
+    pool = op.pool(dtype, operand)
+    if layout == "1d":
+        return lm.asarray(pool.copy()), pool
+    return I.make(pool, (5, 4), "transposed", I._rng(op.name, dtype, operand))
+
+
+# Promotion between tensor dtypes follows NumPy 2 (lamina/_dtypes.py PROMOTE).
+PROMOTIONS = [("int8", "uint8", "int16"), ("int32", "float32", "float64"),
+              ("int64", "uint64", "float64"), ("bool", "int8", "int8"),
+              ("uint8", "uint16", "uint16"), ("float32", "float64", "float64"),
+              ("bool", "float32", "float32"), ("int16", "uint32", "int64"),
+              ("uint8", "int32", "int32"), ("uint32", "float32", "float64"),
+              ("bool", "uint64", "uint64"), ("int8", "int64", "int64"),
+              ("uint16", "uint8", "uint16"), ("float64", "int16", "float64")]
+
+
+def _promotion_params():
+    params = []
+    for op in I.BINARY:
+        for d1, d2, comp in PROMOTIONS:
+            ok = comp in op.dtypes or (op.rule == "float" and comp in "int16 uint16")
+            if ok and np.dtype(comp).kind in I.ACCEPTS[op.rule]:
+                params.append(pytest.param(op, d1, d2, comp, id=f"{op.name}-{d1}-{d2}"))
+    return params
+
+
+@pytest.mark.parametrize("layout", ["pairs", "bcast-3d", "transposed"])
+@pytest.mark.parametrize("op, d1, d2, comp", _promotion_params())
+def test_binary_promotion(op, d1, d2, comp, layout):
+    assert str(np.promote_types(d1, d2)) == comp
+    assert lm.result_type(I.lm_dtype(d1), I.lm_dtype(d2)) == I.lm_dtype(comp)
+    fn = getattr(lm, op.name)
+    for x1, x2 in ((d1, d2), (d2, d1)):
+        (t1, t2), (a1, a2) = I.binary_sample(op, x1, x2, layout)
+        got = check(op, fn, [t1, t2], [a1, a2], f"{x1}+{x2} {layout}")
+        assert got.dtype == (lm.bool if op.result == "bool" else I.lm_dtype(comp))
+        with np.errstate(all="ignore"):  # NumPy itself gives the same dtype
+            assert op.ref(a1, a2).dtype == got.numpy().dtype
+
+
+# ---------------------------------------------------------------- weak Python scalars
+
+
+@pytest.mark.parametrize("dtype, scalar, result", [
+    ("int8", 1, "int8"), ("int8", True, "int8"), ("int8", 1.5, "float64"),
+    ("uint8", 255, "uint8"), ("uint64", 2**64 - 1, "uint64"), ("int64", -2**63, "int64"),
+    ("float32", 1.5, "float32"), ("float32", 1, "float32"), ("float32", True, "float32"),
+    ("bool", 1, "int64"), ("bool", 1.5, "float64"), ("uint16", 2.0, "float64"),
+    ("int16", np.int64(7), "int16"), ("float32", np.float64(0.25), "float32"),
+])
+def test_weak_scalar_promotion(dtype, scalar, result):
+    """int8 tensor + 1 stays int8 (and wraps like NumPy: 127 + 1 == -128); an int tensor
+    plus a float gives float64. NumPy scalars count as Python scalars here (lamina's
+    setup.scalar_value; NumPy 2 would treat np.int64(7) as a strong int64)."""
+    a = I.specials(dtype)
+    t = lm.asarray(a.copy())
+    py = scalar.item() if isinstance(scalar, np.generic) else scalar
+    want = np.asarray(np.add(a, np.asarray(py, result)) if dtype != "bool" else
+                      np.add(a.astype(result), np.asarray(py, result)))
+    for got in (t + scalar, scalar + t, lm.add(t, scalar), numpy_ref(lm.add, scalar, t)):
+        I.assert_matches(got, want.astype(result), result, where=f"{dtype} + {scalar!r}")
+    eq = t == scalar
+    I.assert_matches(eq, np.equal(a.astype(result), np.asarray(py, result)), bool,
+                     where=f"{dtype} == {scalar!r}")
+    assert np.result_type(a.dtype, py) == np.dtype(result)
+
+
+def test_weak_int_wraps_like_numpy():
+    t = lm.asarray(np.array([127, -128, 0], np.int8))
+    I.assert_matches(t + 1, np.array([-128, -127, 1], np.int8), "int8")
+    I.assert_matches(1 - t, np.array([-126, -127, 1], np.int8), "int8")
+    u = lm.asarray(np.array([0, 255], np.uint8))
+    I.assert_matches(u - 1, np.array([255, 254], np.uint8), "uint8")
+
+
+def _rsub(x, s):
+    return s - x
+
+
+@pytest.mark.parametrize("dtype, scalar", [
+    ("uint8", 300), ("uint8", -1), ("int8", 128), ("int8", -129), ("uint64", -1),
+    ("int64", 2**63), ("uint64", 2**64), ("bool", 2**63), ("int32", 2**31)])
+@pytest.mark.parametrize("fn, np_fn", [
+    (lm.add, np.add), (O.add, O.add), (O.mul, O.mul), (_rsub, _rsub),
+    (lm.bitwise_and, np.bitwise_and), (lm.maximum, np.maximum)],
+    ids=["add", "+", "*", "reflected -", "bitwise_and", "maximum"])
+def test_weak_int_out_of_range_raises(dtype, scalar, fn, np_fn):
+    """An integer that does not fit the tensor's dtype (int64 for a bool tensor) raises
+    OverflowError instead of wrapping, on both backends, before any kernel runs; NumPy
+    2 raises too."""
+    t = lm.asarray(I.specials(dtype))
+    with pytest.raises(OverflowError, match="out of bounds"):
+        fn(t, scalar)
+    with pytest.raises(OverflowError, match="out of bounds"):
+        numpy_ref(fn, t, scalar)
+    with pytest.raises(OverflowError):
+        np_fn(I.specials(dtype), scalar)
+
+
+@pytest.mark.parametrize("fn", [O.eq, O.lt, lm.not_equal])
+def test_weak_int_out_of_range_comparison_raises(fn):
+    """lamina raises for an out-of-range integer in comparisons too (setup.operand:
+    one rule for every operator). NumPy 2 special-cases comparisons (uint8 == 300 is
+    all False) -- a documented difference, so lamina's behaviour is asserted."""
+    t = lm.asarray(np.array([0, 255], np.uint8))
+    with pytest.raises(OverflowError, match="300"):
+        fn(t, 300)
+    with pytest.raises(OverflowError, match="-1"):
+        numpy_ref(fn, t, -1)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "uint64"])
+def test_weak_float_scalar_on_int_tensor(dtype):
+    """int tensor + 1.5 computes in float64 (and so do -, *, maximum)."""
+    a = I.specials(dtype)
+    t = lm.asarray(a)
+    for fn, ref in ((O.add, np.add), (O.sub, np.subtract), (O.mul, np.multiply),
+                    (lm.maximum, np.maximum)):
+        for got, want in ((fn(t, 1.5), ref(a.astype(np.float64), 1.5)),
+                          (fn(-0.5, t), ref(-0.5, a.astype(np.float64)))):
+            I.assert_matches(got, want, "float64", where=f"{dtype} {fn}")
+
+
+@pytest.mark.parametrize("op", ["bitwise_and", "bitwise_left_shift", "bitwise_xor"])
+def test_float_scalar_on_bitwise_raises(op):
+    t = lm.asarray(np.arange(4, dtype=np.int32))
+    with pytest.raises(TypeError, match=op):
+        getattr(lm, op)(t, 1.5)
+    with pytest.raises(TypeError, match=op):
+        numpy_ref(getattr(lm, op), 2.0, t)
+
+
+# ---------------------------------------------------------------- rejected dtypes, errors
+
+
+def _rejections():
+    params = []
+    for op in I.OPS.values():
+        for d in ("bool", "float32", "float64"):
+            if np.dtype(d).kind not in I.ACCEPTS[op.rule] and op.rule != "float":
+                params.append(pytest.param(op, d, id=f"{op.name}-{d}"))
+                break
+    return params
+
+
+@pytest.mark.parametrize("op, dtype", _rejections())
+def test_rejected_dtype_raises_type_error(op, dtype):
+    """Operators reject dtype kinds they do not take (lamina is stricter than NumPy on
+    bool: ``add(bool, bool)`` and ``abs(bool)`` raise, as the Array API allows)."""
+    t = lm.asarray(I.specials(dtype))
+    fn = getattr(lm, op.name)
+    args = (t,) * op.arity
+    with pytest.raises(TypeError, match=f"{op.name} needs"):
+        fn(*args)
+    with pytest.raises(TypeError, match=f"{op.name} needs"):
+        numpy_ref(fn, *args)
+    if op.arity == 2:  # also after promotion with another dtype or a scalar
+        for other in (lm.asarray(np.array(3, "int8")), lm.asarray(np.array(3, "uint16")),
+                      True, 1, 1.0):
+            np_other = other.numpy() if isinstance(other, lm.Tensor) else other
+            if I.comp_dtype(op, [t.numpy(), np_other]) is None:
+                with pytest.raises(TypeError, match=op.name):
+                    fn(t, other)
+                with pytest.raises(TypeError, match=op.name):
+                    numpy_ref(fn, other, t)
+
+
+@pytest.mark.parametrize("name, dtype", [("add", "float64"), ("equal", "float64"),
+                                         ("atan2", "float64"), ("bitwise_or", "int64"),
+                                         ("logical_and", "bool")])
+def test_binary_errors(name, dtype):
+    fn = getattr(lm, name)
+    x = lm.asarray(np.ones((2, 3), dtype))
+    y = lm.asarray(np.ones((4,), dtype))
+    for backend_fn in (fn, lambda *a: numpy_ref(fn, *a)):
+        with pytest.raises(ValueError, match=r"\(2, 3\) and \(4,\)"):
+            backend_fn(x, y)
+        with pytest.raises(TypeError, match="at least one tensor"):
+            backend_fn(1, 2)
+        with pytest.raises(TypeError, match="list"):
+            backend_fn(x, [1, 2, 3])
+        with pytest.raises(TypeError, match="ndarray"):
+            backend_fn(np.ones(3), x)
+
+
+def test_unary_requires_tensor():
+    for fn in (lm.exp, lm.abs, lm.isnan):
+        with pytest.raises(TypeError, match="expected a tensor"):
+            fn(1.0)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_pow_negative_integer_exponent(dtype):
+    """numba_cpu truncates an integer power with a negative exponent toward zero (the
+    documented behaviour of kernels.power; 1/b**k is 0 unless |b| == 1). NumPy, and so
+    numpy_ref, raise ValueError instead -- a documented difference."""
+    b = lm.asarray(np.array([2, 1, -1, -1, 5, -3], dtype))
+    e = lm.asarray(np.array([-1, -5, -1, -2, -2, -3], dtype))
+    I.assert_matches(b ** e, np.array([0, 1, -1, 1, 0, 0], dtype), dtype)
+    I.assert_matches(b ** -1, np.array([0, 1, -1, -1, 0, 0], dtype), dtype)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        numpy_ref(lm.pow, b, e)
+
+
+# ---------------------------------------------------------------- in-place operators
+
+INPLACE = [op for op in I.BINARY if op.inplace is not None]
+INPLACE_LAYOUTS = ["same-shape", "bcast", "scalar", "strided-target", "reversed-target",
+                   "transposed-target", "overlap"]
+
+
+def _inplace_case(op, dtype, layout):
+    """(base lamina tensor, base NumPy array, target view fn, operand lm, operand np)."""
+    rng = I._rng("inplace", op.name, dtype, layout)
+    p0, p1 = op.pool(dtype, 0), op.pool(dtype, 1)
+    view = {"strided-target": lambda a: a[::2, ::-3], "reversed-target": lambda a: a[::-1],
+            "transposed-target": lambda a: a.T}.get(layout, lambda a: a)
+    shape = {"same-shape": (24,), "bcast": (3, 4), "scalar": (13,), "strided-target": (6, 10),
+             "reversed-target": (3, 4), "transposed-target": (4, 3), "overlap": (9,)}[layout]
+    base = I.draw(p0, shape, rng)
+    target_shape = view(base).shape
+    if layout == "scalar":
+        s = I.python_scalars(op, dtype, 1)[0]
+        return base, view, s, s
+    if layout == "overlap":
+        return base, view, None, None  # the operand is the target reversed
+    other_shape = target_shape if layout == "same-shape" else target_shape[-1:]
+    o = I.draw(p1, other_shape, rng)
+    if layout == "transposed-target":
+        o = I.draw(p1, (2,) + target_shape[-1:], rng)[1]
+    return base, view, lm.asarray(o.copy()), o
+
+
+@pytest.mark.parametrize("layout", INPLACE_LAYOUTS)
+@pytest.mark.parametrize("op, dtype", I.op_dtype_params(INPLACE))
+def test_inplace(op, dtype, layout):
+    """``x op= y`` updates x's own storage (views included, other elements untouched),
+    returns x itself, and equals NumPy's out-of-place result; a result dtype other than
+    x's raises TypeError (``int16 /= 2``, ``int8 += 1.5``)."""
+    if layout == "overlap" and op.rhs is not None:
+        layout = "reversed-target"  # x ** x[::-1] would need negative integer exponents
+    base, view, other, other_np = _inplace_case(op, dtype, layout)
+    results = []
+    for backend in ("numba_cpu", "numpy_ref"):
+        t = lm.asarray(base.copy())
+        target = view(t)
+        operand = target[::-1] if layout == "overlap" else other
+        target_np = view(base)
+        operand_np = target_np[::-1].copy() if layout == "overlap" else other_np
+        want, res = I.expected(op, [target_np, operand_np])
+        with lm.backends.use(backend):
+            if want is None or res != target_np.dtype:
+                with pytest.raises(TypeError, match=op.name + "_"):
+                    op.inplace(target, operand)
+                np.testing.assert_array_equal(t.numpy(), base)  # nothing written
+                continue
+            out = op.inplace(target, operand)
+        assert out is target
+        want_base = base.copy()
+        view(want_base)[...] = want
+        I.assert_matches(t, want_base, dtype, op.signed_zero, f"{op.name}_ {backend}")
+        results.append(t.numpy().copy())
+    if len(results) == 2:
+        I.assert_matches(lm.asarray(results[0]), results[1], dtype, op.signed_zero)
+
+
+@pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])
+def test_inplace_errors(backend):
+    with lm.backends.use(backend):
+        x = lm.asarray(np.zeros(3, np.int16))
+        with pytest.raises(TypeError, match="int16"):
+            x /= 2
+        with pytest.raises(TypeError, match="float64"):
+            x += 1.5
+        with pytest.raises(TypeError, match="float64"):
+            x *= lm.asarray(np.ones(3))
+        f = lm.asarray(np.zeros(3))
+        with pytest.raises(TypeError, match="bitwise_and_"):
+            f &= 1
+        with pytest.raises(TypeError, match="bitwise_left_shift_"):
+            f <<= 1
+        b = lm.asarray(np.zeros(3, bool))
+        with pytest.raises(TypeError, match="bitwise_right_shift_"):
+            b >>= True
+        with pytest.raises(ValueError, match=r"shape \(2, 3\)"):
+            x += lm.asarray(np.ones((2, 3), np.int16))
+        ro = lm.broadcast_to(lm.asarray(np.zeros(3, np.int16)), (2, 3))
+        with pytest.raises(ValueError, match="read-only"):
+            ro += 1
+        with pytest.raises(OverflowError):
+            x += 2**20
+        np.testing.assert_array_equal(x.numpy(), np.zeros(3, np.int16))  # unchanged
+        b &= True  # bool stays bool
+        b |= lm.asarray(np.array([True, False, True]))
+        I.assert_matches(b, np.array([True, False, True]), bool)
+
+
+# ---------------------------------------------------------------- Tensor operators
+
+
+REFLECTED = [(O.sub, 2), (O.add, 3), (O.mul, 3), (O.truediv, 2), (O.floordiv, 7),
+             (O.mod, 7), (O.pow, 2), (O.lshift, 1), (O.rshift, 100), (O.and_, 6),
+             (O.or_, 8), (O.xor, 5)]
+
+
+@pytest.mark.parametrize("fn, s", REFLECTED, ids=[f.__name__ for f, _ in REFLECTED])
+def test_reflected_operators(fn, s):
+    """``2 - x``, ``2 / x``, ``2 ** x`` ... equal NumPy's with the scalar on the left
+    (each on the first and last dtype its operator is tested with)."""
+    op = next(op for op in I.BINARY if op.dunder is fn)
+    for dtype in (op.dtypes[0], op.dtypes[-1]):
+        a = np.array([1, 2, 3, 7], dtype)
+        t = lm.asarray(a)
+        got = fn(s, t)
+        with np.errstate(all="ignore"):  # NumPy 2 keeps the scalar weak too
+            want = fn(s, a)
+        assert want.dtype == I.result_dtype(op, I.comp_dtype(op, [a, s]))
+        I.assert_matches(got, want, want.dtype, where=f"{fn.__name__}({s}, {dtype})")
+        I.assert_matches(got, op.ref(np.asarray(s, want.dtype), a.astype(want.dtype)),
+                         want.dtype)
+
+
+@pytest.mark.parametrize("fn", [O.eq, O.ne, O.lt, O.le, O.gt, O.ge])
+def test_comparison_operators(fn):
+    op = next(op for op in I.BINARY if op.dunder is fn)
+    dtype = next(d for d in op.dtypes if d in I.FLOATS)
+    a = np.array([[1.0, np.nan, -0.0], [3.0, 2.0, np.inf]], dtype)
+    b = np.array([2.0, np.nan, 0.0], dtype)
+    x, y = lm.asarray(a), lm.asarray(b)
+    I.assert_matches(fn(x, y), fn(a, b), bool, where=fn.__name__)
+    I.assert_matches(fn(y, x.T[::-1].T), fn(b, a[:, ::-1]), bool, where=fn.__name__)
+    I.assert_matches(fn(x, 2.0), fn(a, 2.0), bool, where=fn.__name__)
+    I.assert_matches(fn(2.0, x), fn(2.0, a), bool, where=f"reflected {fn.__name__}")
+
+
+def test_comparison_with_other_objects():
+    x = lm.asarray(np.array([1.0, 2.0]))
+    assert (x == None) is False  # noqa: E711  (NotImplemented -> identity)
+    assert (x != "a") is True
+    with pytest.raises(TypeError):
+        x < "a"  # noqa: B015
+
+
+def test_unary_operators():
+    a = np.array([-3, 0, 5, -128, 127], np.int8)
+    t = lm.asarray(a)
+    I.assert_matches(-t, -a, "int8")
+    I.assert_matches(+lm.asarray(a.astype("int32")), a.astype("int32"), "int32")
+    I.assert_matches(abs(t), np.abs(a), "int8")
+    I.assert_matches(~t, ~a, "int8")
+    b = lm.asarray(np.array([True, False]))
+    I.assert_matches(~b, np.array([False, True]), bool)
+    with pytest.raises(TypeError, match="negative"):
+        -b
+
+
+def test_ndarray_operand_defers_to_tensor():
+    """ndarray <op> Tensor does not let NumPy broadcast the tensor as an object array:
+    Tensor sets __array_ufunc__ = None, so Python calls the reflected operator, which
+    rejects the ndarray (convert it with lm.asarray)."""
+    t = lm.asarray(np.arange(3.0))
+    with pytest.raises(TypeError, match="ndarray"):
+        np.arange(3.0) + t
+    with pytest.raises(TypeError, match="ndarray"):
+        np.arange(3.0) - t
+
+
+# ---------------------------------------------------------------- where and clip
+
+WHERE_DTYPES = ["bool", "int16", "uint32", "float32", "float64"]
+WHERE_LAYOUTS = {  # (cond, x1, x2) (base shape, view)
+    "same-shape": (((7,), "contiguous"),) * 3,
+    "0d": (((), "contiguous"),) * 3,
+    "empty": (((0, 2), "contiguous"), ((2,), "contiguous"), ((0, 1), "contiguous")),
+    "bcast": (((3, 1), "contiguous"), ((4,), "contiguous"), ((1, 4), "contiguous")),
+    "strided": (((4, 5), "transposed"), ((4, 5), "transposed"), ((10, 12), "stepped-2d")),
+}
+
+
+def _where_sample(dtype, layout, dtype2=None):
+    rng = I._rng("where", dtype, dtype2, layout)
+    (sc, vc), (s1, v1), (s2, v2) = WHERE_LAYOUTS[layout]
+    c, ca = I.make(np.array([True, False]), sc, vc, rng)
+    x1, a1 = I.make(I.specials(dtype), s1, v1, rng)
+    x2, a2 = I.make(I.specials(dtype2 or dtype), s2, v2, rng)
+    return (c, x1, x2), (ca, a1, a2)
+
+
+def _expect_where(ca, a1, a2):
+    comp = np.result_type(*[a.dtype if isinstance(a, np.ndarray) else a for a in (a1, a2)])
+    return np.where(ca, np.asarray(a1, comp), np.asarray(a2, comp)), comp
+
+
+@pytest.mark.parametrize("layout", list(WHERE_LAYOUTS))
+@pytest.mark.parametrize("dtype", WHERE_DTYPES)
+def test_where(dtype, layout):
+    (c, x1, x2), (ca, a1, a2) = _where_sample(dtype, layout)
+    want, comp = _expect_where(ca, a1, a2)
+    for got in (lm.where(c, x1, x2), numpy_ref(lm.where, c, x1, x2)):
+        I.assert_matches(got, want, comp, where=f"where {dtype} {layout}")
+    # a non-bool condition is truth-tested, as in NumPy
+    cnum = lm.asarray(ca.astype(np.float64) * 2.5)
+    I.assert_matches(lm.where(cnum, x1, x2), want, comp)
+
+
+@pytest.mark.parametrize("d1, d2", [("int8", "uint32"), ("uint32", "float32"),
+                                    ("bool", "int16"), ("float32", "float64")])
+def test_where_promotion(d1, d2):
+    """x1 and x2 promote like a binary operator (int8/uint32 -> int64, not in the
+    tested list, so the strided layout keeps it at one new kernel); the condition
+    takes no part in promotion."""
+    (c, x1, x2), (ca, a1, a2) = _where_sample(d1, "strided", d2)
+    want, comp = _expect_where(ca, a1, a2)
+    assert comp == np.promote_types(d1, d2)
+    assert lm.where(c, x2, x1).dtype == I.lm_dtype(str(comp))
+    I.assert_matches(lm.where(c, x1, x2), want, comp)
+    I.assert_matches(numpy_ref(lm.where, c, x1, x2), want, comp)
+
+
+@pytest.mark.parametrize("dtype, scalar", [("int16", 7), ("float32", 0.5), ("uint32", True),
+                                           ("float64", float("nan"))])
+def test_where_python_scalar(dtype, scalar):
+    (c, x1, _), (ca, a1, _) = _where_sample(dtype, "bcast")
+    want, comp = _expect_where(ca, a1, scalar)
+    assert comp == np.dtype(dtype)  # weak
+    for got in (lm.where(c, x1, scalar), numpy_ref(lm.where, c, x1, scalar)):
+        I.assert_matches(got, want, dtype)
+    want2, _ = _expect_where(ca, scalar, a1)
+    I.assert_matches(lm.where(c, scalar, x1), want2, dtype)
+
+
+def test_where_errors():
+    c = lm.asarray(np.array([True, False]))
+    for fn in (lm.where, lambda *a: numpy_ref(lm.where, *a)):
+        with pytest.raises(TypeError, match="where"):
+            fn(c, 1, 2)  # Array API 2023.12: x1 and x2 are arrays; no dtype to infer
+        with pytest.raises(ValueError, match="where"):
+            fn(c, lm.asarray(np.ones(3)), 0.0)
+    with pytest.raises(OverflowError):
+        lm.where(c, lm.asarray(np.zeros(2, np.uint8)), -1)
+
+
+CLIP_DTYPES = ["int8", "uint8", "int64", "float32", "float64"]
+
+
+@pytest.mark.parametrize("dtype", CLIP_DTYPES)
+def test_clip(dtype):
+    """clip keeps x's dtype; a None bound is no bound; a NaN bound gives NaN (NumPy);
+    lo > hi gives hi (NumPy: min(max(x, lo), hi)); bounds broadcast to x."""
+    a = I.specials(dtype)
+    is_float = dtype in I.FLOATS
+    lo_s, hi_s = (-1.0, 2.5) if is_float else (2, 100)
+    rng = I._rng("clip", dtype)
+    cases = []
+    for layout in ("contiguous", "transposed", "reversed"):
+        shape = {"contiguous": (len(a),), "transposed": (5, 4), "reversed": (17,)}[layout]
+        t, x = I.make(a, shape, layout, rng)
+        cases += [(t, x, lo_s, hi_s), (t, x, None, hi_s), (t, x, lo_s, None),
+                  (t, x, None, None), (t, x, hi_s, lo_s)]
+    t, x = I.make(a, (3, 4), "contiguous", rng)
+    lo, lo_a = I.make(a, (4,), "reversed", rng)
+    hi, hi_a = I.make(a, (3, 1), "contiguous", rng)
+    cases += [(t, x, lo, hi), (t, x, lo_s, hi)]
+    same_lo, same_lo_a = I.make(a, (3, 4), "contiguous", rng)  # same shape: flat kernel
+    same_hi, same_hi_a = I.make(a, (3, 4), "contiguous", rng)
+    cases += [(t, x, same_lo, same_hi)]
+    if is_float:
+        cases += [(t, x, float("nan"), None), (t, x, None, float("nan"))]
+    e, ea = I.make(a, (0, 4), "contiguous", rng)
+    cases += [(e, ea, lo, None)]
+    for t, x, lo, hi in cases:
+        np_lo, np_hi = (b.numpy() if isinstance(b, lm.Tensor) else b for b in (lo, hi))
+        want = x.copy()
+        with np.errstate(invalid="ignore"):
+            if np_lo is not None:
+                want = np.where(np.isnan(np_lo) if is_float else False, np_lo,
+                                np.maximum(want, np.asarray(np_lo, dtype)))
+            if np_hi is not None:
+                want = np.where(np.isnan(np_hi) if is_float else False, np_hi,
+                                np.minimum(want, np.asarray(np_hi, dtype)))
+        want = np.asarray(want, dtype)
+        if np_lo is not None and np_hi is not None and not is_float:
+            np.testing.assert_array_equal(np.clip(x, np_lo, np_hi), want)  # as NumPy
+        for got in (lm.clip(t, lo, hi), numpy_ref(lm.clip, t, lo, hi)):
+            I.assert_matches(got, want, dtype, where=f"clip {dtype} {lo!r} {hi!r}")
+
+
+def test_clip_errors():
+    x = lm.asarray(np.arange(4, dtype=np.uint8))
+    for fn in (lm.clip, lambda *a: numpy_ref(lm.clip, *a)):
+        with pytest.raises(ValueError, match=r"\(4,\)"):
+            fn(x, lm.asarray(np.zeros((2, 4), np.uint8)), None)
+        with pytest.raises(TypeError, match="clip"):
+            fn(lm.asarray(np.array([True])), 0, 1)
+        with pytest.raises(OverflowError):
+            fn(x, -1, None)
+
+
+# ---------------------------------------------------------------- parallel path
+
+
+@pytest.fixture
+def two_threads():
+    lm.set_num_threads(2)
+    try:
+        assert lm.get_num_threads() == 2
+        yield
+    finally:
+        lm.set_num_threads(1)
+    assert lm.get_num_threads() == 1
+
+
+def test_parallel_kernels(two_threads):
+    """Above PARALLEL_ELEMENTS the prange variants run (flat and strided)."""
+    n = numba_cpu.PARALLEL_ELEMENTS + 1000
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, n // 2))
+    b = rng.standard_normal(n // 2)
+    a[0, :50] = np.nan
+    x, y = lm.asarray(a), lm.asarray(b)
+    I.assert_matches(x + x, a + a, "float64")  # flat_parallel
+    I.assert_matches(x[:, ::-1] + y, a[:, ::-1] + b, "float64")  # strided_parallel
+    I.assert_matches(x.T[::-1] + y[::-1, None], a.T[::-1] + b[::-1, None], "float64")
+    t = lm.asarray(a.T.copy())
+    t += y[:, None]  # in place, parallel flat... a (n/2, 1) operand is strided
+    I.assert_matches(t, a.T + b[:, None], "float64")
+    with lm.backends.use("numpy_ref"):
+        I.assert_matches(x[:, ::-1] + y, a[:, ::-1] + b, "float64")
+
+
+def test_set_num_threads_validates():
+    with pytest.raises(ValueError, match="num_threads"):
+        lm.set_num_threads(0)
+    assert lm.get_num_threads() == 1
+
+
+# ---------------------------------------------------------------- hypothesis
+
+
+def _views(draw, shape):
+    """A float64 array of ``shape`` as a view: maybe reversed, stepped or transposed."""
+    kind = draw(st.sampled_from(["contiguous", "reversed", "stepped", "transposed"]))
+    elements = st.floats(allow_nan=True, allow_infinity=True, width=64) | \
+        st.sampled_from(I.FLOAT_SPECIALS)
+    if kind == "transposed":
+        base = draw(hnp.arrays(np.float64, shape[::-1], elements=elements))
+        axes = tuple(range(len(shape)))[::-1]
+        return lm.permute_dims(lm.asarray(base), axes), base.transpose(axes)
+    big = tuple(2 * s for s in shape) if kind == "stepped" else shape
+    base = draw(hnp.arrays(np.float64, big, elements=elements))
+    t = lm.asarray(base)
+    if kind == "reversed" and shape:
+        return t[::-1], base[::-1]
+    if kind == "stepped":
+        key = tuple(slice(None, None, 2) for _ in shape)
+        return t[key], base[key]
+    return t, base
+
+
+@pytest.mark.parametrize("name", ["add", "multiply", "maximum"])
+@HYPOTHESIS
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4),
+       data=st.data())
+def test_hypothesis_broadcasting_float64(name, shapes, data):
+    op = I.OPS[name]
+    (s1, s2), out_shape = shapes
+    x1, a1 = _views(data.draw, s1)
+    x2, a2 = _views(data.draw, s2)
+    got = check(op, getattr(lm, name), [x1, x2], [a1, a2], f"{s1} {s2}")
+    assert got.shape == out_shape
+
+
+@HYPOTHESIS
+@given(dtype=st.sampled_from(I.SIGNED + I.UNSIGNED + ("bool",)),
+       value=st.integers(-2**65, 2**65) | st.sampled_from([0, 1, -1, 2**63, 2**64 - 1]))
+def test_hypothesis_weak_int_scalar(dtype, value):
+    """add(tensor, int): OverflowError exactly when the int does not fit the result dtype
+    (int64 for bool tensors); otherwise that dtype, with NumPy's wrapped values."""
+    a = I.specials(dtype)
+    t = lm.asarray(a)
+    res = np.dtype("int64") if dtype == "bool" else a.dtype
+    info = np.iinfo(res)
+    if not info.min <= value <= info.max:
+        with pytest.raises(OverflowError):
+            t + value
+        return
+    with np.errstate(over="ignore"):
+        want = np.add(a.astype(res), np.asarray(value, res))
+    I.assert_matches(t + value, want, res)
+    I.assert_matches(value + t[::-1], want[::-1], res)
+
+
+@HYPOTHESIS
+@given(data=st.data(), name=st.sampled_from(["floor_divide", "remainder"]),
+       dtype=st.sampled_from(["int64", "float64"]))
+def test_hypothesis_division(data, name, dtype):
+    """floor_divide/remainder keep NumPy's sign conventions (floor, sign of divisor),
+    including division by zero (0 for ints, inf/NaN for floats)."""
+    op = I.OPS[name]
+    n = data.draw(st.integers(0, 12))
+    if dtype == "int64":
+        el = st.integers(-2**63, 2**63 - 1) | st.integers(-5, 5)
+    else:
+        el = st.floats(width=64) | st.sampled_from(I.FLOAT_SPECIALS)
+    a1 = data.draw(hnp.arrays(dtype, n, elements=el))
+    a2 = data.draw(hnp.arrays(dtype, n, elements=el))
+    check(op, getattr(lm, name), [lm.asarray(a1), lm.asarray(a2)], [a1, a2])

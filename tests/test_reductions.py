@@ -1,0 +1,430 @@
+"""Reductions (sum, prod, mean, var, std, max, min, all, any, argmax, argmin).
+
+Checked against NumPy and against the numpy_ref backend. Every (operator, dtype) pair
+compiles a Numba kernel the first time it runs, so the dtype lists below are a few
+representatives per reduction kind, not full sweeps.
+"""
+import numpy as np
+import pytest
+
+import lamina as lm
+
+RNG = np.random.default_rng(1234)
+
+SHAPE = (2, 3, 4)
+AXES = [None, 0, -1, 1, (0, 2), (-1, -3), (0, 1, 2), ()]
+
+
+def ref(fn, *args, **kwargs):
+    """``fn`` computed by the numpy_ref backend."""
+    with lm.backends.use("numpy_ref"):
+        return fn(*args, **kwargs)
+
+
+def data(dtype, shape=SHAPE, low=-3, high=4):
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return RNG.integers(0, 2, shape).astype(bool)
+    if dt.kind == "u":
+        low = 0
+    if dt.kind == "f":
+        return (RNG.standard_normal(shape) * 3).astype(dt)
+    return RNG.integers(low, high, shape).astype(dt)
+
+
+def assert_tensor(got, want, dtype, rtol=1e-12, atol=0.0):
+    """``got`` is a lamina tensor of ``dtype`` equal (or close) to the array ``want``."""
+    assert isinstance(got, lm.Tensor)
+    want = np.asarray(want)
+    assert got.dtype == dtype, (got.dtype, dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    g = got.numpy()
+    assert g.dtype == dtype.np
+    if dtype.kind == "f":
+        np.testing.assert_allclose(g, want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(g, want)
+
+
+def same(a, b, rtol=1e-12):
+    """Two lamina results (default backend and numpy_ref) agree exactly in dtype/shape."""
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    if a.dtype.kind == "f":
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=rtol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+# ---------------------------------------------------------------- sum and prod
+
+# (input dtype, default result dtype): Array API rules for sum/prod
+SUM_DTYPES = [
+    (lm.float64, lm.float64),
+    (lm.float32, lm.float32),
+    (lm.int8, lm.int64),
+    (lm.uint8, lm.uint64),
+    (lm.bool, lm.int64),
+    (lm.int32, lm.int64),
+]
+
+
+@pytest.mark.parametrize("name", ["sum", "prod"])
+@pytest.mark.parametrize("dtype,result", SUM_DTYPES, ids=lambda d: getattr(d, "name", None))
+def test_sum_prod_dtypes_and_axes(name, dtype, result):
+    n = data(dtype.np, low=-2, high=3)
+    x = lm.asarray(n)
+    fn, npfn = getattr(lm, name), getattr(np, name)
+    rtol = 1e-5 if dtype is lm.float32 else 1e-12
+    for axis in AXES:
+        for keepdims in (False, True):
+            got = fn(x, axis=axis, keepdims=keepdims)
+            want = npfn(n, axis=axis, keepdims=keepdims, dtype=result.np)
+            assert_tensor(got, want, result, rtol=rtol)
+            same(got, ref(fn, x, axis=axis, keepdims=keepdims), rtol=rtol)
+
+
+@pytest.mark.parametrize("name", ["sum", "prod"])
+def test_sum_prod_dtype_argument(name):
+    fn, npfn = getattr(lm, name), getattr(np, name)
+    i8 = np.array([[100, 100, 3], [-100, 2, 1]], np.int8)
+    x = lm.asarray(i8)
+    # the requested dtype is the result dtype (and wraps like NumPy's does)
+    for dtype in (lm.int8, lm.int64, lm.float32, "float64", lm.int16):
+        d = lm.__dict__[dtype] if isinstance(dtype, str) else dtype
+        got = fn(x, axis=1, dtype=dtype)
+        assert_tensor(got, npfn(i8, axis=1, dtype=d.np), d, rtol=1e-6)
+        same(got, ref(fn, x, axis=1, dtype=dtype), rtol=1e-6)
+    f = lm.asarray(np.array([1.5, 2.5, 4.0]))
+    assert_tensor(fn(f, dtype=lm.float32), npfn(np.float32([1.5, 2.5, 4.0])), lm.float32)
+    u = lm.asarray(np.array([1, 2, 3], np.uint32))
+    assert_tensor(fn(u, dtype=lm.int64), npfn(np.int64([1, 2, 3])), lm.int64)
+
+
+def test_sum_prod_cast_to_dtype_before_reducing():
+    # Array API and NumPy: the input is cast to dtype first, element by element
+    f = lm.asarray([1.7, 1.7, -0.5])
+    for fn, want in [(lm.sum, 2), (lm.prod, 0)]:
+        assert_tensor(fn(f, dtype=lm.int64), np.int64(want), lm.int64)
+        same(fn(f, dtype=lm.int64), ref(fn, f, dtype=lm.int64))
+    assert lm.prod(lm.asarray([1.7, 2.5]), dtype=lm.int32).item() == 2
+    i8 = lm.asarray(np.array([-1, 3], np.int8))
+    assert_tensor(lm.sum(i8, dtype=lm.uint8), np.uint8(2), lm.uint8)  # 255 + 3 wraps
+    assert_tensor(lm.prod(i8, dtype=lm.uint16), np.uint16(65533), lm.uint16)
+    same(lm.prod(i8, dtype=lm.uint16), ref(lm.prod, i8, dtype=lm.uint16))
+
+
+def test_sum_int8_does_not_wrap_by_default():
+    x = lm.asarray(np.array([100, 100, 100], np.int8))
+    assert lm.sum(x).item() == 300 and lm.sum(x).dtype == lm.int64
+    u = lm.asarray(np.array([200, 200], np.uint8))
+    assert lm.prod(u).item() == 40000 and lm.prod(u).dtype == lm.uint64
+    b = lm.asarray(np.array([True, True, False, True]))
+    assert lm.sum(b).item() == 3 and lm.sum(b).dtype == lm.int64
+    assert lm.prod(b).item() == 0 and lm.prod(b).dtype == lm.int64
+
+
+def test_float32_sum_accumulates_in_float64():
+    # 1e8 + 1 rounds back to 1e8 in float32: a float32 accumulator loses every 1
+    n = np.concatenate([[1e8], np.ones(1000)]).astype(np.float32)
+    got = lm.sum(lm.asarray(n))
+    assert got.dtype == lm.float32
+    assert got.item() == 100001000.0  # exact in float32, but only reachable via float64
+    assert lm.mean(lm.asarray(n)).item() == pytest.approx(100001000.0 / 1001, rel=1e-7)
+    # prod too: 3e-30 * 1e-20 underflows float32 midway, 1e20 brings it back
+    p = np.array([3e-30, 1e-20, 1e20, 1e20], np.float32)
+    assert lm.prod(lm.asarray(p)).item() == pytest.approx(3e-10, rel=1e-6)
+
+
+def test_sum_large_uint64_and_int64_exact():
+    big = np.array([2**63, 2**62, 5], np.uint64)
+    assert lm.sum(lm.asarray(big)).item() == 2**63 + 2**62 + 5
+    i = np.array([2**62, 2**61, -7], np.int64)
+    assert lm.sum(lm.asarray(i)).item() == 2**62 + 2**61 - 7
+
+
+# ---------------------------------------------------------------- empty and 0-d
+
+
+def test_empty_sum_prod_identities():
+    for dtype, result in [(lm.float64, lm.float64), (lm.int8, lm.int64), (lm.bool, lm.int64)]:
+        e = lm.zeros((0, 3), dtype=dtype)
+        assert_tensor(lm.sum(e), np.zeros((), result.np), result)
+        assert_tensor(lm.prod(e), np.ones((), result.np), result)
+        assert_tensor(lm.sum(e, axis=0), np.zeros(3, result.np), result)
+        assert_tensor(lm.prod(e, axis=0, keepdims=True), np.ones((1, 3), result.np), result)
+        assert_tensor(lm.sum(e, axis=1), np.zeros(0, result.np), result)
+        same(lm.prod(e, axis=0), ref(lm.prod, e, axis=0))
+        same(lm.sum(e), ref(lm.sum, e))
+
+
+def test_empty_mean_var_std_are_nan():
+    e = lm.zeros((0, 3))
+    for fn in (lm.mean, lm.var, lm.std):
+        assert_tensor(fn(e), np.float64("nan"), lm.float64)
+        assert_tensor(fn(e, axis=0), np.full(3, np.nan), lm.float64)
+        assert_tensor(fn(e, axis=1), np.zeros(0), lm.float64)
+        same(fn(e, axis=0), ref(fn, e, axis=0))
+
+
+@pytest.mark.parametrize("name", ["max", "min", "argmax", "argmin"])
+def test_empty_axis_without_identity_raises(name):
+    fn = getattr(lm, name)
+    e = lm.zeros((0, 3))
+    msg = "zero-size axis" if name in ("max", "min") else "empty sequence"
+    for backend_call in (fn, lambda *a, **k: ref(fn, *a, **k)):
+        with pytest.raises(ValueError, match=msg):
+            backend_call(e)
+        with pytest.raises(ValueError, match=rf"{name}:.*\(0, 3\)"):
+            backend_call(e, axis=0)
+    # reducing a non-empty axis of an empty tensor is fine: an empty result
+    want = getattr(np, name)(np.zeros((3, 0)), axis=0)
+    for t, axis in [(e, 1), (lm.zeros((3, 0)), 0)]:
+        dtype = lm.int64 if name.startswith("arg") else lm.float64
+        assert_tensor(fn(t, axis=axis), want, dtype)
+        assert_tensor(ref(fn, t, axis=axis), want, dtype)
+
+
+def test_empty_all_any():
+    e = lm.zeros((0,))
+    assert_tensor(lm.all(e), np.True_, lm.bool)
+    assert_tensor(lm.any(e), np.False_, lm.bool)
+    same(lm.all(e), ref(lm.all, e))
+    same(lm.any(e), ref(lm.any, e))
+
+
+def test_zero_dimensional_reductions():
+    x = lm.asarray(5.0)
+    for fn, want in [(lm.sum, 5.0), (lm.prod, 5.0), (lm.max, 5.0), (lm.min, 5.0),
+                     (lm.mean, 5.0), (lm.var, 0.0), (lm.std, 0.0)]:
+        got = fn(x)
+        assert got.shape == () and got.dtype == lm.float64 and got.item() == want
+        assert fn(x, axis=(), keepdims=True).shape == ()
+    for fn in (lm.sum, lm.prod, lm.max, lm.mean, lm.var, lm.argmax, lm.argmin, lm.all):
+        same(fn(x), ref(fn, x))
+    assert lm.argmax(x).shape == () and lm.argmax(x).item() == 0
+    assert lm.argmin(x, keepdims=True).item() == 0
+    assert lm.all(x).item() is True and lm.any(lm.asarray(0.0)).item() is False
+    i = lm.asarray(7)
+    assert lm.sum(i).dtype == lm.int64 and lm.sum(i).item() == 7
+
+
+# ---------------------------------------------------------------- max and min
+
+
+@pytest.mark.parametrize("dtype", [lm.float64, lm.int16, lm.uint64, lm.bool],
+                         ids=lambda d: d.name)
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min(name, dtype):
+    n = data(dtype.np)
+    if dtype is lm.uint64:
+        n[0, 0, 0] = 2**64 - 1  # beyond int64: must not go through a signed type
+    x = lm.asarray(n)
+    fn, npfn = getattr(lm, name), getattr(np, name)
+    for axis in AXES:
+        for keepdims in (False, True):
+            got = fn(x, axis=axis, keepdims=keepdims)
+            assert_tensor(got, npfn(n, axis=axis, keepdims=keepdims), dtype)
+            same(got, ref(fn, x, axis=axis, keepdims=keepdims))
+
+
+def test_max_min_propagate_nan():
+    n = np.array([[1.0, np.nan, 3.0], [np.nan, -1.0, 2.0], [4.0, 5.0, -np.inf]])
+    x = lm.asarray(n)
+    for fn, npfn in [(lm.max, np.max), (lm.min, np.min)]:
+        assert np.isnan(fn(x).item())
+        assert_tensor(fn(x, axis=1), npfn(n, axis=1), lm.float64)
+        assert_tensor(fn(x, axis=0), npfn(n, axis=0), lm.float64)
+        same(fn(x, axis=1), ref(fn, x, axis=1))
+    # NaN first in a row, then ordinary values: still NaN
+    assert np.isnan(lm.max(lm.asarray([np.nan, 1.0, 2.0])).item())
+    assert np.isnan(lm.min(lm.asarray([np.nan, 1.0, 2.0])).item())
+    assert lm.min(x, axis=1).numpy()[2] == -np.inf
+
+
+# ---------------------------------------------------------------- argmax and argmin
+
+
+@pytest.mark.parametrize("dtype", [lm.float64, lm.int32, lm.bool], ids=lambda d: d.name)
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_argmax_argmin(name, dtype):
+    n = data(dtype.np)  # small ints: ties, where the first index must win
+    x = lm.asarray(n)
+    fn, npfn = getattr(lm, name), getattr(np, name)
+    for axis in (None, 0, 1, -1):
+        for keepdims in (False, True):
+            got = fn(x, axis=axis, keepdims=keepdims)
+            assert_tensor(got, npfn(n, axis=axis, keepdims=keepdims), lm.int64)
+            same(got, ref(fn, x, axis=axis, keepdims=keepdims))
+
+
+def test_argmax_first_nan_wins():
+    n = np.array([[1.0, 5.0, np.nan, 9.0, np.nan], [np.nan, 0.0, 1.0, 2.0, 3.0],
+                  [3.0, 1.0, 3.0, 0.0, 1.0]])
+    x = lm.asarray(n)
+    for fn, npfn in [(lm.argmax, np.argmax), (lm.argmin, np.argmin)]:
+        assert_tensor(fn(x, axis=1), npfn(n, axis=1), lm.int64)
+        assert fn(x).item() == npfn(n) == 2
+        same(fn(x, axis=1), ref(fn, x, axis=1))
+    assert lm.argmax(x, axis=1).tolist() == [2, 0, 0]  # ties: first index
+    assert lm.argmin(x, axis=1).tolist() == [2, 0, 3]
+
+
+def test_argmax_extreme_values():
+    assert lm.argmin(lm.asarray(np.array([5, -128, -128], np.int8))).item() == 1
+    assert lm.argmax(lm.asarray(np.array([1, 2**64 - 1, 3], np.uint64))).item() == 1
+    assert lm.argmax(lm.asarray([-np.inf, -np.inf])).item() == 0
+
+
+# ---------------------------------------------------------------- mean, var, std
+
+
+@pytest.mark.parametrize("dtype", [lm.float64, lm.float32, lm.int64], ids=lambda d: d.name)
+def test_mean_var_std(dtype):
+    n = data(dtype.np, low=-50, high=50)
+    x = lm.asarray(n)
+    result = lm.float32 if dtype is lm.float32 else lm.float64
+    nf = n.astype(np.float64)
+    rtol = 1e-5 if dtype is lm.float32 else 1e-12
+    for axis in AXES:
+        for keepdims in (False, True):
+            got = lm.mean(x, axis=axis, keepdims=keepdims)
+            assert_tensor(got, np.mean(nf, axis=axis, keepdims=keepdims), result, rtol)
+            same(got, ref(lm.mean, x, axis=axis, keepdims=keepdims), rtol)
+            for fn, npfn in [(lm.var, np.var), (lm.std, np.std)]:
+                for correction in (0, 1, 0.5):
+                    if axis == ():  # n == 1: var is 0, or NaN when correction >= 1
+                        continue
+                    got = fn(x, axis=axis, keepdims=keepdims, correction=correction)
+                    want = npfn(nf, axis=axis, keepdims=keepdims, ddof=correction)
+                    assert_tensor(got, want, result, rtol, atol=1e-12)
+                    same(got, ref(fn, x, axis=axis, keepdims=keepdims,
+                                  correction=correction), rtol)
+
+
+def test_var_correction_edge_cases():
+    x = lm.asarray([1.0, 2.0, 4.0])
+    assert lm.var(x).item() == pytest.approx(np.var([1.0, 2.0, 4.0]))
+    assert lm.var(x, correction=1).item() == pytest.approx(7 / 3)
+    assert lm.std(x, correction=1).item() == pytest.approx(np.sqrt(7 / 3))
+    # correction >= n: no degrees of freedom left, NaN (not inf, not an error)
+    for corr in (3, 4.5):
+        assert np.isnan(lm.var(x, correction=corr).item())
+        assert np.isnan(ref(lm.var, x, correction=corr).item())
+    assert np.isnan(lm.std(lm.asarray([1.0]), correction=1).item())
+    # a constant row has (almost) zero variance: two passes, no E[x^2] - E[x]^2
+    # cancellation (which would leave an error of order 1 at this magnitude)
+    c = lm.asarray(np.full(1000, 1e8 + 0.1))
+    assert abs(lm.var(c).item()) < 1e-6
+
+
+def test_mean_of_bool_and_ints_is_float64():
+    assert_tensor(lm.mean(lm.asarray([True, False, True, True])), np.float64(0.75), lm.float64)
+    assert_tensor(lm.mean(lm.asarray([1, 2, 4])), np.float64(7 / 3), lm.float64)
+
+
+# ---------------------------------------------------------------- all and any
+
+
+@pytest.mark.parametrize("dtype", [lm.bool, lm.float64, lm.int64], ids=lambda d: d.name)
+@pytest.mark.parametrize("name", ["all", "any"])
+def test_all_any(name, dtype):
+    n = RNG.integers(0, 3, SHAPE).astype(dtype.np)  # some zeros: both answers occur
+    n[1, :, 1:] = 1  # and some all-true lines
+    x = lm.asarray(n)
+    fn, npfn = getattr(lm, name), getattr(np, name)
+    for axis in AXES:
+        for keepdims in (False, True):
+            got = fn(x, axis=axis, keepdims=keepdims)
+            assert_tensor(got, npfn(n, axis=axis, keepdims=keepdims), lm.bool)
+            same(got, ref(fn, x, axis=axis, keepdims=keepdims))
+
+
+def test_all_any_truthiness_of_floats():
+    assert lm.all(lm.asarray([np.nan, 1.0])).item() is True  # NaN is truthy
+    assert lm.any(lm.asarray([-0.0, 0.0])).item() is False  # -0.0 is falsy
+
+
+# ---------------------------------------------------------------- strided inputs
+
+
+def _strided_views():
+    base = np.arange(60, dtype=np.float64).reshape(3, 4, 5) * 0.5 - 7
+    t = lm.asarray(base.copy())
+    yield "transposed", lm.permute_dims(t, (2, 0, 1)), base.transpose(2, 0, 1)
+    yield "mT", t.mT, np.swapaxes(base, -1, -2)
+    yield "flipped", lm.flip(t, axis=(0, 2)), base[::-1, :, ::-1]
+    yield "negstep", t[::-1, 1::2, ::-2], base[::-1, 1::2, ::-2]
+    yield "numpy-strided", lm.asarray(base[:, ::-2, 1:]), base[:, ::-2, 1:]
+    yield "broadcast", lm.broadcast_to(lm.asarray(base[0, 0]), (3, 5)), \
+        np.broadcast_to(base[0, 0], (3, 5))
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "mean", "var", "argmax",
+                                  "argmin", "any"])
+def test_reductions_of_strided_views(name):
+    fn, npfn = getattr(lm, name), getattr(np, name)
+    for label, view, n in _strided_views():
+        assert np.array_equal(view.numpy(), n), label
+        axes = [None, 0, -1] if name.startswith("arg") else [None, 0, -1, (0, 1)]
+        for axis in axes:
+            got = fn(view, axis=axis)
+            want = npfn(n, axis=axis)
+            if name.startswith("arg"):
+                assert_tensor(got, want, lm.int64)
+            else:
+                assert_tensor(got, want, lm.bool if name == "any" else lm.float64,
+                              rtol=1e-9, atol=1e-9)
+            same(got, ref(fn, view, axis=axis), rtol=1e-9)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "mean", "var", "std", "max", "min",
+                                  "all", "any", "argmax", "argmin"])
+def test_axis_errors(name):
+    fn = getattr(lm, name)
+    x = lm.zeros((2, 3))
+    with pytest.raises(lm.AxisError, match=rf"{name}: axis 2 is out of bounds .* dimension 2"):
+        fn(x, axis=2)
+    with pytest.raises(IndexError, match="out of bounds"):
+        fn(x, axis=-3)
+    with pytest.raises(ValueError, match="out of bounds"):
+        fn(x, axis=5)
+    with pytest.raises(TypeError, match=rf"{name}: axis must be an int, got float"):
+        fn(x, axis=1.0)
+    with pytest.raises(TypeError, match=rf"{name}: expected a tensor, got list"):
+        fn([[1.0, 2.0]])
+    with pytest.raises(TypeError, match="positional"):
+        fn(x, 0)  # axis is keyword-only
+    if name.startswith("arg"):
+        with pytest.raises(TypeError, match=rf"{name}: axis must be an int or None"):
+            fn(x, axis=(0, 1))
+    else:
+        with pytest.raises(ValueError, match=rf"{name}: repeated axis"):
+            fn(x, axis=(1, -1))
+
+
+def test_axis_error_is_value_and_index_error():
+    assert issubclass(lm.AxisError, ValueError) and issubclass(lm.AxisError, IndexError)
+    with pytest.raises(lm.AxisError):
+        lm.sum(lm.asarray(1.0), axis=0)  # a 0-d tensor has no axis 0
+
+
+def test_unknown_keyword_arguments():
+    x = lm.ones(3)
+    with pytest.raises(TypeError, match="mean\\(\\) got an unexpected keyword argument "
+                                        "'correction'"):
+        lm.mean(x, correction=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'dtype'"):
+        lm.max(x, dtype=lm.float32)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'ddof'"):
+        lm.var(x, ddof=1)
+
+
+def test_sum_bad_dtype_argument():
+    x = lm.ones(3)
+    with pytest.raises(TypeError, match="unsupported dtype 'complex64'"):
+        lm.sum(x, dtype="complex64")
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        lm.prod(x, dtype=np.float16)
