@@ -250,7 +250,8 @@ def _same(fn):
 
 ELEMENTWISE_SCALARS = {
     "abs": _by_kind(iuf=K.absolute), "negative": _same(K.negative),
-    "positive": _same(K.identity), "square": _same(K.square), "sign": _same(K.sign),
+    "positive": _same(K.identity), "square": _same(K.square),
+    "sign": _by_kind(f=K.float_sign, iu=K.sign),
     "floor": _by_kind(f=K.float_floor, iu=K.identity),
     "ceil": _by_kind(f=K.float_ceil, iu=K.identity),
     "trunc": _by_kind(f=K.float_trunc, iu=K.identity),

@@ -249,7 +249,19 @@ def sign(x):
         return x // x  # a one of x's own type (a literal 1 would turn uint64 into float)
     if x < 0:
         return -(x // x)
-    return x  # zero, -0.0 and NaN
+    return x  # zero
+
+
+@register_jitable
+def float_sign(x):
+    # Not x // x: inf // inf is NaN. Both zeros give +0 and NaN gives NaN, as in NumPy.
+    if x > 0:
+        return 1.0
+    if x < 0:
+        return -1.0
+    if x == 0:
+        return 0.0
+    return x
 
 
 @register_jitable
@@ -346,7 +358,7 @@ def ternary_flat(fn, loop):
 @register_jitable
 def _row_start(r, shape, strides, offset):
     """Element offset of row ``r`` (all dims but the last) of one strided operand."""
-    rem = r
+    rem = np.int64(r)  # a prange index is unsigned: uint64 % int64 would be float64
     for d in range(shape.size - 2, -1, -1):
         offset += (rem % shape[d]) * strides[d]
         rem //= shape[d]
@@ -356,12 +368,26 @@ def _row_start(r, shape, strides, offset):
 # Strided operands are (buffer, offset, strides): a flat 1-D view of the memory the
 # operand spans, the element offset of its first element, and its element strides
 # (0 where broadcast, negative where flipped). ``shape`` is the iteration shape.
+# The row count is computed before the loop: ``loop(rows if inner else 0)`` keeps Numba
+# from turning the prange into a parallel loop (it silently ran serially).
+
+
+@register_jitable
+def _rows(shape):
+    """Rows (all dims but the last) of the iteration shape; 0 when it is empty."""
+    rows = 1
+    for d in range(shape.size - 1):
+        rows *= shape[d]
+    if shape[shape.size - 1] == 0:
+        rows = 0
+    return rows
 
 
 def unary_strided(fn, loop):
     def kernel(out, oo, os, x, xo, xs, shape):
         inner = shape[shape.size - 1]
-        for r in loop(out.size // inner if inner else 0):
+        rows = _rows(shape)  # not out.size // inner: out spans a strided view's gaps
+        for r in loop(rows):
             o, i = _row_start(r, shape, os, oo), _row_start(r, shape, xs, xo)
             for j in range(inner):
                 out[o + j * os[-1]] = fn(x[i + j * xs[-1]])
@@ -371,10 +397,8 @@ def unary_strided(fn, loop):
 def binary_strided(fn, loop):
     def kernel(out, oo, os, a, ao, as_, b, bo, bs, shape):
         inner = shape[shape.size - 1]
-        rows = 1
-        for d in range(shape.size - 1):
-            rows *= shape[d]
-        for r in loop(rows if inner else 0):
+        rows = _rows(shape)
+        for r in loop(rows):
             o, i, k = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
                        _row_start(r, shape, bs, bo))
             for j in range(inner):
@@ -385,10 +409,8 @@ def binary_strided(fn, loop):
 def ternary_strided(fn, loop):
     def kernel(out, oo, os, a, ao, as_, b, bo, bs, c, co, cs, shape):
         inner = shape[shape.size - 1]
-        rows = 1
-        for d in range(shape.size - 1):
-            rows *= shape[d]
-        for r in loop(rows if inner else 0):
+        rows = _rows(shape)
+        for r in loop(rows):
             o, i, k, m = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
                           _row_start(r, shape, bs, bo), _row_start(r, shape, cs, co))
             for j in range(inner):
