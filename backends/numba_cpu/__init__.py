@@ -379,40 +379,32 @@ def _sum_like(reduction, start):
     return kernel
 
 
-def _extreme(reduction, name):
+def _fold(reduction, start, result):
+    """A reduction kernel: ``start(rows, x)`` gives the accumulator (one value per row,
+    or raises for an identity-less reduction over nothing); ``reduction`` folds each
+    row into it; ``result(x)`` is the result dtype."""
     def kernel(ks, x, axis, keepdims):
         rows = rows_view(x._data, axis)
-        if rows.shape[1] == 0:
-            raise ValueError(f"{name}: cannot reduce a zero-size axis (shape {x._shape}, "
-                             f"axis {axis}): there is no identity")
-        acc = rows[:, 0].copy()
+        acc = start(rows, x)
         if rows.size:
             reduction(rows, acc)
-        return _finish(acc, x, axis, keepdims, x._dtype)
+        return _finish(acc, x, axis, keepdims, result(x))
     return kernel
 
 
-def _logical(reduction, start):
-    def kernel(ks, x, axis, keepdims):
-        rows = rows_view(x._data, axis)
-        acc = np.full(rows.shape[0], start, np.bool_)
-        if rows.size:
-            reduction(rows, acc)
-        return _finish(acc, x, axis, keepdims, D.bool_)
-    return kernel
-
-
-def _arg(reduction, name):
-    def kernel(ks, x, axis, keepdims):
-        rows = rows_view(x._data, axis)
+def _first_column(what):
+    def start(rows, x):
         if rows.shape[1] == 0:
-            raise ValueError(f"{name}: cannot take the {name} of an empty sequence "
+            raise ValueError(f"{what}: cannot reduce a zero-size axis (shape {x._shape}): "
+                             "there is no identity" if what in ("max", "min") else
+                             f"{what}: cannot take the {what} of an empty sequence "
                              f"(shape {x._shape})")
-        acc = np.zeros(rows.shape[0], np.int64)
-        if rows.size:
-            reduction(rows, acc)
-        return _finish(acc, x, axis, keepdims, D.int64)
-    return kernel
+        return rows[:, 0].copy() if what in ("max", "min") else np.zeros(rows.shape[0], np.int64)
+    return start
+
+
+def _constant(value):
+    return lambda rows, x: np.full(rows.shape[0], value, np.bool_)
 
 
 _MOMENTS = {}
@@ -452,9 +444,12 @@ def _moment_kernel(which):
 def _register_reductions(registry):
     kernels = {
         "sum": _sum_like(_SUM, 0), "prod": _sum_like(_PROD, 1),
-        "max": _extreme(_MAX, "max"), "min": _extreme(_MIN, "min"),
-        "all": _logical(_ALL, True), "any": _logical(_ANY, False),
-        "argmax": _arg(_ARGMAX, "argmax"), "argmin": _arg(_ARGMIN, "argmin"),
+        "max": _fold(_MAX, _first_column("max"), lambda x: x._dtype),
+        "min": _fold(_MIN, _first_column("min"), lambda x: x._dtype),
+        "all": _fold(_ALL, _constant(True), lambda x: D.bool_),
+        "any": _fold(_ANY, _constant(False), lambda x: D.bool_),
+        "argmax": _fold(_ARGMAX, _first_column("argmax"), lambda x: D.int64),
+        "argmin": _fold(_ARGMIN, _first_column("argmin"), lambda x: D.int64),
         "mean": _moment_kernel("mean"), "var": _moment_kernel("var"),
         "std": _moment_kernel("std"),
     }

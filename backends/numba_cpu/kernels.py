@@ -73,6 +73,18 @@ def power(x, y):
 
 
 @register_jitable
+def _power_by_squaring(base, y, r):
+    """base ** y for y >= 0, starting from r = 1 of base's type (a literal 1 would
+    turn uint64 arithmetic into float64)."""
+    while y:
+        if y & 1:
+            r *= base
+        base *= base
+        y >>= 1
+    return r
+
+
+@register_jitable
 def int_power(x, y):
     # Exponentiation by squaring in 64 bits, truncated on store: wraps like NumPy for
     # every exponent (Numba's ``int ** int`` switches to float pow above 2**16).
@@ -82,26 +94,12 @@ def int_power(x, y):
         if x == 1 or x == -1:
             return x if y % 2 else x * x
         return x - x
-    r = 1
-    b = np.int64(x)
-    while y:
-        if y & 1:
-            r *= b
-        b *= b
-        y >>= 1
-    return r
+    return _power_by_squaring(np.int64(x), y, np.int64(1))
 
 
 @register_jitable
 def uint_power(x, y):
-    r = np.uint64(1)
-    b = np.uint64(x)
-    while y:
-        if y & 1:
-            r *= b
-        b *= b
-        y >>= 1
-    return r
+    return _power_by_squaring(np.uint64(x), y, np.uint64(1))
 
 
 @register_jitable

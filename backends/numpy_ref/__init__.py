@@ -235,22 +235,20 @@ def split(ks, x, sections, axis):
     return tuple(from_array(p, x._ks) for p in np.split(x._data, bounds, axis=axis))
 
 
-def concat(ks, arrays, axis):
-    comp = S.promote(OPERATORS["concat"], arrays)
-    try:
-        return from_array(np.concatenate([S.operand(a, comp) for a in arrays], axis=axis))
-    except ValueError as exc:
-        raise ValueError(f"concat: {exc}; shapes {', '.join(str(a._shape) for a in arrays)}") \
-            from None
+def _join(npfn, name):
+    def kernel(ks, arrays, axis):
+        comp = S.promote(OPERATORS[name], arrays)
+        try:
+            return from_array(npfn([S.operand(a, comp) for a in arrays], axis=axis))
+        except ValueError as exc:
+            shapes = ", ".join(str(a._shape) for a in arrays)
+            raise ValueError(f"{name}: {exc}; shapes {shapes}") from None
+    kernel.__name__ = kernel.__qualname__ = name
+    return kernel
 
 
-def stack(ks, arrays, axis):
-    comp = S.promote(OPERATORS["stack"], arrays)
-    try:
-        return from_array(np.stack([S.operand(a, comp) for a in arrays], axis=axis))
-    except ValueError as exc:
-        raise ValueError(f"stack: {exc}; shapes {', '.join(str(a._shape) for a in arrays)}") \
-            from None
+concat = _join(np.concatenate, "concat")
+stack = _join(np.stack, "stack")
 
 
 def matmul(ks, x1, x2):
