@@ -1,5 +1,104 @@
 """lamina.autograd — the autograd layer (reverse-mode differentiation).
 
-Kernels of this layer register at the AUTOGRAD dispatch key; a tensor's key set has
-that bit only while it requires grad, so other tensors never enter the layer.
+Its kernels sit at the AUTOGRAD dispatch key. A tensor's key set has that bit only
+while it requires grad, so a call whose inputs do not require grad never enters the
+layer: no-op autograd costs nothing. Inside, a kernel redispatches below its own key
+through the same table, then records a graph node (unless grad mode is off).
 """
+import numpy as np
+
+from lamina.backends.hookspecs import hookimpl
+from lamina.dispatch import keys
+from lamina.dispatch.table import OPERATORS
+
+from . import engine, graph
+from .derivatives import DERIVATIVES
+from .engine import backward, grad
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled, state
+from .gradcheck import gradcheck
+
+__all__ = ["backward", "grad", "gradcheck", "no_grad", "enable_grad", "set_grad_enabled",
+           "is_grad_enabled", "DERIVATIVES"]
+
+_BELOW = ~keys.AUTOGRAD
+
+
+def _kernel(op, derivative):
+    table = op.table
+
+    def kernel(ks, *args):
+        below = ks & _BELOW
+        out = table[below.bit_length()](below, *args)
+        if state.enabled:
+            graph.record(derivative, args, out if type(out) is tuple else (out,))
+        return out
+    kernel.__name__ = kernel.__qualname__ = op.name
+    return kernel
+
+
+def _check_leaf(name, x):
+    fn = x.grad_fn
+    if fn is None and x._ks & keys.AUTOGRAD:
+        raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be modified "
+                           "in place (it would invalidate its gradient); do it under "
+                           "lamina.no_grad() or on a copy")
+    while fn is not None and fn.name in _VIEW_OPS:  # writing a view writes its base
+        fn = fn.next_nodes[0]
+        if isinstance(fn, graph.AccumulateGrad):
+            leaf = fn.variable._data
+            if isinstance(leaf, np.ndarray) and np.may_share_memory(leaf, x._data):
+                raise RuntimeError(f"{name}: a view of a leaf tensor that requires grad "
+                                   "cannot be modified in place; do it under "
+                                   "lamina.no_grad() or on a copy")
+            return
+
+
+_VIEW_OPS = frozenset(["getitem", "reshape", "permute_dims", "matrix_transpose",
+                       "expand_dims", "squeeze", "flip", "broadcast_to", "split"])
+
+
+def _inplace_kernel(op, derivative):
+    """x1 op= x2 with grad: x1's previous value is kept in a copy for the formula, then
+    x1 becomes the output of the out-of-place operation (its grad_fn is replaced)."""
+    table, copy = op.table, OPERATORS["copy"]
+
+    def kernel(ks, x1, x2):
+        below = ks & _BELOW
+        if not state.enabled:
+            return table[below.bit_length()](below, x1, x2)
+        _check_leaf(op.name, x1)
+        previous = copy(x1) if 0 in derivative.saves else x1
+        table[below.bit_length()](below, x1, x2)
+        x1.__dict__.pop("_output_nr", None)
+        graph.record(derivative, (previous, x2), (x1,))
+        return x1
+    kernel.__name__ = kernel.__qualname__ = op.name
+    return kernel
+
+
+def _setitem_kernel(ks, x, key, value):
+    table = OPERATORS["setitem"].table
+    below = ks & _BELOW
+    if state.enabled:
+        _check_leaf("setitem", x)
+    out = table[below.bit_length()](below, x, key, value)
+    if state.enabled:
+        x.__dict__.pop("_output_nr", None)
+        graph.record(DERIVATIVES["setitem"], (x, key, value), (x,))
+    return out
+
+
+_setitem_kernel.__name__ = _setitem_kernel.__qualname__ = "setitem"
+
+
+@hookimpl
+def lamina_register_kernels(registry):
+    for name, derivative in DERIVATIVES.items():
+        op = OPERATORS[name]
+        if name == "setitem":
+            registry.register(name, "autograd", _setitem_kernel)
+        else:
+            registry.register(name, "autograd", _kernel(op, derivative))
+        if name + "_" in OPERATORS:
+            registry.register(name + "_", "autograd",
+                              _inplace_kernel(OPERATORS[name + "_"], derivative))

@@ -15,4 +15,7 @@ def lamina_register_kernels(registry):
     """Register kernels with ``registry.register(op, device, fn, priority=0)``.
 
     ``fn(ks, *args)`` receives the call's key set first (layers redispatch with it;
-    backends may ignore it) and returns the result tensor(s)."""
+    backends may ignore it) and returns the result tensor(s). The registry (a
+    ``lamina.backends.Registry``) also has ``implements`` (decorator form),
+    ``register_wrapper``, ``add_device`` and ``register_fallback``: see
+    docs/backends.md."""

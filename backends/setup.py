@@ -92,6 +92,9 @@ def shape_of(x):
 
 def broadcast_shapes(name, *shapes):
     """The broadcast shape, or a ValueError that shows every shape."""
+    first = shapes[0]
+    if all(s == first or not s for s in shapes):  # equal shapes and scalars: common
+        return first if first else max(shapes, key=len)
     ndim = max(len(s) for s in shapes)
     result = []
     for i in range(-ndim, 0):

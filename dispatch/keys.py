@@ -14,17 +14,32 @@ AUTOGRAD = SPARSE << 1
 LAYER_KEYS = {"sparse": SPARSE, "autograd": AUTOGRAD}
 BACKEND_MASK = SPARSE - 1
 
-_backend_bits = {}  # device name -> bit; filled by register_device
+_backend_bits = {}  # active device name -> bit; filled by register_device
+_reserved = {}  # every device name ever registered -> its bit (Note [Device keys])
 
 
 def register_device(name):
-    """The backend key of device ``name``, allocating the next free bit on first use."""
+    """The backend key of device ``name``, allocating the next free bit on first use.
+
+    Note [Device keys]: a bit, once given to a device name, is never given to another
+    name, even after ``unregister_device``: tensors of an unregistered device may still
+    exist, and their key must not route them to a stranger's kernels. Registering the
+    same name again gets its old bit back."""
     if name not in _backend_bits:
-        if len(_backend_bits) == MAX_BACKENDS:
-            raise RuntimeError(f"cannot register device {name!r}: all {MAX_BACKENDS} "
-                               f"backend keys are taken by {sorted(_backend_bits)}")
-        _backend_bits[name] = 1 << len(_backend_bits)
+        if name not in _reserved:
+            if len(_reserved) == MAX_BACKENDS:
+                raise RuntimeError(f"cannot register device {name!r}: all {MAX_BACKENDS} "
+                                   f"backend keys are taken by {sorted(_reserved)}")
+            _reserved[name] = 1 << len(_reserved)
+        _backend_bits[name] = _reserved[name]
     return _backend_bits[name]
+
+
+def unregister_device(name):
+    """Make ``name`` unknown again (its bit stays reserved for it, Note [Device keys])."""
+    if name == "cpu":
+        raise ValueError("the cpu device cannot be unregistered")
+    _backend_bits.pop(name, None)
 
 
 CPU = register_device("cpu")
@@ -40,7 +55,13 @@ def device_key(name):
 
 
 def devices():
-    return list(_backend_bits)
+    """Active device names, lowest key (priority) first."""
+    return sorted(_backend_bits, key=_backend_bits.get)
+
+
+def device_names(ks):
+    """The device names of the backend bits in ``ks`` (unregistered ones too)."""
+    return [n for n, b in sorted(_reserved.items(), key=lambda nb: nb[1]) if b & ks]
 
 
 def key_name(bit):
@@ -48,7 +69,7 @@ def key_name(bit):
     for name, b in LAYER_KEYS.items():
         if b == bit:
             return name.capitalize()
-    for name, b in _backend_bits.items():
+    for name, b in _reserved.items():
         if b == bit:
             return name.upper() if name == "cpu" else name
     return f"key{bit.bit_length() - 1}"
@@ -56,7 +77,7 @@ def key_name(bit):
 
 def all_keys():
     """Every key that has a name, lowest priority first."""
-    return [*_backend_bits.values(), SPARSE, AUTOGRAD]
+    return [*sorted(_backend_bits.values()), SPARSE, AUTOGRAD]
 
 
 def keyset_names(ks):

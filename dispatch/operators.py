@@ -76,6 +76,11 @@ OTHERS = [
     ("tensordot", "(x1, x2, /, *, axes=2)", "linalg", "numeric", "same", True),
     ("vecdot", "(x1, x2, /, *, axis=-1)", "linalg", "numeric", "same", True),
     ("copy", "(x, /)", "conversion", "any", "same", True),
+    # sparse COO layout (backends/sparse): dense kernels convert or refuse, the sparse
+    # layer does the work; not differentiable yet (autograd support is to come)
+    ("to_dense", "(x, /)", "conversion", "any", "same", False),
+    ("to_sparse", "(x, /)", "conversion", "numeric", "same", False),
+    ("coalesce", "(x, /)", "conversion", "numeric", "same", False),
     # creation: dispatched on the key of the requested device
     ("full", "(shape, fill_value, dtype, device)", "creation", "any", "arg", False),
     ("empty", "(shape, dtype, device)", "creation", "any", "arg", False),

@@ -12,10 +12,28 @@ removed, a layer is switched, or the preferred backend changes; the call path ne
 looks anything up by name.
 
 Note [Fallthrough]: a layer key (SPARSE, AUTOGRAD) that is switched off is cleared from
-every mask, so a call skips it at no cost. AUTOGRAD also falls through for operators
+every mask, so a call skips it at no cost (SPARSE raises instead: Note [Sparse layer
+off]). AUTOGRAD also falls through for operators
 without an autograd kernel (they are not differentiable). Backend keys and SPARSE never
 fall through silently: without a kernel their table slot holds an error kernel that
 names the operator, the key and the keys that do have kernels.
+
+Note [Backend fallback]: a device may register one fallback ``fn(op, ks, *args)`` (as
+PyTorch's backend fallbacks): every operator without a kernel for that device gets,
+at table-build time, a slot that calls it with the operator. ``lamina.backends.
+cpu_fallback`` is the usual one: convert to CPU, run the CPU kernel, convert back.
+
+Note [Device check]: the slot of every device key other than CPU checks that the call
+has no other backend bit set (a tensor of another device) and raises a ValueError
+naming both devices. CPU's slot needs no check (Note [Key priority]: CPU is the lowest
+bit, so a call reaches it only when every tensor is on the CPU): the CPU hot path is
+exactly the kernel. Slots are built once and cached (``_slot_cache``), so a rebuild
+that changes nothing leaves every table entry the identical object.
+
+Note [Kernel wrappers]: a kernel registered with ``wraps=True`` is a factory
+``fn(next_kernel) -> kernel``; at table-build time it receives the kernel (or
+fallback) that would serve the slot without it — for instrumentation or a
+pre/post-processing step that delegates. Without anything below it, it is skipped.
 """
 from dataclasses import dataclass, field
 
@@ -28,9 +46,13 @@ class Kernel:
     plugin: str
     priority: int
     order: int  # registration order, only for stable tie-breaking
+    wraps: bool = False  # fn is a factory fn(next_kernel) -> kernel (Note [Kernel wrappers])
+    label: str = None  # how dumps show it, when not its function's name
 
     @property
     def name(self):
+        if self.label is not None:
+            return self.label
         fn = self.fn
         return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
@@ -68,6 +90,8 @@ def keyset(args):
 
 OPERATORS = {}  # name -> Operator
 _kernels = {}  # (op name, key bit) -> [Kernel]
+_fallbacks = {}  # device key bit -> [Kernel] (Note [Backend fallback])
+_slot_cache = {}  # (op name, key, what, functions...) -> built slot (Note [Device check])
 _order = 0
 _disabled_layers = set()
 _preferred_plugin = None
@@ -85,41 +109,100 @@ def get(name):
     try:
         return OPERATORS[name]
     except KeyError:
-        raise ValueError(f"unknown operator {name!r}") from None
+        import difflib
+        close = difflib.get_close_matches(str(name), OPERATORS, n=3)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise ValueError(f"unknown operator {name!r}{hint}; operators are listed in "
+                         "lamina.dispatch.OPERATORS") from None
 
 
-def register_kernel(op_name, key, fn, plugin, priority=0):
+def register_kernel(op_name, key, fn, plugin, priority=0, wraps=False):
     """Record a kernel for (operator, key); call ``rebuild()`` to make it active."""
     global _order
     get(op_name)  # unknown operator names are an error, not a silent new entry
     _order += 1
-    _kernels.setdefault((op_name, key), []).append(Kernel(fn, plugin, priority, _order))
+    _kernels.setdefault((op_name, key), []).append(Kernel(fn, plugin, priority, _order,
+                                                          wraps))
+
+
+def register_fallback(key, fn, plugin, priority=0):
+    """Record a device's fallback (Note [Backend fallback]); ``rebuild()`` activates it."""
+    global _order
+    if key not in keys.all_keys() or not key & keys.BACKEND_MASK:
+        raise ValueError(f"a fallback needs a registered device key, got {key:#x}")
+    _order += 1
+    _fallbacks.setdefault(key, []).append(Kernel(fn, plugin, priority, _order))
 
 
 def unregister_plugin(plugin):
     """Drop every kernel that ``plugin`` registered; the next rebuild restores others."""
-    for k, entries in list(_kernels.items()):
-        entries[:] = [e for e in entries if e.plugin != plugin]
-        if not entries:
-            del _kernels[k]
+    dropped = set()
+    for registry in (_kernels, _fallbacks):
+        for k, entries in list(registry.items()):
+            dropped.update(id(e.fn) for e in entries if e.plugin == plugin)
+            entries[:] = [e for e in entries if e.plugin != plugin]
+            if not entries:
+                del registry[k]
+    while True:  # slots built from a dropped function, and slots built from those
+        stale = [k for k in _slot_cache if any(id(f) in dropped for f in k[3:])]
+        if not stale:
+            break
+        dropped.update(id(_slot_cache.pop(k)) for k in stale)
 
 
 def kernels_of(plugin):
-    return [(op, key, e) for (op, key), es in _kernels.items() for e in es if e.plugin == plugin]
+    """(op name, key, Kernel) of every kernel of ``plugin``; op name None for fallbacks."""
+    return ([(op, key, e) for (op, key), es in _kernels.items() for e in es
+             if e.plugin == plugin]
+            + [(None, key, e) for key, es in _fallbacks.items() for e in es
+               if e.plugin == plugin])
 
 
-def _winner(entries):
+def ties(plugin):
+    """(op name, key, other plugin, priority) wherever ``plugin`` and another plugin
+    register the same slot (kernel or fallback) at the same priority: resolved by
+    plugin name (Note [Kernel priority]), but worth a warning."""
+    found = []
+    for op, key, e in kernels_of(plugin):
+        entries = _kernels[op, key] if op is not None else _fallbacks[key]
+        found += [(op, key, o.plugin, e.priority) for o in entries
+                  if o.plugin != plugin and o.priority == e.priority and o.wraps == e.wraps]
+    return found
+
+
+def _rank(e):
     # Note [Kernel priority]: the preferred backend (lm.backends.use) beats priority;
     # then higher priority; then the plugin name (alphabetical), then registration
     # order, so ties never depend on the order plugins were loaded in.
-    return min(entries, key=lambda e: (e.plugin != _preferred_plugin, -e.priority,
-                                       e.plugin, e.order))
+    return (e.plugin != _preferred_plugin, -e.priority, e.plugin, e.order)
+
+
+def _winner(entries):
+    return min(entries, key=_rank)
+
+
+def _sparse_layer_off(op):
+    """Note [Sparse layer off]: switching the sparse layer off does not make SPARSE a
+    fallthrough: a sparse tensor's storage is not an array, and a dense kernel handed
+    one would fail obscurely or compute garbage. Its slot raises instead and the bit
+    stays in the mask. Dense calls never carry the bit, so on or off they index the
+    same slot as before: the switch costs them nothing either way."""
+    def sparse_layer_off(ks, *args, **kwargs):
+        raise RuntimeError(f"{op.name}: got a sparse input, but the sparse layer is off "
+                           "(lamina.dispatch.table.set_layer('sparse', True) turns it "
+                           "back on)")
+    return sparse_layer_off
 
 
 def _missing_kernel(op, key):
     def no_kernel(ks, *args, **kwargs):
         have = [keys.key_name(k) for k in keys.all_keys() if k in op.winners]
         what = "no key" if key == 0 else f"key {keys.key_name(key)}"
+        if key & keys.BACKEND_MASK and key not in keys.all_keys():
+            what += " (a device key that no registered plugin provides now)"
+        if key == keys.SPARSE:
+            what += (f": {op.name} has no sparse kernel, and sparse inputs are never "
+                     "densified silently (convert with .to_dense() first)")
         raise NotImplementedError(
             f"operator {op.name!r} has no kernel for {what} (the call's keys: "
             f"{', '.join(keys.keyset_names(ks)) or 'none'}); keys with kernels: "
@@ -127,17 +210,100 @@ def _missing_kernel(op, key):
     return no_kernel
 
 
+def _cached(cache_key, make):
+    fn = _slot_cache.get(cache_key)
+    if fn is None:
+        fn = _slot_cache[cache_key] = make()
+    return fn
+
+
+def _bind_fallback(op, fallback):
+    def fallback_kernel(ks, *args, **kwargs):
+        return fallback(op, ks, *args, **kwargs)
+    fallback_kernel.__qualname__ = f"fallback_kernel[{op.name}]"
+    return fallback_kernel
+
+
+def _device_mismatch(op, ks):
+    names = keys.device_names(ks)
+    return ValueError(f"{op.name}: expected all tensors on one device, got tensors on "
+                      f"{' and '.join(names)}; move them to one device first, e.g. with "
+                      f"x.to({names[0]!r})")
+
+
+def _device_check(op, key, fn):
+    others = keys.BACKEND_MASK & ~key
+
+    def checked(ks, *args, **kwargs):
+        if ks & others:  # Note [Device check]
+            raise _device_mismatch(op, ks)
+        return fn(ks, *args, **kwargs)
+    checked.__qualname__ = f"device_checked[{op.name}, {keys.key_name(key)}]"
+    return checked
+
+
+broken = {}  # plugin -> the error its kernel wrapper raised at table-build time
+
+
+def _wrap(wrapper, inner):
+    fn = wrapper.fn(inner)
+    if not callable(fn):
+        raise TypeError(f"kernel wrapper {wrapper.name} returned {type(fn).__name__}, "
+                        "not a kernel")
+    return fn
+
+
+def _serve(op, key):
+    """(the Kernel dumps show, the table slot's function) for ``key`` of ``op``, or None.
+
+    The best kernel by _rank serves; wrappers ranked above it wrap it (Note [Kernel
+    wrappers]); a device key without kernels gets its fallback (Note [Backend
+    fallback]); device keys other than CPU get the device check (Note [Device check])."""
+    wrappers, base = [], None
+    for e in sorted(_kernels.get((op.name, key), ()), key=_rank):
+        if not e.wraps:
+            base = e
+            break
+        wrappers.append(e)
+    if base is None and key & keys.BACKEND_MASK and _fallbacks.get(key):
+        fb = _winner(_fallbacks[key])
+        fn = _cached((op.name, key, "fallback", fb.fn), lambda: _bind_fallback(op, fb.fn))
+        base = Kernel(fn, fb.plugin, fb.priority, fb.order, label=f"[fallback] {fb.name}")
+    if base is None:
+        return None
+    shown, fn = base, base.fn
+    for w in reversed(wrappers):
+        try:
+            wrapped = _cached((op.name, key, "wrap", w.fn, fn), lambda w=w, fn=fn: _wrap(w, fn))
+        except Exception as exc:  # skipped; lamina.backends warns and drops the plugin
+            broken.setdefault(w.plugin, exc)
+            continue
+        fn = wrapped
+        shown = Kernel(fn, w.plugin, w.priority, w.order, label=f"{w.name} -> {shown.name}")
+    slot = fn
+    if key != keys.CPU and key & keys.BACKEND_MASK:
+        slot = _cached((op.name, key, "check", fn), lambda: _device_check(op, key, fn))
+    return shown, slot
+
+
 def _rebuild_op(op):
     all_keys = keys.all_keys()
-    op.winners = {k: _winner(_kernels[op.name, k]) for k in all_keys if _kernels.get((op.name, k))}
+    served = {k: s for k in all_keys if (s := _serve(op, k)) is not None}
+    op.winners = {k: shown for k, (shown, _) in served.items()}
     table = [_missing_kernel(op, 0)]
     mask = 0
     for bit in range(max(all_keys).bit_length()):
         key = 1 << bit
-        layer_off = any(key == keys.LAYER_KEYS[n] for n in _disabled_layers)
+        layer_off = any(key == keys.LAYER_KEYS.get(n) for n in _disabled_layers)
         winner = op.winners.get(key)
-        table.append(winner.fn if winner else _missing_kernel(op, key))
+        kernel = served[key][1] if winner else _missing_kernel(op, key)
+        if "checks" in _disabled_layers:  # Note [Unchecked fast path] (lamina.layers)
+            kernel = getattr(kernel, "unchecked", kernel)
+        table.append(kernel)
         if not layer_off and (winner or key != keys.AUTOGRAD):
+            mask |= key
+        elif layer_off and key == keys.SPARSE:  # Note [Sparse layer off]
+            table[-1] = _sparse_layer_off(op)
             mask |= key
     op.table[:] = table  # in place: bindings may hold the list itself
     op.mask = mask
@@ -150,8 +316,10 @@ def rebuild():
 
 
 def set_layer(name, enabled):
-    if name not in keys.LAYER_KEYS:
-        raise ValueError(f"unknown layer {name!r}; dispatch layers: {', '.join(keys.LAYER_KEYS)}")
+    """Switch a table-level layer: a layer key, or "checks" (kernels' unchecked variants)."""
+    if name not in keys.LAYER_KEYS and name != "checks":
+        raise ValueError(f"unknown layer {name!r}; table layers: "
+                         f"{', '.join([*keys.LAYER_KEYS, 'checks'])}")
     (_disabled_layers.discard if enabled else _disabled_layers.add)(name)
     rebuild()
 
@@ -192,9 +360,11 @@ def dump_table(name):
     rows = []
     for key in keys.all_keys():
         w = op.winners.get(key)
-        if not op.mask & key:
+        if key == keys.SPARSE and "sparse" in _disabled_layers:  # Note [Sparse layer off]
+            rows.append((keys.key_name(key), "[off: RuntimeError]", "", ""))
+        elif not op.mask & key:
             how = "off (fallthrough)" if any(
-                key == keys.LAYER_KEYS[n] for n in _disabled_layers) else "fallthrough"
+                key == keys.LAYER_KEYS.get(n) for n in _disabled_layers) else "fallthrough"
             rows.append((keys.key_name(key), f"[{how}]", "", ""))
         elif w:
             rows.append((keys.key_name(key), w.name, w.plugin, w.priority))

@@ -3,6 +3,7 @@
 arguments — reductions get ``axis`` as a sorted tuple of non-negative ints.
 """
 import builtins
+import functools
 import operator
 
 import numpy as np
@@ -94,8 +95,7 @@ def clip(x, /, min=None, max=None):
 def astype(x, dtype, /, *, copy=True, device=None):
     _require_tensor("astype", x)
     if device is not None and device != x.device:
-        raise ValueError(f"astype: moving between devices is not supported here "
-                         f"({x.device} -> {device})")
+        x, copy = x.to_device(device), False  # a move is a copy already
     return OPERATORS["astype"](x, D.as_dtype(dtype), bool(copy))
 
 
@@ -285,6 +285,19 @@ def vecdot(x1, x2, /, *, axis=-1):
 # ---------------------------------------------------------------- creation
 
 
+def _requires_grad_option(fn):
+    """Add PyTorch's ``requires_grad=False`` keyword to a creation function."""
+    @functools.wraps(fn)
+    def create(*args, requires_grad=False, **kwargs):
+        t = fn(*args, **kwargs)
+        if requires_grad:
+            if args and t is args[0]:  # asarray(tensor) returned its input: do not flag it
+                t = t.detach()
+            t.requires_grad_()
+        return t
+    return create
+
+
 def _device_key(device):
     return keys.device_key("cpu" if device is None else str(device))
 
@@ -295,11 +308,15 @@ def _create(name, *args, device=None):
     return op.table[ks.bit_length()](ks, *args)
 
 
+@_requires_grad_option
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     dtype = None if dtype is None else D.as_dtype(dtype)
     if isinstance(obj, Tensor):
         if device is not None and device != obj.device:
-            return asarray(obj.numpy(), dtype=dtype, device=device, copy=copy)
+            if copy is False:
+                raise ValueError(f"asarray: moving a tensor from {obj.device} to {device} "
+                                 "needs a copy, but copy=False")
+            return asarray(obj.to_device(device), dtype=dtype)
         if dtype is None or dtype is obj.dtype:
             return OPERATORS["copy"](obj) if copy else obj
         if copy is False:
@@ -332,18 +349,22 @@ def _shape(shape):
     return _shape_tuple("shape", shape)
 
 
+@_requires_grad_option
 def empty(shape, *, dtype=None, device=None):
     return _create("empty", _shape(shape), _default_float(dtype), device=device)
 
 
+@_requires_grad_option
 def zeros(shape, *, dtype=None, device=None):
     return full(shape, 0, dtype=_default_float(dtype), device=device)
 
 
+@_requires_grad_option
 def ones(shape, *, dtype=None, device=None):
     return full(shape, 1, dtype=_default_float(dtype), device=device)
 
 
+@_requires_grad_option
 def full(shape, fill_value, *, dtype=None, device=None):
     if dtype is None:
         dtype = D.bool_ if isinstance(fill_value, bool) else D.default_int if isinstance(
@@ -365,26 +386,31 @@ def _like(x, dtype, device):
             x.device if device is None else device)
 
 
+@_requires_grad_option
 def empty_like(x, /, *, dtype=None, device=None):
     shape, dtype, device = _like(x, dtype, device)
     return empty(shape, dtype=dtype, device=device)
 
 
+@_requires_grad_option
 def zeros_like(x, /, *, dtype=None, device=None):
     shape, dtype, device = _like(x, dtype, device)
     return full(shape, 0, dtype=dtype, device=device)
 
 
+@_requires_grad_option
 def ones_like(x, /, *, dtype=None, device=None):
     shape, dtype, device = _like(x, dtype, device)
     return full(shape, 1, dtype=dtype, device=device)
 
 
+@_requires_grad_option
 def full_like(x, /, fill_value, *, dtype=None, device=None):
     shape, dtype, device = _like(x, dtype, device)
     return full(shape, fill_value, dtype=dtype, device=device)
 
 
+@_requires_grad_option
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     if stop is None:
         start, stop = 0, start
@@ -396,6 +422,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     return _create("arange", start, stop, step, D.as_dtype(dtype), device=device)
 
 
+@_requires_grad_option
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
     if operator.index(num) < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
@@ -403,6 +430,7 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
                    device=device)
 
 
+@_requires_grad_option
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
     n_cols = n_rows if n_cols is None else n_cols
     if n_rows < 0 or n_cols < 0:
@@ -427,11 +455,13 @@ def _random(name, shape, dtype, device):
     return _create(name, shape, dtype, random.generator(), device=device)
 
 
+@_requires_grad_option
 def rand(*shape, dtype=None, device=None):
     """Uniform samples in [0, 1): ``lm.rand(2, 3)`` or ``lm.rand((2, 3))``."""
     return _random("rand", shape, dtype, device)
 
 
+@_requires_grad_option
 def randn(*shape, dtype=None, device=None):
     """Standard normal samples: ``lm.randn(2, 3)`` or ``lm.randn((2, 3))``."""
     return _random("randn", shape, dtype, device)

@@ -9,7 +9,6 @@ import numpy as np
 from lamina.dispatch import keys
 from lamina.dispatch.table import OPERATORS
 
-from . import _dtypes
 from ._dtypes import from_numpy
 
 
@@ -38,7 +37,7 @@ _devices = {}
 
 
 def device_of_key(ks):
-    name = next(n for n in keys.devices() if keys.device_key(n) & ks)
+    name = "cpu" if ks & keys.CPU else keys.device_names(ks)[0]
     return _devices.get(name) or _devices.setdefault(name, Device(name))
 
 
@@ -51,7 +50,15 @@ class Tensor:
     is a new tensor), so the fast path may trust them without re-checking ``_data``.
     """
 
-    __slots__ = ("_data", "_flat", "_ks", "_dtype", "_shape", "__weakref__")
+    __slots__ = ("_data", "_flat", "_ks", "_dtype", "_shape", "_grad_fn", "__weakref__",
+                 "__dict__")
+    # Note [Autograd fields]: ``_grad_fn`` is set exactly when the AUTOGRAD bit is
+    # (requires_grad_() sets it to None, recording to the node), so autograd code may
+    # read it on any tensor it enters with, and making other tensors costs nothing for
+    # it. Rarer fields live in the instance __dict__, created only when one is set; the
+    # class attributes below are the defaults every other tensor reads.
+    grad = None
+    _output_nr = 0  # which output of grad_fn this tensor is
     __array_priority__ = 1000
     __array_ufunc__ = None  # ndarray <op> Tensor defers to Tensor's reflected operator
     __hash__ = object.__hash__
@@ -129,24 +136,35 @@ class Tensor:
         return self.numpy().__dlpack_device__()
 
     def to_device(self, device, /, *, stream=None):
+        """This tensor on ``device`` (itself if it is there already). Moves between
+        devices go through the CPU with the devices' converters and never share
+        storage with the source (docs/backends.md)."""
         if device == self.device:
             return self
-        raise ValueError(f"cannot move a tensor from {self.device} to {device!r}: "
-                         f"no transfer is registered")
+        from lamina.backends import move
+        return move(self, device)
+
+    def to(self, device, /):
+        """``t.to("name")``: the same as ``to_device`` (PyTorch spelling)."""
+        return self.to_device(device)
+
+    def _host(self):
+        """The values as a NumPy array: the storage for CPU tensors, a copy otherwise."""
+        return self.numpy() if self._ks & keys.CPU else self.to_device("cpu").numpy()
 
     def item(self):
         if self.size != 1:
             raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
-        return self.numpy().reshape(-1)[0].item()
+        return self._host().reshape(-1)[0].item()
 
     def tolist(self):
-        return self.numpy().tolist()
+        return self._host().tolist()
 
     def _scalar(self, kind):
         if self.ndim != 0:
             raise TypeError(f"only 0-d tensors convert to Python {kind.__name__}, "
                             f"got shape {self.shape}")
-        return kind(self.numpy()[()])
+        return kind(self._host()[()])
 
     def __bool__(self):
         return self._scalar(bool)
@@ -184,6 +202,104 @@ class Tensor:
 
     def __setitem__(self, key, value):
         OPERATORS["setitem"](self, key, value)
+        bump_version(self)
+
+    # ---------------------------------------------------------- sparse COO layout
+    # Note [Sparse tensors] (backends/sparse/storage.py): _ks is CPU | SPARSE, _data a COO.
+    @property
+    def is_sparse(self):
+        return bool(self._ks & keys.SPARSE)
+
+    def to_dense(self):
+        return OPERATORS["to_dense"](self)
+
+    def to_sparse(self):
+        """A sparse COO copy holding the nonzero entries (1-D and 2-D, int and float)."""
+        return OPERATORS["to_sparse"](self)
+
+    def coalesce(self):
+        """Entries sorted row-major, duplicates summed (itself if already coalesced)."""
+        return OPERATORS["coalesce"](self)
+
+    def _coo(self, what):
+        if not self._ks & keys.SPARSE:
+            raise TypeError(f"{what} needs a sparse tensor; this one is dense (see "
+                            "to_sparse())")
+        return self._data
+
+    def is_coalesced(self):
+        return self._coo("is_coalesced()").coalesced
+
+    def indices(self):
+        """The (ndim, nnz) int64 indices as stored (duplicates too), read-only."""
+        view = self._coo("indices()").indices.view()
+        view.flags.writeable = False
+        return from_array(view)
+
+    def values(self):
+        """The (nnz,) values as stored (a view: writing them changes this tensor)."""
+        return from_array(self._coo("values()").values)
+
+    @property
+    def nnz(self):
+        """The number of stored entries (duplicates of an uncoalesced tensor count)."""
+        return self._coo("nnz").values.size
+
+    # ---------------------------------------------------------- autograd
+    @property
+    def requires_grad(self):
+        return bool(self._ks & keys.AUTOGRAD)
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        """Make a leaf tensor record operations for autograd (in place; returns self)."""
+        if not requires_grad:
+            if self.grad_fn is not None:
+                raise RuntimeError("requires_grad_(False) is only allowed on leaf tensors; "
+                                   "use detach() for a non-leaf tensor")
+            self._ks &= ~keys.AUTOGRAD
+            return self
+        if self._dtype.kind != "f":
+            raise TypeError(f"only floating-point tensors can require gradients, got "
+                            f"{self._dtype}")
+        if not self._ks & keys.AUTOGRAD:
+            self._grad_fn = None  # Note [Autograd fields]
+            self._ks |= keys.AUTOGRAD
+        return self
+
+    @property
+    def grad_fn(self):
+        """The node that made this tensor (None for leaves and tensors without grad)."""
+        return getattr(self, "_grad_fn", None) if self._ks & keys.AUTOGRAD else None
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    def detach(self):
+        """A tensor sharing this one's storage, outside the autograd graph."""
+        t = _new(Tensor)
+        t._data, t._flat, t._dtype, t._shape = self._data, self._flat, self._dtype, self._shape
+        t._ks = self._ks & ~keys.AUTOGRAD
+        return t
+
+    def backward(self, gradient=None, retain_graph=False, create_graph=False):
+        from lamina.autograd import engine
+        engine.backward([self], None if gradient is None else [gradient],
+                        retain_graph=retain_graph, create_graph=create_graph)
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a tensor it
+        returns replaces the gradient. Returns a handle with ``remove()``."""
+        from lamina.autograd import graph
+        return graph.register_hook(self, hook)
+
+    @property
+    def _version(self):
+        return version_of(self)
 
     def __getstate__(self):
         return {"data": self.numpy().copy()}
@@ -207,6 +323,15 @@ _new = object.__new__
 def from_array(data, ks=keys.CPU):
     """Wrap a NumPy array (not copied) as a tensor; the general constructor."""
     return _init(_new(Tensor), data, ks)
+
+
+def from_storage(storage, ks, dtype, shape):
+    """A tensor of a non-CPU device: ``storage`` is whatever object its plugin defines
+    (see docs/backends.md); dtype and shape are given, since nothing can be inspected.
+    ``_flat`` is None: the CPU fast path never sees it."""
+    t = _new(Tensor)
+    t._data, t._flat, t._ks, t._dtype, t._shape = storage, None, ks, dtype, tuple(shape)
+    return t
 
 
 def from_flat(flat, shape, dtype, ks=keys.CPU):
@@ -299,8 +424,72 @@ def _inplace(op):
 
     def inplace(self, other):
         binding(self, other)
+        bump_version(self)
         return self
     return inplace
+
+
+# Note [Version counters]: an in-place operation bumps the version of the storage it
+# wrote (the root NumPy array, shared by all views). Autograd records the version of
+# each tensor it saves and compares at backward time, so a saved tensor modified in
+# place is an error, not a silently wrong gradient. Versions only ever grow, and a
+# storage never written has version 0, so nothing is tracked until the first write.
+_versions = {}  # id(root array) -> version
+
+
+def _root(data):
+    while isinstance(data.base, np.ndarray):
+        data = data.base
+    return data
+
+
+def bump_version(t):
+    data = t._data
+    if isinstance(data, np.ndarray):
+        key = id(_root(data))
+        _versions[key] = _versions.get(key, 0) + 1
+
+
+def version_of(t):
+    if not _versions or not isinstance(t._data, np.ndarray):
+        return 0
+    return _versions.get(id(_root(t._data)), 0)
+
+
+def _direct(op, arity):
+    """A binding straight to the CPU kernel, for the "dispatcher" layer switched off."""
+    kernel = op.table[keys.CPU.bit_length()]
+
+    def refuse(args):
+        raise RuntimeError(f"{op.name}: the dispatcher layer is off, so only dense CPU "
+                           f"tensors that do not require grad are accepted (got key sets "
+                           f"{[keys.keyset_names(getattr(a, '_ks', 0)) for a in args]}); "
+                           "use lamina.layers.enable('dispatcher')")
+
+    if arity == 1:
+        def call(x, /):
+            if x._ks != keys.CPU:
+                refuse((x,))
+            return kernel(keys.CPU, x)
+    else:
+        def call(x1, x2, /):
+            try:
+                ks = x1._ks | x2._ks
+            except AttributeError:
+                ks = _scalar_keys(op.name, x1, x2)
+            if ks != keys.CPU:
+                refuse((x1, x2))
+            return kernel(keys.CPU, x1, x2)
+    call.__name__ = call.__qualname__ = op.name
+    return call
+
+
+def install_direct_bindings(namespace):
+    """Bind the elementwise functions and operators straight to the CPU kernels."""
+    for op in OPERATORS.values():
+        if op.kind in ("unary", "binary"):
+            namespace[op.name] = _direct(op, 1 if op.kind == "unary" else 2)
+    _install_dunders(namespace)
 
 
 def install_bindings(namespace):
@@ -310,6 +499,10 @@ def install_bindings(namespace):
             namespace[op.name] = unary_binding(op)
         elif op.kind == "binary":
             namespace[op.name] = binary_binding(op)
+    _install_dunders(namespace)
+
+
+def _install_dunders(namespace):
     for name, dunder in _DUNDERS.items():
         setattr(Tensor, f"__{dunder}__", namespace[name])
         setattr(Tensor, f"__r{dunder}__", _reflected(namespace[name]))
@@ -324,5 +517,3 @@ def install_bindings(namespace):
     Tensor.__rmatmul__ = lambda a, b: (OPERATORS["matmul"](b, a) if isinstance(b, Tensor)
                                        else NotImplemented)
 
-
-_dtypes  # re-exported through lamina

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROOTS = {"lamina": "lamina", "dispatch": "lamina.dispatch", "autograd": "lamina.autograd",
          "backends": "lamina.backends"}
 MODULES = ["lamina.dispatch", "lamina.backends", "lamina.autograd",
-           "lamina.backends.numba_cpu", "lamina.backends.numpy_ref"]
+           "lamina.backends.numba_cpu", "lamina.backends.numpy_ref", "lamina.backends.sparse"]
 
 
 def _setuptools_config():

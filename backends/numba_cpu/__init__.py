@@ -112,6 +112,10 @@ def strided_args(shape, arrays):
 
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
+_SCALAR = {2: K.binary_scalar}
+_PY_SCALARS = (float, int, bool)
+_INT_BOUNDS = [None if d.kind == "f" else (0, 1) if d.kind == "b" else
+               (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) for d in D.ALL]
 _STRIDED_OPERAND = (types.int64, K.INDEX)
 
 
@@ -122,13 +126,15 @@ class Elementwise:
     ``in_dtypes(dtype)`` gives each input's dtype (``where`` takes a bool condition)."""
 
     def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0):
-        self.op, self.arity, self.scalar = op, arity, scalar
+        self.op, self.arity, self.scalar_fn = op, arity, scalar
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
         self.flat = LazyEntries(lambda i: self._compile(_FLAT, i, range))
         self.flat_parallel = LazyEntries(lambda i: self._compile(_FLAT, i, prange))
         self.strided = LazyEntries(lambda i: self._compile(_STRIDED, i, range))
         self.strided_parallel = LazyEntries(lambda i: self._compile(_STRIDED, i, prange))
+        self.scalar = LazyEntries(lambda i: self._compile(_SCALAR, i, range))
+        self.scalar_parallel = LazyEntries(lambda i: self._compile(_SCALAR, i, prange))
         # Note [Fast path]: the result dtype of a call whose inputs all have dtype i and
         # need no promotion, or None where dtype i must go through the general path.
         self.fast_out = []
@@ -145,10 +151,35 @@ class Elementwise:
         ins = [K.array(d.np) for d in self.in_dtypes(comp)]
         if family is _FLAT:
             sig = types.void(*ins, out)
+        elif family is _SCALAR:
+            sig = types.void(ins[0], numba.from_dtype(comp.np), out, types.boolean)
         else:
             sig = types.void(out, *_STRIDED_OPERAND,
                              *[t for a in ins for t in (a, *_STRIDED_OPERAND)], K.INDEX)
-        return K.compile_kernel(family[self.arity], (self.scalar(comp), loop), sig)
+        return K.compile_kernel(family[self.arity], (self.scalar_fn(comp), loop), sig)
+
+    def with_scalar(self, a, b):
+        """Note [Scalar fast path]: a contiguous tensor and a Python scalar whose weak
+        promotion keeps the tensor's dtype (``x * 2.0`` on floats, ``i + 1`` on ints in
+        range): one flat loop with the scalar passed as a kernel argument, converted to
+        the dtype by the entry point. Anything else returns None: the general path."""
+        first = type(a) in _PY_SCALARS
+        t, v = (b, a) if first else (a, b)
+        if type(v) not in _PY_SCALARS or t.__class__ is not Tensor or t._flat is None:
+            return None
+        dt = t._dtype
+        bounds = _INT_BOUNDS[dt.index]
+        if type(v) is float and dt.kind != "f" or type(v) is int and (
+                bounds is None or not bounds[0] <= v <= bounds[1]):
+            return None  # promotion, or an OverflowError: the general path says which
+        out_dt = self.fast_out[dt.index]
+        if out_dt is None:
+            return None
+        f = t._flat
+        out = empty(f.size, out_dt.np)
+        (self.scalar if f.size < _parallel_min else self.scalar_parallel)[dt.index](
+            f, v, out, first)
+        return from_flat(out, t._shape, out_dt)
 
     def general(self, args, target=None, op=None):
         """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op
@@ -164,7 +195,10 @@ class Elementwise:
         else:
             S.inplace_check(op, target, res, shape)
             out = target._data
-            arrays = [a.copy() if np.may_share_memory(a, out) else a for a in arrays]
+            # the target itself is read and written at the same index: no copy needed
+            # (copying it made every ``x += y`` allocate a temporary of x's size)
+            arrays = [a.copy() if a is not out and np.may_share_memory(a, out) else a
+                      for a in arrays]
         self.run(comp, out, arrays)
         return target if target is not None else from_array(out)
 
@@ -217,9 +251,26 @@ def binary_kernel(ew):
                     t._ks, t._dtype, t._shape = CPU, out_dt, shape
                     return t
         except AttributeError:  # a Python scalar operand
-            pass
+            out = ew.with_scalar(a, b)
+            if out is not None:
+                return out
         return ew.general((a, b))
+
+    def unchecked(ks, a, b):
+        # Note [Unchecked fast path]: the "checks" layer switched off (lamina.layers):
+        # no shape, contiguity or promotion decisions, only what keeps memory safe
+        # (equal sizes and dtypes; the entry point rejects a non-array, i.e. None).
+        fa, fb, dt = a._flat, b._flat, a._dtype
+        if fa is None or fb is None or fa.size != fb.size or dt is not b._dtype:
+            raise ValueError(f"{ew.op.name}: with the checks layer off, both inputs must "
+                             "be contiguous tensors of one size and dtype")
+        out = empty(fa.size, dt.np)
+        flat[dt.index](fa, fb, out)
+        return from_flat(out, a._shape, fast_out[dt.index] or dt)
+
     kernel.__qualname__ = kernel.__name__ = ew.op.name
+    kernel.unchecked = unchecked
+    kernel.elementwise = ew  # for the overhead tool's raw-kernel row
     return kernel
 
 

@@ -346,6 +346,20 @@ def binary_flat(fn, loop):
     return kernel
 
 
+def binary_scalar(fn, loop):
+    """A contiguous tensor with a scalar (``x * 2.0``, ``2.0 - x``): ``v`` is the
+    scalar, already of the tensor's dtype (the entry point converts the Python number),
+    ``scalar_first`` says on which side of ``fn`` it goes."""
+    def kernel(a, v, out, scalar_first):
+        if scalar_first:
+            for i in loop(out.size):
+                out[i] = fn(v, a[i])
+        else:
+            for i in loop(out.size):
+                out[i] = fn(a[i], v)
+    return kernel
+
+
 def ternary_flat(fn, loop):
     def kernel(a, b, c, out):
         for i in loop(out.size):

@@ -11,9 +11,13 @@ from lamina import _dtypes as D
 from lamina._tensor import from_array
 from lamina.backends.hookspecs import hookimpl
 from lamina.backends import setup as S
+from lamina.dispatch import keys
 from lamina.dispatch.table import OPERATORS
 
 PRIORITY = -10  # below numba_cpu: a fallback, unless selected with lm.backends.use
+# A view keeps its base's device (and sparse) keys but not AUTOGRAD: only the autograd
+# layer marks results as requiring grad (Note [Autograd fields]).
+_NO_AUTOGRAD = ~keys.AUTOGRAD
 
 _NUMPY_NAMES = {"abs": "absolute", "bitwise_invert": "invert", "pow": "power",
                 "asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
@@ -80,6 +84,23 @@ def astype(ks, x, dtype, copy):
 
 def copy(ks, x):
     return from_array(x._data.copy())
+
+
+# sparse layout: these serve dense inputs; sparse ones go to the sparse layer
+
+
+def to_dense(ks, x):
+    return x  # already dense
+
+
+def to_sparse(ks, x):
+    from lamina.backends.sparse.storage import from_dense
+    return from_dense(x._data, x._shape)
+
+
+def coalesce(ks, x):
+    raise TypeError("coalesce: expected a sparse tensor, got a dense one (make one with "
+                    "to_sparse() or lamina.sparse_coo_tensor)")
 
 
 # ---------------------------------------------------------------- reductions
@@ -150,12 +171,12 @@ def reshape(ks, x, shape, copy):
     if copy is False and not np.shares_memory(data, x._data) and data.size:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} with "
                          f"strides {x._data.strides} to {shape} without copying (copy=False)")
-    return from_array(data, x._ks)
+    return from_array(data, x._ks & _NO_AUTOGRAD)
 
 
 def _view(fn):
     def kernel(ks, x, *args):
-        return from_array(fn(x._data, *args), x._ks)
+        return from_array(fn(x._data, *args), x._ks & _NO_AUTOGRAD)
     kernel.__name__ = kernel.__qualname__ = fn.__name__
     return kernel
 
@@ -190,7 +211,7 @@ def getitem(ks, x, key):
     if not isinstance(out, np.ndarray):  # an integer per dim gives a NumPy scalar (a
         # copy); with a trailing Ellipsis NumPy gives a 0-d view instead, as PyTorch does
         out = x._data[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
-    return from_array(out, x._ks)
+    return from_array(out, x._ks & _NO_AUTOGRAD)
 
 
 def _unwrap_index(key):
@@ -232,7 +253,7 @@ def split(ks, x, sections, axis):
             raise ValueError(f"split: sections {list(sections)} sum to {sum(sections)}, "
                              f"but axis {axis} has size {n}")
         bounds = list(np.cumsum(sections)[:-1])
-    return tuple(from_array(p, x._ks) for p in np.split(x._data, bounds, axis=axis))
+    return tuple(from_array(p, x._ks & _NO_AUTOGRAD) for p in np.split(x._data, bounds, axis=axis))
 
 
 def _join(npfn, name):
@@ -333,5 +354,5 @@ def lamina_register_kernels(registry):
         register(fn.__name__, _view(fn))
     for fn in (clip, where, astype, copy, reshape, getitem, setitem, split, concat, stack,
                matmul, tensordot, vecdot, full, empty, arange, linspace, eye, from_host,
-               rand, randn):
+               rand, randn, to_dense, to_sparse, coalesce):
         register(fn.__name__, fn)

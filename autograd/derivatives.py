@@ -1,0 +1,316 @@
+"""Derivative formulas of every differentiable operator, one line each (the role of
+PyTorch's derivatives.yaml).
+
+A formula ``f(g, r, n, *args)`` gets the output gradient ``g`` (a list of them for
+several outputs), the result ``r`` (only where ``uses_result``), ``n`` (per argument:
+does it need a gradient) and the call's arguments as the backend kernel got them;
+tensor arguments a formula does not list in ``saves`` arrive as None (with ``saves=()``,
+the default, every argument does, non-tensors too: list the index of an axis a formula
+needs). It returns one gradient per argument (per tensor of the list, for concat and stack), written
+with lamina operators, so formulas run on every device and can themselves be
+differentiated (``create_graph=True``). ``n[i] and expr`` skips work nobody needs.
+The engine reduces broadcast gradients to each input's shape and casts them to its
+dtype, so formulas may return broadcast-shaped gradients.
+"""
+import math
+
+import lamina as lm
+
+
+class Derivative:
+    __slots__ = ("name", "formula", "saves", "uses_result", "list_input")
+
+    def __init__(self, name, formula, saves=(), uses_result=False):
+        self.name, self.formula = name, formula
+        self.saves = saves  # indices of saved arguments; None saves them all
+        self.uses_result = uses_result
+        self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
+
+
+def _zero(g):
+    return lm.zeros_like(g)
+
+
+def _expand_reduced(g, shape, axis, keepdims):
+    """A reduction's gradient broadcast back to the input's shape."""
+    if not keepdims:
+        g = lm.reshape(g, tuple(1 if i in axis else s for i, s in enumerate(shape)))
+    return lm.broadcast_to(g, shape)
+
+
+def _maximum_mask(a, b, dtype):
+    # Ties share the gradient equally, as in PyTorch. (Not nested where()s: the inner
+    # one would get two Python scalars and no tensor to take its dtype from.)
+    return lm.astype(a > b, dtype) + lm.astype(a == b, dtype) * 0.5
+
+
+def _pow_exponent(g, a, b):
+    """d(a ** b)/db = a ** b * log(a), taken as 0 where a <= 0; ``a`` may be a Python
+    scalar (``2.0 ** x``)."""
+    if not isinstance(a, lm.Tensor):
+        return g * (a ** b * math.log(a)) if a > 0 else _zero(g)
+    positive = a > 0
+    return g * lm.where(positive, a ** b * lm.log(lm.where(positive, a, 1.0)), 0.0)
+
+
+def _matmul(g, r, n, a, b):
+    a2 = lm.expand_dims(a, axis=0) if a.ndim == 1 else a
+    b2 = lm.expand_dims(b, axis=-1) if b.ndim == 1 else b
+    g2 = g
+    if b.ndim == 1:  # first: for vector @ vector, g is 0-d
+        g2 = lm.expand_dims(g2, axis=-1)
+    if a.ndim == 1:
+        g2 = lm.expand_dims(g2, axis=-2)
+    ga = n[0] and _sum_to(lm.matmul(g2, lm.matrix_transpose(b2)), a2.shape)
+    gb = n[1] and _sum_to(lm.matmul(lm.matrix_transpose(a2), g2), b2.shape)
+    return (n[0] and lm.reshape(ga, a.shape), n[1] and lm.reshape(gb, b.shape))
+
+
+def _sum_to(g, shape):
+    """Sum ``g`` down to ``shape`` (undoing broadcasting)."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    g = lm.sum(g, axis=axes, keepdims=True) if axes else g
+    return lm.reshape(g, shape)
+
+
+def _tensordot(g, r, n, a, b, axes):
+    a_axes, b_axes = axes
+    free_a = [d for d in range(a.ndim) if d not in a_axes]
+    free_b = [d for d in range(b.ndim) if d not in b_axes]
+    ga = gb = None
+    if n[0]:
+        # g (free_a + free_b) . b over free_b -> free_a + b's contracted axes, sorted
+        t = lm.tensordot(g, b, axes=(tuple(range(len(free_a), g.ndim)), tuple(free_b)))
+        order = free_a + [a_axes[b_axes.index(d)] for d in sorted(b_axes)]
+        ga = lm.permute_dims(t, tuple(order.index(d) for d in range(a.ndim)))
+    if n[1]:
+        t = lm.tensordot(a, g, axes=(tuple(free_a), tuple(range(len(free_a)))))
+        order = [b_axes[a_axes.index(d)] for d in sorted(a_axes)] + free_b
+        gb = lm.permute_dims(t, tuple(order.index(d) for d in range(b.ndim)))
+    return ga, gb
+
+
+def _prod(g, r, n, x, axis, dtype, keepdims):
+    shape = x.shape
+    g = _expand_reduced(g, shape, axis, keepdims)
+    r = _expand_reduced(lm.prod(x, axis=axis, keepdims=True), shape, axis, True)
+    zero = x == 0
+    nonzero_prod = lm.prod(lm.where(zero, 1.0, x), axis=axis, keepdims=True)
+    zeros = lm.sum(zero, axis=axis, keepdims=True)
+    if lm.autograd.is_grad_enabled() and x.requires_grad and lm.max(zeros).item() > 1:
+        # create_graph with two zeros in a slice: the gradient is 0 there, but not its
+        # derivative (the product of the other elements), which the masks would lose
+        return (g * _prod_others(x, axis),)
+    at_zero = lm.where(zeros == 1, nonzero_prod, 0.0)
+    return (g * lm.where(zero, at_zero, r / lm.where(zero, 1.0, x)),)
+
+
+def _prod_others(x, axis):
+    """For each element, the product of the others of its slice along ``axis``, as a
+    differentiable expression (an (n, n) where() per slice: create_graph only)."""
+    keep = [d for d in range(x.ndim) if d not in axis]
+    order = keep + list(axis)
+    lead = tuple(x.shape[d] for d in keep)
+    count = math.prod(x.shape[d] for d in axis)
+    rows = lm.reshape(lm.permute_dims(x, tuple(order)), lead + (1, count))
+    others = lm.prod(lm.where(lm.eye(count, dtype=lm.bool), 1.0, rows), axis=-1)
+    others = lm.reshape(others, lead + tuple(x.shape[d] for d in axis))
+    return lm.permute_dims(others, tuple(order.index(d) for d in range(x.ndim)))
+
+
+def _var(g, r, n, x, axis, keepdims, correction):
+    count = math.prod(x.shape[d] for d in axis)
+    mean = lm.mean(x, axis=axis, keepdims=True)
+    return (_expand_reduced(g, x.shape, axis, keepdims) * 2.0 * (x - mean)
+            / (count - correction),)
+
+
+def _std(g, r, n, x, axis, keepdims, correction):
+    count = math.prod(x.shape[d] for d in axis)
+    mean = lm.mean(x, axis=axis, keepdims=True)
+    r = _expand_reduced(r, x.shape, axis, keepdims)
+    return (_expand_reduced(g, x.shape, axis, keepdims) * (x - mean)
+            / ((count - correction) * r),)
+
+
+def _extreme(g, r, n, x, axis, keepdims):
+    # Ties share the gradient evenly (PyTorch's amax/amin).
+    mask = lm.astype(x == _expand_reduced(r, x.shape, axis, keepdims), x.dtype)
+    return (_expand_reduced(g, x.shape, axis, keepdims) * mask
+            / lm.sum(mask, axis=axis, keepdims=True),)
+
+
+def _getitem(g, r, n, x, key):
+    out = lm.zeros(x.shape, dtype=g.dtype)
+    if g.requires_grad:  # create_graph: the gradient must be differentiable in g
+        return (_index_add_differentiable(out, key, g),)
+    _index_add(out, key, g)
+    return (out,)
+
+
+def _index_add_differentiable(out, key, g):
+    """zeros[key] += g with lamina operators: setitem where no element is selected twice,
+    else a one-hot matrix times g (np.add.at would cut the graph)."""
+    import numpy as np
+    from lamina.backends.numpy_ref import _unwrap_index
+    np_key = _unwrap_index(key)
+    picks = np.zeros(out.shape, dtype=np.int64)
+    np.add.at(picks, np_key, 1)
+    if picks.max(initial=0) <= 1:
+        out[key] = g
+        return out
+    idx = np.arange(out.size).reshape(out.shape)[np_key].reshape(-1)
+    onehot = np.zeros((out.size, idx.size))
+    onehot[idx, np.arange(idx.size)] = 1.0
+    flat = lm.matmul(lm.asarray(onehot, dtype=g.dtype), lm.reshape(g, (-1,)))
+    return lm.reshape(flat, out.shape)
+
+
+def _index_add(out, key, g):
+    """out[key] += g, also where an integer index repeats (basic keys are views)."""
+    import numpy as np
+    from lamina.backends.numpy_ref import _unwrap_index
+    np.add.at(out.numpy(), _unwrap_index(key), g.numpy())
+
+
+def _setitem(g, r, n, x, key, value):
+    gx = None
+    if n[0]:
+        gx = lm.asarray(g, copy=True)
+        gx[key] = 0.0
+    return (gx, None, n[2] and _sum_to(g[key], value.shape))
+
+
+def _split(gs, r, n, x, sections, axis):
+    size = x.shape[axis]
+    sizes = ([min(sections, size - i) for i in range(0, size, sections)]
+             if isinstance(sections, int) else list(sections))
+    pieces = []
+    for g, s in zip(gs, sizes):
+        shape = x.shape[:axis] + (s,) + x.shape[axis + 1:]
+        pieces.append(lm.zeros(shape, dtype=x.dtype) if g is None else g)
+    return (lm.concat(pieces, axis=axis),)
+
+
+def _concat(g, r, n, arrays, axis):
+    sizes = [a.shape[axis] for a in arrays]
+    return lm.split(g, sizes, axis=axis)
+
+
+def _stack(g, r, n, arrays, axis):
+    return lm.unstack(g, axis=axis)
+
+
+def _clip(g, r, n, x, lo, hi):
+    inside = lm.ones_like(x, dtype=lm.bool)
+    if lo is not None:
+        inside = lm.logical_and(inside, x >= lo)
+    if hi is not None:
+        inside = lm.logical_and(inside, x <= hi)
+    return (g * lm.astype(inside, g.dtype), n[1] and g * lm.astype(x < lo, g.dtype),
+            n[2] and g * lm.astype(x > hi, g.dtype))
+
+
+def _where(g, r, n, c, x1, x2):
+    return (None, n[1] and lm.where(c, g, 0.0), n[2] and lm.where(c, 0.0, g))
+
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+D = Derivative
+DERIVATIVES = {d.name: d for d in [
+    # elementwise, binary
+    D("add", lambda g, r, n, a, b: (g, g)),
+    D("subtract", lambda g, r, n, a, b: (g, n[1] and -g)),
+    D("multiply", lambda g, r, n, a, b: (n[0] and g * b, n[1] and g * a), saves=(0, 1)),
+    D("divide", lambda g, r, n, a, b: (n[0] and g / b, n[1] and -g * a / (b * b)),
+      saves=(0, 1)),
+    D("pow", lambda g, r, n, a, b: (n[0] and g * b * a ** (b - 1),
+                                    n[1] and _pow_exponent(g, a, b)), saves=(0, 1)),
+    D("maximum", lambda g, r, n, a, b: (n[0] and g * _maximum_mask(a, b, g.dtype),
+                                        n[1] and g * _maximum_mask(b, a, g.dtype)),
+      saves=(0, 1)),
+    D("minimum", lambda g, r, n, a, b: (n[0] and g * _maximum_mask(b, a, g.dtype),
+                                        n[1] and g * _maximum_mask(a, b, g.dtype)),
+      saves=(0, 1)),
+    D("floor_divide", lambda g, r, n, a, b: (n[0] and _zero(g), n[1] and _zero(g))),
+    D("remainder", lambda g, r, n, a, b: (n[0] and g, n[1] and -g * lm.floor_divide(a, b)),
+      saves=(0, 1)),
+    D("atan2", lambda g, r, n, a, b: (n[0] and g * b / (a * a + b * b),
+                                      n[1] and -g * a / (a * a + b * b)), saves=(0, 1)),
+    D("hypot", lambda g, r, n, a, b: (n[0] and g * a / r, n[1] and g * b / r),
+      saves=(0, 1), uses_result=True),
+    D("copysign", lambda g, r, n, a, b: (
+        n[0] and g * lm.where(a == 0, 0.0, lm.sign(a) * lm.sign(r)), n[1] and _zero(g)),
+      saves=(0,), uses_result=True),
+    D("logaddexp", lambda g, r, n, a, b: (n[0] and g * lm.exp(a - r),
+                                          n[1] and g * lm.exp(b - r)),
+      saves=(0, 1), uses_result=True),
+    # elementwise, unary
+    D("abs", lambda g, r, n, x: (g * lm.sign(x),), saves=(0,)),
+    D("negative", lambda g, r, n, x: (-g,)),
+    D("positive", lambda g, r, n, x: (g,)),
+    D("square", lambda g, r, n, x: (2.0 * g * x,), saves=(0,)),
+    *[D(name, lambda g, r, n, x: (_zero(g),)) for name in
+      ("sign", "floor", "ceil", "round", "trunc")],
+    D("exp", lambda g, r, n, x: (g * r,), uses_result=True),
+    D("expm1", lambda g, r, n, x: (g * (r + 1.0),), uses_result=True),
+    D("log", lambda g, r, n, x: (g / x,), saves=(0,)),
+    D("log1p", lambda g, r, n, x: (g / (x + 1.0),), saves=(0,)),
+    D("log2", lambda g, r, n, x: (g / (x * _LN2),), saves=(0,)),
+    D("log10", lambda g, r, n, x: (g / (x * _LN10),), saves=(0,)),
+    D("sqrt", lambda g, r, n, x: (g / (2.0 * r),), uses_result=True),
+    D("sin", lambda g, r, n, x: (g * lm.cos(x),), saves=(0,)),
+    D("cos", lambda g, r, n, x: (-g * lm.sin(x),), saves=(0,)),
+    D("tan", lambda g, r, n, x: (g * (1.0 + r * r),), uses_result=True),
+    D("asin", lambda g, r, n, x: (g / lm.sqrt(1.0 - x * x),), saves=(0,)),
+    D("acos", lambda g, r, n, x: (-g / lm.sqrt(1.0 - x * x),), saves=(0,)),
+    D("atan", lambda g, r, n, x: (g / (1.0 + x * x),), saves=(0,)),
+    D("sinh", lambda g, r, n, x: (g * lm.cosh(x),), saves=(0,)),
+    D("cosh", lambda g, r, n, x: (g * lm.sinh(x),), saves=(0,)),
+    D("tanh", lambda g, r, n, x: (g * (1.0 - r * r),), uses_result=True),
+    D("asinh", lambda g, r, n, x: (g / lm.sqrt(x * x + 1.0),), saves=(0,)),
+    D("acosh", lambda g, r, n, x: (g / lm.sqrt(x * x - 1.0),), saves=(0,)),
+    D("atanh", lambda g, r, n, x: (g / (1.0 - x * x),), saves=(0,)),
+    D("clip", _clip, saves=None),
+    D("where", _where, saves=(0,)),
+    D("astype", lambda g, r, n, x, dtype, copy: (g,)),
+    D("copy", lambda g, r, n, x: (g,)),
+    # reductions
+    D("sum", lambda g, r, n, x, axis, dtype, keepdims: (
+        _expand_reduced(g, x.shape, axis, keepdims),), saves=(0,)),
+    D("mean", lambda g, r, n, x, axis, keepdims: (
+        _expand_reduced(g, x.shape, axis, keepdims)
+        / float(math.prod(x.shape[d] for d in axis)),), saves=(0,)),
+    D("prod", _prod, saves=(0,)),
+    D("var", _var, saves=(0,)),
+    D("std", _std, saves=(0,), uses_result=True),
+    D("max", _extreme, saves=(0,), uses_result=True),
+    D("min", _extreme, saves=(0,), uses_result=True),
+    # linear algebra
+    D("matmul", _matmul, saves=(0, 1)),
+    D("tensordot", _tensordot, saves=(0, 1)),
+    D("vecdot", lambda g, r, n, a, b, axis: (
+        n[0] and lm.expand_dims(g, axis=axis) * b,
+        n[1] and lm.expand_dims(g, axis=axis) * a), saves=(0, 1)),
+    # views and manipulation
+    D("reshape", lambda g, r, n, x, shape, copy: (lm.reshape(g, x.shape),), saves=(0,)),
+    # saves=(1,) keeps the non-tensor argument (axes, axis): with saves=() the recorder
+    # passes every argument as None, non-tensors too
+    D("permute_dims", lambda g, r, n, x, axes: (
+        lm.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),), saves=(1,)),
+    D("matrix_transpose", lambda g, r, n, x: (lm.matrix_transpose(g),)),
+    D("expand_dims", lambda g, r, n, x, axis: (lm.squeeze(g, axis=axis),), saves=(1,)),
+    D("squeeze", lambda g, r, n, x, axis: (lm.reshape(g, x.shape),), saves=(0,)),
+    D("flip", lambda g, r, n, x, axis: (lm.flip(g, axis=axis),), saves=(1,)),
+    D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
+    D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
+    D("setitem", _setitem, saves=(1, 2)),
+    D("split", _split, saves=(0,)),
+    D("concat", _concat, saves=None),
+    D("stack", _stack, saves=None),
+]}

@@ -1,0 +1,207 @@
+"""The backward engine: an iterative topological traversal (no recursion, so a
+100,000-node chain works) that runs each node's formula once all the gradients flowing
+into it have arrived."""
+from collections import deque
+
+import lamina as lm
+
+from . import grad_mode
+from .graph import AccumulateGrad, edge
+
+
+def _dependencies(roots):
+    """How many edges point into each node reachable from ``roots``."""
+    deps = {}
+    seen = set()
+    stack = [n for n in roots]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for n in node.next_nodes:
+            if n is not None:
+                deps[n] = deps.get(n, 0) + 1
+                stack.append(n)
+    return deps
+
+
+def _check_versions(node):
+    from lamina._tensor import version_of
+    for t, v in node.versions:
+        now = version_of(t)
+        if now != v:
+            raise RuntimeError(
+                f"one of the tensors needed to compute the gradient of {node.name} has "
+                f"been modified by an in-place operation: a tensor of shape {t.shape} is "
+                f"at version {now}; expected version {v}. Clone it before modifying it, "
+                "or modify it after backward.")
+
+
+def _conform(g, shape, dtype):
+    """A formula's gradient reduced to the input's shape and cast to its dtype."""
+    if shape is not None and g.shape != shape:
+        from .derivatives import _sum_to
+        g = _sum_to(g, shape)
+    if dtype is not None and g.dtype is not dtype:
+        g = lm.astype(g, dtype)
+    return g
+
+
+def _accumulate(buffers, key, n_outputs, nr, g):
+    buf = buffers.get(key)
+    if buf is None:
+        buf = buffers[key] = [None] * n_outputs
+    buf[nr] = g if buf[nr] is None else buf[nr] + g
+
+
+def _run_hooks(node, grads):
+    for nr, hook in list(node.hooks.values()):
+        g = grads[nr]
+        if g is not None:
+            new = hook(g)
+            if new is not None:
+                grads[nr] = new
+
+
+def run(roots, root_grads, retain_graph, create_graph, capture=None):
+    """Propagate ``root_grads`` from the ``roots`` edges backwards.
+
+    Without ``capture`` the gradients of leaves accumulate into ``.grad``; with it (a
+    dict edge -> None) they are collected there instead and leaves are left alone."""
+    root_nodes = [e[0] for e in roots]
+    deps = _dependencies(root_nodes)
+    buffers = {}
+    for (node, nr), g in zip(roots, root_grads):
+        _accumulate(buffers, node, node.n_outputs, nr, g)
+    ready = deque(n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0)
+    with grad_mode.set_grad_enabled(create_graph):
+        while ready:
+            node = ready.popleft()
+            grads = buffers.pop(node)
+            if node.hooks:
+                _run_hooks(node, grads)
+            if capture is not None:
+                for nr in range(node.n_outputs):
+                    if (node, nr) in capture and grads[nr] is not None:
+                        capture[node, nr] = grads[nr]
+            if isinstance(node, AccumulateGrad):
+                if capture is None:
+                    leaf, g = node.variable, grads[0]
+                    g = g if create_graph else g.detach()
+                    # The first gradient is copied: g may be the caller's gradient=, be
+                    # shared with another leaf (add passes g on to both inputs) or be a
+                    # read-only broadcast view; .grad must own its storage.
+                    leaf.grad = lm.asarray(g, copy=True) if leaf.grad is None else leaf.grad + g
+                continue
+            nrs = node.next_nrs or _ZEROS
+            for nxt, nr, g in zip(node.next_nodes, nrs, _apply(node, grads, retain_graph)):
+                if nxt is None:
+                    continue
+                if g is not None and g is not False:
+                    _accumulate(buffers, nxt, nxt.n_outputs, nr, g)
+                deps[nxt] -= 1
+                if deps[nxt] == 0:
+                    if nxt in buffers:
+                        ready.append(nxt)
+                    else:
+                        _skip(nxt, deps, buffers, ready)
+
+
+def _skip(node, deps, buffers, ready):
+    """A node that received no gradient at all: release its dependents too."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for nxt in n.next_nodes:
+            if nxt is None:
+                continue
+            deps[nxt] -= 1
+            if deps[nxt] == 0:
+                (ready.append if nxt in buffers else stack.append)(nxt)
+
+
+def _apply(node, grads, retain_graph):
+    if node.saved is _FREED:
+        raise RuntimeError(
+            f"trying to backward through {node.name} a second time, but its saved "
+            "tensors were freed after the first backward; pass retain_graph=True to the "
+            "first backward (or grad) if you need to go through the graph twice")
+    _check_versions(node)
+    d = node.derivative
+    g = grads if node.n_outputs > 1 else grads[0]
+    if g is None:
+        return [None] * len(node.next_nodes)
+    result = None
+    if node.result is not None:
+        ref, alias = node.result
+        result = ref() if grad_mode.state.enabled and ref() is not None else alias
+    needs = [n is not None for n in node.next_nodes]
+    out = d.formula(g, result, needs, *node.saved)
+    if not retain_graph:
+        node.saved, node.versions, node.result = _FREED, (), None
+    if node.shapes is None and node.dtypes is None:
+        return out
+    shapes = node.shapes or (None,) * len(out)
+    dtypes = node.dtypes or (None,) * len(out)
+    return [gi if gi is None or gi is False else _conform(gi, shape, dt)
+            for gi, shape, dt in zip(out, shapes, dtypes)]
+
+
+_FREED = ("freed",)
+_ZEROS = (0,) * 64
+
+
+def _root_grads(tensors, grads):
+    out = []
+    for t, g in zip(tensors, grads or [None] * len(tensors)):
+        if not t.requires_grad:
+            raise RuntimeError("element of the outputs does not require grad and has no "
+                               "grad_fn (did you call backward on a tensor computed under "
+                               "no_grad, or forget requires_grad=True?)")
+        if g is None:
+            if t.size != 1:
+                raise RuntimeError(f"grad can be implicitly created only for outputs with "
+                                   f"one element; this one has shape {t.shape}: pass "
+                                   "gradient=")
+            g = lm.ones_like(t)
+        elif not isinstance(g, lm.Tensor):
+            g = lm.asarray(g, dtype=t.dtype)
+        if g.shape != t.shape:
+            raise ValueError(f"gradient has shape {g.shape}, but the output has shape "
+                             f"{t.shape}")
+        out.append(g)
+    return out
+
+
+def backward(tensors, grad_tensors=None, retain_graph=False, create_graph=False):
+    grads = _root_grads(tensors, grad_tensors)
+    run([edge(t) for t in tensors], grads, retain_graph or create_graph, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False):
+    """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated)."""
+    single = isinstance(outputs, lm.Tensor)
+    outputs = [outputs] if single else list(outputs)
+    inputs_single = isinstance(inputs, lm.Tensor)
+    inputs = [inputs] if inputs_single else list(inputs)
+    if grad_outputs is not None and isinstance(grad_outputs, lm.Tensor):
+        grad_outputs = [grad_outputs]
+    grads = _root_grads(outputs, grad_outputs)
+    for t in inputs:
+        if not t.requires_grad:
+            raise RuntimeError(f"an input (shape {t.shape}) does not require grad")
+    capture = {edge(t): None for t in inputs}
+    retain = create_graph if retain_graph is None else retain_graph
+    run([edge(t) for t in outputs], grads, retain, create_graph, capture)
+    result = []
+    for t in inputs:
+        g = capture[edge(t)]
+        if g is None and not allow_unused:
+            raise RuntimeError(f"one of the inputs (shape {t.shape}) was not used to compute "
+                               "the outputs; pass allow_unused=True to get None for it")
+        if g is not None and not create_graph:
+            g = g.detach()
+        result.append(g)
+    return tuple(result)

@@ -1,0 +1,194 @@
+"""The autograd graph: nodes recorded by the layer's kernels.
+
+Note [Graph ownership]: edges point backwards only. An output tensor owns its
+``grad_fn`` node; a node owns the tensors it saved and the nodes of its inputs; a leaf's
+AccumulateGrad node owns the leaf, and the leaf only holds a weak reference back. A
+node never holds its own output strongly (a weakref, plus a detached alias of the
+result for formulas that use it), so there are no reference cycles: a graph is freed
+by reference counting the moment its last output goes, without the garbage collector.
+"""
+import weakref
+
+from lamina._tensor import Tensor, version_of
+from lamina.dispatch import keys
+
+AUTOGRAD = keys.AUTOGRAD
+
+
+class Node:
+    """One recorded operation: its derivative formula, saved arguments, and edges.
+
+    ``next_nodes[i]`` is the node the gradient of argument i (of the i-th tensor of
+    the list argument, for concat and stack) flows into, or None; ``next_nrs[i]`` is
+    which of that node's outputs it is (None when all are 0)."""
+
+    __slots__ = ("derivative", "next_nodes", "next_nrs", "saved", "versions", "shapes",
+                 "dtypes", "result", "hooks", "n_outputs", "__weakref__")
+
+    @property
+    def name(self):
+        return self.derivative.name
+
+    @property
+    def edges(self):
+        nrs = self.next_nrs or (0,) * len(self.next_nodes)
+        return tuple(None if n is None else (n, nr) for n, nr in zip(self.next_nodes, nrs))
+
+    next_functions = edges
+
+    def register_hook(self, hook):
+        if self.hooks is None:
+            self.hooks = {}
+        return _Handle(self.hooks, hook)
+
+    def __repr__(self):
+        return f"<{self.derivative.name}_backward>"
+
+
+class AccumulateGrad:
+    """The node that ends every path at a leaf: it adds the gradient to ``leaf.grad``."""
+
+    __slots__ = ("variable", "hooks", "__weakref__")
+    n_outputs = 1
+    next_nodes = edges = next_functions = ()
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.hooks = None
+
+    name = "AccumulateGrad"
+    register_hook = Node.register_hook
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
+
+
+class _Handle:
+    _next = 0
+
+    def __init__(self, hooks, hook):
+        _Handle._next += 1
+        self.hooks, self.id = hooks, _Handle._next
+        hooks[self.id] = hook
+
+    def remove(self):
+        self.hooks.pop(self.id, None)
+
+
+def grad_accumulator(leaf):
+    """The leaf's AccumulateGrad node, shared by every edge into the leaf."""
+    ref = leaf.__dict__.get("_accumulator")
+    if ref is not None:
+        acc = ref()
+        if acc is not None:
+            return acc
+    acc = AccumulateGrad(leaf)
+    acc.hooks = leaf.__dict__.get("_leaf_hooks")  # hooks outlive accumulators
+    leaf._accumulator = weakref.ref(acc)
+    return acc
+
+
+def edge(t):
+    """(node, output number) a gradient for tensor ``t`` flows into, or None."""
+    if t is None or not t._ks & AUTOGRAD:
+        return None
+    fn = t._grad_fn
+    if fn is None:
+        return (grad_accumulator(t), 0)
+    return (fn, t._output_nr)
+
+
+def register_hook(t, hook):
+    """Hooks run on the gradient of ``t`` when it is computed (Tensor.register_hook)."""
+    if not t._ks & AUTOGRAD:
+        raise RuntimeError("cannot register a hook on a tensor that does not require grad")
+    node, nr = edge(t)
+    if isinstance(node, AccumulateGrad) and node.hooks is None:
+        # A leaf's hooks live on the leaf, shared with every accumulator made for it
+        # (holding the accumulator, which owns the leaf, would be a reference cycle).
+        node.hooks = t.__dict__.setdefault("_leaf_hooks", {})
+    return node.register_hook((nr, hook))
+
+
+def slots(args):
+    """The tensors a node's gradients are for: one slot per argument (None for
+    non-tensors), or one per tensor of the list argument of concat and stack."""
+    if args and type(args[0]) in (list, tuple):
+        return list(args[0])
+    return [a if isinstance(a, Tensor) else None for a in args]
+
+
+def record(derivative, args, outputs):
+    """Make the node of one call and mark ``outputs`` as its results.
+
+    Note [Cheap recording]: this runs once per differentiable call, and every container
+    it allocates is also work for the garbage collector on long tapes (seed issue:
+    GC turned a 1.25 us record into 2.6-6.3 us). So it is one pass over the arguments
+    and, in the common case, allocates the node, one tuple of next nodes and nothing
+    else: output numbers, shapes (kept only where an input's shape differs from the
+    result's, so its gradient must be summed back), dtypes (only where they differ)
+    and saved tensors (only those the formula needs) default to None or shared
+    constants."""
+    node = _new(Node)
+    node.derivative = derivative
+    out0 = outputs[0]
+    dtype, shape = out0._dtype, out0._shape
+    inputs = args[0] if derivative.list_input else args
+    nodes, nrs, shapes, dtypes, plain = [], None, None, None, False
+    for i, t in enumerate(inputs):
+        if t.__class__ is not Tensor:
+            nodes.append(None)
+            plain = True  # a non-tensor argument: formulas always get those
+            continue
+        if t._shape != shape or derivative.list_input:
+            shapes = shapes or [None] * len(inputs)
+            shapes[i] = t._shape
+        if t._dtype is not dtype:
+            dtypes = dtypes or [None] * len(inputs)
+            dtypes[i] = t._dtype
+        if not t._ks & AUTOGRAD:
+            nodes.append(None)
+            continue
+        fn = t._grad_fn
+        if fn is None:
+            nodes.append(grad_accumulator(t))
+        else:
+            nodes.append(fn)
+            if t._output_nr:
+                nrs = nrs or [0] * len(inputs)
+                nrs[i] = t._output_nr
+    node.next_nodes = tuple(nodes)
+    node.next_nrs = nrs and tuple(nrs)
+    node.shapes = shapes and tuple(shapes)
+    node.dtypes = dtypes and tuple(dtypes)
+    saves = derivative.saves
+    if saves == () and not plain and not derivative.list_input:
+        node.saved = _NOTHING_SAVED[len(args)]  # only tensors, none saved: a constant
+        node.versions = ()
+    else:
+        node.saved = args if saves is None else tuple(
+            [None if i not in saves and a.__class__ is Tensor else a
+             for i, a in enumerate(args)])
+        saved = inputs if saves is None else node.saved
+        node.versions = tuple([(a, version_of(a)) for a in saved if a.__class__ is Tensor])
+    if derivative.uses_result:
+        # A weakref to the output (differentiable, for create_graph) and a detached
+        # alias of its storage for when the output itself is gone. The alias's version
+        # is checked too: the result modified in place is a saved tensor modified.
+        alias = out0.detach()
+        node.result = (weakref.ref(out0), alias)
+        node.versions += ((alias, version_of(out0)),)
+    else:
+        node.result = None
+    node.hooks = None
+    node.n_outputs = len(outputs)
+    for i, out in enumerate(outputs):
+        out._ks |= AUTOGRAD
+        out._grad_fn = node
+        if i:
+            out._output_nr = i
+    return node
+
+
+_NOTHING_SAVED = [(None,) * n for n in range(8)]
+_new = object.__new__

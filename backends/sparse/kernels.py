@@ -1,0 +1,236 @@
+"""Numba kernels of the sparse layer: the structural work on COO storage (linear keys,
+coalesce, merges, scatter-add, sparse-dense matrix products). Sorting is NumPy's.
+
+Math that keeps a sparsity pattern as it is (``negative``, ``abs``, ``x * 2``) is not
+here: the layer runs it on the values array with the backend's dense kernels
+(Note [Sparse values math] in ``__init__.py``).
+
+Note [Sparse kernel cache]: unlike numba_cpu's templates these are plain module-level
+functions, so Numba's disk cache (``cache=True``) keys each by its name in this file and
+the signature. Each is compiled once per dtype for an explicit signature and called
+through its compiled entry point, skipping Numba's per-call typing, as numba_cpu does
+(Note [Kernel cache] in ``backends/numba_cpu/kernels.py``). Callers therefore pass
+exactly the signature's types: C-contiguous arrays of the named dtypes.
+
+Indices are validated when a sparse tensor is made (``storage.py``) and never change
+afterwards, so these kernels index without bounds checks.
+"""
+import numba
+import numpy as np
+from numba import njit, prange, types
+
+OPTIONS = dict(cache=True, error_model="numpy")
+
+I64 = types.Array(types.int64, 1, "C")
+I64_2D = types.Array(types.int64, 2, "C")
+
+
+def array(dtype, ndim=1):
+    return types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C")
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def linear_keys(indices, strides, out):
+    """out[e] = the row-major position of entry e: sum over d of indices[d, e] * strides[d].
+    A stride of 0 drops a dimension (the reduced dims of ``sum``)."""
+    nd, n = indices.shape
+    for e in range(n):
+        k = 0
+        for d in range(nd):
+            k += indices[d, e] * strides[d]
+        out[e] = k
+
+
+def is_sorted(keys):
+    for e in range(1, keys.size):
+        if keys[e] < keys[e - 1]:
+            return False
+    return True
+
+
+def coalesce(keys, order, indices, values, out_indices, out_values):
+    """Visit entries in ``order`` (sorted by key; the caller sorts stably, so duplicates
+    are summed in the order they were given, the order ``to_dense`` adds them in) and
+    sum duplicates; returns how many unique entries it wrote."""
+    n = keys.size
+    if n == 0:
+        return 0
+    nd = indices.shape[0]
+    m = 0
+    first = order[0]
+    last = keys[first]
+    out_values[0] = values[first]
+    for d in range(nd):
+        out_indices[d, 0] = indices[d, first]
+    for t in range(1, n):
+        e = order[t]
+        k = keys[e]
+        if k == last:
+            out_values[m] += values[e]
+        else:
+            m += 1
+            last = k
+            out_values[m] = values[e]
+            for d in range(nd):
+                out_indices[d, m] = indices[d, e]
+    return m + 1
+
+
+def merge_add(ka, ia, va, kb, ib, vb, out_indices, out_values):
+    """The union of two coalesced operands (sorted, unique keys), adding the values
+    where both have an entry; the result is coalesced. Returns the entry count."""
+    na, nb, nd = ka.size, kb.size, ia.shape[0]
+    i = j = m = 0
+    while i < na or j < nb:
+        if j == nb or (i < na and ka[i] < kb[j]):
+            out_values[m] = va[i]
+            for d in range(nd):
+                out_indices[d, m] = ia[d, i]
+            i += 1
+        elif i == na or kb[j] < ka[i]:
+            out_values[m] = vb[j]
+            for d in range(nd):
+                out_indices[d, m] = ib[d, j]
+            j += 1
+        else:
+            out_values[m] = va[i] + vb[j]
+            for d in range(nd):
+                out_indices[d, m] = ia[d, i]
+            i += 1
+            j += 1
+        m += 1
+    return m
+
+
+def intersect_multiply(ka, ia, va, kb, vb, out_indices, out_values):
+    """The entries two coalesced operands share, values multiplied; coalesced."""
+    na, nb, nd = ka.size, kb.size, ia.shape[0]
+    i = j = m = 0
+    while i < na and j < nb:
+        if ka[i] < kb[j]:
+            i += 1
+        elif kb[j] < ka[i]:
+            j += 1
+        else:
+            out_values[m] = va[i] * vb[j]
+            for d in range(nd):
+                out_indices[d, m] = ia[d, i]
+            i += 1
+            j += 1
+            m += 1
+    return m
+
+
+def scatter_add(out, keys, values):
+    """out[keys[e]] += values[e]: to_dense, sparse + dense, sum over axes."""
+    for e in range(keys.size):
+        out[keys[e]] += values[e]
+
+
+def spmm_coo(rows, cols, values, dense, out):
+    """out += S @ dense for S in COO form, entries in any order (serial)."""
+    n = dense.shape[1]
+    for e in range(rows.size):
+        r, c, v = rows[e], cols[e], values[e]
+        for j in range(n):
+            out[r, j] += v * dense[c, j]
+
+
+def spmm_rows(starts, cols, values, dense, out):
+    """out = S @ dense for S with entries sorted by row (coalesced); ``starts[r]`` is
+    the first entry of row r. Rows are independent, so this one runs in parallel."""
+    n = dense.shape[1]
+    for r in prange(starts.size - 1):
+        for e in range(starts[r], starts[r + 1]):
+            c, v = cols[e], values[e]
+            for j in range(n):
+                out[r, j] += v * dense[c, j]
+
+
+def dense_spmm(dense, rows, cols, values, out):
+    """out = dense @ S, row by row: for a few dense rows (more go through spmm_coo with
+    the operands transposed, one pass over the entries)."""
+    for r in range(dense.shape[0]):
+        for e in range(rows.size):
+            out[r, cols[e]] += dense[r, rows[e]] * values[e]
+
+
+# ---------------------------------------------------------------- compilation
+
+_dispatchers = {}  # (python function, parallel) -> Numba dispatcher
+_entries = {}  # (python function, parallel, signature) -> compiled entry point
+
+
+def entry(fn, signature, parallel=False):
+    """The compiled entry point of ``fn`` for one explicit signature (compiled on first
+    use, loaded from Numba's disk cache in later processes)."""
+    key = (fn, parallel, signature)
+    ep = _entries.get(key)
+    if ep is None:
+        d = _dispatchers.get((fn, parallel))
+        if d is None:
+            d = _dispatchers[fn, parallel] = njit(parallel=parallel, **OPTIONS)(fn)
+        d.compile(signature)
+        ep = _entries[key] = d.overloads[signature.args].entry_point
+    return ep
+
+
+def run_linear_keys(indices, strides):
+    out = np.empty(indices.shape[1], np.int64)
+    entry(linear_keys, types.void(I64_2D, I64, I64))(indices, strides, out)
+    return out
+
+
+def run_coalesce(keys, indices, values):
+    """(indices, values) coalesced, as new arrays."""
+    # NumPy's stable argsort (timsort) beats Numba's mergesort by about 1.5x here
+    ordered = entry(is_sorted, types.boolean(I64))(keys)
+    order = np.arange(keys.size) if ordered else np.argsort(keys, kind="stable")
+    out_i = np.empty_like(indices)
+    out_v = np.empty_like(values)
+    v = array(values.dtype)
+    n = entry(coalesce, types.intp(I64, I64, I64_2D, v, I64_2D, v))(
+        keys, order.astype(np.int64, copy=False), indices, values, out_i, out_v)
+    return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
+
+
+def run_merge_add(ka, ia, va, kb, ib, vb):
+    nd = ia.shape[0]
+    out_i = np.empty((nd, ka.size + kb.size), np.int64)
+    out_v = np.empty(ka.size + kb.size, va.dtype)
+    v = array(va.dtype)
+    n = entry(merge_add, types.intp(I64, I64_2D, v, I64, I64_2D, v, I64_2D, v))(
+        ka, ia, va, kb, ib, vb, out_i, out_v)
+    return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
+
+
+def run_intersect_multiply(ka, ia, va, kb, vb):
+    nd, size = ia.shape[0], min(ka.size, kb.size)
+    out_i = np.empty((nd, size), np.int64)
+    out_v = np.empty(size, va.dtype)
+    v = array(va.dtype)
+    n = entry(intersect_multiply, types.intp(I64, I64_2D, v, I64, v, I64_2D, v))(
+        ka, ia, va, kb, vb, out_i, out_v)
+    return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
+
+
+def run_scatter_add(out_flat, keys, values):
+    v = array(values.dtype)
+    entry(scatter_add, types.void(v, I64, v))(out_flat, keys, values)
+
+
+def run_spmm(rows, cols, values, dense, out, starts=None, parallel=False):
+    """out (zeros, C-contiguous) += S @ dense; ``starts``: row starts of sorted rows."""
+    v, m = array(values.dtype), array(values.dtype, 2)
+    if starts is None:
+        entry(spmm_coo, types.void(I64, I64, v, m, m))(rows, cols, values, dense, out)
+    else:
+        entry(spmm_rows, types.void(I64, I64, v, m, m), parallel)(
+            starts, cols, values, dense, out)
+
+
+def run_dense_spmm(dense, rows, cols, values, out):
+    v, m = array(values.dtype), array(values.dtype, 2)
+    entry(dense_spmm, types.void(m, I64, I64, v, m))(dense, rows, cols, values, out)

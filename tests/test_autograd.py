@@ -1,0 +1,1007 @@
+"""The autograd layer (issue 3): derivative formulas, user API, error cases, engine.
+
+The first part checks every formula of ``autograd/derivatives.py`` against central
+finite differences (``lm.autograd.gradcheck``, float64, small shapes), on samples that
+include broadcasting, non-contiguous (transposed, stepped) inputs and Python scalar
+operands. ``SAMPLES`` is keyed by operator name, and ``test_every_formula_has_samples``
+fails when a formula is added to ``DERIVATIVES`` without one; each sample must also
+record a node of its operator, so a sample cannot silently miss the formula it names.
+
+Everything runs in float64, the dtype the rest of the suite compiles kernels for.
+"""
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import lamina as lm
+from lamina.autograd import DERIVATIVES, gradcheck
+from lamina.dispatch.table import OPERATORS
+
+F64 = lm.float64
+
+
+def leaf(shape, lo=-1.0, hi=1.0, seed=0):
+    """A float64 leaf of ``shape`` requiring grad, uniform in [lo, hi)."""
+    rng = np.random.default_rng(seed)
+    return lm.asarray(rng.uniform(lo, hi, shape), dtype=F64, requires_grad=True)
+
+
+def strided(shape, lo=-1.0, hi=1.0, seed=0, kind="T"):
+    """A non-contiguous float64 leaf: a transposed or stepped view of a larger array."""
+    rng = np.random.default_rng(seed)
+    if kind == "T":
+        base = rng.uniform(lo, hi, shape[::-1])
+        data = base.T
+    else:  # every other element of the last axis
+        base = rng.uniform(lo, hi, shape[:-1] + (2 * shape[-1],))
+        data = base[..., ::2]
+    t = lm.asarray(data)
+    assert not t.is_contiguous
+    return t.requires_grad_()
+
+
+def const(data):
+    """A float64 tensor that does not require grad."""
+    return lm.asarray(np.asarray(data, dtype=np.float64))
+
+
+def pos(shape, seed=0):
+    return leaf(shape, 0.5, 2.0, seed)
+
+
+def unit(shape, seed=0):
+    return leaf(shape, -0.8, 0.8, seed)
+
+
+def away_from_zero(shape, seed=0):
+    """Values with |x| in [0.3, 1.5): for abs, sign, copysign and friends."""
+    rng = np.random.default_rng(seed)
+    data = rng.uniform(0.3, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+    return lm.asarray(data, dtype=F64, requires_grad=True)
+
+
+def inplace(name):
+    """x op= y on a non-leaf copy of x (the in-place kernel of the layer)."""
+    def fn(x, y):
+        z = x * 1.0
+        getattr(z, f"__i{name}__")(y)
+        return z
+    return fn
+
+
+def setitem(key):
+    def fn(x, v):
+        y = x * 1.0
+        y[key] = v
+        return y
+    return fn
+
+
+def _split_some(x):
+    a, _, c = lm.split(x, 2, axis=1)  # sizes 2, 2, 1: the middle one is not used
+    return a * 2.0, c
+
+
+S = (2, 3)
+# name -> [(sample id, fn, args[, gradcheck keywords])]; fn(*args) must record a node
+# of the named operator
+SAMPLES = {
+    "add": [("same", lm.add, [leaf(S), leaf(S, seed=1)]),
+            ("broadcast", lm.add, [leaf((2, 1, 3)), leaf((4, 1), seed=1)]),
+            ("scalar", lambda x: x + 2.5, [leaf(S)]),
+            ("rscalar", lambda x: 2.5 + x, [leaf(S)]),
+            ("transposed", lm.add, [strided(S), leaf(S, seed=1)]),
+            ("inplace", inplace("add"), [leaf(S), leaf((3,), seed=1)])],
+    "subtract": [("broadcast", lm.subtract, [leaf((3, 1)), leaf((1, 4), seed=1)]),
+                 ("rscalar", lambda x: 1.5 - x, [leaf(S)]),
+                 ("stepped", lm.subtract, [leaf(S, seed=1), strided(S, kind="step")]),
+                 ("inplace", inplace("sub"), [leaf(S), leaf((2, 1), seed=1)])],
+    "multiply": [("broadcast", lm.multiply, [leaf((2, 1, 3)), leaf((4, 1), seed=1)]),
+                 ("scalar", lambda x: x * -3.0, [leaf(S)]),
+                 ("transposed", lm.multiply, [strided(S), strided(S, seed=1, kind="step")]),
+                 ("self", lambda x: x * x, [leaf(S)]),
+                 ("inplace", inplace("mul"), [leaf(S), leaf(S, seed=1)])],
+    "divide": [("broadcast", lm.divide, [leaf((2, 3)), pos((3,), seed=1)]),
+               ("rscalar", lambda x: 2.0 / x, [pos(S)]),
+               ("scalar", lambda x: x / 4.0, [leaf(S)]),
+               ("inplace", inplace("truediv"), [leaf(S), pos((1, 3), seed=1)])],
+    "pow": [("tensors", lm.pow, [pos(S), leaf(S, seed=1)]),
+            ("broadcast", lm.pow, [pos((2, 1)), leaf((3,), seed=1)]),
+            ("scalar_exponent", lambda x: x ** 3.0, [leaf(S)]),
+            ("scalar_base", lambda x: 2.0 ** x, [leaf(S)]),
+            ("inplace", inplace("pow"), [pos(S), leaf(S, seed=1)])],
+    "maximum": [("tensors", lm.maximum, [leaf(S), leaf(S, seed=1)]),
+                ("broadcast", lm.maximum, [leaf((2, 3)), leaf((3,), seed=1)]),
+                ("scalar", lambda x: lm.maximum(x, 0.1), [leaf(S)])],
+    "minimum": [("tensors", lm.minimum, [leaf(S), leaf(S, seed=1)]),
+                ("rscalar", lambda x: lm.minimum(0.1, x), [leaf(S)])],
+    "floor_divide": [("tensors", lm.floor_divide, [leaf(S, -3, 3), pos(S, seed=1)])],
+    "remainder": [("tensors", lm.remainder, [leaf(S, -3, 3), pos(S, seed=1)]),
+                  ("scalar", lambda x: x % 0.7, [leaf(S, -3, 3)]),
+                  ("rscalar", lambda x: 2.5 % x, [pos(S)])],
+    "atan2": [("broadcast", lm.atan2, [leaf((2, 3)), leaf((3,), seed=1)]),
+              ("scalar", lambda x: lm.atan2(x, -0.5), [leaf(S)])],
+    "hypot": [("broadcast", lm.hypot, [leaf((2, 3)), away_from_zero((2, 1), seed=1)]),
+              ("scalar", lambda x: lm.hypot(x, 0.5), [leaf(S)])],
+    "copysign": [("tensors", lm.copysign, [away_from_zero(S), away_from_zero(S, seed=1)]),
+                 ("scalar", lambda x: lm.copysign(x, -1.0), [away_from_zero(S)])],
+    "logaddexp": [("broadcast", lm.logaddexp, [leaf((2, 3)), leaf((3,), seed=1)]),
+                  ("scalar", lambda x: lm.logaddexp(x, 0.3), [leaf(S)])],
+    "abs": [("plain", lm.abs, [away_from_zero(S)])],
+    "negative": [("plain", lambda x: -x, [strided(S)])],
+    "positive": [("plain", lm.positive, [leaf(S)])],
+    "square": [("plain", lm.square, [strided(S, kind="step")])],
+    **{name: [("plain", getattr(lm, name), [leaf(S, -3, 3)])]
+       for name in ("sign", "floor", "ceil", "round", "trunc")},
+    "exp": [("plain", lm.exp, [leaf(S)]), ("transposed", lm.exp, [strided(S)])],
+    "expm1": [("plain", lm.expm1, [leaf(S)])],
+    "log": [("plain", lm.log, [pos(S)]), ("stepped", lm.log, [strided(S, 0.5, 2, kind="s")])],
+    "log1p": [("plain", lm.log1p, [leaf(S, -0.5, 1)])],
+    "log2": [("plain", lm.log2, [pos(S)])],
+    "log10": [("plain", lm.log10, [pos(S)])],
+    "sqrt": [("plain", lm.sqrt, [pos(S)]), ("transposed", lm.sqrt, [strided(S, 0.5, 2)])],
+    "sin": [("plain", lm.sin, [leaf(S, -3, 3)])],
+    "cos": [("plain", lm.cos, [leaf(S, -3, 3)])],
+    "tan": [("plain", lm.tan, [leaf(S)])],
+    "asin": [("plain", lm.asin, [unit(S)])],
+    "acos": [("plain", lm.acos, [unit(S)])],
+    "atan": [("plain", lm.atan, [leaf(S, -3, 3)])],
+    "sinh": [("plain", lm.sinh, [leaf(S)])],
+    "cosh": [("plain", lm.cosh, [leaf(S)])],
+    "tanh": [("plain", lm.tanh, [leaf(S, -2, 2)])],
+    "asinh": [("plain", lm.asinh, [leaf(S, -3, 3)])],
+    "acosh": [("plain", lm.acosh, [leaf(S, 1.2, 3)])],
+    "atanh": [("plain", lm.atanh, [unit(S)])],
+    "clip": [("scalars", lambda x: lm.clip(x, -0.5, 0.5), [leaf((4, 3), -1, 1)]),
+             ("lower_only", lambda x: lm.clip(x, min=0.0), [away_from_zero(S)]),
+             ("upper_only", lambda x: lm.clip(x, max=0.2), [leaf(S)]),
+             ("tensor_bounds", lm.clip, [leaf((4, 3), -2, 2), leaf((3,), -1, -0.1, seed=1),
+                                         leaf((4, 1), 0.1, 1, seed=2)])],
+    "where": [("broadcast", lambda x, y: lm.where(const([True, False, True]), x, y),
+               [leaf((2, 3)), leaf((2, 1), seed=1)]),
+              ("scalar", lambda x: lm.where(x > 0, x, 0.25), [away_from_zero(S)])],
+    "astype": [("same_dtype", lambda x: lm.astype(x, F64, copy=True) * 2.0, [leaf(S)]),
+               # float32 rounding needs a wider finite-difference step
+               ("float32_roundtrip",
+                lambda x: lm.astype(lm.astype(x, lm.float32) * 2.0, F64), [leaf(S)],
+                dict(eps=1e-3, atol=1e-3))],
+    "copy": [("asarray_copy", lambda x: lm.asarray(x, copy=True) * 3.0, [strided(S)])],
+    "sum": [("all", lm.sum, [leaf((2, 3, 4))]),
+            ("axis", lambda x: lm.sum(x, axis=1), [leaf((2, 3, 4))]),
+            ("axes_keepdims", lambda x: lm.sum(x, axis=(0, 2), keepdims=True),
+             [strided((2, 3, 4))])],
+    "mean": [("all", lm.mean, [leaf((2, 3, 4))]),
+             ("axis_keepdims", lambda x: lm.mean(x, axis=-1, keepdims=True),
+              [leaf((2, 3, 4))]),
+             ("axes", lambda x: lm.mean(x, axis=(0, 1)), [strided((2, 3, 4), kind="s")])],
+    "prod": [("all", lm.prod, [leaf((2, 3), 0.5, 1.5)]),
+             ("axis", lambda x: lm.prod(x, axis=0), [leaf((3, 4), -2, 2)]),
+             ("one_zero", lambda x: lm.prod(x, axis=1, keepdims=True),
+              [const([[1.5, 0.0, -2.0, 0.5], [0.7, 1.2, 0.0, 3.0]]).requires_grad_()]),
+             ("two_zeros", lambda x: lm.prod(x, axis=1),
+              [const([[1.5, 0.0, -2.0, 0.0], [0.7, 1.2, 0.4, 3.0]]).requires_grad_()]),
+             ("zeros_all", lm.prod, [const([1.5, 0.0, -2.0, 0.5]).requires_grad_()])],
+    "var": [("all", lm.var, [leaf((3, 4))]),
+            ("axis_correction", lambda x: lm.var(x, axis=1, correction=1), [leaf((3, 4))]),
+            ("keepdims", lambda x: lm.var(x, axis=(0, 2), keepdims=True, correction=0.5),
+             [strided((2, 3, 4))])],
+    "std": [("all", lm.std, [leaf((3, 4))]),
+            ("axis_correction", lambda x: lm.std(x, axis=0, correction=1), [leaf((3, 4))]),
+            ("keepdims", lambda x: lm.std(x, axis=-1, keepdims=True), [strided((3, 4))])],
+    "max": [("all", lm.max, [leaf((3, 4))]),
+            ("axis", lambda x: lm.max(x, axis=1), [leaf((3, 4))]),
+            ("keepdims", lambda x: lm.max(x, axis=0, keepdims=True), [strided((3, 4))])],
+    "min": [("all", lm.min, [leaf((3, 4))]),
+            ("axes", lambda x: lm.min(x, axis=(0, 2)), [leaf((2, 3, 4))])],
+    "matmul": [("2d", lm.matmul, [leaf((2, 3)), leaf((3, 4), seed=1)]),
+               ("vec_vec", lm.matmul, [leaf((3,)), leaf((3,), seed=1)]),
+               ("vec_mat", lm.matmul, [leaf((3,)), leaf((3, 2), seed=1)]),
+               ("mat_vec", lm.matmul, [leaf((2, 3)), leaf((3,), seed=1)]),
+               ("batched_broadcast", lm.matmul, [leaf((2, 1, 2, 3)), leaf((3, 3, 2), seed=1)]),
+               ("batched_vec", lm.matmul, [leaf((2, 2, 3)), leaf((3,), seed=1)]),
+               ("transposed", lambda a, b: a @ b, [strided((3, 2)), strided((2, 3), seed=1)])],
+    "tensordot": [("axes1", lambda a, b: lm.tensordot(a, b, axes=1),
+                   [leaf((2, 3)), leaf((3, 2), seed=1)]),
+                  ("axes2", lm.tensordot, [leaf((2, 3, 2)), leaf((3, 2, 2), seed=1)]),
+                  ("explicit", lambda a, b: lm.tensordot(a, b, axes=([0, 2], [2, 0])),
+                   [leaf((2, 3, 4)), leaf((4, 2, 2), seed=1)]),
+                  ("axes0", lambda a, b: lm.tensordot(a, b, axes=0),
+                   [leaf((2,)), leaf((3,), seed=1)])],
+    "vecdot": [("last", lm.vecdot, [leaf((2, 3)), leaf((2, 3), seed=1)]),
+               ("broadcast", lambda a, b: lm.vecdot(a, b, axis=0),
+                [leaf((3, 2)), leaf((3, 1), seed=1)]),
+               ("batch_broadcast", lm.vecdot, [leaf((2, 1, 3)), leaf((4, 3), seed=1)])],
+    "reshape": [("plain", lambda x: lm.reshape(x, (3, 2)) * const([[1, 2], [3, 4], [5, 6]]),
+                 [leaf(S)]),
+                ("noncontiguous", lambda x: lm.reshape(x, (-1,)), [strided(S)])],
+    "permute_dims": [("plain", lambda x: lm.permute_dims(x, (2, 0, 1)) * 1.5,
+                      [leaf((2, 3, 4))])],
+    "matrix_transpose": [("plain", lambda x: lm.matmul(x.mT, x), [leaf((3, 2))])],
+    "expand_dims": [("plain", lambda x: lm.expand_dims(x, axis=1) * const([[1.0], [2.0], [3.0]]),
+                     [leaf((3,))])],
+    "squeeze": [("plain", lambda x: lm.squeeze(x, axis=(0, 2)), [leaf((1, 3, 1))])],
+    "flip": [("all", lm.flip, [leaf(S)]),
+             ("axis", lambda x: lm.flip(x, axis=1) * const([1, 2, 3]), [leaf(S)])],
+    "broadcast_to": [("plain", lambda x: lm.broadcast_to(x, (2, 4, 3)) * leaf((4, 3), seed=5),
+                      [leaf((1, 3))])],
+    "getitem": [("slices", lambda x: x[1:, ::2], [leaf((3, 4))]),
+                ("int", lambda x: x[1] * x[-1], [leaf((3, 4))]),
+                ("negative_step", lambda x: x[::-2], [leaf((5,))]),
+                ("bool_mask", lambda x: x[const([True, False, True, True]) > 0.5],
+                 [leaf((4, 2))]),
+                ("int_tensor_repeated",
+                 lambda x: x[lm.asarray([0, 2, 0, 0], dtype=lm.int64)] * const([1, 2, 3, 4]),
+                 [leaf((3,))]),
+                ("mixed", lambda x: x[lm.asarray([1, 1], dtype=lm.int64), 1:], [leaf((3, 3))]),
+                ("view_of_strided", lambda x: x[:, 1], [strided((3, 4))])],
+    "setitem": [("slice", setitem((slice(None), 1)), [leaf((3, 4)), leaf((3,), seed=1)]),
+                ("broadcast_value", setitem(slice(0, 2)), [leaf((3, 4)), leaf((4,), seed=1)]),
+                ("bool_mask", setitem(const([True, False, True]) > 0.5),
+                 [leaf((3, 2)), leaf((2,), seed=1)])],
+    "split": [("some_outputs", _split_some, [leaf((2, 5))]),
+              ("sections", lambda x: lm.split(x, [1, 3], axis=0)[1], [leaf((4, 2))])],
+    "concat": [("axis0", lambda a, b: lm.concat([a, b]), [leaf((2, 3)), leaf((1, 3), seed=1)]),
+               ("axis1_const", lambda a: lm.concat([a, const([[1.0], [2.0]]), a], axis=1),
+                [strided((2, 2))])],
+    "stack": [("axis0", lambda a, b: lm.stack([a, b]), [leaf(S), leaf(S, seed=1)]),
+              ("axis_last", lambda a: lm.stack([a, a * 2.0], axis=-1), [leaf(S)])],
+}
+
+
+def _node_names(outputs):
+    """Names of all nodes reachable from ``outputs``' grad_fns."""
+    names, stack, seen = set(), [o.grad_fn for o in outputs
+                                 if isinstance(o, lm.Tensor) and o.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.add(node.name)
+        stack.extend(n for n, _ in filter(None, node.next_functions))
+    return names
+
+
+CASES = [pytest.param(name, *sample[1:3], sample[3] if len(sample) > 3 else {},
+                      id=f"{name}-{sample[0]}")
+         for name, samples in SAMPLES.items() for sample in samples]
+
+
+@pytest.mark.parametrize("name, fn, args, kwargs", CASES)
+def test_gradcheck(name, fn, args, kwargs):
+    out = fn(*args)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    assert name in _node_names(outs), f"sample does not exercise {name}"
+    assert gradcheck(fn, args, **kwargs)
+
+
+def test_every_formula_has_samples():
+    missing = sorted(set(DERIVATIVES) - set(SAMPLES))
+    assert not missing, f"derivative formulas without gradcheck samples: {missing}"
+    assert not set(SAMPLES) - set(DERIVATIVES)
+
+
+def test_every_differentiable_operator_has_a_formula():
+    for op in OPERATORS.values():
+        name = op.inplace_of or op.name
+        if op.differentiable:
+            assert name in DERIVATIVES, op.name
+        else:
+            assert name not in DERIVATIVES, op.name
+
+
+def test_gradcheck_catches_a_wrong_formula(monkeypatch):
+    d = DERIVATIVES["sin"]
+    monkeypatch.setattr(d, "formula", lambda g, r, n, x: (g * lm.cos(x) * 1.01,))
+    x = leaf(S)
+    with pytest.raises(AssertionError, match="finite differences"):
+        gradcheck(lm.sin, [x])
+    assert gradcheck(lm.sin, [x], raise_exception=False) is False
+
+
+def test_gradcheck_refuses_to_check_nothing():
+    x = leaf(S)
+    with pytest.raises(ValueError, match="no input"):
+        gradcheck(lm.sin, [x.detach()])
+    with pytest.raises(ValueError, match="no output"):
+        gradcheck(lambda t: lm.sin(t.detach()), [x])
+    with pytest.raises(TypeError, match="float64"):
+        gradcheck(lm.sin, [lm.ones(3, requires_grad=True, dtype=lm.float32)])
+
+
+# ---------------------------------------------------------------- ties and zeros
+
+
+def test_max_min_ties_share_the_gradient_evenly():
+    x = const([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]).requires_grad_()
+    lm.max(x).backward()
+    assert x.grad.tolist() == [[0.0, 0.5, 0.5], [0.0, 0.0, 0.0]]
+    x.grad = None
+    lm.sum(lm.max(x, axis=1) * const([1.0, 3.0])).backward()
+    assert np.allclose(x.grad.numpy(), [[0, 0.5, 0.5], [1, 1, 1]])
+    x.grad = None
+    lm.sum(lm.min(x, axis=0, keepdims=True)).backward()
+    assert x.grad.tolist() == [[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
+    x.grad = None
+    lm.min(x * -1.0).backward()  # the two 3.0s tie for the minimum of -x
+    assert x.grad.tolist() == [[0.0, -0.5, -0.5], [0.0, 0.0, 0.0]]
+    x.grad = None
+    lm.min(lm.reshape(x, (-1,))[3:]).backward()  # three-way tie
+    assert np.allclose(x.grad.numpy(), [[0, 0, 0], [1 / 3, 1 / 3, 1 / 3]])
+
+
+def test_maximum_minimum_ties_split_the_gradient():
+    a = const([1.0, 2.0, 3.0]).requires_grad_()
+    b = const([2.0, 2.0, 1.0]).requires_grad_()
+    lm.sum(lm.maximum(a, b)).backward()
+    assert a.grad.tolist() == [0.0, 0.5, 1.0]
+    assert b.grad.tolist() == [1.0, 0.5, 0.0]
+    a.grad = b.grad = None
+    lm.sum(lm.minimum(a, b)).backward()
+    assert a.grad.tolist() == [1.0, 0.5, 0.0]
+    assert b.grad.tolist() == [0.0, 0.5, 1.0]
+    a.grad = None
+    lm.sum(lm.maximum(a, 2.0)).backward()  # a scalar operand tying with an element
+    assert a.grad.tolist() == [0.0, 0.5, 1.0]
+
+
+def test_prod_with_zeros():
+    x = const([2.0, 0.0, 3.0, 4.0]).requires_grad_()
+    lm.prod(x).backward()
+    assert x.grad.tolist() == [0.0, 24.0, 0.0, 0.0]  # only the zero gets a gradient
+    y = const([2.0, 0.0, 3.0, 0.0]).requires_grad_()
+    lm.prod(y).backward()
+    assert y.grad.tolist() == [0.0, 0.0, 0.0, 0.0]  # two zeros: all vanish
+    z = const([[2.0, 0.5], [0.0, 3.0]]).requires_grad_()
+    lm.sum(lm.prod(z, axis=1)).backward()
+    assert z.grad.tolist() == [[0.5, 2.0], [3.0, 0.0]]
+
+
+def test_broadcast_gradients_are_summed_to_the_input_shape():
+    a = leaf((2, 1, 3))
+    b = leaf((4, 1), seed=1)
+    c = leaf((), seed=2)
+    lm.sum(a * b + c).backward()
+    assert a.grad.shape == (2, 1, 3) and b.grad.shape == (4, 1) and c.grad.shape == ()
+    assert np.allclose(a.grad.numpy(), np.broadcast_to(b.numpy().sum(), (2, 1, 3)))
+    assert np.allclose(b.grad.numpy(), np.full((4, 1), a.numpy().sum()))
+    assert c.grad.item() == 24.0
+
+
+def test_non_contiguous_leaf_gets_a_gradient_of_its_shape():
+    x = strided((3, 4))
+    lm.sum(x * const(np.arange(12.0).reshape(3, 4))).backward()
+    assert x.grad.shape == (3, 4)
+    assert x.grad.tolist() == np.arange(12.0).reshape(3, 4).tolist()
+
+
+def test_astype_gradient_returns_to_the_input_dtype():
+    x = leaf((3,))
+    y = lm.astype(x, lm.float32)
+    assert y.requires_grad and y.dtype == lm.float32
+    lm.sum(y * 2.0).backward()
+    assert x.grad.dtype == F64 and x.grad.tolist() == [2.0, 2.0, 2.0]
+    w = lm.ones(3, dtype=lm.float32, requires_grad=True)
+    lm.sum(w * x).backward()  # promoted to float64; w's gradient comes back as float32
+    assert w.grad.dtype == lm.float32
+    assert np.allclose(w.grad.numpy(), x.numpy())
+
+
+def test_integer_and_bool_operands_do_not_need_gradients():
+    x = leaf((3,))
+    i = lm.asarray([1, 2, 3], dtype=lm.int64)
+    lm.sum(x * i + lm.where(i > 1, x, 0.0)).backward()
+    assert x.grad.tolist() == [1.0, 3.0, 4.0]
+
+
+# ---------------------------------------------------------------- user API
+
+
+@pytest.mark.parametrize("make", [
+    lambda: lm.zeros((2, 3), dtype=F64, requires_grad=True),
+    lambda: lm.ones(3, requires_grad=True),
+    lambda: lm.full((2,), 1.5, requires_grad=True),
+    lambda: lm.empty((2,), dtype=F64, requires_grad=True),
+    lambda: lm.arange(0.0, 3.0, requires_grad=True),
+    lambda: lm.linspace(0.0, 1.0, 5, requires_grad=True),
+    lambda: lm.eye(3, dtype=F64, requires_grad=True),
+    lambda: lm.asarray([1.0, 2.0], requires_grad=True),
+    lambda: lm.zeros_like(lm.ones(3, dtype=F64), requires_grad=True),
+    lambda: lm.ones_like(lm.ones(3, dtype=F64), requires_grad=True),
+    lambda: lm.full_like(lm.ones(3, dtype=F64), 2.0, requires_grad=True),
+    lambda: lm.empty_like(lm.ones(3, dtype=F64), requires_grad=True),
+    lambda: lm.rand(2, 2, dtype=F64, requires_grad=True),
+    lambda: lm.randn(2, dtype=F64, requires_grad=True),
+])
+def test_creation_functions_take_requires_grad(make):
+    t = make()
+    assert t.requires_grad and t.is_leaf and t.grad_fn is None and t.grad is None
+    lm.sum(t * 2.0).backward()
+    assert t.grad.shape == t.shape and np.all(t.grad.numpy() == 2.0)
+
+
+def test_creation_functions_default_to_no_grad():
+    assert not lm.ones(3, dtype=F64).requires_grad
+    assert not lm.asarray([1.0]).requires_grad
+    assert not lm.zeros(2, dtype=F64, requires_grad=False).requires_grad
+
+
+def test_asarray_of_a_tensor_with_requires_grad_does_not_flag_the_input():
+    base = lm.ones(3, dtype=F64)
+    t = lm.asarray(base, requires_grad=True)
+    assert t.requires_grad and not base.requires_grad
+    assert np.shares_memory(t.numpy(), base.numpy())
+
+
+def test_requires_grad_underscore_and_setter():
+    t = lm.ones(3, dtype=F64)
+    assert t.requires_grad_() is t and t.requires_grad and t.is_leaf
+    t.requires_grad_(False)
+    assert not t.requires_grad
+    t.requires_grad = True
+    assert t.requires_grad
+    y = t * 2.0
+    with pytest.raises(RuntimeError, match="leaf"):
+        y.requires_grad_(False)
+
+
+@pytest.mark.parametrize("dtype", [lm.int64, lm.int32, lm.uint8, lm.bool])
+def test_non_float_dtypes_cannot_require_grad(dtype):
+    with pytest.raises(TypeError, match="floating-point"):
+        lm.zeros(3, dtype=dtype, requires_grad=True)
+    t = lm.zeros(3, dtype=dtype)
+    with pytest.raises(TypeError, match="floating-point"):
+        t.requires_grad_()
+    with pytest.raises(TypeError, match="floating-point"):
+        t.requires_grad = True
+    assert not t.requires_grad
+
+
+def test_integer_arange_cannot_require_grad():
+    with pytest.raises(TypeError):
+        lm.arange(3, requires_grad=True)
+    with pytest.raises(TypeError):
+        lm.asarray([1, 2], requires_grad=True)
+
+
+def test_grad_accumulates_over_backward_calls():
+    x = leaf((3,))
+    lm.sum(x * 2.0).backward()
+    first = x.grad.tolist()
+    lm.sum(x * x).backward()
+    assert np.allclose(x.grad.numpy(), np.array(first) + 2 * x.numpy())
+    x.grad = None
+    lm.sum(x).backward()
+    assert x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_grad_owns_its_storage():
+    a = leaf((3,))
+    b = leaf((3,), seed=1)
+    v = const([1.0, 2.0, 3.0])
+    (a + b).backward(v)
+    assert a.grad.tolist() == [1.0, 2.0, 3.0] == b.grad.tolist()
+    a.grad += 1.0  # must change neither b's gradient nor the caller's tensor
+    assert b.grad.tolist() == [1.0, 2.0, 3.0] and v.tolist() == [1.0, 2.0, 3.0]
+    x = leaf((3,))
+    lm.sum(x).backward()  # the formula's gradient is a broadcast view
+    x.grad *= 2.0
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_grad_fn_and_is_leaf():
+    x = leaf((3,))
+    c = const([1.0, 2.0, 3.0])
+    assert x.is_leaf and x.grad_fn is None
+    assert c.is_leaf and c.grad_fn is None and not c.requires_grad
+    y = x * c
+    assert not y.is_leaf and y.requires_grad and y.grad_fn.name == "multiply"
+    (edge_x, edge_c) = y.grad_fn.next_functions
+    assert edge_c is None
+    assert edge_x[0].name == "AccumulateGrad" and edge_x[0].variable is x
+    assert edge_x[0].next_functions == ()
+    z = lm.exp(c)  # no input requires grad: nothing recorded
+    assert not z.requires_grad and z.grad_fn is None and z.is_leaf
+    a, b = lm.split(x, [1, 2])
+    assert a.grad_fn is b.grad_fn and a.grad_fn.name == "split"
+
+
+def test_detach():
+    x = leaf((3,))
+    d = x.detach()
+    assert not d.requires_grad and d.is_leaf and d.grad_fn is None
+    assert np.shares_memory(d.numpy(), x.numpy())
+    lm.sum(x.detach() * x).backward()  # the detached factor is a constant
+    assert np.allclose(x.grad.numpy(), x.numpy())
+    y = lm.exp(x)
+    assert not y.detach().requires_grad and y.requires_grad
+
+
+def test_backward_with_gradient_for_non_scalar_outputs():
+    x = leaf((2, 3))
+    y = x * 3.0
+    y.backward(const(np.arange(6.0).reshape(2, 3)))
+    assert x.grad.tolist() == (3.0 * np.arange(6.0).reshape(2, 3)).tolist()
+    x.grad = None
+    (x * 3.0).backward(np.ones((2, 3)))  # array-likes are accepted too
+    assert np.all(x.grad.numpy() == 3.0)
+
+
+def test_backward_errors():
+    x = leaf((2, 3))
+    with pytest.raises(RuntimeError, match="implicitly"):
+        (x * 2.0).backward()
+    with pytest.raises(ValueError, match="shape"):
+        (x * 2.0).backward(lm.ones(3, dtype=F64))
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        lm.sum(const([1.0, 2.0])).backward()
+    with lm.no_grad():
+        y = lm.sum(x * 2.0)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.backward()
+    assert x.grad is None
+
+
+def test_autograd_backward_function():
+    x = leaf((2,))
+    lm.autograd.backward([lm.sum(x * 2.0), x * 3.0], [None, const([1.0, 2.0])])
+    assert x.grad.tolist() == [5.0, 8.0]
+
+
+def test_autograd_grad():
+    x = leaf((3,))
+    w = leaf((3,), seed=1)
+    y = x * w
+    gx, gw = lm.autograd.grad(y, [x, w], grad_outputs=const([1.0, 2.0, 3.0]))
+    assert np.allclose(gx.numpy(), w.numpy() * [1, 2, 3])
+    assert np.allclose(gw.numpy(), x.numpy() * [1, 2, 3])
+    assert x.grad is None and w.grad is None  # returned, not accumulated
+    assert not gx.requires_grad
+    (g,) = lm.autograd.grad(lm.sum(x * x), x)
+    assert np.allclose(g.numpy(), 2 * x.numpy())
+
+
+def test_autograd_grad_allow_unused():
+    x, u = leaf((3,)), leaf((2,), seed=1)
+    y = lm.sum(x * 2.0)
+    with pytest.raises(RuntimeError, match="allow_unused"):
+        lm.autograd.grad(y, [x, u], retain_graph=True)
+    gx, gu = lm.autograd.grad(y, [x, u], allow_unused=True)
+    assert gu is None and gx.tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        lm.autograd.grad(lm.sum(x * 2.0), [const([1.0])])
+
+
+def test_autograd_grad_of_an_intermediate():
+    x = leaf((3,))
+    h = x * 2.0
+    y = lm.sum(h * h)
+    (gh,) = lm.autograd.grad(y, h)
+    assert np.allclose(gh.numpy(), 2 * h.detach().numpy())
+    assert x.grad is None
+
+
+def test_autograd_grad_create_graph():
+    x = leaf((4,))
+    (g,) = lm.autograd.grad(lm.sum(x ** 3.0), x, create_graph=True)
+    assert g.requires_grad and g.grad_fn is not None
+    assert np.allclose(g.numpy(), 3 * x.numpy() ** 2)
+    (gg,) = lm.autograd.grad(lm.sum(g), x)
+    assert np.allclose(gg.numpy(), 6 * x.numpy())
+
+
+def test_register_hook_on_a_leaf():
+    x = leaf((3,))
+    seen = []
+    handle = x.register_hook(lambda g: seen.append(g.tolist()))
+    lm.sum(x * 2.0).backward()
+    assert seen == [[2.0, 2.0, 2.0]] and x.grad.tolist() == [2.0, 2.0, 2.0]
+    handle.remove()
+    lm.sum(x * 2.0).backward()
+    assert len(seen) == 1
+    x.grad = None
+    x.register_hook(lambda g: g * 10.0)  # a returned tensor replaces the gradient
+    lm.sum(x * 2.0).backward()
+    assert x.grad.tolist() == [20.0, 20.0, 20.0]
+
+
+def test_register_hook_on_a_non_leaf():
+    x = leaf((3,))
+    h = x * 2.0
+    seen = []
+    h.register_hook(lambda g: seen.append(g.tolist()))
+    h.register_hook(lambda g: g * const([1.0, 0.0, -1.0]))
+    lm.sum(h * const([1.0, 2.0, 3.0])).backward()
+    assert seen == [[1.0, 2.0, 3.0]]
+    assert x.grad.tolist() == [2.0, 0.0, -6.0]
+    with pytest.raises(RuntimeError):
+        const([1.0]).register_hook(lambda g: g)
+
+
+def test_register_hook_on_one_output_of_split():
+    x = leaf((4,))
+    a, b = lm.split(x, 2)
+    b.register_hook(lambda g: g * 0.0)
+    lm.sum(a * 3.0 + b * 5.0).backward()
+    assert x.grad.tolist() == [3.0, 3.0, 0.0, 0.0]
+
+
+def test_no_grad_and_enable_grad():
+    x = leaf((3,))
+    assert lm.autograd.is_grad_enabled()
+    with lm.no_grad():
+        assert not lm.autograd.is_grad_enabled()
+        y = x * 2.0
+        with lm.enable_grad():
+            z = x * 2.0
+        assert not lm.autograd.is_grad_enabled()
+    assert lm.autograd.is_grad_enabled()
+    assert not y.requires_grad and y.grad_fn is None
+    assert z.requires_grad and z.grad_fn is not None
+
+
+def test_grad_mode_decorators():
+    x = leaf((3,))
+
+    @lm.no_grad()
+    def f():
+        return x * 2.0
+
+    @lm.enable_grad()
+    def g():
+        return x * 2.0
+
+    @lm.set_grad_enabled(False)
+    def h():
+        return x * 2.0
+
+    assert lm.autograd.is_grad_enabled()  # decorating changed nothing
+    assert not f().requires_grad and not h().requires_grad
+    with lm.no_grad():
+        assert g().requires_grad
+        assert not lm.autograd.is_grad_enabled()
+    assert lm.autograd.is_grad_enabled()
+
+    @lm.no_grad()
+    def fails():
+        raise KeyError
+
+    with pytest.raises(KeyError):
+        fails()
+    assert lm.autograd.is_grad_enabled()  # restored on error
+
+
+def test_set_grad_enabled():
+    x = leaf((3,))
+    with lm.set_grad_enabled(False):
+        assert not (x * 2.0).requires_grad
+        with lm.set_grad_enabled(True):
+            assert (x * 2.0).requires_grad
+    assert (x * 2.0).requires_grad
+    try:
+        lm.set_grad_enabled(False)  # a plain call takes effect at once
+        assert not lm.autograd.is_grad_enabled() and not (x * 2.0).requires_grad
+    finally:
+        lm.set_grad_enabled(True)
+    assert lm.autograd.is_grad_enabled()
+
+
+def test_autograd_layer_switched_off_records_nothing():
+    from lamina import layers
+    x = leaf((3,))
+    with layers.off("autograd"):
+        with lm.enable_grad():
+            y = x * 2.0
+    assert not y.requires_grad and y.grad_fn is None
+    assert (x * 2.0).requires_grad
+
+
+def test_grad_mode_is_thread_local():
+    x = leaf((3,))
+    entered, recorded = threading.Event(), threading.Event()
+    results = {}
+
+    def quiet():
+        with lm.no_grad():
+            entered.set()
+            recorded.wait(10)
+            results["quiet"] = (x * 2.0).requires_grad
+
+    def busy():
+        entered.wait(10)
+        results["busy_mode"] = lm.autograd.is_grad_enabled()
+        results["busy"] = (x * 2.0).requires_grad
+        recorded.set()
+
+    threads = [threading.Thread(target=quiet), threading.Thread(target=busy)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert results == {"quiet": False, "busy_mode": True, "busy": True}
+    assert lm.autograd.is_grad_enabled()
+
+
+# ---------------------------------------------------------------- error cases
+
+
+def test_inplace_on_a_leaf_requiring_grad_raises():
+    x = leaf((3,))
+    before = x.tolist()
+    with pytest.raises(RuntimeError, match="leaf"):
+        x += 1.0
+    with pytest.raises(RuntimeError, match="leaf"):
+        x *= const([1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match="leaf"):
+        x[0] = 5.0
+    with pytest.raises(RuntimeError, match="view of a leaf"):
+        view = x[1:]
+        view += 1.0
+    with pytest.raises(RuntimeError, match="view of a leaf"):
+        lm.flip(lm.reshape(x, (3, 1)), axis=0)[0] = 5.0
+    assert x.tolist() == before
+    copy = x[lm.asarray([0, 1], dtype=lm.int64)]  # advanced indexing copies: allowed
+    copy += 1.0
+    assert x.tolist() == before
+    with lm.no_grad():  # allowed where nothing is recorded (optimizer updates)
+        x -= 1.0
+        x[0] = 5.0
+    assert x.tolist() == [5.0] + [v - 1.0 for v in before[1:]]
+    assert x.requires_grad and x.is_leaf
+
+
+def test_inplace_on_a_saved_input_that_does_not_require_grad():
+    x = leaf((3,))
+    a = lm.ones(3, dtype=F64)
+    y = lm.sum(a * x)
+    a += 1.0
+    with pytest.raises(RuntimeError, match="in-place.*version"):
+        y.backward()
+
+
+def test_inplace_on_a_saved_non_leaf():
+    x = leaf((3,))
+    h = x * 2.0
+    y = lm.sum(h * h)
+    h += 1.0  # allowed on a non-leaf: h becomes the output of add
+    assert h.grad_fn.name == "add"
+    with pytest.raises(RuntimeError, match="in-place.*version"):
+        y.backward()
+
+
+def test_inplace_on_a_saved_result():
+    x = leaf((3,))
+    y = lm.exp(x)  # exp's formula uses its result
+    y *= 2.0
+    with pytest.raises(RuntimeError, match="in-place.*version"):
+        lm.sum(y).backward()
+
+
+def test_inplace_through_a_view_of_a_saved_tensor():
+    x = leaf((2, 3))
+    h = x * 1.0
+    y = lm.sum(lm.sin(h))
+    row = h[0]
+    row += 1.0  # writes h's storage
+    with pytest.raises(RuntimeError, match="in-place.*version"):
+        y.backward()
+
+
+def test_inplace_on_a_non_leaf_is_differentiated():
+    x = leaf((3,))
+    w = leaf((3,), seed=1)
+    h = x * 1.0
+    h *= w
+    h += x
+    h[1] = 0.0
+    lm.sum(h * const([1.0, 2.0, 3.0])).backward()
+    assert np.allclose(x.grad.numpy(), (w.numpy() + 1) * [1, 0, 3])
+    assert np.allclose(w.grad.numpy(), x.numpy() * [1, 0, 3])
+
+
+def test_modification_after_backward_is_fine():
+    x = leaf((3,))
+    a = lm.ones(3, dtype=F64)
+    lm.sum(a * x).backward()
+    a += 1.0
+    assert x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_second_backward_needs_retain_graph():
+    x = leaf((3,))
+    y = lm.sum(lm.exp(x))
+    y.backward()
+    with pytest.raises(RuntimeError, match="retain_graph"):
+        y.backward()
+    y = lm.sum(x + 1.0)  # a graph that saves nothing also refuses
+    y.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        y.backward()
+    x.grad = None
+    y = lm.sum(lm.exp(x))
+    y.backward(retain_graph=True)
+    y.backward()
+    assert np.allclose(x.grad.numpy(), 2 * np.exp(x.numpy()))
+
+
+# ---------------------------------------------------------------- engine
+
+
+def test_long_chain_has_no_recursion_limit():
+    x = lm.ones(100, dtype=F64, requires_grad=True)
+    c = lm.full(100, 1.00001, dtype=F64)  # tensor operands: the scalar path is slower
+    y = x
+    for i in range(100_000):
+        y = y + c if i % 2 else y * c
+    assert y.grad_fn.name == "add"
+    lm.sum(y).backward()
+    assert np.allclose(x.grad.numpy(), 1.00001 ** 50_000)  # every multiply was visited
+    ref = weakref.ref(y.grad_fn)
+    del y  # freeing the chain must not overflow either
+    assert ref() is None
+
+
+def test_graph_is_freed_after_backward_without_gc():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        x = leaf((3,))
+        h = lm.exp(x)
+        y = lm.sum(h * h)
+        h_ref, node_ref = weakref.ref(h), weakref.ref(y.grad_fn)
+        del h
+        assert h_ref() is not None  # saved for backward
+        y.backward()
+        assert h_ref() is None  # saved tensors are released by backward
+        assert node_ref() is not None
+        del y
+        assert node_ref() is None
+        # without backward, dropping the output frees everything
+        h = lm.tanh(x)
+        y = lm.sum(h * h)
+        h_ref, node_ref = weakref.ref(h), weakref.ref(h.grad_fn)
+        del h, y
+        assert h_ref() is None and node_ref() is None
+        # a leaf with a hook does not keep a graph alive either
+        x.register_hook(lambda g: g)
+        h = x * 2.0
+        h_ref = weakref.ref(h)
+        del h
+        assert h_ref() is None
+        x_ref = weakref.ref(x)
+        del x
+        assert x_ref() is None
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _hessian_vector(f, x, v):
+    (g,) = lm.autograd.grad(f(x), x, create_graph=True)
+    (hv,) = lm.autograd.grad(lm.sum(g * v), x)
+    return g, hv
+
+
+def test_higher_order_elementwise():
+    x = leaf((4,))
+    xs = x.detach().numpy()
+    (g,) = lm.autograd.grad(lm.sum(x ** 3.0), x, create_graph=True)
+    (g2,) = lm.autograd.grad(lm.sum(g), x, create_graph=True)
+    (g3,) = lm.autograd.grad(lm.sum(g2), x)
+    assert np.allclose(g2.numpy(), 6 * xs) and np.allclose(g3.numpy(), 6.0)
+    v = const([1.0, 2.0, 3.0, 4.0])
+    _, hv = _hessian_vector(lambda t: lm.sum(lm.exp(t)), x, v)
+    assert np.allclose(hv.numpy(), np.exp(xs) * v.numpy())
+    _, hv = _hessian_vector(lambda t: lm.sum(lm.tanh(t)), x, v)
+    t = np.tanh(xs)
+    assert np.allclose(hv.numpy(), -2 * t * (1 - t ** 2) * v.numpy())
+
+
+def test_higher_order_backward_create_graph():
+    x = leaf((3,))
+    lm.sum(lm.sin(x)).backward(create_graph=True)
+    assert x.grad.requires_grad
+    (gg,) = lm.autograd.grad(lm.sum(x.grad), x)
+    assert np.allclose(gg.numpy(), -np.sin(x.detach().numpy()))
+
+
+def test_higher_order_matmul():
+    a = const(np.random.default_rng(3).uniform(-1, 1, (3, 4)))
+    x = leaf((4,))
+    v = leaf((4,), seed=9).detach()
+    g, hv = _hessian_vector(lambda t: lm.sum((a @ t) ** 2.0), x, v)
+    an = a.numpy()
+    assert np.allclose(g.numpy(), 2 * an.T @ an @ x.detach().numpy())
+    assert np.allclose(hv.numpy(), 2 * an.T @ an @ v.numpy())
+
+
+def test_higher_order_reductions():
+    x = leaf((5,))
+    v = const([1.0, -2.0, 0.5, 3.0, 0.0])
+    _, hv = _hessian_vector(lambda t: lm.var(t), x, v)
+    assert np.allclose(hv.numpy(), 2 / 5 * (v.numpy() - v.numpy().mean()))
+    _, hv = _hessian_vector(lambda t: lm.mean(t) ** 2.0, x, v)
+    assert np.allclose(hv.numpy(), np.full(5, 2 / 25 * v.numpy().sum()))
+
+
+def _first_gradients(fn, args):
+    """fn's samples as a function of the same inputs returning the gradients of a
+    non-linear scalar of fn's outputs (sum of w * out**2, so that the gradients depend
+    on the inputs even for linear operators), computed with create_graph=True."""
+    checked = [i for i, a in enumerate(args) if isinstance(a, lm.Tensor) and a.requires_grad]
+
+    def first(*xs):
+        with lm.enable_grad():  # gradcheck probes under no_grad, with fresh tensors
+            xs = [x.detach().requires_grad_() if i in checked and not x.requires_grad
+                  else x for i, x in enumerate(xs)]
+            out = fn(*xs)
+            total = 0.0
+            for o in out if isinstance(out, (tuple, list)) else (out,):
+                w = const(np.linspace(0.5, 1.5, o.size).reshape(o.shape))
+                total = total + lm.sum(o * o * w)
+            grads = lm.autograd.grad(total, [xs[i] for i in checked], create_graph=True)
+        return grads
+    return first
+
+
+@pytest.mark.parametrize("name, fn, args, kwargs", CASES)
+def test_gradgradcheck(name, fn, args, kwargs):
+    """Second derivatives: finite differences of the first gradients, for every sample."""
+    first = _first_gradients(fn, args)
+    grads = first(*args)
+    if not any(g.requires_grad for g in grads):
+        # only where the formula's gradient is a constant zero (floor, sign, ...)
+        assert all(np.all(g.numpy() == 0) for g in grads), name
+        return
+    assert gradcheck(first, args, **kwargs)
+
+
+def test_higher_order_prod_with_two_zeros():
+    x = const([2.0, 0.0, 3.0, 0.0]).requires_grad_()
+    (g,) = lm.autograd.grad(lm.prod(x), x, create_graph=True)
+    assert g.tolist() == [0.0, 0.0, 0.0, 0.0]
+    (h,) = lm.autograd.grad(g[1], x)  # d/dx of the product of the others of x[1]
+    assert h.tolist() == [0.0, 0.0, 0.0, 6.0]
+
+
+def test_higher_order_through_repeated_indices():
+    x = leaf((3,))
+    i = lm.asarray([0, 2, 0], dtype=lm.int64)
+    (g,) = lm.autograd.grad(lm.sum(x[i] ** 3.0) + lm.sum(x[0:2] ** 3.0), x,
+                            create_graph=True)
+    (h,) = lm.autograd.grad(lm.sum(g), x)
+    xs = x.detach().numpy()
+    assert np.allclose(h.numpy(), 6 * xs * [3, 1, 1])
+
+
+def test_two_threads_forward_and_backward():
+    errors = []
+    barrier = threading.Barrier(2)
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            barrier.wait(10)
+            for _ in range(50):
+                data = rng.uniform(-1, 1, (4, 3))
+                w = lm.asarray(data, requires_grad=True)
+                b = lm.asarray(rng.uniform(-1, 1, 3), requires_grad=True)
+                y = lm.sum(lm.tanh(w * b + 0.5) ** 2.0)
+                y.backward()
+                t = np.tanh(data * b.numpy() + 0.5)
+                dy = 2 * t * (1 - t ** 2)
+                if not (np.allclose(w.grad.numpy(), dy * b.numpy())
+                        and np.allclose(b.grad.numpy(), (dy * data).sum(0))):
+                    errors.append(seed)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
