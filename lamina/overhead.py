@@ -152,7 +152,7 @@ def measure(args):
     lm.set_num_threads(args.threads)
     runners = {name: _runner((name, off), args) for name, off in CONFIGS}
 
-    runners["(binding probe)"] = _probe_loop
+    runners["binding probe"] = _probe_loop
     peers = _peers(args)
     for fn in peers.values():
         if fn is not None:
@@ -180,7 +180,7 @@ def attribute(ns):
             continue
         ceiling = capped[name] = min(ns[name], ceiling)
     raw = capped["raw kernel"]
-    binding = min(ns.get("(binding probe)", 0.0), capped["dispatcher off"] - raw)
+    binding = min(ns.get("binding probe", 0.0), capped["dispatcher off"] - raw)
     return {
         "binding": binding,
         "dispatcher": capped["checks off"] - capped["dispatcher off"],
@@ -235,8 +235,8 @@ def _child(args):
     _valgrind_toggle, done with callgrind_control), so one process (one import, one
     JIT compilation) serves every row. A configuration that cannot run dumps nothing
     and is announced on stdout."""
-    for name in [name for name, _ in CONFIGS] + ["(binding probe)"]:
-        runner = (_probe_loop if name == "(binding probe)" else
+    for name in [name for name, _ in CONFIGS] + ["binding probe"]:
+        runner = (_probe_loop if name == "binding probe" else
                   _runner(next(c for c in CONFIGS if c[0] == name), args))
         if runner is None:
             print(f"skip {name}", flush=True)
@@ -259,12 +259,16 @@ def _probe_loop(k, a=_Probe()):
     return time.perf_counter() - t
 
 
-def _dump_total(path):
+def _read_dump(path):
+    """(configuration name, instruction total) of one callgrind dump."""
+    name = total = None
     with open(path) as f:
         for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    return 0
+            if line.startswith("desc: Trigger: dump "):
+                name = line[len("desc: Trigger: dump "):].strip()
+            elif line.startswith("totals:"):
+                total = int(line.split()[1])
+    return name, total
 
 
 def measure_callgrind(args):
@@ -285,15 +289,21 @@ def measure_callgrind(args):
             raise RuntimeError(f"the callgrind run failed:\n{proc.stderr[-2000:]}")
         dumps = sorted((p for p in os.listdir(tmp) if p.startswith("cg.out.")),
                        key=lambda p: int(p.rsplit(".", 1)[1].split("-")[0]))
-        totals = iter([_dump_total(os.path.join(tmp, p)) for p in dumps])
+        totals = {}  # configuration -> [total at k, total at 2k]
+        for p in dumps:
+            name, total = _read_dump(os.path.join(tmp, p))
+            totals.setdefault(name, []).append(total)
     result = {}
     for line in proc.stdout.splitlines():
-        status, name = line.split(" ", 1)
-        if status == "skip":
+        name = line.split(" ", 1)[1]
+        counts = totals.get(name, [])
+        if len(counts) != 2:
+            if line.startswith("done"):
+                raise RuntimeError(f"callgrind wrote {len(counts)} dumps for {name!r}, "
+                                   "expected 2")
             result[name] = None
         else:
-            one, two = next(totals), next(totals)
-            result[name] = (two - one) / args.k
+            result[name] = (counts[1] - counts[0]) / args.k
     _progress("")
     return result
 

@@ -4,8 +4,8 @@ Discovers benchmarks the way asv does (``time_``, ``timeraw_``, ``peakmem_``, ``
 ``track_`` functions and methods in the modules of asv_benchmarks/benchmarks) and calls
 each one's ``setup``, body and ``teardown`` once per combination of the first value of
 its first parameter (the size, smallest first) with every value of the others; a
-combination that ``setup`` skips (``NotImplementedError``) is left out. ``timeraw_`` code runs
-in a fresh process, as asv runs it. Timing is left to asv; full runs stay out of CI
+combination that ``setup`` skips (``NotImplementedError``) is left out. ``timeraw_``
+code runs in a fresh process, as asv runs it. Timing is left to asv; full runs stay out of CI
 (see asv_benchmarks/README.md).
 """
 import importlib.util
@@ -128,6 +128,15 @@ def test_param_names_match_params():
             params = klass.params
             n = len(params) if all(isinstance(p, (list, tuple)) for p in params) else 1
             assert len(getattr(klass, "param_names", [])) == n, klass
+
+
+def test_no_module_attribute_is_mistaken_for_a_setup_function():
+    # asv looks up module-level setup/teardown case-insensitively: a constant named
+    # SETUP is called as the setup of every benchmark in the module, and fails
+    for module in MODULES:
+        for name, value in vars(module).items():
+            if name.lower() in ("setup", "teardown", "setup_cache"):
+                assert callable(value), f"{module.__name__}.{name} is not a function"
 
 
 def test_asv_config():
