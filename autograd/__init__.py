@@ -24,16 +24,26 @@ _BELOW = ~keys.AUTOGRAD
 
 
 def _kernel(op, derivative):
-    table = op.table
+    """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
+    table, record = op.table, graph.record
 
     def kernel(ks, *args):
         below = ks & _BELOW
         out = table[below.bit_length()](below, *args)
         if state.enabled:
-            graph.record(derivative, args, out if type(out) is tuple else (out,))
+            record(derivative, args, out if type(out) is tuple else (out,))
         return out
-    kernel.__name__ = kernel.__qualname__ = op.name
-    return kernel
+
+    def binary(ks, a, b):  # the same for two arguments, without packing *args
+        below = ks & _BELOW
+        out = table[below.bit_length()](below, a, b)
+        if state.enabled:
+            record(derivative, (a, b), (out,))
+        return out
+
+    fn = binary if op.kind == "binary" else kernel
+    fn.__name__ = fn.__qualname__ = op.name
+    return fn
 
 
 def _check_leaf(name, x):

@@ -88,6 +88,8 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
             if isinstance(node, AccumulateGrad):
                 if capture is None:
                     leaf, g = node.variable, grads[0]
+                    if leaf is None:  # nobody holds the leaf: no one can read .grad
+                        continue
                     g = g if create_graph else g.detach()
                     # The first gradient is copied: g may be the caller's gradient=, be
                     # shared with another leaf (add passes g on to both inputs) or be a

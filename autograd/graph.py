@@ -1,9 +1,9 @@
 """The autograd graph: nodes recorded by the layer's kernels.
 
 Note [Graph ownership]: edges point backwards only. An output tensor owns its
-``grad_fn`` node; a node owns the tensors it saved and the nodes of its inputs; a leaf's
-AccumulateGrad node owns the leaf, and the leaf only holds a weak reference back. A
-node never holds its own output strongly (a weakref, plus a detached alias of the
+``grad_fn`` node; a node owns the tensors it saved and the nodes of its inputs; a leaf
+owns its AccumulateGrad node (made once, so recording finds it with one attribute
+read), which holds the leaf only weakly. A node never holds its own output strongly (a weakref, plus a detached alias of the
 result for formulas that use it), so there are no reference cycles: a graph is freed
 by reference counting the moment its last output goes, without the garbage collector.
 """
@@ -48,13 +48,18 @@ class Node:
 class AccumulateGrad:
     """The node that ends every path at a leaf: it adds the gradient to ``leaf.grad``."""
 
-    __slots__ = ("variable", "hooks", "__weakref__")
+    __slots__ = ("_variable", "hooks", "__weakref__")
     n_outputs = 1
     next_nodes = edges = next_functions = ()
 
     def __init__(self, variable):
-        self.variable = variable
+        self._variable = weakref.ref(variable)  # Note [Graph ownership]
         self.hooks = None
+
+    @property
+    def variable(self):
+        """The leaf, or None once nothing else holds it (its gradient has no reader)."""
+        return self._variable()
 
     name = "AccumulateGrad"
     register_hook = Node.register_hook
@@ -76,15 +81,10 @@ class _Handle:
 
 
 def grad_accumulator(leaf):
-    """The leaf's AccumulateGrad node, shared by every edge into the leaf."""
-    ref = leaf.__dict__.get("_accumulator")
-    if ref is not None:
-        acc = ref()
-        if acc is not None:
-            return acc
-    acc = AccumulateGrad(leaf)
-    acc.hooks = leaf.__dict__.get("_leaf_hooks")  # hooks outlive accumulators
-    leaf._accumulator = weakref.ref(acc)
+    """The leaf's AccumulateGrad node, made once and shared by every edge into it."""
+    acc = leaf._accumulator
+    if acc is None:
+        acc = leaf._accumulator = AccumulateGrad(leaf)
     return acc
 
 
@@ -103,10 +103,6 @@ def register_hook(t, hook):
     if not t._ks & AUTOGRAD:
         raise RuntimeError("cannot register a hook on a tensor that does not require grad")
     node, nr = edge(t)
-    if isinstance(node, AccumulateGrad) and node.hooks is None:
-        # A leaf's hooks live on the leaf, shared with every accumulator made for it
-        # (holding the accumulator, which owns the leaf, would be a reference cycle).
-        node.hooks = t.__dict__.setdefault("_leaf_hooks", {})
     return node.register_hook((nr, hook))
 
 

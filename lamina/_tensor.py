@@ -59,6 +59,7 @@ class Tensor:
     # class attributes below are the defaults every other tensor reads.
     grad = None
     _output_nr = 0  # which output of grad_fn this tensor is
+    _accumulator = None  # a leaf's AccumulateGrad node (lamina.autograd.graph)
     __array_priority__ = 1000
     __array_ufunc__ = None  # ndarray <op> Tensor defers to Tensor's reflected operator
     __hash__ = object.__hash__
