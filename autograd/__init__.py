@@ -63,6 +63,24 @@ def _check_leaf(name, x):
             return
 
 
+def _check_view(name, x, value):
+    """Writing through a view with grad is refused rather than silently wrong: the
+    base tensor's graph would not learn of the write (PyTorch rebases it with
+    CopySlices; lamina does not yet)."""
+    data = x._data
+    if not (isinstance(data, np.ndarray) and data.base is not None
+            and data.base is not x._flat):
+        return  # owns its storage (an advanced-indexing result is a copy, for one)
+    fn = x.grad_fn
+    recorded_view = fn is not None and fn.name in _VIEW_OPS
+    untracked_view = not x._ks & keys.AUTOGRAD and getattr(value, "_ks", 0) & keys.AUTOGRAD
+    if recorded_view or untracked_view:
+        raise RuntimeError(f"{name}: in-place modification of a view with autograd is not "
+                           "supported (the base tensor's gradient would be wrong); write "
+                           "to the base tensor, use an out-of-place operation, or do it "
+                           "under lamina.no_grad()")
+
+
 _VIEW_OPS = frozenset(["getitem", "reshape", "permute_dims", "matrix_transpose",
                        "expand_dims", "squeeze", "flip", "broadcast_to", "split"])
 
@@ -77,6 +95,7 @@ def _inplace_kernel(op, derivative):
         if not state.enabled:
             return table[below.bit_length()](below, x1, x2)
         _check_leaf(op.name, x1)
+        _check_view(op.name, x1, x2)
         previous = copy(x1) if 0 in derivative.saves else x1
         table[below.bit_length()](below, x1, x2)
         x1.__dict__.pop("_output_nr", None)
@@ -91,6 +110,7 @@ def _setitem_kernel(ks, x, key, value):
     below = ks & _BELOW
     if state.enabled:
         _check_leaf("setitem", x)
+        _check_view("setitem", x, value)
     out = table[below.bit_length()](below, x, key, value)
     if state.enabled:
         x.__dict__.pop("_output_nr", None)

@@ -91,10 +91,14 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                     if leaf is None:  # nobody holds the leaf: no one can read .grad
                         continue
                     g = g if create_graph else g.detach()
-                    # The first gradient is copied: g may be the caller's gradient=, be
-                    # shared with another leaf (add passes g on to both inputs) or be a
-                    # read-only broadcast view; .grad must own its storage.
-                    leaf.grad = lm.asarray(g, copy=True) if leaf.grad is None else leaf.grad + g
+                    if leaf.is_sparse and not g.is_sparse:
+                        g = _on_pattern(g, leaf)  # a new tensor: nothing to copy
+                    elif leaf.grad is None and not g.is_sparse:
+                        # The first gradient is copied: g may be the caller's gradient=,
+                        # be shared with another leaf (add passes g on to both inputs)
+                        # or be a read-only broadcast view; .grad must own its storage.
+                        g = lm.asarray(g, copy=True)
+                    leaf.grad = g if leaf.grad is None else leaf.grad + g
                 continue
             nrs = node.next_nrs or _ZEROS
             for nxt, nr, g in zip(node.next_nodes, nrs, _apply(node, grads, retain_graph)):
@@ -108,6 +112,14 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                         ready.append(nxt)
                     else:
                         _skip(nxt, deps, buffers, ready)
+
+
+def _on_pattern(g, leaf):
+    """A dense gradient of a sparse leaf, kept at the leaf's stored entries only: the
+    gradient with respect to its values (sum(s), s @ dense), as a sparse tensor."""
+    indices = leaf.indices()
+    values = g[tuple(indices[d] for d in range(indices.shape[0]))]
+    return lm.sparse_coo_tensor(indices, values, leaf.shape)
 
 
 def _skip(node, deps, buffers, ready):

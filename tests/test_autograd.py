@@ -785,9 +785,25 @@ def test_inplace_through_a_view_of_a_saved_tensor():
     h = x * 1.0
     y = lm.sum(lm.sin(h))
     row = h[0]
-    row += 1.0  # writes h's storage
+    with pytest.raises(RuntimeError, match="view with autograd is not supported"):
+        row += 1.0  # refused with grad on: h's graph would not learn of the write
+    with lm.no_grad():
+        row += 1.0  # writes h's storage
     with pytest.raises(RuntimeError, match="in-place.*version"):
         y.backward()
+
+
+def test_inplace_through_a_view_with_grad_is_refused_not_wrong():
+    x = leaf((3,))
+    h = x * 1.0
+    with pytest.raises(RuntimeError, match="view with autograd"):
+        v = h[0:2]
+        v *= 3.0
+    base = lm.ones(3)  # a constant, written through a view with a value that needs grad
+    with pytest.raises(RuntimeError, match="view with autograd"):
+        view = base[0:2]
+        view += x[0:2]
+    assert base.tolist() == [1.0, 1.0, 1.0]
 
 
 def test_inplace_on_a_non_leaf_is_differentiated():

@@ -592,3 +592,17 @@ def test_same_slot_same_priority_resolves_by_name_with_a_warning():
             lm.backends.unregister(name)
     assert winners == {"tie_a"}, "the winner must not depend on registration order"
     assert rows("add")["counting"][1] == "example"
+
+
+def test_autograd_works_through_the_new_device_without_plugin_support():
+    """The layer sits above every device key: formulas call operators, which dispatch
+    to the device's kernels or its fallback (issue: autograd through a new device)."""
+    x = lm.asarray([1.0, 2.0, 3.0], device="counting", requires_grad=True)
+    w = lm.asarray([0.5, -1.0, 2.0], device="counting", requires_grad=True)
+    y = lm.sum(lm.exp(x) * w + x * x)
+    assert y.device == "counting" and y.requires_grad
+    y.backward()
+    assert x.grad.device == "counting" and w.grad.device == "counting"
+    xv, wv = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(x.grad.to("cpu").numpy(), np.exp(xv) * wv + 2 * xv)
+    np.testing.assert_allclose(w.grad.to("cpu").numpy(), np.exp(xv))

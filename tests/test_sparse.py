@@ -577,3 +577,29 @@ def test_plugin_is_listed_and_every_kernel_sits_at_the_sparse_key():
                                             "sum", "matmul", "matrix_transpose",
                                             "permute_dims", "to_dense", "to_sparse",
                                             "coalesce"}
+
+
+def test_gradients_with_respect_to_sparse_values_keep_the_pattern():
+    """sum(s) and s @ dense are differentiable with respect to the stored values: the
+    gradient is sparse, on s's pattern (duplicates included)."""
+    indices = lm.asarray([[0, 1, 1, 1], [2, 0, 2, 2]])
+    s = lm.sparse_coo_tensor(indices, lm.asarray([1.0, 2.0, 3.0, 0.5]), (2, 3))
+    s.requires_grad_()
+    lm.sum(s).backward()
+    assert s.grad.is_sparse
+    np.testing.assert_array_equal(s.grad.indices().numpy(), indices.numpy())
+    np.testing.assert_array_equal(s.grad.values().numpy(), [1.0, 1.0, 1.0, 1.0])
+    s.grad = None
+    d = lm.asarray(np.arange(6.0).reshape(3, 2), requires_grad=True)
+    lm.sum(s @ d).backward()
+    rows = np.arange(6.0).reshape(3, 2).sum(axis=1)  # d(sum(s @ d)) / d s[i, j]
+    np.testing.assert_allclose(s.grad.values().numpy(), rows[[2, 0, 2, 2]])
+    np.testing.assert_allclose(d.grad.numpy(), np.repeat(
+        s.to_dense().numpy().sum(axis=0)[:, None], 2, axis=1))
+
+
+def test_spmm_gradcheck_with_respect_to_the_dense_operand():
+    s = lm.sparse_coo_tensor(lm.asarray([[0, 1, 2], [1, 0, 2]]),
+                             lm.asarray([1.5, -2.0, 0.5]), (3, 3))
+    d = lm.asarray(np.random.default_rng(0).standard_normal((3, 2)), requires_grad=True)
+    assert lm.autograd.gradcheck(lambda d: s @ d, [d])
