@@ -2,10 +2,10 @@
 
 Discovers benchmarks the way asv does (``time_``, ``timeraw_``, ``peakmem_``, ``mem_``,
 ``track_`` functions and methods in the modules of asv_benchmarks/benchmarks) and calls
-each one's ``setup``, body and ``teardown`` once per combination of the first value of
-its first parameter (the size, smallest first) with every value of the others; a
-combination that ``setup`` skips (``NotImplementedError``) is left out. ``timeraw_``
-code runs in a fresh process, as asv runs it. Timing is left to asv; full runs stay out of CI
+each one's ``setup``, body and ``teardown`` once per parameter combination, at the
+smallest size only (see ``_param_combinations``); a combination that ``setup`` skips
+(``NotImplementedError``) is left out. ``timeraw_`` code runs in a fresh process, as asv
+runs it. Timing is left to asv; full runs stay out of CI
 (see asv_benchmarks/README.md).
 """
 import importlib.util
@@ -59,15 +59,20 @@ def _benchmarks():
 BENCHMARKS = _benchmarks()
 
 
-def _param_combinations(owner):
-    """The first value of the first parameter (by convention the size, smallest first)
-    with every value of the others: each code path once, at the smallest size."""
+def _param_combinations(owner, name):
+    """Every combination of parameter values, except that a size (a parameter named
+    ``n``, listed smallest first) takes only its first value: each code path once, at
+    the smallest size. ``timeraw_`` benchmarks (a fresh process each) run only the first
+    combination."""
     params = getattr(owner, "params", [])
     if not params:
         return [()]
     if not all(isinstance(p, (list, tuple)) for p in params):
         params = [params]  # asv: a flat list is the values of a single parameter
-    return list(itertools.product(params[0][:1], *params[1:]))
+    names = getattr(owner, "param_names", [])
+    params = [p[:1] if n == "n" else p for p, n in itertools.zip_longest(params, names)]
+    combos = list(itertools.product(*params))
+    return combos[:1] if name.startswith("timeraw_") else combos
 
 
 def _run_raw(result):
@@ -115,8 +120,8 @@ def test_suite_has_benchmarks():
 def test_benchmark_runs_once(klass, attr):
     import lamina as lm
     threads = lm.get_num_threads()
-    ran = [combo for combo in _param_combinations(klass if klass is not None else attr)
-           if _run(klass, attr, combo)]
+    owner, name = (klass, attr) if klass is not None else (attr, attr.__name__)
+    ran = [combo for combo in _param_combinations(owner, name) if _run(klass, attr, combo)]
     assert ran, "every parameter combination was skipped"
     assert lm.get_num_threads() == threads, "the benchmark's teardown must restore threads"
     assert "asv_bench_plugin" not in {row["name"] for row in lm.backends.list()}
