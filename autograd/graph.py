@@ -129,14 +129,17 @@ def record(derivative, args, outputs):
     node.derivative = derivative
     out0 = outputs[0]
     dtype, shape = out0._dtype, out0._shape
-    inputs = args[0] if derivative.list_input else args
+    listed = derivative.list_input
+    inputs = args[0] if listed else args
     nodes, nrs, shapes, dtypes, plain = [], None, None, None, False
-    for i, t in enumerate(inputs):
+    i = -1
+    for t in inputs:
+        i += 1
         if t.__class__ is not Tensor:
             nodes.append(None)
             plain = True  # a non-tensor argument: formulas always get those
             continue
-        if t._shape != shape or derivative.list_input:
+        if listed or t._shape != shape:
             shapes = shapes or [None] * len(inputs)
             shapes[i] = t._shape
         if t._dtype is not dtype:
@@ -147,7 +150,8 @@ def record(derivative, args, outputs):
             continue
         fn = t._grad_fn
         if fn is None:
-            nodes.append(grad_accumulator(t))
+            acc = t._accumulator
+            nodes.append(acc if acc is not None else grad_accumulator(t))
         else:
             nodes.append(fn)
             if t._output_nr:
@@ -158,7 +162,7 @@ def record(derivative, args, outputs):
     node.shapes = shapes and tuple(shapes)
     node.dtypes = dtypes and tuple(dtypes)
     saves = derivative.saves
-    if saves == () and not plain and not derivative.list_input:
+    if saves == () and not plain and not listed:
         node.saved = _NOTHING_SAVED[len(args)]  # only tensors, none saved: a constant
         node.versions = ()
     else:
@@ -178,11 +182,13 @@ def record(derivative, args, outputs):
         node.result = None
     node.hooks = None
     node.n_outputs = len(outputs)
-    for i, out in enumerate(outputs):
+    out0._ks |= AUTOGRAD
+    out0._grad_fn = node
+    for i in range(1, len(outputs)):  # split: output i is gradient slot i
+        out = outputs[i]
         out._ks |= AUTOGRAD
         out._grad_fn = node
-        if i:
-            out._output_nr = i
+        out._output_nr = i
     return node
 
 
