@@ -130,3 +130,17 @@ def sum_dtype(op, x, dtype):
     if dtype is not None:
         return check_dtype(op, D.as_dtype(dtype))
     return result_dtype(op, check_dtype(op, x._dtype))
+
+
+def check_clip_bounds(x, *bounds):
+    """clip keeps x's dtype (Array API), so a bound of another kind would be cast and
+    silently move (clip(int_tensor, 2.5) clipping at 2): refuse it instead."""
+    for b in bounds:
+        if b is None:
+            continue
+        v = scalar_value(b)
+        kind = _weak_kind(v) if v is not None else b._dtype.kind
+        if kind == "f" and x._dtype.kind != "f" or kind == "b" and x._dtype.kind != "b":
+            raise TypeError(f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "
+                            f"cannot bound a {x._dtype} tensor without changing its dtype; "
+                            "cast x with astype first")

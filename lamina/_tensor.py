@@ -4,6 +4,8 @@ A CPU tensor's storage is a NumPy array (``_data``); views are NumPy views, so t
 share storage and carry their own strides. The fields the hot path reads are computed
 once, when the tensor is made (Note [Tensor fields]).
 """
+import weakref
+
 import numpy as np
 
 from lamina.dispatch import keys
@@ -447,7 +449,10 @@ def _root(data):
 def bump_version(t):
     data = t._data
     if isinstance(data, np.ndarray):
-        key = id(_root(data))
+        root = _root(data)
+        key = id(root)
+        if key not in _versions:  # forget the storage when it is freed
+            weakref.finalize(root, _versions.pop, key, None)
         _versions[key] = _versions.get(key, 0) + 1
 
 

@@ -1021,3 +1021,13 @@ def test_two_threads_forward_and_backward():
     for t in threads:
         t.join(60)
     assert not errors
+
+
+def test_version_counters_forget_freed_storage():
+    from lamina import _tensor
+    before = len(_tensor._versions)
+    for _ in range(50):
+        a = lm.ones(3)
+        a += 1.0
+    del a
+    assert len(_tensor._versions) <= before + 1

@@ -766,3 +766,30 @@ def test_hypothesis_division(data, name, dtype):
     a1 = data.draw(hnp.arrays(dtype, n, elements=el))
     a2 = data.draw(hnp.arrays(dtype, n, elements=el))
     check(op, getattr(lm, name), [lm.asarray(a1), lm.asarray(a2)], [a1, a2])
+
+
+def test_python_int_with_bool_tensor_promotes_whatever_its_value():
+    # the scalar fast path must not keep bool for 0 and 1 only (NEP 50: int64 always)
+    b = lm.asarray([True, False])
+    for v in (0, 1, 2):
+        assert (b & v).dtype == lm.int64 and (b ^ v).dtype == lm.int64
+    np.testing.assert_array_equal((b ^ 1).numpy(), [0, 1])
+    assert (b == 1).dtype == lm.bool and (b | True).dtype == lm.bool
+
+
+def test_python_int_with_float_tensor_keeps_the_float_dtype():
+    for dt in (lm.float32, lm.float64):
+        x = lm.asarray([1.5, -2.0], dtype=dt)
+        for result, expected in ((x * 2, [3.0, -4.0]), (3 - x, [1.5, 5.0]),
+                                 (x ** 2, [2.25, 4.0])):
+            assert result.dtype == dt
+            np.testing.assert_array_equal(result.numpy(), expected)
+
+
+def test_clip_refuses_a_bound_of_another_kind():
+    x = lm.asarray([1, 5, 10])
+    for backend in ("numba_cpu", "numpy_ref"):
+        with lm.backends.use(backend):
+            with pytest.raises(TypeError, match="clip: a bound of kind float"):
+                lm.clip(x, 2.5, 8)
+            np.testing.assert_array_equal(lm.clip(x, 2, 8).numpy(), [2, 5, 8])

@@ -114,8 +114,8 @@ _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar}
 _PY_SCALARS = (float, int, bool)
-_INT_BOUNDS = [None if d.kind == "f" else (0, 1) if d.kind == "b" else
-               (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) for d in D.ALL]
+_INT_BOUNDS = [(int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu"
+               else None for d in D.ALL]
 _STRIDED_OPERAND = (types.int64, K.INDEX)
 
 
@@ -168,10 +168,14 @@ class Elementwise:
         if type(v) not in _PY_SCALARS or t.__class__ is not Tensor or t._flat is None:
             return None
         dt = t._dtype
-        bounds = _INT_BOUNDS[dt.index]
-        if type(v) is float and dt.kind != "f" or type(v) is int and (
-                bounds is None or not bounds[0] <= v <= bounds[1]):
-            return None  # promotion, or an OverflowError: the general path says which
+        if type(v) is int:
+            # an int keeps an int dtype when in range (else OverflowError, from the
+            # general path); with floats it is converted; with bool it promotes
+            bounds = _INT_BOUNDS[dt.index]
+            if dt.kind == "b" or bounds is not None and not bounds[0] <= v <= bounds[1]:
+                return None
+        elif type(v) is float and dt.kind != "f":
+            return None  # promotion to the default float: the general path
         out_dt = self.fast_out[dt.index]
         if out_dt is None:
             return None
@@ -237,24 +241,25 @@ def binary_kernel(ew):
 
     def kernel(ks, a, b):
         try:
-            fa, dt, shape = a._flat, a._dtype, a._shape
-            if fa is not None and dt is b._dtype and shape == b._shape:
-                fb, out_dt = b._flat, fast_out[dt.index]  # Note [Fast path]
-                if fb is not None and out_dt is not None:
-                    out = empty(shape, out_dt.np)
-                    t = new_tensor(Tensor)
-                    if len(shape) == 1:
-                        t._data = t._flat = out
-                    else:
-                        t._data, t._flat = out, out.reshape(-1)
-                    (flat if fa.size < _parallel_min else flat_parallel)[dt.index](
-                        fa, fb, t._flat)
-                    t._ks, t._dtype, t._shape = CPU, out_dt, shape
-                    return t
+            fa, fb, dt, shape = a._flat, b._flat, a._dtype, a._shape
+            same = dt is b._dtype and shape == b._shape
         except AttributeError:  # a Python scalar operand
             out = ew.with_scalar(a, b)
-            if out is not None:
-                return out
+            return out if out is not None else ew.general((a, b))
+        if same and fa is not None and fb is not None:
+            out_dt = fast_out[dt.index]  # Note [Fast path]
+            if out_dt is not None:
+                # from_flat, inlined: a call costs ~60 ns of the seed's ~850 ns budget
+                out = empty(shape, out_dt.np)
+                t = new_tensor(Tensor)
+                if len(shape) == 1:
+                    t._data = t._flat = out
+                else:
+                    t._data, t._flat = out, out.reshape(-1)
+                (flat if fa.size < _parallel_min else flat_parallel)[dt.index](
+                    fa, fb, t._flat)
+                t._ks, t._dtype, t._shape = CPU, out_dt, shape
+                return t
         return ew.general((a, b))
 
     def unchecked(ks, a, b):
@@ -267,7 +272,7 @@ def binary_kernel(ew):
                              "be contiguous tensors of one size and dtype")
         out_dt = results[dt.index]
         out = empty(a._shape, out_dt.np)
-        t = new_tensor(Tensor)
+        t = new_tensor(Tensor)  # from_flat, inlined, as in the checked fast path
         t._data = out
         t._flat = out if out.ndim == 1 else out.reshape(-1)
         flat[dt.index](fa, fb, t._flat)
@@ -360,6 +365,7 @@ def _register_elementwise(registry):
 
     def clip_kernel(ks, x, min=None, max=None):
         S.check_dtype(clip.op, x._dtype)
+        S.check_clip_bounds(x, min, max)
         lo, hi = _clip_bounds(x, min, max)
         shape = S.broadcast_shapes("clip", x._shape, S.shape_of(lo), S.shape_of(hi))
         if shape != x._shape:
@@ -449,14 +455,23 @@ def _fold(reduction, start, result):
     return kernel
 
 
-def _first_column(what):
+def _first_value(what):
+    """max/min start from each row's first value; no identity for an empty axis."""
     def start(rows, x):
         if rows.shape[1] == 0:
             raise ValueError(f"{what}: cannot reduce a zero-size axis (shape {x._shape}): "
-                             "there is no identity" if what in ("max", "min") else
-                             f"{what}: cannot take the {what} of an empty sequence "
+                             "there is no identity")
+        return rows[:, 0].copy()
+    return start
+
+
+def _first_index(what):
+    """argmax/argmin start at index 0; an empty axis has no index to give."""
+    def start(rows, x):
+        if rows.shape[1] == 0:
+            raise ValueError(f"{what}: cannot take the {what} of an empty sequence "
                              f"(shape {x._shape})")
-        return rows[:, 0].copy() if what in ("max", "min") else np.zeros(rows.shape[0], np.int64)
+        return np.zeros(rows.shape[0], np.int64)
     return start
 
 
@@ -501,12 +516,12 @@ def _moment_kernel(which):
 def _register_reductions(registry):
     kernels = {
         "sum": _sum_like(_SUM, 0), "prod": _sum_like(_PROD, 1),
-        "max": _fold(_MAX, _first_column("max"), lambda x: x._dtype),
-        "min": _fold(_MIN, _first_column("min"), lambda x: x._dtype),
+        "max": _fold(_MAX, _first_value("max"), lambda x: x._dtype),
+        "min": _fold(_MIN, _first_value("min"), lambda x: x._dtype),
         "all": _fold(_ALL, _constant(True), lambda x: D.bool_),
         "any": _fold(_ANY, _constant(False), lambda x: D.bool_),
-        "argmax": _fold(_ARGMAX, _first_column("argmax"), lambda x: D.int64),
-        "argmin": _fold(_ARGMIN, _first_column("argmin"), lambda x: D.int64),
+        "argmax": _fold(_ARGMAX, _first_index("argmax"), lambda x: D.int64),
+        "argmin": _fold(_ARGMIN, _first_index("argmin"), lambda x: D.int64),
         "mean": _moment_kernel("mean"), "var": _moment_kernel("var"),
         "std": _moment_kernel("std"),
     }

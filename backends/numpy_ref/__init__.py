@@ -56,6 +56,7 @@ def inplace(op, ufunc):
 
 def clip(ks, x, min=None, max=None):
     S.check_dtype(OPERATORS["clip"], x._dtype)
+    S.check_clip_bounds(x, min, max)
     lo = None if min is None else S.operand(min, x._dtype)
     hi = None if max is None else S.operand(max, x._dtype)
     out = x._data.copy()
