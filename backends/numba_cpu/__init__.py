@@ -241,12 +241,14 @@ def binary_kernel(ew):
 
     def kernel(ks, a, b):
         try:
-            fa, fb, dt, shape = a._flat, b._flat, a._dtype, a._shape
-            same = dt is b._dtype and shape == b._shape
+            fa = a._flat
+            fast = (fa is not None and a._dtype is b._dtype and a._shape == b._shape
+                    and b._flat is not None)
         except AttributeError:  # a Python scalar operand
             out = ew.with_scalar(a, b)
             return out if out is not None else ew.general((a, b))
-        if same and fa is not None and fb is not None:
+        if fast:
+            dt, shape = a._dtype, a._shape
             out_dt = fast_out[dt.index]  # Note [Fast path]
             if out_dt is not None:
                 # from_flat, inlined: a call costs ~60 ns of the seed's ~850 ns budget
@@ -257,7 +259,7 @@ def binary_kernel(ew):
                 else:
                     t._data, t._flat = out, out.reshape(-1)
                 (flat if fa.size < _parallel_min else flat_parallel)[dt.index](
-                    fa, fb, t._flat)
+                    fa, b._flat, t._flat)
                 t._ks, t._dtype, t._shape = CPU, out_dt, shape
                 return t
         return ew.general((a, b))
