@@ -84,13 +84,30 @@ def _buffer(a):
     return as_strided(low, shape=(span,), strides=(item,)), offset
 
 
+def _element_strides(a, shape):
+    """(flat buffer, element offset, element strides aligned to ``shape``) of one
+    operand. A C-contiguous operand (the common case, broadcast or not) needs no NumPy
+    view machinery: its buffer is itself, flattened, and its strides are arithmetic."""
+    if a.flags.c_contiguous:
+        strides = [0] * len(shape)
+        step, lead = 1, len(shape) - a.ndim
+        for d in range(a.ndim - 1, -1, -1):
+            if a.shape[d] != 1:
+                strides[lead + d] = step
+            step *= a.shape[d]
+        return a.reshape(-1), 0, strides
+    v = np.broadcast_to(a, shape) if a.shape != shape else a
+    buf, offset = _buffer(v)
+    return buf, offset, [s // v.itemsize for s in v.strides]
+
+
 def strided_args(shape, arrays):
     """Kernel arguments for arrays broadcast to ``shape``, dims merged where possible.
 
     Size-1 dims are dropped and neighbours merged where every operand's strides allow
     it, so e.g. a contiguous tensor plus a broadcast row runs as a 2-D loop."""
-    views = [np.broadcast_to(a, shape) if a.shape != shape else a for a in arrays]
-    dims = [[shape[d], [v.strides[d] // v.itemsize for v in views]]
+    operands = [_element_strides(a, shape) for a in arrays]
+    dims = [[shape[d], [st[d] for _, _, st in operands]]
             for d in range(len(shape)) if shape[d] != 1]
     merged = []
     for n, st in dims:
@@ -100,12 +117,14 @@ def strided_args(shape, arrays):
         else:
             merged.append([n, st])
     if not merged:
-        merged = [[1, [0] * len(views)]]
+        merged = [[1, [0] * len(operands)]]
+    # one array for every operand's strides and the shape (its rows are views): each
+    # np.array call costs about a microsecond
+    meta = np.array([*zip(*(st for _, st in merged)), [n for n, _ in merged]], np.int64)
     args = []
-    for i, v in enumerate(views):
-        buf, off = _buffer(v)
-        args += [buf, off, np.array([st[i] for _, st in merged], np.int64)]
-    return args + [np.array([n for n, _ in merged], np.int64)]
+    for i, (buf, offset, _) in enumerate(operands):
+        args += [buf, offset, meta[i]]
+    return args + [meta[-1]]
 
 
 # ---------------------------------------------------------------- elementwise

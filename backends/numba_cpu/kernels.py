@@ -395,39 +395,54 @@ def _rows(shape):
     return rows
 
 
+# The last (innermost) dimension's strides are read once per call; when they are all 1
+# the inner loop runs over row slices indexed from 0 (no multiplications, no negative-
+# index wraparound), which LLVM vectorizes: a contiguous tensor plus a broadcast row,
+# the bias-add pattern, runs this way.
+
+
 def unary_strided(fn, loop):
     def kernel(out, oo, os, x, xo, xs, shape):
-        inner = shape[shape.size - 1]
-        rows = _rows(shape)  # not out.size // inner: out spans a strided view's gaps
-        for r in loop(rows):
+        last = shape.size - 1
+        inner, so, sx = shape[last], os[last], xs[last]
+        for r in loop(_rows(shape)):  # not out.size // inner: out may be a strided view
             o, i = _row_start(r, shape, os, oo), _row_start(r, shape, xs, xo)
-            for j in range(inner):
-                out[o + j * os[-1]] = fn(x[i + j * xs[-1]])
+            if so == 1 and sx == 1:
+                ro, rx = out[o:o + inner], x[i:i + inner]
+                for j in range(inner):
+                    ro[j] = fn(rx[j])
+            else:
+                for j in range(inner):
+                    out[o + j * so] = fn(x[i + j * sx])
     return kernel
 
 
 def binary_strided(fn, loop):
     def kernel(out, oo, os, a, ao, as_, b, bo, bs, shape):
-        inner = shape[shape.size - 1]
-        rows = _rows(shape)
-        for r in loop(rows):
+        last = shape.size - 1
+        inner, so, sa, sb = shape[last], os[last], as_[last], bs[last]
+        for r in loop(_rows(shape)):
             o, i, k = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
                        _row_start(r, shape, bs, bo))
-            for j in range(inner):
-                out[o + j * os[-1]] = fn(a[i + j * as_[-1]], b[k + j * bs[-1]])
+            if so == 1 and sa == 1 and sb == 1:
+                ro, ra, rb = out[o:o + inner], a[i:i + inner], b[k:k + inner]
+                for j in range(inner):
+                    ro[j] = fn(ra[j], rb[j])
+            else:
+                for j in range(inner):
+                    out[o + j * so] = fn(a[i + j * sa], b[k + j * sb])
     return kernel
 
 
 def ternary_strided(fn, loop):
     def kernel(out, oo, os, a, ao, as_, b, bo, bs, c, co, cs, shape):
-        inner = shape[shape.size - 1]
-        rows = _rows(shape)
-        for r in loop(rows):
+        last = shape.size - 1
+        inner, so, sa, sb, sc = shape[last], os[last], as_[last], bs[last], cs[last]
+        for r in loop(_rows(shape)):
             o, i, k, m = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
                           _row_start(r, shape, bs, bo), _row_start(r, shape, cs, co))
             for j in range(inner):
-                out[o + j * os[-1]] = fn(a[i + j * as_[-1]], b[k + j * bs[-1]],
-                                         c[m + j * cs[-1]])
+                out[o + j * so] = fn(a[i + j * sa], b[k + j * sb], c[m + j * sc])
     return kernel
 
 
