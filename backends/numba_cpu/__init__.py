@@ -5,6 +5,8 @@ dtype, C-contiguous: one flat loop) and a general path that branches off it (typ
 promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and load
 from Numba's on-disk cache afterwards (Note [Kernel cache]).
 """
+import math
+
 import numba
 import numpy as np
 from numba import prange, types
@@ -405,8 +407,8 @@ def _register_elementwise(registry):
 def rows_view(data, axis):
     """A 2-D view (kept, reduced) of ``data`` with the ``axis`` dims last (may copy)."""
     kept = [d for d in range(data.ndim) if d not in axis]
-    rows = int(np.prod([data.shape[d] for d in kept]))
-    cols = int(np.prod([data.shape[d] for d in axis]))
+    rows = math.prod(data.shape[d] for d in kept)  # math.prod: np.prod costs ~4 us
+    cols = math.prod(data.shape[d] for d in axis)
     return data.transpose(kept + list(axis)).reshape(rows, cols)
 
 
