@@ -1,13 +1,11 @@
 """Autograd: a small MLP's forward + backward, the recording overhead of seed 1's loop
 with ``x`` requiring grad (the autograd issue's figure), and memory of a backward pass.
 Skipped on commits that predate the autograd layer."""
-import tracemalloc
-
 import numpy as np
 
 import lamina as lm
 
-from .common import Benchmark, memo, warm
+from .common import Benchmark, memo, peak_alloc_bytes, warm
 
 
 def _require_autograd():
@@ -60,12 +58,7 @@ class MLP(Benchmark):
     def track_backward_alloc_bytes(self, batch, width):
         """Bytes NumPy allocated at peak during one step (tracemalloc): activations,
         saved tensors and gradients; a leak or an extra copy shows up here."""
-        tracemalloc.start()
-        try:
-            self.step()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        return peak_alloc_bytes(self.step)
 
     track_backward_alloc_bytes.unit = "bytes"
 

@@ -6,11 +6,9 @@ interpreter, lamina and the inputs made in ``setup``, so read it as a trend).
 call (tracemalloc), i.e. the result plus any temporaries operator setup made. For
 ``add`` it should stay at one output (4e7 bytes); an in-place ``iadd`` should stay near 0.
 """
-import tracemalloc
-
 import lamina as lm
 
-from .common import Benchmark, binary_operands, memo, operand, warm
+from .common import Benchmark, binary_operands, memo, operand, peak_alloc_bytes, warm
 
 N = 10**7
 
@@ -41,11 +39,6 @@ class BigElementwise(Benchmark):
         self.call()
 
     def track_alloc_bytes(self, op, layout):
-        tracemalloc.start()
-        try:
-            self.call()
-            return tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        return peak_alloc_bytes(self.call)
 
     track_alloc_bytes.unit = "bytes"

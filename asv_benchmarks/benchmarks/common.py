@@ -8,6 +8,8 @@ memoized (``memo``), kernels are compiled or loaded from Numba's cache once per 
 (``warm``), and small sizes set ``self.number`` (``number_for``) so that one sample
 covers enough work to time. Benchmark bodies must not modify their (shared) inputs.
 """
+import tracemalloc
+
 import numpy as np
 
 import lamina as lm
@@ -143,3 +145,14 @@ def _initialize_numba():
 
 
 _initialize_numba()
+
+
+def peak_alloc_bytes(call):
+    """Peak bytes NumPy allocated during ``call()`` (tracemalloc): exact, unlike
+    peakmem, which measures the whole process."""
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
