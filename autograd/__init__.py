@@ -25,7 +25,7 @@ _BELOW = ~keys.AUTOGRAD
 
 def _kernel(op, derivative):
     """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
-    table, record = op.table, graph.record
+    table, record, record_binary = op.table, graph.record, graph.record_binary
 
     def kernel(ks, *args):
         below = ks & _BELOW
@@ -38,7 +38,7 @@ def _kernel(op, derivative):
         below = ks & _BELOW
         out = table[below.bit_length()](below, a, b)
         if state.enabled:
-            record(derivative, (a, b), (out,))
+            record_binary(derivative, a, b, out)
         return out
 
     fn = binary if op.kind == "binary" else kernel

@@ -18,13 +18,15 @@ import lamina as lm
 
 
 class Derivative:
-    __slots__ = ("name", "formula", "saves", "uses_result", "list_input")
+    __slots__ = ("name", "formula", "saves", "uses_result", "list_input", "saves_nothing")
 
     def __init__(self, name, formula, saves=(), uses_result=False):
         self.name, self.formula = name, formula
         self.saves = saves  # indices of saved arguments; None saves them all
         self.uses_result = uses_result
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
+        # the node needs nothing but its edges (graph.record_binary's fast case)
+        self.saves_nothing = saves == () and not uses_result and not self.list_input
 
 
 def _zero(g):

@@ -153,7 +153,11 @@ def _apply(node, grads, retain_graph):
     needs = [n is not None for n in node.next_nodes]
     out = d.formula(g, result, needs, *node.saved)
     if not retain_graph:
-        node.saved, node.versions, node.result = _FREED, (), None
+        node.saved = _FREED
+        if node.versions:  # the class defaults need no instance entries
+            node.versions = ()
+        if node.result is not None:
+            node.result = None
     if node.shapes is None and node.dtypes is None:
         return out
     shapes = node.shapes or (None,) * len(out)

@@ -22,8 +22,16 @@ class Node:
     the list argument, for concat and stack) flows into, or None; ``next_nrs[i]`` is
     which of that node's outputs it is (None when all are 0)."""
 
-    __slots__ = ("derivative", "next_nodes", "next_nrs", "saved", "versions", "shapes",
-                 "dtypes", "result", "hooks", "n_outputs", "__weakref__")
+    # Every node sets the first three; the rest are rarely anything but the class
+    # defaults below and live in the instance __dict__ when set (Note [Cheap recording])
+    __slots__ = ("derivative", "next_nodes", "saved", "__weakref__", "__dict__")
+    next_nrs = None
+    versions = ()  # (tensor, version) of each saved tensor (Note [Version counters])
+    shapes = None  # an input's shape, where it differs from the result's
+    dtypes = None  # an input's dtype, where it differs from the result's
+    result = None  # (weakref to the output, detached alias) for formulas that use it
+    hooks = None
+    n_outputs = 1
 
     @property
     def name(self):
@@ -125,7 +133,7 @@ def record(derivative, args, outputs):
     result's, so its gradient must be summed back), dtypes (only where they differ)
     and saved tensors (only those the formula needs) default to None or shared
     constants."""
-    node = _new(Node)
+    node = Node()
     node.derivative = derivative
     out0 = outputs[0]
     dtype, shape = out0._dtype, out0._shape
@@ -158,19 +166,23 @@ def record(derivative, args, outputs):
                 nrs = nrs or [0] * len(inputs)
                 nrs[i] = t._output_nr
     node.next_nodes = tuple(nodes)
-    node.next_nrs = nrs and tuple(nrs)
-    node.shapes = shapes and tuple(shapes)
-    node.dtypes = dtypes and tuple(dtypes)
+    if nrs:
+        node.next_nrs = tuple(nrs)
+    if shapes:
+        node.shapes = tuple(shapes)
+    if dtypes:
+        node.dtypes = tuple(dtypes)
     saves = derivative.saves
     if saves == () and not plain and not listed:
         node.saved = _NOTHING_SAVED[len(args)]  # only tensors, none saved: a constant
-        node.versions = ()
     else:
         node.saved = args if saves is None else tuple(
             [None if i not in saves and a.__class__ is Tensor else a
              for i, a in enumerate(args)])
         saved = inputs if saves is None else node.saved
-        node.versions = tuple([(a, version_of(a)) for a in saved if a.__class__ is Tensor])
+        versions = tuple([(a, version_of(a)) for a in saved if a.__class__ is Tensor])
+        if versions:
+            node.versions = versions
     if derivative.uses_result:
         # A weakref to the output (differentiable, for create_graph) and a detached
         # alias of its storage for when the output itself is gone. The alias's version
@@ -178,10 +190,8 @@ def record(derivative, args, outputs):
         alias = out0.detach()
         node.result = (weakref.ref(out0), alias)
         node.versions += ((alias, version_of(out0)),)
-    else:
-        node.result = None
-    node.hooks = None
-    node.n_outputs = len(outputs)
+    if len(outputs) > 1:
+        node.n_outputs = len(outputs)
     out0._ks |= AUTOGRAD
     out0._grad_fn = node
     for i in range(1, len(outputs)):  # split: output i is gradient slot i
@@ -192,5 +202,40 @@ def record(derivative, args, outputs):
     return node
 
 
+def record_binary(derivative, a, b, out):
+    """record() for one output of a binary operator, specialized for the seed's loop
+    body (``out = out + x``): two tensors of the result's shape and dtype, none of
+    them a later output of a multi-output node, and a formula that saves nothing.
+    The node then needs its derivative, one tuple and a shared constant; anything
+    else takes the general record()."""
+    shape, dtype = out._shape, out._dtype
+    if not (derivative.saves_nothing and a.__class__ is Tensor and b.__class__ is Tensor
+            and a._dtype is dtype and b._dtype is dtype
+            and a._shape == shape and b._shape == shape):
+        return record(derivative, (a, b), (out,))
+    if a._ks & AUTOGRAD:
+        next_a = a._grad_fn
+        if next_a is None:
+            next_a = a._accumulator or grad_accumulator(a)
+        elif a._output_nr:
+            return record(derivative, (a, b), (out,))
+    else:
+        next_a = None
+    if b._ks & AUTOGRAD:
+        next_b = b._grad_fn
+        if next_b is None:
+            next_b = b._accumulator or grad_accumulator(b)
+        elif b._output_nr:
+            return record(derivative, (a, b), (out,))
+    else:
+        next_b = None
+    node = Node()  # calling the class is ~20 ns cheaper than object.__new__(Node)
+    node.derivative = derivative
+    node.next_nodes = (next_a, next_b)
+    node.saved = _NOTHING_SAVED[2]
+    out._ks |= AUTOGRAD
+    out._grad_fn = node
+    return node
+
+
 _NOTHING_SAVED = [(None,) * n for n in range(8)]
-_new = object.__new__
