@@ -14,7 +14,7 @@ independently of lamina's own tables:
 * ``ref`` -- the NumPy function lamina must agree with;
 * sample pools -- special values per dtype (extremes, signed zeros, infinities, NaN,
   halves for rounding), restricted per operand where an operator's domain differs
-  from NumPy's on purpose (integer ``pow`` with a negative exponent).
+  from the samples' (integer ``pow`` with a negative exponent raises).
 
 Sample *layouts* (contiguous, 0-d, empty, broadcast, transposed, stepped, reversed) are
 built here too, as pairs of (lamina tensor, the same view of the NumPy array), so a
@@ -79,8 +79,7 @@ def shift_counts(name):
 
 
 def nonnegative(name):
-    """Integer ``pow`` exponents: NumPy raises for negative ones, numba_cpu truncates
-    toward zero (documented in kernels.power; tested on its own)."""
+    """Integer ``pow`` exponents: negative ones raise (tested on their own)."""
     v = specials(name)
     return v[v >= 0] if name not in FLOATS and name != "bool" else v
 

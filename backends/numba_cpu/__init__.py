@@ -146,10 +146,13 @@ class Elementwise:
     ``scalar(dtype)`` picks the scalar function for a computation dtype;
     ``in_dtypes(dtype)`` gives each input's dtype (``where`` takes a bool condition)."""
 
-    def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0):
+    def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None):
         self.op, self.arity, self.scalar_fn = op, arity, scalar
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
+        # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
+        # runs, for those kinds; they skip the fast paths
+        self.validate_kinds, self.validate = validate or ("", None)
         self.flat = LazyEntries(lambda i: self._compile(_FLAT, i, range))
         self.flat_parallel = LazyEntries(lambda i: self._compile(_FLAT, i, prange))
         self.strided = LazyEntries(lambda i: self._compile(_STRIDED, i, range))
@@ -164,7 +167,8 @@ class Elementwise:
                 comp = S.check_dtype(op, d)
             except TypeError:
                 comp = None
-            self.fast_out.append(S.result_dtype(op, d) if comp is d and arity != 3 else None)
+            fast = comp is d and arity != 3 and d.kind not in self.validate_kinds
+            self.fast_out.append(S.result_dtype(op, d) if fast else None)
 
     def _compile(self, family, index, loop):
         comp = D.ALL[index]
@@ -224,6 +228,8 @@ class Elementwise:
             # (copying it made every ``x += y`` allocate a temporary of x's size)
             arrays = [a.copy() if a is not out and np.may_share_memory(a, out) else a
                       for a in arrays]
+        if comp.kind in self.validate_kinds:
+            self.validate(op, comp, arrays)
         self.run(comp, out, arrays)
         return target if target is not None else from_array(out)
 
@@ -372,11 +378,24 @@ def _clip_bounds(x, lo, hi):
     return lo, hi
 
 
+def refuse_negative_exponent(op, dtype, arrays):
+    """Integers to negative integer powers raise, as in NumPy and PyTorch (a truncated
+    1 / x**k would be a silently different answer from every other backend)."""
+    exponent = arrays[1]
+    if exponent.size and exponent.min() < 0:
+        raise ValueError(f"{op.name}: integers to negative integer powers are not allowed "
+                         f"(got a negative exponent for {dtype}); use a float base")
+
+
+ELEMENTWISE_CHECKS = {"pow": ("i", refuse_negative_exponent)}
+
+
 def _register_elementwise(registry):
     for op in OPERATORS.values():
         if op.kind in ("unary", "binary"):
             arity = 1 if op.kind == "unary" else 2
-            ew = Elementwise(op, arity, ELEMENTWISE_SCALARS[op.name])
+            ew = Elementwise(op, arity, ELEMENTWISE_SCALARS[op.name],
+                             validate=ELEMENTWISE_CHECKS.get(op.name))
             registry.register(op.name, "cpu", (unary_kernel if arity == 1 else binary_kernel)(ew))
             if op.name + "_" in OPERATORS:
                 inplace = OPERATORS[op.name + "_"]

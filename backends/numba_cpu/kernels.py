@@ -88,11 +88,10 @@ def _power_by_squaring(base, y, r):
 def int_power(x, y):
     # Exponentiation by squaring in 64 bits, truncated on store: wraps like NumPy for
     # every exponent (Numba's ``int ** int`` switches to float pow above 2**16).
-    # A negative exponent truncates 1 / x**-y toward zero: 1 and -1 keep their power,
-    # everything else (0 included; NumPy raises) gives 0.
+    # A negative exponent is refused before the kernel runs (numba_cpu's
+    # refuse_negative_exponent; raising here breaks parallel loops); 0 keeps the
+    # unchecked path (lamina.layers "checks" off) from looping forever.
     if y < 0:
-        if x == 1 or x == -1:
-            return x if y % 2 else x * x
         return x - x
     return _power_by_squaring(np.int64(x), y, np.int64(1))
 
