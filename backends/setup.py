@@ -86,6 +86,20 @@ def operand(x, dtype):
     return np.asarray(v, dtype.np)
 
 
+_COMPARISONS = frozenset("equal not_equal less less_equal greater greater_equal".split())
+
+
+def mixed_sign_comparison(op, args):
+    """Note [Mixed-sign comparisons]: promotion takes a signed integer and uint64 to
+    float64, which rounds above 2**53 (2**63 - 1 == 2**63 would be True). NumPy 2
+    compares such pairs exactly, so the CPU backends give these calls to NumPy's
+    ufunc on the uncast arrays. True for such a call."""
+    if op.name not in _COMPARISONS:
+        return False
+    dtypes = [a._dtype for a in args if hasattr(a, "_dtype")]  # scalars are weak
+    return D.uint64 in dtypes and any(d.kind == "i" for d in dtypes)
+
+
 def shape_of(x):
     return getattr(x, "_shape", ())
 

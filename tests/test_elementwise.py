@@ -793,3 +793,21 @@ def test_clip_refuses_a_bound_of_another_kind():
             with pytest.raises(TypeError, match="clip: a bound of kind float"):
                 lm.clip(x, 2.5, 8)
             np.testing.assert_array_equal(lm.clip(x, 2, 8).numpy(), [2, 5, 8])
+
+
+@pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])
+@pytest.mark.parametrize("name", ["equal", "not_equal", "less", "less_equal", "greater",
+                                  "greater_equal"])
+def test_mixed_sign_comparisons_are_exact(name, backend):
+    """A signed integer against uint64 promotes to float64, which rounds above 2**53;
+    comparisons must still be exact, as in NumPy 2 (2**63 - 1 < 2**63, -1 < 2**64 - 1)."""
+    signed = np.array([2**63 - 1, -1, 5, -(2**63), 2**53 + 1, 0], np.int64)
+    unsigned = np.array([2**63, 2**64 - 1, 5, 0, 2**53, 0], np.uint64)
+    small = np.array([-128, 127, 0, 1, -1, 5], np.int8)
+    fn, ref = getattr(lm, name), getattr(np, name)
+    with lm.backends.use(backend):
+        for a, b in [(signed, unsigned), (unsigned, signed), (small, unsigned),
+                     (signed[::-2], unsigned[::2]), (signed[:, None], unsigned)]:
+            got = fn(lm.asarray(a), lm.asarray(b))
+            np.testing.assert_array_equal(got.numpy(), ref(a, b), err_msg=f"{a.dtype} {b.dtype}")
+            assert got.dtype == lm.bool

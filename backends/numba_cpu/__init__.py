@@ -217,6 +217,8 @@ class Elementwise:
         comp = S.promote(op, args[self.promote_from:])
         res = S.result_dtype(op, comp)
         shape = S.broadcast_shapes(op.name, *(S.shape_of(a) for a in args))
+        if S.mixed_sign_comparison(op, args):  # Note [Mixed-sign comparisons]
+            return from_array(np.asarray(getattr(np, op.name)(*[a._data for a in args])))
         ins = self.in_dtypes(comp)
         arrays = [S.operand(a, d) for a, d in zip(args, ins)]
         if target is None:

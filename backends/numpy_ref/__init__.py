@@ -34,6 +34,8 @@ def elementwise(op, ufunc):
     def kernel(ks, *args):
         comp = S.promote(op, args)
         S.broadcast_shapes(op.name, *(S.shape_of(a) for a in args))
+        if S.mixed_sign_comparison(op, args):  # Note [Mixed-sign comparisons]
+            return from_array(np.asarray(ufunc(*[a._data for a in args])))
         res = S.result_dtype(op, comp)
         with np.errstate(all="ignore"):
             out = ufunc(*[S.operand(a, comp) for a in args])
