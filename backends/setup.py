@@ -68,8 +68,11 @@ def result_dtype(op, dtype):
     if rule == "index":
         return D.int64
     if rule == "sum":
-        return {"b": D.int64, "i": D.int64, "u": D.uint64}.get(dtype.kind, dtype)
+        return _SUM_RESULTS.get(dtype.kind, dtype)
     return dtype
+
+
+_SUM_RESULTS = {"b": D.int64, "i": D.int64, "u": D.uint64}
 
 
 def operand(x, dtype):

@@ -4,6 +4,7 @@ arguments — reductions get ``axis`` as a sorted tuple of non-negative ints.
 """
 import builtins
 import functools
+import math
 import operator
 
 import numpy as np
@@ -115,7 +116,7 @@ def reshape(x, /, shape, *, copy=None):
     shape = _shape_tuple("reshape", shape)
     if shape.count(-1) > 1 or builtins.any(s < -1 for s in shape):
         raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other negatives)")
-    known = int(np.prod([s for s in shape if s != -1]))
+    known = math.prod([s for s in shape if s != -1])
     if -1 in shape:
         if known == 0 or x.size % known:
             raise ValueError(f"reshape: cannot reshape a tensor of shape {x.shape} "

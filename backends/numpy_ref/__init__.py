@@ -5,6 +5,8 @@ numba_cpu has no kernel for (it registers at a lower priority). It shares operat
 setup (promotion, dtype checks, broadcasting) with numba_cpu through
 ``lamina.backends.setup``, so the two can only differ in what they compute.
 """
+import math
+
 import numpy as np
 
 from lamina import _dtypes as D
@@ -129,7 +131,7 @@ def _float_stat(npfn, name):
     def compute(x, axis, keepdims, correction=None):
         dtype = S.check_dtype(OPERATORS[name], x._dtype)
         extra = {} if correction is None else {"ddof": correction}
-        n = int(np.prod([x._shape[d] for d in axis]))
+        n = math.prod([x._shape[d] for d in axis])
         if n == 0 or n - extra.get("ddof", 0) <= 0:
             return np.full(S.reduced_shape(x._shape, axis, keepdims), np.nan)
         return npfn(x._data.astype(dtype.np), axis=axis, keepdims=keepdims, **extra)
