@@ -112,6 +112,10 @@ def broadcast_shapes(name, *shapes):
     first = shapes[0]
     if all(s == first or not s for s in shapes):  # equal shapes and scalars: common
         return first if first else max(shapes, key=len)
+    if len(shapes) == 2:  # one shape the tail of the other: a bias, a row (common too)
+        long, short = sorted(shapes, key=len, reverse=True)
+        if long[len(long) - len(short):] == short:
+            return long
     ndim = max(len(s) for s in shapes)
     result = []
     for i in range(-ndim, 0):
