@@ -103,6 +103,18 @@ def mixed_sign_comparison(op, args):
     return D.uint64 in dtypes and any(d.kind == "i" for d in dtypes)
 
 
+_NUMPY_NAMES = {"abs": "absolute", "bitwise_invert": "invert", "pow": "power",
+                "asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+                "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2",
+                "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
+                "round": "rint", "divide": "true_divide"}
+
+
+def numpy_ufunc(name):
+    """NumPy's ufunc for an Array API elementwise function name."""
+    return getattr(np, _NUMPY_NAMES.get(name, name))
+
+
 def shape_of(x):
     return getattr(x, "_shape", ())
 

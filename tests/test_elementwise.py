@@ -20,6 +20,7 @@ from numba.core.errors import NumbaPerformanceWarning
 
 import lamina as lm
 from lamina.backends import numba_cpu
+from lamina.backends.numba_cpu import SIMD_MIN, SIMD_OPERATORS
 from lamina.dispatch.operators import ELEMENTWISE
 from lamina.dispatch.table import OPERATORS
 
@@ -811,3 +812,32 @@ def test_mixed_sign_comparisons_are_exact(name, backend):
             got = fn(lm.asarray(a), lm.asarray(b))
             np.testing.assert_array_equal(got.numpy(), ref(a, b), err_msg=f"{a.dtype} {b.dtype}")
             assert got.dtype == lm.bool
+
+
+@pytest.mark.parametrize("name", SIMD_OPERATORS)
+def test_simd_loops_on_large_inputs(name):
+    """From SIMD_MIN elements the transcendental functions run NumPy's SIMD loops
+    (Note [NumPy SIMD loops]) on operands lamina sets up: contiguous, strided and
+    reversed float inputs, integer inputs promoted to float64, special values, and no
+    warnings for inf/nan results."""
+    ref = getattr(np, {"asin": "arcsin", "acos": "arccos", "atan": "arctan",
+                       "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(name, name))
+    rng = np.random.default_rng(7)
+    base = rng.uniform(-3, 3, 3 * SIMD_MIN)
+    base[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
+    fn = getattr(lm, name)
+
+    def check(view, dtype):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = fn(lm.asarray(view))
+        with np.errstate(all="ignore"):
+            want = ref(view.astype(np.float64) if view.dtype.kind == "i" else view)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, equal_nan=True)
+
+    for dtype in (lm.float32, lm.float64):
+        n = base.astype(dtype.np)
+        for view in (n, n[::2], n[::-1].reshape(-1, 4)):
+            check(view, dtype)
+    check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.float64)

@@ -27,7 +27,7 @@ class Binary(Benchmark):
 
 
 class Unary(Benchmark):
-    params = [SIZES, ["negative", "exp"], ["contiguous", "strided", "broadcast"]]
+    params = [SIZES, ["negative", "exp", "tanh"], ["contiguous", "strided", "broadcast"]]
     param_names = ["n", "op", "layout"]
 
     def setup(self, n, op, layout):

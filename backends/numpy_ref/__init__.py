@@ -21,17 +21,6 @@ PRIORITY = -10  # below numba_cpu: a fallback, unless selected with lm.backends.
 # layer marks results as requiring grad (Note [Autograd fields]).
 _NO_AUTOGRAD = ~keys.AUTOGRAD
 
-_NUMPY_NAMES = {"abs": "absolute", "bitwise_invert": "invert", "pow": "power",
-                "asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
-                "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2",
-                "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
-                "round": "rint", "divide": "true_divide"}
-
-
-def _ufunc(name):
-    return getattr(np, _NUMPY_NAMES.get(name, name))
-
-
 def elementwise(op, ufunc):
     def kernel(ks, *args):
         comp = S.promote(op, args)
@@ -342,9 +331,9 @@ def lamina_register_kernels(registry):
 
     for op in OPERATORS.values():
         if op.kind in ("unary", "binary"):
-            register(op.name, elementwise(op, _ufunc(op.name)))
+            register(op.name, elementwise(op, S.numpy_ufunc(op.name)))
         elif op.inplace_of:
-            register(op.name, inplace(op, _ufunc(op.inplace_of)))
+            register(op.name, inplace(op, S.numpy_ufunc(op.inplace_of)))
     for name in ("sum", "prod"):
         register(name, _sum(getattr(np, name), name))
     for name in ("mean", "var", "std"):
