@@ -3,9 +3,10 @@
 Note [Graph ownership]: edges point backwards only. An output tensor owns its
 ``grad_fn`` node; a node owns the tensors it saved and the nodes of its inputs; a leaf
 owns its AccumulateGrad node (made once, so recording finds it with one attribute
-read), which holds the leaf only weakly. A node never holds its own output strongly (a weakref, plus a detached alias of the
-result for formulas that use it), so there are no reference cycles: a graph is freed
-by reference counting the moment its last output goes, without the garbage collector.
+read), which holds the leaf only weakly. A node never holds its own output strongly (a
+weakref, plus a detached alias of the result for formulas that use it), so there are
+no reference cycles: a graph is freed by reference counting the moment its last output
+goes, without the garbage collector.
 """
 import weakref
 
