@@ -18,15 +18,17 @@ import lamina as lm
 
 
 class Derivative:
-    __slots__ = ("name", "formula", "saves", "uses_result", "list_input", "saves_nothing")
+    __slots__ = ("name", "formula", "saves", "uses_result", "list_input", "binary_saves")
 
     def __init__(self, name, formula, saves=(), uses_result=False):
         self.name, self.formula = name, formula
         self.saves = saves  # indices of saved arguments; None saves them all
         self.uses_result = uses_result
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
-        # the node needs nothing but its edges (graph.record_binary's fast case)
-        self.saves_nothing = saves == () and not uses_result and not self.list_input
+        # for graph.record_binary: False (saves nothing), True (saves both arguments)
+        # or None (anything else: the general record)
+        self.binary_saves = (None if uses_result else False if saves == ()
+                             else True if saves in (None, (0, 1)) else None)
 
 
 def _zero(g):

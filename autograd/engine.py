@@ -5,7 +5,7 @@ from collections import deque
 
 import lamina as lm
 
-from . import grad_mode
+from . import grad_mode, graph
 from .graph import AccumulateGrad, edge
 
 
@@ -27,15 +27,18 @@ def _dependencies(roots):
 
 
 def _check_versions(node):
-    from lamina._tensor import version_of
-    for t, v in node.versions:
-        now = version_of(t)
-        if now != v:
+    from lamina._tensor import _versions, version_of
+    if not _versions:
+        return  # nothing was ever modified in place: every version is still 0
+    expected = node.versions
+    for i, t in enumerate(graph.saved_tensors(node)):
+        now, then = version_of(t), expected[i] if expected else 0
+        if now != then:
             raise RuntimeError(
                 f"one of the tensors needed to compute the gradient of {node.name} has "
                 f"been modified by an in-place operation: a tensor of shape {t.shape} is "
-                f"at version {now}; expected version {v}. Clone it before modifying it, "
-                "or modify it after backward.")
+                f"at version {now}; expected version {then}. Clone it before modifying "
+                "it, or modify it after backward.")
 
 
 def _conform(g, shape, dtype):

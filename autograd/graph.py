@@ -11,6 +11,7 @@ goes, without the garbage collector.
 import weakref
 
 from lamina._tensor import Tensor, version_of
+from lamina._tensor import _versions as _modified  # storages ever written in place
 from lamina.dispatch import keys
 
 AUTOGRAD = keys.AUTOGRAD
@@ -27,7 +28,7 @@ class Node:
     # defaults below and live in the instance __dict__ when set (Note [Cheap recording])
     __slots__ = ("derivative", "next_nodes", "saved", "__weakref__", "__dict__")
     next_nrs = None
-    versions = ()  # (tensor, version) of each saved tensor (Note [Version counters])
+    versions = ()  # the version of each of saved_tensors(node); () when all were 0
     shapes = None  # an input's shape, where it differs from the result's
     dtypes = None  # an input's dtype, where it differs from the result's
     result = None  # (weakref to the output, detached alias) for formulas that use it
@@ -180,17 +181,13 @@ def record(derivative, args, outputs):
         node.saved = args if saves is None else tuple(
             [None if i not in saves and a.__class__ is Tensor else a
              for i, a in enumerate(args)])
-        saved = inputs if saves is None else node.saved
-        versions = tuple([(a, version_of(a)) for a in saved if a.__class__ is Tensor])
-        if versions:
-            node.versions = versions
     if derivative.uses_result:
         # A weakref to the output (differentiable, for create_graph) and a detached
         # alias of its storage for when the output itself is gone. The alias's version
         # is checked too: the result modified in place is a saved tensor modified.
-        alias = out0.detach()
-        node.result = (weakref.ref(out0), alias)
-        node.versions += ((alias, version_of(out0)),)
+        node.result = (weakref.ref(out0), out0.detach())
+    if _modified:
+        node.versions = tuple([version_of(t) for t in saved_tensors(node)])
     if len(outputs) > 1:
         node.n_outputs = len(outputs)
     out0._ks |= AUTOGRAD
@@ -203,17 +200,30 @@ def record(derivative, args, outputs):
     return node
 
 
+def saved_tensors(node):
+    """The tensors whose versions the node checks at backward (Note [Version
+    counters]): its saved tensor arguments (every tensor of the list argument of concat
+    and stack), then the alias of its result for formulas that use it."""
+    d = node.derivative
+    source = node.saved[0] if d.saves is None and d.list_input else node.saved
+    tensors = [a for a in source if a.__class__ is Tensor]
+    if node.result is not None:
+        tensors.append(node.result[1])
+    return tensors
+
+
 def record_binary(derivative, a, b, out):
     """record() for one output of a binary operator, specialized for the seed's loop
-    body (``out = out + x``): two tensors of the result's shape and dtype, none of
-    them a later output of a multi-output node, and a formula that saves nothing.
-    The node then needs its derivative, one tuple and a shared constant; anything
-    else takes the general record()."""
-    shape, dtype = out._shape, out._dtype
-    if not (derivative.saves_nothing and a.__class__ is Tensor and b.__class__ is Tensor
+    body (``out = out + x``, ``out = out * x``): two tensors of the result's shape and
+    dtype, none of them a later output of a multi-output node, and a formula that
+    saves nothing or both (Derivative.binary_saves). The node then needs its
+    derivative and two tuples (Note [Cheap recording]); anything else takes record()."""
+    shape, dtype, saves = out._shape, out._dtype, derivative.binary_saves
+    if not (saves is not None and a.__class__ is Tensor and b.__class__ is Tensor
             and a._dtype is dtype and b._dtype is dtype
             and a._shape == shape and b._shape == shape):
         return record(derivative, (a, b), (out,))
+    # the two edges, inlined: a helper call would cost ~5% of the whole operation
     if a._ks & AUTOGRAD:
         next_a = a._grad_fn
         if next_a is None:
@@ -233,7 +243,12 @@ def record_binary(derivative, a, b, out):
     node = Node()  # calling the class is ~20 ns cheaper than object.__new__(Node)
     node.derivative = derivative
     node.next_nodes = (next_a, next_b)
-    node.saved = _NOTHING_SAVED[2]
+    if saves:
+        node.saved = (a, b)
+        if _modified:
+            node.versions = (version_of(a), version_of(b))
+    else:
+        node.saved = _NOTHING_SAVED[2]
     out._ks |= AUTOGRAD
     out._grad_fn = node
     return node

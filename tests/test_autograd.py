@@ -780,6 +780,40 @@ def test_inplace_on_a_saved_result():
         lm.sum(y).backward()
 
 
+@pytest.mark.parametrize("history", ["nothing modified yet", "storage modified before"])
+def test_saved_tensor_versions_in_both_recording_modes(history):
+    """Nodes record versions only once some storage has been written in place (else
+    every version is 0 and nothing is stored): both modes must catch a later write, and
+    neither may raise without one. Saved arguments, a saved list (stack) and a saved
+    result (exp) are covered."""
+    from lamina import _tensor
+    kept = dict(_tensor._versions)
+    _tensor._versions.clear()
+    try:
+        if history == "storage modified before":
+            other = lm.ones(2)
+            other += 1.0
+        for modify in (False, True):
+            x = leaf((3,))
+            a = lm.ones(3, dtype=F64)
+            h = x * 2.0
+            e = lm.exp(x)
+            outputs = [lm.sum(a * x), lm.sum(lm.stack([h, a])), lm.sum(e)]
+            if modify:
+                a += 1.0
+                h += 1.0
+                e *= 2.0  # exp's formula uses its result
+            for y in outputs:
+                if modify:
+                    with pytest.raises(RuntimeError, match="in-place.*version"):
+                        y.backward(retain_graph=True)
+                else:
+                    y.backward(retain_graph=True)
+    finally:
+        _tensor._versions.clear()
+        _tensor._versions.update(kept)
+
+
 def test_inplace_through_a_view_of_a_saved_tensor():
     x = leaf((2, 3))
     h = x * 1.0
