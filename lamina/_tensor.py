@@ -357,19 +357,33 @@ def from_flat(flat, shape, dtype, ks=keys.CPU):
 # branch handles them off the fast path.
 
 
+_SCALAR_TYPES = (float, int, bool)
+
+
 def _scalar_keys(name, *args):
     ks = 0
     for a in args:
+        if type(a) in _SCALAR_TYPES:
+            continue
         k = getattr(a, "_ks", None)
         if k is not None:
             ks |= k
-        elif not isinstance(a, (bool, int, float, np.generic)):
+        elif not isinstance(a, np.generic):
             raise TypeError(f"{name}: expected a tensor or a Python scalar, got "
                             f"{type(a).__name__}")
     if not ks:
         raise TypeError(f"{name}: expected at least one tensor, got "
                         f"{', '.join(type(a).__name__ for a in args)}")
     return ks
+
+
+def _scalar_call(op, x1, x2):
+    """A binary call with a Python scalar operand: the slot's ``with_scalar`` variant
+    where it has one (a backend kernel's scalar path, which would otherwise first try
+    its tensor fast path and raise there: ~450 ns, half a small operation)."""
+    ks = _scalar_keys(op.name, x1, x2) & op.mask
+    kernel = op.table[ks.bit_length()]
+    return getattr(kernel, "with_scalar", kernel)(ks, x1, x2)
 
 
 def unary_binding(op):
@@ -392,7 +406,7 @@ def binary_binding(op):
         try:
             ks = (x1._ks | x2._ks) & op.mask
         except AttributeError:
-            ks = _scalar_keys(op.name, x1, x2) & op.mask
+            return _scalar_call(op, x1, x2)
         return table[ks.bit_length()](ks, x1, x2)
     call.__name__ = call.__qualname__ = op.name
     return call

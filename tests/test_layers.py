@@ -81,6 +81,21 @@ def test_checks_off_uses_the_unchecked_kernel_and_stays_memory_safe():
         a + lm.ones(5, dtype=lm.float32)
 
 
+@pytest.mark.parametrize("layer", [None, "checks", "dispatcher", "autograd"])
+def test_python_scalar_operands_in_every_layer_configuration(layer):
+    """A Python scalar takes the kernels' scalar path (the bindings call it directly),
+    with any layer off; reflected operators and functions too."""
+    n = np.arange(4, dtype=np.float32)
+    a = lm.asarray(n)
+    with lm.layers.off(*([layer] if layer else [])):
+        for got, want in [(a * 2.0, n * 2), (3 - a, 3 - n), (lm.add(1, a), n + 1),
+                          (a ** 2, n ** 2), (a > 1.5, n > 1.5), (2.0 / (a + 1), 2 / (n + 1))]:
+            assert got.dtype == lm.asarray(want).dtype
+            np.testing.assert_allclose(got.numpy(), want)
+        with pytest.raises(TypeError, match="expected a tensor or a Python scalar"):
+            lm.add(a, "2")
+
+
 def test_dispatcher_off_binds_directly_and_refuses_other_tensors():
     a = lm.asarray(np.arange(3, dtype=np.float64))
     g = lm.ones(3, requires_grad=True)

@@ -295,14 +295,17 @@ def binary_kernel(ew):
     flat, flat_parallel, fast_out = ew.flat, ew.flat_parallel, ew.fast_out
     results = [S.result_dtype(ew.op, d) for d in D.ALL]  # for the unchecked path
 
+    def with_scalar(ks, a, b):  # a Python scalar operand
+        out = ew.with_scalar(a, b)
+        return out if out is not None else ew.general((a, b))
+
     def kernel(ks, a, b):
         try:
             fa = a._flat
             fast = (fa is not None and a._dtype is b._dtype and a._shape == b._shape
                     and b._flat is not None)
-        except AttributeError:  # a Python scalar operand
-            out = ew.with_scalar(a, b)
-            return out if out is not None else ew.general((a, b))
+        except AttributeError:  # a scalar; the bindings call with_scalar directly
+            return with_scalar(ks, a, b)
         if fast:
             dt, shape = a._dtype, a._shape
             out_dt = fast_out[dt.index]  # Note [Fast path]
@@ -339,6 +342,9 @@ def binary_kernel(ew):
 
     kernel.__qualname__ = kernel.__name__ = ew.op.name
     kernel.unchecked = unchecked
+    # the bindings' Python-scalar calls skip the tensor checks (lamina._tensor.
+    # _scalar_call), also with the checks layer off
+    kernel.with_scalar = unchecked.with_scalar = with_scalar
     kernel.elementwise = ew  # for the overhead tool's raw-kernel row
     return kernel
 
