@@ -25,7 +25,8 @@ _BELOW = ~keys.AUTOGRAD
 
 def _kernel(op, derivative):
     """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
-    table, record, record_binary = op.table, graph.record, graph.record_binary
+    table, record = op.table, graph.record
+    record_binary, record_with_scalar = graph.record_binary, graph.record_with_scalar
 
     def kernel(ks, *args):
         below = ks & _BELOW
@@ -41,6 +42,15 @@ def _kernel(op, derivative):
             record_binary(derivative, a, b, out)
         return out
 
+    def with_scalar(ks, a, b):  # a Python scalar operand (lamina._tensor._scalar_call)
+        below = ks & _BELOW
+        slot = table[below.bit_length()]
+        out = getattr(slot, "with_scalar", slot)(below, a, b)
+        if state.enabled:
+            record_with_scalar(derivative, a, b, out)
+        return out
+
+    binary.with_scalar = with_scalar
     fn = binary if op.kind == "binary" else kernel
     fn.__name__ = fn.__qualname__ = op.name
     return fn

@@ -254,4 +254,29 @@ def record_binary(derivative, a, b, out):
     return node
 
 
+_PY_SCALARS = (float, int, bool)
+
+
+def record_with_scalar(derivative, a, b, out):
+    """record_binary's counterpart for one tensor and one Python scalar (``x * 2.0``,
+    ``1 - x``): the scalar is always saved (formulas read it), the tensor as the
+    formula says; anything else takes record()."""
+    saves, first = derivative.binary_saves, type(a) is Tensor
+    t, scalar = (a, b) if first else (b, a)
+    e = edge(t) if type(t) is Tensor else False
+    if (saves is None or e is False or e is not None and e[1] or type(scalar) not in _PY_SCALARS
+            or t._dtype is not out._dtype or t._shape != out._shape):
+        return record(derivative, (a, b), (out,))
+    node = Node()
+    node.derivative = derivative
+    nxt, kept = e and e[0], t if saves else None
+    node.next_nodes, node.saved = ((nxt, None), (kept, scalar)) if first else (
+        (None, nxt), (scalar, kept))
+    if saves and _modified:
+        node.versions = (version_of(t),)
+    out._ks |= AUTOGRAD
+    out._grad_fn = node
+    return node
+
+
 _NOTHING_SAVED = [(None,) * n for n in range(8)]

@@ -798,7 +798,8 @@ def test_saved_tensor_versions_in_both_recording_modes(history):
             a = lm.ones(3, dtype=F64)
             h = x * 2.0
             e = lm.exp(x)
-            outputs = [lm.sum(a * x), lm.sum(lm.stack([h, a])), lm.sum(e)]
+            outputs = [lm.sum(a * x), lm.sum(lm.stack([h, a])), lm.sum(e), lm.sum(h * 3.0),
+                       lm.sum(0.5 / h)]
             if modify:
                 a += 1.0
                 h += 1.0
