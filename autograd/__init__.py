@@ -25,7 +25,7 @@ _BELOW = ~keys.AUTOGRAD
 
 def _kernel(op, derivative):
     """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
-    table, record = op.table, graph.record
+    table, scalar_table, record = op.table, op.scalar_table, graph.record
     record_binary, record_with_scalar = graph.record_binary, graph.record_with_scalar
 
     def kernel(ks, *args):
@@ -42,10 +42,9 @@ def _kernel(op, derivative):
             record_binary(derivative, a, b, out)
         return out
 
-    def with_scalar(ks, a, b):  # a Python scalar operand (lamina._tensor._scalar_call)
+    def with_scalar(ks, a, b):  # a Python scalar operand (Note [Kernel variants])
         below = ks & _BELOW
-        slot = table[below.bit_length()]
-        out = getattr(slot, "with_scalar", slot)(below, a, b)
+        out = scalar_table[below.bit_length()](below, a, b)
         if state.enabled:
             record_with_scalar(derivative, a, b, out)
         return out

@@ -1,6 +1,7 @@
 """The backward engine: an iterative topological traversal (no recursion, so a
 100,000-node chain works) that runs each node's formula once all the gradients flowing
 into it have arrived."""
+import itertools
 from collections import deque
 
 import lamina as lm
@@ -103,7 +104,7 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                         g = lm.asarray(g, copy=True)
                     leaf.grad = g if leaf.grad is None else leaf.grad + g
                 continue
-            nrs = node.next_nrs or _ZEROS
+            nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
             for nxt, nr, g in zip(node.next_nodes, nrs, _apply(node, grads, retain_graph)):
                 if nxt is None:
                     continue
@@ -170,7 +171,7 @@ def _apply(node, grads, retain_graph):
 
 
 _FREED = ("freed",)
-_ZEROS = (0,) * 64
+_ZEROS = itertools.repeat(0)
 
 
 def _root_grads(tensors, grads):

@@ -67,6 +67,7 @@ class Operator:
     doc: str = ""
     info: object = None  # what dispatch/operators.py says of dtypes and results
     table: list = field(default_factory=list, repr=False)
+    scalar_table: list = field(default_factory=list, repr=False)  # Note [Kernel variants]
     mask: int = 0
     winners: dict = field(default_factory=dict, repr=False)  # key -> Kernel, for dumps
 
@@ -283,29 +284,37 @@ def _serve(op, key):
     slot = fn
     if key != keys.CPU and key & keys.BACKEND_MASK:
         slot = _cached((op.name, key, "check", fn), lambda: _device_check(op, key, fn))
-    return shown, slot
+    return shown, slot, slot is base.fn
 
 
 def _rebuild_op(op):
     all_keys = keys.all_keys()
     served = {k: s for k in all_keys if (s := _serve(op, k)) is not None}
-    op.winners = {k: shown for k, (shown, _) in served.items()}
+    op.winners = {k: shown for k, (shown, _, _) in served.items()}
     table = [_missing_kernel(op, 0)]
+    scalar_table = table[:]
     mask = 0
     for bit in range(max(all_keys).bit_length()):
         key = 1 << bit
         layer_off = any(key == keys.LAYER_KEYS.get(n) for n in _disabled_layers)
         winner = op.winners.get(key)
         kernel = served[key][1] if winner else _missing_kernel(op, key)
-        if "checks" in _disabled_layers:  # Note [Unchecked fast path] (lamina.layers)
+        # Note [Kernel variants]: a registered kernel serving its slot unwrapped may
+        # offer ``unchecked`` (the checks layer off) and ``with_scalar`` (a Python
+        # scalar operand); a wrapper, a device check or a fallback serves every call
+        # itself, whatever attributes functools.wraps copied onto it.
+        own = winner is not None and served[key][2]
+        if own and "checks" in _disabled_layers:  # Note [Unchecked fast path]
             kernel = getattr(kernel, "unchecked", kernel)
         table.append(kernel)
+        scalar_table.append(getattr(kernel, "with_scalar", kernel) if own else kernel)
         if not layer_off and (winner or key != keys.AUTOGRAD):
             mask |= key
         elif layer_off and key == keys.SPARSE:  # Note [Sparse layer off]
-            table[-1] = _sparse_layer_off(op)
+            table[-1] = scalar_table[-1] = _sparse_layer_off(op)
             mask |= key
     op.table[:] = table  # in place: bindings may hold the list itself
+    op.scalar_table[:] = scalar_table
     op.mask = mask
 
 

@@ -368,7 +368,7 @@ def _scalar_keys(name, *args):
         k = getattr(a, "_ks", None)
         if k is not None:
             ks |= k
-        elif not isinstance(a, np.generic):
+        elif not isinstance(a, (float, int, np.generic)):  # subclasses: IntEnum, ...
             raise TypeError(f"{name}: expected a tensor or a Python scalar, got "
                             f"{type(a).__name__}")
     if not ks:
@@ -378,12 +378,12 @@ def _scalar_keys(name, *args):
 
 
 def _scalar_call(op, x1, x2):
-    """A binary call with a Python scalar operand: the slot's ``with_scalar`` variant
-    where it has one (a backend kernel's scalar path, which would otherwise first try
-    its tensor fast path and raise there: ~450 ns, half a small operation)."""
+    """A binary call with a Python scalar operand, through the table of the kernels'
+    ``with_scalar`` variants (Note [Kernel variants]): a backend kernel's scalar path,
+    which would otherwise first try its tensor fast path and raise there (~450 ns, half
+    a small operation)."""
     ks = _scalar_keys(op.name, x1, x2) & op.mask
-    kernel = op.table[ks.bit_length()]
-    return getattr(kernel, "with_scalar", kernel)(ks, x1, x2)
+    return op.scalar_table[ks.bit_length()](ks, x1, x2)
 
 
 def unary_binding(op):

@@ -1058,6 +1058,16 @@ def test_two_threads_forward_and_backward():
     assert not errors
 
 
+@pytest.mark.parametrize("fn", [lm.concat, lm.stack])
+def test_gradients_of_many_listed_inputs(fn):
+    """concat/stack of more tensors than any fixed-size table in the engine: every
+    one of them gets its gradient."""
+    a = leaf((3,))
+    parts = [a * float(i) for i in range(100)]
+    lm.sum(fn(parts)).backward()
+    np.testing.assert_allclose(a.grad.numpy(), np.full(3, sum(range(100))))
+
+
 def test_version_counters_forget_freed_storage():
     from lamina import _tensor
     before = len(_tensor._versions)

@@ -8,6 +8,8 @@ Needs the example distribution installed (the README's test command does it):
 See Note [Backend fallback], Note [Device check], Note [Kernel wrappers] in
 dispatch/table.py and Note [Device keys] in dispatch/keys.py.
 """
+import contextlib
+import functools
 import importlib.metadata
 import itertools
 import os
@@ -606,3 +608,45 @@ def test_autograd_works_through_the_new_device_without_plugin_support():
     xv, wv = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(x.grad.to("cpu").numpy(), np.exp(xv) * wv + 2 * xv)
     np.testing.assert_allclose(w.grad.to("cpu").numpy(), np.exp(xv))
+
+
+@pytest.mark.parametrize("checks", ["on", "off"])
+def test_a_functools_wraps_wrapper_sees_scalar_calls(checks):
+    """functools.wraps copies the wrapped kernel's ``with_scalar`` and ``unchecked``
+    attributes; the dispatcher must not take them from a wrapper (Note [Kernel
+    variants]), or a Python-scalar call, or any call with checks off, would skip it."""
+    seen = []
+
+    def wrapper(next_kernel):
+        @functools.wraps(next_kernel)
+        def traced(ks, *args):
+            seen.append(args)
+            return next_kernel(ks, *args)
+        return traced
+
+    name = fresh_name()
+    lm.backends.register(make_plugin(
+        lambda r: r.register_wrapper("multiply", "cpu", wrapper, 10)), name)
+    x = lm.asarray([1.0, 2.0])
+    with lm.layers.off(*(["checks"] if checks == "off" else [])):
+        assert (x * x).tolist() == [1.0, 4.0]
+        assert (x * 2.0).tolist() == [2.0, 4.0]
+        assert (3 * x).tolist() == [3.0, 6.0]
+    assert len(seen) == 3
+
+
+@pytest.mark.parametrize("layers", [("checks",), ("checks", "dispatcher"),
+                                    ("dispatcher", "checks")])
+def test_python_scalars_reach_every_kernel_with_checks_off(layers):
+    """With the checks layer off the CPU slot is the unchecked kernel; callers that
+    reach it without the scalar table (the direct bindings, the sparse layer, a
+    device's CPU fallback) must still handle a Python scalar."""
+    x = lm.asarray([1.0, 2.0])
+    with contextlib.ExitStack() as stack:
+        for layer in layers:
+            stack.enter_context(lm.layers.off(layer))
+        assert (x * 2.0).tolist() == [2.0, 4.0]
+        if "dispatcher" not in layers:
+            s = lm.asarray([[0.0, 1.0], [2.0, 0.0]]).to_sparse()
+            assert (s * 2.0).to_dense().tolist() == [[0.0, 2.0], [4.0, 0.0]]
+            assert (counting([1.0, 2.0]) * 2.0).tolist() == [2.0, 4.0]

@@ -353,6 +353,8 @@ def test_pow_negative_integer_exponent(dtype, backend):
             with pytest.raises(ValueError, match="negative integer powers"):
                 call()
         I.assert_matches(b ** lm.abs(e), np.array(b) ** np.abs(np.array(e)), dtype)
+        empty = lm.zeros((0, 7), dtype=lm.__dict__[dtype]) ** e  # nothing to compute
+        assert empty.shape == (0, 7)
 
 
 # ---------------------------------------------------------------- in-place operators

@@ -1,4 +1,5 @@
 """Layer switches (lamina.layers) and the overhead tool (python -m lamina.overhead)."""
+import enum
 import json
 import subprocess
 import sys
@@ -94,6 +95,10 @@ def test_python_scalar_operands_in_every_layer_configuration(layer):
             np.testing.assert_allclose(got.numpy(), want)
         with pytest.raises(TypeError, match="expected a tensor or a Python scalar"):
             lm.add(a, "2")
+        # subclasses of int and float are scalars too (an IntEnum member, say)
+        two = enum.IntEnum("Two", {"TWO": 2}).TWO
+        np.testing.assert_array_equal((a * two).numpy(), n * 2)
+        np.testing.assert_array_equal((a == two).numpy(), n == 2)
 
 
 def test_dispatcher_off_binds_directly_and_refuses_other_tensors():

@@ -246,7 +246,7 @@ class Elementwise:
             # (copying it made every ``x += y`` allocate a temporary of x's size)
             arrays = [a.copy() if a is not out and np.may_share_memory(a, out) else a
                       for a in arrays]
-        if comp.kind in self.validate_kinds:
+        if comp.kind in self.validate_kinds and out.size:  # nothing computed, nothing to refuse
             self.validate(op, comp, arrays)
         self.run(comp, out, arrays)
         return target if target is not None else from_array(out)
@@ -327,7 +327,10 @@ def binary_kernel(ew):
         # Note [Unchecked fast path]: the "checks" layer switched off (lamina.layers):
         # no shape, contiguity or promotion decisions, only what keeps memory safe
         # (equal sizes and dtypes; the entry point rejects a non-array, i.e. None).
-        fa, fb, dt = a._flat, b._flat, a._dtype
+        try:
+            fa, fb, dt = a._flat, b._flat, a._dtype
+        except AttributeError:  # a scalar from a caller that does not use with_scalar
+            return with_scalar(ks, a, b)
         if fa is None or fb is None or fa.size != fb.size or dt is not b._dtype:
             raise ValueError(f"{ew.op.name}: with the checks layer off, both inputs must "
                              "be contiguous tensors of one size and dtype")
@@ -342,9 +345,7 @@ def binary_kernel(ew):
 
     kernel.__qualname__ = kernel.__name__ = ew.op.name
     kernel.unchecked = unchecked
-    # the bindings' Python-scalar calls skip the tensor checks (lamina._tensor.
-    # _scalar_call), also with the checks layer off
-    kernel.with_scalar = unchecked.with_scalar = with_scalar
+    kernel.with_scalar = unchecked.with_scalar = with_scalar  # Note [Kernel variants]
     kernel.elementwise = ew  # for the overhead tool's raw-kernel row
     return kernel
 
