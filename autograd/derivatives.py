@@ -186,7 +186,9 @@ def _setitem(g, r, n, x, key, value):
     if n[0]:
         gx = lm.asarray(g, copy=True)
         gx[key] = 0.0
-    return (gx, None, n[2] and _sum_to(g[key], value.shape))
+    # value's gradient is g[key], summed to value's shape by the engine (Node.shapes):
+    # value itself is not saved, so h[0] = h[1] (value a view of the target) works
+    return (gx, None, n[2] and g[key])
 
 
 def _split(gs, r, n, x, sections, axis):
@@ -313,7 +315,7 @@ DERIVATIVES = {d.name: d for d in [
     D("flip", lambda g, r, n, x, axis: (lm.flip(g, axis=axis),), saves=(1,)),
     D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
     D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
-    D("setitem", _setitem, saves=(1, 2)),
+    D("setitem", _setitem, saves=(1,)),
     D("split", _split, saves=(0,)),
     D("concat", _concat, saves=None),
     D("stack", _stack, saves=None),
