@@ -18,16 +18,21 @@ import lamina as lm
 
 
 class Derivative:
-    __slots__ = ("name", "formula", "saves", "uses_result", "list_input", "binary_saves")
+    __slots__ = ("name", "formula", "saves", "sizes", "uses_result", "list_input",
+                 "binary_saves")
 
-    def __init__(self, name, formula, saves=(), uses_result=False):
+    def __init__(self, name, formula, saves=(), sizes=(), uses_result=False):
         self.name, self.formula = name, formula
         self.saves = saves  # indices of saved arguments; None saves them all
+        # indices of tensor arguments the formula reads only the shape and dtype of: the
+        # node keeps a graph.Sizes instead (as PyTorch's formulas keep self.sizes()), so
+        # changing such a tensor in place later is no error
+        self.sizes = sizes
         self.uses_result = uses_result
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
         # for graph.record_binary: False (saves nothing), True (saves both arguments)
         # or None (anything else: the general record)
-        self.binary_saves = (None if uses_result else False if saves == ()
+        self.binary_saves = (None if uses_result or sizes else False if saves == ()
                              else True if saves in (None, (0, 1)) else None)
 
 
@@ -288,10 +293,10 @@ DERIVATIVES = {d.name: d for d in [
     D("copy", lambda g, r, n, x: (g,)),
     # reductions
     D("sum", lambda g, r, n, x, axis, dtype, keepdims: (
-        _expand_reduced(g, x.shape, axis, keepdims),), saves=(0,)),
+        _expand_reduced(g, x.shape, axis, keepdims),), sizes=(0,)),
     D("mean", lambda g, r, n, x, axis, keepdims: (
         _expand_reduced(g, x.shape, axis, keepdims)
-        / float(math.prod(x.shape[d] for d in axis)),), saves=(0,)),
+        / float(math.prod(x.shape[d] for d in axis)),), sizes=(0,)),
     D("prod", _prod, saves=(0,)),
     D("var", _var, saves=(0,)),
     D("std", _std, saves=(0,), uses_result=True),
@@ -304,19 +309,19 @@ DERIVATIVES = {d.name: d for d in [
         n[0] and lm.expand_dims(g, axis=axis) * b,
         n[1] and lm.expand_dims(g, axis=axis) * a), saves=(0, 1)),
     # views and manipulation
-    D("reshape", lambda g, r, n, x, shape, copy: (lm.reshape(g, x.shape),), saves=(0,)),
+    D("reshape", lambda g, r, n, x, shape, copy: (lm.reshape(g, x.shape),), sizes=(0,)),
     # saves=(1,) keeps the non-tensor argument (axes, axis): with saves=() the recorder
     # passes every argument as None, non-tensors too
     D("permute_dims", lambda g, r, n, x, axes: (
         lm.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),), saves=(1,)),
     D("matrix_transpose", lambda g, r, n, x: (lm.matrix_transpose(g),)),
     D("expand_dims", lambda g, r, n, x, axis: (lm.squeeze(g, axis=axis),), saves=(1,)),
-    D("squeeze", lambda g, r, n, x, axis: (lm.reshape(g, x.shape),), saves=(0,)),
+    D("squeeze", lambda g, r, n, x, axis: (lm.reshape(g, x.shape),), sizes=(0,)),
     D("flip", lambda g, r, n, x, axis: (lm.flip(g, axis=axis),), saves=(1,)),
-    D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
-    D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
+    D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), sizes=(0,)),
+    D("getitem", _getitem, saves=(1,), sizes=(0,)),  # a key may be a tensor (a mask)
     D("setitem", _setitem, saves=(1,)),
-    D("split", _split, saves=(0,)),
+    D("split", _split, sizes=(0,)),
     D("concat", _concat, saves=None),
     D("stack", _stack, saves=None),
 ]}

@@ -5,6 +5,7 @@ import itertools
 from collections import deque
 
 import lamina as lm
+from lamina.dispatch import keys
 
 from . import grad_mode, graph
 from .graph import AccumulateGrad, edge
@@ -153,7 +154,11 @@ def _apply(node, grads, retain_graph):
     result = None
     if node.result is not None:
         ref, alias = node.result
-        result = ref() if grad_mode.state.enabled and ref() is not None else alias
+        result = alias
+        if grad_mode.state.enabled:  # create_graph: the result must be differentiable
+            result = ref()
+            if result is None:
+                result = _as_output(alias, node)
     needs = [n is not None for n in node.next_nodes]
     out = d.formula(g, result, needs, *node.saved)
     if not retain_graph:
@@ -168,6 +173,16 @@ def _apply(node, grads, retain_graph):
     dtypes = node.dtypes or (None,) * len(out)
     return [gi if gi is None or gi is False else _conform(gi, shape, dt)
             for gi, shape, dt in zip(out, shapes, dtypes)]
+
+
+def _as_output(alias, node):
+    """The output of ``node`` again, for a formula under create_graph once the output
+    tensor itself is gone (as PyTorch unpacks a saved output): the alias's storage,
+    with ``node`` as its grad_fn, so gradients through the result reach the node."""
+    t = alias.detach()
+    t._ks |= keys.AUTOGRAD
+    t._grad_fn = node
+    return t
 
 
 _FREED = ("freed",)

@@ -90,6 +90,21 @@ class _Handle:
         self.hooks.pop(self.id, None)
 
 
+class Sizes:
+    """What a node keeps of a tensor argument its formula reads only the shape and
+    dtype of (Derivative.sizes): not the tensor, so neither its storage nor its later
+    in-place changes concern the graph."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, t):
+        self.shape, self.dtype = t._shape, t._dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
 def grad_accumulator(leaf):
     """The leaf's AccumulateGrad node, made once and shared by every edge into it."""
     acc = leaf._accumulator
@@ -174,13 +189,13 @@ def record(derivative, args, outputs):
         node.shapes = tuple(shapes)
     if dtypes:
         node.dtypes = tuple(dtypes)
-    saves = derivative.saves
-    if saves == () and not plain and not listed:
+    saves, sizes = derivative.saves, derivative.sizes
+    if saves == () and not sizes and not plain and not listed:
         node.saved = _NOTHING_SAVED[len(args)]  # only tensors, none saved: a constant
     else:
         node.saved = args if saves is None else tuple(
-            [None if i not in saves and a.__class__ is Tensor else a
-             for i, a in enumerate(args)])
+            [Sizes(a) if i in sizes else None if i not in saves and a.__class__ is Tensor
+             else a for i, a in enumerate(args)])
     if derivative.uses_result:
         # A weakref to the output (differentiable, for create_graph) and a detached
         # alias of its storage for when the output itself is gone. The alias's version

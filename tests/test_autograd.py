@@ -938,6 +938,43 @@ def _hessian_vector(f, x, v):
     return g, hv
 
 
+def test_second_derivative_through_a_result_nobody_holds():
+    """tanh and exp use their results; exp's output is held by nothing after the
+    forward pass (tanh saves no input), so under create_graph the engine must rebuild
+    it with its node as grad_fn, or the Hessian silently loses the path through it."""
+    xs = np.array([0.1, 0.2, -0.3])
+    x = lm.asarray(xs, requires_grad=True)
+    (g,) = lm.autograd.grad(lm.sum(lm.tanh(lm.exp(x))), x, create_graph=True)
+    (h,) = lm.autograd.grad(lm.sum(g), x)
+    e, t = np.exp(xs), np.tanh(np.exp(xs))
+    np.testing.assert_allclose(g.numpy(), (1 - t ** 2) * e)
+    np.testing.assert_allclose(h.numpy(), e * (1 - t ** 2) * (1 - 2 * t * e))
+    (g,) = lm.autograd.grad(lm.sum(lm.sqrt(lm.exp(x))), x, create_graph=True)
+    (h,) = lm.autograd.grad(lm.sum(g), x)
+    np.testing.assert_allclose(h.numpy(), np.exp(xs / 2) / 4)
+
+
+def test_shape_only_saves_allow_later_inplace_changes():
+    """Formulas that read only an input's shape (getitem, sum, mean, reshape, squeeze,
+    broadcast_to, split) keep graph.Sizes, not the tensor: modifying it in place
+    afterwards is no error, as in PyTorch, and h[0] = h[1] works."""
+    x = leaf((2, 3))
+    h = x * 2.0
+    parts = [h[0], lm.sum(h), lm.mean(h, axis=0), lm.reshape(h, (6,)),
+             lm.broadcast_to(h, (2, 2, 3)), lm.split(h, 1, axis=0)[1],
+             lm.squeeze(lm.expand_dims(h, axis=0), axis=0)]
+    h += 1.0
+    lm.sum(lm.concat([lm.reshape(p, (-1,)) for p in parts])).backward()
+    want = (np.array([[1.0] * 3, [0.0] * 3]) + 1 + 0.5 + 1 + 2 + np.array([[0.0] * 3, [1.0] * 3])
+            + 1) * 2.0
+    np.testing.assert_allclose(x.grad.numpy(), want)
+    v = leaf((3,))
+    h = v * 2.0
+    h[0] = h[1]
+    lm.sum(h).backward()
+    np.testing.assert_allclose(v.grad.numpy(), [0.0, 4.0, 2.0])
+
+
 def test_higher_order_elementwise():
     x = leaf((4,))
     xs = x.detach().numpy()
