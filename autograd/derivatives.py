@@ -26,7 +26,9 @@ class Derivative:
         self.saves = saves  # indices of saved arguments; None saves them all
         # indices of tensor arguments the formula reads only the shape and dtype of: the
         # node keeps a graph.Sizes instead (as PyTorch's formulas keep self.sizes()), so
-        # changing such a tensor in place later is no error
+        # changing such a tensor in place later is no error. Not for views: a view's
+        # node keeps its base, whose version then catches the base changed under it
+        # (lamina does not regenerate a view's graph as PyTorch does)
         self.sizes = sizes
         self.uses_result = uses_result
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
@@ -51,6 +53,14 @@ def _maximum_mask(a, b, dtype):
     # Ties share the gradient equally, as in PyTorch. (Not nested where()s: the inner
     # one would get two Python scalars and no tensor to take its dtype from.)
     return lm.astype(a > b, dtype) + lm.astype(a == b, dtype) * 0.5
+
+
+def _pow_base(g, a, b):
+    """d(a ** b)/da = b * a ** (b - 1), taken as 0 where b == 0 (as PyTorch does: at
+    a == 0 the product would be 0 * inf); ``b`` may be a Python scalar."""
+    if not isinstance(b, lm.Tensor):
+        return g * (b * a ** (b - 1)) if b != 0 else _zero(g)
+    return g * lm.where(b == 0, 0.0, b * a ** (b - 1))
 
 
 def _pow_exponent(g, a, b):
@@ -79,6 +89,8 @@ def _sum_to(g, shape):
     """Sum ``g`` down to ``shape`` (undoing broadcasting)."""
     if g.shape == shape:
         return g
+    if g.ndim < len(shape):  # x[1:3] = w with w of shape (1, 2): leading 1-dims
+        return lm.reshape(_sum_to(g, shape[len(shape) - g.ndim:]), shape)
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
@@ -142,8 +154,10 @@ def _std(g, r, n, x, axis, keepdims, correction):
     count = math.prod(x.shape[d] for d in axis)
     mean = lm.mean(x, axis=axis, keepdims=True)
     r = _expand_reduced(r, x.shape, axis, keepdims)
-    return (_expand_reduced(g, x.shape, axis, keepdims) * (x - mean)
-            / ((count - correction) * r),)
+    # constant data has std 0 and (x - mean) 0: the gradient is 0 there, not 0 / 0
+    grad = _expand_reduced(g, x.shape, axis, keepdims) * (x - mean) / (
+        (count - correction) * lm.where(r == 0, 1.0, r))
+    return (grad,)
 
 
 def _extreme(g, r, n, x, axis, keepdims):
@@ -217,13 +231,19 @@ def _stack(g, r, n, arrays, axis):
 
 
 def _clip(g, r, n, x, lo, hi):
+    # clip is min(max(x, lo), hi): the upper bound wins where it is below the lower one
+    # (then the result is hi everywhere), as in NumPy and PyTorch
+    below = x < lo if lo is not None else None  # max(x, lo) took lo
+    above = (lm.maximum(x, lo) if lo is not None else x) > hi if hi is not None else None
     inside = lm.ones_like(x, dtype=lm.bool)
-    if lo is not None:
-        inside = lm.logical_and(inside, x >= lo)
-    if hi is not None:
-        inside = lm.logical_and(inside, x <= hi)
-    return (g * lm.astype(inside, g.dtype), n[1] and g * lm.astype(x < lo, g.dtype),
-            n[2] and g * lm.astype(x > hi, g.dtype))
+    if below is not None:
+        inside = lm.logical_and(inside, lm.logical_not(below))
+    if above is not None:
+        inside = lm.logical_and(inside, lm.logical_not(above))
+    from_lo = below if above is None or below is None else lm.logical_and(
+        below, lm.logical_not(above))
+    return (g * lm.astype(inside, g.dtype), n[1] and g * lm.astype(from_lo, g.dtype),
+            n[2] and g * lm.astype(above, g.dtype))
 
 
 def _where(g, r, n, c, x1, x2):
@@ -240,7 +260,7 @@ DERIVATIVES = {d.name: d for d in [
     D("multiply", lambda g, r, n, a, b: (n[0] and g * b, n[1] and g * a), saves=(0, 1)),
     D("divide", lambda g, r, n, a, b: (n[0] and g / b, n[1] and -g * a / (b * b)),
       saves=(0, 1)),
-    D("pow", lambda g, r, n, a, b: (n[0] and g * b * a ** (b - 1),
+    D("pow", lambda g, r, n, a, b: (n[0] and _pow_base(g, a, b),
                                     n[1] and _pow_exponent(g, a, b)), saves=(0, 1)),
     D("maximum", lambda g, r, n, a, b: (n[0] and g * _maximum_mask(a, b, g.dtype),
                                         n[1] and g * _maximum_mask(b, a, g.dtype)),
@@ -309,19 +329,19 @@ DERIVATIVES = {d.name: d for d in [
         n[0] and lm.expand_dims(g, axis=axis) * b,
         n[1] and lm.expand_dims(g, axis=axis) * a), saves=(0, 1)),
     # views and manipulation
-    D("reshape", lambda g, r, n, x, shape, copy: (lm.reshape(g, x.shape),), sizes=(0,)),
+    D("reshape", lambda g, r, n, x, shape, copy: (lm.reshape(g, x.shape),), saves=(0,)),
     # saves=(1,) keeps the non-tensor argument (axes, axis): with saves=() the recorder
     # passes every argument as None, non-tensors too
     D("permute_dims", lambda g, r, n, x, axes: (
         lm.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),), saves=(1,)),
     D("matrix_transpose", lambda g, r, n, x: (lm.matrix_transpose(g),)),
     D("expand_dims", lambda g, r, n, x, axis: (lm.squeeze(g, axis=axis),), saves=(1,)),
-    D("squeeze", lambda g, r, n, x, axis: (lm.reshape(g, x.shape),), sizes=(0,)),
+    D("squeeze", lambda g, r, n, x, axis: (lm.reshape(g, x.shape),), saves=(0,)),
     D("flip", lambda g, r, n, x, axis: (lm.flip(g, axis=axis),), saves=(1,)),
-    D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), sizes=(0,)),
-    D("getitem", _getitem, saves=(1,), sizes=(0,)),  # a key may be a tensor (a mask)
+    D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
+    D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
     D("setitem", _setitem, saves=(1,)),
-    D("split", _split, sizes=(0,)),
+    D("split", _split, saves=(0,)),
     D("concat", _concat, saves=None),
     D("stack", _stack, saves=None),
 ]}

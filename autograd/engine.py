@@ -161,7 +161,7 @@ def _apply(node, grads, retain_graph):
                 result = _as_output(alias, node)
     needs = [n is not None for n in node.next_nodes]
     out = d.formula(g, result, needs, *node.saved)
-    if not retain_graph:
+    if not retain_graph and graph.saved_tensors(node):  # nothing to free: reusable
         node.saved = _FREED
         if node.versions:  # the class defaults need no instance entries
             node.versions = ()

@@ -150,10 +150,12 @@ def record(derivative, args, outputs):
     result's, so its gradient must be summed back), dtypes (only where they differ)
     and saved tensors (only those the formula needs) default to None or shared
     constants."""
-    node = Node()
-    node.derivative = derivative
     out0 = outputs[0]
     dtype, shape = out0._dtype, out0._shape
+    if dtype.kind != "f":
+        return None  # an integer or bool result (astype to int) never requires grad
+    node = Node()
+    node.derivative = derivative
     listed = derivative.list_input
     inputs = args[0] if listed else args
     nodes, nrs, shapes, dtypes, plain = [], None, None, None, False
