@@ -165,6 +165,18 @@ def sum_dtype(op, x, dtype):
     return result_dtype(op, check_dtype(op, x._dtype))
 
 
+def clip_bound(bound, dtype):
+    """A clip bound as an array of x's dtype. An integer tensor bound of a wider dtype
+    is saturated to the dtype's range first: cast, it would wrap (an int64 bound of -1
+    on uint8 data would clip at 255); saturated, it bounds exactly as it would in the
+    wider dtype, since every element of x is inside that range."""
+    data = getattr(bound, "_data", None)
+    if isinstance(data, np.ndarray) and dtype.kind in "iu" and data.dtype != dtype.np:
+        info = np.iinfo(dtype.np)
+        return np.clip(data, info.min, info.max).astype(dtype.np)
+    return operand(bound, dtype)
+
+
 def check_clip_bounds(x, *bounds):
     """clip keeps x's dtype (Array API), so a bound of another kind would be cast and
     silently move (clip(int_tensor, 2.5) clipping at 2): refuse it instead."""

@@ -237,6 +237,8 @@ def split(x, split_size_or_sections, /, axis=0):
 def unstack(x, /, *, axis=0):
     _require_tensor("unstack", x)
     axis = _axis_index("unstack", axis, x.ndim)
+    if x.shape[axis] == 0:
+        return ()
     return tuple(squeeze(p, axis) for p in split(x, 1, axis))
 
 
@@ -332,6 +334,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"asarray: cannot convert {type(obj).__name__} to a tensor: "
                         f"{exc}") from None
+    if data.dtype == object and isinstance(obj, int):
+        raise OverflowError(f"asarray: Python integer {obj} does not fit in 64 bits")
     if data.dtype == np.float16 and dtype is None:
         raise TypeError("asarray: float16 is not supported; pass dtype=lamina.float32")
     D.from_numpy(data.dtype)  # TypeError for unsupported dtypes (complex, strings, ...)
@@ -365,8 +369,17 @@ def ones(shape, *, dtype=None, device=None):
     return full(shape, 1, dtype=_default_float(dtype), device=device)
 
 
+def _python_scalar(v):
+    """A NumPy scalar or a 0-d tensor as the Python scalar of its kind (else ``v``), so
+    that creation functions infer dtypes and check ranges as for Python scalars."""
+    if isinstance(v, np.generic) or isinstance(v, Tensor) and v.ndim == 0:
+        return v.item()
+    return v
+
+
 @_requires_grad_option
 def full(shape, fill_value, *, dtype=None, device=None):
+    fill_value = _python_scalar(fill_value)
     if dtype is None:
         dtype = D.bool_ if isinstance(fill_value, bool) else D.default_int if isinstance(
             fill_value, int) else D.default_float
@@ -413,6 +426,7 @@ def full_like(x, /, fill_value, *, dtype=None, device=None):
 
 @_requires_grad_option
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+    start, stop, step = (_python_scalar(v) for v in (start, stop, step))
     if stop is None:
         start, stop = 0, start
     if step == 0:

@@ -420,8 +420,11 @@ def _reflected(fn):
 
 def _comparison(fn):
     def compare(self, other):
+        if isinstance(other, (list, tuple, np.ndarray)):  # not a silent identity False
+            raise TypeError(f"{fn.__name__}: expected a tensor or a Python scalar, got "
+                            f"{type(other).__name__} (convert it with lamina.asarray)")
         if not isinstance(other, (Tensor, bool, int, float, np.generic)):
-            return NotImplemented  # Python then falls back to identity
+            return NotImplemented  # Python then falls back to identity (t == None)
         return fn(self, other)
     return compare
 

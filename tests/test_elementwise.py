@@ -843,3 +843,32 @@ def test_simd_loops_on_large_inputs(name):
         for view in (n, n[::2], n[::-1].reshape(-1, 4)):
             check(view, dtype)
     check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.float64)
+
+
+@pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])
+def test_clip_with_wider_integer_bounds_saturates_not_wraps(backend):
+    """clip keeps x's dtype; an integer tensor bound of a wider dtype must bound as it
+    would in that dtype (NumPy's values), not wrap when cast (-1 -> 255 on uint8)."""
+    u8 = np.array([1, 200, 0], np.uint8)
+    i8 = np.array([1, 5, -128], np.int8)
+    with lm.backends.use(backend):
+        for x, lo, hi in [(u8, np.array([-1]), None), (i8, None, np.array([1000])),
+                          (i8, np.array([-1000, 2, 0]), np.array([300])),
+                          (u8, np.array([300], np.int64), None)]:
+            got = lm.clip(lm.asarray(x), None if lo is None else lm.asarray(lo),
+                          None if hi is None else lm.asarray(hi))
+            info = np.iinfo(x.dtype)
+            want = np.clip(x.astype(np.int64), lo, hi).clip(info.min, info.max).astype(x.dtype)
+            assert got.dtype == lm.asarray(x).dtype
+            np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_comparing_with_a_list_or_array_raises():
+    """Not Python's identity fallback (a silent False); None still compares False."""
+    t = lm.asarray([1, 2])
+    for other in ([1, 2], (1, 2), np.array([1, 2])):
+        with pytest.raises(TypeError, match="lamina.asarray"):
+            t == other  # noqa: B015
+        with pytest.raises(TypeError, match="lamina.asarray"):
+            t < other  # noqa: B015
+    assert (t == None) is False  # noqa: E711

@@ -616,3 +616,18 @@ def test_tensor_misc():
     assert (x.size, x.ndim, lm.asarray(1.0).size, lm.zeros((2, 0)).size) == (6, 2, 1, 0)
     assert lm.Array is lm.Tensor and lm.newaxis is None
     assert lm.pi == np.pi and lm.e == np.e and lm.inf == np.inf and np.isnan(lm.nan)
+
+
+def test_creation_takes_numpy_scalars_and_0d_tensors_by_their_kind():
+    """NumPy scalars and 0-d tensors infer dtypes and check ranges as the Python
+    scalars they hold; a Python int beyond 64 bits is an OverflowError."""
+    assert lm.arange(0, 1, np.float32(0.25)).tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert lm.arange(lm.asarray(2.5)).dtype == lm.float64
+    assert lm.arange(np.int32(3)).tolist() == [0, 1, 2]
+    assert lm.full((2,), np.int32(5)).dtype == lm.int64
+    assert lm.full((2,), np.bool_(True)).dtype == lm.bool
+    assert lm.full((2,), lm.asarray(1.5)).tolist() == [1.5, 1.5]
+    with pytest.raises(OverflowError):
+        lm.full((2,), np.int64(300), dtype=lm.uint8)
+    with pytest.raises(OverflowError, match="64 bits"):
+        lm.asarray(2**64)

@@ -632,3 +632,8 @@ def test_setitem_errors():
     with pytest.raises(IndexError, match="index 5 is out of bounds"):
         x[5] = 1.0
     assert (x.numpy() == 0).all()  # failed stores left no trace
+
+
+def test_unstack_of_an_empty_axis_is_empty():
+    assert lm.unstack(lm.zeros((0, 3)), axis=0) == ()
+    assert len(lm.unstack(lm.zeros((2, 0)), axis=0)) == 2

@@ -462,7 +462,7 @@ def _register_elementwise(registry):
         if shape != x._shape:
             raise ValueError(f"clip: the bounds must broadcast to x's shape {x._shape}, "
                              f"got a result shape {shape}")
-        arrays = [x._data] + [S.operand(b, x._dtype) for b in (lo, hi)]
+        arrays = [x._data] + [S.clip_bound(b, x._dtype) for b in (lo, hi)]
         out = empty(shape, x._dtype.np)
         clip.run(x._dtype, out, arrays)
         return from_array(out)

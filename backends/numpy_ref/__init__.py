@@ -50,8 +50,8 @@ def inplace(op, ufunc):
 def clip(ks, x, min=None, max=None):
     S.check_dtype(OPERATORS["clip"], x._dtype)
     S.check_clip_bounds(x, min, max)
-    lo = None if min is None else S.operand(min, x._dtype)
-    hi = None if max is None else S.operand(max, x._dtype)
+    lo = None if min is None else S.clip_bound(min, x._dtype)
+    hi = None if max is None else S.clip_bound(max, x._dtype)
     out = x._data.copy()
     if lo is not None:
         out = np.where(np.isnan(lo) if x._dtype.kind == "f" else False, lo, np.maximum(out, lo))
