@@ -10,7 +10,7 @@ goes, without the garbage collector.
 """
 import weakref
 
-from lamina._tensor import Tensor, version_of
+from lamina._tensor import PY_SCALARS, Tensor, version_of
 from lamina._tensor import _versions as _modified  # storages ever written in place
 from lamina.dispatch import keys
 
@@ -271,9 +271,6 @@ def record_binary(derivative, a, b, out):
     return node
 
 
-_PY_SCALARS = (float, int, bool)
-
-
 def record_with_scalar(derivative, a, b, out):
     """record_binary's counterpart for one tensor and one Python scalar (``x * 2.0``,
     ``1 - x``): the scalar is always saved (formulas read it), the tensor as the
@@ -281,7 +278,7 @@ def record_with_scalar(derivative, a, b, out):
     saves, first = derivative.binary_saves, type(a) is Tensor
     t, scalar = (a, b) if first else (b, a)
     e = edge(t) if type(t) is Tensor else False
-    if (saves is None or e is False or e is not None and e[1] or type(scalar) not in _PY_SCALARS
+    if (saves is None or e is False or e is not None and e[1] or type(scalar) not in PY_SCALARS
             or t._dtype is not out._dtype or t._shape != out._shape):
         return record(derivative, (a, b), (out,))
     node = Node()

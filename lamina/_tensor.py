@@ -357,13 +357,13 @@ def from_flat(flat, shape, dtype, ks=keys.CPU):
 # branch handles them off the fast path.
 
 
-_SCALAR_TYPES = (float, int, bool)
+PY_SCALARS = (float, int, bool)  # exact types: subclasses take the general paths
 
 
 def _scalar_keys(name, *args):
     ks = 0
     for a in args:
-        if type(a) in _SCALAR_TYPES:
+        if type(a) in PY_SCALARS:
             continue
         k = getattr(a, "_ks", None)
         if k is not None:

@@ -14,7 +14,7 @@ from numba import prange, types
 from numpy.lib.stride_tricks import as_strided
 
 from lamina import _dtypes as D
-from lamina._tensor import Tensor, from_array, from_flat
+from lamina._tensor import PY_SCALARS, Tensor, from_array, from_flat
 from lamina.backends.hookspecs import hookimpl
 from lamina.backends import setup as S
 from lamina.dispatch.keys import CPU
@@ -147,7 +147,6 @@ def strided_args(shape, arrays):
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar}
-_PY_SCALARS = (float, int, bool)
 _INT_BOUNDS = [(int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu"
                else None for d in D.ALL]
 _STRIDED_OPERAND = (types.int64, K.INDEX)
@@ -204,9 +203,9 @@ class Elementwise:
         promotion keeps the tensor's dtype (``x * 2.0`` on floats, ``i + 1`` on ints in
         range): one flat loop with the scalar passed as a kernel argument, converted to
         the dtype by the entry point. Anything else returns None: the general path."""
-        first = type(a) in _PY_SCALARS
+        first = type(a) in PY_SCALARS
         t, v = (b, a) if first else (a, b)
-        if type(v) not in _PY_SCALARS or t.__class__ is not Tensor or t._flat is None:
+        if type(v) not in PY_SCALARS or t.__class__ is not Tensor or t._flat is None:
             return None
         dt = t._dtype
         if type(v) is int:
