@@ -1,143 +1,28 @@
-"""lamina.autograd — the autograd layer (reverse-mode differentiation).
+"""lamina.autograd -- the autograd layer (reverse-mode differentiation).
 
-Its kernels sit at the AUTOGRAD dispatch key. A tensor's key set has that bit only
-while it requires grad, so a call whose inputs do not require grad never enters the
-layer: no-op autograd costs nothing. Inside, a kernel redispatches below its own key
-through the same table, then records a graph node (unless grad mode is off).
+Its kernels (``layer.py``) sit at the AUTOGRAD dispatch key. A tensor's key set has
+that bit only while it requires grad, so a call whose inputs do not require grad never
+enters the layer: no-op autograd costs nothing. Inside, a kernel redispatches below its
+own key through the same table, then records a graph node (``graph.py``) unless grad
+mode is off (``grad_mode.py``); ``engine.py`` runs the graph backwards with the
+formulas of ``derivatives.py``.
 """
-import numpy as np
 
-from lamina.backends.hookspecs import hookimpl
-from lamina.dispatch import keys
-from lamina.dispatch.table import OPERATORS
+import sys
 
-from . import engine, graph
+from lamina.dispatch import tensor as _tensor
+
+from . import engine, graph, layer
 from .derivatives import DERIVATIVES
 from .engine import backward, grad
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled, state
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import gradcheck
+from .graph import register_hook
+
+plugin = layer  # registered by lamina/__init__.py, like a backend plugin
 
 __all__ = ["backward", "grad", "gradcheck", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled", "DERIVATIVES"]
+           "is_grad_enabled", "register_hook", "DERIVATIVES", "engine", "graph", "plugin"]
 
-_BELOW = ~keys.AUTOGRAD
-
-
-def _kernel(op, derivative):
-    """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
-    table, scalar_table, record = op.table, op.scalar_table, graph.record
-    record_binary, record_with_scalar = graph.record_binary, graph.record_with_scalar
-
-    def kernel(ks, *args):
-        below = ks & _BELOW
-        out = table[below.bit_length()](below, *args)
-        if state.enabled:
-            record(derivative, args, out if type(out) is tuple else (out,))
-        return out
-
-    def binary(ks, a, b):  # the same for two arguments, without packing *args
-        below = ks & _BELOW
-        out = table[below.bit_length()](below, a, b)
-        if state.enabled:
-            record_binary(derivative, a, b, out)
-        return out
-
-    def with_scalar(ks, a, b):  # a Python scalar operand (Note [Kernel variants])
-        below = ks & _BELOW
-        out = scalar_table[below.bit_length()](below, a, b)
-        if state.enabled:
-            record_with_scalar(derivative, a, b, out)
-        return out
-
-    binary.with_scalar = with_scalar
-    fn = binary if op.kind == "binary" else kernel
-    fn.__name__ = fn.__qualname__ = op.name
-    return fn
-
-
-def _check_leaf(name, x):
-    fn = x.grad_fn
-    if fn is None and x._ks & keys.AUTOGRAD:
-        raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be modified "
-                           "in place (it would invalidate its gradient); do it under "
-                           "lamina.no_grad() or on a copy")
-    while fn is not None and fn.name in _VIEW_OPS:  # writing a view writes its base
-        fn = fn.next_nodes[0]
-        if isinstance(fn, graph.AccumulateGrad):
-            leaf = fn.variable._data
-            if isinstance(leaf, np.ndarray) and np.may_share_memory(leaf, x._data):
-                raise RuntimeError(f"{name}: a view of a leaf tensor that requires grad "
-                                   "cannot be modified in place; do it under "
-                                   "lamina.no_grad() or on a copy")
-            return
-
-
-def _check_view(name, x, value):
-    """Writing through a view with grad is refused rather than silently wrong: the
-    base tensor's graph would not learn of the write (PyTorch rebases it with
-    CopySlices; lamina does not yet)."""
-    data = x._data
-    if not (isinstance(data, np.ndarray) and data.base is not None
-            and data.base is not x._flat):
-        return  # owns its storage (an advanced-indexing result is a copy, for one)
-    fn = x.grad_fn
-    recorded_view = fn is not None and fn.name in _VIEW_OPS
-    untracked_view = not x._ks & keys.AUTOGRAD and getattr(value, "_ks", 0) & keys.AUTOGRAD
-    if recorded_view or untracked_view:
-        raise RuntimeError(f"{name}: in-place modification of a view with autograd is not "
-                           "supported (the base tensor's gradient would be wrong); write "
-                           "to the base tensor, use an out-of-place operation, or do it "
-                           "under lamina.no_grad()")
-
-
-_VIEW_OPS = frozenset(["getitem", "reshape", "permute_dims", "matrix_transpose",
-                       "expand_dims", "squeeze", "flip", "broadcast_to", "split"])
-
-
-def _inplace_kernel(op, derivative):
-    """x1 op= x2 with grad: x1's previous value is kept in a copy for the formula, then
-    x1 becomes the output of the out-of-place operation (its grad_fn is replaced)."""
-    table, copy = op.table, OPERATORS["copy"]
-
-    def kernel(ks, x1, x2):
-        below = ks & _BELOW
-        if not state.enabled:
-            return table[below.bit_length()](below, x1, x2)
-        _check_leaf(op.name, x1)
-        _check_view(op.name, x1, x2)
-        previous = copy(x1) if 0 in derivative.saves else x1
-        table[below.bit_length()](below, x1, x2)
-        x1.__dict__.pop("_output_nr", None)
-        graph.record(derivative, (previous, x2), (x1,))
-        return x1
-    kernel.__name__ = kernel.__qualname__ = op.name
-    return kernel
-
-
-def _setitem_kernel(ks, x, key, value):
-    table = OPERATORS["setitem"].table
-    below = ks & _BELOW
-    if state.enabled:
-        _check_leaf("setitem", x)
-        _check_view("setitem", x, value)
-    out = table[below.bit_length()](below, x, key, value)
-    if state.enabled:
-        x.__dict__.pop("_output_nr", None)
-        graph.record(DERIVATIVES["setitem"], (x, key, value), (x,))
-    return out
-
-
-_setitem_kernel.__name__ = _setitem_kernel.__qualname__ = "setitem"
-
-
-@hookimpl
-def lamina_register_kernels(registry):
-    for name, derivative in DERIVATIVES.items():
-        op = OPERATORS[name]
-        if name == "setitem":
-            registry.register(name, "autograd", _setitem_kernel)
-        else:
-            registry.register(name, "autograd", _kernel(op, derivative))
-        if name + "_" in OPERATORS:
-            registry.register(name + "_", "autograd",
-                              _inplace_kernel(OPERATORS[name + "_"], derivative))
+# Tensor.backward and Tensor.register_hook call through this (Note [Upper layers])
+_tensor.upper.autograd = sys.modules[__name__]

@@ -14,7 +14,12 @@ dtype, so formulas may return broadcast-shaped gradients.
 """
 import math
 
-import lamina as lm
+from lamina.dispatch.dtypes import bool_
+from lamina.dispatch import ops
+from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import Tensor
+
+from .grad_mode import is_grad_enabled
 
 
 class Derivative:
@@ -39,50 +44,50 @@ class Derivative:
 
 
 def _zero(g):
-    return lm.zeros_like(g)
+    return ops.zeros_like(g)
 
 
 def _expand_reduced(g, shape, axis, keepdims):
     """A reduction's gradient broadcast back to the input's shape."""
     if not keepdims:
-        g = lm.reshape(g, tuple(1 if i in axis else s for i, s in enumerate(shape)))
-    return lm.broadcast_to(g, shape)
+        g = ops.reshape(g, tuple(1 if i in axis else s for i, s in enumerate(shape)))
+    return ops.broadcast_to(g, shape)
 
 
 def _maximum_mask(a, b, dtype):
     # Ties share the gradient equally, as in PyTorch. (Not nested where()s: the inner
     # one would get two Python scalars and no tensor to take its dtype from.)
-    return lm.astype(a > b, dtype) + lm.astype(a == b, dtype) * 0.5
+    return ops.astype(a > b, dtype) + ops.astype(a == b, dtype) * 0.5
 
 
 def _pow_base(g, a, b):
     """d(a ** b)/da = b * a ** (b - 1), taken as 0 where b == 0 (as PyTorch does: at
     a == 0 the product would be 0 * inf); ``b`` may be a Python scalar."""
-    if not isinstance(b, lm.Tensor):
+    if not isinstance(b, Tensor):
         return g * (b * a ** (b - 1)) if b != 0 else _zero(g)
-    return g * lm.where(b == 0, 0.0, b * a ** (b - 1))
+    return g * ops.where(b == 0, 0.0, b * a ** (b - 1))
 
 
 def _pow_exponent(g, a, b):
     """d(a ** b)/db = a ** b * log(a), taken as 0 where a <= 0; ``a`` may be a Python
     scalar (``2.0 ** x``)."""
-    if not isinstance(a, lm.Tensor):
+    if not isinstance(a, Tensor):
         return g * (a ** b * math.log(a)) if a > 0 else _zero(g)
     positive = a > 0
-    return g * lm.where(positive, a ** b * lm.log(lm.where(positive, a, 1.0)), 0.0)
+    return g * ops.where(positive, a ** b * ops.log(ops.where(positive, a, 1.0)), 0.0)
 
 
 def _matmul(g, r, n, a, b):
-    a2 = lm.expand_dims(a, axis=0) if a.ndim == 1 else a
-    b2 = lm.expand_dims(b, axis=-1) if b.ndim == 1 else b
+    a2 = ops.expand_dims(a, axis=0) if a.ndim == 1 else a
+    b2 = ops.expand_dims(b, axis=-1) if b.ndim == 1 else b
     g2 = g
     if b.ndim == 1:  # first: for vector @ vector, g is 0-d
-        g2 = lm.expand_dims(g2, axis=-1)
+        g2 = ops.expand_dims(g2, axis=-1)
     if a.ndim == 1:
-        g2 = lm.expand_dims(g2, axis=-2)
-    ga = n[0] and _sum_to(lm.matmul(g2, lm.matrix_transpose(b2)), a2.shape)
-    gb = n[1] and _sum_to(lm.matmul(lm.matrix_transpose(a2), g2), b2.shape)
-    return (n[0] and lm.reshape(ga, a.shape), n[1] and lm.reshape(gb, b.shape))
+        g2 = ops.expand_dims(g2, axis=-2)
+    ga = n[0] and _sum_to(ops.matmul(g2, ops.matrix_transpose(b2)), a2.shape)
+    gb = n[1] and _sum_to(ops.matmul(ops.matrix_transpose(a2), g2), b2.shape)
+    return (n[0] and ops.reshape(ga, a.shape), n[1] and ops.reshape(gb, b.shape))
 
 
 def _sum_to(g, shape):
@@ -90,12 +95,12 @@ def _sum_to(g, shape):
     if g.shape == shape:
         return g
     if g.ndim < len(shape):  # x[1:3] = w with w of shape (1, 2): leading 1-dims
-        return lm.reshape(_sum_to(g, shape[len(shape) - g.ndim:]), shape)
+        return ops.reshape(_sum_to(g, shape[len(shape) - g.ndim:]), shape)
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
-    g = lm.sum(g, axis=axes, keepdims=True) if axes else g
-    return lm.reshape(g, shape)
+    g = ops.sum(g, axis=axes, keepdims=True) if axes else g
+    return ops.reshape(g, shape)
 
 
 def _tensordot(g, r, n, a, b, axes):
@@ -105,29 +110,29 @@ def _tensordot(g, r, n, a, b, axes):
     ga = gb = None
     if n[0]:
         # g (free_a + free_b) . b over free_b -> free_a + b's contracted axes, sorted
-        t = lm.tensordot(g, b, axes=(tuple(range(len(free_a), g.ndim)), tuple(free_b)))
+        t = ops.tensordot(g, b, axes=(tuple(range(len(free_a), g.ndim)), tuple(free_b)))
         order = free_a + [a_axes[b_axes.index(d)] for d in sorted(b_axes)]
-        ga = lm.permute_dims(t, tuple(order.index(d) for d in range(a.ndim)))
+        ga = ops.permute_dims(t, tuple(order.index(d) for d in range(a.ndim)))
     if n[1]:
-        t = lm.tensordot(a, g, axes=(tuple(free_a), tuple(range(len(free_a)))))
+        t = ops.tensordot(a, g, axes=(tuple(free_a), tuple(range(len(free_a)))))
         order = [b_axes[a_axes.index(d)] for d in sorted(a_axes)] + free_b
-        gb = lm.permute_dims(t, tuple(order.index(d) for d in range(b.ndim)))
+        gb = ops.permute_dims(t, tuple(order.index(d) for d in range(b.ndim)))
     return ga, gb
 
 
 def _prod(g, r, n, x, axis, dtype, keepdims):
     shape = x.shape
     g = _expand_reduced(g, shape, axis, keepdims)
-    r = _expand_reduced(lm.prod(x, axis=axis, keepdims=True), shape, axis, True)
+    r = _expand_reduced(ops.prod(x, axis=axis, keepdims=True), shape, axis, True)
     zero = x == 0
-    nonzero_prod = lm.prod(lm.where(zero, 1.0, x), axis=axis, keepdims=True)
-    zeros = lm.sum(zero, axis=axis, keepdims=True)
-    if lm.autograd.is_grad_enabled() and x.requires_grad and lm.max(zeros).item() > 1:
+    nonzero_prod = ops.prod(ops.where(zero, 1.0, x), axis=axis, keepdims=True)
+    zeros = ops.sum(zero, axis=axis, keepdims=True)
+    if is_grad_enabled() and x.requires_grad and ops.max(zeros).item() > 1:
         # create_graph with two zeros in a slice: the gradient is 0 there, but not its
         # derivative (the product of the other elements), which the masks would lose
         return (g * _prod_others(x, axis),)
-    at_zero = lm.where(zeros == 1, nonzero_prod, 0.0)
-    return (g * lm.where(zero, at_zero, r / lm.where(zero, 1.0, x)),)
+    at_zero = ops.where(zeros == 1, nonzero_prod, 0.0)
+    return (g * ops.where(zero, at_zero, r / ops.where(zero, 1.0, x)),)
 
 
 def _prod_others(x, axis):
@@ -137,73 +142,45 @@ def _prod_others(x, axis):
     order = keep + list(axis)
     lead = tuple(x.shape[d] for d in keep)
     count = math.prod(x.shape[d] for d in axis)
-    rows = lm.reshape(lm.permute_dims(x, tuple(order)), lead + (1, count))
-    others = lm.prod(lm.where(lm.eye(count, dtype=lm.bool), 1.0, rows), axis=-1)
-    others = lm.reshape(others, lead + tuple(x.shape[d] for d in axis))
-    return lm.permute_dims(others, tuple(order.index(d) for d in range(x.ndim)))
+    rows = ops.reshape(ops.permute_dims(x, tuple(order)), lead + (1, count))
+    others = ops.prod(ops.where(ops.eye(count, dtype=bool_, device=x.device), 1.0, rows), axis=-1)
+    others = ops.reshape(others, lead + tuple(x.shape[d] for d in axis))
+    return ops.permute_dims(others, tuple(order.index(d) for d in range(x.ndim)))
 
 
-def _var(g, r, n, x, axis, keepdims, correction):
+def _var(g, r, n, x, axis, correction, keepdims):
     count = math.prod(x.shape[d] for d in axis)
-    mean = lm.mean(x, axis=axis, keepdims=True)
+    mean = ops.mean(x, axis=axis, keepdims=True)
     return (_expand_reduced(g, x.shape, axis, keepdims) * 2.0 * (x - mean)
             / (count - correction),)
 
 
-def _std(g, r, n, x, axis, keepdims, correction):
+def _std(g, r, n, x, axis, correction, keepdims):
     count = math.prod(x.shape[d] for d in axis)
-    mean = lm.mean(x, axis=axis, keepdims=True)
+    mean = ops.mean(x, axis=axis, keepdims=True)
     r = _expand_reduced(r, x.shape, axis, keepdims)
     # constant data has std 0 and (x - mean) 0: the gradient is 0 there, not 0 / 0
     grad = _expand_reduced(g, x.shape, axis, keepdims) * (x - mean) / (
-        (count - correction) * lm.where(r == 0, 1.0, r))
+        (count - correction) * ops.where(r == 0, 1.0, r))
     return (grad,)
 
 
 def _extreme(g, r, n, x, axis, keepdims):
     # Ties share the gradient evenly (PyTorch's amax/amin).
-    mask = lm.astype(x == _expand_reduced(r, x.shape, axis, keepdims), x.dtype)
+    mask = ops.astype(x == _expand_reduced(r, x.shape, axis, keepdims), x.dtype)
     return (_expand_reduced(g, x.shape, axis, keepdims) * mask
-            / lm.sum(mask, axis=axis, keepdims=True),)
+            / ops.sum(mask, axis=axis, keepdims=True),)
 
 
 def _getitem(g, r, n, x, key):
-    out = lm.zeros(x.shape, dtype=g.dtype)
-    if g.requires_grad:  # create_graph: the gradient must be differentiable in g
-        return (_index_add_differentiable(out, key, g),)
-    _index_add(out, key, g)
-    return (out,)
-
-
-def _index_add_differentiable(out, key, g):
-    """zeros[key] += g with lamina operators: setitem where no element is selected twice,
-    else a one-hot matrix times g (np.add.at would cut the graph)."""
-    import numpy as np
-    from lamina.backends.numpy_ref import _unwrap_index
-    np_key = _unwrap_index(key)
-    picks = np.zeros(out.shape, dtype=np.int64)
-    np.add.at(picks, np_key, 1)
-    if picks.max(initial=0) <= 1:
-        out[key] = g
-        return out
-    idx = np.arange(out.size).reshape(out.shape)[np_key].reshape(-1)
-    onehot = np.zeros((out.size, idx.size))
-    onehot[idx, np.arange(idx.size)] = 1.0
-    flat = lm.matmul(lm.asarray(onehot, dtype=g.dtype), lm.reshape(g, (-1,)))
-    return lm.reshape(flat, out.shape)
-
-
-def _index_add(out, key, g):
-    """out[key] += g, also where an integer index repeats (basic keys are views)."""
-    import numpy as np
-    from lamina.backends.numpy_ref import _unwrap_index
-    np.add.at(out.numpy(), _unwrap_index(key), g.numpy())
+    # index_add is differentiable in g, so create_graph needs nothing more
+    return (OPERATORS["index_add"](ops.zeros(x.shape, dtype=g.dtype, device=g.device), key, g),)
 
 
 def _setitem(g, r, n, x, key, value):
     gx = None
     if n[0]:
-        gx = lm.asarray(g, copy=True)
+        gx = ops.asarray(g, copy=True)
         gx[key] = 0.0
     # value's gradient is g[key], summed to value's shape by the engine (Node.shapes):
     # value itself is not saved, so h[0] = h[1] (value a view of the target) works
@@ -217,37 +194,37 @@ def _split(gs, r, n, x, sections, axis):
     pieces = []
     for g, s in zip(gs, sizes):
         shape = x.shape[:axis] + (s,) + x.shape[axis + 1:]
-        pieces.append(lm.zeros(shape, dtype=x.dtype) if g is None else g)
-    return (lm.concat(pieces, axis=axis),)
+        pieces.append(ops.zeros(shape, dtype=x.dtype, device=x.device) if g is None else g)
+    return (ops.concat(pieces, axis=axis),)
 
 
 def _concat(g, r, n, arrays, axis):
     sizes = [a.shape[axis] for a in arrays]
-    return lm.split(g, sizes, axis=axis)
+    return ops.split(g, sizes, axis=axis)
 
 
 def _stack(g, r, n, arrays, axis):
-    return lm.unstack(g, axis=axis)
+    return ops.unstack(g, axis=axis)
 
 
 def _clip(g, r, n, x, lo, hi):
     # clip is min(max(x, lo), hi): the upper bound wins where it is below the lower one
     # (then the result is hi everywhere), as in NumPy and PyTorch
     below = x < lo if lo is not None else None  # max(x, lo) took lo
-    above = (lm.maximum(x, lo) if lo is not None else x) > hi if hi is not None else None
-    inside = lm.ones_like(x, dtype=lm.bool)
+    above = (ops.maximum(x, lo) if lo is not None else x) > hi if hi is not None else None
+    inside = ops.ones_like(x, dtype=bool_)
     if below is not None:
-        inside = lm.logical_and(inside, lm.logical_not(below))
+        inside = ops.logical_and(inside, ops.logical_not(below))
     if above is not None:
-        inside = lm.logical_and(inside, lm.logical_not(above))
-    from_lo = below if above is None or below is None else lm.logical_and(
-        below, lm.logical_not(above))
-    return (g * lm.astype(inside, g.dtype), n[1] and g * lm.astype(from_lo, g.dtype),
-            n[2] and g * lm.astype(above, g.dtype))
+        inside = ops.logical_and(inside, ops.logical_not(above))
+    from_lo = below if above is None or below is None else ops.logical_and(
+        below, ops.logical_not(above))
+    return (g * ops.astype(inside, g.dtype), n[1] and g * ops.astype(from_lo, g.dtype),
+            n[2] and g * ops.astype(above, g.dtype))
 
 
 def _where(g, r, n, c, x1, x2):
-    return (None, n[1] and lm.where(c, g, 0.0), n[2] and lm.where(c, 0.0, g))
+    return (None, n[1] and ops.where(c, g, 0.0), n[2] and ops.where(c, 0.0, g))
 
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -269,20 +246,20 @@ DERIVATIVES = {d.name: d for d in [
                                         n[1] and g * _maximum_mask(a, b, g.dtype)),
       saves=(0, 1)),
     D("floor_divide", lambda g, r, n, a, b: (n[0] and _zero(g), n[1] and _zero(g))),
-    D("remainder", lambda g, r, n, a, b: (n[0] and g, n[1] and -g * lm.floor_divide(a, b)),
+    D("remainder", lambda g, r, n, a, b: (n[0] and g, n[1] and -g * ops.floor_divide(a, b)),
       saves=(0, 1)),
     D("atan2", lambda g, r, n, a, b: (n[0] and g * b / (a * a + b * b),
                                       n[1] and -g * a / (a * a + b * b)), saves=(0, 1)),
     D("hypot", lambda g, r, n, a, b: (n[0] and g * a / r, n[1] and g * b / r),
       saves=(0, 1), uses_result=True),
     D("copysign", lambda g, r, n, a, b: (
-        n[0] and g * lm.where(a == 0, 0.0, lm.sign(a) * lm.sign(r)), n[1] and _zero(g)),
+        n[0] and g * ops.where(a == 0, 0.0, ops.sign(a) * ops.sign(r)), n[1] and _zero(g)),
       saves=(0,), uses_result=True),
-    D("logaddexp", lambda g, r, n, a, b: (n[0] and g * lm.exp(a - r),
-                                          n[1] and g * lm.exp(b - r)),
+    D("logaddexp", lambda g, r, n, a, b: (n[0] and g * ops.exp(a - r),
+                                          n[1] and g * ops.exp(b - r)),
       saves=(0, 1), uses_result=True),
     # elementwise, unary
-    D("abs", lambda g, r, n, x: (g * lm.sign(x),), saves=(0,)),
+    D("abs", lambda g, r, n, x: (g * ops.sign(x),), saves=(0,)),
     D("negative", lambda g, r, n, x: (-g,)),
     D("positive", lambda g, r, n, x: (g,)),
     D("square", lambda g, r, n, x: (2.0 * g * x,), saves=(0,)),
@@ -295,17 +272,17 @@ DERIVATIVES = {d.name: d for d in [
     D("log2", lambda g, r, n, x: (g / (x * _LN2),), saves=(0,)),
     D("log10", lambda g, r, n, x: (g / (x * _LN10),), saves=(0,)),
     D("sqrt", lambda g, r, n, x: (g / (2.0 * r),), uses_result=True),
-    D("sin", lambda g, r, n, x: (g * lm.cos(x),), saves=(0,)),
-    D("cos", lambda g, r, n, x: (-g * lm.sin(x),), saves=(0,)),
+    D("sin", lambda g, r, n, x: (g * ops.cos(x),), saves=(0,)),
+    D("cos", lambda g, r, n, x: (-g * ops.sin(x),), saves=(0,)),
     D("tan", lambda g, r, n, x: (g * (1.0 + r * r),), uses_result=True),
-    D("asin", lambda g, r, n, x: (g / lm.sqrt(1.0 - x * x),), saves=(0,)),
-    D("acos", lambda g, r, n, x: (-g / lm.sqrt(1.0 - x * x),), saves=(0,)),
+    D("asin", lambda g, r, n, x: (g / ops.sqrt(1.0 - x * x),), saves=(0,)),
+    D("acos", lambda g, r, n, x: (-g / ops.sqrt(1.0 - x * x),), saves=(0,)),
     D("atan", lambda g, r, n, x: (g / (1.0 + x * x),), saves=(0,)),
-    D("sinh", lambda g, r, n, x: (g * lm.cosh(x),), saves=(0,)),
-    D("cosh", lambda g, r, n, x: (g * lm.sinh(x),), saves=(0,)),
+    D("sinh", lambda g, r, n, x: (g * ops.cosh(x),), saves=(0,)),
+    D("cosh", lambda g, r, n, x: (g * ops.sinh(x),), saves=(0,)),
     D("tanh", lambda g, r, n, x: (g * (1.0 - r * r),), uses_result=True),
-    D("asinh", lambda g, r, n, x: (g / lm.sqrt(x * x + 1.0),), saves=(0,)),
-    D("acosh", lambda g, r, n, x: (g / lm.sqrt(x * x - 1.0),), saves=(0,)),
+    D("asinh", lambda g, r, n, x: (g / ops.sqrt(x * x + 1.0),), saves=(0,)),
+    D("acosh", lambda g, r, n, x: (g / ops.sqrt(x * x - 1.0),), saves=(0,)),
     D("atanh", lambda g, r, n, x: (g / (1.0 - x * x),), saves=(0,)),
     D("clip", _clip, saves=None),
     D("where", _where, saves=(0,)),
@@ -326,21 +303,22 @@ DERIVATIVES = {d.name: d for d in [
     D("matmul", _matmul, saves=(0, 1)),
     D("tensordot", _tensordot, saves=(0, 1)),
     D("vecdot", lambda g, r, n, a, b, axis: (
-        n[0] and lm.expand_dims(g, axis=axis) * b,
-        n[1] and lm.expand_dims(g, axis=axis) * a), saves=(0, 1)),
+        n[0] and ops.expand_dims(g, axis=axis) * b,
+        n[1] and ops.expand_dims(g, axis=axis) * a), saves=(0, 1)),
     # views and manipulation
-    D("reshape", lambda g, r, n, x, shape, copy: (lm.reshape(g, x.shape),), saves=(0,)),
+    D("reshape", lambda g, r, n, x, shape, copy: (ops.reshape(g, x.shape),), saves=(0,)),
     # saves=(1,) keeps the non-tensor argument (axes, axis): with saves=() the recorder
     # passes every argument as None, non-tensors too
     D("permute_dims", lambda g, r, n, x, axes: (
-        lm.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),), saves=(1,)),
-    D("matrix_transpose", lambda g, r, n, x: (lm.matrix_transpose(g),)),
-    D("expand_dims", lambda g, r, n, x, axis: (lm.squeeze(g, axis=axis),), saves=(1,)),
-    D("squeeze", lambda g, r, n, x, axis: (lm.reshape(g, x.shape),), saves=(0,)),
-    D("flip", lambda g, r, n, x, axis: (lm.flip(g, axis=axis),), saves=(1,)),
+        ops.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),), saves=(1,)),
+    D("matrix_transpose", lambda g, r, n, x: (ops.matrix_transpose(g),)),
+    D("expand_dims", lambda g, r, n, x, axis: (ops.squeeze(g, axis=axis),), saves=(1,)),
+    D("squeeze", lambda g, r, n, x, axis: (ops.reshape(g, x.shape),), saves=(0,)),
+    D("flip", lambda g, r, n, x, axis: (ops.flip(g, axis=axis),), saves=(1,)),
     D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
     D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
     D("setitem", _setitem, saves=(1,)),
+    D("index_add", lambda g, r, n, x, key, values: (g, None, n[2] and g[key]), saves=(1,)),
     D("split", _split, saves=(0,)),
     D("concat", _concat, saves=None),
     D("stack", _stack, saves=None),

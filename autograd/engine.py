@@ -4,10 +4,12 @@ into it have arrived."""
 import itertools
 from collections import deque
 
-import lamina as lm
-from lamina.dispatch import keys
+from lamina.dispatch import keys, ops
+from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import Tensor, version_of, versions
 
 from . import grad_mode, graph
+from .derivatives import _sum_to
 from .graph import AccumulateGrad, edge
 
 
@@ -29,8 +31,7 @@ def _dependencies(roots):
 
 
 def _check_versions(node):
-    from lamina._tensor import _versions, version_of
-    if not _versions:
+    if not versions:
         return  # nothing was ever modified in place: every version is still 0
     expected = node.versions
     for i, t in enumerate(graph.saved_tensors(node)):
@@ -46,10 +47,9 @@ def _check_versions(node):
 def _conform(g, shape, dtype):
     """A formula's gradient reduced to the input's shape and cast to its dtype."""
     if shape is not None and g.shape != shape:
-        from .derivatives import _sum_to
         g = _sum_to(g, shape)
     if dtype is not None and g.dtype is not dtype:
-        g = lm.astype(g, dtype)
+        g = ops.astype(g, dtype)
     return g
 
 
@@ -102,7 +102,7 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                         # The first gradient is copied: g may be the caller's gradient=,
                         # be shared with another leaf (add passes g on to both inputs)
                         # or be a read-only broadcast view; .grad must own its storage.
-                        g = lm.asarray(g, copy=True)
+                        g = ops.asarray(g, copy=True)
                     leaf.grad = g if leaf.grad is None else leaf.grad + g
                 continue
             nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
@@ -122,9 +122,7 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
 def _on_pattern(g, leaf):
     """A dense gradient of a sparse leaf, kept at the leaf's stored entries only: the
     gradient with respect to its values (sum(s), s @ dense), as a sparse tensor."""
-    indices = leaf.indices()
-    values = g[tuple(indices[d] for d in range(indices.shape[0]))]
-    return lm.sparse_coo_tensor(indices, values, leaf.shape)
+    return OPERATORS["sparse_mask"](g, leaf)
 
 
 def _skip(node, deps, buffers, ready):
@@ -201,9 +199,9 @@ def _root_grads(tensors, grads):
                 raise RuntimeError(f"grad can be implicitly created only for outputs with "
                                    f"one element; this one has shape {t.shape}: pass "
                                    "gradient=")
-            g = lm.ones_like(t)
-        elif not isinstance(g, lm.Tensor):
-            g = lm.asarray(g, dtype=t.dtype)
+            g = ops.ones_like(t)
+        elif not isinstance(g, Tensor):
+            g = ops.asarray(g, dtype=t.dtype)
         if g.shape != t.shape:
             raise ValueError(f"gradient has shape {g.shape}, but the output has shape "
                              f"{t.shape}")
@@ -219,11 +217,11 @@ def backward(tensors, grad_tensors=None, retain_graph=False, create_graph=False)
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
          allow_unused=False):
     """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated)."""
-    single = isinstance(outputs, lm.Tensor)
+    single = isinstance(outputs, Tensor)
     outputs = [outputs] if single else list(outputs)
-    inputs_single = isinstance(inputs, lm.Tensor)
+    inputs_single = isinstance(inputs, Tensor)
     inputs = [inputs] if inputs_single else list(inputs)
-    if grad_outputs is not None and isinstance(grad_outputs, lm.Tensor):
+    if grad_outputs is not None and isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs]
     grads = _root_grads(outputs, grad_outputs)
     for t in inputs:

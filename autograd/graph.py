@@ -10,9 +10,9 @@ goes, without the garbage collector.
 """
 import weakref
 
-from lamina._tensor import PY_SCALARS, Tensor, version_of
-from lamina._tensor import _versions as _modified  # storages ever written in place
 from lamina.dispatch import keys
+from lamina.dispatch.tensor import PY_SCALARS, Tensor, version_of
+from lamina.dispatch.tensor import versions as _modified  # storages ever written in place
 
 AUTOGRAD = keys.AUTOGRAD
 

@@ -7,7 +7,8 @@ an integer that does not fit raises OverflowError instead of wrapping.
 """
 import numpy as np
 
-from lamina import _dtypes as D
+from lamina.dispatch import dtypes as D
+from lamina.dispatch.meta import broadcast_shapes, reduced_shape  # noqa: F401 (re-exported)
 
 _SCALARS = (bool, int, float)
 
@@ -53,7 +54,7 @@ _DESCRIBE = {"numeric": "numeric", "float": "floating-point", "int": "integer",
 
 
 def check_dtype(op, dtype):
-    rule = op.info.dtypes
+    rule = op.dtypes
     if dtype.kind in _ACCEPTS[rule]:
         return dtype
     if rule == "float" and dtype.kind in "biu":
@@ -62,7 +63,7 @@ def check_dtype(op, dtype):
 
 
 def result_dtype(op, dtype):
-    rule = op.info.result
+    rule = op.result
     if rule == "bool":
         return D.bool_
     if rule == "index":
@@ -103,40 +104,8 @@ def mixed_sign_comparison(op, args):
     return D.uint64 in dtypes and any(d.kind == "i" for d in dtypes)
 
 
-_NUMPY_NAMES = {"abs": "absolute", "bitwise_invert": "invert", "pow": "power",
-                "asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
-                "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2",
-                "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
-                "round": "rint", "divide": "true_divide"}
-
-
-def numpy_ufunc(name):
-    """NumPy's ufunc for an Array API elementwise function name."""
-    return getattr(np, _NUMPY_NAMES.get(name, name))
-
-
 def shape_of(x):
     return getattr(x, "_shape", ())
-
-
-def broadcast_shapes(name, *shapes):
-    """The broadcast shape, or a ValueError that shows every shape."""
-    first = shapes[0]
-    if all(s == first or not s for s in shapes):  # equal shapes and scalars: common
-        return first if first else max(shapes, key=len)
-    if len(shapes) == 2:  # one shape the tail of the other: a bias, a row (common too)
-        long, short = sorted(shapes, key=len, reverse=True)
-        if long[len(long) - len(short):] == short:
-            return long
-    ndim = max(len(s) for s in shapes)
-    result = []
-    for i in range(-ndim, 0):
-        sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
-        if len(sizes) > 1:
-            raise ValueError(f"{name}: shapes {' and '.join(map(str, shapes))} cannot be "
-                             f"broadcast together (dimension {ndim + i} differs)")
-        result.append(sizes.pop() if sizes else 1)
-    return tuple(result)
 
 
 def inplace_check(op, target, dtype, shape):
@@ -150,12 +119,6 @@ def inplace_check(op, target, dtype, shape):
     if not target._data.flags.writeable:
         raise ValueError(f"{op.name}: the target tensor is a read-only view "
                          "(e.g. from broadcast_to)")
-
-
-def reduced_shape(shape, axis, keepdims):
-    if keepdims:
-        return tuple(1 if i in axis else s for i, s in enumerate(shape))
-    return tuple(s for i, s in enumerate(shape) if i not in axis)
 
 
 def sum_dtype(op, x, dtype):

@@ -1,12 +1,17 @@
-"""lamina.dispatch — keys, key sets, the operator registry and precomputed tables.
+"""lamina.dispatch -- the core: keys, dtypes, the Tensor, the operator schema, the
+bindings derived from it, and the dispatch tables plugins fill.
 
-See Note [Dispatch table] and Note [Key priority]. ``dump_table(name)`` shows which
-kernel, from which plugin, serves each key of an operator.
+See Note [Operator schema] (``schema.py``), Note [Dispatch table] and Note [Table entry
+precedence] (``entries.py``). ``dump_table(name)`` shows which kernel, from which
+plugin, serves each key of an operator, and why.
 """
-from . import keys
-from .keys import AUTOGRAD, CPU, SPARSE
-from .table import OPERATORS, Operator, dump_table, get, keyset, rebuild
-from . import operators  # noqa: F401  (defines every operator)
 
-__all__ = ["keys", "AUTOGRAD", "CPU", "SPARSE", "OPERATORS", "Operator", "dump_table",
+from . import keys
+from .dump import dump_table
+from .entries import rebuild
+from .keys import AUTOGRAD, CPU, SPARSE
+from . import ops  # the public functions (defines every operator)
+from .schema import OPERATORS, Operator, get, keyset
+
+__all__ = ["keys", "ops", "AUTOGRAD", "CPU", "SPARSE", "OPERATORS", "Operator", "dump_table",
            "get", "keyset", "rebuild"]

@@ -14,6 +14,14 @@ AUTOGRAD = SPARSE << 1
 LAYER_KEYS = {"sparse": SPARSE, "autograd": AUTOGRAD}
 BACKEND_MASK = SPARSE - 1
 
+
+def layer_of(key):
+    """The name of the layer whose key is ``key``, or None for a backend key."""
+    for name, bit in LAYER_KEYS.items():
+        if bit == key:
+            return name
+    return None
+
 _backend_bits = {}  # active device name -> bit; filled by register_device
 _reserved = {}  # every device name ever registered -> its bit (Note [Device keys])
 

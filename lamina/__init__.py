@@ -1,30 +1,31 @@
-"""lamina — a tensor library whose every layer can be switched off and measured.
+"""lamina -- a tensor library whose every layer can be switched off and measured.
 
 ``import lamina as lm`` gives the Python Array API (2023.12): tensors, dtypes,
-creation, elementwise, statistical, manipulation and linear-algebra functions.
+creation, elementwise, statistical, manipulation and linear-algebra functions, with
+autograd and sparse COO tensors. The functions are generated from the operator schema
+(``lamina.dispatch``); this module only gathers the public face.
 """
-from ._dtypes import (bool_ as bool, can_cast, finfo, float32, float64, iinfo,  # noqa: A004
-                      int8, int16, int32, int64, isdtype, result_type, uint8, uint16,
-                      uint32, uint64)
-from ._dtypes import DType
-from ._tensor import Device, Tensor, install_bindings
-from ._functions import (AxisError, all, any, arange, argmax, argmin, asarray,  # noqa: A004
-                         astype, broadcast_arrays, broadcast_to, clip, concat, empty,
-                         empty_like, expand_dims, eye, flip, from_dlpack, full, full_like,
-                         linspace, matmul, matrix_transpose, max, mean, min, ones,
-                         ones_like, permute_dims, prod, rand, randn, reshape, split,
-                         squeeze, stack, std, sum, tensordot, unstack, var, vecdot, where,
-                         zeros, zeros_like)
-from . import layers, optim, random
+
+import sys
+
 from lamina import autograd, backends, dispatch
 from lamina.autograd import enable_grad, no_grad, set_grad_enabled
-from lamina.backends.numba_cpu import get_num_threads, set_num_threads
 from lamina.backends.sparse import sparse_coo_tensor
+from lamina.backends.threads import get_num_threads, set_num_threads
+from lamina.dispatch import bindings as _bindings
+from lamina.dispatch import tensor as _tensor
+from lamina.dispatch.devices import Device
+from lamina.dispatch.dtypes import DType, can_cast, finfo, iinfo, isdtype, result_type
+from lamina.dispatch.dtypes import bool_ as bool  # noqa: A004
+from lamina.dispatch.dtypes import (float32, float64, int8, int16, int32, int64, uint8,
+                                    uint16, uint32, uint64)
+from lamina.dispatch.ops import *  # noqa: F403  (every public function)
+from lamina.dispatch.tensor import Tensor
+
+from . import layers, optim, random
 
 __version__ = "0.1.0"
 __array_api_version__ = "2023.12"
-
-install_bindings(globals())  # the elementwise functions, from dispatch/operators.py
 
 e = 2.718281828459045
 pi = 3.141592653589793
@@ -33,5 +34,11 @@ nan = float("nan")
 newaxis = None
 Array = Tensor
 
-# last, so that third-party plugins (entry points) imported now see a complete lamina
-backends.load_builtin_and_installed()
+_bindings.install(globals())  # switching the dispatcher layer rebinds them here too
+_tensor.upper.namespace = sys.modules[__name__]  # Tensor.__array_namespace__
+
+# the built-in plugins, then the autograd layer (registered like a backend), then the
+# installed third-party plugins last, so that they see a complete lamina
+backends.load_builtin()
+backends.register(autograd.plugin, "autograd", "built-in")
+backends.load_entry_points()

@@ -19,60 +19,47 @@ checks         The operator-setup validation of the fast path (same shape, same 
 =============  ==========================================================================
 
 Switching rebuilds the dispatch tables (or the bindings) once; a disabled layer costs
-nothing per call.
+nothing per call. The state itself is ``lamina.dispatch.layers``, which the tables read;
+this module is the only place that changes it.
 """
 import contextlib
+from collections.abc import Iterator
 
-from lamina.dispatch import keys, table
+from lamina.dispatch import bindings, entries
+from lamina.dispatch import layers as _state
 
-LAYERS = ("dispatcher", "autograd", "sparse", "checks")
-_off = set()
+LAYERS = _state.LAYERS
+state = _state.state
 
 
-def _check(names):
+def _switch(name: str, enabled: bool) -> None:
+    if not _state.set_enabled(name, enabled):
+        return
+    if name == "dispatcher":
+        bindings.reinstall(direct=not enabled)
+    else:
+        entries.rebuild()
+
+
+def disable(*names: str) -> None:
+    """Switch layers off (see the table above)."""
+    _state.check_names(names)
     for name in names:
-        if name not in LAYERS:
-            raise ValueError(f"unknown layer {name!r}; layers: {', '.join(LAYERS)}")
+        _switch(name, False)
 
 
-def state():
-    """{layer name: enabled}."""
-    return {name: name not in _off for name in LAYERS}
-
-
-def _apply(name, enabled):
-    if name in keys.LAYER_KEYS or name == "checks":
-        table.set_layer(name, enabled)
-    else:  # dispatcher
-        from lamina import _tensor
-        import lamina
-        if enabled:
-            _tensor.install_bindings(vars(lamina))
-        else:
-            _tensor.install_direct_bindings(vars(lamina))
-
-
-def disable(*names):
-    _check(names)
+def enable(*names: str) -> None:
+    """Switch layers back on."""
+    _state.check_names(names)
     for name in names:
-        if name not in _off:
-            _off.add(name)
-            _apply(name, False)
-
-
-def enable(*names):
-    _check(names)
-    for name in names:
-        if name in _off:
-            _off.discard(name)
-            _apply(name, True)
+        _switch(name, True)
 
 
 @contextlib.contextmanager
-def off(*names):
-    """``with lm.layers.off("autograd", "checks"): ...`` — restored even on error."""
-    _check(names)
-    newly = [n for n in names if n not in _off]
+def off(*names: str) -> Iterator[None]:
+    """``with lm.layers.off("autograd", "checks"): ...`` -- restored even on error."""
+    _state.check_names(names)
+    newly = [n for n in names if not _state.is_off(n)]
     disable(*newly)
     try:
         yield

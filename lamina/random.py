@@ -1,14 +1,6 @@
-"""The global random number generator behind ``lm.rand`` and ``lm.randn``."""
-import numpy as np
+"""``lm.random``: the generator behind ``lm.rand``, ``lm.randn`` and random
+initialization; ``seed`` makes them reproducible (lamina.dispatch.random)."""
 
-_generator = np.random.default_rng()
+from lamina.dispatch.random import generator, seed
 
-
-def seed(value):
-    """Reseed the generator: the same seed gives the same ``rand``/``randn`` stream."""
-    global _generator
-    _generator = np.random.default_rng(value)
-
-
-def generator():
-    return _generator
+__all__ = ["generator", "seed"]

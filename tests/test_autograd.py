@@ -18,7 +18,9 @@ import pytest
 
 import lamina as lm
 from lamina.autograd import DERIVATIVES, gradcheck
-from lamina.dispatch.table import OPERATORS
+from lamina.dispatch.schema import OPERATORS
+
+INDEX_ADD = OPERATORS["index_add"]  # getitem's backward (not a public function)
 
 F64 = lm.float64
 
@@ -237,6 +239,11 @@ SAMPLES = {
                  [leaf((3,))]),
                 ("mixed", lambda x: x[lm.asarray([1, 1], dtype=lm.int64), 1:], [leaf((3, 3))]),
                 ("view_of_strided", lambda x: x[:, 1], [strided((3, 4))])],
+    "index_add": [("slices", lambda x, v: INDEX_ADD(x, (slice(1, None), slice(None, None, 2)), v),
+                   [leaf((3, 4)), leaf((2, 2), seed=1)]),
+                  ("repeated", lambda x, v: INDEX_ADD(x, lm.asarray([0, 2, 0], dtype=lm.int64),
+                                                      v) * const([1, 2, 3]),
+                   [leaf((3,)), leaf((3,), seed=1)])],
     "setitem": [("slice", setitem((slice(None), 1)), [leaf((3, 4)), leaf((3,), seed=1)]),
                 ("broadcast_value", setitem(slice(0, 2)), [leaf((3, 4)), leaf((4,), seed=1)]),
                 ("bool_mask", setitem(const([True, False, True]) > 0.5),
@@ -288,7 +295,7 @@ def test_every_formula_has_samples():
 
 def test_every_differentiable_operator_has_a_formula():
     for op in OPERATORS.values():
-        name = op.inplace_of or op.name
+        name = op.inplace_of.name if op.inplace_of else op.name
         if op.differentiable:
             assert name in DERIVATIVES, op.name
         else:
@@ -788,9 +795,9 @@ def test_saved_tensor_versions_in_both_recording_modes(history):
     every version is 0 and nothing is stored): both modes must catch a later write, and
     neither may raise without one. Saved arguments, a saved list (stack) and a saved
     result (exp) are covered."""
-    from lamina import _tensor
-    kept = dict(_tensor._versions)
-    _tensor._versions.clear()
+    from lamina.dispatch import tensor as _tensor
+    kept = dict(_tensor.versions)
+    _tensor.versions.clear()
     try:
         if history == "storage modified before":
             other = lm.ones(2)
@@ -813,8 +820,8 @@ def test_saved_tensor_versions_in_both_recording_modes(history):
                 else:
                     y.backward(retain_graph=True)
     finally:
-        _tensor._versions.clear()
-        _tensor._versions.update(kept)
+        _tensor.versions.clear()
+        _tensor.versions.update(kept)
 
 
 def test_inplace_through_a_view_of_a_saved_tensor():
@@ -1139,10 +1146,10 @@ def test_gradients_of_many_listed_inputs(fn):
 
 
 def test_version_counters_forget_freed_storage():
-    from lamina import _tensor
-    before = len(_tensor._versions)
+    from lamina.dispatch import tensor as _tensor
+    before = len(_tensor.versions)
     for _ in range(50):
         a = lm.ones(3)
         a += 1.0
     del a
-    assert len(_tensor._versions) <= before + 1
+    assert len(_tensor.versions) <= before + 1

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import lamina as lm
-from lamina._tensor import from_array
-from lamina.dispatch import keys, table
+from lamina.dispatch.tensor import from_array
+from lamina.dispatch import entries, keys, registry
 
 CPU, SPARSE, AUTOGRAD = keys.CPU, keys.SPARSE, keys.AUTOGRAD
 BUILTINS = ("numba_cpu", "numpy_ref")
@@ -25,7 +25,7 @@ _names = itertools.count()
 
 def _slot(fn):
     # error kernels for missing keys are fresh closures after every rebuild
-    missing = getattr(fn, "__qualname__", "") == "_missing_kernel.<locals>.no_kernel"
+    missing = getattr(fn, "__qualname__", "") == "missing_kernel.<locals>.no_kernel"
     return "missing" if missing else fn
 
 
@@ -33,12 +33,12 @@ def snapshot():
     """Everything a rebuild may change, to show that something did not change."""
     return {name: ([_slot(f) for f in op.table], op.mask,
                    {k: w.fn for k, w in op.winners.items()})
-            for name, op in table.OPERATORS.items()}
+            for name, op in lm.dispatch.OPERATORS.items()}
 
 
 def rows(name):
-    """dump_table(name) as {key name: (kernel, plugin, priority)}."""
-    return {r[0]: tuple(r[1:]) for r in lm.dispatch.dump_table(name)}
+    """dump_table(name) as {key name: (kernel, plugin, priority)} (without the rule)."""
+    return {r[0]: tuple(r[1:4]) for r in lm.dispatch.dump_table(name)}
 
 
 def cpu_plugin(name):
@@ -72,7 +72,7 @@ def plugins():
     for name in registered:
         if lm.backends.plugin_manager.has_plugin(name):
             lm.backends.unregister(name)
-    assert table._preferred_plugin is None
+    assert registry.preferred_plugin is None
     assert snapshot() == before, "the test left the dispatch tables changed"
 
 
@@ -115,20 +115,13 @@ def test_cpu_tensors_carry_the_cpu_key_set(x):
     assert x.device == "cpu"
 
 
-def test_highest_key_decides_the_table_slot():
-    # Note [Key priority]: a call goes to the slot of its highest set bit
-    for ks in (CPU, CPU | SPARSE, CPU | AUTOGRAD, CPU | SPARSE | AUTOGRAD):
-        top = 1 << (ks.bit_length() - 1)
-        assert top == max(k for k in keys.all_keys() if k & ks)
-
-
 # ---------------------------------------------------------------- tables
 
 
 def test_every_operator_has_a_table_of_the_right_length():
     length = max(keys.all_keys()).bit_length() + 1
     assert length == AUTOGRAD.bit_length() + 1
-    assert len(table.OPERATORS) > 100
+    assert len(lm.dispatch.OPERATORS) > 100
     for name, op in lm.dispatch.OPERATORS.items():
         assert op.name == name
         assert len(op.table) == length, name
@@ -139,10 +132,21 @@ def test_every_operator_has_a_table_of_the_right_length():
         assert op.table[CPU.bit_length()] is op.winners[CPU].fn, name
 
 
-def test_every_operator_has_a_cpu_kernel_and_a_numpy_ref_fallback():
-    for name in table.OPERATORS:
-        plugins = {e.plugin for e in table._kernels.get((name, CPU), [])}
+# the conversions of the COO layout belong to the sparse plugin, for dense inputs too
+SPARSE_LAYOUT = {"to_dense", "to_sparse", "coalesce", "sparse_mask"}
+
+
+def test_every_operator_has_a_production_cpu_kernel_and_an_oracle_kernel():
+    """numpy_ref is the oracle: it has a kernel for every operator (but the sparse
+    layout's conversions) and serves none in production."""
+    for name, op in lm.dispatch.OPERATORS.items():
+        plugins = {e.plugin for e in registry.kernels.get((name, CPU), [])}
+        if name in SPARSE_LAYOUT:
+            assert plugins == {"sparse"}, name
+            continue
         assert "numpy_ref" in plugins, f"{name} has no numpy_ref kernel"
+        assert "numba_cpu" in plugins, f"{name} has no numba_cpu kernel"
+        assert op.winners[CPU].plugin == "numba_cpu", name
 
 
 def test_dump_table_works_for_every_operator_and_prints_aligned():
@@ -155,19 +159,24 @@ def test_dump_table_works_for_every_operator_and_prints_aligned():
         assert lines[0].startswith(f"dispatch table of {name}(")
         assert f"{op.mask:#x}" in lines[0]
         head, dashes, body = lines[1], lines[2], lines[3:]
-        assert head.split() == ["key", "kernel", "plugin", "priority"]
+        assert head.split() == ["key", "kernel", "plugin", "priority", "rule"]
         assert len(body) == len(dump)
         starts = [i for i, c in enumerate(dashes) if c == "-" and (i == 0 or dashes[i - 1] == " ")]
-        assert len(starts) == 4
-        assert [head.index(h) for h in ("key", "kernel", "plugin", "priority")] == starts
+        assert len(starts) == 5
+        assert [head.index(h) for h in ("key", "kernel", "plugin", "priority", "rule")] == starts
         for line, row in zip(body, dump):
             for start, cell in zip(starts, row):
                 assert line[start:].startswith(str(cell)), (name, line, row)
         kernel, plugin, priority = rows(name)["CPU"]
         winner = op.winners[CPU]
         assert (kernel, plugin, priority) == (winner.name, winner.plugin, winner.priority)
-        assert plugin in BUILTINS and kernel.startswith(f"lamina.backends.{plugin}.")
+        assert plugin in ("numba_cpu", "sparse") and kernel.startswith(
+            f"lamina.backends.{plugin}.")
         assert f"{kernel}  " in text and plugin in text
+        # the rule column is the reason the table computation stored (one place)
+        for r, key in zip(dump, keys.all_keys()):
+            entry = op.entries[key]
+            assert r[4] == f"{entry.rule}: {entry.reason}"
 
 
 def test_dump_table_unknown_operator():
@@ -175,21 +184,13 @@ def test_dump_table_unknown_operator():
         lm.dispatch.dump_table("no_such_op")
 
 
-def test_which_operators_come_from_numba_cpu_and_which_fall_back_to_numpy_ref():
-    provider = {name: cpu_plugin(name) for name in table.OPERATORS}
-    numba = sorted(n for n, p in provider.items() if p == "numba_cpu")
-    ref = sorted(n for n, p in provider.items() if p == "numpy_ref")
-    print(f"\nnumba_cpu ({len(numba)}): {' '.join(numba)}\nnumpy_ref ({len(ref)}): {' '.join(ref)}")
-    assert set(provider.values()) <= set(BUILTINS)
-    for name in ("add", "multiply", "exp", "add_", "sum", "mean", "argmax", "matmul",
-                 "concat", "stack", "where", "clip"):
-        assert provider[name] == "numba_cpu", name
-    for name in ("reshape", "getitem", "setitem", "permute_dims", "astype", "full",
-                 "arange", "from_host"):
-        assert provider[name] == "numpy_ref", name
-    # numba_cpu registers at the default priority, numpy_ref below it as the fallback
-    assert {rows(n)["CPU"][2] for n in numba} == {0}
-    assert {rows(n)["CPU"][2] for n in ref} == {-10}
+def test_numba_cpu_serves_every_cpu_slot_and_numpy_ref_only_when_selected():
+    provider = {name: cpu_plugin(name) for name in lm.dispatch.OPERATORS}
+    assert {n for n, p in provider.items() if p != "numba_cpu"} == SPARSE_LAYOUT
+    assert {rows(n)["CPU"][2] for n in provider} == {0}
+    with lm.backends.use("numpy_ref"):
+        oracle = {name: cpu_plugin(name) for name in lm.dispatch.OPERATORS}
+    assert {n for n, p in oracle.items() if p != "numpy_ref"} == SPARSE_LAYOUT
 
 
 # ---------------------------------------------------------------- fallthrough
@@ -197,7 +198,7 @@ def test_which_operators_come_from_numba_cpu_and_which_fall_back_to_numpy_ref():
 
 def test_autograd_falls_through_without_an_autograd_kernel():
     # Note [Fallthrough]: AUTOGRAD is in an operator's mask only if it has a kernel there
-    for name, op in table.OPERATORS.items():
+    for name, op in lm.dispatch.OPERATORS.items():
         has_kernel = AUTOGRAD in op.winners
         assert bool(op.mask & AUTOGRAD) == has_kernel, name
         assert op.mask & SPARSE, f"{name}: SPARSE must never fall through silently"
@@ -230,13 +231,13 @@ def test_autograd_kernel_enters_the_mask_and_redispatches(plugins):
     assert lm.logical_and(u, u).tolist() == [True, True, False]
     assert len(seen) == 1, "a tensor without the AUTOGRAD key entered the autograd kernel"
     try:
-        table.set_layer("autograd", False)  # switched off: a fallthrough for everyone
+        lm.layers.disable("autograd")  # switched off: a fallthrough for everyone
         assert not op.mask & AUTOGRAD
-        assert rows(name)["Autograd"][0] == "[off (fallthrough)]"
+        assert rows(name)["Autograd"][0] == "[off: fallthrough]"
         assert lm.logical_and(t, u).tolist() == [True, False, False]
         assert len(seen) == 1
     finally:
-        table.set_layer("autograd", True)
+        lm.layers.enable("autograd")
     assert op.mask & AUTOGRAD
     lm.backends.unregister(pname)
     assert not op.mask & AUTOGRAD
@@ -246,7 +247,7 @@ def test_autograd_kernel_enters_the_mask_and_redispatches(plugins):
 def test_set_layer_rejects_unknown_layers():
     before = snapshot()
     with pytest.raises(ValueError, match="unknown layer 'tracing'"):
-        table.set_layer("tracing", False)
+        lm.layers.disable("tracing")
     assert snapshot() == before
 
 
@@ -298,7 +299,7 @@ def test_lower_priority_plugin_does_not_take_over(plugins, x):
     before = snapshot()
     plugins(make_plugin(("add", "cpu", marker_kernel("low"), -5),
                         ("reshape", "cpu", marker_kernel("lower"), -20)))
-    assert cpu_plugin("add") == "numba_cpu" and cpu_plugin("reshape") == "numpy_ref"
+    assert cpu_plugin("add") == "numba_cpu" and cpu_plugin("reshape") == "numba_cpu"
     assert (x + x).tolist() == [2.0, 4.0, 6.0]
     assert lm.reshape(x, (1, 3)).shape == (1, 3)
     assert snapshot() == before
@@ -307,15 +308,18 @@ def test_lower_priority_plugin_does_not_take_over(plugins, x):
 def test_between_the_builtins_a_plugin_beats_only_numpy_ref(plugins, x):
     name = plugins(make_plugin(("add", "cpu", marker_kernel("mid"), -5),
                                ("reshape", "cpu", marker_kernel("mid"), -5)))
-    assert cpu_plugin("add") == "numba_cpu"
-    assert cpu_plugin("reshape") == name
-    assert lm.reshape(x, (3,)) == ("mid", CPU)
+    assert cpu_plugin("add") == "numba_cpu" and cpu_plugin("reshape") == "numba_cpu"
+    for op in ("add", "reshape"):
+        ranked = [e.plugin for e in sorted(registry.kernels[op, CPU], key=registry.rank)]
+        assert ranked == ["numba_cpu", name, "numpy_ref"]
+    with lm.backends.use(name):
+        assert lm.reshape(x, (3,)) == ("mid", CPU)
 
 
 def test_a_call_never_rebuilds_tables(monkeypatch, plugins, x):
     calls = []
-    real_rebuild = table.rebuild
-    monkeypatch.setattr(table, "rebuild", lambda: (calls.append(1), real_rebuild())[1])
+    real_rebuild = entries.rebuild
+    monkeypatch.setattr(entries, "rebuild", lambda: (calls.append(1), real_rebuild())[1])
     op = lm.dispatch.get("add")
     the_table, contents = op.table, list(op.table)
     for _ in range(3):
@@ -342,15 +346,15 @@ def test_recording_a_kernel_changes_nothing_until_rebuild(x):
     op = lm.dispatch.get("add")
     before = snapshot()
     try:
-        table.register_kernel("add", CPU, marker_kernel("direct"), "direct_test", 100)
+        registry.register_kernel("add", CPU, marker_kernel("direct"), "direct_test", 100)
         assert snapshot() == before
         assert (x + x).tolist() == [2.0, 4.0, 6.0]
-        table.rebuild()
+        entries.rebuild()
         assert op.winners[CPU].plugin == "direct_test"
         assert x + x == ("direct", CPU)
     finally:
-        table.unregister_plugin("direct_test")
-        table.rebuild()
+        registry.unregister_plugin("direct_test")
+        entries.rebuild()
     assert snapshot() == before
 
 
@@ -370,7 +374,7 @@ def test_use_switches_kernels_for_a_block_and_restores(plugins, x):
         with lm.backends.use("numpy_ref"):
             assert cpu_plugin("add") == "numpy_ref"
             1 / 0
-    assert snapshot() == before and table._preferred_plugin is None
+    assert snapshot() == before and registry.preferred_plugin is None
 
     # the preferred plugin beats priority; nested blocks restore the outer choice
     name = plugins(make_plugin(("add", "cpu", marker_kernel("prio"), 10)))
@@ -389,22 +393,23 @@ def test_use_unknown_plugin_raises_and_changes_nothing():
     with pytest.raises(ValueError, match="no backend plugin named 'nope'.*numba_cpu"):
         with lm.backends.use("nope"):
             pass  # pragma: no cover
-    assert snapshot() == before and table._preferred_plugin is None
+    assert snapshot() == before and registry.preferred_plugin is None
 
 
 def test_unregistering_numba_cpu_falls_back_to_numpy_ref(x):
     from lamina.backends import numba_cpu
-    served = [n for n in table.OPERATORS if cpu_plugin(n) == "numba_cpu"]
+    served = [n for n in lm.dispatch.OPERATORS if cpu_plugin(n) == "numba_cpu"]
     assert served
     try:
         lm.backends.unregister("numba_cpu")
-        assert all(cpu_plugin(n) == "numpy_ref" for n in table.OPERATORS)
+        assert all(cpu_plugin(n) == "numpy_ref" for n in lm.dispatch.OPERATORS
+                   if n not in SPARSE_LAYOUT)
         assert (x + x).tolist() == [2.0, 4.0, 6.0]
         assert (x @ x).item() == 14.0
     finally:
         if not lm.backends.plugin_manager.has_plugin("numba_cpu"):
             lm.backends.register(numba_cpu, "numba_cpu", "built-in")
-    assert [n for n in table.OPERATORS if cpu_plugin(n) == "numba_cpu"] == served
+    assert [n for n in lm.dispatch.OPERATORS if cpu_plugin(n) == "numba_cpu"] == served
 
 
 def test_register_twice_and_unregister_unknown(plugins):
@@ -424,9 +429,9 @@ def test_backends_list_has_the_builtins():
     for name in BUILTINS:
         row = by_name[name]
         assert row["source"] == "built-in" and row["devices"] == ["cpu"]
-        assert row["kernels"] == len(table.kernels_of(name)) > 0
-    # numpy_ref has a kernel for every operator
-    assert by_name["numpy_ref"]["kernels"] == len(table.OPERATORS)
+        assert row["kernels"] == len(registry.kernels_of(name)) > 0
+    # numpy_ref has a kernel for every operator but the sparse layout's conversions
+    assert by_name["numpy_ref"]["kernels"] == len(lm.dispatch.OPERATORS) - len(SPARSE_LAYOUT)
 
 
 # ---------------------------------------------------------------- errors
@@ -434,7 +439,7 @@ def test_backends_list_has_the_builtins():
 
 def test_missing_kernel_names_operator_key_and_keys_with_kernels(x):
     name = "add" if SPARSE not in lm.dispatch.get("add").winners else next(
-        n for n, op in table.OPERATORS.items() if SPARSE not in op.winners)
+        n for n, op in lm.dispatch.OPERATORS.items() if SPARSE not in op.winners)
     op = lm.dispatch.get(name)
     fake = types.SimpleNamespace(_ks=SPARSE | CPU)
     with pytest.raises(NotImplementedError) as info:
@@ -461,20 +466,20 @@ def test_missing_kernel_names_operator_key_and_keys_with_kernels(x):
 
 
 def test_unknown_operator_or_device_raises_and_does_not_corrupt_tables(x):
-    before, kernels_before = snapshot(), {k: list(v) for k, v in table._kernels.items()}
+    before, kernels_before = snapshot(), {k: list(v) for k, v in registry.kernels.items()}
     with pytest.raises(ValueError, match="unknown operator 'no_such_op'"):
-        table.register_kernel("no_such_op", CPU, marker_kernel("x"), "bad_test")
-    registry = lm.backends.Registry("bad_test")
+        registry.register_kernel("no_such_op", CPU, marker_kernel("x"), "bad_test")
+    reg = lm.backends.Registry("bad_test")
     with pytest.raises(ValueError, match="unknown operator 'no_such_op'"):
-        registry.register("no_such_op", "cpu", marker_kernel("x"))
+        reg.register("no_such_op", "cpu", marker_kernel("x"))
     with pytest.raises(ValueError, match="unknown device or layer 'tpu'.*cpu.*autograd"):
-        registry.register("add", "tpu", marker_kernel("x"))
+        reg.register("add", "tpu", marker_kernel("x"))
     with pytest.raises(ValueError, match="unknown operator"):
         lm.dispatch.get("no_such_op")
-    assert "no_such_op" not in table.OPERATORS
-    assert table.kernels_of("bad_test") == []
-    assert {k: list(v) for k, v in table._kernels.items()} == kernels_before
-    table.rebuild()
+    assert "no_such_op" not in lm.dispatch.OPERATORS
+    assert registry.kernels_of("bad_test") == []
+    assert {k: list(v) for k, v in registry.kernels.items()} == kernels_before
+    entries.rebuild()
     assert snapshot() == before
     assert (x + x).tolist() == [2.0, 4.0, 6.0]
 
@@ -495,7 +500,7 @@ def test_broken_plugin_warns_with_its_name_and_everything_keeps_working(plugins,
     assert record[0].filename == __file__, "the warning should point at the register call"
     # the kernel it registered before failing is gone, and so is the plugin
     assert snapshot() == before
-    assert table.kernels_of(name) == []
+    assert registry.kernels_of(name) == []
     assert not lm.backends.plugin_manager.has_plugin(name)
     assert name not in [r["name"] for r in lm.backends.list()]
     assert (x + x).tolist() == [2.0, 4.0, 6.0]
@@ -551,7 +556,7 @@ def test_broken_entry_points_warn_and_do_not_break_loading(monkeypatch, x):
     try:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
-            lm.backends._load_entry_points()
+            lm.backends.load_entry_points()
         messages = [str(w.message) for w in record if w.category is RuntimeWarning]
         for bad in ("ep_bad_signature", "ep_import_error", "numba_cpu"):
             assert any(f"plugin {bad!r}" in m for m in messages), (bad, messages)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lamina as lm
-from lamina import overhead
+from lamina.tools import overhead
 
 
 def test_state_lists_every_layer_enabled_by_default():
@@ -114,9 +114,9 @@ def test_dispatcher_off_binds_directly_and_refuses_other_tensors():
 
 def test_switching_costs_nothing_per_call(monkeypatch):
     calls = []
-    from lamina.dispatch import table
-    original = table.rebuild
-    monkeypatch.setattr(table, "rebuild", lambda: (calls.append(1), original()))
+    from lamina.dispatch import entries
+    original = entries.rebuild
+    monkeypatch.setattr(entries, "rebuild", lambda: (calls.append(1), original()))
     with lm.layers.off("autograd"):
         for _ in range(10):
             lm.ones(3) + lm.ones(3)

@@ -88,7 +88,7 @@ def test_reshape_errors():
         lm.reshape(x, (-2, -6))
     with pytest.raises(TypeError, match=r"reshape: shape must be a tuple of ints, got \(2.0, 6\)"):
         lm.reshape(x, (2.0, 6))
-    with pytest.raises(TypeError, match="reshape: expected a tensor, got ndarray"):
+    with pytest.raises(TypeError, match="reshape: x must be a tensor, got ndarray"):
         lm.reshape(np.zeros(4), (2, 2))
 
 
@@ -143,7 +143,7 @@ def test_matrix_transpose_mT_and_T():
         lm.matrix_transpose(lm.zeros(4))
     with pytest.raises(ValueError, match=r"\.mT needs at least 2 dimensions, got shape \(4,\)"):
         lm.zeros(4).mT
-    with pytest.raises(TypeError, match="matrix_transpose: expected a tensor"):
+    with pytest.raises(TypeError, match="matrix_transpose: x must be a tensor"):
         lm.matrix_transpose([[1, 2]])
 
 
@@ -252,7 +252,7 @@ def test_broadcast_arrays():
     with pytest.raises(ValueError, match=r"broadcast_arrays: shapes \(2, 1\) and \(3,\) and "
                                          r"\(4, 1\) cannot be broadcast together"):
         lm.broadcast_arrays(a, b, lm.zeros((4, 1)))
-    with pytest.raises(TypeError, match="broadcast_arrays: expected a tensor, got list"):
+    with pytest.raises(TypeError, match=r"broadcast_arrays: arrays\[1\] must be a tensor, got list"):
         lm.broadcast_arrays(a, [1, 2, 3])
 
 
@@ -318,9 +318,9 @@ def test_concat_errors():
         ref(lm.concat, [x, lm.zeros((1, 4))])
     with pytest.raises(ValueError, match="concat: zero-dimensional tensors cannot be concat"):
         lm.concat([lm.asarray(1.0), lm.asarray(2.0)])
-    with pytest.raises(ValueError, match="concat: needs at least one tensor"):
+    with pytest.raises(ValueError, match="concat: arrays needs at least one tensor"):
         lm.concat([])
-    with pytest.raises(TypeError, match="concat: expected a tensor, got list"):
+    with pytest.raises(TypeError, match=r"concat: arrays\[1\] must be a tensor, got list"):
         lm.concat([x, [[1.0, 2.0, 3.0]]])
     with pytest.raises(lm.AxisError, match="concat: axis 2 is out of bounds"):
         lm.concat([x, x], axis=2)
@@ -340,7 +340,7 @@ def test_stack():
         lm.stack([x, x.mT])
     with pytest.raises(lm.AxisError, match="stack: axis 3 is out of bounds"):
         lm.stack([x, y], axis=3)
-    with pytest.raises(ValueError, match="stack: needs at least one tensor"):
+    with pytest.raises(ValueError, match="stack: arrays needs at least one tensor"):
         lm.stack([])
 
 
@@ -393,7 +393,7 @@ def test_split_errors():
         lm.split(x, 2.0)
     with pytest.raises(lm.AxisError, match="split: axis 2 is out of bounds"):
         lm.split(x, 1, axis=2)
-    with pytest.raises(TypeError, match="split: expected a tensor, got list"):
+    with pytest.raises(TypeError, match="split: x must be a tensor, got list"):
         lm.split([1, 2], 1)
 
 
@@ -412,7 +412,7 @@ def test_unstack():
     with pytest.raises(lm.AxisError, match="unstack: axis 0 is out of bounds for a tensor of "
                                            "dimension 0"):
         lm.unstack(lm.asarray(1.0))
-    with pytest.raises(TypeError, match="unstack: expected a tensor, got list"):
+    with pytest.raises(TypeError, match="unstack: x must be a tensor, got list"):
         lm.unstack([1, 2])
 
 

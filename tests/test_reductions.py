@@ -420,7 +420,7 @@ def test_axis_errors(name):
         fn(x, axis=5)
     with pytest.raises(TypeError, match=rf"{name}: axis must be an int, got float"):
         fn(x, axis=1.0)
-    with pytest.raises(TypeError, match=rf"{name}: expected a tensor, got list"):
+    with pytest.raises(TypeError, match=rf"{name}: x must be a tensor, got list"):
         fn([[1.0, 2.0]])
     with pytest.raises(TypeError, match="positional"):
         fn(x, 0)  # axis is keyword-only

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import lamina as lm
 from lamina.backends import sparse as SP
-from lamina.dispatch import keys, table
+from lamina.dispatch import entries, keys, registry
 
 CPU, SPARSE = keys.CPU, keys.SPARSE
 SETTINGS = settings(max_examples=30, deadline=None,
@@ -541,7 +541,7 @@ def test_with_the_layer_off_a_sparse_input_is_an_error():
     add = lm.dispatch.get("add")
     dense_slot = add.table[CPU.bit_length()]
     try:
-        table.set_layer("sparse", False)
+        lm.layers.disable("sparse")
         for call in (lambda: s + x, lambda: x + s, lambda: lm.exp(s), lambda: lm.sum(s),
                      lambda: s.to_dense(), lambda: s @ lm.ones((3, 2))):
             with pytest.raises(RuntimeError, match="sparse input, but the sparse layer is off"):
@@ -550,7 +550,7 @@ def test_with_the_layer_off_a_sparse_input_is_an_error():
         assert add.table[CPU.bit_length()] is dense_slot and add.mask & SPARSE
         assert sparse_row("add")[1] == "[off: RuntimeError]"
     finally:
-        table.set_layer("sparse", True)
+        lm.layers.enable("sparse")
     assert (s + x).tolist() == [2.0, 3.0, 1.0]
 
 
@@ -558,7 +558,7 @@ def test_a_sparse_tensor_in_a_dense_kernel_is_an_error_not_garbage():
     # only possible by calling a kernel directly (Note [Sparse storage guard])
     s = lm.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,))
     x = lm.ones(3)
-    numpy_ref = {name: k.fn for (name, key), ks in table._kernels.items() if key == CPU
+    numpy_ref = {name: k.fn for (name, key), ks in registry.kernels.items() if key == CPU
                  for k in ks if k.plugin == "numpy_ref"}
     for fn, args in ((lm.dispatch.get("add").winners[CPU].fn, (s, x)),
                      (numpy_ref["add"], (x, s)), (numpy_ref["reshape"], (s, (3, 1), None)),
@@ -569,14 +569,18 @@ def test_a_sparse_tensor_in_a_dense_kernel_is_an_error_not_garbage():
 
 
 def test_plugin_is_listed_and_every_kernel_sits_at_the_sparse_key():
+    """The layer's kernels sit at the SPARSE key; at the CPU key it has only the
+    conversions of dense tensors (it owns the COO layout)."""
     row = next(r for r in lm.backends.list() if r["name"] == "sparse")
-    assert row["source"] == "built-in" and row["devices"] == ["sparse"]
-    entries = table.kernels_of("sparse")
-    assert {key for _, key, _ in entries} == {SPARSE}
-    assert {op for op, _, _ in entries} >= {"add", "subtract", "multiply", "negative", "abs",
-                                            "sum", "matmul", "matrix_transpose",
-                                            "permute_dims", "to_dense", "to_sparse",
-                                            "coalesce"}
+    assert row["source"] == "built-in" and row["devices"] == ["cpu", "sparse"]
+    entries = registry.kernels_of("sparse")
+    assert {op for op, key, _ in entries if key == CPU} == {
+        "to_dense", "to_sparse", "coalesce", "sparse_mask"}
+    assert {key for _, key, _ in entries} == {CPU, SPARSE}
+    assert {op for op, key, _ in entries if key == SPARSE} >= {
+        "add", "subtract", "multiply", "negative", "abs", "sum", "matmul",
+        "matrix_transpose", "permute_dims", "to_dense", "to_sparse", "coalesce",
+        "sparse_mask"}
 
 
 def test_gradients_with_respect_to_sparse_values_keep_the_pattern():

@@ -80,7 +80,7 @@ class DenseCallLayerCost(Benchmark):
         lm.set_num_threads(1)
         self.x = memo(("sparse-layer-x",), lambda: lm.asarray(np.ones(100, np.float32)))
         if sparse == "layer off":
-            lm.dispatch.table.set_layer("sparse", False)
+            lm.layers.disable("sparse")
         elif sparse == "plugin unregistered":
             lm.backends.unregister("sparse")
         self.x + self.x
@@ -88,7 +88,7 @@ class DenseCallLayerCost(Benchmark):
     def teardown(self, sparse):
         if not hasattr(self, "x"):  # setup skipped (asv calls teardown even then)
             return
-        lm.dispatch.table.set_layer("sparse", True)
+        lm.layers.enable("sparse")
         if not lm.backends.plugin_manager.has_plugin("sparse"):
             from lamina.backends import sparse as plugin
             lm.backends.register(plugin, "sparse", "built-in")

@@ -7,8 +7,9 @@ its own stable cache entry. Numba invalidates the cache by the timestamp of the 
 that defines the template, so the scalar functions live in this same file: edit one and
 every kernel is recompiled, never served stale.
 
-Every kernel is compiled for an explicit signature (``compile_kernel``) and called
-through its compiled entry point, skipping Numba's per-call type dispatch.
+Every kernel is compiled for an explicit signature (``instantiate``, through
+``lamina.backends.jit``) and called through its compiled entry point, skipping Numba's
+per-call type dispatch.
 
 Families (one template each): unary, binary and ternary elementwise (a flat loop for the
 contiguous fast path, a strided loop for everything else), reductions and
@@ -16,14 +17,11 @@ arg-reductions over the rows of a 2-D view, and integer matmul.
 """
 import math
 
-import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import prange
 from numba.extending import register_jitable
 
-# No nogil: releasing and retaking the GIL costs ~40 ns a call, a tenth of the seed
-# benchmark's budget; parallelism comes from prange instead.
-OPTIONS = dict(cache=True, error_model="numpy")
+from lamina.backends import jit
 
 # ---------------------------------------------------------------- scalar functions
 # Arithmetic
@@ -563,20 +561,8 @@ def matmul_int(loop):
 # ---------------------------------------------------------------- compilation
 
 
-def compile_kernel(template, args, signature):
-    """Compile ``template(*args)`` for one explicit signature; return its entry point.
-
-    The entry point is the compiled wrapper itself: calling it skips Numba's per-call
-    argument typing (about 100 ns on this path), which is safe because callers only
-    pass arrays of exactly ``signature``'s types (Note [Kernel signatures])."""
-    parallel = args[-1] is prange
-    dispatcher = njit(parallel=parallel, **OPTIONS)(template(*args))
-    dispatcher.compile(signature)
-    return dispatcher.overloads[signature.args].entry_point
-
-
-def array(dtype, ndim=1, layout="C"):
-    return types.Array(numba.from_dtype(dtype), ndim, layout)
-
-
-INDEX = types.Array(types.int64, 1, "C")
+def instantiate(template, args, signature):
+    """Compile ``template(*args)`` for one explicit signature and return its entry point
+    (Note [Kernel signatures] in ``lamina.backends.jit``); a ``prange`` loop argument
+    compiles the parallel variant."""
+    return jit.compile_kernel(template(*args), signature, parallel=args[-1] is prange)

@@ -1,25 +1,31 @@
-"""numpy_ref — plain NumPy kernels for every operator.
+"""numpy_ref -- plain NumPy kernels for every operator: the test oracle.
 
-The oracle the tests compare numba_cpu against, and the fallback for operators that
-numba_cpu has no kernel for (it registers at a lower priority). It shares operator
-setup (promotion, dtype checks, broadcasting) with numba_cpu through
-``lamina.backends.setup``, so the two can only differ in what they compute.
+The tests compare the production backend (numba_cpu) against it, so it serves no call
+in production: it registers below numba_cpu (PRIORITY) and runs only when selected
+(``with lm.backends.use("numpy_ref"):``); tests/test_backends.py checks that numba_cpu
+covers every operator. Its kernels are written independently of numba_cpu's, in the
+most obvious NumPy (it imports no other backend). It shares operator setup (promotion,
+dtype checks) with numba_cpu through ``lamina.backends.setup``, so the two can only
+differ in what they compute. Sparse conversions belong to the sparse plugin.
 """
+
 import math
 
 import numpy as np
 
-from lamina import _dtypes as D
-from lamina._tensor import from_array
-from lamina.backends.hookspecs import hookimpl
 from lamina.backends import setup as S
+from lamina.backends.hookspecs import hookimpl
+from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
-from lamina.dispatch.table import OPERATORS
+from lamina.dispatch.meta import reduced_shape
+from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import from_array
 
-PRIORITY = -10  # below numba_cpu: a fallback, unless selected with lm.backends.use
+PRIORITY = -10  # below numba_cpu: it serves only when selected with lm.backends.use
 # A view keeps its base's device (and sparse) keys but not AUTOGRAD: only the autograd
 # layer marks results as requiring grad (Note [Autograd fields]).
 _NO_AUTOGRAD = ~keys.AUTOGRAD
+
 
 def elementwise(op, ufunc):
     def kernel(ks, *args):
@@ -80,30 +86,13 @@ def copy(ks, x):
     return from_array(x._data.copy())
 
 
-# sparse layout: these serve dense inputs; sparse ones go to the sparse layer
-
-
-def to_dense(ks, x):
-    return x  # already dense
-
-
-def to_sparse(ks, x):
-    from lamina.backends.sparse.storage import from_dense
-    return from_dense(x._data, x._shape)
-
-
-def coalesce(ks, x):
-    raise TypeError("coalesce: expected a sparse tensor, got a dense one (make one with "
-                    "to_sparse() or lamina.sparse_coo_tensor)")
-
-
 # ---------------------------------------------------------------- reductions
 
 
 def _reduce(fn, result):
-    def kernel(ks, x, axis, keepdims, *extra):
+    def kernel(ks, x, axis, *rest):
         with np.errstate(all="ignore"):
-            out = fn(x, axis, keepdims, *extra)
+            out = fn(x, axis, *rest)
         return from_array(np.asarray(out, result(x).np))
     return kernel
 
@@ -117,14 +106,17 @@ def _sum(npfn, name):
 
 
 def _float_stat(npfn, name):
-    def compute(x, axis, keepdims, correction=None):
+    def compute(x, axis, correction, keepdims):
         dtype = S.check_dtype(OPERATORS[name], x._dtype)
-        extra = {} if correction is None else {"ddof": correction}
+        extra = {} if name == "mean" else {"ddof": correction}
         n = math.prod([x._shape[d] for d in axis])
         if n == 0 or n - extra.get("ddof", 0) <= 0:
             return np.full(S.reduced_shape(x._shape, axis, keepdims), np.nan)
         return npfn(x._data.astype(dtype.np), axis=axis, keepdims=keepdims, **extra)
-    return _reduce(compute, lambda x: S.check_dtype(OPERATORS[name], x._dtype))
+    kernel = _reduce(compute, lambda x: S.check_dtype(OPERATORS[name], x._dtype))
+    if name == "mean":
+        return lambda ks, x, axis, keepdims: kernel(ks, x, axis, 0.0, keepdims)
+    return kernel
 
 
 def _extreme(npfn, name):
@@ -142,10 +134,11 @@ def _arg(npfn, name):
             raise ValueError(f"{name}: cannot take the {name} of an empty sequence "
                              f"(shape {x._shape})")
         data = x._data
-        if len(axis) != 1:  # several (or all) axes: flatten them last
-            from lamina.backends.numba_cpu import rows_view
-            kept = S.reduced_shape(x._shape, axis, keepdims)
-            return npfn(rows_view(data, axis), axis=1).reshape(kept)
+        if len(axis) != 1:  # several (or all) axes: move them last and flatten them
+            kept = reduced_shape(x._shape, axis, keepdims)
+            last = np.moveaxis(data, axis, range(-len(axis), 0))
+            return npfn(last.reshape(last.shape[:data.ndim - len(axis)] + (-1,)),
+                        axis=-1).reshape(kept)
         return npfn(data, axis=axis[0], keepdims=keepdims)
     return _reduce(compute, lambda x: D.int64)
 
@@ -158,54 +151,60 @@ def _logical(npfn):
 # ---------------------------------------------------------------- views and joins
 
 
-def reshape(ks, x, shape, copy):
-    if copy:
-        return from_array(x._data.reshape(shape).copy())
-    data = x._data.reshape(shape)
-    if copy is False and not np.shares_memory(data, x._data) and data.size:
-        raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} with "
-                         f"strides {x._data.strides} to {shape} without copying (copy=False)")
-    return from_array(data, x._ks & _NO_AUTOGRAD)
-
-
-def _view(fn):
+def _view(data_of):
+    """A view kernel: ``data_of(array, *args)`` is the view's array."""
     def kernel(ks, x, *args):
-        return from_array(fn(x._data, *args), x._ks & _NO_AUTOGRAD)
-    kernel.__name__ = kernel.__qualname__ = fn.__name__
+        return from_array(data_of(x._data, *args), x._ks & _NO_AUTOGRAD)
+    kernel.__name__ = kernel.__qualname__ = data_of.__name__
     return kernel
 
 
+def reshape(ks, x, shape, copy):
+    if copy:
+        return from_array(np.array(np.reshape(x._data, shape)))
+    data = np.reshape(x._data, shape)
+    if copy is False and data.size and data.base is None:
+        raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} without "
+                         "copying (copy=False)")
+    return from_array(data, x._ks & _NO_AUTOGRAD)
+
+
 def permute_dims(data, axes):
-    return data.transpose(axes)
+    return np.transpose(data, axes)
 
 
 def matrix_transpose(data):
-    return np.swapaxes(data, -1, -2)
+    return np.moveaxis(data, -1, -2)
 
 
 def expand_dims(data, axis):
-    return np.expand_dims(data, axis)
+    return data[(slice(None),) * axis + (None,)]
 
 
 def squeeze(data, axis):
-    return np.squeeze(data, axis)
+    return data[tuple(0 if d in axis else slice(None) for d in range(data.ndim))]
 
 
 def flip(data, axis):
-    return np.flip(data, axis)
+    return data[tuple(slice(None, None, -1) if d in axis else slice(None)
+                      for d in range(data.ndim))]
 
 
 def broadcast_to(data, shape):
     return np.broadcast_to(data, shape)
 
 
-def getitem(ks, x, key):
-    key = _unwrap_index(key)
-    out = x._data[key]
-    if not isinstance(out, np.ndarray):  # an integer per dim gives a NumPy scalar (a
-        # copy); with a trailing Ellipsis NumPy gives a 0-d view instead, as PyTorch does
-        out = x._data[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
-    return from_array(out, x._ks & _NO_AUTOGRAD)
+def split(data, sections, axis):
+    n = data.shape[axis]
+    sizes = [min(sections, n - i) for i in range(0, n, sections)] if isinstance(
+        sections, int) else list(sections)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(data[(slice(None),) * axis + (slice(s, s + k),)]
+                 for s, k in zip(starts, sizes))
+
+
+def _split(ks, x, sections, axis):
+    return tuple(from_array(p, x._ks & _NO_AUTOGRAD) for p in split(x._data, sections, axis))
 
 
 def _unwrap_index(key):
@@ -215,39 +214,46 @@ def _unwrap_index(key):
     return key if data is None else data
 
 
+def getitem(ks, x, key):
+    key = _unwrap_index(key)
+    full_key = (key if isinstance(key, tuple) else (key,)) + (Ellipsis,)
+    if any(k is Ellipsis for k in full_key[:-1]):
+        full_key = full_key[:-1]  # the user's own Ellipsis
+    return from_array(x._data[full_key], x._ks & _NO_AUTOGRAD)  # 0-d results are views
+
+
 def setitem(ks, x, key, value):
-    v = S.scalar_value(value)
-    if v is None:
-        if not hasattr(value, "_dtype"):
-            raise TypeError(f"setitem: the value must be a tensor or a Python scalar, got "
-                            f"{type(value).__name__}")
-        src = value._dtype
-    else:
-        src = D.PROMOTE[x._dtype.index][S.promote(OPERATORS["add"], (x, v)).index] \
-            if x._dtype.kind != "b" else S.promote(OPERATORS["equal"], (x, v))
-    if not D.can_cast(src, x._dtype) and not (v is not None and src.kind == x._dtype.kind):
-        raise TypeError(f"setitem: cannot store {src} values into a {x._dtype} tensor "
-                        f"without changing their kind (cast them explicitly with astype)")
+    if not isinstance(value, (bool, int, float)) and not hasattr(value, "_dtype"):
+        raise TypeError(f"setitem: the value must be a tensor or a Python scalar, got "
+                        f"{type(value).__name__}")
+    kind = {bool: "b", int: "i", float: "f"}.get(type(value)) or value._dtype.kind
+    order = "biuf"
+    if kind != x._dtype.kind and not (kind in "iu" and x._dtype.kind in "iu") and (
+            order.index(kind) > order.index(x._dtype.kind)):
+        raise TypeError(f"setitem: cannot store {kind!r}-kind values into a {x._dtype} "
+                        "tensor")
+    if hasattr(value, "_dtype") and not D.can_cast(value._dtype, x._dtype):
+        raise TypeError(f"setitem: cannot store {value._dtype} values into a {x._dtype} "
+                        "tensor")
     if not x._data.flags.writeable:
-        raise ValueError("setitem: the tensor is a read-only view (e.g. from broadcast_to)")
+        raise ValueError("setitem: the tensor is a read-only view")
     try:
         x._data[_unwrap_index(key)] = S.operand(value, x._dtype)
-    except ValueError as exc:  # shape mismatch: name the operator and both shapes
-        raise ValueError(f"setitem: cannot store a value of shape {S.shape_of(value)} into "
-                         f"a selection of a tensor of shape {x._shape}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"setitem: {exc}") from None
     return x
 
 
-def split(ks, x, sections, axis):
-    n = x._shape[axis]
-    if isinstance(sections, int):
-        bounds = list(range(sections, n, sections))
-    else:
-        if sum(sections) != n:
-            raise ValueError(f"split: sections {list(sections)} sum to {sum(sections)}, "
-                             f"but axis {axis} has size {n}")
-        bounds = list(np.cumsum(sections)[:-1])
-    return tuple(from_array(p, x._ks & _NO_AUTOGRAD) for p in np.split(x._data, bounds, axis=axis))
+def index_add(ks, x, key, values):
+    """One element at a time: the flat position of every selected element, in order."""
+    comp = S.promote(OPERATORS["index_add"], (x, values))
+    out = x._data.astype(comp.np)
+    positions = np.arange(out.size).reshape(out.shape)[_unwrap_index(key)]
+    added = np.broadcast_to(S.operand(values, comp), positions.shape)
+    flat = out.reshape(-1)
+    for p, v in zip(positions.reshape(-1), added.reshape(-1)):
+        flat[p] += v
+    return from_array(out)
 
 
 def _join(npfn, name):
@@ -331,9 +337,9 @@ def lamina_register_kernels(registry):
 
     for op in OPERATORS.values():
         if op.kind in ("unary", "binary"):
-            register(op.name, elementwise(op, S.numpy_ufunc(op.name)))
-        elif op.inplace_of:
-            register(op.name, inplace(op, S.numpy_ufunc(op.inplace_of)))
+            register(op.name, elementwise(op, getattr(np, op.numpy)))
+        elif op.inplace_of is not None:
+            register(op.name, inplace(op, getattr(np, op.inplace_of.numpy)))
     for name in ("sum", "prod"):
         register(name, _sum(getattr(np, name), name))
     for name in ("mean", "var", "std"):
@@ -346,7 +352,8 @@ def lamina_register_kernels(registry):
     register("any", _logical(np.any))
     for fn in (permute_dims, matrix_transpose, expand_dims, squeeze, flip, broadcast_to):
         register(fn.__name__, _view(fn))
-    for fn in (clip, where, astype, copy, reshape, getitem, setitem, split, concat, stack,
-               matmul, tensordot, vecdot, full, empty, arange, linspace, eye, from_host,
-               rand, randn, to_dense, to_sparse, coalesce):
+    register("split", _split)
+    for fn in (clip, where, astype, copy, reshape, getitem, setitem, index_add, concat,
+               stack, matmul, tensordot, vecdot, full, empty, arange, linspace, eye,
+               from_host, rand, randn):
         register(fn.__name__, fn)

@@ -22,12 +22,13 @@ shape, not the other way round.
 """
 import numpy as np
 
-from lamina._tensor import from_array
 from lamina.backends import setup as S
 from lamina.backends.hookspecs import hookimpl
-from lamina.backends.numba_cpu import PARALLEL_ELEMENTS, get_num_threads
+from lamina.backends.threads import PARALLEL_ELEMENTS, get_num_threads
 from lamina.dispatch.keys import SPARSE
-from lamina.dispatch.table import OPERATORS
+from lamina.dispatch.meta import reduced_shape
+from lamina.dispatch.schema import OPERATORS, tagged
+from lamina.dispatch.tensor import from_array
 
 from . import kernels as K
 from .storage import COO, from_dense, make, sparse_coo_tensor
@@ -35,8 +36,7 @@ from .storage import COO, from_dense, make, sparse_coo_tensor
 __all__ = ["COO", "from_dense", "make", "sparse_coo_tensor"]
 
 # Unary operators with f(0) == 0 (for every dtype they accept): the pattern is kept.
-PATTERN_UNARY = ("negative positive abs square sign floor ceil trunc round sqrt sin tan "
-                 "tanh asin atan sinh asinh atanh expm1 log1p").split()
+PATTERN_UNARY = [op.name for op in tagged("keeps_zero")]
 
 # ---------------------------------------------------------------- helpers
 
@@ -101,7 +101,38 @@ def to_dense(ks, x):
 
 
 def to_sparse(ks, x):
-    return x  # already sparse (dense inputs: numpy_ref's CPU kernel)
+    return x  # already sparse
+
+
+def sparse_mask(ks, x, mask):
+    """x's values at mask's entries as stored (duplicates too), on mask's pattern (x
+    dense, of mask's shape)."""
+    c = mask._data
+    if S.shape_of(x) != c.shape:
+        raise ValueError(f"sparse_mask: x has shape {S.shape_of(x)}, the mask {c.shape}")
+    values = x._data[tuple(c.indices)] if c.values.size else x._data.reshape(-1)[:0]
+    return make(c.indices, np.ascontiguousarray(values), c.shape, c.coalesced)
+
+
+# Dense inputs of the conversions (the CPU key): this plugin owns the COO layout, so it
+# converts to it too.
+
+
+def dense_to_dense(ks, x):
+    return x  # already dense
+
+
+def dense_to_sparse(ks, x):
+    return from_dense(x._data, x._shape)
+
+
+def dense_coalesce(ks, x):
+    raise TypeError("coalesce: expected a sparse tensor, got a dense one (make one with "
+                    "to_sparse() or lamina.sparse_coo_tensor)")
+
+
+def dense_sparse_mask(ks, x, mask):
+    raise TypeError("sparse_mask: the mask must be a sparse tensor, got a dense one")
 
 
 def coalesce(ks, x):
@@ -235,7 +266,7 @@ def sum_(ks, x, axis, dtype, keepdims):
     if values.size and out.size:
         keys = K.run_linear_keys(c.indices, _row_major(c.shape, kept))
         K.run_scatter_add(out, keys, values)
-    out = out.reshape(S.reduced_shape(c.shape, axis, keepdims))
+    out = out.reshape(reduced_shape(c.shape, axis, keepdims))
     return from_array(out.astype(res.np, copy=False))
 
 
@@ -316,7 +347,7 @@ def _kernels():
                   "add_": _add_inplace("add_"), "subtract_": _add_inplace("subtract_"),
                   "sum": sum_})
     for fn in (multiply, matmul, matrix_transpose, permute_dims, to_dense, to_sparse,
-               coalesce):
+               coalesce, sparse_mask):
         found[fn.__name__] = fn
     return found
 
@@ -325,3 +356,6 @@ def _kernels():
 def lamina_register_kernels(registry):
     for name, fn in _kernels().items():
         registry.register(name, "sparse", fn)
+    for name, fn in (("to_dense", dense_to_dense), ("to_sparse", dense_to_sparse),
+                     ("coalesce", dense_coalesce), ("sparse_mask", dense_sparse_mask)):
+        registry.register(name, "cpu", fn)

@@ -7,26 +7,20 @@ here: the layer runs it on the values array with the backend's dense kernels
 
 Note [Sparse kernel cache]: unlike numba_cpu's templates these are plain module-level
 functions, so Numba's disk cache (``cache=True``) keys each by its name in this file and
-the signature. Each is compiled once per dtype for an explicit signature and called
-through its compiled entry point, skipping Numba's per-call typing, as numba_cpu does
-(Note [Kernel cache] in ``backends/numba_cpu/kernels.py``). Callers therefore pass
-exactly the signature's types: C-contiguous arrays of the named dtypes.
+the signature. Each is compiled once per values dtype for an explicit signature
+(``lamina.backends.jit``, Note [Kernel signatures]) and called through its compiled
+entry point. Callers therefore pass exactly the signature's types: C-contiguous arrays
+of the named dtypes.
 
 Indices are validated when a sparse tensor is made (``storage.py``) and never change
 afterwards, so these kernels index without bounds checks.
 """
-import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import prange, types
 
-OPTIONS = dict(cache=True, error_model="numpy")
+from lamina.backends import jit
 
-I64 = types.Array(types.int64, 1, "C")
-I64_2D = types.Array(types.int64, 2, "C")
-
-
-def array(dtype, ndim=1):
-    return types.Array(numba.from_dtype(np.dtype(dtype)), ndim, "C")
+I64, I64_2D = jit.INDEX, jit.INDEX_2D
 
 
 # ---------------------------------------------------------------- kernels
@@ -158,41 +152,52 @@ def dense_spmm(dense, rows, cols, values, out):
 
 
 # ---------------------------------------------------------------- compilation
+# Entry points per values dtype (lamina.backends.jit): each signature is built once,
+# when its entry is first needed.
 
-_dispatchers = {}  # (python function, parallel) -> Numba dispatcher
-_entries = {}  # (python function, parallel, signature) -> compiled entry point
+
+def _by_values(fn, signature_of, parallel=False):
+    return jit.kernel_family(fn, lambda d: signature_of(jit.array(d), jit.array(d, 2)),
+                             parallel)
 
 
-def entry(fn, signature, parallel=False):
-    """The compiled entry point of ``fn`` for one explicit signature (compiled on first
-    use, loaded from Numba's disk cache in later processes)."""
-    key = (fn, parallel, signature)
-    ep = _entries.get(key)
-    if ep is None:
-        d = _dispatchers.get((fn, parallel))
-        if d is None:
-            d = _dispatchers[fn, parallel] = njit(parallel=parallel, **OPTIONS)(fn)
-        d.compile(signature)
-        ep = _entries[key] = d.overloads[signature.args].entry_point
-    return ep
+def _index_kernel(fn, signature):
+    """The entry point of a kernel on indices only (one signature)."""
+    return jit.cached(fn, lambda: jit.compile_kernel(fn, signature))
+
+
+_LINEAR_KEYS_SIGNATURE = types.void(I64_2D, I64, I64)
+_IS_SORTED_SIGNATURE = types.boolean(I64)
+
+
+_COALESCE = _by_values(coalesce, lambda v, m: types.intp(I64, I64, I64_2D, v, I64_2D, v))
+_MERGE_ADD = _by_values(merge_add, lambda v, m: types.intp(I64, I64_2D, v, I64, I64_2D, v,
+                                                           I64_2D, v))
+_INTERSECT = _by_values(intersect_multiply, lambda v, m: types.intp(I64, I64_2D, v, I64, v,
+                                                                    I64_2D, v))
+_SCATTER_ADD = _by_values(scatter_add, lambda v, m: types.void(v, I64, v))
+_SPMM_COO = _by_values(spmm_coo, lambda v, m: types.void(I64, I64, v, m, m))
+_SPMM_ROWS = _by_values(spmm_rows, lambda v, m: types.void(I64, I64, v, m, m))
+_SPMM_ROWS_PARALLEL = _by_values(spmm_rows, lambda v, m: types.void(I64, I64, v, m, m),
+                                 parallel=True)
+_DENSE_SPMM = _by_values(dense_spmm, lambda v, m: types.void(m, I64, I64, v, m))
 
 
 def run_linear_keys(indices, strides):
     out = np.empty(indices.shape[1], np.int64)
-    entry(linear_keys, types.void(I64_2D, I64, I64))(indices, strides, out)
+    _index_kernel(linear_keys, _LINEAR_KEYS_SIGNATURE)(indices, strides, out)
     return out
 
 
 def run_coalesce(keys, indices, values):
     """(indices, values) coalesced, as new arrays."""
     # NumPy's stable argsort (timsort) beats Numba's mergesort by about 1.5x here
-    ordered = entry(is_sorted, types.boolean(I64))(keys)
+    ordered = _index_kernel(is_sorted, _IS_SORTED_SIGNATURE)(keys)
     order = np.arange(keys.size) if ordered else np.argsort(keys, kind="stable")
     out_i = np.empty_like(indices)
     out_v = np.empty_like(values)
-    v = array(values.dtype)
-    n = entry(coalesce, types.intp(I64, I64, I64_2D, v, I64_2D, v))(
-        keys, order.astype(np.int64, copy=False), indices, values, out_i, out_v)
+    n = _COALESCE.of(values)(keys, order.astype(np.int64, copy=False), indices, values,
+                             out_i, out_v)
     return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
 
 
@@ -200,9 +205,7 @@ def run_merge_add(ka, ia, va, kb, ib, vb):
     nd = ia.shape[0]
     out_i = np.empty((nd, ka.size + kb.size), np.int64)
     out_v = np.empty(ka.size + kb.size, va.dtype)
-    v = array(va.dtype)
-    n = entry(merge_add, types.intp(I64, I64_2D, v, I64, I64_2D, v, I64_2D, v))(
-        ka, ia, va, kb, ib, vb, out_i, out_v)
+    n = _MERGE_ADD.of(va)(ka, ia, va, kb, ib, vb, out_i, out_v)
     return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
 
 
@@ -210,27 +213,22 @@ def run_intersect_multiply(ka, ia, va, kb, vb):
     nd, size = ia.shape[0], min(ka.size, kb.size)
     out_i = np.empty((nd, size), np.int64)
     out_v = np.empty(size, va.dtype)
-    v = array(va.dtype)
-    n = entry(intersect_multiply, types.intp(I64, I64_2D, v, I64, v, I64_2D, v))(
-        ka, ia, va, kb, vb, out_i, out_v)
+    n = _INTERSECT.of(va)(ka, ia, va, kb, vb, out_i, out_v)
     return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
 
 
 def run_scatter_add(out_flat, keys, values):
-    v = array(values.dtype)
-    entry(scatter_add, types.void(v, I64, v))(out_flat, keys, values)
+    _SCATTER_ADD.of(values)(out_flat, keys, values)
 
 
 def run_spmm(rows, cols, values, dense, out, starts=None, parallel=False):
     """out (zeros, C-contiguous) += S @ dense; ``starts``: row starts of sorted rows."""
-    v, m = array(values.dtype), array(values.dtype, 2)
     if starts is None:
-        entry(spmm_coo, types.void(I64, I64, v, m, m))(rows, cols, values, dense, out)
+        _SPMM_COO.of(values)(rows, cols, values, dense, out)
     else:
-        entry(spmm_rows, types.void(I64, I64, v, m, m), parallel)(
+        (_SPMM_ROWS_PARALLEL if parallel else _SPMM_ROWS).of(values)(
             starts, cols, values, dense, out)
 
 
 def run_dense_spmm(dense, rows, cols, values, out):
-    v, m = array(values.dtype), array(values.dtype, 2)
-    entry(dense_spmm, types.void(m, I64, I64, v, m))(dense, rows, cols, values, out)
+    _DENSE_SPMM.of(values)(dense, rows, cols, values, out)

@@ -15,9 +15,9 @@ import operator
 
 import numpy as np
 
-from lamina import _dtypes as D
-from lamina._tensor import Tensor
+from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
+from lamina.dispatch.tensor import Tensor
 
 SPARSE_KS = keys.CPU | keys.SPARSE
 _new = object.__new__
@@ -178,8 +178,7 @@ def sparse_coo_tensor(indices, values, shape=None, *, dtype=None):
 
 
 def from_dense(data, shape):
-    """The nonzero entries of a dense 1-D or 2-D array, coalesced (NumPy: used as the
-    reference conversion by numpy_ref)."""
+    """The nonzero entries of a dense 1-D or 2-D array, coalesced (NumPy's nonzero)."""
     if len(shape) not in (1, 2):
         raise ValueError(f"to_sparse: only 1-D and 2-D tensors can be made sparse, got "
                          f"shape {shape}")

@@ -1,7 +1,7 @@
 """``repr`` of tensors, in the style of NumPy's and PyTorch's."""
 import numpy as np
 
-from . import _dtypes as D
+from . import dtypes as D
 
 _IMPLIED = (D.float64, D.int64, D.bool_)  # dtypes the printed values already imply
 

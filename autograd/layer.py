@@ -1,0 +1,141 @@
+"""The autograd layer's kernels, registered like a backend's at the AUTOGRAD key.
+
+Its kernels sit at the AUTOGRAD dispatch key. A tensor's key set has that bit only
+while it requires grad, so a call whose inputs do not require grad never enters the
+layer: no-op autograd costs nothing. Inside, a kernel redispatches below its own key
+through the same table, then records a graph node (unless grad mode is off).
+"""
+import numpy as np
+import pluggy
+
+from lamina.dispatch import keys
+from lamina.dispatch.schema import OPERATORS, tagged
+
+from . import graph
+from .derivatives import DERIVATIVES
+from .grad_mode import state
+
+# the marker of lamina's hook specs (lamina.backends.hookspecs; pluggy matches markers
+# by project name, so this layer needs nothing from the backends package)
+hookimpl = pluggy.HookimplMarker("lamina")
+_BELOW = ~keys.AUTOGRAD
+
+
+def _kernel(op, derivative):
+    """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
+    table, scalar_table, record = op.table, op.scalar_table, graph.record
+    record_binary, record_with_scalar = graph.record_binary, graph.record_with_scalar
+
+    def kernel(ks, *args):
+        below = ks & _BELOW
+        out = table[below.bit_length()](below, *args)
+        if state.enabled:
+            record(derivative, args, out if type(out) is tuple else (out,))
+        return out
+
+    def binary(ks, a, b):  # the same for two arguments, without packing *args
+        below = ks & _BELOW
+        out = table[below.bit_length()](below, a, b)
+        if state.enabled:
+            record_binary(derivative, a, b, out)
+        return out
+
+    def with_scalar(ks, a, b):  # a Python scalar operand (Note [Kernel variants])
+        below = ks & _BELOW
+        out = scalar_table[below.bit_length()](below, a, b)
+        if state.enabled:
+            record_with_scalar(derivative, a, b, out)
+        return out
+
+    fn = binary if op.kind == "binary" else kernel
+    for f in (fn, with_scalar):
+        f.__name__ = f.__qualname__ = op.name
+    return fn, (with_scalar if op.kind == "binary" else None)  # Note [Kernel variants]
+
+
+def _check_leaf(name, x):
+    fn = x.grad_fn
+    if fn is None and x._ks & keys.AUTOGRAD:
+        raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be modified "
+                           "in place (it would invalidate its gradient); do it under "
+                           "lamina.no_grad() or on a copy")
+    while fn is not None and fn.name in _VIEW_OPS:  # writing a view writes its base
+        fn = fn.next_nodes[0]
+        if isinstance(fn, graph.AccumulateGrad):
+            leaf = fn.variable._data
+            if isinstance(leaf, np.ndarray) and np.may_share_memory(leaf, x._data):
+                raise RuntimeError(f"{name}: a view of a leaf tensor that requires grad "
+                                   "cannot be modified in place; do it under "
+                                   "lamina.no_grad() or on a copy")
+            return
+
+
+def _check_view(name, x, value):
+    """Writing through a view with grad is refused rather than silently wrong: the
+    base tensor's graph would not learn of the write (PyTorch rebases it with
+    CopySlices; lamina does not yet)."""
+    data = x._data
+    if not (isinstance(data, np.ndarray) and data.base is not None
+            and data.base is not x._flat):
+        return  # owns its storage (an advanced-indexing result is a copy, for one)
+    fn = x.grad_fn
+    recorded_view = fn is not None and fn.name in _VIEW_OPS
+    untracked_view = not x._ks & keys.AUTOGRAD and getattr(value, "_ks", 0) & keys.AUTOGRAD
+    if recorded_view or untracked_view:
+        raise RuntimeError(f"{name}: in-place modification of a view with autograd is not "
+                           "supported (the base tensor's gradient would be wrong); write "
+                           "to the base tensor, use an out-of-place operation, or do it "
+                           "under lamina.no_grad()")
+
+
+_VIEW_OPS = frozenset(op.name for op in tagged("view"))
+
+
+def _inplace_kernel(op, derivative):
+    """x1 op= x2 with grad: x1's previous value is kept in a copy for the formula, then
+    x1 becomes the output of the out-of-place operation (its grad_fn is replaced)."""
+    table, copy = op.table, OPERATORS["copy"]
+
+    def kernel(ks, x1, x2):
+        below = ks & _BELOW
+        if not state.enabled:
+            return table[below.bit_length()](below, x1, x2)
+        _check_leaf(op.name, x1)
+        _check_view(op.name, x1, x2)
+        previous = copy(x1) if 0 in derivative.saves else x1
+        table[below.bit_length()](below, x1, x2)
+        x1.__dict__.pop("_output_nr", None)
+        graph.record(derivative, (previous, x2), (x1,))
+        return x1
+    kernel.__name__ = kernel.__qualname__ = op.name
+    return kernel
+
+
+def _setitem_kernel(ks, x, key, value):
+    table = OPERATORS["setitem"].table
+    below = ks & _BELOW
+    if state.enabled:
+        _check_leaf("setitem", x)
+        _check_view("setitem", x, value)
+    out = table[below.bit_length()](below, x, key, value)
+    if state.enabled:
+        x.__dict__.pop("_output_nr", None)
+        graph.record(DERIVATIVES["setitem"], (x, key, value), (x,))
+    return out
+
+
+_setitem_kernel.__name__ = _setitem_kernel.__qualname__ = "setitem"
+
+
+@hookimpl
+def lamina_register_kernels(registry):
+    for name, derivative in DERIVATIVES.items():
+        op = OPERATORS[name]
+        if name == "setitem":
+            registry.register(name, "autograd", _setitem_kernel)
+        else:
+            kernel, with_scalar = _kernel(op, derivative)
+            registry.register(name, "autograd", kernel, with_scalar=with_scalar)
+        if op.inplace is not None:
+            registry.register(op.inplace.name, "autograd",
+                              _inplace_kernel(op.inplace, derivative))

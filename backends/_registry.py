@@ -1,0 +1,97 @@
+"""``Registry``: what a plugin's ``lamina_register_kernels`` hook receives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lamina.dispatch import devices, keys
+from lamina.dispatch import registry as R
+
+
+def check_kernel(what: str, fn: object, priority: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"{what} must be callable, got {type(fn).__name__}")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {priority!r}")
+
+
+def key_of(device: str) -> int:
+    """The key of a device or layer name."""
+    device = str(device)
+    if device in keys.devices():
+        return keys.device_key(device)
+    try:
+        return keys.LAYER_KEYS[device]
+    except KeyError:
+        raise ValueError(f"unknown device or layer {device!r}; devices: "
+                         f"{', '.join(keys.devices())}; layers: "
+                         f"{', '.join(keys.LAYER_KEYS)}") from None
+
+
+class Registry:
+    """What a plugin's ``lamina_register_kernels`` hook receives (docs/backends.md).
+
+    Everything it records belongs to ``plugin`` (its name) and is dropped together when
+    the plugin is unregistered or its hook fails; the tables are rebuilt once after the
+    hook returns, never per registration."""
+
+    def __init__(self, plugin: str) -> None:
+        self.plugin = plugin
+
+    def register(self, op: str, device: str, fn: Callable, priority: int = 0, *,
+                 with_scalar: Callable | None = None,
+                 unchecked: Callable | None = None) -> None:
+        """Serve operator ``op`` on ``device`` (or layer) with ``fn(ks, *args)``.
+
+        Optional variants (Note [Kernel variants]): ``with_scalar(ks, a, b)`` for
+        binary calls with a Python scalar operand, ``unchecked(ks, *args)`` for the
+        "checks" layer switched off."""
+        check_kernel(f"the kernel for {op!r}", fn, priority)
+        for name, variant in (("with_scalar", with_scalar), ("unchecked", unchecked)):
+            if variant is not None:
+                check_kernel(f"the {name} variant of the kernel for {op!r}", variant, 0)
+        R.register_kernel(op, key_of(device), fn, self.plugin, priority,
+                          with_scalar=with_scalar, unchecked=unchecked)
+
+    def implements(self, op: str, device: str = "cpu", priority: int = 0) -> Callable:
+        """Decorator form of ``register``."""
+        def decorate(fn: Callable) -> Callable:
+            self.register(op, device, fn, priority)
+            return fn
+        return decorate
+
+    def register_wrapper(self, op: str, device: str, wrapper: Callable,
+                         priority: int = 0) -> None:
+        """``wrapper(next_kernel) -> kernel``, called at table-build time with the kernel
+        that would serve (op, device) without it (Note [Kernel wrappers])."""
+        check_kernel(f"the kernel wrapper for {op!r}", wrapper, priority)
+        R.register_kernel(op, key_of(device), wrapper, self.plugin, priority, wraps=True)
+
+    def add_device(self, name: str, *, to_cpu: Callable, from_cpu: Callable,
+                   shares_memory: bool = True) -> int:
+        """Add device ``name`` with its own dispatch key; returns the key (an int).
+
+        ``to_cpu(t)`` returns a CPU tensor with ``t``'s values, ``from_cpu(t)`` a tensor
+        of this device with the CPU tensor ``t``'s values; both may share memory with
+        their argument when ``shares_memory`` (moves then copy once on the CPU side)."""
+        if not isinstance(name, str) or not name or not name.replace("_", "a").isalnum():
+            raise ValueError(f"a device name must be a non-empty string of letters, "
+                             f"digits and underscores, got {name!r}")
+        if name == "cpu" or name in keys.LAYER_KEYS:
+            raise ValueError(f"{name!r} is a built-in device or layer name")
+        if name in keys.devices():
+            spec = devices.spec(name)
+            owner = spec.plugin if spec is not None else "lamina"
+            raise ValueError(f"device {name!r} is already provided by plugin {owner!r}")
+        for what, fn in (("to_cpu", to_cpu), ("from_cpu", from_cpu)):
+            check_kernel(f"{what} of device {name!r}", fn, 0)
+        return devices.add(name, self.plugin, to_cpu, from_cpu, bool(shares_memory))
+
+    def register_fallback(self, device: str, fn: Callable, priority: int = 0) -> None:
+        """``fn(op, ks, *args)`` serves every operator without a kernel on ``device``
+        (Note [Backend fallback]); ``cpu_fallback`` is the usual choice."""
+        check_kernel(f"the fallback of device {device!r}", fn, priority)
+        key = key_of(device)
+        if not key & keys.BACKEND_MASK:
+            raise ValueError(f"fallbacks are for devices, not the {device!r} layer")
+        R.register_fallback(key, fn, self.plugin, priority)

@@ -1,0 +1,61 @@
+"""Helpers for plugins that add a device: ``cpu_fallback`` and ``new_tensor``."""
+
+from __future__ import annotations
+
+from builtins import list as _list
+from typing import Any
+
+import numpy as np
+
+from lamina.dispatch import devices, keys
+from lamina.dispatch.dtypes import DType
+from lamina.dispatch.schema import Operator
+from lamina.dispatch.tensor import Tensor, from_array, from_storage
+
+
+def new_tensor(storage: Any, device: str = "cpu", dtype: DType | None = None,
+               shape: tuple[int, ...] | None = None) -> Tensor:
+    """A tensor on ``device`` holding ``storage``: a NumPy array (not copied) for the
+    CPU, whatever object the device's plugin defines otherwise (then ``dtype``, a
+    lamina dtype, and ``shape`` are required: nothing inspects the storage)."""
+    if str(device) == "cpu":
+        if not isinstance(storage, np.ndarray):
+            raise TypeError(f"CPU storage must be a NumPy array, got {type(storage).__name__}")
+        return from_array(storage)
+    if dtype is None or shape is None:
+        raise TypeError(f"new_tensor on device {device!r} needs dtype= and shape=")
+    return from_storage(storage, keys.device_key(str(device)), dtype, shape)
+
+
+def cpu_fallback(op: Operator, ks: int, *args: Any) -> Any:
+    """The usual device fallback (Note [Backend fallback]), as PyTorch's CPU fallback:
+    convert the device's tensors to CPU with its ``to_cpu``, run the CPU kernel,
+    convert the results back with ``from_cpu``. An in-place operator's result is
+    written back into its first argument (its storage is replaced by the converted
+    result's). Views come back as views only if the converters share memory."""
+    spec = devices.spec_of_key(1 << ((ks & keys.BACKEND_MASK).bit_length() - 1))
+    if spec is None:
+        raise NotImplementedError(f"cpu_fallback: {op.name} was called with keys "
+                                  f"{keys.keyset_names(ks)}, none of a plugin's device")
+    key, to_cpu, from_cpu = spec.key, spec.to_cpu, spec.from_cpu
+
+    def down(a: Any) -> Any:
+        if isinstance(a, Tensor):
+            return to_cpu(a) if a._ks & key else a
+        if type(a) in (tuple, _list):
+            return type(a)(down(b) for b in a)
+        return a
+
+    def up(a: Any) -> Any:
+        if isinstance(a, Tensor):
+            return from_cpu(a) if a._ks & keys.CPU else a
+        if type(a) in (tuple, _list):
+            return type(a)(up(b) for b in a)
+        return a
+
+    out = op.table[keys.CPU.bit_length()](keys.CPU, *[down(a) for a in args])
+    if op.kind == "inplace":
+        target = args[0]
+        target._data = from_cpu(out)._data
+        return target
+    return up(out)

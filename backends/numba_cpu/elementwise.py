@@ -1,0 +1,366 @@
+"""Elementwise kernels of the CPU backend: unary, binary and ternary operators.
+
+Operator setup follows the seed's 0.4.1 path: a short fast path (same shape, same
+dtype, C-contiguous: one flat loop) and a general path that branches off it (type
+promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and load
+from Numba's on-disk cache afterwards (Note [Kernel cache]).
+"""
+
+import sys
+
+import numba
+import numpy as np
+from numba import prange, types
+
+from lamina.backends import jit, threads
+from lamina.backends import setup as S
+from lamina.dispatch import dtypes as D
+from lamina.dispatch.keys import CPU
+from lamina.dispatch.schema import OPERATORS, tagged
+from lamina.dispatch.tensor import PY_SCALARS, Tensor, from_array, from_flat
+
+from . import kernels as K
+from .layout import strided_args
+
+empty = np.empty
+new_tensor = object.__new__
+_parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+
+
+def _set_threshold(threshold):
+    global _parallel_min
+    _parallel_min = threshold
+
+
+threads.on_change(_set_threshold)
+
+# ---------------------------------------------------------------- elementwise
+
+_FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
+_STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
+_SCALAR = {2: K.binary_scalar}
+_INT_BOUNDS = [(int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu"
+               else None for d in D.ALL]
+_STRIDED_OPERAND = (types.int64, jit.INDEX)
+
+
+class Elementwise:
+    """Kernels and setup of one elementwise operator (unary, binary or ternary).
+
+    ``scalar(dtype)`` picks the scalar function for a computation dtype;
+    ``in_dtypes(dtype)`` gives each input's dtype (``where`` takes a bool condition)."""
+
+    def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None,
+                 simd=None):
+        self.op, self.arity, self.scalar_fn = op, arity, scalar
+        # NumPy's ufunc for SIMD_MIN float elements and more (Note [NumPy SIMD loops])
+        self.simd, self.simd_min = simd, SIMD_MIN if simd is not None else sys.maxsize
+        self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
+        self.promote_from = promote_from
+        # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
+        # runs, for those kinds; they skip the fast paths
+        self.validate_kinds, self.validate = validate or ("", None)
+        self.flat = jit.Family(lambda i: self._compile(_FLAT, i, range))
+        self.flat_parallel = jit.Family(lambda i: self._compile(_FLAT, i, prange))
+        self.strided = jit.Family(lambda i: self._compile(_STRIDED, i, range))
+        self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, prange))
+        self.scalar = jit.Family(lambda i: self._compile(_SCALAR, i, range))
+        self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, prange))
+        # Note [Fast path]: the result dtype of a call whose inputs all have dtype i and
+        # need no promotion, or None where dtype i must go through the general path.
+        self.fast_out = []
+        for d in D.ALL:
+            try:
+                comp = S.check_dtype(op, d)
+            except TypeError:
+                comp = None
+            fast = comp is d and arity != 3 and d.kind not in self.validate_kinds
+            self.fast_out.append(S.result_dtype(op, d) if fast else None)
+
+    def _compile(self, family, index, loop):
+        comp = D.ALL[index]
+        out = jit.array(S.result_dtype(self.op, comp).np)
+        ins = [jit.array(d.np) for d in self.in_dtypes(comp)]
+        if family is _FLAT:
+            sig = types.void(*ins, out)
+        elif family is _SCALAR:
+            sig = types.void(ins[0], numba.from_dtype(comp.np), out, types.boolean)
+        else:
+            sig = types.void(out, *_STRIDED_OPERAND,
+                             *[t for a in ins for t in (a, *_STRIDED_OPERAND)], jit.INDEX)
+        return K.instantiate(family[self.arity], (self.scalar_fn(comp), loop), sig)
+
+    def with_scalar(self, a, b):
+        """Note [Scalar fast path]: a contiguous tensor and a Python scalar whose weak
+        promotion keeps the tensor's dtype (``x * 2.0`` on floats, ``i + 1`` on ints in
+        range): one flat loop with the scalar passed as a kernel argument, converted to
+        the dtype by the entry point. Anything else returns None: the general path."""
+        first = type(a) in PY_SCALARS
+        t, v = (b, a) if first else (a, b)
+        if type(v) not in PY_SCALARS or t.__class__ is not Tensor or t._flat is None:
+            return None
+        dt = t._dtype
+        if type(v) is int:
+            # an int keeps an int dtype when in range (else OverflowError, from the
+            # general path); with floats it is converted; with bool it promotes
+            bounds = _INT_BOUNDS[dt.index]
+            if dt.kind == "b" or bounds is not None and not bounds[0] <= v <= bounds[1]:
+                return None
+        elif type(v) is float and dt.kind != "f":
+            return None  # promotion to the default float: the general path
+        out_dt = self.fast_out[dt.index]
+        if out_dt is None:
+            return None
+        f = t._flat
+        out = empty(f.size, out_dt.np)
+        (self.scalar if f.size < _parallel_min else self.scalar_parallel)[dt.index](
+            f, v, out, first)
+        return from_flat(out, t._shape, out_dt)
+
+    def general(self, args, target=None, op=None):
+        """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op
+        and ``op`` that operator (``add_``), so that errors name what was called."""
+        op = op or self.op
+        comp = S.promote(op, args[self.promote_from:])
+        res = S.result_dtype(op, comp)
+        shape = S.broadcast_shapes(op.name, *(S.shape_of(a) for a in args))
+        if S.mixed_sign_comparison(op, args):  # Note [Mixed-sign comparisons]
+            return from_array(np.asarray(getattr(np, op.name)(*[a._data for a in args])))
+        ins = self.in_dtypes(comp)
+        arrays = [S.operand(a, d) for a, d in zip(args, ins)]
+        if target is None:
+            out = empty(shape, res.np)
+        else:
+            S.inplace_check(op, target, res, shape)
+            out = target._data
+            # the target itself is read and written at the same index: no copy needed
+            # (copying it made every ``x += y`` allocate a temporary of x's size)
+            arrays = [a.copy() if a is not out and np.may_share_memory(a, out) else a
+                      for a in arrays]
+        if comp.kind in self.validate_kinds and out.size:  # nothing computed, nothing to refuse
+            self.validate(op, comp, arrays)
+        self.run(comp, out, arrays)
+        return target if target is not None else from_array(out)
+
+    def run(self, comp, out, arrays):
+        n = out.size
+        if n == 0:
+            return
+        if n >= self.simd_min and comp.kind == "f":
+            self.run_simd(out, *arrays)
+            return
+        i = comp.index
+        if out.flags.c_contiguous and all(a.shape == out.shape and a.flags.c_contiguous
+                                          for a in arrays):
+            flat = self.flat if n < _parallel_min else self.flat_parallel
+            flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))
+        else:
+            strided = self.strided if n < _parallel_min else self.strided_parallel
+            strided[i](*strided_args(out.shape, [out, *arrays]))
+
+    def run_simd(self, out, *arrays):
+        with np.errstate(all="ignore"):  # lamina never warns on inf/nan results
+            self.simd(*arrays, out=out)
+
+
+def unary_kernel(ew):
+    flat, flat_parallel, fast_out, simd_min = ew.flat, ew.flat_parallel, ew.fast_out, ew.simd_min
+
+    def kernel(ks, x):
+        fx, dt = x._flat, x._dtype
+        out_dt = fast_out[dt.index]
+        if fx is not None and out_dt is not None:  # Note [Fast path]
+            n = fx.size
+            out = empty(n, out_dt.np)
+            if n >= simd_min:  # only float dtypes reach here for a NumPy-loop operator
+                ew.run_simd(out, fx)
+            else:
+                (flat if n < _parallel_min else flat_parallel)[dt.index](fx, out)
+            return from_flat(out, x._shape, out_dt)
+        return ew.general((x,))
+    kernel.__qualname__ = kernel.__name__ = ew.op.name
+    return kernel
+
+
+def binary_kernel(ew):
+    flat, flat_parallel, fast_out = ew.flat, ew.flat_parallel, ew.fast_out
+    results = [S.result_dtype(ew.op, d) for d in D.ALL]  # for the unchecked path
+
+    def with_scalar(ks, a, b):  # a Python scalar operand
+        out = ew.with_scalar(a, b)
+        return out if out is not None else ew.general((a, b))
+
+    def kernel(ks, a, b):
+        try:
+            fa = a._flat
+            fast = (fa is not None and a._dtype is b._dtype and a._shape == b._shape
+                    and b._flat is not None)
+        except AttributeError:  # a scalar; the bindings call with_scalar directly
+            return with_scalar(ks, a, b)
+        if fast:
+            dt, shape = a._dtype, a._shape
+            out_dt = fast_out[dt.index]  # Note [Fast path]
+            if out_dt is not None:
+                # from_flat, inlined: a call costs ~60 ns of the seed's ~850 ns budget
+                out = empty(shape, out_dt.np)
+                t = new_tensor(Tensor)
+                if len(shape) == 1:
+                    t._data = t._flat = out
+                else:
+                    t._data, t._flat = out, out.reshape(-1)
+                (flat if fa.size < _parallel_min else flat_parallel)[dt.index](
+                    fa, b._flat, t._flat)
+                t._ks, t._dtype, t._shape = CPU, out_dt, shape
+                return t
+        return ew.general((a, b))
+
+    def unchecked(ks, a, b):
+        # Note [Unchecked fast path]: the "checks" layer switched off (lamina.layers):
+        # no shape, contiguity or promotion decisions, only what keeps memory safe
+        # (equal sizes and dtypes; the entry point rejects a non-array, i.e. None).
+        try:
+            fa, fb, dt = a._flat, b._flat, a._dtype
+        except AttributeError:  # a scalar from a caller that does not use with_scalar
+            return with_scalar(ks, a, b)
+        if fa is None or fb is None or fa.size != fb.size or dt is not b._dtype:
+            raise ValueError(f"{ew.op.name}: with the checks layer off, both inputs must "
+                             "be contiguous tensors of one size and dtype")
+        out_dt = results[dt.index]
+        out = empty(a._shape, out_dt.np)
+        t = new_tensor(Tensor)  # from_flat, inlined, as in the checked fast path
+        t._data = out
+        t._flat = out if out.ndim == 1 else out.reshape(-1)
+        flat[dt.index](fa, fb, t._flat)
+        t._ks, t._dtype, t._shape = CPU, out_dt, a._shape
+        return t
+
+    for fn in (kernel, with_scalar, unchecked):
+        fn.__qualname__ = fn.__name__ = ew.op.name
+    return kernel, with_scalar, unchecked  # Note [Kernel variants]
+
+
+def inplace_kernel(ew, op):
+    def kernel(ks, x1, x2):
+        return ew.general((x1, x2), target=x1, op=op)
+    kernel.__qualname__ = kernel.__name__ = op.name
+    return kernel
+
+
+def ternary_kernel(ew):
+    def kernel(ks, *args):
+        return ew.general(args)
+    kernel.__qualname__ = kernel.__name__ = ew.op.name
+    return kernel
+
+
+def _by_kind(**fns):
+    """A scalar-function chooser: keyword = dtype kinds ("f", "iu", "b", "biuf")."""
+    def choose(dtype):
+        return next(fn for kinds, fn in fns.items() if dtype.kind in kinds)
+    return choose
+
+
+def _same(fn):
+    return lambda dtype: fn
+
+
+ELEMENTWISE_SCALARS = {
+    "abs": _by_kind(iuf=K.absolute), "negative": _same(K.negative),
+    "positive": _same(K.identity), "square": _same(K.square),
+    "sign": _by_kind(f=K.float_sign, iu=K.sign),
+    "floor": _by_kind(f=K.float_floor, iu=K.identity),
+    "ceil": _by_kind(f=K.float_ceil, iu=K.identity),
+    "trunc": _by_kind(f=K.float_trunc, iu=K.identity),
+    "round": _by_kind(f=K.round_half_even, iu=K.identity),
+    "bitwise_invert": _by_kind(b=K.logical_not, iu=K.bitwise_invert),
+    "logical_not": _same(K.logical_not),
+    "isfinite": _by_kind(f=K.isfinite, biu=K.always_true),
+    "isinf": _by_kind(f=K.isinf, biu=K.always_false),
+    "isnan": _by_kind(f=K.isnan, biu=K.always_false),
+    "signbit": _same(K.signbit),
+    "pow": _by_kind(f=K.power, i=K.int_power, u=K.uint_power),
+    "floor_divide": _by_kind(i=K.int_floor_divide, uf=K.floor_divide),
+    **{name: _same(getattr(K, "float_" + name)) for name in
+       "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
+       "asinh acosh atanh".split()},
+    **{name: _same(getattr(K, name)) for name in
+       "add subtract multiply divide remainder maximum minimum atan2 "
+       "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
+       "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
+       "bitwise_left_shift bitwise_right_shift".split()},
+}
+
+
+def _clip_bounds(x, lo, hi):
+    """clip's None bounds become the dtype's extremes; the result keeps x's dtype."""
+    if x._dtype.kind == "f":
+        lo = -np.inf if lo is None else lo
+        hi = np.inf if hi is None else hi
+    else:
+        info = np.iinfo(x._dtype.np)
+        lo = int(info.min) if lo is None else lo
+        hi = int(info.max) if hi is None else hi
+    return lo, hi
+
+
+# Note [NumPy SIMD loops]: Numba has no vector math library here (Intel's SVML is not a
+# dependency), so its loops call libm once per element for transcendental functions,
+# where NumPy ships SIMD loops: on 1e5 float32 elements tanh took 1.26 ms against
+# NumPy's 36 us, exp 233 against 45 (5-40x; float64 4-13x, except sin and cos). These
+# operators run NumPy's ufunc, from SIMD_MIN elements on, on the operands lamina has
+# set up as usual (promoted, broadcast, output allocated); below that NumPy's call and
+# errstate overhead (~1.5 us) costs more than it saves, and the Numba loop runs.
+SIMD_MIN = 256
+SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
+
+
+def refuse_negative_exponent(op, dtype, arrays):
+    """Integers to negative integer powers raise, as in NumPy and PyTorch (a truncated
+    1 / x**k would be a silently different answer from every other backend)."""
+    exponent = arrays[1]
+    if exponent.size and exponent.min() < 0:
+        raise ValueError(f"{op.name}: integers to negative integer powers are not allowed "
+                         f"(got a negative exponent for {dtype}); use a float base")
+
+
+ELEMENTWISE_CHECKS = {"pow": ("i", refuse_negative_exponent)}
+
+BY_NAME = {}  # operator name -> Elementwise (the overhead tool's raw-kernel row reads it)
+
+
+def register(registry):
+    """A kernel for every operator with a scalar function in ELEMENTWISE_SCALARS (and
+    its in-place variant); tests/test_backends.py checks that every elementwise
+    operator of the schema has one."""
+    for name, scalar_fn in ELEMENTWISE_SCALARS.items():
+        op = OPERATORS[name]
+        simd = getattr(np, op.numpy) if op.name in SIMD_OPERATORS else None
+        ew = BY_NAME[name] = Elementwise(op, op.arity, scalar_fn, simd=simd,
+                                         validate=ELEMENTWISE_CHECKS.get(name))
+        if op.arity == 1:
+            registry.register(name, "cpu", unary_kernel(ew))
+        else:
+            kernel, with_scalar, unchecked = binary_kernel(ew)
+            registry.register(name, "cpu", kernel, with_scalar=with_scalar,
+                              unchecked=unchecked)
+        if op.inplace is not None:
+            registry.register(op.inplace.name, "cpu", inplace_kernel(ew, op.inplace))
+    where = Elementwise(OPERATORS["where"], 3, _same(K.where),
+                        in_dtypes=lambda d: [D.bool_, d, d], promote_from=1)
+    registry.register("where", "cpu", ternary_kernel(where))
+    clip = Elementwise(OPERATORS["clip"], 3, _same(K.clip))
+
+    def clip_kernel(ks, x, min=None, max=None):
+        S.check_dtype(clip.op, x._dtype)
+        S.check_clip_bounds(x, min, max)
+        lo, hi = _clip_bounds(x, min, max)
+        shape = S.broadcast_shapes("clip", x._shape, S.shape_of(lo), S.shape_of(hi))
+        if shape != x._shape:
+            raise ValueError(f"clip: the bounds must broadcast to x's shape {x._shape}, "
+                             f"got a result shape {shape}")
+        arrays = [x._data] + [S.clip_bound(b, x._dtype) for b in (lo, hi)]
+        out = empty(shape, x._dtype.np)
+        clip.run(x._dtype, out, arrays)
+        return from_array(out)
+    registry.register("clip", "cpu", clip_kernel)
+

@@ -1,0 +1,52 @@
+"""Joins of the CPU backend: concat and stack, copying each piece with the
+elementwise copy kernel (strided where it must be)."""
+
+import numpy as np
+
+from lamina.backends import setup as S
+from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import from_array
+
+from . import kernels as K
+from .elementwise import Elementwise
+
+empty = np.empty
+
+def concat(ks, arrays, axis):
+    op = OPERATORS["concat"]
+    comp = S.promote(op, arrays)
+    first = arrays[0]._shape
+    for t in arrays:
+        if len(t._shape) != len(first) or any(
+                s != f for d, (s, f) in enumerate(zip(t._shape, first)) if d != axis):
+            raise ValueError(f"concat: all tensors must have the same shape except on "
+                             f"axis {axis}; got {', '.join(str(a._shape) for a in arrays)}")
+    shape = list(first)
+    shape[axis] = sum(t._shape[axis] for t in arrays)
+    out = empty(tuple(shape), comp.np)
+    copy = _COPY
+    start = 0
+    for t in arrays:
+        n = t._shape[axis]
+        index = (slice(None),) * axis + (slice(start, start + n),)
+        copy.run(comp, out[index], [S.operand(t, comp)])
+        start += n
+    return from_array(out)
+
+
+_COPY = Elementwise(OPERATORS["positive"], 1, lambda dtype: K.identity)
+
+
+def stack(ks, arrays, axis):
+    first = arrays[0]._shape
+    for t in arrays:
+        if t._shape != first:
+            raise ValueError(f"stack: all tensors must have the same shape; got "
+                             f"{', '.join(str(a._shape) for a in arrays)}")
+    expanded = [from_array(np.expand_dims(t._data, axis)) for t in arrays]
+    return concat(ks, expanded, axis)
+
+
+def register(registry):
+    for fn in (concat, stack):
+        registry.register(fn.__name__, "cpu", fn)

@@ -1,0 +1,178 @@
+"""Argument kinds of the operator schema: each checks one public argument and gives
+its canonical form, or raises a TypeError/ValueError naming the function, the argument
+and what it got.
+
+The annotations in ``operators.py`` name these kinds (``x: Tensor``, ``axis: Axes``);
+the generated bindings (``bindings.py``) call them, so every backend receives canonical
+arguments: axes as non-negative ints, shapes as tuples of ints, dtypes as lamina dtypes.
+A bool is never accepted where an int belongs (``sum(x, axis=True)`` is a TypeError,
+as in NumPy).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import keys
+from .devices import Device
+from .dtypes import DType, as_dtype
+
+
+class AxisError(ValueError, IndexError):
+    """An axis out of range for a tensor's number of dimensions."""
+
+
+def _kind_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def tensor(value: Any, fn: str, name: str) -> Any:
+    if getattr(value, "_ks", None) is None:
+        raise TypeError(f"{fn}: {name} must be a tensor, got {_kind_name(value)}")
+    return value
+
+
+def tensor_or_scalar(value: Any, fn: str, name: str) -> Any:
+    if getattr(value, "_ks", None) is None and not isinstance(value, (bool, int, float)):
+        raise TypeError(f"{fn}: {name} must be a tensor or a Python scalar, got "
+                        f"{_kind_name(value)}")
+    return value
+
+
+def tensors(value: Any, fn: str, name: str) -> list:
+    if getattr(value, "_ks", None) is not None or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{fn}: {name} must be a list or tuple of tensors, got "
+                        f"{_kind_name(value)}")
+    value = list(value)
+    if not value:
+        raise ValueError(f"{fn}: {name} needs at least one tensor")
+    for i, t in enumerate(value):
+        if getattr(t, "_ks", None) is None:
+            raise TypeError(f"{fn}: {name}[{i}] must be a tensor, got {_kind_name(t)}")
+    return value
+
+
+def integer(value: Any, fn: str, name: str) -> int:
+    """An int (or anything with ``__index__``), never a bool or a float."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{fn}: {name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an int, got {_kind_name(value)}") from None
+
+
+def real(value: Any, fn: str, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{fn}: {name} must be a real number, got {_kind_name(value)}")
+    return float(value)
+
+
+def boolean(value: Any, fn: str, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_, int)):
+        raise TypeError(f"{fn}: {name} must be a bool, got {_kind_name(value)}")
+    return bool(value)
+
+
+def axis(value: Any, fn: str, name: str, ndim: int) -> int:
+    """One axis in [-ndim, ndim), as a non-negative int."""
+    a = integer(value, fn, name)
+    if not -ndim <= a < ndim:
+        raise AxisError(f"{fn}: {name} {a} is out of bounds for a tensor of dimension "
+                        f"{ndim}")
+    return a % ndim
+
+
+def new_axis(value: Any, fn: str, name: str, ndim: int) -> int:
+    """A position for a new axis: in [-ndim - 1, ndim], as a non-negative int."""
+    return axis(value, fn, name, ndim + 1)
+
+
+def axes(value: Any, fn: str, name: str, ndim: int) -> tuple[int, ...]:
+    """None (every axis), an int or a tuple of ints: a sorted tuple of distinct
+    non-negative axes."""
+    if value is None:
+        return tuple(range(ndim))
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    found = [axis(a, fn, name, ndim) for a in items]
+    if len(set(found)) != len(found):
+        raise ValueError(f"{fn}: repeated axis in {name}={value!r}")
+    return tuple(sorted(found))
+
+
+def one_axis_or_all(value: Any, fn: str, name: str, ndim: int) -> tuple[int, ...]:
+    """None (every axis) or one int, given to kernels as ``axes`` gives them."""
+    if isinstance(value, (tuple, list)):
+        raise TypeError(f"{fn}: {name} must be an int or None, got {_kind_name(value)}")
+    return axes(value, fn, name, ndim)
+
+
+def shape(value: Any, fn: str, name: str) -> tuple[int, ...]:
+    """An int or a sequence of ints, as a tuple of ints."""
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    try:
+        return tuple(integer(s, fn, name) for s in items)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be a tuple of ints, got {value!r}") from None
+
+
+def dtype(value: Any, fn: str, name: str) -> DType:
+    try:
+        return as_dtype(value)
+    except TypeError as exc:
+        raise TypeError(f"{fn}: {name}: {exc}") from None
+
+
+def device(value: Any, fn: str, name: str) -> str:
+    """A Device or a device name, as the name of a registered device."""
+    if not isinstance(value, (str, Device)):
+        raise TypeError(f"{fn}: {name} must be a device or a device name, got "
+                        f"{_kind_name(value)}")
+    keys.device_key(str(value))  # ValueError naming the known devices
+    return str(value)
+
+
+def anything(value: Any, fn: str, name: str) -> Any:
+    return value
+
+
+# Note [Argument kinds]: the annotation of a schema parameter -> (its check, whether it
+# needs the tensor's ndim). ``X | None`` lets None through unchecked.
+KINDS: dict[str, tuple[Callable, bool]] = {
+    "Tensor": (tensor, False),
+    "TensorOrScalar": (tensor_or_scalar, False),
+    "Tensors": (tensors, False),
+    "int": (integer, False),
+    "float": (real, False),
+    "bool": (boolean, False),
+    "Axis": (axis, True),
+    "NewAxis": (new_axis, True),
+    "Axes": (axes, True),
+    "OneAxisOrAll": (one_axis_or_all, True),
+    "Shape": (shape, False),
+    "DType": (dtype, False),
+    "Device": (device, False),
+    "Any": (anything, False),
+}
+
+DESCRIPTIONS = {
+    "Tensor": "a tensor",
+    "TensorOrScalar": "a tensor or a Python scalar (bool, int, float)",
+    "Tensors": "a non-empty list or tuple of tensors",
+    "int": "an int (not a bool)",
+    "float": "a real number",
+    "bool": "a bool",
+    "Axis": "an axis in [-ndim, ndim); kernels get it non-negative",
+    "NewAxis": "a position in [-ndim - 1, ndim] for a new axis; kernels get it non-negative",
+    "Axes": "None (every axis), an int or a tuple of ints; kernels get a sorted tuple of "
+            "non-negative axes",
+    "OneAxisOrAll": "None (every axis) or an int; kernels get it as Axes",
+    "Shape": "an int or a tuple of ints",
+    "DType": "a lamina dtype, a NumPy dtype, a name or bool/int/float",
+    "Device": "a device or a device name",
+    "Any": "anything (passed on as given)",
+}

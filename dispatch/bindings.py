@@ -1,0 +1,284 @@
+"""Bindings: the public functions and Tensor's operators, derived from the schema.
+
+Note [Bindings]: an operator's Python binding does the dispatcher's work inline (OR
+the key sets, AND the mask, index the table by bit_length), so ``a + b`` costs one
+Python call before the kernel. Python scalars have no key set; the AttributeError
+branch handles them off the fast path.
+
+Elementwise unary and binary operators get hand-written closures (the hot path). Every
+other public operator gets a function generated from its signature (Note [Generated
+bindings]): it checks each argument by its kind (``arguments.py``), applies the
+operator's ``check`` (``meta.py``) and dispatches. ``source(name)`` shows the code.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import arguments, keys
+from .schema import OPERATORS, Operator, keyset
+from .tensor import PY_SCALARS, Tensor, bump_version
+
+
+def _scalar_keys(name: str, *args: Any) -> int:
+    ks = 0
+    for a in args:
+        if type(a) in PY_SCALARS:
+            continue
+        k = getattr(a, "_ks", None)
+        if k is not None:
+            ks |= k
+        elif not isinstance(a, (float, int, np.generic)):  # subclasses: IntEnum, ...
+            raise TypeError(f"{name}: expected a tensor or a Python scalar, got "
+                            f"{type(a).__name__}")
+    if not ks:
+        raise TypeError(f"{name}: expected at least one tensor, got "
+                        f"{', '.join(type(a).__name__ for a in args)}")
+    return ks
+
+
+def _scalar_call(op: Operator, x1: Any, x2: Any) -> Any:
+    """A binary call with a Python scalar operand, through the table of the kernels'
+    ``with_scalar`` variants (Note [Kernel variants]): a backend kernel's scalar path,
+    which would otherwise first try its tensor fast path and raise there (~450 ns, half
+    a small operation)."""
+    ks = _scalar_keys(op.name, x1, x2) & op.mask
+    return op.scalar_table[ks.bit_length()](ks, x1, x2)
+
+
+def unary_binding(op: Operator) -> Callable:
+    table = op.table
+
+    def call(x, /):
+        try:
+            ks = x._ks & op.mask
+        except AttributeError:
+            raise TypeError(f"{op.name}: expected a tensor, got {type(x).__name__}") from None
+        return table[ks.bit_length()](ks, x)
+    return _named(call, op)
+
+
+def binary_binding(op: Operator) -> Callable:
+    table = op.table
+
+    def call(x1, x2, /):
+        try:
+            ks = (x1._ks | x2._ks) & op.mask
+        except AttributeError:
+            return _scalar_call(op, x1, x2)
+        return table[ks.bit_length()](ks, x1, x2)
+    return _named(call, op)
+
+
+def _named(fn: Callable, op: Operator) -> Callable:
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__module__ = "lamina"
+    fn.__doc__ = docstring(op)
+    fn.__signature__ = op.signature
+    return fn
+
+
+def docstring(op: Operator) -> str:
+    """The doc of a public function: the schema's doc, its arguments' kinds."""
+    kinds = [f"    {p.name}: {arguments.DESCRIPTIONS[p.type]}"
+             + (" or None" if p.annotation.endswith("| None") else "") for p in op.params]
+    return (f"{op.doc}\n\nArguments:\n" + "\n".join(kinds)
+            + f"\n\nOperator {op.name!r} ({op.category}): see docs/operators.md.")
+
+
+# ---------------------------------------------------------------- generated bindings
+# Note [Generated bindings]: the binding of a non-elementwise operator is generated
+# from its signature, as PyTorch generates its Python bindings, so that it has the
+# operator's real signature (inspect.signature shows it) and costs no argument parsing
+# beyond Python's own: one line per parameter checks it by its kind, then the
+# operator's check (dispatch/meta.py), then the dispatch. For ``sum``:
+#
+#     def sum(x, /, *, axis=None, dtype=None, keepdims=False):
+#         x = _Tensor(x, 'sum', 'x')
+#         axis = _Axes(axis, 'sum', 'axis', len(x._shape))
+#         if dtype is not None:
+#             dtype = _DType(dtype, 'sum', 'dtype')
+#         keepdims = _bool(keepdims, 'sum', 'keepdims')
+#         ks = (x._ks) & _op.mask
+#         return _table[ks.bit_length()](ks, x, axis, dtype, keepdims)
+
+
+def source(name: str) -> str:
+    """The Python source of the generated binding of operator ``name``."""
+    op = OPERATORS[name]
+    params = op.params
+    plain = inspect.Signature([inspect.Parameter(p.name, p.kind, default=p.default)
+                               for p in params])
+    tensors = [p for p in params if p.type in ("Tensor", "Tensors")]
+    ndim = (None if not tensors else f"len({tensors[0].name}._shape)"
+            if tensors[0].type == "Tensor" else f"len({tensors[0].name}[0]._shape)")
+    lines = [f"def {op.name}{plain}:"]
+    for p in params:
+        _, needs_ndim = arguments.KINDS[p.type]
+        extra = f", {ndim}" if needs_ndim else ""
+        check = f"{p.name} = _{p.type}({p.name}, {op.name!r}, {p.name!r}{extra})"
+        if p.annotation.endswith("| None"):
+            lines += [f"    if {p.name} is not None:", f"        {check}"]
+        else:
+            lines.append(f"    {check}")
+    names = ", ".join(p.name for p in params)
+    if op.check is not None:
+        lines.append(f"    {names}{',' if len(params) == 1 else ''} = _check({names})")
+    key_terms = []
+    for p in params:
+        if p.type == "Tensor":
+            key_terms.append(f"{p.name}._ks")
+        elif p.type == "TensorOrScalar":
+            key_terms.append(f"getattr({p.name}, '_ks', 0)")
+        elif p.type == "Tensors":
+            key_terms.append(f"_keyset({p.name})")
+    lines.append(f"    ks = ({' | '.join(key_terms) or '0'}) & _op.mask")
+    lines.append(f"    return _table[ks.bit_length()](ks, {names})")
+    return "\n".join(lines) + "\n"
+
+
+def generated_binding(op: Operator) -> Callable:
+    namespace = {f"_{kind}": check for kind, (check, _) in arguments.KINDS.items()}
+    namespace.update(_op=op, _table=op.table, _check=op.check, _keyset=keyset)
+    exec(compile(source(op.name), f"<binding of {op.name}>", "exec"), namespace)
+    return _named(namespace[op.name], op)
+
+
+# ---------------------------------------------------------------- dunders
+
+
+def _reflected(fn: Callable) -> Callable:
+    def reflected(self, other):
+        return fn(other, self)
+    return reflected
+
+
+def _comparison(fn: Callable) -> Callable:
+    def compare(self, other):
+        if isinstance(other, (list, tuple, np.ndarray)):  # not a silent identity False
+            raise TypeError(f"{fn.__name__}: expected a tensor or a Python scalar, got "
+                            f"{type(other).__name__} (convert it with lamina.asarray)")
+        if not isinstance(other, (Tensor, bool, int, float, np.generic)):
+            return NotImplemented  # Python then falls back to identity (t == None)
+        return fn(self, other)
+    return compare
+
+
+def _inplace(op: Operator) -> Callable:
+    binding = binary_binding(op)
+
+    def inplace(self, other):
+        binding(self, other)
+        bump_version(self)  # Note [Version counters]
+        return self
+    return inplace
+
+
+def _tensors_only(fn: Callable, reflected: bool) -> Callable:
+    """A dunder of a non-elementwise operator: NotImplemented for a non-tensor operand,
+    so Python raises its own TypeError (``t @ 2``)."""
+    def dunder(self, other):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return fn(other, self) if reflected else fn(self, other)
+    return dunder
+
+
+def _install_dunders(namespace: dict) -> None:
+    for op in OPERATORS.values():
+        d = op.dunder
+        if d is None:
+            continue
+        if op.category != "elementwise":
+            setattr(Tensor, f"__{d}__", _tensors_only(namespace[op.name], False))
+            setattr(Tensor, f"__r{d}__", _tensors_only(namespace[op.name], True))
+        elif op.kind == "unary":
+            setattr(Tensor, f"__{d}__", namespace[op.name])
+        elif "comparison" in op.tags:
+            setattr(Tensor, f"__{d}__", _comparison(namespace[op.name]))
+        else:
+            setattr(Tensor, f"__{d}__", namespace[op.name])
+            setattr(Tensor, f"__r{d}__", _reflected(namespace[op.name]))
+            if op.inplace is not None:
+                setattr(Tensor, f"__i{d}__", _inplace(op.inplace))
+
+
+# ---------------------------------------------------------------- dispatcher off
+
+
+def _direct(op: Operator) -> Callable:
+    """A binding straight to the CPU kernel, for the "dispatcher" layer switched off."""
+    kernel = op.table[keys.CPU.bit_length()]
+
+    def refuse(args):
+        raise RuntimeError(f"{op.name}: the dispatcher layer is off, so only dense CPU "
+                           f"tensors that do not require grad are accepted (got key sets "
+                           f"{[keys.keyset_names(getattr(a, '_ks', 0)) for a in args]}); "
+                           "use lamina.layers.enable('dispatcher')")
+
+    if op.kind == "unary":
+        def call(x, /):
+            if x._ks != keys.CPU:
+                refuse((x,))
+            return kernel(keys.CPU, x)
+    else:
+        def call(x1, x2, /):
+            try:
+                ks = x1._ks | x2._ks
+            except AttributeError:
+                ks = _scalar_keys(op.name, x1, x2)
+            if ks != keys.CPU:
+                refuse((x1, x2))
+            return kernel(keys.CPU, x1, x2)
+    return _named(call, op)
+
+
+# ---------------------------------------------------------------- installing
+
+_namespaces: list[dict] = []  # every namespace the bindings were installed into
+_direct_mode = False
+
+
+def public_operators(namespace: str = "") -> list[Operator]:
+    return [op for op in OPERATORS.values() if op.namespace == namespace]
+
+
+def _fast(op: Operator) -> bool:
+    return op.category == "elementwise" and op.kind in ("unary", "binary")
+
+
+def _bindings(direct: bool) -> dict[str, Callable]:
+    found = {}
+    for op in public_operators():
+        if _fast(op):
+            found[op.name] = (_direct(op) if direct else
+                              unary_binding(op) if op.kind == "unary" else binary_binding(op))
+        else:
+            found[op.name] = generated_binding(op)
+    return found
+
+
+def install(namespace: dict) -> None:
+    """Put every public function into ``namespace`` (a module's globals) and keep it
+    up to date when the dispatcher layer is switched (``reinstall``)."""
+    if not any(ns is namespace for ns in _namespaces):
+        _namespaces.append(namespace)
+    bound = _bindings(_direct_mode)
+    namespace.update(bound)
+    _install_dunders(bound)
+
+
+def reinstall(direct: bool) -> None:
+    """Rebind every installed namespace: ``direct`` binds the elementwise functions
+    and operators straight to the CPU kernels (lamina.layers, "dispatcher" off)."""
+    global _direct_mode
+    _direct_mode = direct
+    bound = _bindings(direct)
+    fast = {name: fn for name, fn in bound.items() if _fast(OPERATORS[name])}
+    for namespace in _namespaces:
+        namespace.update(fast)
+    _install_dunders(bound)

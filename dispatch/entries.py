@@ -1,0 +1,242 @@
+"""Table entries: which function serves each (operator, key), and why.
+
+``compute_entry`` is the one place that decides (the role of PyTorch's
+``computeDispatchTableEntryWithDebug``); ``rebuild`` fills every operator's table from
+it (Note [Dispatch table] in ``schema.py``); ``dump.dump_table`` prints the reasons it
+stored.
+
+Note [Table entry precedence]: for operator ``op`` and key ``k``, the first rule that
+applies decides:
+
+1. ``k`` is the key of a layer that is switched off (lamina.layers): AUTOGRAD falls
+   through (cleared from the mask); SPARSE raises (Note [Sparse layer off]).
+2. A kernel is registered for (op, k): the best by rank (Note [Kernel priority]),
+   wrapped by the wrappers that rank above it (Note [Kernel wrappers]).
+3. ``k`` is a device key with a fallback (Note [Backend fallback]): the best fallback,
+   bound to the operator, wrapped by the slot's wrappers.
+4. ``k`` is AUTOGRAD: falls through (the operator is not differentiable).
+5. Otherwise the slot raises NotImplementedError naming the operator, the key and the
+   keys that have kernels (backend keys and SPARSE never fall through silently).
+
+Then: the slot of a device key other than CPU checks the call's devices (Note [Device
+check]); a kernel serving its slot unwrapped contributes its variants (Note [Kernel
+variants]): ``with_scalar`` to the scalar table, ``unchecked`` while the checks layer
+is off.
+
+Note [Backend fallback]: a device may register one fallback ``fn(op, ks, *args)`` (as
+PyTorch's backend fallbacks): every operator without a kernel for that device gets a
+slot that calls it with the operator. ``lamina.backends.cpu_fallback`` is the usual
+one: convert to CPU, run the CPU kernel, convert back.
+
+Note [Device check]: the slot of every device key other than CPU checks that the call
+has no other backend bit set (a tensor of another device) and raises a ValueError
+naming both devices. CPU's slot needs no check (Note [Key priority]: CPU is the lowest
+bit, so a call reaches it only when every tensor is on the CPU): the CPU hot path is
+exactly the kernel. Slots are built once and cached, so a rebuild that changes nothing
+leaves every table entry the identical object.
+
+Note [Kernel wrappers]: a kernel registered with ``wraps=True`` is a factory
+``fn(next_kernel) -> kernel``; at table-build time it receives the kernel (or fallback)
+that would serve the slot without it -- for instrumentation or a pre/post-processing
+step that delegates. Without anything below it, it is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import keys, layers
+from . import registry as R
+from .schema import OPERATORS, Operator
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What serves one (operator, key), and which rule of Note [Table entry
+    precedence] decided it."""
+
+    slot: Callable  # what op.table holds
+    scalar_slot: Callable  # what op.scalar_table holds
+    in_mask: bool
+    rule: int
+    reason: str
+    chain: tuple[R.Kernel, ...] = ()  # what serves, outermost first (wrappers, then base)
+
+
+broken: dict[str, Exception] = {}  # plugin -> the error its kernel wrapper raised
+_slot_cache: dict[tuple, Callable] = {}
+_used: dict[tuple, Callable] = {}
+
+
+def _cached(cache_key: tuple, make: Callable[[], Callable]) -> Callable:
+    fn = _slot_cache.get(cache_key)
+    if fn is None:
+        fn = make()
+    _slot_cache[cache_key] = _used[cache_key] = fn
+    return fn
+
+
+def _sparse_layer_off(op: Operator) -> Callable:
+    """Note [Sparse layer off]: switching the sparse layer off does not make SPARSE a
+    fallthrough: a sparse tensor's storage is not an array, and a dense kernel handed
+    one would fail obscurely or compute garbage. Its slot raises instead and the bit
+    stays in the mask. Dense calls never carry the bit, so on or off they index the
+    same slot as before: the switch costs them nothing either way."""
+    def sparse_layer_off(ks, *args, **kwargs):
+        raise RuntimeError(f"{op.name}: got a sparse input, but the sparse layer is off "
+                           "(lamina.layers.enable('sparse') turns it back on)")
+    return sparse_layer_off
+
+
+def missing_kernel(op: Operator, key: int) -> Callable:
+    def no_kernel(ks, *args, **kwargs):
+        have = [keys.key_name(k) for k, e in op.entries.items() if e.rule in (2, 3)]
+        what = "no key" if key == 0 else f"key {keys.key_name(key)}"
+        if key & keys.BACKEND_MASK and key not in keys.all_keys():
+            what += " (a device key that no registered plugin provides now)"
+        if key == keys.SPARSE:
+            what += (f": {op.name} has no sparse kernel, and sparse inputs are never "
+                     "densified silently (convert with .to_dense() first)")
+        raise NotImplementedError(
+            f"operator {op.name!r} has no kernel for {what} (the call's keys: "
+            f"{', '.join(keys.keyset_names(ks)) or 'none'}); keys with kernels: "
+            f"{', '.join(have) or 'none'}")
+    return no_kernel
+
+
+def _bind_fallback(op: Operator, fallback: Callable) -> Callable:
+    def fallback_kernel(ks, *args, **kwargs):
+        return fallback(op, ks, *args, **kwargs)
+    fallback_kernel.__qualname__ = f"fallback_kernel[{op.name}]"
+    return fallback_kernel
+
+
+def _device_mismatch(op: Operator, ks: int) -> ValueError:
+    names = keys.device_names(ks)
+    return ValueError(f"{op.name}: expected all tensors on one device, got tensors on "
+                      f"{' and '.join(names)}; move them to one device first, e.g. with "
+                      f"x.to({names[0]!r})")
+
+
+def _device_check(op: Operator, key: int, fn: Callable) -> Callable:
+    others = keys.BACKEND_MASK & ~key
+
+    def checked(ks, *args, **kwargs):
+        if ks & others:  # Note [Device check]
+            raise _device_mismatch(op, ks)
+        return fn(ks, *args, **kwargs)
+    checked.__qualname__ = f"device_checked[{op.name}, {keys.key_name(key)}]"
+    return checked
+
+
+def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
+    fn = wrapper.fn(inner)
+    if not callable(fn):
+        raise TypeError(f"kernel wrapper {wrapper.name} returned {type(fn).__name__}, "
+                        "not a kernel")
+    return fn
+
+
+def _apply_wrappers(op: Operator, key: int, wrappers: list[R.Kernel], base: R.Kernel,
+                    fn: Callable) -> tuple[Callable, tuple[R.Kernel, ...]]:
+    chain = [base]
+    for w in reversed(wrappers):  # the lowest-ranked wrapper is innermost
+        try:
+            fn = _cached((op.name, key, "wrap", w.fn, fn), lambda w=w, fn=fn: _wrap(w, fn))
+        except Exception as exc:  # skipped; lamina.backends warns and drops the plugin
+            broken.setdefault(w.plugin, exc)
+            continue
+        chain.insert(0, w)
+    return fn, tuple(chain)
+
+
+def compute_entry(op: Operator, key: int) -> Entry:
+    """The entry of ``key`` in ``op``'s table (Note [Table entry precedence])."""
+    layer = keys.layer_of(key)
+    if layer is not None and layers.is_off(layer):  # rule 1
+        if key == keys.SPARSE:
+            slot = _cached((op.name, key, "sparse off"), lambda: _sparse_layer_off(op))
+            return Entry(slot, slot, True, 1, "sparse layer off: raises RuntimeError")
+        slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
+        return Entry(slot, slot, False, 1, f"{layer} layer off: falls through")
+    wrappers, base = [], None
+    for e in sorted(R.kernels.get((op.name, key), ()), key=R.rank):
+        if not e.wraps:
+            base = e
+            break
+        wrappers.append(e)
+    if base is not None:  # rule 2
+        rule, fn = 2, base.fn
+        reason = f"kernel of {base.plugin!r} (priority {base.priority})"
+    elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3
+        rule, best = 3, min(R.fallbacks[key], key=R.rank)
+        fn = _cached((op.name, key, "fallback", best.fn), lambda: _bind_fallback(op, best.fn))
+        base = R.Kernel(fn, best.plugin, best.priority, best.order,
+                        label=f"[fallback] {best.name}")
+        reason = f"fallback of device {keys.key_name(key)!r} from {best.plugin!r}"
+    elif key == keys.AUTOGRAD:  # rule 4
+        slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
+        return Entry(slot, slot, False, 4, "no autograd kernel: not differentiable, "
+                     "falls through")
+    else:  # rule 5
+        slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
+        return Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
+    slot, chain = _apply_wrappers(op, key, wrappers, base, fn)
+    if len(chain) > 1:
+        reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain[:-1])
+    own = chain == (base,) and rule == 2  # Note [Kernel variants]
+    if key != keys.CPU and key & keys.BACKEND_MASK:
+        slot = _cached((op.name, key, "check", slot),
+                       lambda s=slot: _device_check(op, key, s))
+        own = False
+        reason += ", device-checked"
+    scalar_slot = slot
+    if own:
+        if base.with_scalar is not None:
+            scalar_slot = base.with_scalar
+        if layers.is_off("checks") and base.unchecked is not None:
+            slot = base.unchecked  # Note [Unchecked fast path]
+            reason += ", unchecked (checks layer off)"
+    return Entry(slot, scalar_slot, True, rule, reason, chain)
+
+
+def rebuild_op(op: Operator) -> None:
+    all_keys = keys.all_keys()
+    op.entries = {key: compute_entry(op, key) for key in all_keys}
+    none = _cached((op.name, 0, "missing"), lambda: missing_kernel(op, 0))
+    table, scalar_table, mask = [none], [none], 0
+    for bit in range(max(all_keys).bit_length()):
+        key = 1 << bit
+        entry = op.entries.get(key)
+        if entry is None:  # a device key no registered plugin provides now: rule 5
+            slot = _cached((op.name, key, "missing"), lambda k=key: missing_kernel(op, k))
+            entry = Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
+        table.append(entry.slot)
+        scalar_table.append(entry.scalar_slot)
+        if entry.in_mask:
+            mask |= key
+    op.table[:] = table  # in place: bindings hold the list itself
+    op.scalar_table[:] = scalar_table
+    op.mask = mask
+
+
+def rebuild() -> None:
+    """Recompute every operator's table and mask (registration time, never per call)."""
+    global _slot_cache
+    _used.clear()
+    for op in OPERATORS.values():
+        rebuild_op(op)
+    _slot_cache = dict(_used)  # slots of removed kernels are forgotten
+
+
+def describe(entry: Entry) -> Any:
+    """(kernel text, plugin, priority) of an entry, as dumps show it."""
+    if not entry.chain:
+        marker = ("off: RuntimeError" if entry.rule == 1 and entry.in_mask else
+                  "off: fallthrough" if entry.rule == 1 else
+                  "fallthrough" if entry.rule == 4 else "missing: NotImplementedError")
+        return (f"[{marker}]", "", "")
+    names = " -> ".join(k.name for k in entry.chain)
+    return (names, entry.chain[0].plugin, entry.chain[0].priority)

@@ -1,0 +1,192 @@
+"""Argument rules of operators beyond their argument kinds, shared by every backend.
+
+An operator's ``check`` (named in its ``operators.py`` entry) receives the arguments
+after their kinds were checked (``arguments.py``) and returns the arguments its kernels
+get: shapes resolved (reshape's -1), axes related to each other (tensordot), sizes
+checked (squeeze). Kernels of every device can therefore trust them. Also the shape
+arithmetic backends share: broadcasting and reduced shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import arguments as A
+from .schema import OPERATORS
+
+Shape = tuple[int, ...]
+
+
+def broadcast_shapes(name: str, *shapes: Shape) -> Shape:
+    """The broadcast shape, or a ValueError that shows every shape."""
+    first = shapes[0]
+    if all(s == first or not s for s in shapes):  # equal shapes and scalars: common
+        return first if first else max(shapes, key=len)
+    if len(shapes) == 2:  # one shape the tail of the other: a bias, a row (common too)
+        long, short = sorted(shapes, key=len, reverse=True)
+        if long[len(long) - len(short):] == short:
+            return long
+    ndim = max(len(s) for s in shapes)
+    result = []
+    for i in range(-ndim, 0):
+        sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"{name}: shapes {' and '.join(map(str, shapes))} cannot be "
+                             f"broadcast together (dimension {ndim + i} differs)")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
+
+
+def reduced_shape(shape: Shape, axis: tuple[int, ...], keepdims: bool) -> Shape:
+    if keepdims:
+        return tuple(1 if i in axis else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axis)
+
+
+# ---------------------------------------------------------------- operator checks
+
+
+def reshape(x: Any, shape: Shape, copy: bool | None) -> tuple:
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other "
+                         "negatives)")
+    known = math.prod([s for s in shape if s != -1])
+    size = math.prod(x._shape)
+    if -1 in shape:
+        if known == 0 or size % known:
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} "
+                             f"(size {size}) to {shape}")
+        shape = tuple(size // known if s == -1 else s for s in shape)
+    elif known != size:
+        raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} "
+                         f"(size {size}) to {shape} (size {known})")
+    return x, shape, copy
+
+
+def permute_dims(x: Any, axes: Any) -> tuple:
+
+    if not isinstance(axes, (tuple, list)):
+        raise TypeError(f"permute_dims: axes must be a tuple of ints, got {axes!r}")
+    ndim = len(x._shape)
+    axes = tuple(A.axis(a, "permute_dims", "axis", ndim) for a in axes)
+    if sorted(axes) != list(range(ndim)):
+        raise ValueError(f"permute_dims: axes {axes} are not a permutation of "
+                         f"0..{ndim - 1}")
+    return x, axes
+
+
+def at_least_2d(name: str) -> Any:
+    def check(x: Any) -> tuple:
+        if len(x._shape) < 2:
+            raise ValueError(f"{name}: needs at least 2 dimensions, got shape {x._shape}")
+        return (x,)
+    return check
+
+
+def squeeze(x: Any, axis: tuple[int, ...]) -> tuple:
+    for a in axis:
+        if x._shape[a] != 1:
+            raise ValueError(f"squeeze: axis {a} has size {x._shape[a]}, not 1 "
+                             f"(shape {x._shape})")
+    return x, axis
+
+
+def broadcast_to(x: Any, shape: Shape) -> tuple:
+    ok = len(shape) >= len(x._shape) and all(
+        s == t or s == 1 for s, t in zip(x._shape[::-1], shape[::-1]))
+    if not ok:
+        raise ValueError(f"broadcast_to: cannot broadcast shape {x._shape} to {shape}")
+    return x, shape
+
+
+def split(x: Any, sections: Any, axis: int) -> tuple:
+
+    if isinstance(sections, (list, tuple)):
+        sections = [A.integer(v, "split", "split_size_or_sections") for v in sections]
+        if any(v < 0 for v in sections):
+            raise ValueError(f"split: section sizes must be non-negative, got {sections}")
+        if sum(sections) != x._shape[axis]:
+            raise ValueError(f"split: sections {sections} sum to {sum(sections)}, but "
+                             f"axis {axis} has size {x._shape[axis]}")
+    else:
+        if isinstance(sections, bool) or not isinstance(sections, int):
+            raise TypeError(f"split: split_size_or_sections must be an int or a sequence "
+                            f"of ints, got {sections!r}")
+        if sections <= 0:
+            raise ValueError(f"split: split_size must be positive, got {sections}")
+    return x, sections, axis
+
+
+def _check_join_axis(name: str, arrays: list, axis: Any, extra: int) -> int:
+
+    return A.axis(axis, name, "axis", len(arrays[0]._shape) + extra)
+
+
+def concat(arrays: list, axis: Any) -> tuple:
+    if axis is None:  # flatten every tensor first
+        reshape_op = OPERATORS["reshape"]
+        arrays = [reshape_op(a, (math.prod(a._shape),), None) for a in arrays]
+        axis = 0
+    if not arrays[0]._shape:
+        raise ValueError("concat: zero-dimensional tensors cannot be concatenated")
+    return arrays, _check_join_axis("concat", arrays, axis, 0)
+
+
+def stack(arrays: list, axis: Any) -> tuple:
+    return arrays, _check_join_axis("stack", arrays, axis, 1)
+
+
+def matmul(x1: Any, x2: Any) -> tuple:
+    if not x1._shape or not x2._shape:
+        raise ValueError(f"matmul: operands must be at least 1-D, got shapes {x1._shape} "
+                         f"and {x2._shape}")
+    return x1, x2
+
+
+def tensordot(x1: Any, x2: Any, axes: Any) -> tuple:
+
+    n1, n2 = len(x1._shape), len(x2._shape)
+    if isinstance(axes, (list, tuple)):
+        if len(axes) != 2:
+            raise ValueError(f"tensordot: axes must be an int or a pair of axis "
+                             f"sequences, got {axes!r}")
+        a, b = (tuple(ax) if isinstance(ax, (list, tuple)) else (ax,) for ax in axes)
+        a = tuple(A.axis(i, "tensordot", "axis", n1) for i in a)
+        b = tuple(A.axis(i, "tensordot", "axis", n2) for i in b)
+    else:
+        n = A.integer(axes, "tensordot", "axes")
+        if n < 0 or n > min(n1, n2):
+            raise ValueError(f"tensordot: axes={n} is out of range for shapes "
+                             f"{x1._shape} and {x2._shape}")
+        a, b = tuple(range(n1 - n, n1)), tuple(range(n))
+    if len(a) != len(b) or any(x1._shape[i] != x2._shape[j] for i, j in zip(a, b)):
+        raise ValueError(f"tensordot: contracted axes {a} of {x1._shape} and {b} of "
+                         f"{x2._shape} do not match")
+    return x1, x2, (a, b)
+
+
+def vecdot(x1: Any, x2: Any, axis: Any) -> tuple:
+    """The contracted axis, as a negative index into the broadcast shape."""
+
+    shape = broadcast_shapes("vecdot", x1._shape, x2._shape)
+    a = A.axis(axis, "vecdot", "axis", len(shape)) - len(shape)
+    n1 = x1._shape[a] if a >= -len(x1._shape) else 1
+    n2 = x2._shape[a] if a >= -len(x2._shape) else 1
+    if n1 != n2:
+        raise ValueError(f"vecdot: the contracted axis has size {n1} in {x1._shape} but "
+                         f"{n2} in {x2._shape}")
+    return x1, x2, a
+
+
+def cumulative_sum(x: Any, axis: Any, dtype: Any, include_initial: bool) -> tuple:
+    """axis may be omitted only for 0-d and 1-D tensors (Array API)."""
+
+    ndim = len(x._shape)
+    if axis is None:
+        if ndim > 1:
+            raise ValueError(f"cumulative_sum: axis is required for a {ndim}-D tensor")
+        axis = 0
+    if ndim == 0:
+        raise ValueError("cumulative_sum: needs at least 1 dimension, got a 0-d tensor")
+    return x, A.axis(axis, "cumulative_sum", "axis", ndim), dtype, include_initial

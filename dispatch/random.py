@@ -1,0 +1,15 @@
+"""The global random number generator behind ``lm.rand`` and ``lm.randn``."""
+
+import numpy as np
+
+_generator = np.random.default_rng()
+
+
+def seed(value: int) -> None:
+    """Reseed the generator: the same seed gives the same ``rand``/``randn`` stream."""
+    global _generator
+    _generator = np.random.default_rng(value)
+
+
+def generator() -> np.random.Generator:
+    return _generator

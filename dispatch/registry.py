@@ -1,0 +1,111 @@
+"""Kernel registrations: which plugin registered what, for which operator and key.
+
+Nothing here is on the call path: ``entries.rebuild`` turns the registrations into the
+operators' tables. Plugins register through ``lamina.backends.Registry``, which calls
+these functions with the plugin's name.
+
+Note [Kernel variants]: a kernel may come with variants, declared when it is
+registered: ``with_scalar`` serves calls with a Python scalar operand (the bindings
+route them to ``op.scalar_table``), ``unchecked`` serves calls while the "checks"
+layer is off (Note [Unchecked fast path]). A variant belongs to its kernel's record:
+a wrapper, device check or fallback in front of a kernel serves every call itself.
+
+Note [Kernel priority]: among the kernels of one slot the preferred plugin
+(lm.backends.use) wins; then the higher priority; then the plugin name
+(alphabetical), then registration order, so ties never depend on the order plugins
+were loaded in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import keys
+from .schema import get
+
+
+@dataclass
+class Kernel:
+    """One registration: a kernel (or wrapper factory, or device fallback) of a plugin."""
+
+    fn: Callable
+    plugin: str
+    priority: int
+    order: int  # registration order, only for stable tie-breaking
+    wraps: bool = False  # fn is a factory fn(next_kernel) -> kernel (Note [Kernel wrappers])
+    with_scalar: Callable | None = None  # Note [Kernel variants]
+    unchecked: Callable | None = None
+    label: str | None = None  # how dumps show it, when not its function's name
+
+    @property
+    def name(self) -> str:
+        if self.label is not None:
+            return self.label
+        fn = self.fn
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+kernels: dict[tuple[str, int], list[Kernel]] = {}  # (op name, key bit) -> registrations
+fallbacks: dict[int, list[Kernel]] = {}  # device key bit -> [Kernel] (Note [Backend fallback])
+_order = 0
+preferred_plugin: str | None = None  # lm.backends.use
+
+
+def _next_order() -> int:
+    global _order
+    _order += 1
+    return _order
+
+
+def register_kernel(op_name: str, key: int, fn: Callable, plugin: str, priority: int = 0,
+                    *, wraps: bool = False, with_scalar: Callable | None = None,
+                    unchecked: Callable | None = None) -> Kernel:
+    """Record a kernel for (operator, key); ``entries.rebuild()`` makes it active."""
+    get(op_name)  # unknown operator names are an error, not a silent new entry
+    k = Kernel(fn, plugin, priority, _next_order(), wraps, with_scalar, unchecked)
+    kernels.setdefault((op_name, key), []).append(k)
+    return k
+
+
+def register_fallback(key: int, fn: Callable, plugin: str, priority: int = 0) -> Kernel:
+    """Record a device's fallback (Note [Backend fallback]); ``rebuild()`` activates it."""
+    if key not in keys.all_keys() or not key & keys.BACKEND_MASK:
+        raise ValueError(f"a fallback needs a registered device key, got {key:#x}")
+    k = Kernel(fn, plugin, priority, _next_order())
+    fallbacks.setdefault(key, []).append(k)
+    return k
+
+
+def unregister_plugin(plugin: str) -> None:
+    """Drop every kernel and fallback that ``plugin`` registered."""
+    for registry in (kernels, fallbacks):
+        for k, entries in list(registry.items()):
+            entries[:] = [e for e in entries if e.plugin != plugin]
+            if not entries:
+                del registry[k]
+
+
+def kernels_of(plugin: str) -> list[tuple[str | None, int, Kernel]]:
+    """(op name, key, Kernel) of every kernel of ``plugin``; op name None for fallbacks."""
+    return ([(op, key, e) for (op, key), es in kernels.items() for e in es
+             if e.plugin == plugin]
+            + [(None, key, e) for key, es in fallbacks.items() for e in es
+               if e.plugin == plugin])
+
+
+def ties(plugin: str) -> list[tuple[str | None, int, str, int]]:
+    """(op name, key, other plugin, priority) wherever ``plugin`` and another plugin
+    register the same slot (kernel or fallback) at the same priority: resolved by
+    plugin name (Note [Kernel priority]), but worth a warning."""
+    found = []
+    for op, key, e in kernels_of(plugin):
+        entries = kernels[op, key] if op is not None else fallbacks[key]
+        found += [(op, key, o.plugin, e.priority) for o in entries
+                  if o.plugin != plugin and o.priority == e.priority and o.wraps == e.wraps]
+    return found
+
+
+def rank(e: Kernel) -> tuple:
+    """The sort key of Note [Kernel priority]: the lowest ranks first."""
+    return (e.plugin != preferred_plugin, -e.priority, e.plugin, e.order)
