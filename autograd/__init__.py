@@ -21,8 +21,20 @@ from .graph import register_hook
 
 plugin = layer  # registered by lamina/__init__.py, like a backend plugin
 
-__all__ = ["backward", "grad", "gradcheck", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled", "register_hook", "DERIVATIVES", "engine", "graph", "plugin"]
+__all__ = [
+    "DERIVATIVES",
+    "backward",
+    "enable_grad",
+    "engine",
+    "grad",
+    "gradcheck",
+    "graph",
+    "is_grad_enabled",
+    "no_grad",
+    "plugin",
+    "register_hook",
+    "set_grad_enabled",
+]
 
 # Tensor.backward and Tensor.register_hook call through this (Note [Upper layers])
 _tensor.upper.autograd = sys.modules[__name__]

@@ -12,10 +12,11 @@ differentiated (``create_graph=True``). ``n[i] and expr`` skips work nobody need
 The engine reduces broadcast gradients to each input's shape and casts them to its
 dtype, so formulas may return broadcast-shaped gradients.
 """
+
 import math
 
-from lamina.dispatch.dtypes import bool_
 from lamina.dispatch import ops
+from lamina.dispatch.dtypes import bool_
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
@@ -23,8 +24,7 @@ from .grad_mode import is_grad_enabled
 
 
 class Derivative:
-    __slots__ = ("name", "formula", "saves", "sizes", "uses_result", "list_input",
-                 "binary_saves")
+    __slots__ = ("name", "formula", "saves", "sizes", "uses_result", "list_input", "binary_saves")
 
     def __init__(self, name, formula, saves=(), sizes=(), uses_result=False):
         self.name, self.formula = name, formula
@@ -39,8 +39,15 @@ class Derivative:
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
         # for graph.record_binary: False (saves nothing), True (saves both arguments)
         # or None (anything else: the general record)
-        self.binary_saves = (None if uses_result or sizes else False if saves == ()
-                             else True if saves in (None, (0, 1)) else None)
+        self.binary_saves = (
+            None
+            if uses_result or sizes
+            else False
+            if saves == ()
+            else True
+            if saves in (None, (0, 1))
+            else None
+        )
 
 
 def _zero(g):
@@ -72,9 +79,9 @@ def _pow_exponent(g, a, b):
     """d(a ** b)/db = a ** b * log(a), taken as 0 where a <= 0; ``a`` may be a Python
     scalar (``2.0 ** x``)."""
     if not isinstance(a, Tensor):
-        return g * (a ** b * math.log(a)) if a > 0 else _zero(g)
+        return g * (a**b * math.log(a)) if a > 0 else _zero(g)
     positive = a > 0
-    return g * ops.where(positive, a ** b * ops.log(ops.where(positive, a, 1.0)), 0.0)
+    return g * ops.where(positive, a**b * ops.log(ops.where(positive, a, 1.0)), 0.0)
 
 
 def _matmul(g, r, n, a, b):
@@ -95,10 +102,11 @@ def _sum_to(g, shape):
     if g.shape == shape:
         return g
     if g.ndim < len(shape):  # x[1:3] = w with w of shape (1, 2): leading 1-dims
-        return ops.reshape(_sum_to(g, shape[len(shape) - g.ndim:]), shape)
+        return ops.reshape(_sum_to(g, shape[len(shape) - g.ndim :]), shape)
     lead = g.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
-        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1
+    )
     g = ops.sum(g, axis=axes, keepdims=True) if axes else g
     return ops.reshape(g, shape)
 
@@ -151,8 +159,7 @@ def _prod_others(x, axis):
 def _var(g, r, n, x, axis, correction, keepdims):
     count = math.prod(x.shape[d] for d in axis)
     mean = ops.mean(x, axis=axis, keepdims=True)
-    return (_expand_reduced(g, x.shape, axis, keepdims) * 2.0 * (x - mean)
-            / (count - correction),)
+    return (_expand_reduced(g, x.shape, axis, keepdims) * 2.0 * (x - mean) / (count - correction),)
 
 
 def _std(g, r, n, x, axis, correction, keepdims):
@@ -160,16 +167,22 @@ def _std(g, r, n, x, axis, correction, keepdims):
     mean = ops.mean(x, axis=axis, keepdims=True)
     r = _expand_reduced(r, x.shape, axis, keepdims)
     # constant data has std 0 and (x - mean) 0: the gradient is 0 there, not 0 / 0
-    grad = _expand_reduced(g, x.shape, axis, keepdims) * (x - mean) / (
-        (count - correction) * ops.where(r == 0, 1.0, r))
+    grad = (
+        _expand_reduced(g, x.shape, axis, keepdims)
+        * (x - mean)
+        / ((count - correction) * ops.where(r == 0, 1.0, r))
+    )
     return (grad,)
 
 
 def _extreme(g, r, n, x, axis, keepdims):
     # Ties share the gradient evenly (PyTorch's amax/amin).
     mask = ops.astype(x == _expand_reduced(r, x.shape, axis, keepdims), x.dtype)
-    return (_expand_reduced(g, x.shape, axis, keepdims) * mask
-            / ops.sum(mask, axis=axis, keepdims=True),)
+    return (
+        _expand_reduced(g, x.shape, axis, keepdims)
+        * mask
+        / ops.sum(mask, axis=axis, keepdims=True),
+    )
 
 
 def _getitem(g, r, n, x, key):
@@ -189,11 +202,14 @@ def _setitem(g, r, n, x, key, value):
 
 def _split(gs, r, n, x, sections, axis):
     size = x.shape[axis]
-    sizes = ([min(sections, size - i) for i in range(0, size, sections)]
-             if isinstance(sections, int) else list(sections))
+    sizes = (
+        [min(sections, size - i) for i in range(0, size, sections)]
+        if isinstance(sections, int)
+        else list(sections)
+    )
     pieces = []
     for g, s in zip(gs, sizes):
-        shape = x.shape[:axis] + (s,) + x.shape[axis + 1:]
+        shape = x.shape[:axis] + (s,) + x.shape[axis + 1 :]
         pieces.append(ops.zeros(shape, dtype=x.dtype, device=x.device) if g is None else g)
     return (ops.concat(pieces, axis=axis),)
 
@@ -217,10 +233,14 @@ def _clip(g, r, n, x, lo, hi):
         inside = ops.logical_and(inside, ops.logical_not(below))
     if above is not None:
         inside = ops.logical_and(inside, ops.logical_not(above))
-    from_lo = below if above is None or below is None else ops.logical_and(
-        below, ops.logical_not(above))
-    return (g * ops.astype(inside, g.dtype), n[1] and g * ops.astype(from_lo, g.dtype),
-            n[2] and g * ops.astype(above, g.dtype))
+    from_lo = (
+        below if above is None or below is None else ops.logical_and(below, ops.logical_not(above))
+    )
+    return (
+        g * ops.astype(inside, g.dtype),
+        n[1] and g * ops.astype(from_lo, g.dtype),
+        n[2] and g * ops.astype(above, g.dtype),
+    )
 
 
 def _where(g, r, n, c, x1, x2):
@@ -230,96 +250,159 @@ def _where(g, r, n, c, x1, x2):
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 D = Derivative
-DERIVATIVES = {d.name: d for d in [
-    # elementwise, binary
-    D("add", lambda g, r, n, a, b: (g, g)),
-    D("subtract", lambda g, r, n, a, b: (g, n[1] and -g)),
-    D("multiply", lambda g, r, n, a, b: (n[0] and g * b, n[1] and g * a), saves=(0, 1)),
-    D("divide", lambda g, r, n, a, b: (n[0] and g / b, n[1] and -g * a / (b * b)),
-      saves=(0, 1)),
-    D("pow", lambda g, r, n, a, b: (n[0] and _pow_base(g, a, b),
-                                    n[1] and _pow_exponent(g, a, b)), saves=(0, 1)),
-    D("maximum", lambda g, r, n, a, b: (n[0] and g * _maximum_mask(a, b, g.dtype),
-                                        n[1] and g * _maximum_mask(b, a, g.dtype)),
-      saves=(0, 1)),
-    D("minimum", lambda g, r, n, a, b: (n[0] and g * _maximum_mask(b, a, g.dtype),
-                                        n[1] and g * _maximum_mask(a, b, g.dtype)),
-      saves=(0, 1)),
-    D("floor_divide", lambda g, r, n, a, b: (n[0] and _zero(g), n[1] and _zero(g))),
-    D("remainder", lambda g, r, n, a, b: (n[0] and g, n[1] and -g * ops.floor_divide(a, b)),
-      saves=(0, 1)),
-    D("atan2", lambda g, r, n, a, b: (n[0] and g * b / (a * a + b * b),
-                                      n[1] and -g * a / (a * a + b * b)), saves=(0, 1)),
-    D("hypot", lambda g, r, n, a, b: (n[0] and g * a / r, n[1] and g * b / r),
-      saves=(0, 1), uses_result=True),
-    D("copysign", lambda g, r, n, a, b: (
-        n[0] and g * ops.where(a == 0, 0.0, ops.sign(a) * ops.sign(r)), n[1] and _zero(g)),
-      saves=(0,), uses_result=True),
-    D("logaddexp", lambda g, r, n, a, b: (n[0] and g * ops.exp(a - r),
-                                          n[1] and g * ops.exp(b - r)),
-      saves=(0, 1), uses_result=True),
-    # elementwise, unary
-    D("abs", lambda g, r, n, x: (g * ops.sign(x),), saves=(0,)),
-    D("negative", lambda g, r, n, x: (-g,)),
-    D("positive", lambda g, r, n, x: (g,)),
-    D("square", lambda g, r, n, x: (2.0 * g * x,), saves=(0,)),
-    *[D(name, lambda g, r, n, x: (_zero(g),)) for name in
-      ("sign", "floor", "ceil", "round", "trunc")],
-    D("exp", lambda g, r, n, x: (g * r,), uses_result=True),
-    D("expm1", lambda g, r, n, x: (g * (r + 1.0),), uses_result=True),
-    D("log", lambda g, r, n, x: (g / x,), saves=(0,)),
-    D("log1p", lambda g, r, n, x: (g / (x + 1.0),), saves=(0,)),
-    D("log2", lambda g, r, n, x: (g / (x * _LN2),), saves=(0,)),
-    D("log10", lambda g, r, n, x: (g / (x * _LN10),), saves=(0,)),
-    D("sqrt", lambda g, r, n, x: (g / (2.0 * r),), uses_result=True),
-    D("sin", lambda g, r, n, x: (g * ops.cos(x),), saves=(0,)),
-    D("cos", lambda g, r, n, x: (-g * ops.sin(x),), saves=(0,)),
-    D("tan", lambda g, r, n, x: (g * (1.0 + r * r),), uses_result=True),
-    D("asin", lambda g, r, n, x: (g / ops.sqrt(1.0 - x * x),), saves=(0,)),
-    D("acos", lambda g, r, n, x: (-g / ops.sqrt(1.0 - x * x),), saves=(0,)),
-    D("atan", lambda g, r, n, x: (g / (1.0 + x * x),), saves=(0,)),
-    D("sinh", lambda g, r, n, x: (g * ops.cosh(x),), saves=(0,)),
-    D("cosh", lambda g, r, n, x: (g * ops.sinh(x),), saves=(0,)),
-    D("tanh", lambda g, r, n, x: (g * (1.0 - r * r),), uses_result=True),
-    D("asinh", lambda g, r, n, x: (g / ops.sqrt(x * x + 1.0),), saves=(0,)),
-    D("acosh", lambda g, r, n, x: (g / ops.sqrt(x * x - 1.0),), saves=(0,)),
-    D("atanh", lambda g, r, n, x: (g / (1.0 - x * x),), saves=(0,)),
-    D("clip", _clip, saves=None),
-    D("where", _where, saves=(0,)),
-    D("astype", lambda g, r, n, x, dtype, copy: (g,)),
-    D("copy", lambda g, r, n, x: (g,)),
-    # reductions
-    D("sum", lambda g, r, n, x, axis, dtype, keepdims: (
-        _expand_reduced(g, x.shape, axis, keepdims),), sizes=(0,)),
-    D("mean", lambda g, r, n, x, axis, keepdims: (
-        _expand_reduced(g, x.shape, axis, keepdims)
-        / float(math.prod(x.shape[d] for d in axis)),), sizes=(0,)),
-    D("prod", _prod, saves=(0,)),
-    D("var", _var, saves=(0,)),
-    D("std", _std, saves=(0,), uses_result=True),
-    D("max", _extreme, saves=(0,), uses_result=True),
-    D("min", _extreme, saves=(0,), uses_result=True),
-    # linear algebra
-    D("matmul", _matmul, saves=(0, 1)),
-    D("tensordot", _tensordot, saves=(0, 1)),
-    D("vecdot", lambda g, r, n, a, b, axis: (
-        n[0] and ops.expand_dims(g, axis=axis) * b,
-        n[1] and ops.expand_dims(g, axis=axis) * a), saves=(0, 1)),
-    # views and manipulation
-    D("reshape", lambda g, r, n, x, shape, copy: (ops.reshape(g, x.shape),), saves=(0,)),
-    # saves=(1,) keeps the non-tensor argument (axes, axis): with saves=() the recorder
-    # passes every argument as None, non-tensors too
-    D("permute_dims", lambda g, r, n, x, axes: (
-        ops.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),), saves=(1,)),
-    D("matrix_transpose", lambda g, r, n, x: (ops.matrix_transpose(g),)),
-    D("expand_dims", lambda g, r, n, x, axis: (ops.squeeze(g, axis=axis),), saves=(1,)),
-    D("squeeze", lambda g, r, n, x, axis: (ops.reshape(g, x.shape),), saves=(0,)),
-    D("flip", lambda g, r, n, x, axis: (ops.flip(g, axis=axis),), saves=(1,)),
-    D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
-    D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
-    D("setitem", _setitem, saves=(1,)),
-    D("index_add", lambda g, r, n, x, key, values: (g, None, n[2] and g[key]), saves=(1,)),
-    D("split", _split, saves=(0,)),
-    D("concat", _concat, saves=None),
-    D("stack", _stack, saves=None),
-]}
+DERIVATIVES = {
+    d.name: d
+    for d in [
+        # elementwise, binary
+        D("add", lambda g, r, n, a, b: (g, g)),
+        D("subtract", lambda g, r, n, a, b: (g, n[1] and -g)),
+        D("multiply", lambda g, r, n, a, b: (n[0] and g * b, n[1] and g * a), saves=(0, 1)),
+        D(
+            "divide",
+            lambda g, r, n, a, b: (n[0] and g / b, n[1] and -g * a / (b * b)),
+            saves=(0, 1),
+        ),
+        D(
+            "pow",
+            lambda g, r, n, a, b: (n[0] and _pow_base(g, a, b), n[1] and _pow_exponent(g, a, b)),
+            saves=(0, 1),
+        ),
+        D(
+            "maximum",
+            lambda g, r, n, a, b: (
+                n[0] and g * _maximum_mask(a, b, g.dtype),
+                n[1] and g * _maximum_mask(b, a, g.dtype),
+            ),
+            saves=(0, 1),
+        ),
+        D(
+            "minimum",
+            lambda g, r, n, a, b: (
+                n[0] and g * _maximum_mask(b, a, g.dtype),
+                n[1] and g * _maximum_mask(a, b, g.dtype),
+            ),
+            saves=(0, 1),
+        ),
+        D("floor_divide", lambda g, r, n, a, b: (n[0] and _zero(g), n[1] and _zero(g))),
+        D(
+            "remainder",
+            lambda g, r, n, a, b: (n[0] and g, n[1] and -g * ops.floor_divide(a, b)),
+            saves=(0, 1),
+        ),
+        D(
+            "atan2",
+            lambda g, r, n, a, b: (
+                n[0] and g * b / (a * a + b * b),
+                n[1] and -g * a / (a * a + b * b),
+            ),
+            saves=(0, 1),
+        ),
+        D(
+            "hypot",
+            lambda g, r, n, a, b: (n[0] and g * a / r, n[1] and g * b / r),
+            saves=(0, 1),
+            uses_result=True,
+        ),
+        D(
+            "copysign",
+            lambda g, r, n, a, b: (
+                n[0] and g * ops.where(a == 0, 0.0, ops.sign(a) * ops.sign(r)),
+                n[1] and _zero(g),
+            ),
+            saves=(0,),
+            uses_result=True,
+        ),
+        D(
+            "logaddexp",
+            lambda g, r, n, a, b: (n[0] and g * ops.exp(a - r), n[1] and g * ops.exp(b - r)),
+            saves=(0, 1),
+            uses_result=True,
+        ),
+        # elementwise, unary
+        D("abs", lambda g, r, n, x: (g * ops.sign(x),), saves=(0,)),
+        D("negative", lambda g, r, n, x: (-g,)),
+        D("positive", lambda g, r, n, x: (g,)),
+        D("square", lambda g, r, n, x: (2.0 * g * x,), saves=(0,)),
+        *[
+            D(name, lambda g, r, n, x: (_zero(g),))
+            for name in ("sign", "floor", "ceil", "round", "trunc")
+        ],
+        D("exp", lambda g, r, n, x: (g * r,), uses_result=True),
+        D("expm1", lambda g, r, n, x: (g * (r + 1.0),), uses_result=True),
+        D("log", lambda g, r, n, x: (g / x,), saves=(0,)),
+        D("log1p", lambda g, r, n, x: (g / (x + 1.0),), saves=(0,)),
+        D("log2", lambda g, r, n, x: (g / (x * _LN2),), saves=(0,)),
+        D("log10", lambda g, r, n, x: (g / (x * _LN10),), saves=(0,)),
+        D("sqrt", lambda g, r, n, x: (g / (2.0 * r),), uses_result=True),
+        D("sin", lambda g, r, n, x: (g * ops.cos(x),), saves=(0,)),
+        D("cos", lambda g, r, n, x: (-g * ops.sin(x),), saves=(0,)),
+        D("tan", lambda g, r, n, x: (g * (1.0 + r * r),), uses_result=True),
+        D("asin", lambda g, r, n, x: (g / ops.sqrt(1.0 - x * x),), saves=(0,)),
+        D("acos", lambda g, r, n, x: (-g / ops.sqrt(1.0 - x * x),), saves=(0,)),
+        D("atan", lambda g, r, n, x: (g / (1.0 + x * x),), saves=(0,)),
+        D("sinh", lambda g, r, n, x: (g * ops.cosh(x),), saves=(0,)),
+        D("cosh", lambda g, r, n, x: (g * ops.sinh(x),), saves=(0,)),
+        D("tanh", lambda g, r, n, x: (g * (1.0 - r * r),), uses_result=True),
+        D("asinh", lambda g, r, n, x: (g / ops.sqrt(x * x + 1.0),), saves=(0,)),
+        D("acosh", lambda g, r, n, x: (g / ops.sqrt(x * x - 1.0),), saves=(0,)),
+        D("atanh", lambda g, r, n, x: (g / (1.0 - x * x),), saves=(0,)),
+        D("clip", _clip, saves=None),
+        D("where", _where, saves=(0,)),
+        D("astype", lambda g, r, n, x, dtype, copy: (g,)),
+        D("copy", lambda g, r, n, x: (g,)),
+        # reductions
+        D(
+            "sum",
+            lambda g, r, n, x, axis, dtype, keepdims: (
+                _expand_reduced(g, x.shape, axis, keepdims),
+            ),
+            sizes=(0,),
+        ),
+        D(
+            "mean",
+            lambda g, r, n, x, axis, keepdims: (
+                _expand_reduced(g, x.shape, axis, keepdims)
+                / float(math.prod(x.shape[d] for d in axis)),
+            ),
+            sizes=(0,),
+        ),
+        D("prod", _prod, saves=(0,)),
+        D("var", _var, saves=(0,)),
+        D("std", _std, saves=(0,), uses_result=True),
+        D("max", _extreme, saves=(0,), uses_result=True),
+        D("min", _extreme, saves=(0,), uses_result=True),
+        # linear algebra
+        D("matmul", _matmul, saves=(0, 1)),
+        D("tensordot", _tensordot, saves=(0, 1)),
+        D(
+            "vecdot",
+            lambda g, r, n, a, b, axis: (
+                n[0] and ops.expand_dims(g, axis=axis) * b,
+                n[1] and ops.expand_dims(g, axis=axis) * a,
+            ),
+            saves=(0, 1),
+        ),
+        # views and manipulation
+        D("reshape", lambda g, r, n, x, shape, copy: (ops.reshape(g, x.shape),), saves=(0,)),
+        # saves=(1,) keeps the non-tensor argument (axes, axis): with saves=() the recorder
+        # passes every argument as None, non-tensors too
+        D(
+            "permute_dims",
+            lambda g, r, n, x, axes: (
+                ops.permute_dims(g, tuple(axes.index(i) for i in range(len(axes)))),
+            ),
+            saves=(1,),
+        ),
+        D("matrix_transpose", lambda g, r, n, x: (ops.matrix_transpose(g),)),
+        D("expand_dims", lambda g, r, n, x, axis: (ops.squeeze(g, axis=axis),), saves=(1,)),
+        D("squeeze", lambda g, r, n, x, axis: (ops.reshape(g, x.shape),), saves=(0,)),
+        D("flip", lambda g, r, n, x, axis: (ops.flip(g, axis=axis),), saves=(1,)),
+        D("broadcast_to", lambda g, r, n, x, shape: (_sum_to(g, x.shape),), saves=(0,)),
+        D("getitem", _getitem, saves=(0, 1)),  # the key may be a tensor (mask, indices)
+        D("setitem", _setitem, saves=(1,)),
+        D("index_add", lambda g, r, n, x, key, values: (g, None, n[2] and g[key]), saves=(1,)),
+        D("split", _split, saves=(0,)),
+        D("concat", _concat, saves=None),
+        D("stack", _stack, saves=None),
+    ]
+}

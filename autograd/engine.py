@@ -1,6 +1,7 @@
 """The backward engine: an iterative topological traversal (no recursion, so a
 100,000-node chain works) that runs each node's formula once all the gradients flowing
 into it have arrived."""
+
 import itertools
 from collections import deque
 
@@ -17,7 +18,7 @@ def _dependencies(roots):
     """How many edges point into each node reachable from ``roots``."""
     deps = {}
     seen = set()
-    stack = [n for n in roots]
+    stack = list(roots)
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -41,7 +42,8 @@ def _check_versions(node):
                 f"one of the tensors needed to compute the gradient of {node.name} has "
                 f"been modified by an in-place operation: a tensor of shape {t.shape} is "
                 f"at version {now}; expected version {then}. Clone it before modifying "
-                "it, or modify it after backward.")
+                "it, or modify it after backward."
+            )
 
 
 def _conform(g, shape, dtype):
@@ -143,7 +145,8 @@ def _apply(node, grads, retain_graph):
         raise RuntimeError(
             f"trying to backward through {node.name} a second time, but its saved "
             "tensors were freed after the first backward; pass retain_graph=True to the "
-            "first backward (or grad) if you need to go through the graph twice")
+            "first backward (or grad) if you need to go through the graph twice"
+        )
     _check_versions(node)
     d = node.derivative
     g = grads if node.n_outputs > 1 else grads[0]
@@ -169,8 +172,10 @@ def _apply(node, grads, retain_graph):
         return out
     shapes = node.shapes or (None,) * len(out)
     dtypes = node.dtypes or (None,) * len(out)
-    return [gi if gi is None or gi is False else _conform(gi, shape, dt)
-            for gi, shape, dt in zip(out, shapes, dtypes)]
+    return [
+        gi if gi is None or gi is False else _conform(gi, shape, dt)
+        for gi, shape, dt in zip(out, shapes, dtypes)
+    ]
 
 
 def _as_output(alias, node):
@@ -191,20 +196,23 @@ def _root_grads(tensors, grads):
     out = []
     for t, g in zip(tensors, grads or [None] * len(tensors)):
         if not t.requires_grad:
-            raise RuntimeError("element of the outputs does not require grad and has no "
-                               "grad_fn (did you call backward on a tensor computed under "
-                               "no_grad, or forget requires_grad=True?)")
+            raise RuntimeError(
+                "element of the outputs does not require grad and has no "
+                "grad_fn (did you call backward on a tensor computed under "
+                "no_grad, or forget requires_grad=True?)"
+            )
         if g is None:
             if t.size != 1:
-                raise RuntimeError(f"grad can be implicitly created only for outputs with "
-                                   f"one element; this one has shape {t.shape}: pass "
-                                   "gradient=")
+                raise RuntimeError(
+                    f"grad can be implicitly created only for outputs with "
+                    f"one element; this one has shape {t.shape}: pass "
+                    "gradient="
+                )
             g = ops.ones_like(t)
         elif not isinstance(g, Tensor):
             g = ops.asarray(g, dtype=t.dtype)
         if g.shape != t.shape:
-            raise ValueError(f"gradient has shape {g.shape}, but the output has shape "
-                             f"{t.shape}")
+            raise ValueError(f"gradient has shape {g.shape}, but the output has shape {t.shape}")
         out.append(g)
     return out
 
@@ -214,8 +222,9 @@ def backward(tensors, grad_tensors=None, retain_graph=False, create_graph=False)
     run([edge(t) for t in tensors], grads, retain_graph or create_graph, create_graph)
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
-         allow_unused=False):
+def grad(
+    outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False
+):
     """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated)."""
     single = isinstance(outputs, Tensor)
     outputs = [outputs] if single else list(outputs)
@@ -234,8 +243,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for t in inputs:
         g = capture[edge(t)]
         if g is None and not allow_unused:
-            raise RuntimeError(f"one of the inputs (shape {t.shape}) was not used to compute "
-                               "the outputs; pass allow_unused=True to get None for it")
+            raise RuntimeError(
+                f"one of the inputs (shape {t.shape}) was not used to compute "
+                "the outputs; pass allow_unused=True to get None for it"
+            )
         if g is not None and not create_graph:
             g = g.detach()
         result.append(g)

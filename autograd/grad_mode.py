@@ -1,5 +1,6 @@
 """Grad mode: whether the autograd layer records operations. Thread-local, as users of
 PyTorch expect: ``no_grad`` in one thread does not affect another."""
+
 import functools
 import threading
 
@@ -37,6 +38,7 @@ class set_grad_enabled:
         def wrapper(*args, **kwargs):
             with set_grad_enabled(mode):
                 return fn(*args, **kwargs)
+
         return wrapper
 
 
@@ -57,14 +59,17 @@ class _ModeContext:
         def wrapper(*args, **kwargs):
             with cls():
                 return fn(*args, **kwargs)
+
         return wrapper
 
 
 class no_grad(_ModeContext):
     """Turn recording off in a block or a decorated function."""
+
     mode = False
 
 
 class enable_grad(_ModeContext):
     """Turn recording back on (inside ``no_grad``)."""
+
     mode = True

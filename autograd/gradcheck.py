@@ -28,8 +28,15 @@ def _host(t: Tensor) -> np.ndarray:
     return np.asarray(t._host(), dtype=np.float64)
 
 
-def gradcheck(fn: Callable, inputs: Sequence[Any], *, eps: float = 1e-6, atol: float = 1e-5,
-              rtol: float = 1e-3, raise_exception: bool = True) -> bool:
+def gradcheck(
+    fn: Callable,
+    inputs: Sequence[Any],
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+) -> bool:
     """True when every input's gradient matches finite differences; otherwise raise
     (or return False) naming the input and the largest mismatch.
 
@@ -56,9 +63,13 @@ def gradcheck(fn: Callable, inputs: Sequence[Any], *, eps: float = 1e-6, atol: f
             for j in range(n_out):
                 seed = np.zeros(n_out)
                 seed[j] = 1.0
-                g = grad(out, x, ops.asarray(seed.reshape(out.shape), dtype=out.dtype,
-                                             device=out.device),
-                         retain_graph=True, allow_unused=True)[0]
+                g = grad(
+                    out,
+                    x,
+                    ops.asarray(seed.reshape(out.shape), dtype=out.dtype, device=out.device),
+                    retain_graph=True,
+                    allow_unused=True,
+                )[0]
                 if g is not None:
                     analytical[j] = _host(g).reshape(-1)
             numerical = np.zeros((n_out, x.size))
@@ -78,6 +89,7 @@ def gradcheck(fn: Callable, inputs: Sequence[Any], *, eps: float = 1e-6, atol: f
                     raise AssertionError(
                         f"gradcheck: the gradient of output {k} with respect to input {i} "
                         f"(shape {x.shape}) differs from finite differences by up to "
-                        f"{worst:.3g}\nanalytical:\n{analytical}\nnumerical:\n{numerical}")
+                        f"{worst:.3g}\nanalytical:\n{analytical}\nnumerical:\n{numerical}"
+                    )
                 return False
     return True

@@ -8,6 +8,7 @@ weakref, plus a detached alias of the result for formulas that use it), so there
 no reference cycles: a graph is freed by reference counting the moment its last output
 goes, without the garbage collector.
 """
+
 import weakref
 
 from lamina.dispatch import keys
@@ -195,9 +196,20 @@ def record(derivative, args, outputs):
     if saves == () and not sizes and not plain and not listed:
         node.saved = _NOTHING_SAVED[len(args)]  # only tensors, none saved: a constant
     else:
-        node.saved = args if saves is None else tuple(
-            [Sizes(a) if i in sizes else None if i not in saves and a.__class__ is Tensor
-             else a for i, a in enumerate(args)])
+        node.saved = (
+            args
+            if saves is None
+            else tuple(
+                [
+                    Sizes(a)
+                    if i in sizes
+                    else None
+                    if i not in saves and a.__class__ is Tensor
+                    else a
+                    for i, a in enumerate(args)
+                ]
+            )
+        )
     if derivative.uses_result:
         # A weakref to the output (differentiable, for create_graph) and a detached
         # alias of its storage for when the output itself is gone. The alias's version
@@ -236,9 +248,15 @@ def record_binary(derivative, a, b, out):
     saves nothing or both (Derivative.binary_saves). The node then needs its
     derivative and two tuples (Note [Cheap recording]); anything else takes record()."""
     shape, dtype, saves = out._shape, out._dtype, derivative.binary_saves
-    if not (saves is not None and a.__class__ is Tensor and b.__class__ is Tensor
-            and a._dtype is dtype and b._dtype is dtype
-            and a._shape == shape and b._shape == shape):
+    if not (
+        saves is not None
+        and a.__class__ is Tensor
+        and b.__class__ is Tensor
+        and a._dtype is dtype
+        and b._dtype is dtype
+        and a._shape == shape
+        and b._shape == shape
+    ):
         return record(derivative, (a, b), (out,))
     # the two edges, inlined: a helper call would cost ~5% of the whole operation
     if a._ks & AUTOGRAD:
@@ -278,14 +296,21 @@ def record_with_scalar(derivative, a, b, out):
     saves, first = derivative.binary_saves, type(a) is Tensor
     t, scalar = (a, b) if first else (b, a)
     e = edge(t) if type(t) is Tensor else False
-    if (saves is None or e is False or e is not None and e[1] or type(scalar) not in PY_SCALARS
-            or t._dtype is not out._dtype or t._shape != out._shape):
+    if (
+        saves is None
+        or e is False
+        or (e is not None and e[1])
+        or type(scalar) not in PY_SCALARS
+        or t._dtype is not out._dtype
+        or t._shape != out._shape
+    ):
         return record(derivative, (a, b), (out,))
     node = Node()
     node.derivative = derivative
     nxt, kept = e and e[0], t if saves else None
-    node.next_nodes, node.saved = ((nxt, None), (kept, scalar)) if first else (
-        (None, nxt), (scalar, kept))
+    node.next_nodes, node.saved = (
+        ((nxt, None), (kept, scalar)) if first else ((None, nxt), (scalar, kept))
+    )
     if saves and _modified:
         node.versions = (version_of(t),)
     out._ks |= AUTOGRAD

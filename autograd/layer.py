@@ -5,6 +5,7 @@ while it requires grad, so a call whose inputs do not require grad never enters 
 layer: no-op autograd costs nothing. Inside, a kernel redispatches below its own key
 through the same table, then records a graph node (unless grad mode is off).
 """
+
 import numpy as np
 import pluggy
 
@@ -56,17 +57,21 @@ def _kernel(op, derivative):
 def _check_leaf(name, x):
     fn = x.grad_fn
     if fn is None and x._ks & keys.AUTOGRAD:
-        raise RuntimeError(f"{name}: a leaf tensor that requires grad cannot be modified "
-                           "in place (it would invalidate its gradient); do it under "
-                           "lamina.no_grad() or on a copy")
+        raise RuntimeError(
+            f"{name}: a leaf tensor that requires grad cannot be modified "
+            "in place (it would invalidate its gradient); do it under "
+            "lamina.no_grad() or on a copy"
+        )
     while fn is not None and fn.name in _VIEW_OPS:  # writing a view writes its base
         fn = fn.next_nodes[0]
         if isinstance(fn, graph.AccumulateGrad):
             leaf = fn.variable._data
             if isinstance(leaf, np.ndarray) and np.may_share_memory(leaf, x._data):
-                raise RuntimeError(f"{name}: a view of a leaf tensor that requires grad "
-                                   "cannot be modified in place; do it under "
-                                   "lamina.no_grad() or on a copy")
+                raise RuntimeError(
+                    f"{name}: a view of a leaf tensor that requires grad "
+                    "cannot be modified in place; do it under "
+                    "lamina.no_grad() or on a copy"
+                )
             return
 
 
@@ -75,17 +80,18 @@ def _check_view(name, x, value):
     base tensor's graph would not learn of the write (PyTorch rebases it with
     CopySlices; lamina does not yet)."""
     data = x._data
-    if not (isinstance(data, np.ndarray) and data.base is not None
-            and data.base is not x._flat):
+    if not (isinstance(data, np.ndarray) and data.base is not None and data.base is not x._flat):
         return  # owns its storage (an advanced-indexing result is a copy, for one)
     fn = x.grad_fn
     recorded_view = fn is not None and fn.name in _VIEW_OPS
     untracked_view = not x._ks & keys.AUTOGRAD and getattr(value, "_ks", 0) & keys.AUTOGRAD
     if recorded_view or untracked_view:
-        raise RuntimeError(f"{name}: in-place modification of a view with autograd is not "
-                           "supported (the base tensor's gradient would be wrong); write "
-                           "to the base tensor, use an out-of-place operation, or do it "
-                           "under lamina.no_grad()")
+        raise RuntimeError(
+            f"{name}: in-place modification of a view with autograd is not "
+            "supported (the base tensor's gradient would be wrong); write "
+            "to the base tensor, use an out-of-place operation, or do it "
+            "under lamina.no_grad()"
+        )
 
 
 _VIEW_OPS = frozenset(op.name for op in tagged("view"))
@@ -107,6 +113,7 @@ def _inplace_kernel(op, derivative):
         x1.__dict__.pop("_output_nr", None)
         graph.record(derivative, (previous, x2), (x1,))
         return x1
+
     kernel.__name__ = kernel.__qualname__ = op.name
     return kernel
 
@@ -137,5 +144,4 @@ def lamina_register_kernels(registry):
             kernel, with_scalar = _kernel(op, derivative)
             registry.register(name, "autograd", kernel, with_scalar=with_scalar)
         if op.inplace is not None:
-            registry.register(op.inplace.name, "autograd",
-                              _inplace_kernel(op.inplace, derivative))
+            registry.register(op.inplace.name, "autograd", _inplace_kernel(op.inplace, derivative))

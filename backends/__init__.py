@@ -7,11 +7,29 @@ records kernels and rebuilds the dispatch tables once. Entry points in group
 kernel wrappers: the public plugin API is described in docs/backends.md.
 """
 
-from ._manager import (load_builtin, load_entry_points, list, plugin_manager, register,
-                       unregister, use)
+from ._manager import (
+    list,
+    load_builtin,
+    load_entry_points,
+    plugin_manager,
+    register,
+    unregister,
+    use,
+)
 from ._registry import Registry
 from .fallback import cpu_fallback, new_tensor
 from .hookspecs import hookimpl
 
-__all__ = ["hookimpl", "register", "unregister", "use", "list", "plugin_manager",
-           "Registry", "cpu_fallback", "new_tensor", "load_builtin", "load_entry_points"]
+__all__ = [
+    "Registry",
+    "cpu_fallback",
+    "hookimpl",
+    "list",
+    "load_builtin",
+    "load_entry_points",
+    "new_tensor",
+    "plugin_manager",
+    "register",
+    "unregister",
+    "use",
+]

@@ -23,9 +23,11 @@ def key_of(device: str) -> int:
     try:
         return keys.LAYER_KEYS[device]
     except KeyError:
-        raise ValueError(f"unknown device or layer {device!r}; devices: "
-                         f"{', '.join(keys.devices())}; layers: "
-                         f"{', '.join(keys.LAYER_KEYS)}") from None
+        raise ValueError(
+            f"unknown device or layer {device!r}; devices: "
+            f"{', '.join(keys.devices())}; layers: "
+            f"{', '.join(keys.LAYER_KEYS)}"
+        ) from None
 
 
 class Registry:
@@ -38,9 +40,16 @@ class Registry:
     def __init__(self, plugin: str) -> None:
         self.plugin = plugin
 
-    def register(self, op: str, device: str, fn: Callable, priority: int = 0, *,
-                 with_scalar: Callable | None = None,
-                 unchecked: Callable | None = None) -> None:
+    def register(
+        self,
+        op: str,
+        device: str,
+        fn: Callable,
+        priority: int = 0,
+        *,
+        with_scalar: Callable | None = None,
+        unchecked: Callable | None = None,
+    ) -> None:
         """Serve operator ``op`` on ``device`` (or layer) with ``fn(ks, *args)``.
 
         Optional variants (Note [Kernel variants]): ``with_scalar(ks, a, b)`` for
@@ -50,33 +59,44 @@ class Registry:
         for name, variant in (("with_scalar", with_scalar), ("unchecked", unchecked)):
             if variant is not None:
                 check_kernel(f"the {name} variant of the kernel for {op!r}", variant, 0)
-        R.register_kernel(op, key_of(device), fn, self.plugin, priority,
-                          with_scalar=with_scalar, unchecked=unchecked)
+        R.register_kernel(
+            op,
+            key_of(device),
+            fn,
+            self.plugin,
+            priority,
+            with_scalar=with_scalar,
+            unchecked=unchecked,
+        )
 
     def implements(self, op: str, device: str = "cpu", priority: int = 0) -> Callable:
         """Decorator form of ``register``."""
+
         def decorate(fn: Callable) -> Callable:
             self.register(op, device, fn, priority)
             return fn
+
         return decorate
 
-    def register_wrapper(self, op: str, device: str, wrapper: Callable,
-                         priority: int = 0) -> None:
+    def register_wrapper(self, op: str, device: str, wrapper: Callable, priority: int = 0) -> None:
         """``wrapper(next_kernel) -> kernel``, called at table-build time with the kernel
         that would serve (op, device) without it (Note [Kernel wrappers])."""
         check_kernel(f"the kernel wrapper for {op!r}", wrapper, priority)
         R.register_kernel(op, key_of(device), wrapper, self.plugin, priority, wraps=True)
 
-    def add_device(self, name: str, *, to_cpu: Callable, from_cpu: Callable,
-                   shares_memory: bool = True) -> int:
+    def add_device(
+        self, name: str, *, to_cpu: Callable, from_cpu: Callable, shares_memory: bool = True
+    ) -> int:
         """Add device ``name`` with its own dispatch key; returns the key (an int).
 
         ``to_cpu(t)`` returns a CPU tensor with ``t``'s values, ``from_cpu(t)`` a tensor
         of this device with the CPU tensor ``t``'s values; both may share memory with
         their argument when ``shares_memory`` (moves then copy once on the CPU side)."""
         if not isinstance(name, str) or not name or not name.replace("_", "a").isalnum():
-            raise ValueError(f"a device name must be a non-empty string of letters, "
-                             f"digits and underscores, got {name!r}")
+            raise ValueError(
+                f"a device name must be a non-empty string of letters, "
+                f"digits and underscores, got {name!r}"
+            )
         if name == "cpu" or name in keys.LAYER_KEYS:
             raise ValueError(f"{name!r} is a built-in device or layer name")
         if name in keys.devices():

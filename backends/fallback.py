@@ -13,8 +13,12 @@ from lamina.dispatch.schema import Operator
 from lamina.dispatch.tensor import Tensor, from_array, from_storage
 
 
-def new_tensor(storage: Any, device: str = "cpu", dtype: DType | None = None,
-               shape: tuple[int, ...] | None = None) -> Tensor:
+def new_tensor(
+    storage: Any,
+    device: str = "cpu",
+    dtype: DType | None = None,
+    shape: tuple[int, ...] | None = None,
+) -> Tensor:
     """A tensor on ``device`` holding ``storage``: a NumPy array (not copied) for the
     CPU, whatever object the device's plugin defines otherwise (then ``dtype``, a
     lamina dtype, and ``shape`` are required: nothing inspects the storage)."""
@@ -35,8 +39,10 @@ def cpu_fallback(op: Operator, ks: int, *args: Any) -> Any:
     result's). Views come back as views only if the converters share memory."""
     spec = devices.spec_of_key(1 << ((ks & keys.BACKEND_MASK).bit_length() - 1))
     if spec is None:
-        raise NotImplementedError(f"cpu_fallback: {op.name} was called with keys "
-                                  f"{keys.keyset_names(ks)}, none of a plugin's device")
+        raise NotImplementedError(
+            f"cpu_fallback: {op.name} was called with keys "
+            f"{keys.keyset_names(ks)}, none of a plugin's device"
+        )
     key, to_cpu, from_cpu = spec.key, spec.to_cpu, spec.from_cpu
 
     def down(a: Any) -> Any:

@@ -4,6 +4,7 @@ A backend is a pluggy plugin: an object or module with ``@hookimpl``-marked func
 Hooks run once, when the plugin is registered; they fill the dispatch tables and never
 run per call.
 """
+
 import pluggy
 
 hookspec = pluggy.HookspecMarker("lamina")

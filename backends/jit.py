@@ -71,8 +71,9 @@ class Family(list):
         return self[D.from_numpy(array_.dtype).index]
 
 
-def kernel_family(pyfunc: Callable, signature_of: Callable[[D.DType], Any],
-                  parallel: bool = False) -> Family:
+def kernel_family(
+    pyfunc: Callable, signature_of: Callable[[D.DType], Any], parallel: bool = False
+) -> Family:
     """A Family of one plain function, compiled for ``signature_of(dtype)``."""
     return Family(lambda i: compile_kernel(pyfunc, signature_of(D.ALL[i]), parallel))
 

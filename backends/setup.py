@@ -5,6 +5,7 @@ Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when
 kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float) and
 an integer that does not fit raises OverflowError instead of wrapping.
 """
+
 import numpy as np
 
 from lamina.dispatch import dtypes as D
@@ -34,8 +35,10 @@ def promote(op, args):
         if d is not None:
             dtype = d if dtype is None else D.PROMOTE[dtype.index][d.index]
     if dtype is None:  # e.g. where(cond, 1, 2): no tensor to take a dtype from
-        raise TypeError(f"{op.name}: expected at least one tensor operand to take the "
-                        f"dtype from, got {', '.join(type(a).__name__ for a in args)}")
+        raise TypeError(
+            f"{op.name}: expected at least one tensor operand to take the "
+            f"dtype from, got {', '.join(type(a).__name__ for a in args)}"
+        )
     for a in args:
         v = scalar_value(a)
         if v is None:
@@ -49,8 +52,12 @@ def promote(op, args):
 
 
 _ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
-_DESCRIBE = {"numeric": "numeric", "float": "floating-point", "int": "integer",
-             "intbool": "integer or boolean"}
+_DESCRIBE = {
+    "numeric": "numeric",
+    "float": "floating-point",
+    "int": "integer",
+    "intbool": "integer or boolean",
+}
 
 
 def check_dtype(op, dtype):
@@ -85,8 +92,9 @@ def operand(x, dtype):
     if isinstance(v, int) and not isinstance(v, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype.np)
         if not info.min <= v <= info.max:
-            raise OverflowError(f"Python integer {v} is out of bounds for {dtype} "
-                                f"[{info.min}, {info.max}]")
+            raise OverflowError(
+                f"Python integer {v} is out of bounds for {dtype} [{info.min}, {info.max}]"
+            )
     return np.asarray(v, dtype.np)
 
 
@@ -111,14 +119,19 @@ def shape_of(x):
 def inplace_check(op, target, dtype, shape):
     """``x1 op= x2`` must not change x1's dtype or shape (Array API)."""
     if dtype is not target._dtype:
-        raise TypeError(f"{op.name}: the result dtype {dtype} cannot be stored in place "
-                        f"into a {target._dtype} tensor")
+        raise TypeError(
+            f"{op.name}: the result dtype {dtype} cannot be stored in place "
+            f"into a {target._dtype} tensor"
+        )
     if shape != target._shape:
-        raise ValueError(f"{op.name}: the result shape {shape} cannot be stored in place "
-                         f"into a tensor of shape {target._shape}")
+        raise ValueError(
+            f"{op.name}: the result shape {shape} cannot be stored in place "
+            f"into a tensor of shape {target._shape}"
+        )
     if not target._data.flags.writeable:
-        raise ValueError(f"{op.name}: the target tensor is a read-only view "
-                         "(e.g. from broadcast_to)")
+        raise ValueError(
+            f"{op.name}: the target tensor is a read-only view (e.g. from broadcast_to)"
+        )
 
 
 def sum_dtype(op, x, dtype):
@@ -148,7 +161,9 @@ def check_clip_bounds(x, *bounds):
             continue
         v = scalar_value(b)
         kind = _weak_kind(v) if v is not None else b._dtype.kind
-        if kind == "f" and x._dtype.kind != "f" or kind == "b" and x._dtype.kind != "b":
-            raise TypeError(f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "
-                            f"cannot bound a {x._dtype} tensor without changing its dtype; "
-                            "cast x with astype first")
+        if (kind == "f" and x._dtype.kind != "f") or (kind == "b" and x._dtype.kind != "b"):
+            raise TypeError(
+                f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "
+                f"cannot bound a {x._dtype} tensor without changing its dtype; "
+                "cast x with astype first"
+            )

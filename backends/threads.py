@@ -33,8 +33,10 @@ def set_num_threads(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
-        raise ValueError(f"num_threads must be between 1 and "
-                         f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}")
+        raise ValueError(
+            f"num_threads must be between 1 and "
+            f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}"
+        )
     numba.set_num_threads(n)
     _threshold = float("inf") if n == 1 else PARALLEL_ELEMENTS
     for listener in _listeners:

@@ -6,12 +6,25 @@ precedence] (``entries.py``). ``dump_table(name)`` shows which kernel, from whic
 plugin, serves each key of an operator, and why.
 """
 
-from . import keys
+from . import (
+    keys,
+    ops,  # the public functions (defines every operator)
+)
 from .dump import dump_table
 from .entries import rebuild
 from .keys import AUTOGRAD, CPU, SPARSE
-from . import ops  # the public functions (defines every operator)
 from .schema import OPERATORS, Operator, get, keyset
 
-__all__ = ["keys", "ops", "AUTOGRAD", "CPU", "SPARSE", "OPERATORS", "Operator", "dump_table",
-           "get", "keyset", "rebuild"]
+__all__ = [
+    "AUTOGRAD",
+    "CPU",
+    "OPERATORS",
+    "SPARSE",
+    "Operator",
+    "dump_table",
+    "get",
+    "keys",
+    "keyset",
+    "ops",
+    "rebuild",
+]

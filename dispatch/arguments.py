@@ -38,15 +38,15 @@ def tensor(value: Any, fn: str, name: str) -> Any:
 
 def tensor_or_scalar(value: Any, fn: str, name: str) -> Any:
     if getattr(value, "_ks", None) is None and not isinstance(value, (bool, int, float)):
-        raise TypeError(f"{fn}: {name} must be a tensor or a Python scalar, got "
-                        f"{_kind_name(value)}")
+        raise TypeError(
+            f"{fn}: {name} must be a tensor or a Python scalar, got {_kind_name(value)}"
+        )
     return value
 
 
 def tensors(value: Any, fn: str, name: str) -> list:
     if getattr(value, "_ks", None) is not None or not isinstance(value, (list, tuple)):
-        raise TypeError(f"{fn}: {name} must be a list or tuple of tensors, got "
-                        f"{_kind_name(value)}")
+        raise TypeError(f"{fn}: {name} must be a list or tuple of tensors, got {_kind_name(value)}")
     value = list(value)
     if not value:
         raise ValueError(f"{fn}: {name} needs at least one tensor")
@@ -82,8 +82,7 @@ def axis(value: Any, fn: str, name: str, ndim: int) -> int:
     """One axis in [-ndim, ndim), as a non-negative int."""
     a = integer(value, fn, name)
     if not -ndim <= a < ndim:
-        raise AxisError(f"{fn}: {name} {a} is out of bounds for a tensor of dimension "
-                        f"{ndim}")
+        raise AxisError(f"{fn}: {name} {a} is out of bounds for a tensor of dimension {ndim}")
     return a % ndim
 
 
@@ -130,8 +129,7 @@ def dtype(value: Any, fn: str, name: str) -> DType:
 def device(value: Any, fn: str, name: str) -> str:
     """A Device or a device name, as the name of a registered device."""
     if not isinstance(value, (str, Device)):
-        raise TypeError(f"{fn}: {name} must be a device or a device name, got "
-                        f"{_kind_name(value)}")
+        raise TypeError(f"{fn}: {name} must be a device or a device name, got {_kind_name(value)}")
     keys.device_key(str(value))  # ValueError naming the known devices
     return str(value)
 
@@ -169,7 +167,7 @@ DESCRIPTIONS = {
     "Axis": "an axis in [-ndim, ndim); kernels get it non-negative",
     "NewAxis": "a position in [-ndim - 1, ndim] for a new axis; kernels get it non-negative",
     "Axes": "None (every axis), an int or a tuple of ints; kernels get a sorted tuple of "
-            "non-negative axes",
+    "non-negative axes",
     "OneAxisOrAll": "None (every axis) or an int; kernels get it as Axes",
     "Shape": "an int or a tuple of ints",
     "DType": "a lamina dtype, a NumPy dtype, a name or bool/int/float",

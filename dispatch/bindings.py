@@ -33,11 +33,11 @@ def _scalar_keys(name: str, *args: Any) -> int:
         if k is not None:
             ks |= k
         elif not isinstance(a, (float, int, np.generic)):  # subclasses: IntEnum, ...
-            raise TypeError(f"{name}: expected a tensor or a Python scalar, got "
-                            f"{type(a).__name__}")
+            raise TypeError(f"{name}: expected a tensor or a Python scalar, got {type(a).__name__}")
     if not ks:
-        raise TypeError(f"{name}: expected at least one tensor, got "
-                        f"{', '.join(type(a).__name__ for a in args)}")
+        raise TypeError(
+            f"{name}: expected at least one tensor, got {', '.join(type(a).__name__ for a in args)}"
+        )
     return ks
 
 
@@ -59,6 +59,7 @@ def unary_binding(op: Operator) -> Callable:
         except AttributeError:
             raise TypeError(f"{op.name}: expected a tensor, got {type(x).__name__}") from None
         return table[ks.bit_length()](ks, x)
+
     return _named(call, op)
 
 
@@ -71,6 +72,7 @@ def binary_binding(op: Operator) -> Callable:
         except AttributeError:
             return _scalar_call(op, x1, x2)
         return table[ks.bit_length()](ks, x1, x2)
+
     return _named(call, op)
 
 
@@ -84,10 +86,16 @@ def _named(fn: Callable, op: Operator) -> Callable:
 
 def docstring(op: Operator) -> str:
     """The doc of a public function: the schema's doc, its arguments' kinds."""
-    kinds = [f"    {p.name}: {arguments.DESCRIPTIONS[p.type]}"
-             + (" or None" if p.annotation.endswith("| None") else "") for p in op.params]
-    return (f"{op.doc}\n\nArguments:\n" + "\n".join(kinds)
-            + f"\n\nOperator {op.name!r} ({op.category}): see docs/operators.md.")
+    kinds = [
+        f"    {p.name}: {arguments.DESCRIPTIONS[p.type]}"
+        + (" or None" if p.annotation.endswith("| None") else "")
+        for p in op.params
+    ]
+    return (
+        f"{op.doc}\n\nArguments:\n"
+        + "\n".join(kinds)
+        + f"\n\nOperator {op.name!r} ({op.category}): see docs/operators.md."
+    )
 
 
 # ---------------------------------------------------------------- generated bindings
@@ -111,11 +119,17 @@ def source(name: str) -> str:
     """The Python source of the generated binding of operator ``name``."""
     op = OPERATORS[name]
     params = op.params
-    plain = inspect.Signature([inspect.Parameter(p.name, p.kind, default=p.default)
-                               for p in params])
+    plain = inspect.Signature(
+        [inspect.Parameter(p.name, p.kind, default=p.default) for p in params]
+    )
     tensors = [p for p in params if p.type in ("Tensor", "Tensors")]
-    ndim = (None if not tensors else f"len({tensors[0].name}._shape)"
-            if tensors[0].type == "Tensor" else f"len({tensors[0].name}[0]._shape)")
+    ndim = (
+        None
+        if not tensors
+        else f"len({tensors[0].name}._shape)"
+        if tensors[0].type == "Tensor"
+        else f"len({tensors[0].name}[0]._shape)"
+    )
     lines = [f"def {op.name}{plain}:"]
     for p in params:
         _, needs_ndim = arguments.KINDS[p.type]
@@ -154,17 +168,21 @@ def generated_binding(op: Operator) -> Callable:
 def _reflected(fn: Callable) -> Callable:
     def reflected(self, other):
         return fn(other, self)
+
     return reflected
 
 
 def _comparison(fn: Callable) -> Callable:
     def compare(self, other):
         if isinstance(other, (list, tuple, np.ndarray)):  # not a silent identity False
-            raise TypeError(f"{fn.__name__}: expected a tensor or a Python scalar, got "
-                            f"{type(other).__name__} (convert it with lamina.asarray)")
+            raise TypeError(
+                f"{fn.__name__}: expected a tensor or a Python scalar, got "
+                f"{type(other).__name__} (convert it with lamina.asarray)"
+            )
         if not isinstance(other, (Tensor, bool, int, float, np.generic)):
             return NotImplemented  # Python then falls back to identity (t == None)
         return fn(self, other)
+
     return compare
 
 
@@ -175,16 +193,19 @@ def _inplace(op: Operator) -> Callable:
         binding(self, other)
         bump_version(self)  # Note [Version counters]
         return self
+
     return inplace
 
 
 def _tensors_only(fn: Callable, reflected: bool) -> Callable:
     """A dunder of a non-elementwise operator: NotImplemented for a non-tensor operand,
     so Python raises its own TypeError (``t @ 2``)."""
+
     def dunder(self, other):
         if not isinstance(other, Tensor):
             return NotImplemented
         return fn(other, self) if reflected else fn(self, other)
+
     return dunder
 
 
@@ -215,17 +236,21 @@ def _direct(op: Operator) -> Callable:
     kernel = op.table[keys.CPU.bit_length()]
 
     def refuse(args):
-        raise RuntimeError(f"{op.name}: the dispatcher layer is off, so only dense CPU "
-                           f"tensors that do not require grad are accepted (got key sets "
-                           f"{[keys.keyset_names(getattr(a, '_ks', 0)) for a in args]}); "
-                           "use lamina.layers.enable('dispatcher')")
+        raise RuntimeError(
+            f"{op.name}: the dispatcher layer is off, so only dense CPU "
+            f"tensors that do not require grad are accepted (got key sets "
+            f"{[keys.keyset_names(getattr(a, '_ks', 0)) for a in args]}); "
+            "use lamina.layers.enable('dispatcher')"
+        )
 
     if op.kind == "unary":
+
         def call(x, /):
             if x._ks != keys.CPU:
                 refuse((x,))
             return kernel(keys.CPU, x)
     else:
+
         def call(x1, x2, /):
             try:
                 ks = x1._ks | x2._ks
@@ -234,6 +259,7 @@ def _direct(op: Operator) -> Callable:
             if ks != keys.CPU:
                 refuse((x1, x2))
             return kernel(keys.CPU, x1, x2)
+
     return _named(call, op)
 
 
@@ -255,8 +281,13 @@ def _bindings(direct: bool) -> dict[str, Callable]:
     found = {}
     for op in public_operators():
         if _fast(op):
-            found[op.name] = (_direct(op) if direct else
-                              unary_binding(op) if op.kind == "unary" else binary_binding(op))
+            found[op.name] = (
+                _direct(op)
+                if direct
+                else unary_binding(op)
+                if op.kind == "unary"
+                else binary_binding(op)
+            )
         else:
             found[op.name] = generated_binding(op)
     return found

@@ -23,9 +23,26 @@ from .meta import broadcast_shapes
 from .schema import OPERATORS
 from .tensor import Tensor
 
-__all__ = ["arange", "asarray", "astype", "broadcast_arrays", "empty", "empty_like", "eye",
-           "from_dlpack", "full", "full_like", "linspace", "ones", "ones_like", "rand",
-           "randn", "unstack", "zeros", "zeros_like"]
+__all__ = [
+    "arange",
+    "asarray",
+    "astype",
+    "broadcast_arrays",
+    "empty",
+    "empty_like",
+    "eye",
+    "from_dlpack",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "rand",
+    "randn",
+    "unstack",
+    "zeros",
+    "zeros_like",
+]
 
 DTypeLike = Any
 DeviceLike = str | Device | None
@@ -34,6 +51,7 @@ ShapeLike = int | tuple[int, ...] | list[int]
 
 def _requires_grad_option(fn: Callable) -> Callable:
     """Add PyTorch's ``requires_grad=False`` keyword to a creation function."""
+
     @functools.wraps(fn)
     def create(*args: Any, requires_grad: bool = False, **kwargs: Any) -> Tensor:
         t = fn(*args, **kwargs)
@@ -42,6 +60,7 @@ def _requires_grad_option(fn: Callable) -> Callable:
                 t = t.detach()
             t.requires_grad_()
         return t
+
     return create
 
 
@@ -59,7 +78,7 @@ def _float_dtype(fn: str, dtype: DTypeLike) -> D.DType:
 def _python_scalar(v: Any) -> Any:
     """A NumPy scalar or a 0-d tensor as the Python scalar of its kind (else ``v``), so
     that creation functions infer dtypes and check ranges as for Python scalars."""
-    if isinstance(v, np.generic) or isinstance(v, Tensor) and v.ndim == 0:
+    if isinstance(v, np.generic) or (isinstance(v, Tensor) and v.ndim == 0):
         return v.item()
     return v
 
@@ -68,8 +87,9 @@ def _python_scalar(v: Any) -> Any:
 
 
 @_requires_grad_option
-def asarray(obj: Any, /, *, dtype: DTypeLike = None, device: DeviceLike = None,
-            copy: bool | None = None) -> Tensor:
+def asarray(
+    obj: Any, /, *, dtype: DTypeLike = None, device: DeviceLike = None, copy: bool | None = None
+) -> Tensor:
     """A tensor from a tensor, a NumPy array, a buffer or nested sequences of Python
     scalars. ``copy=None`` copies only when it must, ``True`` always, ``False``
     never (ValueError when it would have to)."""
@@ -77,23 +97,26 @@ def asarray(obj: Any, /, *, dtype: DTypeLike = None, device: DeviceLike = None,
     if isinstance(obj, Tensor):
         if device is not None and device != obj.device:
             if copy is False:
-                raise ValueError(f"asarray: moving a tensor from {obj.device} to {device} "
-                                 "needs a copy, but copy=False")
+                raise ValueError(
+                    f"asarray: moving a tensor from {obj.device} to {device} "
+                    "needs a copy, but copy=False"
+                )
             return asarray(obj.to_device(device), dtype=dtype)
         if dtype is None or dtype is obj.dtype:
             return OPERATORS["copy"](obj) if copy else obj
         if copy is False:
-            raise ValueError(f"asarray: converting {obj.dtype} to {dtype} needs a copy, "
-                             "but copy=False")
+            raise ValueError(
+                f"asarray: converting {obj.dtype} to {dtype} needs a copy, but copy=False"
+            )
         return OPERATORS["astype"](obj, dtype, True)
     if copy is False and not isinstance(obj, np.ndarray) and not hasattr(obj, "__dlpack__"):
         raise ValueError("asarray: copy=False needs an object that exposes its buffer")
     try:
-        data = np.array(obj, dtype=None if dtype is None else dtype.np,
-                        copy=True if copy else None)
+        data = np.array(obj, dtype=None if dtype is None else dtype.np, copy=True if copy else None)
     except (ValueError, TypeError) as exc:
-        raise type(exc)(f"asarray: cannot convert {type(obj).__name__} to a tensor: "
-                        f"{exc}") from None
+        raise type(exc)(
+            f"asarray: cannot convert {type(obj).__name__} to a tensor: {exc}"
+        ) from None
     if data.dtype == object and isinstance(obj, int):
         raise OverflowError(f"asarray: Python integer {obj} does not fit in 64 bits")
     if data.dtype == np.float16 and dtype is None:
@@ -110,13 +133,13 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
     """A tensor sharing the memory of an object with ``__dlpack__`` (copied only when
     ``copy=True`` or a move needs it)."""
     if not hasattr(x, "__dlpack__"):
-        raise TypeError(f"from_dlpack: expected an object with __dlpack__, got "
-                        f"{type(x).__name__}")
+        raise TypeError(f"from_dlpack: expected an object with __dlpack__, got {type(x).__name__}")
     return asarray(np.from_dlpack(x), device=device, copy=copy)
 
 
-def astype(x: Tensor, dtype: DTypeLike, /, *, copy: bool = True,
-           device: DeviceLike = None) -> Tensor:
+def astype(
+    x: Tensor, dtype: DTypeLike, /, *, copy: bool = True, device: DeviceLike = None
+) -> Tensor:
     """x's values in ``dtype`` (and on ``device``); ``copy=False`` returns x itself
     when nothing needs to change."""
     A.tensor(x, "astype", "x")
@@ -132,8 +155,9 @@ def astype(x: Tensor, dtype: DTypeLike, /, *, copy: bool = True,
 @_requires_grad_option
 def empty(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """A tensor of ``shape`` with uninitialized values (default dtype float64)."""
-    return _create("empty", A.shape(shape, "empty", "shape"), _float_dtype("empty", dtype),
-                   device=device)
+    return _create(
+        "empty", A.shape(shape, "empty", "shape"), _float_dtype("empty", dtype), device=device
+    )
 
 
 @_requires_grad_option
@@ -149,17 +173,28 @@ def ones(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None
 
 
 @_requires_grad_option
-def full(shape: ShapeLike, fill_value: bool | int | float, *, dtype: DTypeLike = None,
-         device: DeviceLike = None) -> Tensor:
+def full(
+    shape: ShapeLike,
+    fill_value: bool | int | float,
+    *,
+    dtype: DTypeLike = None,
+    device: DeviceLike = None,
+) -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value`` (the dtype follows its kind:
     bool, int64 or float64, unless given)."""
     fill_value = _python_scalar(fill_value)
     if not isinstance(fill_value, (bool, int, float)):
-        raise TypeError(f"full: fill_value must be a bool, int or float, got "
-                        f"{type(fill_value).__name__}")
+        raise TypeError(
+            f"full: fill_value must be a bool, int or float, got {type(fill_value).__name__}"
+        )
     if dtype is None:
-        dtype = D.bool_ if isinstance(fill_value, bool) else D.default_int if isinstance(
-            fill_value, int) else D.default_float
+        dtype = (
+            D.bool_
+            if isinstance(fill_value, bool)
+            else D.default_int
+            if isinstance(fill_value, int)
+            else D.default_float
+        )
     dtype = A.dtype(dtype, "full", "dtype")
     if isinstance(fill_value, int) and not isinstance(fill_value, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype.np)
@@ -170,8 +205,11 @@ def full(shape: ShapeLike, fill_value: bool | int | float, *, dtype: DTypeLike =
 
 def _like(fn: str, x: Tensor, dtype: DTypeLike, device: DeviceLike) -> tuple:
     A.tensor(x, fn, "x")
-    return (x.shape, x.dtype if dtype is None else A.dtype(dtype, fn, "dtype"),
-            x.device if device is None else device)
+    return (
+        x.shape,
+        x.dtype if dtype is None else A.dtype(dtype, fn, "dtype"),
+        x.device if device is None else device,
+    )
 
 
 @_requires_grad_option
@@ -196,8 +234,14 @@ def ones_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = Non
 
 
 @_requires_grad_option
-def full_like(x: Tensor, /, fill_value: bool | int | float, *, dtype: DTypeLike = None,
-              device: DeviceLike = None) -> Tensor:
+def full_like(
+    x: Tensor,
+    /,
+    fill_value: bool | int | float,
+    *,
+    dtype: DTypeLike = None,
+    device: DeviceLike = None,
+) -> Tensor:
     """``fill_value`` in x's shape (and dtype and device, unless given)."""
     shape, dtype, device = _like("full_like", x, dtype, device)
     return full(shape, fill_value, dtype=dtype, device=device)
@@ -207,46 +251,77 @@ def full_like(x: Tensor, /, fill_value: bool | int | float, *, dtype: DTypeLike 
 
 
 @_requires_grad_option
-def arange(start: int | float, /, stop: int | float | None = None, step: int | float = 1, *,
-           dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
+def arange(
+    start: int | float,
+    /,
+    stop: int | float | None = None,
+    step: int | float = 1,
+    *,
+    dtype: DTypeLike = None,
+    device: DeviceLike = None,
+) -> Tensor:
     """Evenly spaced values in [start, stop) (``arange(n)`` is 0 .. n - 1)."""
     start, stop, step = (_python_scalar(v) for v in (start, stop, step))
     if stop is None:
         start, stop = 0, start
     for name, v in (("start", start), ("stop", stop), ("step", step)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"arange: {name} must be an int or a float, got "
-                            f"{type(v).__name__}")
+            raise TypeError(f"arange: {name} must be an int or a float, got {type(v).__name__}")
     if step == 0:
         raise ValueError("arange: step must not be zero")
     if dtype is None:
-        dtype = D.default_float if builtins.any(
-            isinstance(v, float) for v in (start, stop, step)) else D.default_int
-    return _create("arange", start, stop, step, A.dtype(dtype, "arange", "dtype"),
-                   device=device)
+        dtype = (
+            D.default_float
+            if builtins.any(isinstance(v, float) for v in (start, stop, step))
+            else D.default_int
+        )
+    return _create("arange", start, stop, step, A.dtype(dtype, "arange", "dtype"), device=device)
 
 
 @_requires_grad_option
-def linspace(start: int | float, stop: int | float, /, num: int, *, dtype: DTypeLike = None,
-             device: DeviceLike = None, endpoint: bool = True) -> Tensor:
+def linspace(
+    start: int | float,
+    stop: int | float,
+    /,
+    num: int,
+    *,
+    dtype: DTypeLike = None,
+    device: DeviceLike = None,
+    endpoint: bool = True,
+) -> Tensor:
     """``num`` evenly spaced values from start to stop (included unless endpoint=False)."""
     num = A.integer(num, "linspace", "num")
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
-    return _create("linspace", start, stop, num, _float_dtype("linspace", dtype),
-                   A.boolean(endpoint, "linspace", "endpoint"), device=device)
+    return _create(
+        "linspace",
+        start,
+        stop,
+        num,
+        _float_dtype("linspace", dtype),
+        A.boolean(endpoint, "linspace", "endpoint"),
+        device=device,
+    )
 
 
 @_requires_grad_option
-def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: DTypeLike = None,
-        device: DeviceLike = None) -> Tensor:
+def eye(
+    n_rows: int,
+    n_cols: int | None = None,
+    /,
+    *,
+    k: int = 0,
+    dtype: DTypeLike = None,
+    device: DeviceLike = None,
+) -> Tensor:
     """Ones on the k-th diagonal of an n_rows x n_cols matrix, zeros elsewhere."""
     n_rows = A.integer(n_rows, "eye", "n_rows")
     n_cols = n_rows if n_cols is None else A.integer(n_cols, "eye", "n_cols")
     if n_rows < 0 or n_cols < 0:
         raise ValueError(f"eye: sizes must be non-negative, got {n_rows} x {n_cols}")
-    return _create("eye", n_rows, n_cols, A.integer(k, "eye", "k"),
-                   _float_dtype("eye", dtype), device=device)
+    return _create(
+        "eye", n_rows, n_cols, A.integer(k, "eye", "k"), _float_dtype("eye", dtype), device=device
+    )
 
 
 # ---------------------------------------------------------------- random
@@ -257,8 +332,7 @@ def _random(name: str, shape: tuple, dtype: DTypeLike, device: DeviceLike) -> Te
     if dtype.kind != "f":
         raise TypeError(f"{name}: needs a floating dtype, got {dtype}")
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-    return _create(name, A.shape(shape, name, "shape"), dtype, random.generator(),
-                   device=device)
+    return _create(name, A.shape(shape, name, "shape"), dtype, random.generator(), device=device)
 
 
 @_requires_grad_option

@@ -53,8 +53,15 @@ class DeviceSpec:
 
     __slots__ = ("name", "plugin", "key", "to_cpu", "from_cpu", "shares_memory")
 
-    def __init__(self, name: str, plugin: str, key: int, to_cpu: Callable,
-                 from_cpu: Callable, shares_memory: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        plugin: str,
+        key: int,
+        to_cpu: Callable,
+        from_cpu: Callable,
+        shares_memory: bool,
+    ) -> None:
         self.name, self.plugin, self.key = name, plugin, key
         self.to_cpu, self.from_cpu, self.shares_memory = to_cpu, from_cpu, shares_memory
 
@@ -66,12 +73,12 @@ _specs: dict[str, DeviceSpec] = {}  # device name -> spec, for devices plugins a
 _spec_by_key: dict[int, DeviceSpec] = {}
 
 
-def add(name: str, plugin: str, to_cpu: Callable, from_cpu: Callable,
-        shares_memory: bool) -> int:
+def add(name: str, plugin: str, to_cpu: Callable, from_cpu: Callable, shares_memory: bool) -> int:
     """Register device ``name`` of ``plugin``; returns its backend key."""
     key = keys.register_device(name)
-    _specs[name] = _spec_by_key[key] = DeviceSpec(name, plugin, key, to_cpu, from_cpu,
-                                                  shares_memory)
+    _specs[name] = _spec_by_key[key] = DeviceSpec(
+        name, plugin, key, to_cpu, from_cpu, shares_memory
+    )
     return key
 
 
@@ -97,8 +104,10 @@ def added_by(plugin: str) -> list[str]:
 def _spec_for_move(name: str, t: Tensor) -> DeviceSpec | None:
     found = _specs.get(name)
     if found is None and name != "cpu":
-        raise ValueError(f"cannot move a tensor from {t.device} to {name!r}: unknown device "
-                         f"{name!r}; known devices: {', '.join(keys.devices())}")
+        raise ValueError(
+            f"cannot move a tensor from {t.device} to {name!r}: unknown device "
+            f"{name!r}; known devices: {', '.join(keys.devices())}"
+        )
     return found
 
 
@@ -113,16 +122,22 @@ def move(t: Tensor, device: str | Device) -> Tensor:
     src_spec = _spec_for_move(src, t)
     cpu = t if src_spec is None else _converted(src_spec, "to_cpu", t, keys.CPU)
     if (src_spec is None or src_spec.shares_memory) and (
-            dst_spec is None or dst_spec.shares_memory):
+        dst_spec is None or dst_spec.shares_memory
+    ):
         cpu = OPERATORS["copy"](cpu)
     return cpu if dst_spec is None else _converted(dst_spec, "from_cpu", cpu, dst_spec.key)
 
 
 def _converted(s: DeviceSpec, which: str, t: Tensor, key: int) -> Tensor:
     out = getattr(s, which)(t)
-    if not isinstance(getattr(out, "_ks", None), int) or not out._ks & key or (
-            out._shape != t._shape):
-        raise TypeError(f"{which} of device {s.name!r} (plugin {s.plugin!r}) returned "
-                        f"{out!r:.80}, not a tensor of shape {t._shape} on "
-                        f"{'cpu' if key == keys.CPU else s.name}")
+    if (
+        not isinstance(getattr(out, "_ks", None), int)
+        or not out._ks & key
+        or (out._shape != t._shape)
+    ):
+        raise TypeError(
+            f"{which} of device {s.name!r} (plugin {s.plugin!r}) returned "
+            f"{out!r:.80}, not a tensor of shape {t._shape} on "
+            f"{'cpu' if key == keys.CPU else s.name}"
+        )
     return out

@@ -5,6 +5,7 @@ between two tensors follows the Array API lattice (no value-based casting); wher
 standard leaves mixed kinds open (bool with int, int with float, int64 with uint64) we
 follow NumPy 2, so results match the NumPy reference backend.
 """
+
 import numpy as np
 
 
@@ -30,9 +31,19 @@ class DType:
         return self.np.itemsize
 
 
-_NAMES = [("bool", "b"), ("int8", "i"), ("int16", "i"), ("int32", "i"), ("int64", "i"),
-          ("uint8", "u"), ("uint16", "u"), ("uint32", "u"), ("uint64", "u"),
-          ("float32", "f"), ("float64", "f")]
+_NAMES = [
+    ("bool", "b"),
+    ("int8", "i"),
+    ("int16", "i"),
+    ("int32", "i"),
+    ("int64", "i"),
+    ("uint8", "u"),
+    ("uint16", "u"),
+    ("uint32", "u"),
+    ("uint64", "u"),
+    ("float32", "f"),
+    ("float64", "f"),
+]
 ALL = tuple(DType(name, i, kind) for i, (name, kind) in enumerate(_NAMES))
 (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64) = ALL
 BY_NAME = {d.name: d for d in ALL}
@@ -55,8 +66,9 @@ def from_numpy(np_dtype):
         native = d.newbyteorder("=")  # '>i4' != '<i4' as dtypes: compare in native order
         if native in _FROM_NUMPY:  # e.g. a non-native byte order or a type object
             return _FROM_NUMPY[native]
-        raise TypeError(f"unsupported dtype {d}: lamina supports "
-                        f"{', '.join(x.name for x in ALL)}") from None
+        raise TypeError(
+            f"unsupported dtype {d}: lamina supports {', '.join(x.name for x in ALL)}"
+        ) from None
 
 
 def as_dtype(dtype):
@@ -72,8 +84,9 @@ def as_dtype(dtype):
     try:
         return from_numpy(np.dtype(dtype))
     except TypeError as exc:
-        raise TypeError(f"unsupported dtype {dtype!r}: lamina supports "
-                        f"{', '.join(x.name for x in ALL)}") from exc
+        raise TypeError(
+            f"unsupported dtype {dtype!r}: lamina supports {', '.join(x.name for x in ALL)}"
+        ) from exc
 
 
 # Note [Promotion table]: result_type of two dtypes is a list lookup, PROMOTE[a][b],
@@ -97,7 +110,8 @@ def can_cast(from_, to, /):
     """Whether ``from_`` promotes to ``to`` without changing kind or losing values."""
     f = from_.dtype if hasattr(from_, "_ks") else as_dtype(from_)
     return PROMOTE[f.index][as_dtype(to).index] is as_dtype(to) and (
-        f.kind == "b" or as_dtype(to).kind != "b")
+        f.kind == "b" or as_dtype(to).kind != "b"
+    )
 
 
 _KINDS = {
@@ -127,8 +141,10 @@ class finfo_object:
     __slots__ = ("bits", "eps", "max", "min", "smallest_normal", "dtype")
 
     def __repr__(self):
-        return (f"finfo(bits={self.bits}, eps={self.eps}, max={self.max}, min={self.min}, "
-                f"smallest_normal={self.smallest_normal}, dtype={self.dtype})")
+        return (
+            f"finfo(bits={self.bits}, eps={self.eps}, max={self.max}, min={self.min}, "
+            f"smallest_normal={self.smallest_normal}, dtype={self.dtype})"
+        )
 
 
 class iinfo_object:

@@ -21,8 +21,7 @@ class TableDump(list):
     def __str__(self) -> str:
         rows = [self.head] + [tuple(str(c) for c in r) for r in self]
         widths = [max(len(r[i]) for r in rows) for i in range(len(self.head))]
-        lines = [f"dispatch table of {self.op.name}{self.op.signature}  "
-                 f"(mask {self.op.mask:#x})"]
+        lines = [f"dispatch table of {self.op.name}{self.op.signature}  (mask {self.op.mask:#x})"]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(2, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
@@ -39,6 +38,5 @@ def dump_table(name: str) -> TableDump:
     for key in keys.all_keys():
         entry = op.entries[key]
         kernel, plugin, priority = describe(entry)
-        rows.append((keys.key_name(key), kernel, plugin, priority,
-                     f"{entry.rule}: {entry.reason}"))
+        rows.append((keys.key_name(key), kernel, plugin, priority, f"{entry.rule}: {entry.reason}"))
     return TableDump(op, rows)

@@ -84,9 +84,13 @@ def _sparse_layer_off(op: Operator) -> Callable:
     one would fail obscurely or compute garbage. Its slot raises instead and the bit
     stays in the mask. Dense calls never carry the bit, so on or off they index the
     same slot as before: the switch costs them nothing either way."""
+
     def sparse_layer_off(ks, *args, **kwargs):
-        raise RuntimeError(f"{op.name}: got a sparse input, but the sparse layer is off "
-                           "(lamina.layers.enable('sparse') turns it back on)")
+        raise RuntimeError(
+            f"{op.name}: got a sparse input, but the sparse layer is off "
+            "(lamina.layers.enable('sparse') turns it back on)"
+        )
+
     return sparse_layer_off
 
 
@@ -97,27 +101,34 @@ def missing_kernel(op: Operator, key: int) -> Callable:
         if key & keys.BACKEND_MASK and key not in keys.all_keys():
             what += " (a device key that no registered plugin provides now)"
         if key == keys.SPARSE:
-            what += (f": {op.name} has no sparse kernel, and sparse inputs are never "
-                     "densified silently (convert with .to_dense() first)")
+            what += (
+                f": {op.name} has no sparse kernel, and sparse inputs are never "
+                "densified silently (convert with .to_dense() first)"
+            )
         raise NotImplementedError(
             f"operator {op.name!r} has no kernel for {what} (the call's keys: "
             f"{', '.join(keys.keyset_names(ks)) or 'none'}); keys with kernels: "
-            f"{', '.join(have) or 'none'}")
+            f"{', '.join(have) or 'none'}"
+        )
+
     return no_kernel
 
 
 def _bind_fallback(op: Operator, fallback: Callable) -> Callable:
     def fallback_kernel(ks, *args, **kwargs):
         return fallback(op, ks, *args, **kwargs)
+
     fallback_kernel.__qualname__ = f"fallback_kernel[{op.name}]"
     return fallback_kernel
 
 
 def _device_mismatch(op: Operator, ks: int) -> ValueError:
     names = keys.device_names(ks)
-    return ValueError(f"{op.name}: expected all tensors on one device, got tensors on "
-                      f"{' and '.join(names)}; move them to one device first, e.g. with "
-                      f"x.to({names[0]!r})")
+    return ValueError(
+        f"{op.name}: expected all tensors on one device, got tensors on "
+        f"{' and '.join(names)}; move them to one device first, e.g. with "
+        f"x.to({names[0]!r})"
+    )
 
 
 def _device_check(op: Operator, key: int, fn: Callable) -> Callable:
@@ -127,6 +138,7 @@ def _device_check(op: Operator, key: int, fn: Callable) -> Callable:
         if ks & others:  # Note [Device check]
             raise _device_mismatch(op, ks)
         return fn(ks, *args, **kwargs)
+
     checked.__qualname__ = f"device_checked[{op.name}, {keys.key_name(key)}]"
     return checked
 
@@ -134,13 +146,13 @@ def _device_check(op: Operator, key: int, fn: Callable) -> Callable:
 def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
     fn = wrapper.fn(inner)
     if not callable(fn):
-        raise TypeError(f"kernel wrapper {wrapper.name} returned {type(fn).__name__}, "
-                        "not a kernel")
+        raise TypeError(f"kernel wrapper {wrapper.name} returned {type(fn).__name__}, not a kernel")
     return fn
 
 
-def _apply_wrappers(op: Operator, key: int, wrappers: list[R.Kernel], base: R.Kernel,
-                    fn: Callable) -> tuple[Callable, tuple[R.Kernel, ...]]:
+def _apply_wrappers(
+    op: Operator, key: int, wrappers: list[R.Kernel], base: R.Kernel, fn: Callable
+) -> tuple[Callable, tuple[R.Kernel, ...]]:
     chain = [base]
     for w in reversed(wrappers):  # the lowest-ranked wrapper is innermost
         try:
@@ -173,13 +185,11 @@ def compute_entry(op: Operator, key: int) -> Entry:
     elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3
         rule, best = 3, min(R.fallbacks[key], key=R.rank)
         fn = _cached((op.name, key, "fallback", best.fn), lambda: _bind_fallback(op, best.fn))
-        base = R.Kernel(fn, best.plugin, best.priority, best.order,
-                        label=f"[fallback] {best.name}")
+        base = R.Kernel(fn, best.plugin, best.priority, best.order, label=f"[fallback] {best.name}")
         reason = f"fallback of device {keys.key_name(key)!r} from {best.plugin!r}"
     elif key == keys.AUTOGRAD:  # rule 4
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
-        return Entry(slot, slot, False, 4, "no autograd kernel: not differentiable, "
-                     "falls through")
+        return Entry(slot, slot, False, 4, "no autograd kernel: not differentiable, falls through")
     else:  # rule 5
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
@@ -188,8 +198,7 @@ def compute_entry(op: Operator, key: int) -> Entry:
         reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain[:-1])
     own = chain == (base,) and rule == 2  # Note [Kernel variants]
     if key != keys.CPU and key & keys.BACKEND_MASK:
-        slot = _cached((op.name, key, "check", slot),
-                       lambda s=slot: _device_check(op, key, s))
+        slot = _cached((op.name, key, "check", slot), lambda s=slot: _device_check(op, key, s))
         own = False
         reason += ", device-checked"
     scalar_slot = slot
@@ -234,9 +243,15 @@ def rebuild() -> None:
 def describe(entry: Entry) -> Any:
     """(kernel text, plugin, priority) of an entry, as dumps show it."""
     if not entry.chain:
-        marker = ("off: RuntimeError" if entry.rule == 1 and entry.in_mask else
-                  "off: fallthrough" if entry.rule == 1 else
-                  "fallthrough" if entry.rule == 4 else "missing: NotImplementedError")
+        marker = (
+            "off: RuntimeError"
+            if entry.rule == 1 and entry.in_mask
+            else "off: fallthrough"
+            if entry.rule == 1
+            else "fallthrough"
+            if entry.rule == 4
+            else "missing: NotImplementedError"
+        )
         return (f"[{marker}]", "", "")
     names = " -> ".join(k.name for k in entry.chain)
     return (names, entry.chain[0].plugin, entry.chain[0].priority)

@@ -1,4 +1,5 @@
 """``repr`` of tensors, in the style of NumPy's and PyTorch's."""
+
 import numpy as np
 
 from . import dtypes as D
@@ -9,14 +10,19 @@ _IMPLIED = (D.float64, D.int64, D.bool_)  # dtypes the printed values already im
 def format_sparse(t):
     """PyTorch's style: tensor(indices=..., values=..., size=..., nnz=..., layout=...)."""
     c, pad = t._data, " " * len("tensor(")
-    text = [np.array2string(a, separator=", ", prefix=pad + name + "=tensor(",
-                            threshold=1000, edgeitems=3)
-            for name, a in (("indices", c.indices), ("values", c.values))]
+    text = [
+        np.array2string(
+            a, separator=", ", prefix=pad + name + "=tensor(", threshold=1000, edgeitems=3
+        )
+        for name, a in (("indices", c.indices), ("values", c.values))
+    ]
     extras = [f"size={t.shape}", f"nnz={c.values.size}"]
     if t.dtype not in _IMPLIED:
         extras.append(f"dtype={t.dtype!r}")
-    return (f"tensor(indices=tensor({text[0]}),\n{pad}values=tensor({text[1]}),\n"
-            f"{pad}{', '.join(extras)}, layout=sparse_coo)")
+    return (
+        f"tensor(indices=tensor({text[0]}),\n{pad}values=tensor({text[1]}),\n"
+        f"{pad}{', '.join(extras)}, layout=sparse_coo)"
+    )
 
 
 def format_tensor(t):

@@ -22,6 +22,7 @@ def layer_of(key):
             return name
     return None
 
+
 _backend_bits = {}  # active device name -> bit; filled by register_device
 _reserved = {}  # every device name ever registered -> its bit (Note [Device keys])
 
@@ -36,8 +37,10 @@ def register_device(name):
     if name not in _backend_bits:
         if name not in _reserved:
             if len(_reserved) == MAX_BACKENDS:
-                raise RuntimeError(f"cannot register device {name!r}: all {MAX_BACKENDS} "
-                                   f"backend keys are taken by {sorted(_reserved)}")
+                raise RuntimeError(
+                    f"cannot register device {name!r}: all {MAX_BACKENDS} "
+                    f"backend keys are taken by {sorted(_reserved)}"
+                )
             _reserved[name] = 1 << len(_reserved)
         _backend_bits[name] = _reserved[name]
     return _backend_bits[name]
@@ -58,8 +61,9 @@ def device_key(name):
     try:
         return _backend_bits[name]
     except KeyError:
-        raise ValueError(f"unknown device {name!r}; known devices: "
-                         f"{', '.join(_backend_bits)}") from None
+        raise ValueError(
+            f"unknown device {name!r}; known devices: {', '.join(_backend_bits)}"
+        ) from None
 
 
 def devices():

@@ -25,15 +25,17 @@ def broadcast_shapes(name: str, *shapes: Shape) -> Shape:
         return first if first else max(shapes, key=len)
     if len(shapes) == 2:  # one shape the tail of the other: a bias, a row (common too)
         long, short = sorted(shapes, key=len, reverse=True)
-        if long[len(long) - len(short):] == short:
+        if long[len(long) - len(short) :] == short:
             return long
     ndim = max(len(s) for s in shapes)
     result = []
     for i in range(-ndim, 0):
         sizes = {s[i] for s in shapes if len(s) >= -i} - {1}
         if len(sizes) > 1:
-            raise ValueError(f"{name}: shapes {' and '.join(map(str, shapes))} cannot be "
-                             f"broadcast together (dimension {ndim + i} differs)")
+            raise ValueError(
+                f"{name}: shapes {' and '.join(map(str, shapes))} cannot be "
+                f"broadcast together (dimension {ndim + i} differs)"
+            )
         result.append(sizes.pop() if sizes else 1)
     return tuple(result)
 
@@ -49,18 +51,20 @@ def reduced_shape(shape: Shape, axis: tuple[int, ...], keepdims: bool) -> Shape:
 
 def reshape(x: Any, shape: Shape, copy: bool | None) -> tuple:
     if shape.count(-1) > 1 or any(s < -1 for s in shape):
-        raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other "
-                         "negatives)")
+        raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other negatives)")
     known = math.prod([s for s in shape if s != -1])
     size = math.prod(x._shape)
     if -1 in shape:
         if known == 0 or size % known:
-            raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} "
-                             f"(size {size}) to {shape}")
+            raise ValueError(
+                f"reshape: cannot reshape a tensor of shape {x._shape} (size {size}) to {shape}"
+            )
         shape = tuple(size // known if s == -1 else s for s in shape)
     elif known != size:
-        raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} "
-                         f"(size {size}) to {shape} (size {known})")
+        raise ValueError(
+            f"reshape: cannot reshape a tensor of shape {x._shape} "
+            f"(size {size}) to {shape} (size {known})"
+        )
     return x, shape, copy
 
 
@@ -71,8 +75,7 @@ def permute_dims(x: Any, axes: Any) -> tuple:
     ndim = len(x._shape)
     axes = tuple(A.axis(a, "permute_dims", "axis", ndim) for a in axes)
     if sorted(axes) != list(range(ndim)):
-        raise ValueError(f"permute_dims: axes {axes} are not a permutation of "
-                         f"0..{ndim - 1}")
+        raise ValueError(f"permute_dims: axes {axes} are not a permutation of 0..{ndim - 1}")
     return x, axes
 
 
@@ -81,20 +84,21 @@ def at_least_2d(name: str) -> Any:
         if len(x._shape) < 2:
             raise ValueError(f"{name}: needs at least 2 dimensions, got shape {x._shape}")
         return (x,)
+
     return check
 
 
 def squeeze(x: Any, axis: tuple[int, ...]) -> tuple:
     for a in axis:
         if x._shape[a] != 1:
-            raise ValueError(f"squeeze: axis {a} has size {x._shape[a]}, not 1 "
-                             f"(shape {x._shape})")
+            raise ValueError(f"squeeze: axis {a} has size {x._shape[a]}, not 1 (shape {x._shape})")
     return x, axis
 
 
 def broadcast_to(x: Any, shape: Shape) -> tuple:
     ok = len(shape) >= len(x._shape) and all(
-        s == t or s == 1 for s, t in zip(x._shape[::-1], shape[::-1]))
+        s == t or s == 1 for s, t in zip(x._shape[::-1], shape[::-1])
+    )
     if not ok:
         raise ValueError(f"broadcast_to: cannot broadcast shape {x._shape} to {shape}")
     return x, shape
@@ -107,12 +111,16 @@ def split(x: Any, sections: Any, axis: int) -> tuple:
         if any(v < 0 for v in sections):
             raise ValueError(f"split: section sizes must be non-negative, got {sections}")
         if sum(sections) != x._shape[axis]:
-            raise ValueError(f"split: sections {sections} sum to {sum(sections)}, but "
-                             f"axis {axis} has size {x._shape[axis]}")
+            raise ValueError(
+                f"split: sections {sections} sum to {sum(sections)}, but "
+                f"axis {axis} has size {x._shape[axis]}"
+            )
     else:
         if isinstance(sections, bool) or not isinstance(sections, int):
-            raise TypeError(f"split: split_size_or_sections must be an int or a sequence "
-                            f"of ints, got {sections!r}")
+            raise TypeError(
+                f"split: split_size_or_sections must be an int or a sequence "
+                f"of ints, got {sections!r}"
+            )
         if sections <= 0:
             raise ValueError(f"split: split_size must be positive, got {sections}")
     return x, sections, axis
@@ -139,8 +147,9 @@ def stack(arrays: list, axis: Any) -> tuple:
 
 def matmul(x1: Any, x2: Any) -> tuple:
     if not x1._shape or not x2._shape:
-        raise ValueError(f"matmul: operands must be at least 1-D, got shapes {x1._shape} "
-                         f"and {x2._shape}")
+        raise ValueError(
+            f"matmul: operands must be at least 1-D, got shapes {x1._shape} and {x2._shape}"
+        )
     return x1, x2
 
 
@@ -149,20 +158,23 @@ def tensordot(x1: Any, x2: Any, axes: Any) -> tuple:
     n1, n2 = len(x1._shape), len(x2._shape)
     if isinstance(axes, (list, tuple)):
         if len(axes) != 2:
-            raise ValueError(f"tensordot: axes must be an int or a pair of axis "
-                             f"sequences, got {axes!r}")
+            raise ValueError(
+                f"tensordot: axes must be an int or a pair of axis sequences, got {axes!r}"
+            )
         a, b = (tuple(ax) if isinstance(ax, (list, tuple)) else (ax,) for ax in axes)
         a = tuple(A.axis(i, "tensordot", "axis", n1) for i in a)
         b = tuple(A.axis(i, "tensordot", "axis", n2) for i in b)
     else:
         n = A.integer(axes, "tensordot", "axes")
         if n < 0 or n > min(n1, n2):
-            raise ValueError(f"tensordot: axes={n} is out of range for shapes "
-                             f"{x1._shape} and {x2._shape}")
+            raise ValueError(
+                f"tensordot: axes={n} is out of range for shapes {x1._shape} and {x2._shape}"
+            )
         a, b = tuple(range(n1 - n, n1)), tuple(range(n))
     if len(a) != len(b) or any(x1._shape[i] != x2._shape[j] for i, j in zip(a, b)):
-        raise ValueError(f"tensordot: contracted axes {a} of {x1._shape} and {b} of "
-                         f"{x2._shape} do not match")
+        raise ValueError(
+            f"tensordot: contracted axes {a} of {x1._shape} and {b} of {x2._shape} do not match"
+        )
     return x1, x2, (a, b)
 
 
@@ -174,8 +186,9 @@ def vecdot(x1: Any, x2: Any, axis: Any) -> tuple:
     n1 = x1._shape[a] if a >= -len(x1._shape) else 1
     n2 = x2._shape[a] if a >= -len(x2._shape) else 1
     if n1 != n2:
-        raise ValueError(f"vecdot: the contracted axis has size {n1} in {x1._shape} but "
-                         f"{n2} in {x2._shape}")
+        raise ValueError(
+            f"vecdot: the contracted axis has size {n1} in {x1._shape} but {n2} in {x2._shape}"
+        )
     return x1, x2, a
 
 

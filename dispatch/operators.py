@@ -22,38 +22,61 @@ DIFF = "differentiable"
 
 
 def unary(name, dtypes, doc, *, result="same", tags=DIFF, numpy=None, dunder=None):
-    return define(f"{name}(x: Tensor, /) -> Tensor", "elementwise", dtypes=dtypes,
-                  result=result, tags=tags, numpy=numpy or name, dunder=dunder, doc=doc)
+    return define(
+        f"{name}(x: Tensor, /) -> Tensor",
+        "elementwise",
+        dtypes=dtypes,
+        result=result,
+        tags=tags,
+        numpy=numpy or name,
+        dunder=dunder,
+        doc=doc,
+    )
 
 
-def binary(name, dtypes, doc, *, result="same", tags=DIFF, numpy=None, dunder=None,
-           inplace=True):
-    return define(f"{name}(x1: TensorOrScalar, x2: TensorOrScalar, /) -> Tensor",
-                  "elementwise", dtypes=dtypes, result=result, tags=tags,
-                  numpy=numpy or name, dunder=dunder, inplace=inplace, doc=doc)
+def binary(name, dtypes, doc, *, result="same", tags=DIFF, numpy=None, dunder=None, inplace=True):
+    return define(
+        f"{name}(x1: TensorOrScalar, x2: TensorOrScalar, /) -> Tensor",
+        "elementwise",
+        dtypes=dtypes,
+        result=result,
+        tags=tags,
+        numpy=numpy or name,
+        dunder=dunder,
+        inplace=inplace,
+        doc=doc,
+    )
 
 
 def comparison(name, dunder, doc):
-    return binary(name, "any", doc, result="bool", tags="comparison", dunder=dunder,
-                  inplace=False)
+    return binary(name, "any", doc, result="bool", tags="comparison", dunder=dunder, inplace=False)
 
 
 # ---------------------------------------------------------------- elementwise, unary
 ZERO = f"{DIFF} keeps_zero"  # f(0) == 0: sparse tensors keep their pattern
 SIMD = f"{DIFF} simd"  # NumPy has SIMD loops for it (Note [NumPy SIMD loops])
 
-unary("abs", "numeric", "The absolute value of each element.", tags=ZERO,
-      numpy="absolute", dunder="abs")
-unary("negative", "numeric", "The negation of each element (``-x``).", tags=ZERO,
-      dunder="neg")
+unary(
+    "abs",
+    "numeric",
+    "The absolute value of each element.",
+    tags=ZERO,
+    numpy="absolute",
+    dunder="abs",
+)
+unary("negative", "numeric", "The negation of each element (``-x``).", tags=ZERO, dunder="neg")
 unary("positive", "numeric", "Each element unchanged (``+x``).", tags=ZERO, dunder="pos")
 unary("square", "numeric", "The square of each element.", tags=ZERO)
-unary("sign", "numeric", "-1, 0 or 1 by the sign of each element (NaN stays NaN).",
-      tags=ZERO)
+unary("sign", "numeric", "-1, 0 or 1 by the sign of each element (NaN stays NaN).", tags=ZERO)
 unary("floor", "numeric", "The largest integer not above each element.", tags=ZERO)
 unary("ceil", "numeric", "The smallest integer not below each element.", tags=ZERO)
-unary("round", "numeric", "Each element rounded to the nearest integer, halves to even.",
-      tags=ZERO, numpy="rint")
+unary(
+    "round",
+    "numeric",
+    "Each element rounded to the nearest integer, halves to even.",
+    tags=ZERO,
+    numpy="rint",
+)
 unary("trunc", "numeric", "Each element rounded toward zero.", tags=ZERO)
 unary("exp", "float", "e raised to each element.", tags=SIMD)
 unary("expm1", "float", "exp(x) - 1, accurate for small x.", tags=f"{SIMD} keeps_zero")
@@ -65,208 +88,479 @@ unary("sqrt", "float", "The non-negative square root of each element.", tags=ZER
 unary("sin", "float", "The sine of each element (radians).", tags=f"{SIMD} keeps_zero")
 unary("cos", "float", "The cosine of each element (radians).", tags=SIMD)
 unary("tan", "float", "The tangent of each element (radians).", tags=f"{SIMD} keeps_zero")
-unary("asin", "float", "The inverse sine of each element.", tags=f"{SIMD} keeps_zero",
-      numpy="arcsin")
+unary(
+    "asin", "float", "The inverse sine of each element.", tags=f"{SIMD} keeps_zero", numpy="arcsin"
+)
 unary("acos", "float", "The inverse cosine of each element.", tags=SIMD, numpy="arccos")
-unary("atan", "float", "The inverse tangent of each element.", tags=f"{SIMD} keeps_zero",
-      numpy="arctan")
+unary(
+    "atan",
+    "float",
+    "The inverse tangent of each element.",
+    tags=f"{SIMD} keeps_zero",
+    numpy="arctan",
+)
 unary("sinh", "float", "The hyperbolic sine of each element.", tags=f"{SIMD} keeps_zero")
 unary("cosh", "float", "The hyperbolic cosine of each element.", tags=SIMD)
-unary("tanh", "float", "The hyperbolic tangent of each element.",
-      tags=f"{SIMD} keeps_zero")
-unary("asinh", "float", "The inverse hyperbolic sine of each element.",
-      tags=f"{SIMD} keeps_zero", numpy="arcsinh")
-unary("acosh", "float", "The inverse hyperbolic cosine of each element.", tags=SIMD,
-      numpy="arccosh")
-unary("atanh", "float", "The inverse hyperbolic tangent of each element.",
-      tags=f"{SIMD} keeps_zero", numpy="arctanh")
-unary("bitwise_invert", "intbool", "The bitwise NOT of each element (``~x``).", tags="",
-      numpy="invert", dunder="invert")
-unary("logical_not", "any", "True where an element is zero (False).", result="bool",
-      tags="")
-unary("isfinite", "any", "True where an element is neither infinite nor NaN.",
-      result="bool", tags="")
-unary("isinf", "any", "True where an element is positive or negative infinity.",
-      result="bool", tags="")
+unary("tanh", "float", "The hyperbolic tangent of each element.", tags=f"{SIMD} keeps_zero")
+unary(
+    "asinh",
+    "float",
+    "The inverse hyperbolic sine of each element.",
+    tags=f"{SIMD} keeps_zero",
+    numpy="arcsinh",
+)
+unary(
+    "acosh", "float", "The inverse hyperbolic cosine of each element.", tags=SIMD, numpy="arccosh"
+)
+unary(
+    "atanh",
+    "float",
+    "The inverse hyperbolic tangent of each element.",
+    tags=f"{SIMD} keeps_zero",
+    numpy="arctanh",
+)
+unary(
+    "bitwise_invert",
+    "intbool",
+    "The bitwise NOT of each element (``~x``).",
+    tags="",
+    numpy="invert",
+    dunder="invert",
+)
+unary("logical_not", "any", "True where an element is zero (False).", result="bool", tags="")
+unary(
+    "isfinite", "any", "True where an element is neither infinite nor NaN.", result="bool", tags=""
+)
+unary(
+    "isinf",
+    "any",
+    "True where an element is positive or negative infinity.",
+    result="bool",
+    tags="",
+)
 unary("isnan", "any", "True where an element is NaN.", result="bool", tags="")
-unary("signbit", "float", "True where an element's sign bit is set (-0.0 included).",
-      result="bool", tags="")
+unary(
+    "signbit",
+    "float",
+    "True where an element's sign bit is set (-0.0 included).",
+    result="bool",
+    tags="",
+)
 
 # ---------------------------------------------------------------- elementwise, binary
 binary("add", "numeric", "The sum of each pair of elements (``x1 + x2``).", dunder="add")
 binary("subtract", "numeric", "The difference of each pair (``x1 - x2``).", dunder="sub")
 binary("multiply", "numeric", "The product of each pair (``x1 * x2``).", dunder="mul")
-binary("floor_divide", "numeric", "x1 / x2 rounded down (``x1 // x2``).",
-       dunder="floordiv")
-binary("remainder", "numeric", "The remainder of x1 // x2, with x2's sign (``x1 % x2``).",
-       dunder="mod")
-binary("pow", "numeric", "x1 raised to x2 (``x1 ** x2``); integers to negative integer "
-       "powers raise.", numpy="power", dunder="pow")
+binary("floor_divide", "numeric", "x1 / x2 rounded down (``x1 // x2``).", dunder="floordiv")
+binary(
+    "remainder", "numeric", "The remainder of x1 // x2, with x2's sign (``x1 % x2``).", dunder="mod"
+)
+binary(
+    "pow",
+    "numeric",
+    "x1 raised to x2 (``x1 ** x2``); integers to negative integer powers raise.",
+    numpy="power",
+    dunder="pow",
+)
 binary("maximum", "numeric", "The larger of each pair (NaN propagates).")
 binary("minimum", "numeric", "The smaller of each pair (NaN propagates).")
-binary("divide", "float", "The true quotient of each pair (``x1 / x2``).",
-       numpy="true_divide", dunder="truediv")
+binary(
+    "divide",
+    "float",
+    "The true quotient of each pair (``x1 / x2``).",
+    numpy="true_divide",
+    dunder="truediv",
+)
 binary("atan2", "float", "The angle of the point (x2, x1), in radians.", numpy="arctan2")
 binary("copysign", "float", "The magnitude of x1 with the sign of x2.")
 binary("hypot", "float", "sqrt(x1**2 + x2**2), without overflow in the squares.")
 binary("logaddexp", "float", "log(exp(x1) + exp(x2)), without overflow.")
-binary("bitwise_and", "intbool", "The bitwise AND of each pair (``x1 & x2``).", tags="",
-       dunder="and")
-binary("bitwise_or", "intbool", "The bitwise OR of each pair (``x1 | x2``).", tags="",
-       dunder="or")
-binary("bitwise_xor", "intbool", "The bitwise XOR of each pair (``x1 ^ x2``).", tags="",
-       dunder="xor")
-binary("bitwise_left_shift", "int", "x1 shifted left by x2 bits (``x1 << x2``); 0 from "
-       "the width on.", tags="", numpy="left_shift", dunder="lshift")
-binary("bitwise_right_shift", "int", "x1 shifted right by x2 bits (``x1 >> x2``).",
-       tags="", numpy="right_shift", dunder="rshift")
+binary(
+    "bitwise_and", "intbool", "The bitwise AND of each pair (``x1 & x2``).", tags="", dunder="and"
+)
+binary("bitwise_or", "intbool", "The bitwise OR of each pair (``x1 | x2``).", tags="", dunder="or")
+binary(
+    "bitwise_xor", "intbool", "The bitwise XOR of each pair (``x1 ^ x2``).", tags="", dunder="xor"
+)
+binary(
+    "bitwise_left_shift",
+    "int",
+    "x1 shifted left by x2 bits (``x1 << x2``); 0 from the width on.",
+    tags="",
+    numpy="left_shift",
+    dunder="lshift",
+)
+binary(
+    "bitwise_right_shift",
+    "int",
+    "x1 shifted right by x2 bits (``x1 >> x2``).",
+    tags="",
+    numpy="right_shift",
+    dunder="rshift",
+)
 comparison("equal", "eq", "True where x1 == x2.")
 comparison("not_equal", "ne", "True where x1 != x2.")
 comparison("greater", "gt", "True where x1 > x2.")
 comparison("greater_equal", "ge", "True where x1 >= x2.")
 comparison("less", "lt", "True where x1 < x2.")
 comparison("less_equal", "le", "True where x1 <= x2.")
-binary("logical_and", "any", "True where both elements are nonzero.", result="bool",
-       tags="", inplace=False)
-binary("logical_or", "any", "True where either element is nonzero.", result="bool",
-       tags="", inplace=False)
-binary("logical_xor", "any", "True where exactly one of the elements is nonzero.",
-       result="bool", tags="", inplace=False)
+binary(
+    "logical_and",
+    "any",
+    "True where both elements are nonzero.",
+    result="bool",
+    tags="",
+    inplace=False,
+)
+binary(
+    "logical_or",
+    "any",
+    "True where either element is nonzero.",
+    result="bool",
+    tags="",
+    inplace=False,
+)
+binary(
+    "logical_xor",
+    "any",
+    "True where exactly one of the elements is nonzero.",
+    result="bool",
+    tags="",
+    inplace=False,
+)
 
 # ---------------------------------------------------------------- elementwise, ternary
-define("clip(x: Tensor, /, min: TensorOrScalar | None = None, "
-       "max: TensorOrScalar | None = None) -> Tensor", "elementwise", dtypes="numeric",
-       tags=DIFF, numpy="clip", doc="Each element limited to [min, max] (a None bound "
-       "is open); the result keeps x's dtype and shape, the bounds broadcast to it.")
-define("where(condition: Tensor, x1: TensorOrScalar, x2: TensorOrScalar, /) -> Tensor",
-       "elementwise", tags=DIFF, numpy="where",
-       doc="x1 where condition is True, x2 elsewhere; the three broadcast together.")
+define(
+    "clip(x: Tensor, /, min: TensorOrScalar | None = None, "
+    "max: TensorOrScalar | None = None) -> Tensor",
+    "elementwise",
+    dtypes="numeric",
+    tags=DIFF,
+    numpy="clip",
+    doc="Each element limited to [min, max] (a None bound "
+    "is open); the result keeps x's dtype and shape, the bounds broadcast to it.",
+)
+define(
+    "where(condition: Tensor, x1: TensorOrScalar, x2: TensorOrScalar, /) -> Tensor",
+    "elementwise",
+    tags=DIFF,
+    numpy="where",
+    doc="x1 where condition is True, x2 elsewhere; the three broadcast together.",
+)
 
 # ---------------------------------------------------------------- reductions
 REDUCED = "axis: Axes = None, keepdims: bool = False"
-define(f"sum(x: Tensor, /, *, axis: Axes = None, dtype: DType | None = None, "
-       f"keepdims: bool = False) -> Tensor", "reduction", result="sum", tags=DIFF,
-       doc="The sum over the given axes (every axis by default), accumulated in 64 bits; "
-       "``dtype`` casts the input first.")
-define(f"prod(x: Tensor, /, *, axis: Axes = None, dtype: DType | None = None, "
-       f"keepdims: bool = False) -> Tensor", "reduction", result="sum", tags=DIFF,
-       doc="The product over the given axes (every axis by default).")
-define(f"mean(x: Tensor, /, *, {REDUCED}) -> Tensor", "reduction", dtypes="float",
-       tags=DIFF, doc="The arithmetic mean over the given axes (NaN over none).")
-define("var(x: Tensor, /, *, axis: Axes = None, correction: float = 0.0, "
-       "keepdims: bool = False) -> Tensor", "reduction", dtypes="float", tags=DIFF,
-       doc="The variance over the given axes, divided by N - correction.")
-define("std(x: Tensor, /, *, axis: Axes = None, correction: float = 0.0, "
-       "keepdims: bool = False) -> Tensor", "reduction", dtypes="float", tags=DIFF,
-       doc="The standard deviation over the given axes (sqrt of var).")
-define(f"max(x: Tensor, /, *, {REDUCED}) -> Tensor", "reduction", tags=DIFF,
-       doc="The largest element over the given axes (NaN propagates; an empty axis "
-       "raises).")
-define(f"min(x: Tensor, /, *, {REDUCED}) -> Tensor", "reduction", tags=DIFF,
-       doc="The smallest element over the given axes (NaN propagates; an empty axis "
-       "raises).")
-define(f"all(x: Tensor, /, *, {REDUCED}) -> Tensor", "reduction", result="bool",
-       doc="Whether every element over the given axes is nonzero.")
-define(f"any(x: Tensor, /, *, {REDUCED}) -> Tensor", "reduction", result="bool",
-       doc="Whether some element over the given axes is nonzero.")
-define("argmax(x: Tensor, /, *, axis: OneAxisOrAll = None, keepdims: bool = False) "
-       "-> Tensor", "reduction", result="index", doc="The index of the first largest "
-       "element along axis (of the flattened tensor when axis is None).")
-define("argmin(x: Tensor, /, *, axis: OneAxisOrAll = None, keepdims: bool = False) "
-       "-> Tensor", "reduction", result="index", doc="The index of the first smallest "
-       "element along axis (of the flattened tensor when axis is None).")
+define(
+    "sum(x: Tensor, /, *, axis: Axes = None, dtype: DType | None = None, "
+    "keepdims: bool = False) -> Tensor",
+    "reduction",
+    result="sum",
+    tags=DIFF,
+    doc="The sum over the given axes (every axis by default), accumulated in 64 bits; "
+    "``dtype`` casts the input first.",
+)
+define(
+    "prod(x: Tensor, /, *, axis: Axes = None, dtype: DType | None = None, "
+    "keepdims: bool = False) -> Tensor",
+    "reduction",
+    result="sum",
+    tags=DIFF,
+    doc="The product over the given axes (every axis by default).",
+)
+define(
+    f"mean(x: Tensor, /, *, {REDUCED}) -> Tensor",
+    "reduction",
+    dtypes="float",
+    tags=DIFF,
+    doc="The arithmetic mean over the given axes (NaN over none).",
+)
+define(
+    "var(x: Tensor, /, *, axis: Axes = None, correction: float = 0.0, "
+    "keepdims: bool = False) -> Tensor",
+    "reduction",
+    dtypes="float",
+    tags=DIFF,
+    doc="The variance over the given axes, divided by N - correction.",
+)
+define(
+    "std(x: Tensor, /, *, axis: Axes = None, correction: float = 0.0, "
+    "keepdims: bool = False) -> Tensor",
+    "reduction",
+    dtypes="float",
+    tags=DIFF,
+    doc="The standard deviation over the given axes (sqrt of var).",
+)
+define(
+    f"max(x: Tensor, /, *, {REDUCED}) -> Tensor",
+    "reduction",
+    tags=DIFF,
+    doc="The largest element over the given axes (NaN propagates; an empty axis raises).",
+)
+define(
+    f"min(x: Tensor, /, *, {REDUCED}) -> Tensor",
+    "reduction",
+    tags=DIFF,
+    doc="The smallest element over the given axes (NaN propagates; an empty axis raises).",
+)
+define(
+    f"all(x: Tensor, /, *, {REDUCED}) -> Tensor",
+    "reduction",
+    result="bool",
+    doc="Whether every element over the given axes is nonzero.",
+)
+define(
+    f"any(x: Tensor, /, *, {REDUCED}) -> Tensor",
+    "reduction",
+    result="bool",
+    doc="Whether some element over the given axes is nonzero.",
+)
+define(
+    "argmax(x: Tensor, /, *, axis: OneAxisOrAll = None, keepdims: bool = False) -> Tensor",
+    "reduction",
+    result="index",
+    doc="The index of the first largest "
+    "element along axis (of the flattened tensor when axis is None).",
+)
+define(
+    "argmin(x: Tensor, /, *, axis: OneAxisOrAll = None, keepdims: bool = False) -> Tensor",
+    "reduction",
+    result="index",
+    doc="The index of the first smallest "
+    "element along axis (of the flattened tensor when axis is None).",
+)
 
 # ---------------------------------------------------------------- views
-define("reshape(x: Tensor, /, shape: Shape, *, copy: bool | None = None) -> Tensor",
-       "view", tags=f"view {DIFF}", check=meta.reshape,
-       doc="The elements in a new shape (one size may be -1); a view when the strides "
-       "allow, a copy otherwise (``copy=False`` refuses to copy).")
-define("permute_dims(x: Tensor, /, axes: Any) -> Tensor", "view", tags=f"view {DIFF}",
-       check=meta.permute_dims, doc="A view with the axes reordered: result axis i is "
-       "axis ``axes[i]`` of x.")
-define("matrix_transpose(x: Tensor, /) -> Tensor", "view", tags=f"view {DIFF}",
-       check=meta.at_least_2d("matrix_transpose"),
-       doc="A view with the last two axes swapped.")
-define("expand_dims(x: Tensor, /, *, axis: NewAxis = 0) -> Tensor", "view",
-       tags=f"view {DIFF}", doc="A view with a new axis of size 1 at position axis.")
-define("squeeze(x: Tensor, /, axis: Axes) -> Tensor", "view", tags=f"view {DIFF}",
-       check=meta.squeeze, doc="A view without the given axes, which must have size 1.")
-define("flip(x: Tensor, /, *, axis: Axes = None) -> Tensor", "view", tags=f"view {DIFF}",
-       doc="A view with the order of elements reversed along the given axes.")
-define("broadcast_to(x: Tensor, /, shape: Shape) -> Tensor", "view", tags=f"view {DIFF}",
-       check=meta.broadcast_to, doc="A read-only view of x broadcast to shape.")
-define("split(x: Tensor, split_size_or_sections: Any, /, axis: Axis = 0) -> Any", "view",
-       tags=f"view {DIFF}", check=meta.split, doc="Views of consecutive pieces along "
-       "axis (PyTorch's split): an int gives chunks of that size, the last may be "
-       "smaller; a list gives the size of each piece.")
-define("getitem(x: Tensor, key: Any, /) -> Tensor", "indexing", tags=f"view {DIFF}",
-       namespace=None, doc="``x[key]``: basic indexing gives a view, integer and "
-       "boolean indexing a copy.")
+define(
+    "reshape(x: Tensor, /, shape: Shape, *, copy: bool | None = None) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.reshape,
+    doc="The elements in a new shape (one size may be -1); a view when the strides "
+    "allow, a copy otherwise (``copy=False`` refuses to copy).",
+)
+define(
+    "permute_dims(x: Tensor, /, axes: Any) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.permute_dims,
+    doc="A view with the axes reordered: result axis i is axis ``axes[i]`` of x.",
+)
+define(
+    "matrix_transpose(x: Tensor, /) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.at_least_2d("matrix_transpose"),
+    doc="A view with the last two axes swapped.",
+)
+define(
+    "expand_dims(x: Tensor, /, *, axis: NewAxis = 0) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    doc="A view with a new axis of size 1 at position axis.",
+)
+define(
+    "squeeze(x: Tensor, /, axis: Axes) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.squeeze,
+    doc="A view without the given axes, which must have size 1.",
+)
+define(
+    "flip(x: Tensor, /, *, axis: Axes = None) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    doc="A view with the order of elements reversed along the given axes.",
+)
+define(
+    "broadcast_to(x: Tensor, /, shape: Shape) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.broadcast_to,
+    doc="A read-only view of x broadcast to shape.",
+)
+define(
+    "split(x: Tensor, split_size_or_sections: Any, /, axis: Axis = 0) -> Any",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.split,
+    doc="Views of consecutive pieces along "
+    "axis (PyTorch's split): an int gives chunks of that size, the last may be "
+    "smaller; a list gives the size of each piece.",
+)
+define(
+    "getitem(x: Tensor, key: Any, /) -> Tensor",
+    "indexing",
+    tags=f"view {DIFF}",
+    namespace=None,
+    doc="``x[key]``: basic indexing gives a view, integer and boolean indexing a copy.",
+)
 
 # ---------------------------------------------------------------- indexing
-define("setitem(x: Tensor, key: Any, value: TensorOrScalar, /) -> Tensor", "indexing",
-       tags=f"inplace {DIFF}", namespace=None, doc="``x[key] = value``, in place.")
-define("index_add(x: Tensor, key: Any, values: Tensor, /) -> Tensor", "indexing",
-       tags=DIFF, namespace=None, doc="A copy of x with values added at x[key]; an "
-       "index that repeats adds each time (getitem's backward).")
+define(
+    "setitem(x: Tensor, key: Any, value: TensorOrScalar, /) -> Tensor",
+    "indexing",
+    tags=f"inplace {DIFF}",
+    namespace=None,
+    doc="``x[key] = value``, in place.",
+)
+define(
+    "index_add(x: Tensor, key: Any, values: Tensor, /) -> Tensor",
+    "indexing",
+    tags=DIFF,
+    namespace=None,
+    doc="A copy of x with values added at x[key]; an "
+    "index that repeats adds each time (getitem's backward).",
+)
 
 # ---------------------------------------------------------------- manipulation
-define("concat(arrays: Tensors, /, *, axis: int | None = 0) -> Tensor", "manipulation",
-       tags=DIFF, check=meta.concat, doc="The tensors joined along an existing axis "
-       "(flattened first when axis is None); dtypes promote.")
-define("stack(arrays: Tensors, /, *, axis: int = 0) -> Tensor", "manipulation",
-       tags=DIFF, check=meta.stack, doc="The tensors, of one shape, joined along a new "
-       "axis.")
+define(
+    "concat(arrays: Tensors, /, *, axis: int | None = 0) -> Tensor",
+    "manipulation",
+    tags=DIFF,
+    check=meta.concat,
+    doc="The tensors joined along an existing axis "
+    "(flattened first when axis is None); dtypes promote.",
+)
+define(
+    "stack(arrays: Tensors, /, *, axis: int = 0) -> Tensor",
+    "manipulation",
+    tags=DIFF,
+    check=meta.stack,
+    doc="The tensors, of one shape, joined along a new axis.",
+)
 
 # ---------------------------------------------------------------- linear algebra
-define("matmul(x1: Tensor, x2: Tensor, /) -> Tensor", "linalg", dtypes="numeric",
-       tags=DIFF, dunder="matmul", check=meta.matmul, doc="The matrix product (``x1 @ x2``), batched over "
-       "leading axes that broadcast; 1-D operands are vectors.")
-define("tensordot(x1: Tensor, x2: Tensor, /, *, axes: Any = 2) -> Tensor", "linalg",
-       dtypes="numeric", tags=DIFF, check=meta.tensordot, doc="The sum of products over "
-       "the last ``axes`` axes of x1 and the first of x2, or over a pair of axis lists.")
-define("vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor", "linalg",
-       dtypes="numeric", tags=DIFF, check=meta.vecdot,
-       doc="The dot product of vectors along axis, broadcast over the other axes.")
+define(
+    "matmul(x1: Tensor, x2: Tensor, /) -> Tensor",
+    "linalg",
+    dtypes="numeric",
+    tags=DIFF,
+    dunder="matmul",
+    check=meta.matmul,
+    doc="The matrix product (``x1 @ x2``), batched over "
+    "leading axes that broadcast; 1-D operands are vectors.",
+)
+define(
+    "tensordot(x1: Tensor, x2: Tensor, /, *, axes: Any = 2) -> Tensor",
+    "linalg",
+    dtypes="numeric",
+    tags=DIFF,
+    check=meta.tensordot,
+    doc="The sum of products over "
+    "the last ``axes`` axes of x1 and the first of x2, or over a pair of axis lists.",
+)
+define(
+    "vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor",
+    "linalg",
+    dtypes="numeric",
+    tags=DIFF,
+    check=meta.vecdot,
+    doc="The dot product of vectors along axis, broadcast over the other axes.",
+)
 
 # ---------------------------------------------------------------- conversion
-define("astype(x: Tensor, dtype: DType, /, *, copy: bool = True) -> Tensor",
-       "conversion", result="arg", tags=DIFF, namespace=None,
-       doc="x's values in dtype; ``copy=False`` returns x itself when it has the dtype.")
-define("copy(x: Tensor, /) -> Tensor", "conversion", tags=DIFF, namespace=None,
-       doc="A tensor owning a copy of x's values.")
-define("to_dense(x: Tensor, /) -> Tensor", "conversion", namespace=None,
-       doc="A dense tensor with x's values (x itself when it is dense).")
-define("to_sparse(x: Tensor, /) -> Tensor", "conversion", dtypes="numeric",
-       namespace=None, doc="A coalesced sparse COO tensor of x's nonzero entries.")
-define("coalesce(x: Tensor, /) -> Tensor", "conversion", dtypes="numeric", namespace=None,
-       doc="The sparse tensor x with entries sorted row-major and duplicates summed.")
-define("sparse_mask(x: Tensor, mask: Tensor, /) -> Tensor", "conversion", namespace=None,
-       doc="A sparse tensor with mask's entries holding x's values there (a dense "
-       "gradient of a sparse leaf).")
+define(
+    "astype(x: Tensor, dtype: DType, /, *, copy: bool = True) -> Tensor",
+    "conversion",
+    result="arg",
+    tags=DIFF,
+    namespace=None,
+    doc="x's values in dtype; ``copy=False`` returns x itself when it has the dtype.",
+)
+define(
+    "copy(x: Tensor, /) -> Tensor",
+    "conversion",
+    tags=DIFF,
+    namespace=None,
+    doc="A tensor owning a copy of x's values.",
+)
+define(
+    "to_dense(x: Tensor, /) -> Tensor",
+    "conversion",
+    namespace=None,
+    doc="A dense tensor with x's values (x itself when it is dense).",
+)
+define(
+    "to_sparse(x: Tensor, /) -> Tensor",
+    "conversion",
+    dtypes="numeric",
+    namespace=None,
+    doc="A coalesced sparse COO tensor of x's nonzero entries.",
+)
+define(
+    "coalesce(x: Tensor, /) -> Tensor",
+    "conversion",
+    dtypes="numeric",
+    namespace=None,
+    doc="The sparse tensor x with entries sorted row-major and duplicates summed.",
+)
+define(
+    "sparse_mask(x: Tensor, mask: Tensor, /) -> Tensor",
+    "conversion",
+    namespace=None,
+    doc="A sparse tensor with mask's entries holding x's values there (a dense "
+    "gradient of a sparse leaf).",
+)
 
 # ---------------------------------------------------------------- creation
 # Dispatched on the key of the requested device; the public functions (zeros, full,
 # asarray, ...) are in composites.py.
-define("full(shape: Shape, fill_value: Any, dtype: DType, device: Device) -> Tensor",
-       "creation", result="arg", namespace=None, doc="A tensor filled with fill_value.")
-define("empty(shape: Shape, dtype: DType, device: Device) -> Tensor", "creation",
-       result="arg", namespace=None, doc="A tensor with uninitialized values.")
-define("arange(start: Any, stop: Any, step: Any, dtype: DType, device: Device) -> Tensor",
-       "creation", result="arg", namespace=None,
-       doc="Evenly spaced values in [start, stop).")
-define("linspace(start: Any, stop: Any, num: int, dtype: DType, device: Device, "
-       "endpoint: bool) -> Tensor", "creation", result="arg", namespace=None,
-       doc="num evenly spaced values from start to stop.")
-define("eye(n_rows: int, n_cols: int, k: int, dtype: DType, device: Device) -> Tensor",
-       "creation", result="arg", namespace=None,
-       doc="Ones on the k-th diagonal, zeros elsewhere.")
-define("from_host(data: Any, dtype: DType, device: Device) -> Tensor", "creation",
-       result="arg", namespace=None, doc="A tensor of the device holding a NumPy array's "
-       "values (the CPU keeps the array itself).")
-define("rand(shape: Shape, dtype: DType, device: Device, generator: Any) -> Tensor",
-       "creation", dtypes="float", result="arg", namespace=None,
-       doc="Uniform samples in [0, 1).")
-define("randn(shape: Shape, dtype: DType, device: Device, generator: Any) -> Tensor",
-       "creation", dtypes="float", result="arg", namespace=None,
-       doc="Standard normal samples.")
+define(
+    "full(shape: Shape, fill_value: Any, dtype: DType, device: Device) -> Tensor",
+    "creation",
+    result="arg",
+    namespace=None,
+    doc="A tensor filled with fill_value.",
+)
+define(
+    "empty(shape: Shape, dtype: DType, device: Device) -> Tensor",
+    "creation",
+    result="arg",
+    namespace=None,
+    doc="A tensor with uninitialized values.",
+)
+define(
+    "arange(start: Any, stop: Any, step: Any, dtype: DType, device: Device) -> Tensor",
+    "creation",
+    result="arg",
+    namespace=None,
+    doc="Evenly spaced values in [start, stop).",
+)
+define(
+    "linspace(start: Any, stop: Any, num: int, dtype: DType, device: Device, "
+    "endpoint: bool) -> Tensor",
+    "creation",
+    result="arg",
+    namespace=None,
+    doc="num evenly spaced values from start to stop.",
+)
+define(
+    "eye(n_rows: int, n_cols: int, k: int, dtype: DType, device: Device) -> Tensor",
+    "creation",
+    result="arg",
+    namespace=None,
+    doc="Ones on the k-th diagonal, zeros elsewhere.",
+)
+define(
+    "from_host(data: Any, dtype: DType, device: Device) -> Tensor",
+    "creation",
+    result="arg",
+    namespace=None,
+    doc="A tensor of the device holding a NumPy array's values (the CPU keeps the array itself).",
+)
+define(
+    "rand(shape: Shape, dtype: DType, device: Device, generator: Any) -> Tensor",
+    "creation",
+    dtypes="float",
+    result="arg",
+    namespace=None,
+    doc="Uniform samples in [0, 1).",
+)
+define(
+    "randn(shape: Shape, dtype: DType, device: Device, generator: Any) -> Tensor",
+    "creation",
+    dtypes="float",
+    result="arg",
+    namespace=None,
+    doc="Standard normal samples.",
+)

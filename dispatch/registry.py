@@ -58,9 +58,17 @@ def _next_order() -> int:
     return _order
 
 
-def register_kernel(op_name: str, key: int, fn: Callable, plugin: str, priority: int = 0,
-                    *, wraps: bool = False, with_scalar: Callable | None = None,
-                    unchecked: Callable | None = None) -> Kernel:
+def register_kernel(
+    op_name: str,
+    key: int,
+    fn: Callable,
+    plugin: str,
+    priority: int = 0,
+    *,
+    wraps: bool = False,
+    with_scalar: Callable | None = None,
+    unchecked: Callable | None = None,
+) -> Kernel:
     """Record a kernel for (operator, key); ``entries.rebuild()`` makes it active."""
     get(op_name)  # unknown operator names are an error, not a silent new entry
     k = Kernel(fn, plugin, priority, _next_order(), wraps, with_scalar, unchecked)
@@ -88,10 +96,9 @@ def unregister_plugin(plugin: str) -> None:
 
 def kernels_of(plugin: str) -> list[tuple[str | None, int, Kernel]]:
     """(op name, key, Kernel) of every kernel of ``plugin``; op name None for fallbacks."""
-    return ([(op, key, e) for (op, key), es in kernels.items() for e in es
-             if e.plugin == plugin]
-            + [(None, key, e) for key, es in fallbacks.items() for e in es
-               if e.plugin == plugin])
+    return [(op, key, e) for (op, key), es in kernels.items() for e in es if e.plugin == plugin] + [
+        (None, key, e) for key, es in fallbacks.items() for e in es if e.plugin == plugin
+    ]
 
 
 def ties(plugin: str) -> list[tuple[str | None, int, str, int]]:
@@ -101,8 +108,11 @@ def ties(plugin: str) -> list[tuple[str | None, int, str, int]]:
     found = []
     for op, key, e in kernels_of(plugin):
         entries = kernels[op, key] if op is not None else fallbacks[key]
-        found += [(op, key, o.plugin, e.priority) for o in entries
-                  if o.plugin != plugin and o.priority == e.priority and o.wraps == e.wraps]
+        found += [
+            (op, key, o.plugin, e.priority)
+            for o in entries
+            if o.plugin != plugin and o.priority == e.priority and o.wraps == e.wraps
+        ]
     return found
 
 

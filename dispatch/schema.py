@@ -8,9 +8,10 @@ Note [Operator schema]: every operator is one ``define(...)`` call in ``operator
   ``arguments.py``, which the generated binding checks and normalizes;
 * the **category** (elementwise, reduction, view, ...), which fixes the kernel calling
   convention (``CONVENTIONS``);
-* **tags** -- ``view``, ``inplace`` (writes its first argument), ``keeps_zero`` (f(0) == 0: the sparse layer keeps the pattern),
-  ``simd`` (NumPy has a SIMD loop for it), ``comparison`` -- and ``differentiable``
-  (its formula is in ``autograd/derivatives.py``);
+* **tags** -- ``view``, ``inplace`` (writes its first argument), ``keeps_zero``
+  (f(0) == 0: the sparse layer keeps the pattern), ``simd`` (NumPy has a SIMD loop for
+  it), ``comparison`` -- and ``differentiable`` (its formula is in
+  ``autograd/derivatives.py``);
 * the dtype rule of its inputs and result, its NumPy name, its dunder names, whether it
   has an in-place variant (``add_`` for ``+=``), its public namespace and its doc.
 
@@ -30,19 +31,18 @@ from typing import Any
 # How kernels of each category are called (docs/operators.md, docs/backends.md).
 CONVENTIONS = {
     "elementwise": "kernel(ks, *operands): tensors or Python scalars (a binary operator "
-                   "may get the scalar in either position); shapes broadcast",
+    "may get the scalar in either position); shapes broadcast",
     "reduction": "kernel(ks, x, axis, ...): axis a sorted tuple of non-negative ints "
-                 "(None arrives as every axis), the other arguments in signature order",
+    "(None arrives as every axis), the other arguments in signature order",
     "scan": "kernel(ks, x, axis, ...): axis a non-negative int",
     "view": "kernel(ks, x, ...): arguments normalized (axes non-negative); the result "
-            "shares x's storage where the layout allows",
+    "shares x's storage where the layout allows",
     "manipulation": "kernel(ks, ...): arguments in signature order, normalized",
     "indexing": "kernel(ks, x, key, ...): key as the user gave it (ints, slices, "
-                "Ellipsis, None, tensors)",
+    "Ellipsis, None, tensors)",
     "linalg": "kernel(ks, ...): arguments in signature order, normalized",
     "conversion": "kernel(ks, ...): arguments in signature order",
-    "creation": "kernel(ks, ...): the signature's arguments but device, which chose "
-                "the key",
+    "creation": "kernel(ks, ...): the signature's arguments but device, which chose the key",
 }
 
 DTYPE_RULES = {
@@ -55,8 +55,7 @@ DTYPE_RULES = {
 RESULT_RULES = {
     "same": "the computation dtype",
     "bool": "bool",
-    "sum": "the input's float dtype; signed integers and bool give int64, unsigned "
-           "uint64",
+    "sum": "the input's float dtype; signed integers and bool give int64, unsigned uint64",
     "index": "int64",
     "arg": "given by an argument (dtype=)",
 }
@@ -89,7 +88,8 @@ def parse_signature(text: str) -> tuple[str, tuple[Param, ...], str]:
     kinds = inspect.Parameter
     params = []
     positional = [(p, kinds.POSITIONAL_ONLY) for p in a.posonlyargs] + [
-        (p, kinds.POSITIONAL_OR_KEYWORD) for p in a.args]
+        (p, kinds.POSITIONAL_OR_KEYWORD) for p in a.args
+    ]
     defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
     for (p, kind), d in zip(positional, defaults):
         params.append(_param(p, kind, d))
@@ -147,8 +147,12 @@ class Operator:
     def signature(self) -> inspect.Signature:
         """The public signature (annotations are the schema's argument kinds)."""
         return inspect.Signature(
-            [inspect.Parameter(p.name, p.kind, default=p.default, annotation=p.annotation)
-             for p in self.params], return_annotation=self.returns)
+            [
+                inspect.Parameter(p.name, p.kind, default=p.default, annotation=p.annotation)
+                for p in self.params
+            ],
+            return_annotation=self.returns,
+        )
 
     @property
     def arity(self) -> int:
@@ -170,7 +174,7 @@ class Operator:
     @property
     def kind(self) -> str:
         """inplace for operators that write their first argument, unary / binary /
-    ternary for elementwise operators, else the category."""
+        ternary for elementwise operators, else the category."""
         if "inplace" in self.tags:
             return "inplace"
         if self.category == "elementwise":
@@ -202,10 +206,20 @@ def keyset(args: Any) -> int:
 OPERATORS: dict[str, Operator] = {}  # name -> Operator, in definition order
 
 
-def define(signature: str, category: str, *, dtypes: str = "any", result: str = "same",
-           tags: str = "", numpy: str | None = None, dunder: str | None = None,
-           inplace: bool = False, namespace: str | None = "", check: Callable | None = None,
-           doc: str = "") -> Operator:
+def define(
+    signature: str,
+    category: str,
+    *,
+    dtypes: str = "any",
+    result: str = "same",
+    tags: str = "",
+    numpy: str | None = None,
+    dunder: str | None = None,
+    inplace: bool = False,
+    namespace: str | None = "",
+    check: Callable | None = None,
+    doc: str = "",
+) -> Operator:
     """Add one operator to the schema (Note [Operator schema]); with ``inplace`` also
     its in-place variant ``name_`` (``x1 op= x2``)."""
     name, params, returns = parse_signature(signature)
@@ -220,23 +234,55 @@ def define(signature: str, category: str, *, dtypes: str = "any", result: str = 
         raise ValueError(f"{name}: unknown tags {sorted(tag_set - TAGS)}")
     if not doc:
         raise ValueError(f"{name}: every operator needs a doc")
-    op = OPERATORS[name] = Operator(name, params, returns, category, dtypes, result,
-                                    tag_set, numpy, dunder, namespace=namespace,
-                                    check=check, doc=doc)
+    op = OPERATORS[name] = Operator(
+        name,
+        params,
+        returns,
+        category,
+        dtypes,
+        result,
+        tag_set,
+        numpy,
+        dunder,
+        namespace=namespace,
+        check=check,
+        doc=doc,
+    )
     if inplace:
         variant = OPERATORS[name + "_"] = Operator(
-            name + "_", params, returns, category, dtypes, result, tag_set | {"inplace"}, numpy,
-            inplace_of=op, namespace=None, doc=f"In-place {name}: x1 is overwritten "
+            name + "_",
+            params,
+            returns,
+            category,
+            dtypes,
+            result,
+            tag_set | {"inplace"},
+            numpy,
+            inplace_of=op,
+            namespace=None,
+            doc=f"In-place {name}: x1 is overwritten "
             f"with {name}(x1, x2) (``x1 {_symbol(dunder)}= x2``); x1 keeps its dtype and "
-            "shape.")
+            "shape.",
+        )
         op.inplace = variant
     return op
 
 
 def _symbol(dunder: str | None) -> str:
-    return {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
-            "mod": "%", "pow": "**", "and": "&", "or": "|", "xor": "^", "lshift": "<<",
-            "rshift": ">>"}.get(dunder or "", "op")
+    return {
+        "add": "+",
+        "sub": "-",
+        "mul": "*",
+        "truediv": "/",
+        "floordiv": "//",
+        "mod": "%",
+        "pow": "**",
+        "and": "&",
+        "or": "|",
+        "xor": "^",
+        "lshift": "<<",
+        "rshift": ">>",
+    }.get(dunder or "", "op")
 
 
 def get(name: str) -> Operator:
@@ -246,8 +292,10 @@ def get(name: str) -> Operator:
     except KeyError:
         close = difflib.get_close_matches(str(name), OPERATORS, n=3)
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-        raise ValueError(f"unknown operator {name!r}{hint}; operators are listed in "
-                         "lamina.dispatch.OPERATORS and docs/operators.md") from None
+        raise ValueError(
+            f"unknown operator {name!r}{hint}; operators are listed in "
+            "lamina.dispatch.OPERATORS and docs/operators.md"
+        ) from None
 
 
 def tagged(tag: str) -> list[Operator]:

@@ -18,7 +18,6 @@ from .dtypes import DType, from_numpy
 from .format import format_tensor
 from .schema import OPERATORS
 
-
 PY_SCALARS = (float, int, bool)  # exact types: subclasses take the general paths
 
 
@@ -44,8 +43,7 @@ class Tensor:
     is a new tensor), so the fast path may trust them without re-checking ``_data``.
     """
 
-    __slots__ = ("_data", "_flat", "_ks", "_dtype", "_shape", "_grad_fn", "__weakref__",
-                 "__dict__")
+    __slots__ = ("_data", "_flat", "_ks", "_dtype", "_shape", "_grad_fn", "__weakref__", "__dict__")
     _data: Any
     _flat: np.ndarray | None
     _ks: int
@@ -64,8 +62,10 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("create tensors with lamina.asarray, lamina.zeros, ... "
-                        "(Tensor has no public constructor)")
+        raise TypeError(
+            "create tensors with lamina.asarray, lamina.zeros, ... "
+            "(Tensor has no public constructor)"
+        )
 
     # ---------------------------------------------------------- attributes
     @property
@@ -104,8 +104,9 @@ class Tensor:
     @property
     def T(self) -> Tensor:
         if self.ndim != 2:
-            raise ValueError(f".T needs a 2-D tensor, got {self.ndim}-D (use .mT or "
-                             "permute_dims for batches)")
+            raise ValueError(
+                f".T needs a 2-D tensor, got {self.ndim}-D (use .mT or permute_dims for batches)"
+            )
         return OPERATORS["matrix_transpose"](self)
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Any:
@@ -117,8 +118,10 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """The storage as a NumPy array (shared, not copied, for CPU tensors)."""
         if not self._ks & keys.CPU or self._ks & keys.SPARSE:
-            raise TypeError(f"numpy() needs a dense CPU tensor; this one is on {self.device}"
-                            f"{' and sparse' if self._ks & keys.SPARSE else ''}")
+            raise TypeError(
+                f"numpy() needs a dense CPU tensor; this one is on {self.device}"
+                f"{' and sparse' if self._ks & keys.SPARSE else ''}"
+            )
         return self._data
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -127,8 +130,14 @@ class Tensor:
             return a.astype(dtype)
         return a.copy() if copy else a
 
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: Any = None, copy: bool | None = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
         kwargs = {} if max_version is None else {"max_version": max_version}
         return self.numpy().__dlpack__(stream=stream, **kwargs)
 
@@ -161,8 +170,9 @@ class Tensor:
 
     def _scalar(self, kind: type) -> Any:
         if self.ndim != 0:
-            raise TypeError(f"only 0-d tensors convert to Python {kind.__name__}, "
-                            f"got shape {self.shape}")
+            raise TypeError(
+                f"only 0-d tensors convert to Python {kind.__name__}, got shape {self.shape}"
+            )
         return kind(self._host()[()])
 
     def __bool__(self) -> bool:
@@ -222,8 +232,7 @@ class Tensor:
 
     def _coo(self, what: str) -> Any:
         if not self._ks & keys.SPARSE:
-            raise TypeError(f"{what} needs a sparse tensor; this one is dense (see "
-                            "to_sparse())")
+            raise TypeError(f"{what} needs a sparse tensor; this one is dense (see to_sparse())")
         return self._data
 
     def is_coalesced(self) -> bool:
@@ -257,13 +266,14 @@ class Tensor:
         """Make a leaf tensor record operations for autograd (in place; returns self)."""
         if not requires_grad:
             if self.grad_fn is not None:
-                raise RuntimeError("requires_grad_(False) is only allowed on leaf tensors; "
-                                   "use detach() for a non-leaf tensor")
+                raise RuntimeError(
+                    "requires_grad_(False) is only allowed on leaf tensors; "
+                    "use detach() for a non-leaf tensor"
+                )
             self._ks &= ~keys.AUTOGRAD
             return self
         if self._dtype.kind != "f":
-            raise TypeError(f"only floating-point tensors can require gradients, got "
-                            f"{self._dtype}")
+            raise TypeError(f"only floating-point tensors can require gradients, got {self._dtype}")
         if not self._ks & keys.AUTOGRAD:
             self._grad_fn = None  # Note [Autograd fields]
             self._ks |= keys.AUTOGRAD
@@ -285,12 +295,17 @@ class Tensor:
         t._ks = self._ks & ~keys.AUTOGRAD
         return t
 
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False,
-                 create_graph: bool = False) -> None:
+    def backward(
+        self, gradient: Tensor | None = None, retain_graph: bool = False, create_graph: bool = False
+    ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of the leaves it
         was computed from (lamina.autograd.backward)."""
-        upper.autograd.backward([self], None if gradient is None else [gradient],
-                                retain_graph=retain_graph, create_graph=create_graph)
+        upper.autograd.backward(
+            [self],
+            None if gradient is None else [gradient],
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+        )
 
     def register_hook(self, hook: Any) -> Any:
         """Call ``hook(grad)`` when this tensor's gradient is computed; a tensor it
@@ -337,8 +352,7 @@ def from_storage(storage: Any, ks: int, dtype: DType, shape: tuple[int, ...]) ->
     return t
 
 
-def from_flat(flat: np.ndarray, shape: tuple[int, ...], dtype: DType,
-              ks: int = keys.CPU) -> Tensor:
+def from_flat(flat: np.ndarray, shape: tuple[int, ...], dtype: DType, ks: int = keys.CPU) -> Tensor:
     """Wrap a freshly allocated contiguous 1-D array as a tensor of ``shape``.
 
     The fast constructor for kernel outputs: nothing is inspected."""

@@ -15,10 +15,25 @@ from lamina.backends.threads import get_num_threads, set_num_threads
 from lamina.dispatch import bindings as _bindings
 from lamina.dispatch import tensor as _tensor
 from lamina.dispatch.devices import Device
-from lamina.dispatch.dtypes import DType, can_cast, finfo, iinfo, isdtype, result_type
-from lamina.dispatch.dtypes import bool_ as bool  # noqa: A004
-from lamina.dispatch.dtypes import (float32, float64, int8, int16, int32, int64, uint8,
-                                    uint16, uint32, uint64)
+from lamina.dispatch.dtypes import (
+    DType,
+    can_cast,
+    finfo,
+    float32,
+    float64,
+    iinfo,
+    int8,
+    int16,
+    int32,
+    int64,
+    isdtype,
+    result_type,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 

@@ -22,6 +22,7 @@ Switching rebuilds the dispatch tables (or the bindings) once; a disabled layer 
 nothing per call. The state itself is ``lamina.dispatch.layers``, which the tables read;
 this module is the only place that changes it.
 """
+
 import contextlib
 from collections.abc import Iterator
 

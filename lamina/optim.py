@@ -1,4 +1,5 @@
 """Optimizers. ``SGD`` with momentum and weight decay (PyTorch's update rule)."""
+
 from lamina.autograd import no_grad
 
 
@@ -18,7 +19,11 @@ class SGD:
             if not p.requires_grad:
                 raise ValueError(f"SGD: a parameter of shape {p.shape} does not require grad")
         self.lr, self.momentum, self.weight_decay, self.nesterov = (
-            lr, momentum, weight_decay, nesterov)
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        )
         self.buffers = [None] * len(self.params)
 
     @no_grad()

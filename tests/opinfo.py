@@ -20,6 +20,7 @@ Sample *layouts* (contiguous, 0-d, empty, broadcast, transposed, stepped, revers
 built here too, as pairs of (lamina tensor, the same view of the NumPy array), so a
 test checks both what a kernel computes and that lamina's views reach it correctly.
 """
+
 import zlib
 from dataclasses import dataclass
 
@@ -48,14 +49,47 @@ def lm_dtype(name):
 
 # ---------------------------------------------------------------- sample pools
 
-FLOAT_SPECIALS = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 1.5, -2.5, 2.5, 3.0, 0.1, -7.25, 0.001,
-                  20.0, 100.0, np.inf, -np.inf, np.nan]
+FLOAT_SPECIALS = [
+    0.0,
+    -0.0,
+    0.5,
+    -0.5,
+    1.0,
+    -1.0,
+    1.5,
+    -2.5,
+    2.5,
+    3.0,
+    0.1,
+    -7.25,
+    0.001,
+    20.0,
+    100.0,
+    np.inf,
+    -np.inf,
+    np.nan,
+]
 
 
 def int_specials(name):
     info = np.iinfo(name)
-    vals = [info.min, info.min + 1, -100, -7, -2, -1, 0, 1, 2, 3, 7, 100, 200,
-            info.max - 1, info.max]
+    vals = [
+        info.min,
+        info.min + 1,
+        -100,
+        -7,
+        -2,
+        -1,
+        0,
+        1,
+        2,
+        3,
+        7,
+        100,
+        200,
+        info.max - 1,
+        info.max,
+    ]
     return sorted({int(v) for v in vals if info.min <= v <= info.max})
 
 
@@ -134,15 +168,27 @@ def _ops():
     unary("round", "numeric", "int32 float32 float64", np.round)
     # Unary float: ints and bool are computed in float64 (the f64 kernel, nothing new
     # to compile), so one of them rides along with each operator.
-    floats = [("exp", np.exp, "int8"), ("expm1", np.expm1, "uint8"), ("log", np.log, "int64"),
-              ("log1p", np.log1p, "int16"), ("log2", np.log2, "uint16"),
-              ("log10", np.log10, "bool"), ("sqrt", np.sqrt, "int32"),
-              ("sin", np.sin, "uint32"), ("cos", np.cos, "int8"), ("tan", np.tan, "uint64"),
-              ("asin", np.arcsin, "int16"), ("acos", np.arccos, "bool"),
-              ("atan", np.arctan, "int64"), ("sinh", np.sinh, "uint8"),
-              ("cosh", np.cosh, "int32"), ("tanh", np.tanh, "uint16"),
-              ("asinh", np.arcsinh, "int8"), ("acosh", np.arccosh, "uint32"),
-              ("atanh", np.arctanh, "bool")]
+    floats = [
+        ("exp", np.exp, "int8"),
+        ("expm1", np.expm1, "uint8"),
+        ("log", np.log, "int64"),
+        ("log1p", np.log1p, "int16"),
+        ("log2", np.log2, "uint16"),
+        ("log10", np.log10, "bool"),
+        ("sqrt", np.sqrt, "int32"),
+        ("sin", np.sin, "uint32"),
+        ("cos", np.cos, "int8"),
+        ("tan", np.tan, "uint64"),
+        ("asin", np.arcsin, "int16"),
+        ("acos", np.arccos, "bool"),
+        ("atan", np.arctan, "int64"),
+        ("sinh", np.sinh, "uint8"),
+        ("cosh", np.cosh, "int32"),
+        ("tanh", np.tanh, "uint16"),
+        ("asinh", np.arcsinh, "int8"),
+        ("acosh", np.arccosh, "uint32"),
+        ("atanh", np.arctanh, "bool"),
+    ]
     for name, ref, extra in floats:
         unary(name, "float", f"float32 float64 {extra}", ref)
     unary("bitwise_invert", "intbool", "bool int8 uint64", np.invert, dunder=O.invert)
@@ -154,48 +200,101 @@ def _ops():
 
     # Binary numeric
     binary("add", "numeric", " ".join(NUMERIC), np.add, dunder=O.add, inplace=O.iadd)
-    binary("subtract", "numeric", "int8 uint8 int64 float32 float64", np.subtract,
-           dunder=O.sub, inplace=O.isub)
-    binary("multiply", "numeric", "int16 uint32 float32 float64", np.multiply,
-           dunder=O.mul, inplace=O.imul)
-    binary("floor_divide", "numeric", "int8 int64 uint16 float32 float64", np.floor_divide,
-           dunder=O.floordiv, inplace=O.ifloordiv)
-    binary("remainder", "numeric", "int16 int64 uint8 float32 float64", np.remainder,
-           dunder=O.mod, inplace=O.imod)
-    binary("pow", "numeric", "int32 uint8 int64 float32 float64", np.power,
-           dunder=O.pow, inplace=O.ipow, rhs=nonnegative)
+    binary(
+        "subtract",
+        "numeric",
+        "int8 uint8 int64 float32 float64",
+        np.subtract,
+        dunder=O.sub,
+        inplace=O.isub,
+    )
+    binary(
+        "multiply",
+        "numeric",
+        "int16 uint32 float32 float64",
+        np.multiply,
+        dunder=O.mul,
+        inplace=O.imul,
+    )
+    binary(
+        "floor_divide",
+        "numeric",
+        "int8 int64 uint16 float32 float64",
+        np.floor_divide,
+        dunder=O.floordiv,
+        inplace=O.ifloordiv,
+    )
+    binary(
+        "remainder",
+        "numeric",
+        "int16 int64 uint8 float32 float64",
+        np.remainder,
+        dunder=O.mod,
+        inplace=O.imod,
+    )
+    binary(
+        "pow",
+        "numeric",
+        "int32 uint8 int64 float32 float64",
+        np.power,
+        dunder=O.pow,
+        inplace=O.ipow,
+        rhs=nonnegative,
+    )
     binary("maximum", "numeric", "int8 uint64 float32 float64", np.maximum)
     binary("minimum", "numeric", "int32 uint16 float32 float64", np.minimum)
     # Binary float
-    binary("divide", "float", "float32 float64 int16", np.divide, dunder=O.truediv,
-           inplace=O.itruediv)
+    binary(
+        "divide", "float", "float32 float64 int16", np.divide, dunder=O.truediv, inplace=O.itruediv
+    )
     binary("atan2", "float", "float32 float64 uint8", np.arctan2)
     binary("copysign", "float", "float32 float64 int32", np.copysign)
     binary("hypot", "float", "float32 float64 int8", np.hypot)
     binary("logaddexp", "float", "float32 float64 uint16", np.logaddexp)
     # Bitwise
-    binary("bitwise_and", "intbool", "bool int32 uint8", np.bitwise_and, dunder=O.and_,
-           inplace=O.iand)
-    binary("bitwise_or", "intbool", "bool int64 uint16", np.bitwise_or, dunder=O.or_,
-           inplace=O.ior)
-    binary("bitwise_xor", "intbool", "bool int8 uint64", np.bitwise_xor, dunder=O.xor,
-           inplace=O.ixor)
-    binary("bitwise_left_shift", "int", "int8 int64 uint32", np.left_shift,
-           dunder=O.lshift, inplace=O.ilshift, rhs=shift_counts)
-    binary("bitwise_right_shift", "int", "int16 int32 uint8 uint64", np.right_shift,
-           dunder=O.rshift, inplace=O.irshift, rhs=shift_counts)
+    binary(
+        "bitwise_and", "intbool", "bool int32 uint8", np.bitwise_and, dunder=O.and_, inplace=O.iand
+    )
+    binary("bitwise_or", "intbool", "bool int64 uint16", np.bitwise_or, dunder=O.or_, inplace=O.ior)
+    binary(
+        "bitwise_xor", "intbool", "bool int8 uint64", np.bitwise_xor, dunder=O.xor, inplace=O.ixor
+    )
+    binary(
+        "bitwise_left_shift",
+        "int",
+        "int8 int64 uint32",
+        np.left_shift,
+        dunder=O.lshift,
+        inplace=O.ilshift,
+        rhs=shift_counts,
+    )
+    binary(
+        "bitwise_right_shift",
+        "int",
+        "int16 int32 uint8 uint64",
+        np.right_shift,
+        dunder=O.rshift,
+        inplace=O.irshift,
+        rhs=shift_counts,
+    )
     # Comparison and logic
     binary("equal", "any", " ".join(ALL_DTYPES), np.equal, result="bool", dunder=O.eq)
-    binary("not_equal", "any", "bool int16 uint32 float64", np.not_equal, result="bool",
-           dunder=O.ne)
-    binary("greater", "any", "bool int8 uint64 float32", np.greater, result="bool",
-           dunder=O.gt)
-    binary("greater_equal", "any", "bool int64 uint8 float64", np.greater_equal,
-           result="bool", dunder=O.ge)
-    binary("less", "any", "bool int32 uint16 float32", np.less, result="bool",
-           dunder=O.lt)
-    binary("less_equal", "any", "bool int16 uint64 float64", np.less_equal,
-           result="bool", dunder=O.le)
+    binary(
+        "not_equal", "any", "bool int16 uint32 float64", np.not_equal, result="bool", dunder=O.ne
+    )
+    binary("greater", "any", "bool int8 uint64 float32", np.greater, result="bool", dunder=O.gt)
+    binary(
+        "greater_equal",
+        "any",
+        "bool int64 uint8 float64",
+        np.greater_equal,
+        result="bool",
+        dunder=O.ge,
+    )
+    binary("less", "any", "bool int32 uint16 float32", np.less, result="bool", dunder=O.lt)
+    binary(
+        "less_equal", "any", "bool int16 uint64 float64", np.less_equal, result="bool", dunder=O.le
+    )
     binary("logical_and", "any", "bool int8 float32", np.logical_and, result="bool")
     binary("logical_or", "any", "bool uint16 float64", np.logical_or, result="bool")
     binary("logical_xor", "any", "bool int64 float32", np.logical_xor, result="bool")
@@ -210,13 +309,25 @@ BINARY = [op for op in OPS.values() if op.arity == 2]
 # Operators whose integer kernels only copy or truth-test (floor of an int is the int,
 # isnan of an int is False): one integer kind covers them. Every other operator is run
 # on a signed and an unsigned integer dtype, and on bool where it takes bool.
-ONE_INTEGER_KIND = {"floor", "ceil", "trunc", "round", "logical_not", "isfinite", "isinf",
-                    "isnan", "logical_and", "logical_or", "logical_xor"}
+ONE_INTEGER_KIND = {
+    "floor",
+    "ceil",
+    "trunc",
+    "round",
+    "logical_not",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+}
 
 
 def op_dtype_params(ops):
     """(op, dtype) pairs for pytest parametrization, with readable ids."""
     import pytest
+
     return [pytest.param(op, d, id=f"{op.name}-{d}") for op in ops for d in op.dtypes]
 
 
@@ -262,12 +373,14 @@ def assert_matches(actual, want, dtype, signed_zero=True, where=""):
     assert actual.shape == want.shape, f"{where}: shape {actual.shape} != {want.shape}"
     assert got.shape == want.shape
     if dtype.kind == "f":
-        np.testing.assert_allclose(got, want, rtol=RTOL[dtype.name], atol=0, equal_nan=True,
-                                   err_msg=where)
+        np.testing.assert_allclose(
+            got, want, rtol=RTOL[dtype.name], atol=0, equal_nan=True, err_msg=where
+        )
         if signed_zero:
             zeros = want == 0
-            np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]),
-                                          err_msg=f"{where}: sign of zero")
+            np.testing.assert_array_equal(
+                np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=f"{where}: sign of zero"
+            )
     else:
         np.testing.assert_array_equal(got, want, err_msg=where, strict=True)
 
@@ -283,8 +396,9 @@ def draw(pool, shape, rng):
     """An array of ``shape`` filled with values drawn from ``pool`` (every value of the
     pool appears when there is room for it)."""
     n = int(np.prod(shape, dtype=np.int64))
-    idx = np.concatenate([rng.permutation(len(pool)),
-                          rng.integers(0, len(pool), max(0, n - len(pool)))])[:n]
+    idx = np.concatenate(
+        [rng.permutation(len(pool)), rng.integers(0, len(pool), max(0, n - len(pool)))]
+    )[:n]
     return pool[idx].reshape(shape)
 
 
@@ -295,8 +409,10 @@ VIEWS = {
     "transposed": (lambda t: t.T, lambda a: a.T),
     "step": (lambda t: t[1::3], lambda a: a[1::3]),
     "reversed": (lambda t: t[::-1], lambda a: a[::-1]),
-    "permuted-flipped": (lambda t: lm.permute_dims(t, (2, 0, 1))[:, ::-1],
-                         lambda a: a.transpose(2, 0, 1)[:, ::-1]),
+    "permuted-flipped": (
+        lambda t: lm.permute_dims(t, (2, 0, 1))[:, ::-1],
+        lambda a: a.transpose(2, 0, 1)[:, ::-1],
+    ),
     "stepped-2d": (lambda t: t[::2, ::-3], lambda a: a[::2, ::-3]),
 }
 
@@ -377,7 +493,8 @@ def python_scalars(op, dtype, operand):
         vals = [3, 0, -2, info.max, info.min, True]
     pool = op.pool(dtype, operand)
     if op.rhs is not None and operand == 1 and dtype not in FLOATS:
-        vals = [v for v in vals if not isinstance(v, float) and v in pool.tolist()] or \
-            [int(pool[len(pool) // 2])]
+        vals = [v for v in vals if not isinstance(v, float) and v in pool.tolist()] or [
+            int(pool[len(pool) // 2])
+        ]
     info = None if dtype in FLOATS else np.iinfo(dtype)
     return [v for v in vals if info is None or info.min <= v <= info.max]

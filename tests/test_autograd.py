@@ -9,6 +9,7 @@ record a node of its operator, so a sample cannot silently miss the formula it n
 
 Everything runs in float64, the dtype the rest of the suite compiles kernels for.
 """
+
 import gc
 import threading
 import weakref
@@ -67,10 +68,12 @@ def away_from_zero(shape, seed=0):
 
 def inplace(name):
     """x op= y on a non-leaf copy of x (the in-place kernel of the layer)."""
+
     def fn(x, y):
         z = x * 1.0
         getattr(z, f"__i{name}__")(y)
         return z
+
     return fn
 
 
@@ -79,6 +82,7 @@ def setitem(key):
         y = x * 1.0
         y[key] = v
         return y
+
     return fn
 
 
@@ -91,53 +95,79 @@ S = (2, 3)
 # name -> [(sample id, fn, args[, gradcheck keywords])]; fn(*args) must record a node
 # of the named operator
 SAMPLES = {
-    "add": [("same", lm.add, [leaf(S), leaf(S, seed=1)]),
-            ("broadcast", lm.add, [leaf((2, 1, 3)), leaf((4, 1), seed=1)]),
-            ("scalar", lambda x: x + 2.5, [leaf(S)]),
-            ("rscalar", lambda x: 2.5 + x, [leaf(S)]),
-            ("transposed", lm.add, [strided(S), leaf(S, seed=1)]),
-            ("inplace", inplace("add"), [leaf(S), leaf((3,), seed=1)])],
-    "subtract": [("broadcast", lm.subtract, [leaf((3, 1)), leaf((1, 4), seed=1)]),
-                 ("rscalar", lambda x: 1.5 - x, [leaf(S)]),
-                 ("stepped", lm.subtract, [leaf(S, seed=1), strided(S, kind="step")]),
-                 ("inplace", inplace("sub"), [leaf(S), leaf((2, 1), seed=1)])],
-    "multiply": [("broadcast", lm.multiply, [leaf((2, 1, 3)), leaf((4, 1), seed=1)]),
-                 ("scalar", lambda x: x * -3.0, [leaf(S)]),
-                 ("transposed", lm.multiply, [strided(S), strided(S, seed=1, kind="step")]),
-                 ("self", lambda x: x * x, [leaf(S)]),
-                 ("inplace", inplace("mul"), [leaf(S), leaf(S, seed=1)])],
-    "divide": [("broadcast", lm.divide, [leaf((2, 3)), pos((3,), seed=1)]),
-               ("rscalar", lambda x: 2.0 / x, [pos(S)]),
-               ("scalar", lambda x: x / 4.0, [leaf(S)]),
-               ("inplace", inplace("truediv"), [leaf(S), pos((1, 3), seed=1)])],
-    "pow": [("tensors", lm.pow, [pos(S), leaf(S, seed=1)]),
-            ("broadcast", lm.pow, [pos((2, 1)), leaf((3,), seed=1)]),
-            ("scalar_exponent", lambda x: x ** 3.0, [leaf(S)]),
-            ("scalar_base", lambda x: 2.0 ** x, [leaf(S)]),
-            ("inplace", inplace("pow"), [pos(S), leaf(S, seed=1)])],
-    "maximum": [("tensors", lm.maximum, [leaf(S), leaf(S, seed=1)]),
-                ("broadcast", lm.maximum, [leaf((2, 3)), leaf((3,), seed=1)]),
-                ("scalar", lambda x: lm.maximum(x, 0.1), [leaf(S)])],
-    "minimum": [("tensors", lm.minimum, [leaf(S), leaf(S, seed=1)]),
-                ("rscalar", lambda x: lm.minimum(0.1, x), [leaf(S)])],
+    "add": [
+        ("same", lm.add, [leaf(S), leaf(S, seed=1)]),
+        ("broadcast", lm.add, [leaf((2, 1, 3)), leaf((4, 1), seed=1)]),
+        ("scalar", lambda x: x + 2.5, [leaf(S)]),
+        ("rscalar", lambda x: 2.5 + x, [leaf(S)]),
+        ("transposed", lm.add, [strided(S), leaf(S, seed=1)]),
+        ("inplace", inplace("add"), [leaf(S), leaf((3,), seed=1)]),
+    ],
+    "subtract": [
+        ("broadcast", lm.subtract, [leaf((3, 1)), leaf((1, 4), seed=1)]),
+        ("rscalar", lambda x: 1.5 - x, [leaf(S)]),
+        ("stepped", lm.subtract, [leaf(S, seed=1), strided(S, kind="step")]),
+        ("inplace", inplace("sub"), [leaf(S), leaf((2, 1), seed=1)]),
+    ],
+    "multiply": [
+        ("broadcast", lm.multiply, [leaf((2, 1, 3)), leaf((4, 1), seed=1)]),
+        ("scalar", lambda x: x * -3.0, [leaf(S)]),
+        ("transposed", lm.multiply, [strided(S), strided(S, seed=1, kind="step")]),
+        ("self", lambda x: x * x, [leaf(S)]),
+        ("inplace", inplace("mul"), [leaf(S), leaf(S, seed=1)]),
+    ],
+    "divide": [
+        ("broadcast", lm.divide, [leaf((2, 3)), pos((3,), seed=1)]),
+        ("rscalar", lambda x: 2.0 / x, [pos(S)]),
+        ("scalar", lambda x: x / 4.0, [leaf(S)]),
+        ("inplace", inplace("truediv"), [leaf(S), pos((1, 3), seed=1)]),
+    ],
+    "pow": [
+        ("tensors", lm.pow, [pos(S), leaf(S, seed=1)]),
+        ("broadcast", lm.pow, [pos((2, 1)), leaf((3,), seed=1)]),
+        ("scalar_exponent", lambda x: x**3.0, [leaf(S)]),
+        ("scalar_base", lambda x: 2.0**x, [leaf(S)]),
+        ("inplace", inplace("pow"), [pos(S), leaf(S, seed=1)]),
+    ],
+    "maximum": [
+        ("tensors", lm.maximum, [leaf(S), leaf(S, seed=1)]),
+        ("broadcast", lm.maximum, [leaf((2, 3)), leaf((3,), seed=1)]),
+        ("scalar", lambda x: lm.maximum(x, 0.1), [leaf(S)]),
+    ],
+    "minimum": [
+        ("tensors", lm.minimum, [leaf(S), leaf(S, seed=1)]),
+        ("rscalar", lambda x: lm.minimum(0.1, x), [leaf(S)]),
+    ],
     "floor_divide": [("tensors", lm.floor_divide, [leaf(S, -3, 3), pos(S, seed=1)])],
-    "remainder": [("tensors", lm.remainder, [leaf(S, -3, 3), pos(S, seed=1)]),
-                  ("scalar", lambda x: x % 0.7, [leaf(S, -3, 3)]),
-                  ("rscalar", lambda x: 2.5 % x, [pos(S)])],
-    "atan2": [("broadcast", lm.atan2, [leaf((2, 3)), leaf((3,), seed=1)]),
-              ("scalar", lambda x: lm.atan2(x, -0.5), [leaf(S)])],
-    "hypot": [("broadcast", lm.hypot, [leaf((2, 3)), away_from_zero((2, 1), seed=1)]),
-              ("scalar", lambda x: lm.hypot(x, 0.5), [leaf(S)])],
-    "copysign": [("tensors", lm.copysign, [away_from_zero(S), away_from_zero(S, seed=1)]),
-                 ("scalar", lambda x: lm.copysign(x, -1.0), [away_from_zero(S)])],
-    "logaddexp": [("broadcast", lm.logaddexp, [leaf((2, 3)), leaf((3,), seed=1)]),
-                  ("scalar", lambda x: lm.logaddexp(x, 0.3), [leaf(S)])],
+    "remainder": [
+        ("tensors", lm.remainder, [leaf(S, -3, 3), pos(S, seed=1)]),
+        ("scalar", lambda x: x % 0.7, [leaf(S, -3, 3)]),
+        ("rscalar", lambda x: 2.5 % x, [pos(S)]),
+    ],
+    "atan2": [
+        ("broadcast", lm.atan2, [leaf((2, 3)), leaf((3,), seed=1)]),
+        ("scalar", lambda x: lm.atan2(x, -0.5), [leaf(S)]),
+    ],
+    "hypot": [
+        ("broadcast", lm.hypot, [leaf((2, 3)), away_from_zero((2, 1), seed=1)]),
+        ("scalar", lambda x: lm.hypot(x, 0.5), [leaf(S)]),
+    ],
+    "copysign": [
+        ("tensors", lm.copysign, [away_from_zero(S), away_from_zero(S, seed=1)]),
+        ("scalar", lambda x: lm.copysign(x, -1.0), [away_from_zero(S)]),
+    ],
+    "logaddexp": [
+        ("broadcast", lm.logaddexp, [leaf((2, 3)), leaf((3,), seed=1)]),
+        ("scalar", lambda x: lm.logaddexp(x, 0.3), [leaf(S)]),
+    ],
     "abs": [("plain", lm.abs, [away_from_zero(S)])],
     "negative": [("plain", lambda x: -x, [strided(S)])],
     "positive": [("plain", lm.positive, [leaf(S)])],
     "square": [("plain", lm.square, [strided(S, kind="step")])],
-    **{name: [("plain", getattr(lm, name), [leaf(S, -3, 3)])]
-       for name in ("sign", "floor", "ceil", "round", "trunc")},
+    **{
+        name: [("plain", getattr(lm, name), [leaf(S, -3, 3)])]
+        for name in ("sign", "floor", "ceil", "round", "trunc")
+    },
     "exp": [("plain", lm.exp, [leaf(S)]), ("transposed", lm.exp, [strided(S)])],
     "expm1": [("plain", lm.expm1, [leaf(S)])],
     "log": [("plain", lm.log, [pos(S)]), ("stepped", lm.log, [strided(S, 0.5, 2, kind="s")])],
@@ -157,113 +187,186 @@ SAMPLES = {
     "asinh": [("plain", lm.asinh, [leaf(S, -3, 3)])],
     "acosh": [("plain", lm.acosh, [leaf(S, 1.2, 3)])],
     "atanh": [("plain", lm.atanh, [unit(S)])],
-    "clip": [("scalars", lambda x: lm.clip(x, -0.5, 0.5), [leaf((4, 3), -1, 1)]),
-             ("lower_only", lambda x: lm.clip(x, min=0.0), [away_from_zero(S)]),
-             ("upper_only", lambda x: lm.clip(x, max=0.2), [leaf(S)]),
-             ("tensor_bounds", lm.clip, [leaf((4, 3), -2, 2), leaf((3,), -1, -0.1, seed=1),
-                                         leaf((4, 1), 0.1, 1, seed=2)])],
-    "where": [("broadcast", lambda x, y: lm.where(const([True, False, True]), x, y),
-               [leaf((2, 3)), leaf((2, 1), seed=1)]),
-              ("scalar", lambda x: lm.where(x > 0, x, 0.25), [away_from_zero(S)])],
-    "astype": [("same_dtype", lambda x: lm.astype(x, F64, copy=True) * 2.0, [leaf(S)]),
-               # float32 rounding needs a wider finite-difference step
-               ("float32_roundtrip",
-                lambda x: lm.astype(lm.astype(x, lm.float32) * 2.0, F64), [leaf(S)],
-                dict(eps=1e-3, atol=1e-3))],
+    "clip": [
+        ("scalars", lambda x: lm.clip(x, -0.5, 0.5), [leaf((4, 3), -1, 1)]),
+        ("lower_only", lambda x: lm.clip(x, min=0.0), [away_from_zero(S)]),
+        ("upper_only", lambda x: lm.clip(x, max=0.2), [leaf(S)]),
+        (
+            "tensor_bounds",
+            lm.clip,
+            [leaf((4, 3), -2, 2), leaf((3,), -1, -0.1, seed=1), leaf((4, 1), 0.1, 1, seed=2)],
+        ),
+    ],
+    "where": [
+        (
+            "broadcast",
+            lambda x, y: lm.where(const([True, False, True]), x, y),
+            [leaf((2, 3)), leaf((2, 1), seed=1)],
+        ),
+        ("scalar", lambda x: lm.where(x > 0, x, 0.25), [away_from_zero(S)]),
+    ],
+    "astype": [
+        ("same_dtype", lambda x: lm.astype(x, F64, copy=True) * 2.0, [leaf(S)]),
+        # float32 rounding needs a wider finite-difference step
+        (
+            "float32_roundtrip",
+            lambda x: lm.astype(lm.astype(x, lm.float32) * 2.0, F64),
+            [leaf(S)],
+            dict(eps=1e-3, atol=1e-3),
+        ),
+    ],
     "copy": [("asarray_copy", lambda x: lm.asarray(x, copy=True) * 3.0, [strided(S)])],
-    "sum": [("all", lm.sum, [leaf((2, 3, 4))]),
-            ("axis", lambda x: lm.sum(x, axis=1), [leaf((2, 3, 4))]),
-            ("axes_keepdims", lambda x: lm.sum(x, axis=(0, 2), keepdims=True),
-             [strided((2, 3, 4))])],
-    "mean": [("all", lm.mean, [leaf((2, 3, 4))]),
-             ("axis_keepdims", lambda x: lm.mean(x, axis=-1, keepdims=True),
-              [leaf((2, 3, 4))]),
-             ("axes", lambda x: lm.mean(x, axis=(0, 1)), [strided((2, 3, 4), kind="s")])],
-    "prod": [("all", lm.prod, [leaf((2, 3), 0.5, 1.5)]),
-             ("axis", lambda x: lm.prod(x, axis=0), [leaf((3, 4), -2, 2)]),
-             ("one_zero", lambda x: lm.prod(x, axis=1, keepdims=True),
-              [const([[1.5, 0.0, -2.0, 0.5], [0.7, 1.2, 0.0, 3.0]]).requires_grad_()]),
-             ("two_zeros", lambda x: lm.prod(x, axis=1),
-              [const([[1.5, 0.0, -2.0, 0.0], [0.7, 1.2, 0.4, 3.0]]).requires_grad_()]),
-             ("zeros_all", lm.prod, [const([1.5, 0.0, -2.0, 0.5]).requires_grad_()])],
-    "var": [("all", lm.var, [leaf((3, 4))]),
-            ("axis_correction", lambda x: lm.var(x, axis=1, correction=1), [leaf((3, 4))]),
-            ("keepdims", lambda x: lm.var(x, axis=(0, 2), keepdims=True, correction=0.5),
-             [strided((2, 3, 4))])],
-    "std": [("all", lm.std, [leaf((3, 4))]),
-            ("axis_correction", lambda x: lm.std(x, axis=0, correction=1), [leaf((3, 4))]),
-            ("keepdims", lambda x: lm.std(x, axis=-1, keepdims=True), [strided((3, 4))])],
-    "max": [("all", lm.max, [leaf((3, 4))]),
-            ("axis", lambda x: lm.max(x, axis=1), [leaf((3, 4))]),
-            ("keepdims", lambda x: lm.max(x, axis=0, keepdims=True), [strided((3, 4))])],
-    "min": [("all", lm.min, [leaf((3, 4))]),
-            ("axes", lambda x: lm.min(x, axis=(0, 2)), [leaf((2, 3, 4))])],
-    "matmul": [("2d", lm.matmul, [leaf((2, 3)), leaf((3, 4), seed=1)]),
-               ("vec_vec", lm.matmul, [leaf((3,)), leaf((3,), seed=1)]),
-               ("vec_mat", lm.matmul, [leaf((3,)), leaf((3, 2), seed=1)]),
-               ("mat_vec", lm.matmul, [leaf((2, 3)), leaf((3,), seed=1)]),
-               ("batched_broadcast", lm.matmul, [leaf((2, 1, 2, 3)), leaf((3, 3, 2), seed=1)]),
-               ("batched_vec", lm.matmul, [leaf((2, 2, 3)), leaf((3,), seed=1)]),
-               ("transposed", lambda a, b: a @ b, [strided((3, 2)), strided((2, 3), seed=1)])],
-    "tensordot": [("axes1", lambda a, b: lm.tensordot(a, b, axes=1),
-                   [leaf((2, 3)), leaf((3, 2), seed=1)]),
-                  ("axes2", lm.tensordot, [leaf((2, 3, 2)), leaf((3, 2, 2), seed=1)]),
-                  ("explicit", lambda a, b: lm.tensordot(a, b, axes=([0, 2], [2, 0])),
-                   [leaf((2, 3, 4)), leaf((4, 2, 2), seed=1)]),
-                  ("axes0", lambda a, b: lm.tensordot(a, b, axes=0),
-                   [leaf((2,)), leaf((3,), seed=1)])],
-    "vecdot": [("last", lm.vecdot, [leaf((2, 3)), leaf((2, 3), seed=1)]),
-               ("broadcast", lambda a, b: lm.vecdot(a, b, axis=0),
-                [leaf((3, 2)), leaf((3, 1), seed=1)]),
-               ("batch_broadcast", lm.vecdot, [leaf((2, 1, 3)), leaf((4, 3), seed=1)])],
-    "reshape": [("plain", lambda x: lm.reshape(x, (3, 2)) * const([[1, 2], [3, 4], [5, 6]]),
-                 [leaf(S)]),
-                ("noncontiguous", lambda x: lm.reshape(x, (-1,)), [strided(S)])],
-    "permute_dims": [("plain", lambda x: lm.permute_dims(x, (2, 0, 1)) * 1.5,
-                      [leaf((2, 3, 4))])],
+    "sum": [
+        ("all", lm.sum, [leaf((2, 3, 4))]),
+        ("axis", lambda x: lm.sum(x, axis=1), [leaf((2, 3, 4))]),
+        ("axes_keepdims", lambda x: lm.sum(x, axis=(0, 2), keepdims=True), [strided((2, 3, 4))]),
+    ],
+    "mean": [
+        ("all", lm.mean, [leaf((2, 3, 4))]),
+        ("axis_keepdims", lambda x: lm.mean(x, axis=-1, keepdims=True), [leaf((2, 3, 4))]),
+        ("axes", lambda x: lm.mean(x, axis=(0, 1)), [strided((2, 3, 4), kind="s")]),
+    ],
+    "prod": [
+        ("all", lm.prod, [leaf((2, 3), 0.5, 1.5)]),
+        ("axis", lambda x: lm.prod(x, axis=0), [leaf((3, 4), -2, 2)]),
+        (
+            "one_zero",
+            lambda x: lm.prod(x, axis=1, keepdims=True),
+            [const([[1.5, 0.0, -2.0, 0.5], [0.7, 1.2, 0.0, 3.0]]).requires_grad_()],
+        ),
+        (
+            "two_zeros",
+            lambda x: lm.prod(x, axis=1),
+            [const([[1.5, 0.0, -2.0, 0.0], [0.7, 1.2, 0.4, 3.0]]).requires_grad_()],
+        ),
+        ("zeros_all", lm.prod, [const([1.5, 0.0, -2.0, 0.5]).requires_grad_()]),
+    ],
+    "var": [
+        ("all", lm.var, [leaf((3, 4))]),
+        ("axis_correction", lambda x: lm.var(x, axis=1, correction=1), [leaf((3, 4))]),
+        (
+            "keepdims",
+            lambda x: lm.var(x, axis=(0, 2), keepdims=True, correction=0.5),
+            [strided((2, 3, 4))],
+        ),
+    ],
+    "std": [
+        ("all", lm.std, [leaf((3, 4))]),
+        ("axis_correction", lambda x: lm.std(x, axis=0, correction=1), [leaf((3, 4))]),
+        ("keepdims", lambda x: lm.std(x, axis=-1, keepdims=True), [strided((3, 4))]),
+    ],
+    "max": [
+        ("all", lm.max, [leaf((3, 4))]),
+        ("axis", lambda x: lm.max(x, axis=1), [leaf((3, 4))]),
+        ("keepdims", lambda x: lm.max(x, axis=0, keepdims=True), [strided((3, 4))]),
+    ],
+    "min": [
+        ("all", lm.min, [leaf((3, 4))]),
+        ("axes", lambda x: lm.min(x, axis=(0, 2)), [leaf((2, 3, 4))]),
+    ],
+    "matmul": [
+        ("2d", lm.matmul, [leaf((2, 3)), leaf((3, 4), seed=1)]),
+        ("vec_vec", lm.matmul, [leaf((3,)), leaf((3,), seed=1)]),
+        ("vec_mat", lm.matmul, [leaf((3,)), leaf((3, 2), seed=1)]),
+        ("mat_vec", lm.matmul, [leaf((2, 3)), leaf((3,), seed=1)]),
+        ("batched_broadcast", lm.matmul, [leaf((2, 1, 2, 3)), leaf((3, 3, 2), seed=1)]),
+        ("batched_vec", lm.matmul, [leaf((2, 2, 3)), leaf((3,), seed=1)]),
+        ("transposed", lambda a, b: a @ b, [strided((3, 2)), strided((2, 3), seed=1)]),
+    ],
+    "tensordot": [
+        ("axes1", lambda a, b: lm.tensordot(a, b, axes=1), [leaf((2, 3)), leaf((3, 2), seed=1)]),
+        ("axes2", lm.tensordot, [leaf((2, 3, 2)), leaf((3, 2, 2), seed=1)]),
+        (
+            "explicit",
+            lambda a, b: lm.tensordot(a, b, axes=([0, 2], [2, 0])),
+            [leaf((2, 3, 4)), leaf((4, 2, 2), seed=1)],
+        ),
+        ("axes0", lambda a, b: lm.tensordot(a, b, axes=0), [leaf((2,)), leaf((3,), seed=1)]),
+    ],
+    "vecdot": [
+        ("last", lm.vecdot, [leaf((2, 3)), leaf((2, 3), seed=1)]),
+        ("broadcast", lambda a, b: lm.vecdot(a, b, axis=0), [leaf((3, 2)), leaf((3, 1), seed=1)]),
+        ("batch_broadcast", lm.vecdot, [leaf((2, 1, 3)), leaf((4, 3), seed=1)]),
+    ],
+    "reshape": [
+        ("plain", lambda x: lm.reshape(x, (3, 2)) * const([[1, 2], [3, 4], [5, 6]]), [leaf(S)]),
+        ("noncontiguous", lambda x: lm.reshape(x, (-1,)), [strided(S)]),
+    ],
+    "permute_dims": [("plain", lambda x: lm.permute_dims(x, (2, 0, 1)) * 1.5, [leaf((2, 3, 4))])],
     "matrix_transpose": [("plain", lambda x: lm.matmul(x.mT, x), [leaf((3, 2))])],
-    "expand_dims": [("plain", lambda x: lm.expand_dims(x, axis=1) * const([[1.0], [2.0], [3.0]]),
-                     [leaf((3,))])],
+    "expand_dims": [
+        ("plain", lambda x: lm.expand_dims(x, axis=1) * const([[1.0], [2.0], [3.0]]), [leaf((3,))])
+    ],
     "squeeze": [("plain", lambda x: lm.squeeze(x, axis=(0, 2)), [leaf((1, 3, 1))])],
-    "flip": [("all", lm.flip, [leaf(S)]),
-             ("axis", lambda x: lm.flip(x, axis=1) * const([1, 2, 3]), [leaf(S)])],
-    "broadcast_to": [("plain", lambda x: lm.broadcast_to(x, (2, 4, 3)) * leaf((4, 3), seed=5),
-                      [leaf((1, 3))])],
-    "getitem": [("slices", lambda x: x[1:, ::2], [leaf((3, 4))]),
-                ("int", lambda x: x[1] * x[-1], [leaf((3, 4))]),
-                ("negative_step", lambda x: x[::-2], [leaf((5,))]),
-                ("bool_mask", lambda x: x[const([True, False, True, True]) > 0.5],
-                 [leaf((4, 2))]),
-                ("int_tensor_repeated",
-                 lambda x: x[lm.asarray([0, 2, 0, 0], dtype=lm.int64)] * const([1, 2, 3, 4]),
-                 [leaf((3,))]),
-                ("mixed", lambda x: x[lm.asarray([1, 1], dtype=lm.int64), 1:], [leaf((3, 3))]),
-                ("view_of_strided", lambda x: x[:, 1], [strided((3, 4))])],
-    "index_add": [("slices", lambda x, v: INDEX_ADD(x, (slice(1, None), slice(None, None, 2)), v),
-                   [leaf((3, 4)), leaf((2, 2), seed=1)]),
-                  ("repeated", lambda x, v: INDEX_ADD(x, lm.asarray([0, 2, 0], dtype=lm.int64),
-                                                      v) * const([1, 2, 3]),
-                   [leaf((3,)), leaf((3,), seed=1)])],
-    "setitem": [("slice", setitem((slice(None), 1)), [leaf((3, 4)), leaf((3,), seed=1)]),
-                ("broadcast_value", setitem(slice(0, 2)), [leaf((3, 4)), leaf((4,), seed=1)]),
-                ("bool_mask", setitem(const([True, False, True]) > 0.5),
-                 [leaf((3, 2)), leaf((2,), seed=1)]),
-                ("whole", setitem(Ellipsis), [leaf((3, 4)), leaf((3, 4), seed=1)]),
-                ("column_of_one", setitem((slice(None), 2)), [leaf((3, 4)), leaf((1,), seed=1)])],
-    "split": [("some_outputs", _split_some, [leaf((2, 5))]),
-              ("sections", lambda x: lm.split(x, [1, 3], axis=0)[1], [leaf((4, 2))])],
-    "concat": [("axis0", lambda a, b: lm.concat([a, b]), [leaf((2, 3)), leaf((1, 3), seed=1)]),
-               ("axis1_const", lambda a: lm.concat([a, const([[1.0], [2.0]]), a], axis=1),
-                [strided((2, 2))])],
-    "stack": [("axis0", lambda a, b: lm.stack([a, b]), [leaf(S), leaf(S, seed=1)]),
-              ("axis_last", lambda a: lm.stack([a, a * 2.0], axis=-1), [leaf(S)])],
+    "flip": [
+        ("all", lm.flip, [leaf(S)]),
+        ("axis", lambda x: lm.flip(x, axis=1) * const([1, 2, 3]), [leaf(S)]),
+    ],
+    "broadcast_to": [
+        ("plain", lambda x: lm.broadcast_to(x, (2, 4, 3)) * leaf((4, 3), seed=5), [leaf((1, 3))])
+    ],
+    "getitem": [
+        ("slices", lambda x: x[1:, ::2], [leaf((3, 4))]),
+        ("int", lambda x: x[1] * x[-1], [leaf((3, 4))]),
+        ("negative_step", lambda x: x[::-2], [leaf((5,))]),
+        ("bool_mask", lambda x: x[const([True, False, True, True]) > 0.5], [leaf((4, 2))]),
+        (
+            "int_tensor_repeated",
+            lambda x: x[lm.asarray([0, 2, 0, 0], dtype=lm.int64)] * const([1, 2, 3, 4]),
+            [leaf((3,))],
+        ),
+        ("mixed", lambda x: x[lm.asarray([1, 1], dtype=lm.int64), 1:], [leaf((3, 3))]),
+        ("view_of_strided", lambda x: x[:, 1], [strided((3, 4))]),
+    ],
+    "index_add": [
+        (
+            "slices",
+            lambda x, v: INDEX_ADD(x, (slice(1, None), slice(None, None, 2)), v),
+            [leaf((3, 4)), leaf((2, 2), seed=1)],
+        ),
+        (
+            "repeated",
+            lambda x, v: INDEX_ADD(x, lm.asarray([0, 2, 0], dtype=lm.int64), v) * const([1, 2, 3]),
+            [leaf((3,)), leaf((3,), seed=1)],
+        ),
+    ],
+    "setitem": [
+        ("slice", setitem((slice(None), 1)), [leaf((3, 4)), leaf((3,), seed=1)]),
+        ("broadcast_value", setitem(slice(0, 2)), [leaf((3, 4)), leaf((4,), seed=1)]),
+        (
+            "bool_mask",
+            setitem(const([True, False, True]) > 0.5),
+            [leaf((3, 2)), leaf((2,), seed=1)],
+        ),
+        ("whole", setitem(Ellipsis), [leaf((3, 4)), leaf((3, 4), seed=1)]),
+        ("column_of_one", setitem((slice(None), 2)), [leaf((3, 4)), leaf((1,), seed=1)]),
+    ],
+    "split": [
+        ("some_outputs", _split_some, [leaf((2, 5))]),
+        ("sections", lambda x: lm.split(x, [1, 3], axis=0)[1], [leaf((4, 2))]),
+    ],
+    "concat": [
+        ("axis0", lambda a, b: lm.concat([a, b]), [leaf((2, 3)), leaf((1, 3), seed=1)]),
+        (
+            "axis1_const",
+            lambda a: lm.concat([a, const([[1.0], [2.0]]), a], axis=1),
+            [strided((2, 2))],
+        ),
+    ],
+    "stack": [
+        ("axis0", lambda a, b: lm.stack([a, b]), [leaf(S), leaf(S, seed=1)]),
+        ("axis_last", lambda a: lm.stack([a, a * 2.0], axis=-1), [leaf(S)]),
+    ],
 }
 
 
 def _node_names(outputs):
     """Names of all nodes reachable from ``outputs``' grad_fns."""
-    names, stack, seen = set(), [o.grad_fn for o in outputs
-                                 if isinstance(o, lm.Tensor) and o.grad_fn], set()
+    names, stack, seen = (
+        set(),
+        [o.grad_fn for o in outputs if isinstance(o, lm.Tensor) and o.grad_fn],
+        set(),
+    )
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -274,9 +377,11 @@ def _node_names(outputs):
     return names
 
 
-CASES = [pytest.param(name, *sample[1:3], sample[3] if len(sample) > 3 else {},
-                      id=f"{name}-{sample[0]}")
-         for name, samples in SAMPLES.items() for sample in samples]
+CASES = [
+    pytest.param(name, *sample[1:3], sample[3] if len(sample) > 3 else {}, id=f"{name}-{sample[0]}")
+    for name, samples in SAMPLES.items()
+    for sample in samples
+]
 
 
 @pytest.mark.parametrize("name, fn, args, kwargs", CASES)
@@ -409,22 +514,25 @@ def test_integer_and_bool_operands_do_not_need_gradients():
 # ---------------------------------------------------------------- user API
 
 
-@pytest.mark.parametrize("make", [
-    lambda: lm.zeros((2, 3), dtype=F64, requires_grad=True),
-    lambda: lm.ones(3, requires_grad=True),
-    lambda: lm.full((2,), 1.5, requires_grad=True),
-    lambda: lm.empty((2,), dtype=F64, requires_grad=True),
-    lambda: lm.arange(0.0, 3.0, requires_grad=True),
-    lambda: lm.linspace(0.0, 1.0, 5, requires_grad=True),
-    lambda: lm.eye(3, dtype=F64, requires_grad=True),
-    lambda: lm.asarray([1.0, 2.0], requires_grad=True),
-    lambda: lm.zeros_like(lm.ones(3, dtype=F64), requires_grad=True),
-    lambda: lm.ones_like(lm.ones(3, dtype=F64), requires_grad=True),
-    lambda: lm.full_like(lm.ones(3, dtype=F64), 2.0, requires_grad=True),
-    lambda: lm.empty_like(lm.ones(3, dtype=F64), requires_grad=True),
-    lambda: lm.rand(2, 2, dtype=F64, requires_grad=True),
-    lambda: lm.randn(2, dtype=F64, requires_grad=True),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: lm.zeros((2, 3), dtype=F64, requires_grad=True),
+        lambda: lm.ones(3, requires_grad=True),
+        lambda: lm.full((2,), 1.5, requires_grad=True),
+        lambda: lm.empty((2,), dtype=F64, requires_grad=True),
+        lambda: lm.arange(0.0, 3.0, requires_grad=True),
+        lambda: lm.linspace(0.0, 1.0, 5, requires_grad=True),
+        lambda: lm.eye(3, dtype=F64, requires_grad=True),
+        lambda: lm.asarray([1.0, 2.0], requires_grad=True),
+        lambda: lm.zeros_like(lm.ones(3, dtype=F64), requires_grad=True),
+        lambda: lm.ones_like(lm.ones(3, dtype=F64), requires_grad=True),
+        lambda: lm.full_like(lm.ones(3, dtype=F64), 2.0, requires_grad=True),
+        lambda: lm.empty_like(lm.ones(3, dtype=F64), requires_grad=True),
+        lambda: lm.rand(2, 2, dtype=F64, requires_grad=True),
+        lambda: lm.randn(2, dtype=F64, requires_grad=True),
+    ],
+)
 def test_creation_functions_take_requires_grad(make):
     t = make()
     assert t.requires_grad and t.is_leaf and t.grad_fn is None and t.grad is None
@@ -595,7 +703,7 @@ def test_autograd_grad_of_an_intermediate():
 
 def test_autograd_grad_create_graph():
     x = leaf((4,))
-    (g,) = lm.autograd.grad(lm.sum(x ** 3.0), x, create_graph=True)
+    (g,) = lm.autograd.grad(lm.sum(x**3.0), x, create_graph=True)
     assert g.requires_grad and g.grad_fn is not None
     assert np.allclose(g.numpy(), 3 * x.numpy() ** 2)
     (gg,) = lm.autograd.grad(lm.sum(g), x)
@@ -700,6 +808,7 @@ def test_set_grad_enabled():
 
 def test_autograd_layer_switched_off_records_nothing():
     from lamina import layers
+
     x = leaf((3,))
     with layers.off("autograd"):
         with lm.enable_grad():
@@ -796,6 +905,7 @@ def test_saved_tensor_versions_in_both_recording_modes(history):
     neither may raise without one. Saved arguments, a saved list (stack) and a saved
     result (exp) are covered."""
     from lamina.dispatch import tensor as _tensor
+
     kept = dict(_tensor.versions)
     _tensor.versions.clear()
     try:
@@ -807,8 +917,13 @@ def test_saved_tensor_versions_in_both_recording_modes(history):
             a = lm.ones(3, dtype=F64)
             h = x * 2.0
             e = lm.exp(x)
-            outputs = [lm.sum(a * x), lm.sum(lm.stack([h, a])), lm.sum(e), lm.sum(h * 3.0),
-                       lm.sum(0.5 / h)]
+            outputs = [
+                lm.sum(a * x),
+                lm.sum(lm.stack([h, a])),
+                lm.sum(e),
+                lm.sum(h * 3.0),
+                lm.sum(0.5 / h),
+            ]
             if modify:
                 a += 1.0
                 h += 1.0
@@ -899,7 +1014,7 @@ def test_long_chain_has_no_recursion_limit():
         y = y + c if i % 2 else y * c
     assert y.grad_fn.name == "add"
     lm.sum(y).backward()
-    assert np.allclose(x.grad.numpy(), 1.00001 ** 50_000)  # every multiply was visited
+    assert np.allclose(x.grad.numpy(), 1.00001**50_000)  # every multiply was visited
     ref = weakref.ref(y.grad_fn)
     del y  # freeing the chain must not overflow either
     assert ref() is None
@@ -955,8 +1070,8 @@ def test_second_derivative_through_a_result_nobody_holds():
     (g,) = lm.autograd.grad(lm.sum(lm.tanh(lm.exp(x))), x, create_graph=True)
     (h,) = lm.autograd.grad(lm.sum(g), x)
     e, t = np.exp(xs), np.tanh(np.exp(xs))
-    np.testing.assert_allclose(g.numpy(), (1 - t ** 2) * e)
-    np.testing.assert_allclose(h.numpy(), e * (1 - t ** 2) * (1 - 2 * t * e))
+    np.testing.assert_allclose(g.numpy(), (1 - t**2) * e)
+    np.testing.assert_allclose(h.numpy(), e * (1 - t**2) * (1 - 2 * t * e))
     (g,) = lm.autograd.grad(lm.sum(lm.sqrt(lm.exp(x))), x, create_graph=True)
     (h,) = lm.autograd.grad(lm.sum(g), x)
     np.testing.assert_allclose(h.numpy(), np.exp(xs / 2) / 4)
@@ -989,9 +1104,9 @@ def test_edge_gradients_match_pytorch():
     assert not lm.astype(x * 1.0, lm.int64).requires_grad
     # d(a ** 0)/da is 0 at a == 0 (not 0 * inf), at every order
     x = lm.asarray([0.0, 1.0], requires_grad=True)
-    lm.sum(x ** 0.0).backward()
+    lm.sum(x**0.0).backward()
     assert x.grad.tolist() == [0.0, 0.0]
-    (g,) = lm.autograd.grad(lm.sum(x ** 2), x, create_graph=True)
+    (g,) = lm.autograd.grad(lm.sum(x**2), x, create_graph=True)
     (h,) = lm.autograd.grad(lm.sum(g), x, create_graph=True)
     (k,) = lm.autograd.grad(lm.sum(h), x)
     assert k.tolist() == [0.0, 0.0]
@@ -1000,11 +1115,15 @@ def test_edge_gradients_match_pytorch():
     lm.std(c).backward()
     assert c.grad.tolist() == [0.0, 0.0, 0.0]
     # clip with min > max is max everywhere: the gradient goes to max only
-    x, lo, hi = (lm.asarray(v, requires_grad=True) for v in ([-1.0, 0.0, 1.0], [0.5] * 3,
-                                                              [-0.5] * 3))
+    x, lo, hi = (
+        lm.asarray(v, requires_grad=True) for v in ([-1.0, 0.0, 1.0], [0.5] * 3, [-0.5] * 3)
+    )
     lm.sum(lm.clip(x, lo, hi)).backward()
     assert (x.grad.tolist(), lo.grad.tolist(), hi.grad.tolist()) == (
-        [0.0] * 3, [0.0] * 3, [1.0] * 3)
+        [0.0] * 3,
+        [0.0] * 3,
+        [1.0] * 3,
+    )
     # setitem with a value of more (leading 1) dims than the target
     x, w = leaf((4,)), lm.asarray([[1.0, 1.0]], requires_grad=True)
     y = x * 1.0
@@ -1016,7 +1135,7 @@ def test_edge_gradients_match_pytorch():
 def test_higher_order_elementwise():
     x = leaf((4,))
     xs = x.detach().numpy()
-    (g,) = lm.autograd.grad(lm.sum(x ** 3.0), x, create_graph=True)
+    (g,) = lm.autograd.grad(lm.sum(x**3.0), x, create_graph=True)
     (g2,) = lm.autograd.grad(lm.sum(g), x, create_graph=True)
     (g3,) = lm.autograd.grad(lm.sum(g2), x)
     assert np.allclose(g2.numpy(), 6 * xs) and np.allclose(g3.numpy(), 6.0)
@@ -1025,7 +1144,7 @@ def test_higher_order_elementwise():
     assert np.allclose(hv.numpy(), np.exp(xs) * v.numpy())
     _, hv = _hessian_vector(lambda t: lm.sum(lm.tanh(t)), x, v)
     t = np.tanh(xs)
-    assert np.allclose(hv.numpy(), -2 * t * (1 - t ** 2) * v.numpy())
+    assert np.allclose(hv.numpy(), -2 * t * (1 - t**2) * v.numpy())
 
 
 def test_higher_order_backward_create_graph():
@@ -1063,8 +1182,10 @@ def _first_gradients(fn, args):
 
     def first(*xs):
         with lm.enable_grad():  # gradcheck probes under no_grad, with fresh tensors
-            xs = [x.detach().requires_grad_() if i in checked and not x.requires_grad
-                  else x for i, x in enumerate(xs)]
+            xs = [
+                x.detach().requires_grad_() if i in checked and not x.requires_grad else x
+                for i, x in enumerate(xs)
+            ]
             out = fn(*xs)
             total = 0.0
             for o in out if isinstance(out, (tuple, list)) else (out,):
@@ -1072,6 +1193,7 @@ def _first_gradients(fn, args):
                 total = total + lm.sum(o * o * w)
             grads = lm.autograd.grad(total, [xs[i] for i in checked], create_graph=True)
         return grads
+
     return first
 
 
@@ -1098,8 +1220,7 @@ def test_higher_order_prod_with_two_zeros():
 def test_higher_order_through_repeated_indices():
     x = leaf((3,))
     i = lm.asarray([0, 2, 0], dtype=lm.int64)
-    (g,) = lm.autograd.grad(lm.sum(x[i] ** 3.0) + lm.sum(x[0:2] ** 3.0), x,
-                            create_graph=True)
+    (g,) = lm.autograd.grad(lm.sum(x[i] ** 3.0) + lm.sum(x[0:2] ** 3.0), x, create_graph=True)
     (h,) = lm.autograd.grad(lm.sum(g), x)
     xs = x.detach().numpy()
     assert np.allclose(h.numpy(), 6 * xs * [3, 1, 1])
@@ -1120,11 +1241,13 @@ def test_two_threads_forward_and_backward():
                 y = lm.sum(lm.tanh(w * b + 0.5) ** 2.0)
                 y.backward()
                 t = np.tanh(data * b.numpy() + 0.5)
-                dy = 2 * t * (1 - t ** 2)
-                if not (np.allclose(w.grad.numpy(), dy * b.numpy())
-                        and np.allclose(b.grad.numpy(), (dy * data).sum(0))):
+                dy = 2 * t * (1 - t**2)
+                if not (
+                    np.allclose(w.grad.numpy(), dy * b.numpy())
+                    and np.allclose(b.grad.numpy(), (dy * data).sum(0))
+                ):
                     errors.append(seed)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
@@ -1147,6 +1270,7 @@ def test_gradients_of_many_listed_inputs(fn):
 
 def test_version_counters_forget_freed_storage():
     from lamina.dispatch import tensor as _tensor
+
     before = len(_tensor.versions)
     for _ in range(50):
         a = lm.ones(3)

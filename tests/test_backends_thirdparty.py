@@ -8,6 +8,7 @@ Needs the example distribution installed (the README's test command does it):
 See Note [Backend fallback], Note [Device check], Note [Kernel wrappers] in
 dispatch/table.py and Note [Device keys] in dispatch/keys.py.
 """
+
 import contextlib
 import functools
 import importlib.metadata
@@ -28,9 +29,11 @@ try:
     import lamina_example_backend as example
     from lamina_example_backend import CountingBackend, CountingStorage
 except ImportError:  # pragma: no cover
-    pytest.fail("the example backend is not installed: run "
-                "`pip install -e examples/lamina-example-backend` (see README.md)",
-                pytrace=False)
+    pytest.fail(
+        "the example backend is not installed: run "
+        "`pip install -e examples/lamina-example-backend` (see README.md)",
+        pytrace=False,
+    )
 
 CPU = keys.CPU
 _names = itertools.count()
@@ -50,9 +53,17 @@ def _slot(fn):
 
 def snapshot():
     """Everything a rebuild may change (tables, masks, winners, devices)."""
-    return ({name: ([_slot(f) for f in op.table], op.mask,
-                    {k: (w.name, w.plugin, w.priority) for k, w in op.winners.items()})
-             for name, op in lm.dispatch.OPERATORS.items()}, keys.devices())
+    return (
+        {
+            name: (
+                [_slot(f) for f in op.table],
+                op.mask,
+                {k: (w.name, w.plugin, w.priority) for k, w in op.winners.items()},
+            )
+            for name, op in lm.dispatch.OPERATORS.items()
+        },
+        keys.devices(),
+    )
 
 
 def rows(name):
@@ -97,6 +108,7 @@ def make_plugin(hook):
         @lm.backends.hookimpl
         def lamina_register_kernels(self, registry):
             hook(registry)
+
     return Plugin()
 
 
@@ -112,23 +124,34 @@ def test_the_example_is_discovered_through_its_entry_point():
     assert eps["example"].value == "lamina_example_backend:plugin"
     assert eps["example"].dist.name == "lamina-example-backend"
     assert lm.backends.plugin_manager.get_plugin("example") is example.plugin
-    assert record("example") == {"name": "example", "source": "entry point",
-                                 "devices": ["counting"], "new_devices": ["counting"],
-                                 "priority": [0], "kernels": 4}
+    assert record("example") == {
+        "name": "example",
+        "source": "entry point",
+        "devices": ["counting"],
+        "new_devices": ["counting"],
+        "priority": [0],
+        "kernels": 4,
+    }
     assert "counting" in keys.devices() and keys.devices()[0] == "cpu"
     key = keys.device_key("counting")
     assert key & keys.BACKEND_MASK and key > CPU and key & (key - 1) == 0
-    assert keys.all_keys() == [*(keys.device_key(d) for d in keys.devices()),
-                               keys.SPARSE, keys.AUTOGRAD]
+    assert keys.all_keys() == [
+        *(keys.device_key(d) for d in keys.devices()),
+        keys.SPARSE,
+        keys.AUTOGRAD,
+    ]
 
 
 def test_a_fresh_process_discovers_the_example_without_warnings():
-    code = ("import warnings; warnings.simplefilter('error')\n"
-            "import lamina as lm\n"
-            "x = lm.ones(3, device='counting') + 1\n"
-            "print(x.device, x.tolist(), [r['name'] for r in lm.backends.list()])\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd="/", timeout=120)
+    code = (
+        "import warnings; warnings.simplefilter('error')\n"
+        "import lamina as lm\n"
+        "x = lm.ones(3, device='counting') + 1\n"
+        "print(x.device, x.tolist(), [r['name'] for r in lm.backends.list()])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120
+    )
     assert out.returncode == 0, out.stderr
     device, rest = out.stdout.split(" ", 1)
     assert device == "counting" and rest.startswith("[2.0, 2.0, 2.0]")
@@ -195,15 +218,19 @@ def test_moves_between_cpu_and_the_device_copy_and_report_the_device():
         lm.asarray(c, device="cpu", copy=False)
     f = lm.astype(x, lm.float32, device="counting")
     assert f.device == "counting" and f.dtype == lm.float32
-    with pytest.raises(ValueError, match="cannot move a tensor from counting to 'gpu': "
-                                         "unknown device 'gpu'; known devices: cpu, counting"):
+    with pytest.raises(
+        ValueError,
+        match="cannot move a tensor from counting to 'gpu': "
+        "unknown device 'gpu'; known devices: cpu, counting",
+    ):
         c.to("gpu")
 
 
 def test_numpy_raises_for_device_tensors_but_python_conversions_work():
     c = counting([[1.5, 2.5]])
-    with pytest.raises(TypeError, match="numpy\\(\\) needs a dense CPU tensor; this one "
-                                        "is on counting"):
+    with pytest.raises(
+        TypeError, match="numpy\\(\\) needs a dense CPU tensor; this one is on counting"
+    ):
         c.numpy()
     with pytest.raises(TypeError, match="this one is on counting"):
         np.asarray(c)
@@ -217,17 +244,26 @@ def test_numpy_raises_for_device_tensors_but_python_conversions_work():
 
 def test_mixing_devices_raises_a_clear_error_naming_both(second):
     x, c, d = lm.ones(3), lm.ones(3, device="counting"), lm.ones(3, device="counting2")
-    calls = [lambda: x + c, lambda: c + x, lambda: lm.multiply(c, x),
-             lambda: lm.where(x > 0, c, 0.0), lambda: lm.concat([c, x]),
-             lambda: lm.matmul(x, c), lambda: c.__iadd__(x)]
+    calls = [
+        lambda: x + c,
+        lambda: c + x,
+        lambda: lm.multiply(c, x),
+        lambda: lm.where(x > 0, c, 0.0),
+        lambda: lm.concat([c, x]),
+        lambda: lm.matmul(x, c),
+        lambda: c.__iadd__(x),
+    ]
     for call in calls:
-        with pytest.raises(ValueError, match="expected all tensors on one device, got "
-                                             "tensors on cpu and counting"):
+        with pytest.raises(
+            ValueError, match="expected all tensors on one device, got tensors on cpu and counting"
+        ):
             call()
     with pytest.raises(ValueError, match="add: .* on counting and counting2"):
         c + d
-    with pytest.raises(ValueError, match="on cpu and counting2; move them to one device "
-                                         "first, e.g. with x.to\\('cpu'\\)"):
+    with pytest.raises(
+        ValueError,
+        match="on cpu and counting2; move them to one device first, e.g. with x.to\\('cpu'\\)",
+    ):
         d * x
     assert (c + 1).tolist() == [2.0, 2.0, 2.0]  # Python scalars belong to no device
     assert c.tolist() == [1.0, 1.0, 1.0]
@@ -251,17 +287,27 @@ def test_operators_without_a_device_kernel_run_through_the_fallback():
     data = np.arange(1.0, 7.0).reshape(2, 3)
     x, c = lm.asarray(data), counting(data)
     samples = {
-        "exp": lambda t: lm.exp(t), "negative": lambda t: -t,
-        "multiply": lambda t: t * t, "subtract": lambda t: t - 1,
-        "divide": lambda t: 1 / t, "greater": lambda t: t > 2.5,
-        "sum": lambda t: lm.sum(t, axis=0), "mean": lambda t: lm.mean(t),
-        "argmax": lambda t: lm.argmax(t, axis=1), "max": lambda t: lm.max(t),
-        "reshape": lambda t: lm.reshape(t, (3, 2)), "matrix_transpose": lambda t: t.T,
+        "exp": lambda t: lm.exp(t),
+        "negative": lambda t: -t,
+        "multiply": lambda t: t * t,
+        "subtract": lambda t: t - 1,
+        "divide": lambda t: 1 / t,
+        "greater": lambda t: t > 2.5,
+        "sum": lambda t: lm.sum(t, axis=0),
+        "mean": lambda t: lm.mean(t),
+        "argmax": lambda t: lm.argmax(t, axis=1),
+        "max": lambda t: lm.max(t),
+        "reshape": lambda t: lm.reshape(t, (3, 2)),
+        "matrix_transpose": lambda t: t.T,
         "permute_dims": lambda t: lm.permute_dims(t, (1, 0)),
-        "getitem": lambda t: t[1, ::-1], "flip": lambda t: lm.flip(t, axis=0),
-        "clip": lambda t: lm.clip(t, 2.0, 5.0), "where": lambda t: lm.where(t > 3, t, 0.0),
-        "matmul": lambda t: t @ t.T, "astype": lambda t: lm.astype(t, lm.int32),
-        "concat": lambda t: lm.concat([t, t], axis=1), "stack": lambda t: lm.stack([t, t]),
+        "getitem": lambda t: t[1, ::-1],
+        "flip": lambda t: lm.flip(t, axis=0),
+        "clip": lambda t: lm.clip(t, 2.0, 5.0),
+        "where": lambda t: lm.where(t > 3, t, 0.0),
+        "matmul": lambda t: t @ t.T,
+        "astype": lambda t: lm.astype(t, lm.int32),
+        "concat": lambda t: lm.concat([t, t], axis=1),
+        "stack": lambda t: lm.stack([t, t]),
         "broadcast_to": lambda t: lm.broadcast_to(t[0], (2, 3)),
     }
     for name, f in samples.items():
@@ -297,8 +343,12 @@ def test_fallback_in_place_operators_and_views_write_through():
 def test_a_device_without_fallback_names_the_missing_kernel():
     plugin = CountingBackend("nofallback")
     name = fresh_name()
-    lm.backends.register(make_plugin(lambda r: r.add_device(
-        "nofallback", to_cpu=plugin.to_cpu, from_cpu=plugin.from_cpu)), name)
+    lm.backends.register(
+        make_plugin(
+            lambda r: r.add_device("nofallback", to_cpu=plugin.to_cpu, from_cpu=plugin.from_cpu)
+        ),
+        name,
+    )
     t = lm.ones(2).to("nofallback")  # moves need only the converters
     assert t.device == "nofallback" and t.tolist() == [1.0, 1.0]
     with pytest.raises(NotImplementedError, match="'exp' has no kernel for key nofallback"):
@@ -327,12 +377,15 @@ def test_the_opt_in_cpu_matmul_wrapper_counts_and_delegates(second):
     # ... opting in puts a priority-10 wrapper over whatever served CPU matmul
     kernel, plugin, priority = rows("matmul")["CPU"]
     assert (plugin, priority) == (name, 10)
-    assert kernel == ("lamina_example_backend.CountingBackend.count_matmul -> "
-                      "lamina.backends.numba_cpu.linalg.matmul")
+    assert kernel == (
+        "lamina_example_backend.CountingBackend.count_matmul -> "
+        "lamina.backends.numba_cpu.linalg.matmul"
+    )
     op = lm.dispatch.get("matmul")
     # the slot is the wrapper's kernel itself, nothing in front of it
     assert op.table[CPU.bit_length()].__qualname__ == (
-        "CountingBackend.count_matmul.<locals>.counting_matmul")
+        "CountingBackend.count_matmul.<locals>.counting_matmul"
+    )
     a = lm.asarray([[1.0, 2.0], [3.0, 4.0]])
     assert (a @ a).tolist() == [[7.0, 10.0], [15.0, 22.0]]
     assert lm.matmul(a, a).tolist() == [[7.0, 10.0], [15.0, 22.0]]
@@ -349,25 +402,38 @@ def test_the_opt_in_cpu_matmul_wrapper_counts_and_delegates(second):
 
 
 def test_the_entry_point_plugin_wraps_cpu_matmul_when_asked():
-    code = ("import lamina as lm, lamina_example_backend as ex\n"
-            "a = lm.ones((2, 2)); a @ a; a @ a\n"
-            "print(ex.plugin.cpu_matmul_calls, lm.dispatch.dump_table('matmul')[0][:4])\n")
+    code = (
+        "import lamina as lm, lamina_example_backend as ex\n"
+        "a = lm.ones((2, 2)); a @ a; a @ a\n"
+        "print(ex.plugin.cpu_matmul_calls, lm.dispatch.dump_table('matmul')[0][:4])\n"
+    )
     env = dict(os.environ, LAMINA_EXAMPLE_COUNT_CPU_MATMUL="1")
-    out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
-                         text=True, cwd="/", timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("2 ")
     assert out.stdout.strip() == (
         "2 ('CPU', 'lamina_example_backend.CountingBackend.count_matmul -> "
-        "lamina.backends.numba_cpu.linalg.matmul', 'example', 10)")
+        "lamina.backends.numba_cpu.linalg.matmul', 'example', 10)"
+    )
 
 
 def test_a_plugin_overrides_a_device_kernel_and_unregistering_restores_it():
     c = counting([1.0, 2.0])
     before = rows("add")["counting"]
     name = fresh_name()
-    lm.backends.register(make_plugin(lambda r: r.register(
-        "add", "counting", lambda ks, a, b: "override", priority=5)), name)
+    lm.backends.register(
+        make_plugin(
+            lambda r: r.register("add", "counting", lambda ks, a, b: "override", priority=5)
+        ),
+        name,
+    )
     assert c + c == "override"
     assert rows("add")["counting"][1:] == (name, 5)
     lm.backends.unregister(name)
@@ -382,18 +448,21 @@ def test_a_wrapper_wraps_what_is_below_it_and_is_skipped_with_nothing_below():
         def traced(ks, *args):
             seen.append(ks)
             return next_kernel(ks, *args)
+
         return traced
 
     def hook(registry):
         registry.register_wrapper("exp", "counting", wrapper)  # wraps the fallback
         registry.register_wrapper("logical_and", "autograd", wrapper)  # nothing below
+
     name = fresh_name()
     lm.backends.register(make_plugin(hook), name)
     assert lm.exp(counting([0.0])).tolist() == [1.0]
     assert seen == [keys.device_key("counting")] and example.plugin.calls["exp"] == 1
     kernel, plugin, priority = rows("exp")["counting"]
-    assert kernel.endswith("<locals>.wrapper -> [fallback] "
-                           "lamina_example_backend.CountingBackend.fallback")
+    assert kernel.endswith(
+        "<locals>.wrapper -> [fallback] lamina_example_backend.CountingBackend.fallback"
+    )
     assert (plugin, priority) == (name, 0)
     assert rows("logical_and")["Autograd"] == ("[fallthrough]", "", "")
     assert not lm.dispatch.get("logical_and").mask & keys.AUTOGRAD
@@ -406,9 +475,14 @@ def test_backends_list_records_and_prints_as_an_aligned_table(second):
     records = lm.backends.list()
     assert isinstance(records, list)
     by_name = {r["name"]: r for r in records}
-    assert by_name["example2"] == {"name": "example2", "source": "runtime",
-                                   "devices": ["counting2"], "new_devices": ["counting2"],
-                                   "priority": [0], "kernels": 4}
+    assert by_name["example2"] == {
+        "name": "example2",
+        "source": "runtime",
+        "devices": ["counting2"],
+        "new_devices": ["counting2"],
+        "priority": [0],
+        "kernels": 4,
+    }
     assert by_name["numba_cpu"]["source"] == "built-in"
     assert by_name["numpy_ref"]["priority"] == [-10]
     text = str(records)
@@ -420,8 +494,8 @@ def test_backends_list_records_and_prints_as_an_aligned_table(second):
     starts = [i for i, ch in enumerate(dashes) if ch == "-" and (i == 0 or dashes[i - 1] == " ")]
     assert [head.index(c) for c in columns] == starts
     line = next(ln for ln in body if ln.startswith("example2 "))
-    assert line[starts[1]:].startswith("runtime") and line[starts[2]:].startswith("counting2")
-    assert line[starts[4]:].startswith("0") and line[starts[5]:] == "4"
+    assert line[starts[1] :].startswith("runtime") and line[starts[2] :].startswith("counting2")
+    assert line[starts[4] :].startswith("0") and line[starts[5] :] == "4"
 
 
 def test_dump_table_shows_the_new_device_keys_and_their_plugins(second):
@@ -431,7 +505,10 @@ def test_dump_table_shows_the_new_device_keys_and_their_plugins(second):
     assert r["counting"] == ("lamina_example_backend.CountingBackend.add", "example", 0)
     assert r["counting2"] == ("lamina_example_backend.CountingBackend.add", "example2", 0)
     assert rows("sum")["counting2"] == (
-        "[fallback] lamina_example_backend.CountingBackend.fallback", "example2", 0)
+        "[fallback] lamina_example_backend.CountingBackend.fallback",
+        "example2",
+        0,
+    )
     assert "counting2  lamina_example_backend.CountingBackend.add" in str(dump)
 
 
@@ -462,8 +539,7 @@ def test_unregistering_the_device_plugin_removes_the_device_and_restores():
     t = lm.ones(2, device="counting")
     lm.backends.unregister("example")
     assert "counting" not in keys.devices()
-    assert all("counting" not in [r[0] for r in lm.dispatch.dump_table(n)]
-               for n in ("add", "exp"))
+    assert all("counting" not in [r[0] for r in lm.dispatch.dump_table(n)] for n in ("add", "exp"))
     with pytest.raises(ValueError, match="unknown device 'counting'"):
         lm.ones(2, device="counting")
     with pytest.raises(NotImplementedError, match="no registered plugin provides"):
@@ -475,29 +551,44 @@ def test_unregistering_the_device_plugin_removes_the_device_and_restores():
 
 
 def _entry_point(name, load):
-    return types.SimpleNamespace(name=name, value=f"fake_pkg:{name}", group="lamina.backends",
-                                 load=load)
+    return types.SimpleNamespace(
+        name=name, value=f"fake_pkg:{name}", group="lamina.backends", load=load
+    )
 
 
 def test_a_plugin_that_fails_to_import_warns_and_the_rest_keeps_working(monkeypatch):
     def fails():
         raise ModuleNotFoundError("No module named 'vendor_gpu_runtime'")
+
     good = CountingBackend("counting2")
     eps = [_entry_point("vendor_gpu", fails), _entry_point("example2", lambda: good)]
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group=None: [e for e in eps if e.group == group])
-    with pytest.warns(RuntimeWarning, match="plugin 'vendor_gpu' \\(fake_pkg:vendor_gpu\\) "
-                                            "failed to import and was skipped: "
-                                            "ModuleNotFoundError: No module named "
-                                            "'vendor_gpu_runtime'"):
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group]
+    )
+    with pytest.warns(
+        RuntimeWarning,
+        match="plugin 'vendor_gpu' \\(fake_pkg:vendor_gpu\\) "
+        "failed to import and was skipped: "
+        "ModuleNotFoundError: No module named "
+        "'vendor_gpu_runtime'",
+    ):
         lm.backends.load_entry_points()
     assert record("example2")["source"] == "entry point"
     assert (lm.ones(2, device="counting2") + 1).tolist() == [2.0, 2.0]
     assert (lm.ones(2, device="counting") + 1).tolist() == [2.0, 2.0]
 
 
-@pytest.mark.parametrize("failure", ["raises", "unknown_operator", "taken_device",
-                                     "bad_device_name", "bad_converter", "layer_fallback"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        "raises",
+        "unknown_operator",
+        "taken_device",
+        "bad_device_name",
+        "bad_converter",
+        "layer_fallback",
+    ],
+)
 def test_a_plugin_whose_hook_fails_warns_and_leaves_nothing_behind(failure):
     before = snapshot()
     plugin = CountingBackend("broken_dev")
@@ -518,16 +609,20 @@ def test_a_plugin_whose_hook_fails_warns_and_leaves_nothing_behind(failure):
             registry.add_device("other_dev", to_cpu=None, from_cpu=plugin.from_cpu)
         if failure == "layer_fallback":
             registry.register_fallback("autograd", plugin.fallback)
-    expected = {"raises": "RuntimeError: driver not found",
-                "unknown_operator": "ValueError: unknown operator 'matmull' \\(did you mean "
-                                    "'matmul'",
-                "taken_device": "device 'counting' is already provided by plugin 'example'",
-                "bad_device_name": "a device name must be",
-                "bad_converter": "TypeError: to_cpu of device 'other_dev' must be callable",
-                "layer_fallback": "fallbacks are for devices, not the 'autograd' layer"}[failure]
+
+    expected = {
+        "raises": "RuntimeError: driver not found",
+        "unknown_operator": "ValueError: unknown operator 'matmull' \\(did you mean 'matmul'",
+        "taken_device": "device 'counting' is already provided by plugin 'example'",
+        "bad_device_name": "a device name must be",
+        "bad_converter": "TypeError: to_cpu of device 'other_dev' must be callable",
+        "layer_fallback": "fallbacks are for devices, not the 'autograd' layer",
+    }[failure]
     name = fresh_name("broken")
-    with pytest.warns(RuntimeWarning, match=f"plugin '{name}' failed while registering its "
-                                            f"kernels and was skipped: .*{expected}"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=f"plugin '{name}' failed while registering its kernels and was skipped: .*{expected}",
+    ):
         assert lm.backends.register(make_plugin(hook), name) is False
     assert snapshot() == before
     assert "broken_dev" not in keys.devices() and registry.kernels_of(name) == []
@@ -541,12 +636,20 @@ def test_a_wrapper_that_fails_at_table_build_time_warns_and_is_dropped():
 
     def bad_wrapper(next_kernel):
         raise RuntimeError("cannot wrap")
+
     name = fresh_name("bad_wrapper")
-    with pytest.warns(RuntimeWarning, match=f"plugin '{name}' failed while building its "
-                                            "kernel wrappers and was skipped: RuntimeError: "
-                                            "cannot wrap"):
-        assert lm.backends.register(make_plugin(
-            lambda r: r.register_wrapper("matmul", "cpu", bad_wrapper, 50)), name) is False
+    with pytest.warns(
+        RuntimeWarning,
+        match=f"plugin '{name}' failed while building its "
+        "kernel wrappers and was skipped: RuntimeError: "
+        "cannot wrap",
+    ):
+        assert (
+            lm.backends.register(
+                make_plugin(lambda r: r.register_wrapper("matmul", "cpu", bad_wrapper, 50)), name
+            )
+            is False
+        )
     assert snapshot() == before and not entries.broken
     assert not lm.backends.plugin_manager.has_plugin(name)
 
@@ -557,8 +660,10 @@ def test_unknown_operator_or_bad_kernel_raises_and_does_not_corrupt_tables():
     reg = lm.backends.Registry("bad_test")
     with pytest.raises(ValueError, match="unknown operator 'mtamul'.*did you mean 'matmul'"):
         reg.register("mtamul", "counting", lambda ks, a, b: None)
-    with pytest.raises(ValueError, match="unknown operator 'no_such_op'; operators are "
-                                         "listed in lamina.dispatch.OPERATORS"):
+    with pytest.raises(
+        ValueError,
+        match="unknown operator 'no_such_op'; operators are listed in lamina.dispatch.OPERATORS",
+    ):
         reg.register("no_such_op", "cpu", lambda ks: None)
     with pytest.raises(TypeError, match="the kernel for 'add' must be callable"):
         reg.register("add", "cpu", "not a function")
@@ -576,19 +681,27 @@ def test_same_slot_same_priority_resolves_by_name_with_a_warning():
     def kernel(tag):
         def fake_add(ks, a, b):
             return tag
+
         return fake_add
+
     c = counting([1.0])
     winners = set()
     for order in (("tie_b", "tie_a"), ("tie_a", "tie_b")):
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             for name in order:
-                lm.backends.register(make_plugin(
-                    lambda r, name=name: r.register("add", "counting", kernel(name), 7)), name)
+                lm.backends.register(
+                    make_plugin(
+                        lambda r, name=name: r.register("add", "counting", kernel(name), 7)
+                    ),
+                    name,
+                )
         runtime = [w for w in record if w.category is RuntimeWarning]
         assert len(runtime) == 1, [str(w.message) for w in runtime]
-        assert (f"plugins '{order[1]}' and '{order[0]}' both register add on counting at "
-                f"priority 7; 'tie_a' is used") in str(runtime[0].message)
+        assert (
+            f"plugins '{order[1]}' and '{order[0]}' both register add on counting at "
+            f"priority 7; 'tie_a' is used"
+        ) in str(runtime[0].message)
         assert runtime[0].filename == __file__
         winners.add(c + c)
         assert rows("add")["counting"][1:] == ("tie_a", 7)
@@ -624,11 +737,13 @@ def test_a_functools_wraps_wrapper_sees_scalar_calls(checks):
         def traced(ks, *args):
             seen.append(args)
             return next_kernel(ks, *args)
+
         return traced
 
     name = fresh_name()
-    lm.backends.register(make_plugin(
-        lambda r: r.register_wrapper("multiply", "cpu", wrapper, 10)), name)
+    lm.backends.register(
+        make_plugin(lambda r: r.register_wrapper("multiply", "cpu", wrapper, 10)), name
+    )
     x = lm.asarray([1.0, 2.0])
     with lm.layers.off(*(["checks"] if checks == "off" else [])):
         assert (x * x).tolist() == [1.0, 4.0]
@@ -637,8 +752,9 @@ def test_a_functools_wraps_wrapper_sees_scalar_calls(checks):
     assert len(seen) == 3
 
 
-@pytest.mark.parametrize("layers", [("checks",), ("checks", "dispatcher"),
-                                    ("dispatcher", "checks")])
+@pytest.mark.parametrize(
+    "layers", [("checks",), ("checks", "dispatcher"), ("dispatcher", "checks")]
+)
 def test_python_scalars_reach_every_kernel_with_checks_off(layers):
     """With the checks layer off the CPU slot is the unchecked kernel; callers that
     reach it without the scalar table (the direct bindings, the sparse layer, a

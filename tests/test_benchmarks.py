@@ -8,6 +8,7 @@ smallest size only (see ``_param_combinations``); a combination that ``setup`` s
 runs it. Timing is left to asv; full runs stay out of CI
 (see asv_benchmarks/README.md).
 """
+
 import importlib.util
 import inspect
 import itertools
@@ -30,12 +31,15 @@ PREFIXES = ("time_", "timeraw_", "peakmem_", "mem_", "track_")
 
 def _import_suite():
     spec = importlib.util.spec_from_file_location(
-        PACKAGE, BENCH_DIR / "__init__.py", submodule_search_locations=[str(BENCH_DIR)])
+        PACKAGE, BENCH_DIR / "__init__.py", submodule_search_locations=[str(BENCH_DIR)]
+    )
     package = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = package
     spec.loader.exec_module(package)
-    return [importlib.import_module(f"{PACKAGE}.{info.name}")
-            for info in pkgutil.iter_modules([str(BENCH_DIR)])]
+    return [
+        importlib.import_module(f"{PACKAGE}.{info.name}")
+        for info in pkgutil.iter_modules([str(BENCH_DIR)])
+    ]
 
 
 MODULES = _import_suite()
@@ -115,10 +119,10 @@ def test_suite_has_benchmarks():
     assert len(BENCHMARKS) >= 10, [b[0] for b in BENCHMARKS]
 
 
-@pytest.mark.parametrize("klass, attr", [b[1:] for b in BENCHMARKS],
-                         ids=[b[0] for b in BENCHMARKS])
+@pytest.mark.parametrize("klass, attr", [b[1:] for b in BENCHMARKS], ids=[b[0] for b in BENCHMARKS])
 def test_benchmark_runs_once(klass, attr):
     import lamina as lm
+
     threads = lm.get_num_threads()
     owner, name = (klass, attr) if klass is not None else (attr, attr.__name__)
     ran = [combo for combo in _param_combinations(owner, name) if _run(klass, attr, combo)]
@@ -146,8 +150,9 @@ def test_no_module_attribute_is_mistaken_for_a_setup_function():
 
 def test_asv_config():
     text = (SUITE / "asv.conf.json").read_text()  # JSON with // comment lines, as asv allows
-    conf = json.loads("\n".join(line for line in text.splitlines()
-                                if not line.lstrip().startswith("//")))
+    conf = json.loads(
+        "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+    )
     assert (SUITE / conf["benchmark_dir"]).resolve() == BENCH_DIR
     assert (SUITE / conf["repo"]).resolve() == ROOT
     assert conf["environment_type"] == "virtualenv"
@@ -162,6 +167,7 @@ def test_asv_config():
 def test_asv_check_discovers_the_suite():
     asv = shutil.which("asv", path=str(Path(sys.executable).parent))
     assert asv, "asv is not installed beside this Python (it is in the test extra)"
-    proc = subprocess.run([asv, "check", "--python=same"], cwd=SUITE, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [asv, "check", "--python=same"], cwd=SUITE, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -3,6 +3,7 @@ priorities, lm.backends.use/register/unregister/list, errors and broken plugins.
 
 See Note [Dispatch table], Note [Key priority], Note [Fallthrough] in dispatch/.
 """
+
 import importlib.metadata
 import itertools
 import types
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 import lamina as lm
-from lamina.dispatch.tensor import from_array
 from lamina.dispatch import entries, keys, registry
+from lamina.dispatch.tensor import from_array
 
 CPU, SPARSE, AUTOGRAD = keys.CPU, keys.SPARSE, keys.AUTOGRAD
 BUILTINS = ("numba_cpu", "numpy_ref")
@@ -31,9 +32,10 @@ def _slot(fn):
 
 def snapshot():
     """Everything a rebuild may change, to show that something did not change."""
-    return {name: ([_slot(f) for f in op.table], op.mask,
-                   {k: w.fn for k, w in op.winners.items()})
-            for name, op in lm.dispatch.OPERATORS.items()}
+    return {
+        name: ([_slot(f) for f in op.table], op.mask, {k: w.fn for k, w in op.winners.items()})
+        for name, op in lm.dispatch.OPERATORS.items()
+    }
 
 
 def rows(name):
@@ -47,6 +49,7 @@ def cpu_plugin(name):
 
 def make_plugin(*registrations, raises=None):
     """A runtime plugin (a class with a hookimpl) registering (op, device, fn, priority)."""
+
     class Plugin:
         @lm.backends.hookimpl
         def lamina_register_kernels(self, registry):
@@ -54,6 +57,7 @@ def make_plugin(*registrations, raises=None):
                 registry.register(op, device, fn, priority=priority)
             if raises is not None:
                 raise raises
+
     return Plugin()
 
 
@@ -67,6 +71,7 @@ def plugins():
         if lm.backends.register(plugin, name):
             registered.append(name)
         return name
+
     before = snapshot()
     yield register
     for name in registered:
@@ -84,6 +89,7 @@ def x():
 def marker_kernel(tag):
     def fake_add(ks, *args):
         return (tag, ks)
+
     return fake_add
 
 
@@ -109,8 +115,16 @@ def test_keys_are_single_bits_in_priority_order():
 def test_cpu_tensors_carry_the_cpu_key_set(x):
     assert x._ks == CPU
     assert type(x._ks) is int
-    for t in (lm.add(x, x), x + 1, lm.sum(x), lm.reshape(x, (3, 1)), x[1:], x @ x,
-              lm.zeros((2,)), lm.concat([x, x])):
+    for t in (
+        lm.add(x, x),
+        x + 1,
+        lm.sum(x),
+        lm.reshape(x, (3, 1)),
+        x[1:],
+        x @ x,
+        lm.zeros((2,)),
+        lm.concat([x, x]),
+    ):
         assert t._ks == CPU, t
     assert x.device == "cpu"
 
@@ -170,8 +184,7 @@ def test_dump_table_works_for_every_operator_and_prints_aligned():
         kernel, plugin, priority = rows(name)["CPU"]
         winner = op.winners[CPU]
         assert (kernel, plugin, priority) == (winner.name, winner.plugin, winner.priority)
-        assert plugin in ("numba_cpu", "sparse") and kernel.startswith(
-            f"lamina.backends.{plugin}.")
+        assert plugin in ("numba_cpu", "sparse") and kernel.startswith(f"lamina.backends.{plugin}.")
         assert f"{kernel}  " in text and plugin in text
         # the rule column is the reason the table computation stored (one place)
         for r, key in zip(dump, keys.all_keys()):
@@ -286,19 +299,30 @@ def test_module_plugin_and_decorator_form(plugins, x):
         @registry.implements("multiply", "cpu", priority=5)
         def fast_multiply(ks, x1, x2):
             return "fast"
+
     module.lamina_register_kernels = lamina_register_kernels
     name = plugins(module, prefix="my_faster_cpu")
     assert x * x == "fast"
     assert rows("multiply")["CPU"][1:] == (name, 5)
     row = next(r for r in lm.backends.list() if r["name"] == name)
-    assert row == {"name": name, "source": "runtime", "devices": ["cpu"], "new_devices": [],
-                   "priority": [5], "kernels": 1}
+    assert row == {
+        "name": name,
+        "source": "runtime",
+        "devices": ["cpu"],
+        "new_devices": [],
+        "priority": [5],
+        "kernels": 1,
+    }
 
 
 def test_lower_priority_plugin_does_not_take_over(plugins, x):
     before = snapshot()
-    plugins(make_plugin(("add", "cpu", marker_kernel("low"), -5),
-                        ("reshape", "cpu", marker_kernel("lower"), -20)))
+    plugins(
+        make_plugin(
+            ("add", "cpu", marker_kernel("low"), -5),
+            ("reshape", "cpu", marker_kernel("lower"), -20),
+        )
+    )
     assert cpu_plugin("add") == "numba_cpu" and cpu_plugin("reshape") == "numba_cpu"
     assert (x + x).tolist() == [2.0, 4.0, 6.0]
     assert lm.reshape(x, (1, 3)).shape == (1, 3)
@@ -306,8 +330,11 @@ def test_lower_priority_plugin_does_not_take_over(plugins, x):
 
 
 def test_between_the_builtins_a_plugin_beats_only_numpy_ref(plugins, x):
-    name = plugins(make_plugin(("add", "cpu", marker_kernel("mid"), -5),
-                               ("reshape", "cpu", marker_kernel("mid"), -5)))
+    name = plugins(
+        make_plugin(
+            ("add", "cpu", marker_kernel("mid"), -5), ("reshape", "cpu", marker_kernel("mid"), -5)
+        )
+    )
     assert cpu_plugin("add") == "numba_cpu" and cpu_plugin("reshape") == "numba_cpu"
     for op in ("add", "reshape"):
         ranked = [e.plugin for e in sorted(registry.kernels[op, CPU], key=registry.rank)]
@@ -373,7 +400,7 @@ def test_use_switches_kernels_for_a_block_and_restores(plugins, x):
     with pytest.raises(ZeroDivisionError):
         with lm.backends.use("numpy_ref"):
             assert cpu_plugin("add") == "numpy_ref"
-            1 / 0
+            _ = 1 / 0
     assert snapshot() == before and registry.preferred_plugin is None
 
     # the preferred plugin beats priority; nested blocks restore the outer choice
@@ -398,12 +425,14 @@ def test_use_unknown_plugin_raises_and_changes_nothing():
 
 def test_unregistering_numba_cpu_falls_back_to_numpy_ref(x):
     from lamina.backends import numba_cpu
+
     served = [n for n in lm.dispatch.OPERATORS if cpu_plugin(n) == "numba_cpu"]
     assert served
     try:
         lm.backends.unregister("numba_cpu")
-        assert all(cpu_plugin(n) == "numpy_ref" for n in lm.dispatch.OPERATORS
-                   if n not in SPARSE_LAYOUT)
+        assert all(
+            cpu_plugin(n) == "numpy_ref" for n in lm.dispatch.OPERATORS if n not in SPARSE_LAYOUT
+        )
         assert (x + x).tolist() == [2.0, 4.0, 6.0]
         assert (x @ x).item() == 14.0
     finally:
@@ -438,8 +467,11 @@ def test_backends_list_has_the_builtins():
 
 
 def test_missing_kernel_names_operator_key_and_keys_with_kernels(x):
-    name = "add" if SPARSE not in lm.dispatch.get("add").winners else next(
-        n for n, op in lm.dispatch.OPERATORS.items() if SPARSE not in op.winners)
+    name = (
+        "add"
+        if SPARSE not in lm.dispatch.get("add").winners
+        else next(n for n, op in lm.dispatch.OPERATORS.items() if SPARSE not in op.winners)
+    )
     op = lm.dispatch.get(name)
     fake = types.SimpleNamespace(_ks=SPARSE | CPU)
     with pytest.raises(NotImplementedError) as info:
@@ -531,6 +563,7 @@ def test_broken_entry_points_warn_and_do_not_break_loading(monkeypatch, x):
         @lm.backends.hookimpl
         def lamina_register_kernels(registry, extra):  # not in the hookspec
             pass  # pragma: no cover
+
         module.lamina_register_kernels = lamina_register_kernels
         return module
 
@@ -543,15 +576,21 @@ def test_broken_entry_points_warn_and_do_not_break_loading(monkeypatch, x):
         @lm.backends.hookimpl
         def lamina_register_kernels(registry):
             registry.register("add", "cpu", marker_kernel("entry point"), priority=10)
+
         module.lamina_register_kernels = lamina_register_kernels
         return module
 
-    eps = [_EntryPoint("ep_bad_signature", bad_signature),
-           _EntryPoint("ep_import_error", fails_to_import),
-           _EntryPoint("numba_cpu", lambda: types.ModuleType("impostor")),  # name taken
-           _EntryPoint("ep_good", good)]
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group=None: [ep for ep in eps if group == ep.group])
+    eps = [
+        _EntryPoint("ep_bad_signature", bad_signature),
+        _EntryPoint("ep_import_error", fails_to_import),
+        _EntryPoint("numba_cpu", lambda: types.ModuleType("impostor")),  # name taken
+        _EntryPoint("ep_good", good),
+    ]
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda group=None: [ep for ep in eps if group == ep.group],
+    )
     before = snapshot()
     try:
         with warnings.catch_warnings(record=True) as record:

@@ -6,6 +6,7 @@ on first use (~0.1-0.3 s each when Numba's cache is cold, as on CI). The sample 
 picks the dtypes so that every test here reuses kernels the value tests compile anyway;
 new (operator, dtype) pairs belong in opinfo.py, not in ad-hoc tests.
 """
+
 import operator as O
 import os
 import sys
@@ -24,10 +25,15 @@ from lamina.backends.numba_cpu.elementwise import SIMD_MIN, SIMD_OPERATORS
 from lamina.dispatch.schema import OPERATORS
 
 sys.path.insert(0, os.path.dirname(__file__))
-import opinfo as I  # noqa: E402
+import opinfo as I
 
-HYPOTHESIS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                      suppress_health_check=[HealthCheck.too_slow])
+HYPOTHESIS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def numpy_ref(fn, *args):
@@ -64,10 +70,12 @@ def check_many(op, fn, cases):
                 continue
             ref = fn(*lm_args)
             res = got.numpy().dtype
-            I.assert_matches(ref, I.expected(op, np_args)[0], res, op.signed_zero,
-                             f"{op.name} numpy_ref {where}")
-            I.assert_matches(got, ref.numpy(), res, op.signed_zero,
-                             f"{op.name} vs numpy_ref {where}")
+            I.assert_matches(
+                ref, I.expected(op, np_args)[0], res, op.signed_zero, f"{op.name} numpy_ref {where}"
+            )
+            I.assert_matches(
+                got, ref.numpy(), res, op.signed_zero, f"{op.name} vs numpy_ref {where}"
+            )
     return results
 
 
@@ -81,14 +89,19 @@ def check(op, fn, lm_args, np_args, where=""):
 def test_database_covers_the_operator_list():
     """Every elementwise operator of dispatch/operators.py has samples, and what the
     database assumes of it (arity, accepted dtypes, result) is what the list says."""
-    listed = {op.name: (op.kind, op.dtypes, op.result, op.inplace is not None)
-              for op in OPERATORS.values()
-              if op.category == "elementwise" and op.kind in ("unary", "binary")}
+    listed = {
+        op.name: (op.kind, op.dtypes, op.result, op.inplace is not None)
+        for op in OPERATORS.values()
+        if op.category == "elementwise" and op.kind in ("unary", "binary")
+    }
     assert set(listed) == set(I.OPS)
     for name, (kind, dtypes, result, inplace) in listed.items():
         op = I.OPS[name]
-        assert (op.arity, op.rule, op.result) == ({"unary": 1, "binary": 2}[kind], dtypes,
-                                                  result), name
+        assert (op.arity, op.rule, op.result) == (
+            {"unary": 1, "binary": 2}[kind],
+            dtypes,
+            result,
+        ), name
         if op.inplace is not None:
             assert inplace and name + "_" in OPERATORS, name
         for d in op.dtypes:  # each tested dtype is one the operator accepts (or promotes)
@@ -142,8 +155,12 @@ def test_binary_python_scalar(op, dtype):
     for (args, _, where), got in zip(cases, check_many(op, fn, cases)):
         assert got.dtype == I.lm_dtype(alone.name), where
         if op.dunder is not None:  # x - 2 and the reflected 2 - x
-            I.assert_matches(op.dunder(*args), got.numpy(), got.numpy().dtype,
-                             where=f"{op.name} operator, {where}")
+            I.assert_matches(
+                op.dunder(*args),
+                got.numpy(),
+                got.numpy().dtype,
+                where=f"{op.name} operator, {where}",
+            )
 
 
 def _sample(op, dtype, operand, layout):
@@ -154,13 +171,22 @@ def _sample(op, dtype, operand, layout):
 
 
 # Promotion between tensor dtypes follows NumPy 2 (lamina/_dtypes.py PROMOTE).
-PROMOTIONS = [("int8", "uint8", "int16"), ("int32", "float32", "float64"),
-              ("int64", "uint64", "float64"), ("bool", "int8", "int8"),
-              ("uint8", "uint16", "uint16"), ("float32", "float64", "float64"),
-              ("bool", "float32", "float32"), ("int16", "uint32", "int64"),
-              ("uint8", "int32", "int32"), ("uint32", "float32", "float64"),
-              ("bool", "uint64", "uint64"), ("int8", "int64", "int64"),
-              ("uint16", "uint8", "uint16"), ("float64", "int16", "float64")]
+PROMOTIONS = [
+    ("int8", "uint8", "int16"),
+    ("int32", "float32", "float64"),
+    ("int64", "uint64", "float64"),
+    ("bool", "int8", "int8"),
+    ("uint8", "uint16", "uint16"),
+    ("float32", "float64", "float64"),
+    ("bool", "float32", "float32"),
+    ("int16", "uint32", "int64"),
+    ("uint8", "int32", "int32"),
+    ("uint32", "float32", "float64"),
+    ("bool", "uint64", "uint64"),
+    ("int8", "int64", "int64"),
+    ("uint16", "uint8", "uint16"),
+    ("float64", "int16", "float64"),
+]
 
 
 def _promotion_params():
@@ -192,13 +218,25 @@ def test_binary_promotion(op, d1, d2, comp, layout):
 # ---------------------------------------------------------------- weak Python scalars
 
 
-@pytest.mark.parametrize("dtype, scalar, result", [
-    ("int8", 1, "int8"), ("int8", True, "int8"), ("int8", 1.5, "float64"),
-    ("uint8", 255, "uint8"), ("uint64", 2**64 - 1, "uint64"), ("int64", -2**63, "int64"),
-    ("float32", 1.5, "float32"), ("float32", 1, "float32"), ("float32", True, "float32"),
-    ("bool", 1, "int64"), ("bool", 1.5, "float64"), ("uint16", 2.0, "float64"),
-    ("int16", np.int64(7), "int16"), ("float32", np.float64(0.25), "float32"),
-])
+@pytest.mark.parametrize(
+    "dtype, scalar, result",
+    [
+        ("int8", 1, "int8"),
+        ("int8", True, "int8"),
+        ("int8", 1.5, "float64"),
+        ("uint8", 255, "uint8"),
+        ("uint64", 2**64 - 1, "uint64"),
+        ("int64", -(2**63), "int64"),
+        ("float32", 1.5, "float32"),
+        ("float32", 1, "float32"),
+        ("float32", True, "float32"),
+        ("bool", 1, "int64"),
+        ("bool", 1.5, "float64"),
+        ("uint16", 2.0, "float64"),
+        ("int16", np.int64(7), "int16"),
+        ("float32", np.float64(0.25), "float32"),
+    ],
+)
 def test_weak_scalar_promotion(dtype, scalar, result):
     """int8 tensor + 1 stays int8 (and wraps like NumPy: 127 + 1 == -128); an int tensor
     plus a float gives float64. NumPy scalars count as Python scalars here (lamina's
@@ -206,13 +244,17 @@ def test_weak_scalar_promotion(dtype, scalar, result):
     a = I.specials(dtype)
     t = lm.asarray(a.copy())
     py = scalar.item() if isinstance(scalar, np.generic) else scalar
-    want = np.asarray(np.add(a, np.asarray(py, result)) if dtype != "bool" else
-                      np.add(a.astype(result), np.asarray(py, result)))
+    want = np.asarray(
+        np.add(a, np.asarray(py, result))
+        if dtype != "bool"
+        else np.add(a.astype(result), np.asarray(py, result))
+    )
     for got in (t + scalar, scalar + t, lm.add(t, scalar), numpy_ref(lm.add, scalar, t)):
         I.assert_matches(got, want.astype(result), result, where=f"{dtype} + {scalar!r}")
     eq = t == scalar
-    I.assert_matches(eq, np.equal(a.astype(result), np.asarray(py, result)), bool,
-                     where=f"{dtype} == {scalar!r}")
+    I.assert_matches(
+        eq, np.equal(a.astype(result), np.asarray(py, result)), bool, where=f"{dtype} == {scalar!r}"
+    )
     assert np.result_type(a.dtype, py) == np.dtype(result)
 
 
@@ -228,13 +270,32 @@ def _rsub(x, s):
     return s - x
 
 
-@pytest.mark.parametrize("dtype, scalar", [
-    ("uint8", 300), ("uint8", -1), ("int8", 128), ("int8", -129), ("uint64", -1),
-    ("int64", 2**63), ("uint64", 2**64), ("bool", 2**63), ("int32", 2**31)])
-@pytest.mark.parametrize("fn, np_fn", [
-    (lm.add, np.add), (O.add, O.add), (O.mul, O.mul), (_rsub, _rsub),
-    (lm.bitwise_and, np.bitwise_and), (lm.maximum, np.maximum)],
-    ids=["add", "+", "*", "reflected -", "bitwise_and", "maximum"])
+@pytest.mark.parametrize(
+    "dtype, scalar",
+    [
+        ("uint8", 300),
+        ("uint8", -1),
+        ("int8", 128),
+        ("int8", -129),
+        ("uint64", -1),
+        ("int64", 2**63),
+        ("uint64", 2**64),
+        ("bool", 2**63),
+        ("int32", 2**31),
+    ],
+)
+@pytest.mark.parametrize(
+    "fn, np_fn",
+    [
+        (lm.add, np.add),
+        (O.add, O.add),
+        (O.mul, O.mul),
+        (_rsub, _rsub),
+        (lm.bitwise_and, np.bitwise_and),
+        (lm.maximum, np.maximum),
+    ],
+    ids=["add", "+", "*", "reflected -", "bitwise_and", "maximum"],
+)
 def test_weak_int_out_of_range_raises(dtype, scalar, fn, np_fn):
     """An integer that does not fit the tensor's dtype (int64 for a bool tensor) raises
     OverflowError instead of wrapping, on both backends, before any kernel runs; NumPy
@@ -265,10 +326,16 @@ def test_weak_float_scalar_on_int_tensor(dtype):
     """int tensor + 1.5 computes in float64 (and so do -, *, maximum)."""
     a = I.specials(dtype)
     t = lm.asarray(a)
-    for fn, ref in ((O.add, np.add), (O.sub, np.subtract), (O.mul, np.multiply),
-                    (lm.maximum, np.maximum)):
-        for got, want in ((fn(t, 1.5), ref(a.astype(np.float64), 1.5)),
-                          (fn(-0.5, t), ref(-0.5, a.astype(np.float64)))):
+    for fn, ref in (
+        (O.add, np.add),
+        (O.sub, np.subtract),
+        (O.mul, np.multiply),
+        (lm.maximum, np.maximum),
+    ):
+        for got, want in (
+            (fn(t, 1.5), ref(a.astype(np.float64), 1.5)),
+            (fn(-0.5, t), ref(-0.5, a.astype(np.float64))),
+        ):
             I.assert_matches(got, want, "float64", where=f"{dtype} {fn}")
 
 
@@ -306,8 +373,13 @@ def test_rejected_dtype_raises_type_error(op, dtype):
     with pytest.raises(TypeError, match=f"{op.name} needs"):
         numpy_ref(fn, *args)
     if op.arity == 2:  # also after promotion with another dtype or a scalar
-        for other in (lm.asarray(np.array(3, "int8")), lm.asarray(np.array(3, "uint16")),
-                      True, 1, 1.0):
+        for other in (
+            lm.asarray(np.array(3, "int8")),
+            lm.asarray(np.array(3, "uint16")),
+            True,
+            1,
+            1.0,
+        ):
             np_other = other.numpy() if isinstance(other, lm.Tensor) else other
             if I.comp_dtype(op, [t.numpy(), np_other]) is None:
                 with pytest.raises(TypeError, match=op.name):
@@ -316,9 +388,16 @@ def test_rejected_dtype_raises_type_error(op, dtype):
                     numpy_ref(fn, other, t)
 
 
-@pytest.mark.parametrize("name, dtype", [("add", "float64"), ("equal", "float64"),
-                                         ("atan2", "float64"), ("bitwise_or", "int64"),
-                                         ("logical_and", "bool")])
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("add", "float64"),
+        ("equal", "float64"),
+        ("atan2", "float64"),
+        ("bitwise_or", "int64"),
+        ("logical_and", "bool"),
+    ],
+)
 def test_binary_errors(name, dtype):
     fn = getattr(lm, name)
     x = lm.asarray(np.ones((2, 3), dtype))
@@ -348,8 +427,13 @@ def test_pow_negative_integer_exponent(dtype, backend):
     b = lm.asarray(np.array([2, 1, -1, -1, 5, -3, 0], dtype))
     e = lm.asarray(np.array([1, 5, 1, 2, 2, 3, -1], dtype))
     with lm.backends.use(backend):
-        for call in (lambda: b ** e, lambda: b ** -1, lambda: lm.pow(b[::-1], e[::-1]),
-                     lambda: 2 ** e, lambda: b.__ipow__(e)):
+        for call in (
+            lambda: b**e,
+            lambda: b**-1,
+            lambda: lm.pow(b[::-1], e[::-1]),
+            lambda: 2**e,
+            lambda: b.__ipow__(e),
+        ):
             with pytest.raises(ValueError, match="negative integer powers"):
                 call()
         I.assert_matches(b ** lm.abs(e), np.array(b) ** np.abs(np.array(e)), dtype)
@@ -360,8 +444,15 @@ def test_pow_negative_integer_exponent(dtype, backend):
 # ---------------------------------------------------------------- in-place operators
 
 INPLACE = [op for op in I.BINARY if op.inplace is not None]
-INPLACE_LAYOUTS = ["same-shape", "bcast", "scalar", "strided-target", "reversed-target",
-                   "transposed-target", "overlap"]
+INPLACE_LAYOUTS = [
+    "same-shape",
+    "bcast",
+    "scalar",
+    "strided-target",
+    "reversed-target",
+    "transposed-target",
+    "overlap",
+]
 
 
 def _inplace_case(op, dtype, layout):
@@ -369,10 +460,20 @@ def _inplace_case(op, dtype, layout):
     test wraps a copy of the base as a tensor and updates ``view(tensor)`` in place."""
     rng = I._rng("inplace", op.name, dtype, layout)
     p0, p1 = op.pool(dtype, 0), op.pool(dtype, 1)
-    view = {"strided-target": lambda a: a[::2, ::-3], "reversed-target": lambda a: a[::-1],
-            "transposed-target": lambda a: a.T}.get(layout, lambda a: a)
-    shape = {"same-shape": (24,), "bcast": (3, 4), "scalar": (13,), "strided-target": (6, 10),
-             "reversed-target": (3, 4), "transposed-target": (4, 3), "overlap": (9,)}[layout]
+    view = {
+        "strided-target": lambda a: a[::2, ::-3],
+        "reversed-target": lambda a: a[::-1],
+        "transposed-target": lambda a: a.T,
+    }.get(layout, lambda a: a)
+    shape = {
+        "same-shape": (24,),
+        "bcast": (3, 4),
+        "scalar": (13,),
+        "strided-target": (6, 10),
+        "reversed-target": (3, 4),
+        "transposed-target": (4, 3),
+        "overlap": (9,),
+    }[layout]
     base = I.draw(p0, shape, rng)
     target_shape = view(base).shape
     if layout == "scalar":
@@ -454,9 +555,20 @@ def test_inplace_errors(backend):
 # ---------------------------------------------------------------- Tensor operators
 
 
-REFLECTED = [(O.sub, 2), (O.add, 3), (O.mul, 3), (O.truediv, 2), (O.floordiv, 7),
-             (O.mod, 7), (O.pow, 2), (O.lshift, 1), (O.rshift, 100), (O.and_, 6),
-             (O.or_, 8), (O.xor, 5)]
+REFLECTED = [
+    (O.sub, 2),
+    (O.add, 3),
+    (O.mul, 3),
+    (O.truediv, 2),
+    (O.floordiv, 7),
+    (O.mod, 7),
+    (O.pow, 2),
+    (O.lshift, 1),
+    (O.rshift, 100),
+    (O.and_, 6),
+    (O.or_, 8),
+    (O.xor, 5),
+]
 
 
 @pytest.mark.parametrize("fn, s", REFLECTED, ids=[f.__name__ for f, _ in REFLECTED])
@@ -472,8 +584,7 @@ def test_reflected_operators(fn, s):
             want = fn(s, a)
         assert want.dtype == I.result_dtype(op, I.comp_dtype(op, [a, s]))
         I.assert_matches(got, want, want.dtype, where=f"{fn.__name__}({s}, {dtype})")
-        I.assert_matches(got, op.ref(np.asarray(s, want.dtype), a.astype(want.dtype)),
-                         want.dtype)
+        I.assert_matches(got, op.ref(np.asarray(s, want.dtype), a.astype(want.dtype)), want.dtype)
 
 
 @pytest.mark.parametrize("fn", [O.eq, O.ne, O.lt, O.le, O.gt, O.ge])
@@ -507,7 +618,7 @@ def test_unary_operators():
     b = lm.asarray(np.array([True, False]))
     I.assert_matches(~b, np.array([False, True]), bool)
     with pytest.raises(TypeError, match="negative"):
-        -b
+        _ = -b
 
 
 def test_ndarray_operand_defers_to_tensor():
@@ -559,8 +670,9 @@ def test_where(dtype, layout):
     I.assert_matches(lm.where(cnum, x1, x2), want, comp)
 
 
-@pytest.mark.parametrize("d1, d2", [("int8", "uint32"), ("uint32", "float32"),
-                                    ("bool", "int16"), ("float32", "float64")])
+@pytest.mark.parametrize(
+    "d1, d2", [("int8", "uint32"), ("uint32", "float32"), ("bool", "int16"), ("float32", "float64")]
+)
 def test_where_promotion(d1, d2):
     """x1 and x2 promote like a binary operator (int8/uint32 -> int64, not in the
     tested list, so the strided layout keeps it at one new kernel); the condition
@@ -573,8 +685,9 @@ def test_where_promotion(d1, d2):
     I.assert_matches(numpy_ref(lm.where, c, x1, x2), want, comp)
 
 
-@pytest.mark.parametrize("dtype, scalar", [("int16", 7), ("float32", 0.5), ("uint32", True),
-                                           ("float64", float("nan"))])
+@pytest.mark.parametrize(
+    "dtype, scalar", [("int16", 7), ("float32", 0.5), ("uint32", True), ("float64", float("nan"))]
+)
 def test_where_python_scalar(dtype, scalar):
     (c, x1, _), (ca, a1, _) = _where_sample(dtype, "bcast")
     want, comp = _expect_where(ca, a1, scalar)
@@ -611,14 +724,19 @@ def test_clip(dtype):
     for layout in ("contiguous", "transposed", "reversed"):
         shape = {"contiguous": (len(a),), "transposed": (5, 4), "reversed": (17,)}[layout]
         t, x = I.make(a, shape, layout, rng)
-        cases += [(t, x, lo_s, hi_s), (t, x, None, hi_s), (t, x, lo_s, None),
-                  (t, x, None, None), (t, x, hi_s, lo_s)]
+        cases += [
+            (t, x, lo_s, hi_s),
+            (t, x, None, hi_s),
+            (t, x, lo_s, None),
+            (t, x, None, None),
+            (t, x, hi_s, lo_s),
+        ]
     t, x = I.make(a, (3, 4), "contiguous", rng)
-    lo, lo_a = I.make(a, (4,), "reversed", rng)
-    hi, hi_a = I.make(a, (3, 1), "contiguous", rng)
+    lo, _ = I.make(a, (4,), "reversed", rng)
+    hi, _ = I.make(a, (3, 1), "contiguous", rng)
     cases += [(t, x, lo, hi), (t, x, lo_s, hi)]
-    same_lo, same_lo_a = I.make(a, (3, 4), "contiguous", rng)  # same shape: flat kernel
-    same_hi, same_hi_a = I.make(a, (3, 4), "contiguous", rng)
+    same_lo, _ = I.make(a, (3, 4), "contiguous", rng)  # same shape: flat kernel
+    same_hi, _ = I.make(a, (3, 4), "contiguous", rng)
     cases += [(t, x, same_lo, same_hi)]
     if is_float:
         cases += [(t, x, float("nan"), None), (t, x, None, float("nan"))]
@@ -637,7 +755,7 @@ def test_clip(dtype):
         wants.append(want)
         I.assert_matches(lm.clip(t, lo, hi), want, dtype, where=f"clip {dtype} {lo!r} {hi!r}")
     with lm.backends.use("numpy_ref"):
-        for (t, x, lo, hi), want in zip(cases, wants):
+        for (t, _x, lo, hi), want in zip(cases, wants):
             I.assert_matches(lm.clip(t, lo, hi), want, dtype, where=f"numpy_ref clip {dtype}")
 
 
@@ -704,8 +822,9 @@ def test_set_num_threads_validates():
 def _views(draw, shape):
     """A float64 array of ``shape`` as a view: maybe reversed, stepped or transposed."""
     kind = draw(st.sampled_from(["contiguous", "reversed", "stepped", "transposed"]))
-    elements = st.floats(allow_nan=True, allow_infinity=True, width=64) | \
-        st.sampled_from(I.FLOAT_SPECIALS)
+    elements = st.floats(allow_nan=True, allow_infinity=True, width=64) | st.sampled_from(
+        I.FLOAT_SPECIALS
+    )
     if kind == "transposed":
         base = draw(hnp.arrays(np.float64, shape[::-1], elements=elements))
         axes = tuple(range(len(shape)))[::-1]
@@ -723,8 +842,9 @@ def _views(draw, shape):
 
 @pytest.mark.parametrize("name", ["add", "multiply", "maximum"])
 @HYPOTHESIS
-@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4),
-       data=st.data())
+@given(
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4), data=st.data()
+)
 def test_hypothesis_broadcasting_float64(name, shapes, data):
     op = I.OPS[name]
     (s1, s2), out_shape = shapes
@@ -735,8 +855,10 @@ def test_hypothesis_broadcasting_float64(name, shapes, data):
 
 
 @HYPOTHESIS
-@given(dtype=st.sampled_from(I.SIGNED + I.UNSIGNED + ("bool",)),
-       value=st.integers(-2**65, 2**65) | st.sampled_from([0, 1, -1, 2**63, 2**64 - 1]))
+@given(
+    dtype=st.sampled_from(I.SIGNED + I.UNSIGNED + ("bool",)),
+    value=st.integers(-(2**65), 2**65) | st.sampled_from([0, 1, -1, 2**63, 2**64 - 1]),
+)
 def test_hypothesis_weak_int_scalar(dtype, value):
     """add(tensor, int): OverflowError exactly when the int does not fit the result dtype
     (int64 for bool tensors); otherwise that dtype, with NumPy's wrapped values."""
@@ -755,15 +877,18 @@ def test_hypothesis_weak_int_scalar(dtype, value):
 
 
 @HYPOTHESIS
-@given(data=st.data(), name=st.sampled_from(["floor_divide", "remainder"]),
-       dtype=st.sampled_from(["int64", "float64"]))
+@given(
+    data=st.data(),
+    name=st.sampled_from(["floor_divide", "remainder"]),
+    dtype=st.sampled_from(["int64", "float64"]),
+)
 def test_hypothesis_division(data, name, dtype):
     """floor_divide/remainder keep NumPy's sign conventions (floor, sign of divisor),
     including division by zero (0 for ints, inf/NaN for floats)."""
     op = I.OPS[name]
     n = data.draw(st.integers(0, 12))
     if dtype == "int64":
-        el = st.integers(-2**63, 2**63 - 1) | st.integers(-5, 5)
+        el = st.integers(-(2**63), 2**63 - 1) | st.integers(-5, 5)
     else:
         el = st.floats(width=64) | st.sampled_from(I.FLOAT_SPECIALS)
     a1 = data.draw(hnp.arrays(dtype, n, elements=el))
@@ -783,8 +908,7 @@ def test_python_int_with_bool_tensor_promotes_whatever_its_value():
 def test_python_int_with_float_tensor_keeps_the_float_dtype():
     for dt in (lm.float32, lm.float64):
         x = lm.asarray([1.5, -2.0], dtype=dt)
-        for result, expected in ((x * 2, [3.0, -4.0]), (3 - x, [1.5, 5.0]),
-                                 (x ** 2, [2.25, 4.0])):
+        for result, expected in ((x * 2, [3.0, -4.0]), (3 - x, [1.5, 5.0]), (x**2, [2.25, 4.0])):
             assert result.dtype == dt
             np.testing.assert_array_equal(result.numpy(), expected)
 
@@ -799,8 +923,9 @@ def test_clip_refuses_a_bound_of_another_kind():
 
 
 @pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])
-@pytest.mark.parametrize("name", ["equal", "not_equal", "less", "less_equal", "greater",
-                                  "greater_equal"])
+@pytest.mark.parametrize(
+    "name", ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"]
+)
 def test_mixed_sign_comparisons_are_exact(name, backend):
     """A signed integer against uint64 promotes to float64, which rounds above 2**53;
     comparisons must still be exact, as in NumPy 2 (2**63 - 1 < 2**63, -1 < 2**64 - 1)."""
@@ -809,8 +934,13 @@ def test_mixed_sign_comparisons_are_exact(name, backend):
     small = np.array([-128, 127, 0, 1, -1, 5], np.int8)
     fn, ref = getattr(lm, name), getattr(np, name)
     with lm.backends.use(backend):
-        for a, b in [(signed, unsigned), (unsigned, signed), (small, unsigned),
-                     (signed[::-2], unsigned[::2]), (signed[:, None], unsigned)]:
+        for a, b in [
+            (signed, unsigned),
+            (unsigned, signed),
+            (small, unsigned),
+            (signed[::-2], unsigned[::2]),
+            (signed[:, None], unsigned),
+        ]:
             got = fn(lm.asarray(a), lm.asarray(b))
             np.testing.assert_array_equal(got.numpy(), ref(a, b), err_msg=f"{a.dtype} {b.dtype}")
             assert got.dtype == lm.bool
@@ -822,8 +952,17 @@ def test_simd_loops_on_large_inputs(name):
     (Note [NumPy SIMD loops]) on operands lamina sets up: contiguous, strided and
     reversed float inputs, integer inputs promoted to float64, special values, and no
     warnings for inf/nan results."""
-    ref = getattr(np, {"asin": "arcsin", "acos": "arccos", "atan": "arctan",
-                       "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}.get(name, name))
+    ref = getattr(
+        np,
+        {
+            "asin": "arcsin",
+            "acos": "arccos",
+            "atan": "arctan",
+            "asinh": "arcsinh",
+            "acosh": "arccosh",
+            "atanh": "arctanh",
+        }.get(name, name),
+    )
     rng = np.random.default_rng(7)
     base = rng.uniform(-3, 3, 3 * SIMD_MIN)
     base[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
@@ -852,11 +991,17 @@ def test_clip_with_wider_integer_bounds_saturates_not_wraps(backend):
     u8 = np.array([1, 200, 0], np.uint8)
     i8 = np.array([1, 5, -128], np.int8)
     with lm.backends.use(backend):
-        for x, lo, hi in [(u8, np.array([-1]), None), (i8, None, np.array([1000])),
-                          (i8, np.array([-1000, 2, 0]), np.array([300])),
-                          (u8, np.array([300], np.int64), None)]:
-            got = lm.clip(lm.asarray(x), None if lo is None else lm.asarray(lo),
-                          None if hi is None else lm.asarray(hi))
+        for x, lo, hi in [
+            (u8, np.array([-1]), None),
+            (i8, None, np.array([1000])),
+            (i8, np.array([-1000, 2, 0]), np.array([300])),
+            (u8, np.array([300], np.int64), None),
+        ]:
+            got = lm.clip(
+                lm.asarray(x),
+                None if lo is None else lm.asarray(lo),
+                None if hi is None else lm.asarray(hi),
+            )
             info = np.iinfo(x.dtype)
             want = np.clip(x.astype(np.int64), lo, hi).clip(info.min, info.max).astype(x.dtype)
             assert got.dtype == lm.asarray(x).dtype

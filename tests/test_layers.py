@@ -1,4 +1,5 @@
 """Layer switches (lamina.layers) and the overhead tool (python -m lamina.overhead)."""
+
 import enum
 import json
 import subprocess
@@ -12,8 +13,12 @@ from lamina.tools import overhead
 
 
 def test_state_lists_every_layer_enabled_by_default():
-    assert lm.layers.state() == {"dispatcher": True, "autograd": True, "sparse": True,
-                                 "checks": True}
+    assert lm.layers.state() == {
+        "dispatcher": True,
+        "autograd": True,
+        "sparse": True,
+        "checks": True,
+    }
 
 
 def test_unknown_layer_names_the_valid_ones():
@@ -28,8 +33,12 @@ def test_unknown_layer_names_the_valid_ones():
 def test_off_restores_state_even_when_the_block_raises():
     with pytest.raises(KeyError):
         with lm.layers.off("autograd", "checks", "dispatcher"):
-            assert lm.layers.state() == {"dispatcher": False, "autograd": False,
-                                         "sparse": True, "checks": False}
+            assert lm.layers.state() == {
+                "dispatcher": False,
+                "autograd": False,
+                "sparse": True,
+                "checks": False,
+            }
             raise KeyError("boom")
     assert all(lm.layers.state().values())
     x = lm.ones(3, requires_grad=True)
@@ -66,8 +75,9 @@ def test_sparse_off_makes_sparse_inputs_error_and_dense_work():
         with pytest.raises(Exception, match="(?i)sparse.*off|off.*sparse"):
             s + d
         np.testing.assert_array_equal((d + d).numpy(), 2 * np.ones((2, 2)))
-    np.testing.assert_array_equal((s + d).numpy() if not (s + d).is_sparse
-                                  else (s + d).to_dense().numpy(), [[1, 3], [4, 1]])
+    np.testing.assert_array_equal(
+        (s + d).numpy() if not (s + d).is_sparse else (s + d).to_dense().numpy(), [[1, 3], [4, 1]]
+    )
 
 
 def test_checks_off_uses_the_unchecked_kernel_and_stays_memory_safe():
@@ -89,8 +99,14 @@ def test_python_scalar_operands_in_every_layer_configuration(layer):
     n = np.arange(4, dtype=np.float32)
     a = lm.asarray(n)
     with lm.layers.off(*([layer] if layer else [])):
-        for got, want in [(a * 2.0, n * 2), (3 - a, 3 - n), (lm.add(1, a), n + 1),
-                          (a ** 2, n ** 2), (a > 1.5, n > 1.5), (2.0 / (a + 1), 2 / (n + 1))]:
+        for got, want in [
+            (a * 2.0, n * 2),
+            (3 - a, 3 - n),
+            (lm.add(1, a), n + 1),
+            (a**2, n**2),
+            (a > 1.5, n > 1.5),
+            (2.0 / (a + 1), 2 / (n + 1)),
+        ]:
             assert got.dtype == lm.asarray(want).dtype
             np.testing.assert_allclose(got.numpy(), want)
         with pytest.raises(TypeError, match="expected a tensor or a Python scalar"):
@@ -115,6 +131,7 @@ def test_dispatcher_off_binds_directly_and_refuses_other_tensors():
 def test_switching_costs_nothing_per_call(monkeypatch):
     calls = []
     from lamina.dispatch import entries
+
     original = entries.rebuild
     monkeypatch.setattr(entries, "rebuild", lambda: (calls.append(1), original()))
     with lm.layers.off("autograd"):
@@ -124,8 +141,15 @@ def test_switching_costs_nothing_per_call(monkeypatch):
 
 
 def test_attribution_is_non_negative_and_adds_up():
-    ns = {"full": 1000.0, "autograd off": 1010.0, "sparse off": 900.0, "checks off": 850.0,
-          "dispatcher off": 700.0, "raw kernel": 150.0, "binding probe": 60.0}
+    ns = {
+        "full": 1000.0,
+        "autograd off": 1010.0,
+        "sparse off": 900.0,
+        "checks off": 850.0,
+        "dispatcher off": 700.0,
+        "raw kernel": 150.0,
+        "binding probe": 60.0,
+    }
     buckets = overhead.attribute(ns)
     assert set(buckets) == set(overhead.BUCKETS)
     assert all(v >= 0 for v in buckets.values())
@@ -135,9 +159,12 @@ def test_attribution_is_non_negative_and_adds_up():
 
 
 def test_cli_quick_json_has_every_row_and_bucket():
-    proc = subprocess.run([sys.executable, "-m", "lamina.overhead", "--k", "200",
-                           "--rounds", "2", "--json"], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lamina.overhead", "--k", "200", "--rounds", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert [r["config"] for r in data["rows"]] == [name for name, _ in overhead.CONFIGS]
@@ -151,10 +178,24 @@ def test_cli_quick_json_has_every_row_and_bucket():
 
 def test_cli_table_mentions_rows_and_buckets():
     out = overhead.report(
-        type("A", (), {"op": "add", "n": 100, "dtype": "float32", "threads": 1, "k": 10,
-                       "requires_grad": False, "sparse": False, "callgrind": False})(),
+        type(
+            "A",
+            (),
+            {
+                "op": "add",
+                "n": 100,
+                "dtype": "float32",
+                "threads": 1,
+                "k": 10,
+                "requires_grad": False,
+                "sparse": False,
+                "callgrind": False,
+            },
+        )(),
         {name: 100.0 for name, _ in overhead.CONFIGS},
-        {name: 100.0 / 6 for name in overhead.BUCKETS}, {"numpy": 50.0, "torch": None})
+        dict.fromkeys(overhead.BUCKETS, 100.0 / 6),
+        {"numpy": 50.0, "torch": None},
+    )
     for name, _ in overhead.CONFIGS:
         assert name in out
     assert "operator setup" in out and "lamina/numpy = 2.00x" in out
@@ -163,7 +204,12 @@ def test_cli_table_mentions_rows_and_buckets():
 
 def test_callgrind_without_valgrind_is_a_clear_error(tmp_path):
     env = {"PATH": str(tmp_path)}  # no valgrind here
-    proc = subprocess.run([sys.executable, "-m", "lamina.overhead", "--callgrind", "--k", "10"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lamina.overhead", "--callgrind", "--k", "10"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "needs valgrind" in proc.stderr

@@ -4,6 +4,7 @@ and the Tensor's conversion protocol (repr, device, numpy, __array__, DLPack, sc
 Integer matmul compiles a Numba kernel per dtype (floats use BLAS), so only a few
 integer dtypes are exercised.
 """
+
 import pickle
 
 import numpy as np
@@ -51,8 +52,9 @@ MATMUL_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [lm.float64, lm.float32, lm.int64, lm.int8, lm.uint16],
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "dtype", [lm.float64, lm.float32, lm.int64, lm.int8, lm.uint16], ids=lambda d: d.name
+)
 def test_matmul_shapes_and_dtypes(dtype):
     rtol = 1e-5 if dtype is lm.float32 else 1e-12
     for sa, sb in MATMUL_SHAPES:
@@ -83,12 +85,16 @@ def test_matmul_int_wraps_like_numpy():
     assert got.item() == 9 == np.matmul(big, big.T)[0, 0]
 
 
-@pytest.mark.parametrize("da,db,result", [
-    (lm.int32, lm.float32, lm.float64),
-    (lm.int8, lm.uint8, lm.int16),
-    (lm.float32, lm.float64, lm.float64),
-    (lm.int64, lm.uint64, lm.float64),
-], ids=["i32+f32", "i8+u8", "f32+f64", "i64+u64"])
+@pytest.mark.parametrize(
+    "da,db,result",
+    [
+        (lm.int32, lm.float32, lm.float64),
+        (lm.int8, lm.uint8, lm.int16),
+        (lm.float32, lm.float64, lm.float64),
+        (lm.int64, lm.uint64, lm.float64),
+    ],
+    ids=["i32+f32", "i8+u8", "f32+f64", "i64+u64"],
+)
 def test_matmul_mixed_dtypes_promote(da, db, result):
     a, b = ints((2, 3), da.np, 0, 4), ints((3, 2), db.np, 0, 4)
     got = lm.asarray(a) @ lm.asarray(b)
@@ -112,10 +118,14 @@ def test_matmul_empty():
     for dtype in (lm.float64, lm.int64):
         x, y = lm.zeros((2, 0), dtype=dtype), lm.zeros((0, 3), dtype=dtype)
         assert_tensor(x @ y, np.zeros((2, 3), dtype.np), dtype)
-        assert_tensor(lm.zeros((0, 3), dtype=dtype) @ lm.ones((3, 2), dtype=dtype),
-                      np.zeros((0, 2)), dtype)
-        assert_tensor(lm.zeros((0, 2, 3), dtype=dtype) @ lm.ones((3, 2), dtype=dtype),
-                      np.zeros((0, 2, 2)), dtype)
+        assert_tensor(
+            lm.zeros((0, 3), dtype=dtype) @ lm.ones((3, 2), dtype=dtype), np.zeros((0, 2)), dtype
+        )
+        assert_tensor(
+            lm.zeros((0, 2, 3), dtype=dtype) @ lm.ones((3, 2), dtype=dtype),
+            np.zeros((0, 2, 2)),
+            dtype,
+        )
         assert_tensor(ref(lm.matmul, x, y), np.zeros((2, 3)), dtype)
 
 
@@ -126,8 +136,11 @@ def test_matmul_errors():
         ref(lm.matmul, lm.zeros((2, 3)), lm.zeros((4, 2)))
     with pytest.raises(ValueError, match=r"shapes \(3,\) and \(2,\) do not match"):
         lm.zeros(3) @ lm.zeros(2)
-    with pytest.raises(ValueError, match=r"matmul: operands must be at least 1-D, got shapes "
-                                         r"\(\) and \(2,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"matmul: operands must be at least 1-D, got shapes "
+        r"\(\) and \(2,\)",
+    ):
         lm.matmul(lm.asarray(1.0), lm.zeros(2))
     with pytest.raises(ValueError, match=r"matmul: .*\(2, 2, 3\) and \(3, 3, 2\)"):
         lm.zeros((2, 2, 3)) @ lm.zeros((3, 3, 2))
@@ -152,16 +165,22 @@ def test_tensordot():
     c = RNG.standard_normal((4, 3))
     x, y, z = lm.asarray(a), lm.asarray(b), lm.asarray(c)
     cases = [
-        (x, y, a, b, 2), (x, z, a, c, 1), (x, z, a, c, ([1, 2], [1, 0])),
-        (x, z, a, c, ((2,), (0,))), (x, y, a, b, (1, 0)), (x, z, a, c, ([-1, -2], [0, 1])),
-        (x, y, a, b, 0), (z, z, c, c, ([0, 1], [0, 1])),
+        (x, y, a, b, 2),
+        (x, z, a, c, 1),
+        (x, z, a, c, ([1, 2], [1, 0])),
+        (x, z, a, c, ((2,), (0,))),
+        (x, y, a, b, (1, 0)),
+        (x, z, a, c, ([-1, -2], [0, 1])),
+        (x, y, a, b, 0),
+        (z, z, c, c, ([0, 1], [0, 1])),
     ]
     for t1, t2, n1, n2, axes in cases:
         want = np.tensordot(n1, n2, axes=axes)
         assert_tensor(lm.tensordot(t1, t2, axes=axes), want, lm.float64, 1e-10)
         assert_tensor(ref(lm.tensordot, t1, t2, axes=axes), want, lm.float64, 1e-10)
-    assert_tensor(lm.tensordot(x, lm.asarray(b[:, :, 0])), np.tensordot(a, b[:, :, 0]),
-                  lm.float64, 1e-10)  # default axes=2 -> contract the last two of x
+    assert_tensor(
+        lm.tensordot(x, lm.asarray(b[:, :, 0])), np.tensordot(a, b[:, :, 0]), lm.float64, 1e-10
+    )  # default axes=2 -> contract the last two of x
 
 
 def test_tensordot_ints_mixed_and_empty():
@@ -178,13 +197,19 @@ def test_tensordot_ints_mixed_and_empty():
 
 def test_tensordot_errors():
     x, y = lm.zeros((2, 3)), lm.zeros((3, 2))
-    with pytest.raises(ValueError, match=r"tensordot: contracted axes \(0,\) of \(2, 3\) and "
-                                         r"\(0,\) of \(3, 2\) do not match"):
+    with pytest.raises(
+        ValueError,
+        match=r"tensordot: contracted axes \(0,\) of \(2, 3\) and "
+        r"\(0,\) of \(3, 2\) do not match",
+    ):
         lm.tensordot(x, y, axes=([0], [0]))
     with pytest.raises(ValueError, match="tensordot: axes=-1 is out of range for shapes"):
         lm.tensordot(x, y, axes=-1)
-    with pytest.raises(ValueError, match=r"axes=3 is out of range for shapes \(2, 3\) and "
-                                         r"\(3, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"axes=3 is out of range for shapes \(2, 3\) and "
+        r"\(3, 2\)",
+    ):
         lm.tensordot(x, y, axes=3)
     with pytest.raises(ValueError, match=r"contracted axes \(1,\) of \(2, 3\) and \(0, 1\)"):
         lm.tensordot(x, y, axes=([1], [0, 1]))
@@ -212,11 +237,17 @@ def test_vecdot():
 
 def test_vecdot_errors():
     x = lm.zeros((2, 3))
-    with pytest.raises(ValueError, match=r"vecdot: shapes \(2, 3\) and \(2,\) cannot be "
-                                         r"broadcast"):
+    with pytest.raises(
+        ValueError,
+        match=r"vecdot: shapes \(2, 3\) and \(2,\) cannot be "
+        r"broadcast",
+    ):
         lm.vecdot(x, lm.zeros(2))
-    with pytest.raises(ValueError, match=r"vecdot: the contracted axis has size 3 in \(1, 3\) "
-                                         r"but 1 in \(2, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"vecdot: the contracted axis has size 3 in \(1, 3\) "
+        r"but 1 in \(2, 1\)",
+    ):
         lm.vecdot(lm.zeros((1, 3)), lm.zeros((2, 1)))
     with pytest.raises(lm.AxisError, match="vecdot: axis 2 is out of bounds"):
         lm.vecdot(x, x, axis=2)
@@ -299,27 +330,37 @@ def test_asarray_from_tensors():
     assert c is not x and not np.shares_memory(c.numpy(), x.numpy())
     assert_tensor(c, [1.0, 2.0], lm.float64)
     assert_tensor(lm.asarray(x, dtype=lm.int32), [1, 2], lm.int32)
-    with pytest.raises(ValueError, match="asarray: converting lamina.float64 to lamina.int32 "
-                                         "needs a copy, but copy=False"):
+    with pytest.raises(
+        ValueError,
+        match="asarray: converting lamina.float64 to lamina.int32 needs a copy, but copy=False",
+    ):
         lm.asarray(x, dtype=lm.int32, copy=False)
 
 
 def test_asarray_errors():
-    for obj, what in [(1 + 2j, "complex128"), (np.zeros(2, np.complex64), "complex64"),
-                      ("abc", "<U3"), (["a", "b"], "<U1"), (object(), "object")]:
+    for obj, what in [
+        (1 + 2j, "complex128"),
+        (np.zeros(2, np.complex64), "complex64"),
+        ("abc", "<U3"),
+        (["a", "b"], "<U1"),
+        (object(), "object"),
+    ]:
         with pytest.raises(TypeError, match=f"unsupported dtype {what}"):
             lm.asarray(obj)
-    with pytest.raises(TypeError, match="asarray: float16 is not supported; pass "
-                                        "dtype=lamina.float32"):
+    with pytest.raises(
+        TypeError, match="asarray: float16 is not supported; pass dtype=lamina.float32"
+    ):
         lm.asarray(np.zeros(2, np.float16))
     for dtype in ("float16", np.complex128, "foo", "U1"):
         with pytest.raises(TypeError, match="unsupported dtype"):
             lm.asarray([1.0], dtype=dtype)
-    with pytest.raises(ValueError, match="asarray: cannot convert list to a tensor: .*"
-                                         "inhomogeneous"):
+    with pytest.raises(
+        ValueError, match="asarray: cannot convert list to a tensor: .*inhomogeneous"
+    ):
         lm.asarray([[1, 2], [3]])
-    with pytest.raises(ValueError, match="asarray: copy=False needs an object that exposes "
-                                         "its buffer"):
+    with pytest.raises(
+        ValueError, match="asarray: copy=False needs an object that exposes its buffer"
+    ):
         lm.asarray([1, 2], copy=False)
     with pytest.raises(ValueError, match="unknown device 'gpu'; known devices: cpu"):
         lm.asarray([1.0], device="gpu")
@@ -356,16 +397,18 @@ def test_like_functions():
     assert e.shape == (3, 2) and e.dtype == lm.int16
     z = lm.zeros_like(x)
     assert not np.shares_memory(z.numpy(), x.numpy())
-    with pytest.raises(OverflowError, match="full: fill value 40000 is out of bounds for "
-                                            "lamina.int16"):
+    with pytest.raises(
+        OverflowError, match="full: fill value 40000 is out of bounds for lamina.int16"
+    ):
         lm.full_like(x, 40000)
     with pytest.raises(TypeError, match="zeros_like: x must be a tensor, got list"):
         lm.zeros_like([1, 2])
 
 
 def test_creation_errors():
-    with pytest.raises(OverflowError, match="full: fill value 300 is out of bounds for "
-                                            "lamina.int8"):
+    with pytest.raises(
+        OverflowError, match="full: fill value 300 is out of bounds for lamina.int8"
+    ):
         lm.full((2,), 300, dtype=lm.int8)
     with pytest.raises(OverflowError, match="fill value -1 is out of bounds for lamina.uint8"):
         lm.full((2,), -1, dtype=lm.uint8)
@@ -384,12 +427,20 @@ def test_creation_errors():
 
 
 def test_arange():
-    for args, kwargs in [((5,), {}), ((1, 7, 2), {}), ((5, 0, -2), {}), ((5, 0), {}),
-                         ((0, 1, 0.25), {}), ((0.5, 3), {}), ((5,), {"dtype": lm.float32}),
-                         ((-3, 3), {"dtype": lm.int8})]:
+    for args, kwargs in [
+        ((5,), {}),
+        ((1, 7, 2), {}),
+        ((5, 0, -2), {}),
+        ((5, 0), {}),
+        ((0, 1, 0.25), {}),
+        ((0.5, 3), {}),
+        ((5,), {"dtype": lm.float32}),
+        ((-3, 3), {"dtype": lm.int8}),
+    ]:
         got = lm.arange(*args, **kwargs)
-        dtype = kwargs.get("dtype", lm.float64 if any(isinstance(a, float) for a in args)
-                           else lm.int64)
+        dtype = kwargs.get(
+            "dtype", lm.float64 if any(isinstance(a, float) for a in args) else lm.int64
+        )
         assert_tensor(got, np.arange(*args, dtype=dtype.np), dtype)
     with pytest.raises(ValueError, match="arange: step must not be zero"):
         lm.arange(0, 5, 0)
@@ -440,8 +491,9 @@ def test_from_dlpack_round_trip():
     assert x.__dlpack_device__() == (1, 0)  # kDLCPU, device 0
     assert type(x.__dlpack__()).__name__ == "PyCapsule"
     assert type(x.__dlpack__(max_version=(1, 0))).__name__ == "PyCapsule"
-    with pytest.raises(TypeError, match="from_dlpack: expected an object with __dlpack__, "
-                                        "got list"):
+    with pytest.raises(
+        TypeError, match="from_dlpack: expected an object with __dlpack__, got list"
+    ):
         lm.from_dlpack([1, 2])
 
 
@@ -462,7 +514,7 @@ def test_rand_randn_seed_reproducibility():
     lm.random.seed(7)
     u = lm.rand(10000, dtype=lm.float32)
     assert u.dtype == lm.float32
-    assert 0.0 <= u.numpy().min() and u.numpy().max() < 1.0
+    assert u.numpy().min() >= 0.0 and u.numpy().max() < 1.0
     assert abs(u.numpy().mean() - 0.5) < 0.02
     z = lm.randn(10000)
     assert abs(z.numpy().mean()) < 0.05 and abs(z.numpy().std() - 1.0) < 0.05
@@ -482,7 +534,12 @@ def test_finfo_iinfo():
     for d in (lm.float32, lm.float64):
         f, nf = lm.finfo(d), np.finfo(d.np)
         assert (f.bits, f.eps, f.max, f.min, f.smallest_normal) == (
-            nf.bits, float(nf.eps), float(nf.max), float(nf.min), float(nf.smallest_normal))
+            nf.bits,
+            float(nf.eps),
+            float(nf.max),
+            float(nf.min),
+            float(nf.smallest_normal),
+        )
         assert f.dtype == d and isinstance(f.eps, float)
     assert lm.finfo(lm.zeros(1, dtype=lm.float32)).bits == 32  # a tensor works too
     for d in (lm.int8, lm.uint8, lm.int64, lm.uint64):
@@ -540,8 +597,10 @@ def test_array_namespace_and_version():
 
 
 def test_repr():
-    assert repr(lm.asarray(np.array([1.0, 2.0], np.float32))) == \
-        "tensor([1., 2.], dtype=lamina.float32)"
+    assert (
+        repr(lm.asarray(np.array([1.0, 2.0], np.float32)))
+        == "tensor([1., 2.], dtype=lamina.float32)"
+    )
     assert repr(lm.asarray([1.0, 2.0])) == "tensor([1., 2.])"
     assert repr(lm.asarray([1, 2])) == "tensor([1, 2])"
     assert repr(lm.asarray(np.array([1, 2], np.int8))) == "tensor([1, 2], dtype=lamina.int8)"
@@ -550,8 +609,7 @@ def test_repr():
     assert repr(lm.asarray([[1, 2], [3, 4]])) == "tensor([[1, 2],\n        [3, 4]])"
     assert repr(lm.zeros((0,))) == "tensor([])"
     assert repr(lm.zeros((0,), dtype=lm.int64)) == "tensor([], dtype=lamina.int64)"
-    assert repr(lm.zeros((0, 3), dtype=lm.int32)) == \
-        "tensor([], shape=(0, 3), dtype=lamina.int32)"
+    assert repr(lm.zeros((0, 3), dtype=lm.int32)) == "tensor([], shape=(0, 3), dtype=lamina.int32)"
     assert repr(lm.arange(2000)) == "tensor([   0,    1,    2, ..., 1997, 1998, 1999])"
     assert repr(lm.float32) == "lamina.float32"
 
@@ -592,18 +650,25 @@ def test_scalar_conversions():
     assert complex(lm.asarray(2.0)) == 2 + 0j
     assert [10, 20, 30][lm.asarray(1)] == 20  # __index__
     assert np.isnan(float(lm.asarray(np.nan)))
-    with pytest.raises(ValueError, match=r"item\(\) needs a tensor with one element, got "
-                                         r"shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"item\(\) needs a tensor with one element, got "
+        r"shape \(2, 3\)",
+    ):
         lm.zeros((2, 3)).item()
-    with pytest.raises(TypeError, match=r"only 0-d tensors convert to Python bool, got "
-                                        r"shape \(2,\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"only 0-d tensors convert to Python bool, got "
+        r"shape \(2,\)",
+    ):
         bool(lm.asarray([1.0, 2.0]))
     with pytest.raises(TypeError, match="only 0-d tensors convert to Python int"):
         int(lm.asarray([1]))
     with pytest.raises(TypeError, match="only 0-d tensors convert to Python float"):
         float(lm.zeros((1, 1)))
-    with pytest.raises(TypeError, match="only integer tensors can be used as an index, got "
-                                        "lamina.float64"):
+    with pytest.raises(
+        TypeError, match="only integer tensors can be used as an index, got lamina.float64"
+    ):
         [1, 2][lm.asarray(1.0)]
 
 

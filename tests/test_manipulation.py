@@ -4,6 +4,7 @@ Views must share storage with their base: writing through a view (setitem on a s
 a transposed, reshaped, flipped or split view) changes the base tensor. concat and
 stack compile a Numba copy kernel per dtype, so only a few dtypes go through them.
 """
+
 import numpy as np
 import pytest
 
@@ -68,8 +69,11 @@ def test_reshape_copy_semantics():
     t = x.mT  # not contiguous: a flat reshape needs a copy
     assert_equal(lm.reshape(t, (12,)), base((3, 4)).T.reshape(12))
     assert not shares(lm.reshape(t, (12,)), x)
-    with pytest.raises(ValueError, match=r"reshape: cannot reshape .*\(4, 3\).* without "
-                                         r"copying \(copy=False\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"reshape: cannot reshape .*\(4, 3\).* without "
+        r"copying \(copy=False\)",
+    ):
         lm.reshape(t, (12,), copy=False)
     # a reshape that only splits a dim of the transposed view is still a view
     assert shares(lm.reshape(t, (2, 2, 3), copy=False), x)
@@ -77,8 +81,11 @@ def test_reshape_copy_semantics():
 
 def test_reshape_errors():
     x = lm.zeros((3, 4))
-    with pytest.raises(ValueError, match=r"reshape: cannot reshape a tensor of shape \(3, 4\) "
-                                         r"\(size 12\) to \(5,\) \(size 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"reshape: cannot reshape a tensor of shape \(3, 4\) "
+        r"\(size 12\) to \(5,\) \(size 5\)",
+    ):
         lm.reshape(x, (5,))
     with pytest.raises(ValueError, match=r"shape \(3, 4\).*to \(-1, 5\)"):
         lm.reshape(x, (-1, 5))
@@ -109,8 +116,11 @@ def test_permute_dims():
 
 def test_permute_dims_errors():
     x = lm.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match=r"permute_dims: axes \(0, 0, 1\) are not a "
-                                         r"permutation of 0..2"):
+    with pytest.raises(
+        ValueError,
+        match=r"permute_dims: axes \(0, 0, 1\) are not a "
+        r"permutation of 0..2",
+    ):
         lm.permute_dims(x, (0, 0, 1))
     with pytest.raises(ValueError, match="not a permutation"):
         lm.permute_dims(x, (0, 1))
@@ -135,14 +145,17 @@ def test_matrix_transpose_mT_and_T():
     t[1, 3, 0] = 42.0  # writes through to x[1, 0, 3]
     assert x.numpy()[1, 0, 3] == 42.0
     with pytest.raises(ValueError, match=r"\.T needs a 2-D tensor, got 3-D"):
-        x.T
+        _ = x.T
     with pytest.raises(ValueError, match=r"\.T needs a 2-D tensor, got 0-D"):
-        lm.asarray(1.0).T
-    with pytest.raises(ValueError, match=r"matrix_transpose: needs at least 2 dimensions, "
-                                         r"got shape \(4,\)"):
+        _ = lm.asarray(1.0).T
+    with pytest.raises(
+        ValueError,
+        match=r"matrix_transpose: needs at least 2 dimensions, "
+        r"got shape \(4,\)",
+    ):
         lm.matrix_transpose(lm.zeros(4))
     with pytest.raises(ValueError, match=r"\.mT needs at least 2 dimensions, got shape \(4,\)"):
-        lm.zeros(4).mT
+        _ = lm.zeros(4).mT
     with pytest.raises(TypeError, match="matrix_transpose: x must be a tensor"):
         lm.matrix_transpose([[1, 2]])
 
@@ -158,8 +171,9 @@ def test_expand_dims():
         assert_equal(got, np.expand_dims(n, axis))
         assert shares(got, x)
     assert lm.expand_dims(lm.asarray(1.0)).shape == (1,)
-    with pytest.raises(lm.AxisError, match="expand_dims: axis 3 is out of bounds for a tensor "
-                                           "of dimension 3"):
+    with pytest.raises(
+        lm.AxisError, match="expand_dims: axis 3 is out of bounds for a tensor of dimension 3"
+    ):
         lm.expand_dims(x, axis=3)
     with pytest.raises(lm.AxisError, match="axis -4"):
         lm.expand_dims(x, axis=-4)
@@ -175,8 +189,11 @@ def test_squeeze():
         assert_equal(got, np.squeeze(n, axis))
         assert shares(got, x)
     assert lm.squeeze(lm.ones((1,)), 0).shape == ()
-    with pytest.raises(ValueError, match=r"squeeze: axis 1 has size 3, not 1 \(shape "
-                                         r"\(1, 3, 1, 2\)\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"squeeze: axis 1 has size 3, not 1 \(shape "
+        r"\(1, 3, 1, 2\)\)",
+    ):
         lm.squeeze(x, 1)
     with pytest.raises(lm.AxisError, match="squeeze: axis 4 is out of bounds"):
         lm.squeeze(x, 4)
@@ -218,8 +235,11 @@ def test_broadcast_to():
 
 def test_broadcast_to_errors():
     x = lm.asarray([1.0, 2.0, 3.0])
-    with pytest.raises(ValueError, match=r"broadcast_to: cannot broadcast shape \(3,\) to "
-                                         r"\(2, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"broadcast_to: cannot broadcast shape \(3,\) to "
+        r"\(2, 4\)",
+    ):
         lm.broadcast_to(x, (2, 4))
     with pytest.raises(ValueError, match=r"cannot broadcast shape \(2, 3\) to \(3,\)"):
         lm.broadcast_to(lm.zeros((2, 3)), (3,))
@@ -249,10 +269,15 @@ def test_broadcast_arrays():
     assert shares(out[0], a) and shares(out[1], b)
     assert lm.broadcast_arrays() == []
     assert_equal(lm.broadcast_arrays(lm.asarray([1, 2]))[0], [1, 2])
-    with pytest.raises(ValueError, match=r"broadcast_arrays: shapes \(2, 1\) and \(3,\) and "
-                                         r"\(4, 1\) cannot be broadcast together"):
+    with pytest.raises(
+        ValueError,
+        match=r"broadcast_arrays: shapes \(2, 1\) and \(3,\) and "
+        r"\(4, 1\) cannot be broadcast together",
+    ):
         lm.broadcast_arrays(a, b, lm.zeros((4, 1)))
-    with pytest.raises(TypeError, match=r"broadcast_arrays: arrays\[1\] must be a tensor, got list"):
+    with pytest.raises(
+        TypeError, match=r"broadcast_arrays: arrays\[1\] must be a tensor, got list"
+    ):
         lm.broadcast_arrays(a, [1, 2, 3])
 
 
@@ -268,8 +293,10 @@ def test_concat_axes():
     assert_equal(lm.concat([x, lm.asarray(c)], axis=1), np.concatenate([a, c], axis=1))
     assert_equal(lm.concat([x, lm.asarray(c)], axis=-1), np.concatenate([a, c], axis=1))
     # axis=None flattens first, so the shapes need not agree
-    assert_equal(lm.concat([x, lm.asarray(c), lm.asarray([7.0])], axis=None),
-                 np.concatenate([a.ravel(), c.ravel(), [7.0]]))
+    assert_equal(
+        lm.concat([x, lm.asarray(c), lm.asarray([7.0])], axis=None),
+        np.concatenate([a.ravel(), c.ravel(), [7.0]]),
+    )
     one = lm.concat([x])
     assert_equal(one, a)
     assert not shares(one, x)  # concat always makes a new tensor
@@ -283,19 +310,24 @@ def test_concat_strided_inputs():
     n = base((3, 4))
     x = lm.asarray(n)
     pieces = [x.mT, lm.flip(x.mT, axis=0), x.mT[::-1, ::2], lm.broadcast_to(x[0:1, 0:1], (4, 2))]
-    want = np.concatenate([n.T, n.T[::-1], n.T[::-1, ::2], np.broadcast_to(n[0:1, 0:1], (4, 2))],
-                          axis=1)
+    want = np.concatenate(
+        [n.T, n.T[::-1], n.T[::-1, ::2], np.broadcast_to(n[0:1, 0:1], (4, 2))], axis=1
+    )
     got = lm.concat(pieces, axis=1)
     assert_equal(got, want)
     np.testing.assert_array_equal(ref(lm.concat, pieces, axis=1).numpy(), want)
 
 
-@pytest.mark.parametrize("dtypes,result", [
-    ((lm.int8, lm.uint8), lm.int16),
-    ((lm.bool, lm.int64), lm.int64),
-    ((lm.int8, lm.float64), lm.float64),
-    ((lm.float64, lm.float64, lm.bool), lm.float64),
-], ids=["int8+uint8", "bool+int64", "int8+float64", "f64+f64+bool"])
+@pytest.mark.parametrize(
+    "dtypes,result",
+    [
+        ((lm.int8, lm.uint8), lm.int16),
+        ((lm.bool, lm.int64), lm.int64),
+        ((lm.int8, lm.float64), lm.float64),
+        ((lm.float64, lm.float64, lm.bool), lm.float64),
+    ],
+    ids=["int8+uint8", "bool+int64", "int8+float64", "f64+f64+bool"],
+)
 def test_concat_and_stack_promote_dtypes(dtypes, result):
     arrays = [np.array([1, 0, 3]).astype(d.np) for d in dtypes]
     tensors = [lm.asarray(a) for a in arrays]
@@ -309,8 +341,11 @@ def test_concat_and_stack_promote_dtypes(dtypes, result):
 
 def test_concat_errors():
     x = lm.zeros((2, 3))
-    with pytest.raises(ValueError, match=r"concat: all tensors must have the same shape except "
-                                         r"on axis 0; got \(2, 3\), \(1, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"concat: all tensors must have the same shape except "
+        r"on axis 0; got \(2, 3\), \(1, 4\)",
+    ):
         lm.concat([x, lm.zeros((1, 4))])
     with pytest.raises(ValueError, match=r"\(2, 3\), \(3,\)"):
         lm.concat([x, lm.zeros(3)])
@@ -331,12 +366,16 @@ def test_stack():
     x, y = lm.asarray(a), lm.asarray(b)
     for axis in (0, 1, 2, -1, -3):
         assert_equal(lm.stack([x, y], axis=axis), np.stack([a, b], axis=axis))
-        np.testing.assert_array_equal(ref(lm.stack, [x, y], axis=axis).numpy(),
-                                      np.stack([a, b], axis=axis))
+        np.testing.assert_array_equal(
+            ref(lm.stack, [x, y], axis=axis).numpy(), np.stack([a, b], axis=axis)
+        )
     assert_equal(lm.stack([lm.asarray(1.0), lm.asarray(2.0)]), [1.0, 2.0])
     assert_equal(lm.stack((x.mT, lm.flip(y.mT))), np.stack([a.T, b.T[::-1, ::-1]]))
-    with pytest.raises(ValueError, match=r"stack: all tensors must have the same shape; got "
-                                         r"\(2, 3\), \(3, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"stack: all tensors must have the same shape; got "
+        r"\(2, 3\), \(3, 2\)",
+    ):
         lm.stack([x, x.mT])
     with pytest.raises(lm.AxisError, match="stack: axis 3 is out of bounds"):
         lm.stack([x, y], axis=3)
@@ -380,16 +419,24 @@ def test_split_returns_writable_views():
 
 def test_split_errors():
     x = lm.zeros((7, 2))
-    with pytest.raises(ValueError, match=r"split: sections \[2, 4\] sum to 6, but axis 0 has "
-                                         r"size 7"):
+    with pytest.raises(
+        ValueError,
+        match=r"split: sections \[2, 4\] sum to 6, but axis 0 has "
+        r"size 7",
+    ):
         lm.split(x, [2, 4])
     with pytest.raises(ValueError, match="split: split_size must be positive, got 0"):
         lm.split(x, 0)
-    with pytest.raises(ValueError, match=r"split: section sizes must be non-negative, got "
-                                         r"\[-1, 8\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"split: section sizes must be non-negative, got "
+        r"\[-1, 8\]",
+    ):
         lm.split(x, [-1, 8])
-    with pytest.raises(TypeError, match="split: split_size_or_sections must be an int or a "
-                                        "sequence of ints, got 2.0"):
+    with pytest.raises(
+        TypeError,
+        match="split: split_size_or_sections must be an int or a sequence of ints, got 2.0",
+    ):
         lm.split(x, 2.0)
     with pytest.raises(lm.AxisError, match="split: axis 2 is out of bounds"):
         lm.split(x, 1, axis=2)
@@ -409,8 +456,9 @@ def test_unstack():
     parts = lm.unstack(x, axis=1)
     parts[2][...] = -3.0
     assert (x.numpy()[:, 2] == -3.0).all()
-    with pytest.raises(lm.AxisError, match="unstack: axis 0 is out of bounds for a tensor of "
-                                           "dimension 0"):
+    with pytest.raises(
+        lm.AxisError, match="unstack: axis 0 is out of bounds for a tensor of dimension 0"
+    ):
         lm.unstack(lm.asarray(1.0))
     with pytest.raises(TypeError, match="unstack: x must be a tensor, got list"):
         lm.unstack([1, 2])
@@ -420,13 +468,29 @@ def test_unstack():
 
 
 KEYS = [
-    1, -1, (1, 2), (1, 2, 3), (-1, -2, -3),
-    slice(None), slice(1, None), slice(None, None, 2), (slice(None), slice(None, None, 2)),
+    1,
+    -1,
+    (1, 2),
+    (1, 2, 3),
+    (-1, -2, -3),
+    slice(None),
+    slice(1, None),
+    slice(None, None, 2),
+    (slice(None), slice(None, None, 2)),
     (slice(None), slice(1, None, 2), slice(None, 3, 2)),
-    slice(None, None, -1), (slice(None), slice(None, None, -2)), (Ellipsis, slice(3, 0, -2)),
+    slice(None, None, -1),
+    (slice(None), slice(None, None, -2)),
+    (Ellipsis, slice(3, 0, -2)),
     (slice(5, None),),  # an empty slice
-    Ellipsis, (Ellipsis, 1), (0, Ellipsis), (0, Ellipsis, 1),
-    None, (None, 0), (Ellipsis, None), (None, slice(None), None, 1), (),
+    Ellipsis,
+    (Ellipsis, 1),
+    (0, Ellipsis),
+    (0, Ellipsis, 1),
+    None,
+    (None, 0),
+    (Ellipsis, None),
+    (None, slice(None), None, 1),
+    (),
 ]
 
 
@@ -494,8 +558,11 @@ def test_indexing_errors():
         x[1.0]
     with pytest.raises(IndexError, match="only integers, slices"):
         x["a"]
-    with pytest.raises(IndexError, match=r"boolean index did not match .* size of axis is 2 "
-                                         r"but size of corresponding boolean axis is 3"):
+    with pytest.raises(
+        IndexError,
+        match=r"boolean index did not match .* size of axis is 2 "
+        r"but size of corresponding boolean axis is 3",
+    ):
         x[lm.asarray([True, False, True])]
     with pytest.raises(IndexError, match="index 5 is out of bounds"):
         x[lm.asarray([5])]
@@ -602,8 +669,9 @@ def test_setitem_through_views_changes_the_base():
 
 def test_setitem_errors():
     i = lm.asarray([1, 2, 3])
-    with pytest.raises(TypeError, match="setitem: cannot store lamina.float64 values into a "
-                                        "lamina.int64 tensor"):
+    with pytest.raises(
+        TypeError, match="setitem: cannot store lamina.float64 values into a lamina.int64 tensor"
+    ):
         i[0] = 1.5
     with pytest.raises(TypeError, match="cannot store lamina.float64 values into a lamina.int64"):
         i[:1] = lm.asarray([1.5])
@@ -611,24 +679,33 @@ def test_setitem_errors():
         lm.zeros(2, dtype=lm.bool)[0] = lm.asarray(1)
     with pytest.raises(TypeError, match="cannot store lamina.int64 values into a lamina.int8"):
         lm.zeros(2, dtype=lm.int8)[0] = lm.asarray(3)  # int64 does not fit int8
-    with pytest.raises(OverflowError, match=r"Python integer 300 is out of bounds for "
-                                            r"lamina.int8 \[-128, 127\]"):
+    with pytest.raises(
+        OverflowError,
+        match=r"Python integer 300 is out of bounds for "
+        r"lamina.int8 \[-128, 127\]",
+    ):
         lm.zeros(2, dtype=lm.int8)[0] = 300
     with pytest.raises(OverflowError, match="-1 is out of bounds for lamina.uint8"):
         lm.zeros(2, dtype=lm.uint8)[0] = -1
-    with pytest.raises(TypeError, match="setitem: the value must be a tensor or a Python "
-                                        "scalar, got str"):
+    with pytest.raises(
+        TypeError, match="setitem: the value must be a tensor or a Python scalar, got str"
+    ):
         i[0] = "a"
     with pytest.raises(TypeError, match="got list"):
         i[0] = [1]
     x = lm.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match=r"setitem: cannot store a value of shape \(3,\) into "
-                                         r"a selection of a tensor of shape \(2, 3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"setitem: cannot store a value of shape \(3,\) into "
+        r"a selection of a tensor of shape \(2, 3, 4\)",
+    ):
         x[:, 0] = lm.asarray([1.0, 2.0, 3.0])
-    with pytest.raises(ValueError, match=r"setitem: .*shape \(3,\).*cannot assign 3 input "
-                                         r"values to the 2 output values"):
-        lm.asarray([0.0, 0.0, 0.0])[lm.asarray([True, False, True])] = \
-            lm.asarray([5.0, 6.0, 7.0])
+    with pytest.raises(
+        ValueError,
+        match=r"setitem: .*shape \(3,\).*cannot assign 3 input "
+        r"values to the 2 output values",
+    ):
+        lm.asarray([0.0, 0.0, 0.0])[lm.asarray([True, False, True])] = lm.asarray([5.0, 6.0, 7.0])
     with pytest.raises(IndexError, match="index 5 is out of bounds"):
         x[5] = 1.0
     assert (x.numpy() == 0).all()  # failed stores left no trace

@@ -1,5 +1,6 @@
 """lm.optim.SGD: its update rule against a hand computation, and a small MLP trained
 with it end to end (which fails if any gradient on the way is wrong)."""
+
 import numpy as np
 import pytest
 
@@ -53,14 +54,22 @@ def _reference(p, grads, lr, momentum, weight_decay, nesterov):
     return p
 
 
-@pytest.mark.parametrize("momentum, weight_decay, nesterov",
-                         [(0.0, 0.0, False), (0.0, 0.1, False), (0.9, 0.0, False),
-                          (0.5, 0.05, False), (0.9, 0.01, True)])
+@pytest.mark.parametrize(
+    "momentum, weight_decay, nesterov",
+    [
+        (0.0, 0.0, False),
+        (0.0, 0.1, False),
+        (0.9, 0.0, False),
+        (0.5, 0.05, False),
+        (0.9, 0.01, True),
+    ],
+)
 def test_sgd_matches_the_reference_rule(momentum, weight_decay, nesterov):
     grads = [[0.5, 1.0, -0.25], [-1.0, 0.25, 0.0], [0.0, 2.0, 1.0], [0.3, -0.7, 0.1]]
     p = param([1.0, -2.0, 0.5])
-    opt = lm.optim.SGD([p], lr=0.05, momentum=momentum, weight_decay=weight_decay,
-                       nesterov=nesterov)
+    opt = lm.optim.SGD(
+        [p], lr=0.05, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov
+    )
     for g in grads:
         set_grad(p, g)
         opt.step()
@@ -80,8 +89,13 @@ def test_sgd_skips_parameters_without_gradient_and_zero_grad():
 
 def test_sgd_argument_errors():
     p = param([1.0])
-    for kwargs in (dict(lr=0.0), dict(lr=-0.1), dict(lr=0.1, momentum=-1.0),
-                   dict(lr=0.1, weight_decay=-1.0), dict(lr=0.1, nesterov=True)):
+    for kwargs in (
+        dict(lr=0.0),
+        dict(lr=-0.1),
+        dict(lr=0.1, momentum=-1.0),
+        dict(lr=0.1, weight_decay=-1.0),
+        dict(lr=0.1, nesterov=True),
+    ):
         with pytest.raises(ValueError):
             lm.optim.SGD([p], **kwargs)
     with pytest.raises(ValueError, match="require grad"):

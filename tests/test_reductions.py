@@ -4,6 +4,7 @@ Checked against NumPy and against the numpy_ref backend. Every (operator, dtype)
 compiles a Numba kernel the first time it runs, so the dtype lists below are a few
 representatives per reduction kind, not full sweeps.
 """
+
 import numpy as np
 import pytest
 
@@ -194,8 +195,15 @@ def test_empty_all_any():
 
 def test_zero_dimensional_reductions():
     x = lm.asarray(5.0)
-    for fn, want in [(lm.sum, 5.0), (lm.prod, 5.0), (lm.max, 5.0), (lm.min, 5.0),
-                     (lm.mean, 5.0), (lm.var, 0.0), (lm.std, 0.0)]:
+    for fn, want in [
+        (lm.sum, 5.0),
+        (lm.prod, 5.0),
+        (lm.max, 5.0),
+        (lm.min, 5.0),
+        (lm.mean, 5.0),
+        (lm.var, 0.0),
+        (lm.std, 0.0),
+    ]:
         got = fn(x)
         assert got.shape == () and got.dtype == lm.float64 and got.item() == want
         assert fn(x, axis=(), keepdims=True).shape == ()
@@ -211,8 +219,7 @@ def test_zero_dimensional_reductions():
 # ---------------------------------------------------------------- max and min
 
 
-@pytest.mark.parametrize("dtype", [lm.float64, lm.int16, lm.uint64, lm.bool],
-                         ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", [lm.float64, lm.int16, lm.uint64, lm.bool], ids=lambda d: d.name)
 @pytest.mark.parametrize("name", ["max", "min"])
 def test_max_min(name, dtype):
     n = data(dtype.np)
@@ -264,8 +271,12 @@ def test_long_rows_and_columns(dtype):
             atol = 1e-4 if dtype == "float32" else 0.0
             assert_tensor(got, want, got.dtype, rtol=rtol, atol=atol)
             for axis in (1, None):
-                same(getattr(lm, name)(x, axis=axis), ref(getattr(lm, name), x, axis=axis),
-                     rtol=rtol, atol=atol)
+                same(
+                    getattr(lm, name)(x, axis=axis),
+                    ref(getattr(lm, name), x, axis=axis),
+                    rtol=rtol,
+                    atol=atol,
+                )
 
 
 # ---------------------------------------------------------------- argmax and argmin
@@ -285,8 +296,9 @@ def test_argmax_argmin(name, dtype):
 
 
 def test_argmax_first_nan_wins():
-    n = np.array([[1.0, 5.0, np.nan, 9.0, np.nan], [np.nan, 0.0, 1.0, 2.0, 3.0],
-                  [3.0, 1.0, 3.0, 0.0, 1.0]])
+    n = np.array(
+        [[1.0, 5.0, np.nan, 9.0, np.nan], [np.nan, 0.0, 1.0, 2.0, 3.0], [3.0, 1.0, 3.0, 0.0, 1.0]]
+    )
     x = lm.asarray(n)
     for fn, npfn in [(lm.argmax, np.argmax), (lm.argmin, np.argmin)]:
         assert_tensor(fn(x, axis=1), npfn(n, axis=1), lm.int64)
@@ -324,8 +336,7 @@ def test_mean_var_std(dtype):
                     got = fn(x, axis=axis, keepdims=keepdims, correction=correction)
                     want = npfn(nf, axis=axis, keepdims=keepdims, ddof=correction)
                     assert_tensor(got, want, result, rtol, atol=1e-12)
-                    same(got, ref(fn, x, axis=axis, keepdims=keepdims,
-                                  correction=correction), rtol)
+                    same(got, ref(fn, x, axis=axis, keepdims=keepdims, correction=correction), rtol)
 
 
 def test_var_correction_edge_cases():
@@ -382,12 +393,16 @@ def _strided_views():
     yield "flipped", lm.flip(t, axis=(0, 2)), base[::-1, :, ::-1]
     yield "negstep", t[::-1, 1::2, ::-2], base[::-1, 1::2, ::-2]
     yield "numpy-strided", lm.asarray(base[:, ::-2, 1:]), base[:, ::-2, 1:]
-    yield "broadcast", lm.broadcast_to(lm.asarray(base[0, 0]), (3, 5)), \
-        np.broadcast_to(base[0, 0], (3, 5))
+    yield (
+        "broadcast",
+        lm.broadcast_to(lm.asarray(base[0, 0]), (3, 5)),
+        np.broadcast_to(base[0, 0], (3, 5)),
+    )
 
 
-@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "mean", "var", "argmax",
-                                  "argmin", "any"])
+@pytest.mark.parametrize(
+    "name", ["sum", "prod", "max", "min", "mean", "var", "argmax", "argmin", "any"]
+)
 def test_reductions_of_strided_views(name):
     fn, npfn = getattr(lm, name), getattr(np, name)
     for label, view, n in _strided_views():
@@ -399,16 +414,18 @@ def test_reductions_of_strided_views(name):
             if name.startswith("arg"):
                 assert_tensor(got, want, lm.int64)
             else:
-                assert_tensor(got, want, lm.bool if name == "any" else lm.float64,
-                              rtol=1e-9, atol=1e-9)
+                assert_tensor(
+                    got, want, lm.bool if name == "any" else lm.float64, rtol=1e-9, atol=1e-9
+                )
             same(got, ref(fn, view, axis=axis), rtol=1e-9)
 
 
 # ---------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("name", ["sum", "prod", "mean", "var", "std", "max", "min",
-                                  "all", "any", "argmax", "argmin"])
+@pytest.mark.parametrize(
+    "name", ["sum", "prod", "mean", "var", "std", "max", "min", "all", "any", "argmax", "argmin"]
+)
 def test_axis_errors(name):
     fn = getattr(lm, name)
     x = lm.zeros((2, 3))
@@ -440,8 +457,9 @@ def test_axis_error_is_value_and_index_error():
 
 def test_unknown_keyword_arguments():
     x = lm.ones(3)
-    with pytest.raises(TypeError, match="mean\\(\\) got an unexpected keyword argument "
-                                        "'correction'"):
+    with pytest.raises(
+        TypeError, match="mean\\(\\) got an unexpected keyword argument 'correction'"
+    ):
         lm.mean(x, correction=1)
     with pytest.raises(TypeError, match="unexpected keyword argument 'dtype'"):
         lm.max(x, dtype=lm.float32)

@@ -8,6 +8,7 @@ results can be compared exactly. Numba compiles each kernel once per dtype (cold
 so the dtypes are float64 and int64, plus float32 and int32 where promotion or BLAS
 are the point.
 """
+
 import numba
 import numpy as np
 import pytest
@@ -16,11 +17,10 @@ from hypothesis import strategies as st
 
 import lamina as lm
 from lamina.backends import sparse as SP
-from lamina.dispatch import entries, keys, registry
+from lamina.dispatch import keys, registry
 
 CPU, SPARSE = keys.CPU, keys.SPARSE
-SETTINGS = settings(max_examples=30, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ---------------------------------------------------------------- strategies
@@ -49,11 +49,16 @@ def cases(draw, shape=None, dtype="float64", ndim=None):
         flat = draw(st.permutations(range(size)))
     else:  # draws with replacement: duplicates are common
         flat = draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=2 * size + 2))
-    idx = (np.array(np.unravel_index(np.array(flat, np.int64), shape), np.int64)
-           .reshape(len(shape), -1))
+    idx = np.array(np.unravel_index(np.array(flat, np.int64), shape), np.int64).reshape(
+        len(shape), -1
+    )
     scale = 0.5 if np.dtype(dtype).kind == "f" else 1
-    vals = (np.array(draw(st.lists(st.integers(-6, 6), min_size=len(flat),
-                                   max_size=len(flat))), np.int64) * scale).astype(dtype)
+    vals = (
+        np.array(
+            draw(st.lists(st.integers(-6, 6), min_size=len(flat), max_size=len(flat))), np.int64
+        )
+        * scale
+    ).astype(dtype)
     ref = np.zeros(shape, dtype)
     np.add.at(ref, tuple(idx), vals)
     return build(idx, vals, shape, draw(st.booleans())), ref
@@ -67,8 +72,9 @@ def pairs(draw, dtype="float64", dtype2=None):
 
 def dense_array(shape, dtype="float64", seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.integers(-6, 7, size=shape) * (0.5 if np.dtype(dtype).kind == "f" else 1)
-            ).astype(dtype)
+    return (rng.integers(-6, 7, size=shape) * (0.5 if np.dtype(dtype).kind == "f" else 1)).astype(
+        dtype
+    )
 
 
 def as_dense(t):
@@ -179,8 +185,10 @@ def test_sparse_plus_minus_dense_is_dense(case, name, sparse_first):
     # a broadcast dense operand and a Python scalar
     if ref.ndim == 2:
         same(fn(s, lm.asarray(d[:1])), getattr(np, name)(ref, d[:1]))
-    same(fn(s, 2) if sparse_first else fn(2, s),
-         getattr(np, name)(ref, 2.0) if sparse_first else getattr(np, name)(2.0, ref))
+    same(
+        fn(s, 2) if sparse_first else fn(2, s),
+        getattr(np, name)(ref, 2.0) if sparse_first else getattr(np, name)(2.0, ref),
+    )
 
 
 @SETTINGS
@@ -225,8 +233,14 @@ def test_promotion_follows_the_dense_rules(pair):
     (a, ra), (b, rb) = pair
     assert a.dtype == lm.int32 and b.dtype == lm.float32
     # int32 with float32 is float64 (NumPy 2); a Python float makes ints float64
-    for out, expected in ((a + b, ra + rb), (a * b, ra * rb), (a + lm.asarray(rb), ra + rb),
-                          (a * 1.5, ra * 1.5), (a * 2, ra * 2), (-a, -ra)):
+    for out, expected in (
+        (a + b, ra + rb),
+        (a * b, ra * rb),
+        (a + lm.asarray(rb), ra + rb),
+        (a * 1.5, ra * 1.5),
+        (a * 2, ra * 2),
+        (-a, -ra),
+    ):
         same(out, expected)
 
 
@@ -415,10 +429,12 @@ def test_accessors_and_repr():
         s.indices()[0, 0] = 7  # indices are checked once: they must not change after
     s.values()[0] = 9  # values may: a view, as in PyTorch
     assert s.to_dense().tolist() == [[0, 0, 9], [4, 0, 5]]
-    assert repr(s) == ("tensor(indices=tensor([[0, 1, 1],\n"
-                       "                       [2, 0, 2]]),\n"
-                       "       values=tensor([9, 4, 5]),\n"
-                       "       size=(2, 3), nnz=3, layout=sparse_coo)")
+    assert repr(s) == (
+        "tensor(indices=tensor([[0, 1, 1],\n"
+        "                       [2, 0, 2]]),\n"
+        "       values=tensor([9, 4, 5]),\n"
+        "       size=(2, 3), nnz=3, layout=sparse_coo)"
+    )
     f = lm.sparse_coo_tensor([[1]], [0.5], (3,), dtype=lm.float32)
     assert "dtype=lamina.float32" in repr(f) and "size=(3,), nnz=1" in repr(f)
     assert "nnz=0" in repr(lm.sparse_coo_tensor([[], []], [], (2, 2)))
@@ -447,28 +463,42 @@ def test_construction_infers_shape_and_copies_its_inputs():
     assert lm.sparse_coo_tensor([[0]], [1], (2,), dtype=lm.float32).dtype == lm.float32
 
 
-@pytest.mark.parametrize("indices, values, shape, error, match", [
-    ([[0, 3]], [1.0, 2.0], (3,), IndexError, r"index 3 is out of range for dimension 0 "
-                                             r"of size 3 \(entry 1"),
-    ([[0, 1], [0, 5]], [1.0, 2.0], (2, 5), IndexError, "index 5 is out of range for "
-                                                       "dimension 1"),
-    ([[0, -1]], [1.0, 2.0], (3,), IndexError, "negative index -1 in dimension 0"),
-    ([[0, 1], [2, -2]], [1.0, 2.0], None, IndexError, "negative index -2 in dimension 1"),
-    ([[0, 1]], [1.0, 2.0, 3.0], (3,), ValueError, "indices hold 2 entries .* values holds 3"),
-    ([[0, 1]], [1.0], (3,), ValueError, "indices hold 2 entries"),
-    ([[0.0, 1.0]], [1.0, 2.0], (3,), ValueError, "indices must be integers"),
-    (np.array([[True, False]]), [1.0, 2.0], (3,), ValueError, "indices must be integers"),
-    ([0, 1], [1.0, 2.0], (3,), ValueError, r"indices must be 2-D, shape \(ndim, nnz\)"),
-    (np.zeros((1, 1, 2), np.int64), [1.0, 2.0], (3,), ValueError, "indices must be 2-D"),
-    ([[0, 1]], [[1.0, 2.0]], (3,), ValueError, "values must be 1-D"),
-    ([[0, 1]], [1.0, 2.0], (3, 3), ValueError, "indices have 1 rows .* 2 dimensions"),
-    ([[0], [0], [0]], [1.0], (2, 2, 2), ValueError, "only 1-D and 2-D"),
-    ([[0, 1]], [True, False], (3,), TypeError, "int or float dtype"),
-    ([[0, 1]], ["a", "b"], (3,), TypeError, "int or float dtype"),
-    ([[0]], [1.0], (-3,), ValueError, "negative size"),
-    ([[], []], [], None, ValueError, "give a shape"),
-    ([[0]], [1.0], "x", TypeError, "shape must be a tuple of ints"),
-])
+@pytest.mark.parametrize(
+    "indices, values, shape, error, match",
+    [
+        (
+            [[0, 3]],
+            [1.0, 2.0],
+            (3,),
+            IndexError,
+            r"index 3 is out of range for dimension 0 "
+            r"of size 3 \(entry 1",
+        ),
+        (
+            [[0, 1], [0, 5]],
+            [1.0, 2.0],
+            (2, 5),
+            IndexError,
+            "index 5 is out of range for dimension 1",
+        ),
+        ([[0, -1]], [1.0, 2.0], (3,), IndexError, "negative index -1 in dimension 0"),
+        ([[0, 1], [2, -2]], [1.0, 2.0], None, IndexError, "negative index -2 in dimension 1"),
+        ([[0, 1]], [1.0, 2.0, 3.0], (3,), ValueError, "indices hold 2 entries .* values holds 3"),
+        ([[0, 1]], [1.0], (3,), ValueError, "indices hold 2 entries"),
+        ([[0.0, 1.0]], [1.0, 2.0], (3,), ValueError, "indices must be integers"),
+        (np.array([[True, False]]), [1.0, 2.0], (3,), ValueError, "indices must be integers"),
+        ([0, 1], [1.0, 2.0], (3,), ValueError, r"indices must be 2-D, shape \(ndim, nnz\)"),
+        (np.zeros((1, 1, 2), np.int64), [1.0, 2.0], (3,), ValueError, "indices must be 2-D"),
+        ([[0, 1]], [[1.0, 2.0]], (3,), ValueError, "values must be 1-D"),
+        ([[0, 1]], [1.0, 2.0], (3, 3), ValueError, "indices have 1 rows .* 2 dimensions"),
+        ([[0], [0], [0]], [1.0], (2, 2, 2), ValueError, "only 1-D and 2-D"),
+        ([[0, 1]], [True, False], (3,), TypeError, "int or float dtype"),
+        ([[0, 1]], ["a", "b"], (3,), TypeError, "int or float dtype"),
+        ([[0]], [1.0], (-3,), ValueError, "negative size"),
+        ([[], []], [], None, ValueError, "give a shape"),
+        ([[0]], [1.0], "x", TypeError, "shape must be a tuple of ints"),
+    ],
+)
 def test_bad_input_is_refused_at_construction(indices, values, shape, error, match):
     with pytest.raises(error, match=match):
         lm.sparse_coo_tensor(indices, values, shape)
@@ -495,13 +525,19 @@ def sparse_row(name):
 
 def test_operators_without_a_sparse_kernel_raise_naming_the_operator():
     s = lm.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,))
-    for call, name in ((lambda: lm.exp(s), "exp"), (lambda: s == s, "equal"),
-                       (lambda: lm.reshape(s, (3, 1)), "reshape"), (lambda: s[0], "getitem"),
-                       (lambda: lm.max(s), "max"), (lambda: s / 2, "divide"),
-                       (lambda: lm.exp(s) + lm.ones(3), "exp")):
-        with pytest.raises(NotImplementedError,
-                           match=f"'{name}' has no kernel for key Sparse: {name} has no "
-                                 "sparse kernel"):
+    for call, name in (
+        (lambda: lm.exp(s), "exp"),
+        (lambda: s == s, "equal"),
+        (lambda: lm.reshape(s, (3, 1)), "reshape"),
+        (lambda: s[0], "getitem"),
+        (lambda: lm.max(s), "max"),
+        (lambda: s / 2, "divide"),
+        (lambda: lm.exp(s) + lm.ones(3), "exp"),
+    ):
+        with pytest.raises(
+            NotImplementedError,
+            match=f"'{name}' has no kernel for key Sparse: {name} has no sparse kernel",
+        ):
             call()
     assert sparse_row("exp")[1] == "[missing: NotImplementedError]"
     assert sparse_row("add")[1:3] == ("lamina.backends.sparse.add", "sparse")
@@ -519,6 +555,7 @@ def test_dense_calls_never_enter_the_layer():
         def lamina_register_kernels(self, registry):
             for name in ("add", "sum", "matmul"):
                 registry.register(name, "sparse", spy, priority=100)
+
     lm.backends.register(Spy(), "sparse_spy")
     try:
         x = lm.ones((2, 2))
@@ -542,8 +579,14 @@ def test_with_the_layer_off_a_sparse_input_is_an_error():
     dense_slot = add.table[CPU.bit_length()]
     try:
         lm.layers.disable("sparse")
-        for call in (lambda: s + x, lambda: x + s, lambda: lm.exp(s), lambda: lm.sum(s),
-                     lambda: s.to_dense(), lambda: s @ lm.ones((3, 2))):
+        for call in (
+            lambda: s + x,
+            lambda: x + s,
+            lambda: lm.exp(s),
+            lambda: lm.sum(s),
+            lambda: s.to_dense(),
+            lambda: s @ lm.ones((3, 2)),
+        ):
             with pytest.raises(RuntimeError, match="sparse input, but the sparse layer is off"):
                 call()
         assert (x + x).tolist() == [2.0] * 3  # dense calls: the same slot as before
@@ -558,12 +601,20 @@ def test_a_sparse_tensor_in_a_dense_kernel_is_an_error_not_garbage():
     # only possible by calling a kernel directly (Note [Sparse storage guard])
     s = lm.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,))
     x = lm.ones(3)
-    numpy_ref = {name: k.fn for (name, key), ks in registry.kernels.items() if key == CPU
-                 for k in ks if k.plugin == "numpy_ref"}
-    for fn, args in ((lm.dispatch.get("add").winners[CPU].fn, (s, x)),
-                     (numpy_ref["add"], (x, s)), (numpy_ref["reshape"], (s, (3, 1), None)),
-                     (lm.dispatch.get("sum").winners[CPU].fn, (s, (0,), None, False)),
-                     (lm.dispatch.get("matmul").winners[CPU].fn, (s, x))):
+    numpy_ref = {
+        name: k.fn
+        for (name, key), ks in registry.kernels.items()
+        if key == CPU
+        for k in ks
+        if k.plugin == "numpy_ref"
+    }
+    for fn, args in (
+        (lm.dispatch.get("add").winners[CPU].fn, (s, x)),
+        (numpy_ref["add"], (x, s)),
+        (numpy_ref["reshape"], (s, (3, 1), None)),
+        (lm.dispatch.get("sum").winners[CPU].fn, (s, (0,), None, False)),
+        (lm.dispatch.get("matmul").winners[CPU].fn, (s, x)),
+    ):
         with pytest.raises(TypeError, match="a sparse tensor reached code for dense tensors"):
             fn(CPU, *args)
 
@@ -575,12 +626,27 @@ def test_plugin_is_listed_and_every_kernel_sits_at_the_sparse_key():
     assert row["source"] == "built-in" and row["devices"] == ["cpu", "sparse"]
     entries = registry.kernels_of("sparse")
     assert {op for op, key, _ in entries if key == CPU} == {
-        "to_dense", "to_sparse", "coalesce", "sparse_mask"}
+        "to_dense",
+        "to_sparse",
+        "coalesce",
+        "sparse_mask",
+    }
     assert {key for _, key, _ in entries} == {CPU, SPARSE}
     assert {op for op, key, _ in entries if key == SPARSE} >= {
-        "add", "subtract", "multiply", "negative", "abs", "sum", "matmul",
-        "matrix_transpose", "permute_dims", "to_dense", "to_sparse", "coalesce",
-        "sparse_mask"}
+        "add",
+        "subtract",
+        "multiply",
+        "negative",
+        "abs",
+        "sum",
+        "matmul",
+        "matrix_transpose",
+        "permute_dims",
+        "to_dense",
+        "to_sparse",
+        "coalesce",
+        "sparse_mask",
+    }
 
 
 def test_gradients_with_respect_to_sparse_values_keep_the_pattern():
@@ -598,12 +664,14 @@ def test_gradients_with_respect_to_sparse_values_keep_the_pattern():
     lm.sum(s @ d).backward()
     rows = np.arange(6.0).reshape(3, 2).sum(axis=1)  # d(sum(s @ d)) / d s[i, j]
     np.testing.assert_allclose(s.grad.values().numpy(), rows[[2, 0, 2, 2]])
-    np.testing.assert_allclose(d.grad.numpy(), np.repeat(
-        s.to_dense().numpy().sum(axis=0)[:, None], 2, axis=1))
+    np.testing.assert_allclose(
+        d.grad.numpy(), np.repeat(s.to_dense().numpy().sum(axis=0)[:, None], 2, axis=1)
+    )
 
 
 def test_spmm_gradcheck_with_respect_to_the_dense_operand():
-    s = lm.sparse_coo_tensor(lm.asarray([[0, 1, 2], [1, 0, 2]]),
-                             lm.asarray([1.5, -2.0, 0.5]), (3, 3))
+    s = lm.sparse_coo_tensor(
+        lm.asarray([[0, 1, 2], [1, 0, 2]]), lm.asarray([1.5, -2.0, 0.5]), (3, 3)
+    )
     d = lm.asarray(np.random.default_rng(0).standard_normal((3, 2)), requires_grad=True)
     assert lm.autograd.gradcheck(lambda d: s @ d, [d])

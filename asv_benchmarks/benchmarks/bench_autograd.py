@@ -1,6 +1,7 @@
 """Autograd: a small MLP's forward + backward, the recording overhead of seed 1's loop
 with ``x`` requiring grad (the autograd issue's figure), and memory of a backward pass.
 Skipped on commits that predate the autograd layer."""
+
 import numpy as np
 
 import lamina as lm
@@ -15,6 +16,7 @@ def _require_autograd():
 
 def _mlp(batch, width):
     """Parameters and data of a 2-layer tanh MLP (float32, fixed seed)."""
+
     def make():
         rng = np.random.default_rng(0)
         data = {
@@ -24,6 +26,7 @@ def _mlp(batch, width):
             "w2": (rng.standard_normal((width, 1)) / 6).astype(np.float32),
         }
         return data
+
     return memo(("mlp", batch, width), make)
 
 

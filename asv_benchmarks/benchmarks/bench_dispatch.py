@@ -3,6 +3,7 @@
 Tables are rebuilt at registration time, never per call (Note [Dispatch table]); these
 benchmarks keep that one-off cost in view as operators and keys are added.
 """
+
 import lamina as lm
 
 from .common import Benchmark
@@ -17,11 +18,13 @@ def _never_called(ks, *args):
 def _plugin(op_names):
     """A small runtime plugin registering a kernel for each operator, at a priority so
     low that it never takes over (a run that leaves it registered changes nothing)."""
+
     class Plugin:
         @lm.backends.hookimpl
         def lamina_register_kernels(self, registry):
             for name in op_names:
                 registry.register(name, "cpu", _never_called, priority=-1000)
+
     return Plugin()
 
 
@@ -32,8 +35,13 @@ class PluginRegistration(Benchmark):
     param_names = ["kernels"]
 
     def setup(self, kernels):
-        names = ["add"] if kernels == "one" else [
-            op.name for op in lm.dispatch.OPERATORS.values() if op.kind in ("unary", "binary")]
+        names = (
+            ["add"]
+            if kernels == "one"
+            else [
+                op.name for op in lm.dispatch.OPERATORS.values() if op.kind in ("unary", "binary")
+            ]
+        )
         self.plugin = _plugin(names)
 
     def teardown(self, kernels):

@@ -6,10 +6,20 @@ operator setup's general path (promotion, broadcasting, strided loop). float32 a
 default thread count (1) unless the class says otherwise. See Note [Setup runs between
 timed calls] in common.py.
 """
+
 import lamina as lm
 
-from .common import (SIZES, Benchmark, binary_operands, max_threads, memo, number_for, operand,
-                     threads, warm)
+from .common import (
+    SIZES,
+    Benchmark,
+    binary_operands,
+    max_threads,
+    memo,
+    number_for,
+    operand,
+    threads,
+    warm,
+)
 
 
 class Binary(Benchmark):

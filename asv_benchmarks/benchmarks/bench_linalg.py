@@ -4,6 +4,7 @@ Floats go to BLAS through NumPy, integers to a Numba kernel (skipped at 1024: a 
 triple loop would dominate the suite's run time). ``transposed`` multiplies by ``x.T``,
 a non-contiguous view, as in ``x @ x.T``.
 """
+
 import numpy as np
 
 import lamina as lm
@@ -24,6 +25,7 @@ class Matmul(Benchmark):
             a = lm.asarray(rng.integers(-8, 8, (n, n)).astype(dtype))
             b = lm.asarray(rng.integers(-8, 8, (n, n)).astype(dtype))
             return a, (b.T if layout == "transposed" else b)
+
         self.a, self.b = memo(("matmul", n, dtype, layout), make)
         warm(("matmul", dtype, layout), lambda: self.a @ self.b)
 

@@ -2,6 +2,7 @@
 
 See Note [Setup runs between timed calls] in common.py.
 """
+
 import lamina as lm
 
 from .common import SIZES, Benchmark, floats, memo, number_for, operand, warm
@@ -33,8 +34,10 @@ class Concat(Benchmark):
     def setup(self, n, pieces, axis):
         def make():
             cols = max(1, n // (16 * pieces))
-            return [lm.reshape(lm.asarray(floats(16 * cols, seed=i)), (16, cols))
-                    for i in range(pieces)]
+            return [
+                lm.reshape(lm.asarray(floats(16 * cols, seed=i)), (16, cols)) for i in range(pieces)
+            ]
+
         self.parts = memo(("concat", n, pieces), make)
         self.number = number_for(n)
         warm(("concat", axis), lambda: lm.concat(self.parts, axis=axis))

@@ -6,6 +6,7 @@ interpreter, lamina and the inputs made in ``setup``, so read it as a trend).
 call (tracemalloc), i.e. the result plus any temporaries operator setup made. For
 ``add`` it should stay at one output (4e7 bytes); an in-place ``iadd`` should stay near 0.
 """
+
 import lamina as lm
 
 from .common import Benchmark, binary_operands, memo, operand, peak_alloc_bytes, warm
@@ -30,6 +31,7 @@ class BigElementwise(Benchmark):
                 def call():
                     t = a
                     t += b
+
                 self.call = call
             else:
                 self.call = lambda: a + b

@@ -3,6 +3,7 @@
 ``axis=None`` on a contiguous tensor is one flat loop; ``axis=0`` reduces across rows
 (strided access), ``axis=1`` along rows. See Note [Setup runs between timed calls].
 """
+
 import lamina as lm
 
 from .common import SIZES, Benchmark, floats, memo, number_for, square_shape, warm

@@ -5,6 +5,7 @@ the tensors are so small that nearly all the time is binding, dispatcher, layers
 operator setup. One graph line per layer configuration, so a regression in one layer
 shows as the lines moving from the full stack down to where that layer is switched off.
 """
+
 import contextlib
 
 import numpy as np
@@ -100,6 +101,7 @@ class SeedLoopReference(Benchmark):
     def teardown(self, library):  # asv calls it even when setup skipped
         if hasattr(self, "_previous_threads"):
             import torch
+
             torch.set_num_threads(self._previous_threads)
 
     def time_add_loop(self, library):

@@ -5,6 +5,7 @@ SPARSE key, so they index the same table slot with or without the layer).
 The matrix is n x n float32 with 1% of its entries set, times an n x 64 float32 dense
 matrix; the dense contender multiplies ``to_dense()`` of the same matrix (BLAS).
 """
+
 import numpy as np
 
 import lamina as lm
@@ -27,6 +28,7 @@ def _operands(n):
         b = lm.asarray(rng.standard_normal((n, COLS)).astype(np.float32))
         bt = lm.asarray(np.ascontiguousarray(b.numpy().T))
         return raw, s, s.to_dense(), b, bt
+
     return memo(("sparse", n), make)
 
 
@@ -40,9 +42,17 @@ class SpMM(Benchmark):
         if not hasattr(lm, "sparse_coo_tensor"):  # a commit before sparse tensors
             raise NotImplementedError("this commit has no sparse tensors")
         self.raw, self.s, self.dense, self.b, self.bt = _operands(n)
-        warm(("sparse", n), lambda: (self.s @ self.b, self.raw @ self.b, self.bt @ self.s,
-                                     self.dense @ self.b, self.raw.coalesce(),
-                                     self.s.to_dense()))
+        warm(
+            ("sparse", n),
+            lambda: (
+                self.s @ self.b,
+                self.raw @ self.b,
+                self.bt @ self.s,
+                self.dense @ self.b,
+                self.raw.coalesce(),
+                self.s.to_dense(),
+            ),
+        )
 
     def time_spmm(self, n):
         """sparse @ dense, coalesced: row by row."""
@@ -91,6 +101,7 @@ class DenseCallLayerCost(Benchmark):
         lm.layers.enable("sparse")
         if not lm.backends.plugin_manager.has_plugin("sparse"):
             from lamina.backends import sparse as plugin
+
             lm.backends.register(plugin, "sparse", "built-in")
 
     def time_add_loop_1000(self, sparse):

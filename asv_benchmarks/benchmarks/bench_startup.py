@@ -5,6 +5,7 @@ sample (only the statement is timed, not the setup code or interpreter start-up)
 Numba's disk cache is warmed in ``setup`` first, so the first call measures loading
 compiled kernels from the cache (plus Numba's own initialization), not compilation.
 """
+
 import subprocess
 import sys
 import textwrap

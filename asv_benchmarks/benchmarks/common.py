@@ -8,6 +8,7 @@ memoized (``memo``), kernels are compiled or loaded from Numba's cache once per 
 (``warm``), and small sizes set ``self.number`` (``number_for``) so that one sample
 covers enough work to time. Benchmark bodies must not modify their (shared) inputs.
 """
+
 import tracemalloc
 
 import numpy as np
@@ -54,9 +55,11 @@ def number_for(n, elements=10**5, most=1000):
 
 def floats(n, dtype="float32", seed=0):
     """A NumPy array of n values in [0.5, 1.5): safe for sqrt, log and division."""
+
     def make():
         rng = np.random.default_rng(seed)
         return (rng.random(n, dtype=np.float32) + np.float32(0.5)).astype(dtype, copy=False)
+
     return memo(("floats", n, dtype, seed), make)
 
 
@@ -74,6 +77,7 @@ def operand(n, layout, seed=0, dtype="float32"):
     strided:    shape (n,), every second element of a 2n buffer -> the general path
     broadcast:  shape square_shape(n) broadcast from one row (stride 0) -> general path
     """
+
     def make():
         if layout == "contiguous":
             return lm.asarray(floats(n, dtype, seed))
@@ -83,6 +87,7 @@ def operand(n, layout, seed=0, dtype="float32"):
             shape = square_shape(n)
             return lm.broadcast_to(lm.asarray(floats(shape[1], dtype, seed)), shape)
         raise ValueError(f"unknown layout {layout!r}")
+
     return memo(("operand", n, layout, seed, dtype), make)
 
 
@@ -92,16 +97,20 @@ def binary_operands(n, layout, dtype="float32"):
     contiguous, strided: as ``operand``; broadcast: a (rows, cols) tensor and a (cols,)
     row, the common bias-add pattern; scalar: a contiguous tensor and a Python float.
     """
+
     def make():
         if layout in ("contiguous", "strided"):
             return operand(n, layout, 0, dtype), operand(n, layout, 1, dtype)
         if layout == "broadcast":
             shape = square_shape(n)
-            return (lm.reshape(operand(n, "contiguous", 0, dtype), shape),
-                    lm.asarray(floats(shape[1], dtype, 1)))
+            return (
+                lm.reshape(operand(n, "contiguous", 0, dtype), shape),
+                lm.asarray(floats(shape[1], dtype, 1)),
+            )
         if layout == "scalar":
             return operand(n, "contiguous", 0, dtype), 0.75
         raise ValueError(f"unknown layout {layout!r}")
+
     return memo(("binary", n, layout, dtype), make)
 
 
@@ -127,6 +136,7 @@ class threads:
 
 def max_threads():
     import numba
+
     return numba.config.NUMBA_NUM_THREADS
 
 

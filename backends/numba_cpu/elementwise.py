@@ -39,8 +39,9 @@ threads.on_change(_set_threshold)
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar}
-_INT_BOUNDS = [(int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu"
-               else None for d in D.ALL]
+_INT_BOUNDS = [
+    (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu" else None for d in D.ALL
+]
 _STRIDED_OPERAND = (types.int64, jit.INDEX)
 
 
@@ -50,8 +51,7 @@ class Elementwise:
     ``scalar(dtype)`` picks the scalar function for a computation dtype;
     ``in_dtypes(dtype)`` gives each input's dtype (``where`` takes a bool condition)."""
 
-    def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None,
-                 simd=None):
+    def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None, simd=None):
         self.op, self.arity, self.scalar_fn = op, arity, scalar
         # NumPy's ufunc for SIMD_MIN float elements and more (Note [NumPy SIMD loops])
         self.simd, self.simd_min = simd, SIMD_MIN if simd is not None else sys.maxsize
@@ -86,8 +86,9 @@ class Elementwise:
         elif family is _SCALAR:
             sig = types.void(ins[0], numba.from_dtype(comp.np), out, types.boolean)
         else:
-            sig = types.void(out, *_STRIDED_OPERAND,
-                             *[t for a in ins for t in (a, *_STRIDED_OPERAND)], jit.INDEX)
+            sig = types.void(
+                out, *_STRIDED_OPERAND, *[t for a in ins for t in (a, *_STRIDED_OPERAND)], jit.INDEX
+            )
         return K.instantiate(family[self.arity], (self.scalar_fn(comp), loop), sig)
 
     def with_scalar(self, a, b):
@@ -104,7 +105,7 @@ class Elementwise:
             # an int keeps an int dtype when in range (else OverflowError, from the
             # general path); with floats it is converted; with bool it promotes
             bounds = _INT_BOUNDS[dt.index]
-            if dt.kind == "b" or bounds is not None and not bounds[0] <= v <= bounds[1]:
+            if dt.kind == "b" or (bounds is not None and not bounds[0] <= v <= bounds[1]):
                 return None
         elif type(v) is float and dt.kind != "f":
             return None  # promotion to the default float: the general path
@@ -114,14 +115,15 @@ class Elementwise:
         f = t._flat
         out = empty(f.size, out_dt.np)
         (self.scalar if f.size < _parallel_min else self.scalar_parallel)[dt.index](
-            f, v, out, first)
+            f, v, out, first
+        )
         return from_flat(out, t._shape, out_dt)
 
     def general(self, args, target=None, op=None):
         """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op
         and ``op`` that operator (``add_``), so that errors name what was called."""
         op = op or self.op
-        comp = S.promote(op, args[self.promote_from:])
+        comp = S.promote(op, args[self.promote_from :])
         res = S.result_dtype(op, comp)
         shape = S.broadcast_shapes(op.name, *(S.shape_of(a) for a in args))
         if S.mixed_sign_comparison(op, args):  # Note [Mixed-sign comparisons]
@@ -135,8 +137,9 @@ class Elementwise:
             out = target._data
             # the target itself is read and written at the same index: no copy needed
             # (copying it made every ``x += y`` allocate a temporary of x's size)
-            arrays = [a.copy() if a is not out and np.may_share_memory(a, out) else a
-                      for a in arrays]
+            arrays = [
+                a.copy() if a is not out and np.may_share_memory(a, out) else a for a in arrays
+            ]
         if comp.kind in self.validate_kinds and out.size:  # nothing computed, nothing to refuse
             self.validate(op, comp, arrays)
         self.run(comp, out, arrays)
@@ -150,8 +153,9 @@ class Elementwise:
             self.run_simd(out, *arrays)
             return
         i = comp.index
-        if out.flags.c_contiguous and all(a.shape == out.shape and a.flags.c_contiguous
-                                          for a in arrays):
+        if out.flags.c_contiguous and all(
+            a.shape == out.shape and a.flags.c_contiguous for a in arrays
+        ):
             flat = self.flat if n < _parallel_min else self.flat_parallel
             flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))
         else:
@@ -178,6 +182,7 @@ def unary_kernel(ew):
                 (flat if n < _parallel_min else flat_parallel)[dt.index](fx, out)
             return from_flat(out, x._shape, out_dt)
         return ew.general((x,))
+
     kernel.__qualname__ = kernel.__name__ = ew.op.name
     return kernel
 
@@ -193,8 +198,12 @@ def binary_kernel(ew):
     def kernel(ks, a, b):
         try:
             fa = a._flat
-            fast = (fa is not None and a._dtype is b._dtype and a._shape == b._shape
-                    and b._flat is not None)
+            fast = (
+                fa is not None
+                and a._dtype is b._dtype
+                and a._shape == b._shape
+                and b._flat is not None
+            )
         except AttributeError:  # a scalar; the bindings call with_scalar directly
             return with_scalar(ks, a, b)
         if fast:
@@ -208,8 +217,7 @@ def binary_kernel(ew):
                     t._data = t._flat = out
                 else:
                     t._data, t._flat = out, out.reshape(-1)
-                (flat if fa.size < _parallel_min else flat_parallel)[dt.index](
-                    fa, b._flat, t._flat)
+                (flat if fa.size < _parallel_min else flat_parallel)[dt.index](fa, b._flat, t._flat)
                 t._ks, t._dtype, t._shape = CPU, out_dt, shape
                 return t
         return ew.general((a, b))
@@ -223,8 +231,10 @@ def binary_kernel(ew):
         except AttributeError:  # a scalar from a caller that does not use with_scalar
             return with_scalar(ks, a, b)
         if fa is None or fb is None or fa.size != fb.size or dt is not b._dtype:
-            raise ValueError(f"{ew.op.name}: with the checks layer off, both inputs must "
-                             "be contiguous tensors of one size and dtype")
+            raise ValueError(
+                f"{ew.op.name}: with the checks layer off, both inputs must "
+                "be contiguous tensors of one size and dtype"
+            )
         out_dt = results[dt.index]
         out = empty(a._shape, out_dt.np)
         t = new_tensor(Tensor)  # from_flat, inlined, as in the checked fast path
@@ -242,6 +252,7 @@ def binary_kernel(ew):
 def inplace_kernel(ew, op):
     def kernel(ks, x1, x2):
         return ew.general((x1, x2), target=x1, op=op)
+
     kernel.__qualname__ = kernel.__name__ = op.name
     return kernel
 
@@ -249,14 +260,17 @@ def inplace_kernel(ew, op):
 def ternary_kernel(ew):
     def kernel(ks, *args):
         return ew.general(args)
+
     kernel.__qualname__ = kernel.__name__ = ew.op.name
     return kernel
 
 
 def _by_kind(**fns):
     """A scalar-function chooser: keyword = dtype kinds ("f", "iu", "b", "biuf")."""
+
     def choose(dtype):
         return next(fn for kinds, fn in fns.items() if dtype.kind in kinds)
+
     return choose
 
 
@@ -265,8 +279,10 @@ def _same(fn):
 
 
 ELEMENTWISE_SCALARS = {
-    "abs": _by_kind(iuf=K.absolute), "negative": _same(K.negative),
-    "positive": _same(K.identity), "square": _same(K.square),
+    "abs": _by_kind(iuf=K.absolute),
+    "negative": _same(K.negative),
+    "positive": _same(K.identity),
+    "square": _same(K.square),
     "sign": _by_kind(f=K.float_sign, iu=K.sign),
     "floor": _by_kind(f=K.float_floor, iu=K.identity),
     "ceil": _by_kind(f=K.float_ceil, iu=K.identity),
@@ -280,14 +296,18 @@ ELEMENTWISE_SCALARS = {
     "signbit": _same(K.signbit),
     "pow": _by_kind(f=K.power, i=K.int_power, u=K.uint_power),
     "floor_divide": _by_kind(i=K.int_floor_divide, uf=K.floor_divide),
-    **{name: _same(getattr(K, "float_" + name)) for name in
-       "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
-       "asinh acosh atanh".split()},
-    **{name: _same(getattr(K, name)) for name in
-       "add subtract multiply divide remainder maximum minimum atan2 "
-       "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
-       "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
-       "bitwise_left_shift bitwise_right_shift".split()},
+    **{
+        name: _same(getattr(K, "float_" + name))
+        for name in "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
+        "asinh acosh atanh".split()
+    },
+    **{
+        name: _same(getattr(K, name))
+        for name in "add subtract multiply divide remainder maximum minimum atan2 "
+        "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
+        "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
+        "bitwise_left_shift bitwise_right_shift".split()
+    },
 }
 
 
@@ -319,8 +339,10 @@ def refuse_negative_exponent(op, dtype, arrays):
     1 / x**k would be a silently different answer from every other backend)."""
     exponent = arrays[1]
     if exponent.size and exponent.min() < 0:
-        raise ValueError(f"{op.name}: integers to negative integer powers are not allowed "
-                         f"(got a negative exponent for {dtype}); use a float base")
+        raise ValueError(
+            f"{op.name}: integers to negative integer powers are not allowed "
+            f"(got a negative exponent for {dtype}); use a float base"
+        )
 
 
 ELEMENTWISE_CHECKS = {"pow": ("i", refuse_negative_exponent)}
@@ -335,18 +357,19 @@ def register(registry):
     for name, scalar_fn in ELEMENTWISE_SCALARS.items():
         op = OPERATORS[name]
         simd = getattr(np, op.numpy) if op.name in SIMD_OPERATORS else None
-        ew = BY_NAME[name] = Elementwise(op, op.arity, scalar_fn, simd=simd,
-                                         validate=ELEMENTWISE_CHECKS.get(name))
+        ew = BY_NAME[name] = Elementwise(
+            op, op.arity, scalar_fn, simd=simd, validate=ELEMENTWISE_CHECKS.get(name)
+        )
         if op.arity == 1:
             registry.register(name, "cpu", unary_kernel(ew))
         else:
             kernel, with_scalar, unchecked = binary_kernel(ew)
-            registry.register(name, "cpu", kernel, with_scalar=with_scalar,
-                              unchecked=unchecked)
+            registry.register(name, "cpu", kernel, with_scalar=with_scalar, unchecked=unchecked)
         if op.inplace is not None:
             registry.register(op.inplace.name, "cpu", inplace_kernel(ew, op.inplace))
-    where = Elementwise(OPERATORS["where"], 3, _same(K.where),
-                        in_dtypes=lambda d: [D.bool_, d, d], promote_from=1)
+    where = Elementwise(
+        OPERATORS["where"], 3, _same(K.where), in_dtypes=lambda d: [D.bool_, d, d], promote_from=1
+    )
     registry.register("where", "cpu", ternary_kernel(where))
     clip = Elementwise(OPERATORS["clip"], 3, _same(K.clip))
 
@@ -356,11 +379,13 @@ def register(registry):
         lo, hi = _clip_bounds(x, min, max)
         shape = S.broadcast_shapes("clip", x._shape, S.shape_of(lo), S.shape_of(hi))
         if shape != x._shape:
-            raise ValueError(f"clip: the bounds must broadcast to x's shape {x._shape}, "
-                             f"got a result shape {shape}")
+            raise ValueError(
+                f"clip: the bounds must broadcast to x's shape {x._shape}, "
+                f"got a result shape {shape}"
+            )
         arrays = [x._data] + [S.clip_bound(b, x._dtype) for b in (lo, hi)]
         out = empty(shape, x._dtype.np)
         clip.run(x._dtype, out, arrays)
         return from_array(out)
-    registry.register("clip", "cpu", clip_kernel)
 
+    registry.register("clip", "cpu", clip_kernel)

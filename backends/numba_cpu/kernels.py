@@ -15,6 +15,7 @@ Families (one template each): unary, binary and ternary elementwise (a flat loop
 contiguous fast path, a strided loop for everything else), reductions and
 arg-reductions over the rows of a 2-D view, and integer matmul.
 """
+
 import math
 
 import numpy as np
@@ -67,7 +68,7 @@ def remainder(x, y):
 
 @register_jitable
 def power(x, y):
-    return x ** y  # floats only: see int_power
+    return x**y  # floats only: see int_power
 
 
 @register_jitable
@@ -312,14 +313,30 @@ def _math(name, fn):
     return scalar
 
 
-for _name, _fn in [("exp", math.exp), ("expm1", math.expm1), ("log", np.log),
-                   ("log1p", np.log1p), ("log2", np.log2), ("log10", np.log10),
-                   ("sqrt", np.sqrt), ("sin", math.sin), ("cos", math.cos),
-                   ("tan", math.tan), ("asin", np.arcsin), ("acos", np.arccos),
-                   ("atan", math.atan), ("sinh", math.sinh), ("cosh", math.cosh),
-                   ("tanh", math.tanh), ("asinh", math.asinh), ("acosh", np.arccosh),
-                   ("atanh", np.arctanh), ("floor", np.floor), ("ceil", np.ceil),
-                   ("trunc", np.trunc)]:
+for _name, _fn in [
+    ("exp", math.exp),
+    ("expm1", math.expm1),
+    ("log", np.log),
+    ("log1p", np.log1p),
+    ("log2", np.log2),
+    ("log10", np.log10),
+    ("sqrt", np.sqrt),
+    ("sin", math.sin),
+    ("cos", math.cos),
+    ("tan", math.tan),
+    ("asin", np.arcsin),
+    ("acos", np.arccos),
+    ("atan", math.atan),
+    ("sinh", math.sinh),
+    ("cosh", math.cosh),
+    ("tanh", math.tanh),
+    ("asinh", math.asinh),
+    ("acosh", np.arccosh),
+    ("atanh", np.arctanh),
+    ("floor", np.floor),
+    ("ceil", np.ceil),
+    ("trunc", np.trunc),
+]:
     _math("float_" + _name, _fn)
 
 
@@ -333,6 +350,7 @@ def unary_flat(fn, loop):
     def kernel(x, out):
         for i in loop(out.size):
             out[i] = fn(x[i])
+
     return kernel
 
 
@@ -340,6 +358,7 @@ def binary_flat(fn, loop):
     def kernel(a, b, out):
         for i in loop(out.size):
             out[i] = fn(a[i], b[i])
+
     return kernel
 
 
@@ -347,6 +366,7 @@ def binary_scalar(fn, loop):
     """A contiguous tensor with a scalar (``x * 2.0``, ``2.0 - x``): ``v`` is the
     scalar, already of the tensor's dtype (the entry point converts the Python number),
     ``scalar_first`` says on which side of ``fn`` it goes."""
+
     def kernel(a, v, out, scalar_first):
         if scalar_first:
             for i in loop(out.size):
@@ -354,6 +374,7 @@ def binary_scalar(fn, loop):
         else:
             for i in loop(out.size):
                 out[i] = fn(a[i], v)
+
     return kernel
 
 
@@ -361,6 +382,7 @@ def ternary_flat(fn, loop):
     def kernel(a, b, c, out):
         for i in loop(out.size):
             out[i] = fn(a[i], b[i], c[i])
+
     return kernel
 
 
@@ -405,12 +427,13 @@ def unary_strided(fn, loop):
         for r in loop(_rows(shape)):  # not out.size // inner: out may be a strided view
             o, i = _row_start(r, shape, os, oo), _row_start(r, shape, xs, xo)
             if so == 1 and sx == 1:
-                ro, rx = out[o:o + inner], x[i:i + inner]
+                ro, rx = out[o : o + inner], x[i : i + inner]
                 for j in range(inner):
                     ro[j] = fn(rx[j])
             else:
                 for j in range(inner):
                     out[o + j * so] = fn(x[i + j * sx])
+
     return kernel
 
 
@@ -419,15 +442,19 @@ def binary_strided(fn, loop):
         last = shape.size - 1
         inner, so, sa, sb = shape[last], os[last], as_[last], bs[last]
         for r in loop(_rows(shape)):
-            o, i, k = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
-                       _row_start(r, shape, bs, bo))
+            o, i, k = (
+                _row_start(r, shape, os, oo),
+                _row_start(r, shape, as_, ao),
+                _row_start(r, shape, bs, bo),
+            )
             if so == 1 and sa == 1 and sb == 1:
-                ro, ra, rb = out[o:o + inner], a[i:i + inner], b[k:k + inner]
+                ro, ra, rb = out[o : o + inner], a[i : i + inner], b[k : k + inner]
                 for j in range(inner):
                     ro[j] = fn(ra[j], rb[j])
             else:
                 for j in range(inner):
                     out[o + j * so] = fn(a[i + j * sa], b[k + j * sb])
+
     return kernel
 
 
@@ -436,10 +463,15 @@ def ternary_strided(fn, loop):
         last = shape.size - 1
         inner, so, sa, sb, sc = shape[last], os[last], as_[last], bs[last], cs[last]
         for r in loop(_rows(shape)):
-            o, i, k, m = (_row_start(r, shape, os, oo), _row_start(r, shape, as_, ao),
-                          _row_start(r, shape, bs, bo), _row_start(r, shape, cs, co))
+            o, i, k, m = (
+                _row_start(r, shape, os, oo),
+                _row_start(r, shape, as_, ao),
+                _row_start(r, shape, bs, bo),
+                _row_start(r, shape, cs, co),
+            )
             for j in range(inner):
                 out[o + j * so] = fn(a[i + j * sa], b[k + j * sb], c[m + j * sc])
+
     return kernel
 
 
@@ -470,6 +502,7 @@ def reduce_rows(step, loop):
     as with NumPy's pairwise summation, rounding error grows more slowly. The caller
     fills ``out`` with the start value (0, 1, x[:, 0], True, False): an identity of
     ``step`` or idempotent under it, so every accumulator may start from it."""
+
     def kernel(x, out):
         n = x.shape[1]
         body = n - n % 4
@@ -483,6 +516,7 @@ def reduce_rows(step, loop):
             for j in range(body, n):
                 a0 = step(a0, x[r, j])
             out[r] = step(step(a0, a1), step(a2, a3))
+
     return kernel
 
 
@@ -490,15 +524,18 @@ def reduce_columns(step, loop):
     """reduce_rows for a column-major view, given as its C-contiguous transpose ``y``
     (y's columns are the rows to fold): memory is read in order, one row of y updating
     every accumulator (a loop that vectorizes). Serial: ``loop`` is unused."""
+
     def kernel(y, out):
         for j in range(y.shape[0]):
             for r in range(y.shape[1]):
                 out[r] = step(out[r], y[j, r])
+
     return kernel
 
 
 def moments_rows(loop):
     """Per row: the mean and the sum of squared deviations (two passes, float64)."""
+
     def kernel(x, mean, m2):
         n = x.shape[1]
         for r in loop(x.shape[0]):
@@ -510,6 +547,7 @@ def moments_rows(loop):
             for j in range(n):
                 q += (x[r, j] - mu) ** 2
             mean[r], m2[r] = mu, q
+
     return kernel
 
 
@@ -522,6 +560,7 @@ def argreduce_rows(better, loop):
                 if best == best and (better(v, best) or v != v):  # first NaN wins
                     best, at = v, j
             out[r] = at
+
     return kernel
 
 
@@ -547,6 +586,7 @@ def logical_or_reduce(acc, x):
 
 def matmul_int(loop):
     """Batched integer matmul, (B, M, K) @ (B, K, N) -> (B, M, N); floats use BLAS."""
+
     def kernel(a, b, out):
         for p in loop(out.shape[0]):
             for i in range(out.shape[1]):
@@ -555,6 +595,7 @@ def matmul_int(loop):
                     for k in range(a.shape[2]):
                         acc += a[p, i, k] * b[p, k, j]
                     out[p, i, j] = acc
+
     return kernel
 
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+
 def _buffer(a):
     """A flat view spanning the memory of a strided array, from its lowest address."""
     if a.ndim == 0:
@@ -76,8 +77,11 @@ def rows_view(data, axis):
     """A 2-D view (kept, reduced) of ``data`` with the ``axis`` dims last (may copy)."""
     shape = data.shape
     cols = math.prod([shape[d] for d in axis])  # math.prod: np.prod costs ~4 us
-    rows = math.prod(shape) // cols if cols else math.prod(
-        [n for d, n in enumerate(shape) if d not in axis])
+    rows = (
+        math.prod(shape) // cols
+        if cols
+        else math.prod([n for d, n in enumerate(shape) if d not in axis])
+    )
     if axis == tuple(range(data.ndim - len(axis), data.ndim)):  # trailing (sorted) axes
         return data.reshape(rows, cols)  # no transpose to build
     kept = [d for d in range(data.ndim) if d not in axis]

@@ -19,18 +19,23 @@ def matmul(ks, x1, x2):
     comp = S.promote(op, (x1, x2))
     a, b = S.operand(x1, comp), S.operand(x2, comp)
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"matmul: operands must be at least 1-D, got shapes "
-                         f"{x1._shape} and {x2._shape}")
+        raise ValueError(
+            f"matmul: operands must be at least 1-D, got shapes {x1._shape} and {x2._shape}"
+        )
     a2 = a[None] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(f"matmul: shapes {x1._shape} and {x2._shape} do not match "
-                         f"(contracted dimensions {a2.shape[-1]} != {b2.shape[-2]})")
+        raise ValueError(
+            f"matmul: shapes {x1._shape} and {x2._shape} do not match "
+            f"(contracted dimensions {a2.shape[-1]} != {b2.shape[-2]})"
+        )
     try:
         batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
     except ValueError:
-        raise ValueError(f"matmul: the batch dimensions of shapes {x1._shape} and "
-                         f"{x2._shape} cannot be broadcast together") from None
+        raise ValueError(
+            f"matmul: the batch dimensions of shapes {x1._shape} and "
+            f"{x2._shape} cannot be broadcast together"
+        ) from None
     if comp.kind == "f":
         out = np.matmul(a2, b2)  # BLAS
     else:
@@ -39,9 +44,11 @@ def matmul(ks, x1, x2):
         a3 = np.broadcast_to(a2, batch + (m, k)).reshape(nb, m, k)
         b3 = np.broadcast_to(b2, batch + (k, n)).reshape(nb, k, n)
         out = np.zeros((nb, m, n), comp.np)
+
         def build():
             arr = jit.array(comp, 3, "A")
             return K.instantiate(K.matmul_int, (range,), types.void(arr, arr, arr))
+
         if out.size:
             jit.cached((K.matmul_int, comp), build)(a3, b3, out)
         out = out.reshape(batch + (m, n))
@@ -67,7 +74,6 @@ def tensordot(ks, x1, x2, axes):
     out = matmul(ks, from_array(np.ascontiguousarray(a2)), from_array(np.ascontiguousarray(b2)))
     shape = tuple(x1._shape[d] for d in free_a) + tuple(x2._shape[d] for d in free_b)
     return from_array(out._data.reshape(shape))
-
 
 
 def vecdot(ks, x1, x2, axis):

@@ -12,15 +12,19 @@ from .elementwise import Elementwise
 
 empty = np.empty
 
+
 def concat(ks, arrays, axis):
     op = OPERATORS["concat"]
     comp = S.promote(op, arrays)
     first = arrays[0]._shape
     for t in arrays:
         if len(t._shape) != len(first) or any(
-                s != f for d, (s, f) in enumerate(zip(t._shape, first)) if d != axis):
-            raise ValueError(f"concat: all tensors must have the same shape except on "
-                             f"axis {axis}; got {', '.join(str(a._shape) for a in arrays)}")
+            s != f for d, (s, f) in enumerate(zip(t._shape, first)) if d != axis
+        ):
+            raise ValueError(
+                f"concat: all tensors must have the same shape except on "
+                f"axis {axis}; got {', '.join(str(a._shape) for a in arrays)}"
+            )
     shape = list(first)
     shape[axis] = sum(t._shape[axis] for t in arrays)
     out = empty(tuple(shape), comp.np)
@@ -41,8 +45,10 @@ def stack(ks, arrays, axis):
     first = arrays[0]._shape
     for t in arrays:
         if t._shape != first:
-            raise ValueError(f"stack: all tensors must have the same shape; got "
-                             f"{', '.join(str(a._shape) for a in arrays)}")
+            raise ValueError(
+                f"stack: all tensors must have the same shape; got "
+                f"{', '.join(str(a._shape) for a in arrays)}"
+            )
     expanded = [from_array(np.expand_dims(t._data, axis)) for t in arrays]
     return concat(ks, expanded, axis)
 

@@ -47,13 +47,15 @@ class Reduction:
         loop = range if rows.size < _parallel_min else prange
         template, flags = self.template, rows.flags
         layout = "C" if flags.c_contiguous else "A"
-        if (self.columns is not None and loop is range and layout == "A"
-                and flags.f_contiguous):
+        if self.columns is not None and loop is range and layout == "A" and flags.f_contiguous:
             template, rows, layout = self.columns, rows.T, "C"
         args = (loop,) if self.fn is None else (self.fn, loop)
-        entry = jit.cached((template, self.fn, rows.dtype, out.dtype, loop, layout),
-                           lambda: K.instantiate(template, args, types.void(
-                               jit.array(rows.dtype, 2, layout), jit.array(out.dtype))))
+        entry = jit.cached(
+            (template, self.fn, rows.dtype, out.dtype, loop, layout),
+            lambda: K.instantiate(
+                template, args, types.void(jit.array(rows.dtype, 2, layout), jit.array(out.dtype))
+            ),
+        )
         entry(rows, out)
 
 
@@ -93,6 +95,7 @@ def _sum_like(reduction, start):
         if rows.size:
             reduction(rows, acc)
         return _finish(acc, x, axis, keepdims, res)
+
     return kernel
 
 
@@ -100,32 +103,40 @@ def _fold(reduction, start, result):
     """A reduction kernel: ``start(rows, x)`` gives the accumulator (one value per row,
     or raises for an identity-less reduction over nothing); ``reduction`` folds each
     row into it; ``result(x)`` is the result dtype."""
+
     def kernel(ks, x, axis, keepdims):
         rows = rows_view(x._data, axis)
         acc = start(rows, x)
         if rows.size:
             reduction(rows, acc)
         return _finish(acc, x, axis, keepdims, result(x))
+
     return kernel
 
 
 def _first_value(what):
     """max/min start from each row's first value; no identity for an empty axis."""
+
     def start(rows, x):
         if rows.shape[1] == 0:
-            raise ValueError(f"{what}: cannot reduce a zero-size axis (shape {x._shape}): "
-                             "there is no identity")
+            raise ValueError(
+                f"{what}: cannot reduce a zero-size axis (shape {x._shape}): there is no identity"
+            )
         return rows[:, 0].copy()
+
     return start
 
 
 def _first_index(what):
     """argmax/argmin start at index 0; an empty axis has no index to give."""
+
     def start(rows, x):
         if rows.shape[1] == 0:
-            raise ValueError(f"{what}: cannot take the {what} of an empty sequence "
-                             f"(shape {x._shape})")
+            raise ValueError(
+                f"{what}: cannot take the {what} of an empty sequence (shape {x._shape})"
+            )
         return np.zeros(rows.shape[0], np.int64)
+
     return start
 
 
@@ -136,8 +147,10 @@ def _constant(value):
 def _moments(rows):
     def build():
         a = jit.array(np.float64)
-        return K.instantiate(K.moments_rows, (range,), types.void(
-            jit.array(rows.dtype, 2, "A"), a, a))
+        return K.instantiate(
+            K.moments_rows, (range,), types.void(jit.array(rows.dtype, 2, "A"), a, a)
+        )
+
     mean, m2 = np.empty(rows.shape[0]), np.empty(rows.shape[0])
     if rows.shape[1]:
         jit.cached((K.moments_rows, rows.dtype), build)(rows, mean, m2)
@@ -175,16 +188,18 @@ def std(ks, x, axis, correction, keepdims):
 
 def register(registry):
     kernels = {
-        "sum": _sum_like(_SUM, 0), "prod": _sum_like(_PROD, 1),
+        "sum": _sum_like(_SUM, 0),
+        "prod": _sum_like(_PROD, 1),
         "max": _fold(_MAX, _first_value("max"), lambda x: x._dtype),
         "min": _fold(_MIN, _first_value("min"), lambda x: x._dtype),
         "all": _fold(_ALL, _constant(True), lambda x: D.bool_),
         "any": _fold(_ANY, _constant(False), lambda x: D.bool_),
         "argmax": _fold(_ARGMAX, _first_index("argmax"), lambda x: D.int64),
         "argmin": _fold(_ARGMIN, _first_index("argmin"), lambda x: D.int64),
-        "mean": mean, "var": var, "std": std,
+        "mean": mean,
+        "var": var,
+        "std": std,
     }
     for name, fn in kernels.items():
         fn.__name__ = fn.__qualname__ = name
         registry.register(name, "cpu", fn)
-

@@ -25,8 +25,10 @@ def reshape(ks, x, shape, copy):
         return from_array(x._data.reshape(shape).copy())
     data = x._data.reshape(shape)
     if copy is False and not np.shares_memory(data, x._data) and data.size:
-        raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} with "
-                         f"strides {x._data.strides} to {shape} without copying (copy=False)")
+        raise ValueError(
+            f"reshape: cannot reshape a tensor of shape {x._shape} with "
+            f"strides {x._data.strides} to {shape} without copying (copy=False)"
+        )
     return _view_of(x, data)
 
 
@@ -56,8 +58,11 @@ def broadcast_to(ks, x, shape):
 
 def split(ks, x, sections, axis):
     n = x._shape[axis]
-    bounds = (list(range(sections, n, sections)) if isinstance(sections, int)
-              else list(np.cumsum(sections)[:-1]))
+    bounds = (
+        list(range(sections, n, sections))
+        if isinstance(sections, int)
+        else list(np.cumsum(sections)[:-1])
+    )
     return tuple(_view_of(x, p) for p in np.split(x._data, bounds, axis=axis))
 
 
@@ -82,22 +87,31 @@ def setitem(ks, x, key, value):
     v = S.scalar_value(value)
     if v is None:
         if not hasattr(value, "_dtype"):
-            raise TypeError(f"setitem: the value must be a tensor or a Python scalar, got "
-                            f"{type(value).__name__}")
+            raise TypeError(
+                f"setitem: the value must be a tensor or a Python scalar, got "
+                f"{type(value).__name__}"
+            )
         src = value._dtype
     else:
-        src = D.PROMOTE[x._dtype.index][S.promote(OPERATORS["add"], (x, v)).index] \
-            if x._dtype.kind != "b" else S.promote(OPERATORS["equal"], (x, v))
+        src = (
+            D.PROMOTE[x._dtype.index][S.promote(OPERATORS["add"], (x, v)).index]
+            if x._dtype.kind != "b"
+            else S.promote(OPERATORS["equal"], (x, v))
+        )
     if not D.can_cast(src, x._dtype) and not (v is not None and src.kind == x._dtype.kind):
-        raise TypeError(f"setitem: cannot store {src} values into a {x._dtype} tensor "
-                        f"without changing their kind (cast them explicitly with astype)")
+        raise TypeError(
+            f"setitem: cannot store {src} values into a {x._dtype} tensor "
+            f"without changing their kind (cast them explicitly with astype)"
+        )
     if not x._data.flags.writeable:
         raise ValueError("setitem: the tensor is a read-only view (e.g. from broadcast_to)")
     try:
         x._data[unwrap_index(key)] = S.operand(value, x._dtype)
     except ValueError as exc:  # shape mismatch: name the operator and both shapes
-        raise ValueError(f"setitem: cannot store a value of shape {S.shape_of(value)} into "
-                         f"a selection of a tensor of shape {x._shape}: {exc}") from None
+        raise ValueError(
+            f"setitem: cannot store a value of shape {S.shape_of(value)} into "
+            f"a selection of a tensor of shape {x._shape}: {exc}"
+        ) from None
     return x
 
 
@@ -120,6 +134,19 @@ def copy(ks, x):
 
 
 def register(registry):
-    for fn in (reshape, permute_dims, matrix_transpose, expand_dims, squeeze, flip,
-               broadcast_to, split, getitem, setitem, index_add, astype, copy):
+    for fn in (
+        reshape,
+        permute_dims,
+        matrix_transpose,
+        expand_dims,
+        squeeze,
+        flip,
+        broadcast_to,
+        split,
+        getitem,
+        setitem,
+        index_add,
+        astype,
+        copy,
+    ):
         registry.register(fn.__name__, "cpu", fn)

@@ -37,6 +37,7 @@ def elementwise(op, ufunc):
         with np.errstate(all="ignore"):
             out = ufunc(*[S.operand(a, comp) for a in args])
         return from_array(np.asarray(out, res.np))
+
     kernel.__name__ = kernel.__qualname__ = op.name
     return kernel
 
@@ -49,6 +50,7 @@ def inplace(op, ufunc):
         with np.errstate(all="ignore"):
             x1._data[...] = ufunc(S.operand(x1, comp), S.operand(x2, comp))
         return x1
+
     kernel.__name__ = kernel.__qualname__ = op.name
     return kernel
 
@@ -64,16 +66,21 @@ def clip(ks, x, min=None, max=None):
     if hi is not None:
         out = np.where(np.isnan(hi) if x._dtype.kind == "f" else False, hi, np.minimum(out, hi))
     if out.shape != x._shape:
-        raise ValueError(f"clip: the bounds must broadcast to x's shape {x._shape}, got a "
-                         f"result shape {out.shape}")
+        raise ValueError(
+            f"clip: the bounds must broadcast to x's shape {x._shape}, got a "
+            f"result shape {out.shape}"
+        )
     return from_array(np.ascontiguousarray(out, x._dtype.np))
 
 
 def where(ks, condition, x1, x2):
     comp = S.promote(OPERATORS["where"], (x1, x2))
     S.broadcast_shapes("where", *(S.shape_of(a) for a in (condition, x1, x2)))
-    return from_array(np.asarray(np.where(S.operand(condition, D.bool_),
-                                          S.operand(x1, comp), S.operand(x2, comp))))
+    return from_array(
+        np.asarray(
+            np.where(S.operand(condition, D.bool_), S.operand(x1, comp), S.operand(x2, comp))
+        )
+    )
 
 
 def astype(ks, x, dtype, copy):
@@ -94,14 +101,17 @@ def _reduce(fn, result):
         with np.errstate(all="ignore"):
             out = fn(x, axis, *rest)
         return from_array(np.asarray(out, result(x).np))
+
     return kernel
 
 
 def _sum(npfn, name):
     def kernel(ks, x, axis, dtype, keepdims):
         res = S.sum_dtype(OPERATORS[name], x, dtype)
-        return from_array(np.asarray(npfn(x._data, axis=axis, keepdims=keepdims,
-                                          dtype=res.np), res.np))
+        return from_array(
+            np.asarray(npfn(x._data, axis=axis, keepdims=keepdims, dtype=res.np), res.np)
+        )
+
     return kernel
 
 
@@ -113,6 +123,7 @@ def _float_stat(npfn, name):
         if n == 0 or n - extra.get("ddof", 0) <= 0:
             return np.full(S.reduced_shape(x._shape, axis, keepdims), np.nan)
         return npfn(x._data.astype(dtype.np), axis=axis, keepdims=keepdims, **extra)
+
     kernel = _reduce(compute, lambda x: S.check_dtype(OPERATORS[name], x._dtype))
     if name == "mean":
         return lambda ks, x, axis, keepdims: kernel(ks, x, axis, 0.0, keepdims)
@@ -122,30 +133,37 @@ def _float_stat(npfn, name):
 def _extreme(npfn, name):
     def compute(x, axis, keepdims):
         if any(x._shape[d] == 0 for d in axis):
-            raise ValueError(f"{name}: cannot reduce a zero-size axis (shape {x._shape}, "
-                             f"axis {axis}): there is no identity")
+            raise ValueError(
+                f"{name}: cannot reduce a zero-size axis (shape {x._shape}, "
+                f"axis {axis}): there is no identity"
+            )
         return npfn(x._data, axis=axis, keepdims=keepdims)
+
     return _reduce(compute, lambda x: x._dtype)
 
 
 def _arg(npfn, name):
     def compute(x, axis, keepdims):
         if any(x._shape[d] == 0 for d in axis):  # axis holds every dim when it was None
-            raise ValueError(f"{name}: cannot take the {name} of an empty sequence "
-                             f"(shape {x._shape})")
+            raise ValueError(
+                f"{name}: cannot take the {name} of an empty sequence (shape {x._shape})"
+            )
         data = x._data
         if len(axis) != 1:  # several (or all) axes: move them last and flatten them
             kept = reduced_shape(x._shape, axis, keepdims)
             last = np.moveaxis(data, axis, range(-len(axis), 0))
-            return npfn(last.reshape(last.shape[:data.ndim - len(axis)] + (-1,)),
-                        axis=-1).reshape(kept)
+            return npfn(last.reshape(last.shape[: data.ndim - len(axis)] + (-1,)), axis=-1).reshape(
+                kept
+            )
         return npfn(data, axis=axis[0], keepdims=keepdims)
+
     return _reduce(compute, lambda x: D.int64)
 
 
 def _logical(npfn):
-    return _reduce(lambda x, axis, keepdims: npfn(x._data, axis=axis, keepdims=keepdims),
-                   lambda x: D.bool_)
+    return _reduce(
+        lambda x, axis, keepdims: npfn(x._data, axis=axis, keepdims=keepdims), lambda x: D.bool_
+    )
 
 
 # ---------------------------------------------------------------- views and joins
@@ -153,8 +171,10 @@ def _logical(npfn):
 
 def _view(data_of):
     """A view kernel: ``data_of(array, *args)`` is the view's array."""
+
     def kernel(ks, x, *args):
         return from_array(data_of(x._data, *args), x._ks & _NO_AUTOGRAD)
+
     kernel.__name__ = kernel.__qualname__ = data_of.__name__
     return kernel
 
@@ -164,8 +184,9 @@ def reshape(ks, x, shape, copy):
         return from_array(np.array(np.reshape(x._data, shape)))
     data = np.reshape(x._data, shape)
     if copy is False and data.size and data.base is None:
-        raise ValueError(f"reshape: cannot reshape a tensor of shape {x._shape} without "
-                         "copying (copy=False)")
+        raise ValueError(
+            f"reshape: cannot reshape a tensor of shape {x._shape} without copying (copy=False)"
+        )
     return from_array(data, x._ks & _NO_AUTOGRAD)
 
 
@@ -186,8 +207,9 @@ def squeeze(data, axis):
 
 
 def flip(data, axis):
-    return data[tuple(slice(None, None, -1) if d in axis else slice(None)
-                      for d in range(data.ndim))]
+    return data[
+        tuple(slice(None, None, -1) if d in axis else slice(None) for d in range(data.ndim))
+    ]
 
 
 def broadcast_to(data, shape):
@@ -196,11 +218,13 @@ def broadcast_to(data, shape):
 
 def split(data, sections, axis):
     n = data.shape[axis]
-    sizes = [min(sections, n - i) for i in range(0, n, sections)] if isinstance(
-        sections, int) else list(sections)
+    sizes = (
+        [min(sections, n - i) for i in range(0, n, sections)]
+        if isinstance(sections, int)
+        else list(sections)
+    )
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return tuple(data[(slice(None),) * axis + (slice(s, s + k),)]
-                 for s, k in zip(starts, sizes))
+    return tuple(data[(slice(None),) * axis + (slice(s, s + k),)] for s, k in zip(starts, sizes))
 
 
 def _split(ks, x, sections, axis):
@@ -224,17 +248,19 @@ def getitem(ks, x, key):
 
 def setitem(ks, x, key, value):
     if not isinstance(value, (bool, int, float)) and not hasattr(value, "_dtype"):
-        raise TypeError(f"setitem: the value must be a tensor or a Python scalar, got "
-                        f"{type(value).__name__}")
+        raise TypeError(
+            f"setitem: the value must be a tensor or a Python scalar, got {type(value).__name__}"
+        )
     kind = {bool: "b", int: "i", float: "f"}.get(type(value)) or value._dtype.kind
     order = "biuf"
-    if kind != x._dtype.kind and not (kind in "iu" and x._dtype.kind in "iu") and (
-            order.index(kind) > order.index(x._dtype.kind)):
-        raise TypeError(f"setitem: cannot store {kind!r}-kind values into a {x._dtype} "
-                        "tensor")
+    if (
+        kind != x._dtype.kind
+        and not (kind in "iu" and x._dtype.kind in "iu")
+        and (order.index(kind) > order.index(x._dtype.kind))
+    ):
+        raise TypeError(f"setitem: cannot store {kind!r}-kind values into a {x._dtype} tensor")
     if hasattr(value, "_dtype") and not D.can_cast(value._dtype, x._dtype):
-        raise TypeError(f"setitem: cannot store {value._dtype} values into a {x._dtype} "
-                        "tensor")
+        raise TypeError(f"setitem: cannot store {value._dtype} values into a {x._dtype} tensor")
     if not x._data.flags.writeable:
         raise ValueError("setitem: the tensor is a read-only view")
     try:
@@ -264,6 +290,7 @@ def _join(npfn, name):
         except ValueError as exc:
             shapes = ", ".join(str(a._shape) for a in arrays)
             raise ValueError(f"{name}: {exc}; shapes {shapes}") from None
+
     kernel.__name__ = kernel.__qualname__ = name
     return kernel
 
@@ -275,8 +302,9 @@ stack = _join(np.stack, "stack")
 def matmul(ks, x1, x2):
     comp = S.promote(OPERATORS["matmul"], (x1, x2))
     if not x1._shape or not x2._shape:
-        raise ValueError(f"matmul: operands must be at least 1-D, got shapes "
-                         f"{x1._shape} and {x2._shape}")
+        raise ValueError(
+            f"matmul: operands must be at least 1-D, got shapes {x1._shape} and {x2._shape}"
+        )
     try:
         return from_array(np.asarray(np.matmul(S.operand(x1, comp), S.operand(x2, comp))))
     except ValueError:
@@ -285,8 +313,7 @@ def matmul(ks, x1, x2):
 
 def tensordot(ks, x1, x2, axes):
     comp = S.promote(OPERATORS["tensordot"], (x1, x2))
-    return from_array(np.asarray(np.tensordot(S.operand(x1, comp), S.operand(x2, comp),
-                                              axes=axes)))
+    return from_array(np.asarray(np.tensordot(S.operand(x1, comp), S.operand(x2, comp), axes=axes)))
 
 
 def vecdot(ks, x1, x2, axis):
@@ -353,7 +380,27 @@ def lamina_register_kernels(registry):
     for fn in (permute_dims, matrix_transpose, expand_dims, squeeze, flip, broadcast_to):
         register(fn.__name__, _view(fn))
     register("split", _split)
-    for fn in (clip, where, astype, copy, reshape, getitem, setitem, index_add, concat,
-               stack, matmul, tensordot, vecdot, full, empty, arange, linspace, eye,
-               from_host, rand, randn):
+    for fn in (
+        clip,
+        where,
+        astype,
+        copy,
+        reshape,
+        getitem,
+        setitem,
+        index_add,
+        concat,
+        stack,
+        matmul,
+        tensordot,
+        vecdot,
+        full,
+        empty,
+        arange,
+        linspace,
+        eye,
+        from_host,
+        rand,
+        randn,
+    ):
         register(fn.__name__, fn)

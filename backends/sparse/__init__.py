@@ -20,6 +20,7 @@ scalar), ``sum`` and matrix products with a dense operand are dense. Sparse oper
 an elementwise operator do not broadcast: a dense partner may broadcast to the sparse
 shape, not the other way round.
 """
+
 import numpy as np
 
 from lamina.backends import setup as S
@@ -73,16 +74,20 @@ def _keys(c):
 
 def _same_shape(name, a, b):
     if a.shape != b.shape:
-        raise ValueError(f"{name}: sparse operands must have the same shape (sparse "
-                         f"tensors do not broadcast), got {a.shape} and {b.shape}")
+        raise ValueError(
+            f"{name}: sparse operands must have the same shape (sparse "
+            f"tensors do not broadcast), got {a.shape} and {b.shape}"
+        )
 
 
 def _dense_partner_shape(name, c, dense):
     shape = S.broadcast_shapes(name, c.shape, S.shape_of(dense))
     if shape != c.shape:
-        raise ValueError(f"{name}: a sparse operand of shape {c.shape} does not broadcast "
-                         f"to {shape} (the dense operand's shape {S.shape_of(dense)}); "
-                         "only the dense operand may broadcast")
+        raise ValueError(
+            f"{name}: a sparse operand of shape {c.shape} does not broadcast "
+            f"to {shape} (the dense operand's shape {S.shape_of(dense)}); "
+            "only the dense operand may broadcast"
+        )
 
 
 def _threads_for(work):
@@ -127,8 +132,10 @@ def dense_to_sparse(ks, x):
 
 
 def dense_coalesce(ks, x):
-    raise TypeError("coalesce: expected a sparse tensor, got a dense one (make one with "
-                    "to_sparse() or lamina.sparse_coo_tensor)")
+    raise TypeError(
+        "coalesce: expected a sparse tensor, got a dense one (make one with "
+        "to_sparse() or lamina.sparse_coo_tensor)"
+    )
 
 
 def dense_sparse_mask(ks, x, mask):
@@ -154,6 +161,7 @@ def _pattern_unary(name):
         c = x._data if linear else coalesce(ks, x)._data
         values = _below(ks, name, from_array(c.values))._data
         return make(c.indices, np.ascontiguousarray(values), c.shape, c.coalesced)
+
     kernel.__name__ = kernel.__qualname__ = name
     return kernel
 
@@ -166,6 +174,7 @@ def _add_like(name):
         if _is_sparse(a) and _is_sparse(b):
             return _sparse_plus_sparse(ks, name, a._data, b._data, comp)
         return _sparse_plus_dense(name, a, b, comp)
+
     kernel.__name__ = kernel.__qualname__ = name
     return kernel
 
@@ -178,8 +187,12 @@ def _sparse_plus_sparse(ks, name, ca, cb, comp):
     if ca.coalesced and cb.coalesced:  # a merge of two sorted lists stays coalesced
         indices, values = K.run_merge_add(_keys(ca), ca.indices, va, _keys(cb), cb.indices, vb)
         return make(indices, values, ca.shape, True)
-    return make(np.concatenate([ca.indices, cb.indices], axis=1), np.concatenate([va, vb]),
-                ca.shape, va.size + vb.size <= 1)
+    return make(
+        np.concatenate([ca.indices, cb.indices], axis=1),
+        np.concatenate([va, vb]),
+        ca.shape,
+        va.size + vb.size <= 1,
+    )
 
 
 def _sparse_plus_dense(name, a, b, comp):
@@ -207,7 +220,8 @@ def _add_inplace(name):
         if _is_sparse(x1):
             raise NotImplementedError(
                 f"{name}: sparse tensors are not updated in place; write "
-                f"x = x {'+' if name == 'add_' else '-'} y instead")
+                f"x = x {'+' if name == 'add_' else '-'} y instead"
+            )
         c = x2._data
         comp = S.promote(op, (x1, x2))
         S.inplace_check(op, x1, S.result_dtype(op, comp), c.shape)
@@ -223,6 +237,7 @@ def _add_inplace(name):
                 K.run_scatter_add(tmp.reshape(-1), keys, values)
                 x1._data[...] = tmp
         return x1
+
     kernel.__name__ = kernel.__qualname__ = name
     return kernel
 
@@ -233,7 +248,8 @@ def multiply(ks, a, b):
         ca, cb = coalesce(ks, a)._data, coalesce(ks, b)._data
         _same_shape("multiply", ca, cb)
         indices, values = K.run_intersect_multiply(
-            _keys(ca), ca.indices, _as(ca.values, comp), _keys(cb), _as(cb.values, comp))
+            _keys(ca), ca.indices, _as(ca.values, comp), _keys(cb), _as(cb.values, comp)
+        )
         return make(indices, values, ca.shape, True)
     s, d = (a, b) if _is_sparse(a) else (b, a)
     c = s._data
@@ -242,8 +258,12 @@ def multiply(ks, a, b):
     else:  # only the entries the sparse operand has: the result keeps its pattern
         _dense_partner_shape("multiply", c, d)
         picked = np.broadcast_to(S.operand(d, comp), c.shape)[tuple(c.indices)]
-        values = _below(ks, "multiply", from_array(_as(c.values, comp)),
-                        from_array(np.ascontiguousarray(picked)))._data
+        values = _below(
+            ks,
+            "multiply",
+            from_array(_as(c.values, comp)),
+            from_array(np.ascontiguousarray(picked)),
+        )._data
     # kernels take C-contiguous values (Note [Sparse kernel cache]); a new array here
     return make(c.indices, np.ascontiguousarray(values), c.shape, c.coalesced)
 
@@ -275,16 +295,19 @@ def sum_(ks, x, axis, dtype, keepdims):
 
 def matrix_transpose(ks, x):
     c = x._data
-    return make(np.ascontiguousarray(c.indices[::-1]), c.values, c.shape[::-1],
-                c.values.size <= 1)
+    return make(np.ascontiguousarray(c.indices[::-1]), c.values, c.shape[::-1], c.values.size <= 1)
 
 
 def permute_dims(ks, x, axes):
     c = x._data
     if list(axes) == sorted(axes):
         return x
-    return make(np.ascontiguousarray(c.indices[list(axes)]), c.values,
-                tuple(c.shape[a] for a in axes), c.values.size <= 1)
+    return make(
+        np.ascontiguousarray(c.indices[list(axes)]),
+        c.values,
+        tuple(c.shape[a] for a in axes),
+        c.values.size <= 1,
+    )
 
 
 # ---------------------------------------------------------------- matrix products
@@ -293,15 +316,18 @@ def permute_dims(ks, x, axes):
 def matmul(ks, x1, x2):
     """sparse @ dense (spmm) and dense @ sparse, 1-D operands as in ``matmul``."""
     if _is_sparse(x1) and _is_sparse(x2):
-        raise NotImplementedError("matmul: sparse @ sparse has no sparse kernel; convert "
-                                  "one operand with .to_dense()")
+        raise NotImplementedError(
+            "matmul: sparse @ sparse has no sparse kernel; convert one operand with .to_dense()"
+        )
     comp = S.promote(OPERATORS["matmul"], (x1, x2))
     sparse_left = bool(_is_sparse(x1))
     s, d = (x1, x2) if sparse_left else (x2, x1)
     c = s._data
     if len(d._shape) not in (1, 2):
-        raise ValueError(f"matmul: a sparse operand needs a 1-D or 2-D dense operand, got "
-                         f"shapes {x1._shape} and {x2._shape}")
+        raise ValueError(
+            f"matmul: a sparse operand needs a 1-D or 2-D dense operand, got "
+            f"shapes {x1._shape} and {x2._shape}"
+        )
     dense = np.ascontiguousarray(S.operand(d, comp))
     values = np.ascontiguousarray(_as(c.values, comp))
     zeros = np.zeros(values.size, np.int64)
@@ -317,8 +343,10 @@ def matmul(ks, x1, x2):
         dense = dense.reshape((-1, 1) if sparse_left else (1, -1))
     a_shape, b_shape = ((m, k), dense.shape) if sparse_left else (dense.shape, (m, k))
     if a_shape[1] != b_shape[0]:
-        raise ValueError(f"matmul: shapes {x1._shape} and {x2._shape} do not match "
-                         f"(contracted dimensions {a_shape[1]} != {b_shape[0]})")
+        raise ValueError(
+            f"matmul: shapes {x1._shape} and {x2._shape} do not match "
+            f"(contracted dimensions {a_shape[1]} != {b_shape[0]})"
+        )
     out = np.zeros((a_shape[0], b_shape[1]), comp.np)
     if sparse_left:
         parallel = _threads_for(values.size * out.shape[1])
@@ -334,7 +362,8 @@ def matmul(ks, x1, x2):
         K.run_spmm(cols, rows, values, np.ascontiguousarray(dense.T), out_t)
         out = np.ascontiguousarray(out_t.T)
     shape = (() if len(x1._shape) == 1 else out.shape[:1]) + (
-        () if len(x2._shape) == 1 else out.shape[1:])
+        () if len(x2._shape) == 1 else out.shape[1:]
+    )
     return from_array(out.reshape(shape))
 
 
@@ -343,11 +372,25 @@ def matmul(ks, x1, x2):
 
 def _kernels():
     found = {name: _pattern_unary(name) for name in PATTERN_UNARY}
-    found.update({"add": _add_like("add"), "subtract": _add_like("subtract"),
-                  "add_": _add_inplace("add_"), "subtract_": _add_inplace("subtract_"),
-                  "sum": sum_})
-    for fn in (multiply, matmul, matrix_transpose, permute_dims, to_dense, to_sparse,
-               coalesce, sparse_mask):
+    found.update(
+        {
+            "add": _add_like("add"),
+            "subtract": _add_like("subtract"),
+            "add_": _add_inplace("add_"),
+            "subtract_": _add_inplace("subtract_"),
+            "sum": sum_,
+        }
+    )
+    for fn in (
+        multiply,
+        matmul,
+        matrix_transpose,
+        permute_dims,
+        to_dense,
+        to_sparse,
+        coalesce,
+        sparse_mask,
+    ):
         found[fn.__name__] = fn
     return found
 
@@ -356,6 +399,10 @@ def _kernels():
 def lamina_register_kernels(registry):
     for name, fn in _kernels().items():
         registry.register(name, "sparse", fn)
-    for name, fn in (("to_dense", dense_to_dense), ("to_sparse", dense_to_sparse),
-                     ("coalesce", dense_coalesce), ("sparse_mask", dense_sparse_mask)):
+    for name, fn in (
+        ("to_dense", dense_to_dense),
+        ("to_sparse", dense_to_sparse),
+        ("coalesce", dense_coalesce),
+        ("sparse_mask", dense_sparse_mask),
+    ):
         registry.register(name, "cpu", fn)

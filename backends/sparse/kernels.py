@@ -15,6 +15,7 @@ of the named dtypes.
 Indices are validated when a sparse tensor is made (``storage.py``) and never change
 afterwards, so these kernels index without bounds checks.
 """
+
 import numpy as np
 from numba import prange, types
 
@@ -38,7 +39,7 @@ def linear_keys(indices, strides, out):
 
 
 def is_sorted(keys):
-    for e in range(1, keys.size):
+    for e in range(1, keys.size):  # noqa: SIM110 (a Numba kernel: a loop, not a generator)
         if keys[e] < keys[e - 1]:
             return False
     return True
@@ -157,8 +158,7 @@ def dense_spmm(dense, rows, cols, values, out):
 
 
 def _by_values(fn, signature_of, parallel=False):
-    return jit.kernel_family(fn, lambda d: signature_of(jit.array(d), jit.array(d, 2)),
-                             parallel)
+    return jit.kernel_family(fn, lambda d: signature_of(jit.array(d), jit.array(d, 2)), parallel)
 
 
 def _index_kernel(fn, signature):
@@ -171,15 +171,18 @@ _IS_SORTED_SIGNATURE = types.boolean(I64)
 
 
 _COALESCE = _by_values(coalesce, lambda v, m: types.intp(I64, I64, I64_2D, v, I64_2D, v))
-_MERGE_ADD = _by_values(merge_add, lambda v, m: types.intp(I64, I64_2D, v, I64, I64_2D, v,
-                                                           I64_2D, v))
-_INTERSECT = _by_values(intersect_multiply, lambda v, m: types.intp(I64, I64_2D, v, I64, v,
-                                                                    I64_2D, v))
+_MERGE_ADD = _by_values(
+    merge_add, lambda v, m: types.intp(I64, I64_2D, v, I64, I64_2D, v, I64_2D, v)
+)
+_INTERSECT = _by_values(
+    intersect_multiply, lambda v, m: types.intp(I64, I64_2D, v, I64, v, I64_2D, v)
+)
 _SCATTER_ADD = _by_values(scatter_add, lambda v, m: types.void(v, I64, v))
 _SPMM_COO = _by_values(spmm_coo, lambda v, m: types.void(I64, I64, v, m, m))
 _SPMM_ROWS = _by_values(spmm_rows, lambda v, m: types.void(I64, I64, v, m, m))
-_SPMM_ROWS_PARALLEL = _by_values(spmm_rows, lambda v, m: types.void(I64, I64, v, m, m),
-                                 parallel=True)
+_SPMM_ROWS_PARALLEL = _by_values(
+    spmm_rows, lambda v, m: types.void(I64, I64, v, m, m), parallel=True
+)
 _DENSE_SPMM = _by_values(dense_spmm, lambda v, m: types.void(m, I64, I64, v, m))
 
 
@@ -196,8 +199,9 @@ def run_coalesce(keys, indices, values):
     order = np.arange(keys.size) if ordered else np.argsort(keys, kind="stable")
     out_i = np.empty_like(indices)
     out_v = np.empty_like(values)
-    n = _COALESCE.of(values)(keys, order.astype(np.int64, copy=False), indices, values,
-                             out_i, out_v)
+    n = _COALESCE.of(values)(
+        keys, order.astype(np.int64, copy=False), indices, values, out_i, out_v
+    )
     return np.ascontiguousarray(out_i[:, :n]), out_v[:n].copy()
 
 
@@ -227,7 +231,8 @@ def run_spmm(rows, cols, values, dense, out, starts=None, parallel=False):
         _SPMM_COO.of(values)(rows, cols, values, dense, out)
     else:
         (_SPMM_ROWS_PARALLEL if parallel else _SPMM_ROWS).of(values)(
-            starts, cols, values, dense, out)
+            starts, cols, values, dense, out
+        )
 
 
 def run_dense_spmm(dense, rows, cols, values, out):

@@ -11,6 +11,7 @@ with the same index are summed (an uncoalesced tensor may hold duplicates). Indi
 checked once, here, and never change afterwards (``indices()`` is read-only), so the
 Numba kernels index without bounds checks. 1-D and 2-D; int and float values.
 """
+
 import operator
 
 import numpy as np
@@ -46,12 +47,13 @@ class COO:
         raise TypeError(_DENSE_ONLY.format(what="np.asarray of its storage"))
 
     def __repr__(self):
-        return (f"COO(nnz={self.values.size}, shape={self.shape}, "
-                f"coalesced={self.coalesced})")
+        return f"COO(nnz={self.values.size}, shape={self.shape}, coalesced={self.coalesced})"
 
 
-_DENSE_ONLY = ("a sparse tensor reached code for dense tensors ({what}); sparse inputs "
-               "are handled by the sparse layer only (convert with .to_dense() first)")
+_DENSE_ONLY = (
+    "a sparse tensor reached code for dense tensors ({what}); sparse inputs "
+    "are handled by the sparse layer only (convert with .to_dense() first)"
+)
 
 
 def make(indices, values, shape, coalesced):
@@ -72,16 +74,16 @@ def _array(name, obj):
     """A NumPy array from a tensor (dense only), an ndarray or nested sequences."""
     if isinstance(obj, Tensor):
         if obj._ks & keys.SPARSE:
-            raise TypeError(f"sparse_coo_tensor: {name} must be a dense tensor, got a "
-                            "sparse one")
+            raise TypeError(f"sparse_coo_tensor: {name} must be a dense tensor, got a sparse one")
         return obj._data, True
     if isinstance(obj, np.ndarray):
         return obj, True
     try:
         return np.asarray(obj), False
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"sparse_coo_tensor: cannot convert {name} "
-                         f"({type(obj).__name__}) to an array: {exc}") from None
+        raise ValueError(
+            f"sparse_coo_tensor: cannot convert {name} ({type(obj).__name__}) to an array: {exc}"
+        ) from None
 
 
 def _check_indices(obj):
@@ -89,11 +91,13 @@ def _check_indices(obj):
     if not typed and idx.size == 0:
         idx = idx.astype(np.int64)  # [[], []]: NumPy says float64, the user meant "none"
     if idx.dtype.kind not in "iu":
-        raise ValueError(f"sparse_coo_tensor: indices must be integers (int64), got "
-                         f"dtype {idx.dtype}")
+        raise ValueError(
+            f"sparse_coo_tensor: indices must be integers (int64), got dtype {idx.dtype}"
+        )
     if idx.ndim != 2:
-        raise ValueError(f"sparse_coo_tensor: indices must be 2-D, shape (ndim, nnz), got "
-                         f"shape {idx.shape}")
+        raise ValueError(
+            f"sparse_coo_tensor: indices must be 2-D, shape (ndim, nnz), got shape {idx.shape}"
+        )
     if idx.dtype == np.uint64 and idx.size and idx.max() > np.iinfo(np.int64).max:
         raise IndexError(f"sparse_coo_tensor: index {idx.max()} is out of range")
     return np.array(idx, np.int64, order="C")  # always a copy: the tensor owns it
@@ -106,14 +110,18 @@ def _check_values(obj, nnz, dtype):
     elif vals.size == 0 and vals.dtype.kind not in "iuf":
         vals = vals.astype(D.default_float.np)
     if vals.ndim != 1:
-        raise ValueError(f"sparse_coo_tensor: values must be 1-D, shape (nnz,), got shape "
-                         f"{vals.shape}")
+        raise ValueError(
+            f"sparse_coo_tensor: values must be 1-D, shape (nnz,), got shape {vals.shape}"
+        )
     if vals.shape[0] != nnz:
-        raise ValueError(f"sparse_coo_tensor: indices and values do not match: indices "
-                         f"hold {nnz} entries (columns) but values holds {vals.shape[0]}")
+        raise ValueError(
+            f"sparse_coo_tensor: indices and values do not match: indices "
+            f"hold {nnz} entries (columns) but values holds {vals.shape[0]}"
+        )
     if vals.dtype.kind not in "iuf" or vals.dtype == np.float16:
-        raise TypeError(f"sparse_coo_tensor: values must be of an int or float dtype, got "
-                        f"{vals.dtype}")
+        raise TypeError(
+            f"sparse_coo_tensor: values must be of an int or float dtype, got {vals.dtype}"
+        )
     return np.array(vals, vals.dtype.newbyteorder("="), order="C")  # a copy, native order
 
 
@@ -124,20 +132,25 @@ def _check_shape(shape, idx):
             raise ValueError("sparse_coo_tensor: give a shape when there are no entries")
         shape = tuple(int(m) + 1 for m in idx.max(axis=1))
     try:
-        shape = tuple(operator.index(s) for s in (shape if isinstance(shape, (tuple, list))
-                                                  else (shape,)))
+        shape = tuple(
+            operator.index(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,))
+        )
     except TypeError:
-        raise TypeError(f"sparse_coo_tensor: shape must be a tuple of ints, got "
-                        f"{shape!r}") from None
+        raise TypeError(
+            f"sparse_coo_tensor: shape must be a tuple of ints, got {shape!r}"
+        ) from None
     if len(shape) not in (1, 2):
-        raise ValueError(f"sparse_coo_tensor: only 1-D and 2-D sparse tensors are "
-                         f"supported, got shape {shape}")
+        raise ValueError(
+            f"sparse_coo_tensor: only 1-D and 2-D sparse tensors are supported, got shape {shape}"
+        )
     if any(s < 0 for s in shape):
         raise ValueError(f"sparse_coo_tensor: negative size in shape {shape}")
     if len(shape) != nd:
-        raise ValueError(f"sparse_coo_tensor: indices have {nd} rows (one per dimension) "
-                         f"but shape {shape} has {len(shape)} dimensions")
-    if int(np.prod(shape, dtype=object)) >= 2 ** 63:
+        raise ValueError(
+            f"sparse_coo_tensor: indices have {nd} rows (one per dimension) "
+            f"but shape {shape} has {len(shape)} dimensions"
+        )
+    if int(np.prod(shape, dtype=object)) >= 2**63:
         raise ValueError(f"sparse_coo_tensor: shape {shape} has too many elements")
     return shape
 
@@ -145,8 +158,9 @@ def _check_shape(shape, idx):
 def _check_negative(idx):
     if idx.size and idx.min() < 0:
         d, e = (int(i[0]) for i in np.nonzero(idx < 0))
-        raise IndexError(f"sparse_coo_tensor: negative index {idx[d, e]} in dimension {d} "
-                         f"(entry {e})")
+        raise IndexError(
+            f"sparse_coo_tensor: negative index {idx[d, e]} in dimension {d} (entry {e})"
+        )
 
 
 def _check_range(idx, shape):
@@ -157,8 +171,10 @@ def _check_range(idx, shape):
         high = row.max()
         if high >= size:
             e = int(np.argmax(row))
-            raise IndexError(f"sparse_coo_tensor: index {high} is out of range for "
-                             f"dimension {d} of size {size} (entry {e}, shape {shape})")
+            raise IndexError(
+                f"sparse_coo_tensor: index {high} is out of range for "
+                f"dimension {d} of size {size} (entry {e}, shape {shape})"
+            )
 
 
 def sparse_coo_tensor(indices, values, shape=None, *, dtype=None):
@@ -180,11 +196,13 @@ def sparse_coo_tensor(indices, values, shape=None, *, dtype=None):
 def from_dense(data, shape):
     """The nonzero entries of a dense 1-D or 2-D array, coalesced (NumPy's nonzero)."""
     if len(shape) not in (1, 2):
-        raise ValueError(f"to_sparse: only 1-D and 2-D tensors can be made sparse, got "
-                         f"shape {shape}")
+        raise ValueError(
+            f"to_sparse: only 1-D and 2-D tensors can be made sparse, got shape {shape}"
+        )
     if data.dtype.kind not in "iuf":
-        raise TypeError(f"to_sparse: sparse tensors hold int or float values, got "
-                        f"{D.from_numpy(data.dtype)}")
+        raise TypeError(
+            f"to_sparse: sparse tensors hold int or float values, got {D.from_numpy(data.dtype)}"
+        )
     where = np.nonzero(data)  # row-major order: sorted, unique
     idx = np.array(where, np.int64).reshape(len(shape), -1)
     return make(np.ascontiguousarray(idx), np.ascontiguousarray(data[where]), shape, True)

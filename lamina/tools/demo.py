@@ -3,6 +3,7 @@
 Creates tensors, runs a few operators through the dispatcher, prints a dispatch table
 and the plugin list, and times seed 1's ``output = output + x`` loop next to NumPy.
 """
+
 import statistics
 import time
 
@@ -41,8 +42,10 @@ def main():
     print()
     print("backend plugins:")
     for row in lm.backends.list():
-        print(f"  {row['name']:10s} {row['source']:12s} {row['kernels']:4d} kernels "
-              f"on {', '.join(row['devices'])}")
+        print(
+            f"  {row['name']:10s} {row['source']:12s} {row['kernels']:4d} kernels "
+            f"on {', '.join(row['devices'])}"
+        )
     print()
     data = np.random.default_rng(0).standard_normal(100).astype(np.float32)
     ours = _ns_per_op(lm.zeros_like, lm.asarray(data))

@@ -9,6 +9,7 @@ gives the same attribution in instruction counts: each configuration runs under
 ``valgrind --tool=callgrind`` at ``k`` and ``2k`` iterations and reports
 (instructions(2k) - instructions(k)) / k, so start-up and JIT compilation cancel out.
 """
+
 import argparse
 import json
 import operator
@@ -31,8 +32,7 @@ CONFIGS = [
     ("dispatcher off", ("autograd", "sparse", "checks", "dispatcher")),
     ("raw kernel", None),
 ]
-BUCKETS = ("binding", "dispatcher", "autograd", "sparse check", "operator setup",
-           "computation")
+BUCKETS = ("binding", "dispatcher", "autograd", "sparse check", "operator setup", "computation")
 
 
 class _Probe:
@@ -49,6 +49,7 @@ class _Probe:
 
 def _inputs(args):
     import lamina as lm
+
     data = np.random.default_rng(0).standard_normal(args.n).astype(args.dtype)
     x = lm.asarray(data)
     if args.requires_grad:
@@ -62,6 +63,7 @@ def _step(args):
     """The loop body: ``out = out + x`` (through Tensor.__add__, as in the seed), or
     ``out = op(out, x)`` for another --op."""
     import lamina as lm
+
     return operator.add if args.op == "add" else getattr(lm, args.op)
 
 
@@ -69,6 +71,7 @@ def _runner(config, args):
     """A function(k) that runs the loop k times in ``config`` and returns the seconds
     the loop took (switching layers is not timed); None where the config cannot run."""
     import lamina as lm
+
     name, off = config
     x = _inputs(args)
     if off is None or "autograd" in off:
@@ -77,6 +80,7 @@ def _runner(config, args):
         if args.sparse:
             return None
         from lamina.backends.numba_cpu.elementwise import BY_NAME
+
         ew = BY_NAME[args.op]
         entry = ew.flat[x.dtype.index]
         a = x.numpy().reshape(-1)
@@ -88,6 +92,7 @@ def _runner(config, args):
             for _ in range(k):
                 entry(out, a, out)
             return time.perf_counter() - t
+
         return loop
     if args.sparse and ("sparse" in off or "checks" in off):
         return None
@@ -100,6 +105,7 @@ def _runner(config, args):
             for _ in range(k):
                 out = step(out, x)
             return time.perf_counter() - t
+
     try:
         loop(50)  # warm-up: JIT compilation, and a check that the config can run
     except Exception:
@@ -111,15 +117,17 @@ def _peers(args):
     peers = {}
     data = np.random.default_rng(0).standard_normal(args.n).astype(args.dtype)
     if not args.sparse and not args.requires_grad:
-        npfn = getattr(np, {"subtract": "subtract", "multiply": "multiply"}.get(
-            args.op, args.op), None)
+        npfn = getattr(
+            np, {"subtract": "subtract", "multiply": "multiply"}.get(args.op, args.op), None
+        )
 
-        def numpy_loop(k, x=data.copy(), fn=npfn):
+        def numpy_loop(k, x=data.copy(), fn=npfn):  # noqa: B008 (bound once, as locals)
             out = np.zeros_like(x)
             t = time.perf_counter()
             for _ in range(k):
                 out = fn(out, x)
             return time.perf_counter() - t
+
         peers["numpy"] = numpy_loop
     try:
         import torch
@@ -138,6 +146,7 @@ def _peers(args):
         for _ in range(k):
             out = fn(out, x)
         return time.perf_counter() - t
+
     peers["torch"] = torch_loop
     return peers
 
@@ -150,6 +159,7 @@ def _progress(msg):
 def measure(args):
     """Median ns per op of every configuration and peer, in interleaved rounds."""
     import lamina as lm
+
     lm.set_num_threads(args.threads)
     runners = {name: _runner((name, off), args) for name, off in CONFIGS}
 
@@ -187,14 +197,15 @@ def attribute(ns):
         "dispatcher": capped["checks off"] - capped["dispatcher off"],
         "autograd": capped["full"] - capped["autograd off"],
         "sparse check": capped["autograd off"] - capped["sparse off"],
-        "operator setup": (capped["sparse off"] - capped["checks off"]
-                           + capped["dispatcher off"] - binding - raw),
+        "operator setup": (
+            capped["sparse off"] - capped["checks off"] + capped["dispatcher off"] - binding - raw
+        ),
         "computation": raw,
     }
 
 
 def _bar(value, total, width=30):
-    n = int(round(width * value / total)) if total else 0
+    n = round(width * value / total) if total else 0
     return "#" * n
 
 
@@ -204,24 +215,32 @@ def report(args, ns, buckets, peers):
     what += ", requires_grad" if args.requires_grad else ""
     what += ", sparse" if args.sparse else ""
     unit = "instructions/op" if args.callgrind else "ns/op (median)"
-    lines = [f"output = {args.op}(output, x): {what}; k={args.k}", "",
-             f"{'configuration':18s} {unit:>16s}  {'x full':>7s}"]
+    lines = [
+        f"output = {args.op}(output, x): {what}; k={args.k}",
+        "",
+        f"{'configuration':18s} {unit:>16s}  {'x full':>7s}",
+    ]
     for name, _ in CONFIGS:
         v = ns.get(name)
-        lines.append(f"{name:18s} {'n/a':>16s}" if v is None else
-                     f"{name:18s} {v:16,.0f}  {v / full:7.2f}")
+        lines.append(
+            f"{name:18s} {'n/a':>16s}" if v is None else f"{name:18s} {v:16,.0f}  {v / full:7.2f}"
+        )
     for name, v in peers.items():
-        lines.append(f"{name:18s} {'not installed':>16s}" if v is None else
-                     f"{name:18s} {v:16,.0f}  {v / full:7.2f}   lamina/{name} = "
-                     f"{full / v:.2f}x")
+        lines.append(
+            f"{name:18s} {'not installed':>16s}"
+            if v is None
+            else f"{name:18s} {v:16,.0f}  {v / full:7.2f}   lamina/{name} = {full / v:.2f}x"
+        )
     lines += ["", f"{'bucket':18s} {unit:>16s}  {'share':>6s}"]
     for name in BUCKETS:
         v = buckets[name]
         lines.append(f"{name:18s} {v:16,.0f}  {v / full:6.1%}  {_bar(v, full)}")
     lines.append(f"{'total':18s} {sum(buckets.values()):16,.0f}")
     if any(ns.get(name) is None for name, _ in CONFIGS):
-        lines.append("(n/a: that layer cannot be switched off for this workload; the "
-                     "time below the last measured row is counted as computation)")
+        lines.append(
+            "(n/a: that layer cannot be switched off for this workload; the "
+            "time below the last measured row is counted as computation)"
+        )
     return "\n".join(lines)
 
 
@@ -229,8 +248,7 @@ def report(args, ns, buckets, peers):
 
 
 def _control(*flags):
-    subprocess.run(["callgrind_control", *flags, str(os.getpid())], check=True,
-                   capture_output=True)
+    subprocess.run(["callgrind_control", *flags, str(os.getpid())], check=True, capture_output=True)
 
 
 def _child(args):
@@ -240,8 +258,11 @@ def _child(args):
     JIT compilation) serves every row. A configuration that cannot run dumps nothing
     and is announced on stdout."""
     for name in [name for name, _ in CONFIGS] + ["binding probe"]:
-        runner = (_probe_loop if name == "binding probe" else
-                  _runner(next(c for c in CONFIGS if c[0] == name), args))
+        runner = (
+            _probe_loop
+            if name == "binding probe"
+            else _runner(next(c for c in CONFIGS if c[0] == name), args)
+        )
         if runner is None:
             print(f"skip {name}", flush=True)
             continue
@@ -255,7 +276,7 @@ def _child(args):
         print(f"done {name}", flush=True)
 
 
-def _probe_loop(k, a=_Probe()):
+def _probe_loop(k, a=_Probe()):  # noqa: B008 (bound once, a local in the loop)
     out = a
     t = time.perf_counter()
     for _ in range(k):
@@ -269,7 +290,7 @@ def _read_dump(path):
     with open(path) as f:
         for line in f:
             if line.startswith("desc: Trigger: dump "):
-                name = line[len("desc: Trigger: dump "):].strip()
+                name = line[len("desc: Trigger: dump ") :].strip()
             elif line.startswith("totals:"):
                 total = int(line.split()[1])
     return name, total
@@ -277,22 +298,43 @@ def _read_dump(path):
 
 def measure_callgrind(args):
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise SystemExit("--callgrind needs valgrind (with callgrind_control) on PATH; "
-                         "install it, e.g. apt-get install valgrind")
+        raise SystemExit(
+            "--callgrind needs valgrind (with callgrind_control) on PATH; "
+            "install it, e.g. apt-get install valgrind"
+        )
     _progress("running every configuration under callgrind (a few minutes)")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-               f"--callgrind-out-file={out}", sys.executable, "-m", "lamina.overhead",
-               "--child", "all", "--k", str(args.k), "--n", str(args.n), "--op", args.op,
-               "--dtype", args.dtype, "--threads", str(args.threads)]
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "lamina.overhead",
+            "--child",
+            "all",
+            "--k",
+            str(args.k),
+            "--n",
+            str(args.n),
+            "--op",
+            args.op,
+            "--dtype",
+            args.dtype,
+            "--threads",
+            str(args.threads),
+        ]
         cmd += ["--requires-grad"] if args.requires_grad else []
         cmd += ["--sparse"] if args.sparse else []
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"the callgrind run failed:\n{proc.stderr[-2000:]}")
-        dumps = sorted((p for p in os.listdir(tmp) if p.startswith("cg.out.")),
-                       key=lambda p: int(p.rsplit(".", 1)[1].split("-")[0]))
+        dumps = sorted(
+            (p for p in os.listdir(tmp) if p.startswith("cg.out.")),
+            key=lambda p: int(p.rsplit(".", 1)[1].split("-")[0]),
+        )
         totals = {}  # configuration -> [total at k, total at 2k]
         for p in dumps:
             name, total = _read_dump(os.path.join(tmp, p))
@@ -303,8 +345,7 @@ def measure_callgrind(args):
         counts = totals.get(name, [])
         if len(counts) != 2:
             if line.startswith("done"):
-                raise RuntimeError(f"callgrind wrote {len(counts)} dumps for {name!r}, "
-                                   "expected 2")
+                raise RuntimeError(f"callgrind wrote {len(counts)} dumps for {name!r}, expected 2")
             result[name] = None
         else:
             result[name] = (counts[1] - counts[0]) / args.k
@@ -313,8 +354,11 @@ def measure_callgrind(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m lamina.overhead", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m lamina.overhead",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--op", default="add", help="a binary elementwise operator (add)")
     p.add_argument("--n", type=int, default=100, help="elements per tensor (100)")
     p.add_argument("--k", type=int, default=20000, help="loop iterations per round")
@@ -324,8 +368,9 @@ def main(argv=None):
     p.add_argument("--requires-grad", action="store_true")
     p.add_argument("--sparse", action="store_true")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--callgrind", action="store_true",
-                   help="instruction counts under valgrind instead of time")
+    p.add_argument(
+        "--callgrind", action="store_true", help="instruction counts under valgrind instead of time"
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(args.threads, 1)))
@@ -340,15 +385,18 @@ def main(argv=None):
     if ns.get("full") is None:
         raise SystemExit("the full-stack configuration could not run")
     buckets = attribute(ns)
-    peers = {name: ns.get(name) for name in peer_names
-             if name in ns or name == "torch"}
+    peers = {name: ns.get(name) for name in peer_names if name in ns or name == "torch"}
     if args.json:
-        print(json.dumps({
-            "rows": [{"config": name, "ns_per_op": ns.get(name)} for name, _ in CONFIGS],
-            "buckets": buckets,
-            "peers": {"numpy": ns.get("numpy"), "torch": ns.get("torch")},
-            "unit": "instructions" if args.callgrind else "ns",
-        }))
+        print(
+            json.dumps(
+                {
+                    "rows": [{"config": name, "ns_per_op": ns.get(name)} for name, _ in CONFIGS],
+                    "buckets": buckets,
+                    "peers": {"numpy": ns.get("numpy"), "torch": ns.get("torch")},
+                    "unit": "instructions" if args.callgrind else "ns",
+                }
+            )
+        )
     else:
         print(report(args, ns, buckets, peers))
 

@@ -9,6 +9,7 @@ This module is imported while ``import lamina`` runs (entry points are loaded th
 at module level it only uses ``lamina.backends`` and ``lamina.dispatch``, which are
 complete by that time.
 """
+
 import collections
 import os
 
@@ -55,8 +56,9 @@ class CountingBackend:
     # ------------------------------------------------------------ the hook
     @hookimpl
     def lamina_register_kernels(self, registry):
-        registry.add_device(self.device, to_cpu=self.to_cpu, from_cpu=self.from_cpu,
-                            shares_memory=True)
+        registry.add_device(
+            self.device, to_cpu=self.to_cpu, from_cpu=self.from_cpu, shares_memory=True
+        )
         registry.register("from_host", self.device, self.from_host)
         registry.register("copy", self.device, self.copy)
         registry.register("add", self.device, self.add)
@@ -113,9 +115,11 @@ class CountingBackend:
     def count_matmul(self, next_kernel):
         """A kernel wrapper: called at table-build time with the kernel that would
         serve CPU matmul without this plugin; counts and delegates to it."""
+
         def counting_matmul(ks, x1, x2):
             self.cpu_matmul_calls += 1
             return next_kernel(ks, x1, x2)
+
         return counting_matmul
 
 
