@@ -8,13 +8,12 @@ and ``from_cpu``; moves between devices go through the CPU with them (``move``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from . import keys
 from .schema import OPERATORS
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
+Tensor = Any  # lamina.dispatch.tensor.Tensor, which imports this module
 
 
 class Device:

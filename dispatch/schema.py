@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,6 +156,12 @@ class Operator:
         )
 
     @property
+    def signature_text(self) -> str:
+        """The signature as the schema writes it (annotations unquoted)."""
+        text = re.sub(r": '([^']*)'", r": \1", str(self.signature))
+        return re.sub(r"-> '(.*)'$", r"-> \1", text)
+
+    @property
     def arity(self) -> int:
         return len(self.params)
 
@@ -188,7 +195,7 @@ class Operator:
         return self.table[ks.bit_length()](ks, *args)
 
     def __repr__(self) -> str:
-        return f"<operator {self.name}{self.signature}>"
+        return f"<operator {self.name}{self.signature_text}>"
 
 
 def keyset(args: Any) -> int:

@@ -26,10 +26,16 @@ INDEX_ADD = OPERATORS["index_add"]  # getitem's backward (not a public function)
 F64 = lm.float64
 
 
+# the device samples make their constants on (test_every_sample_runs_on_a_plugin_device)
+DEVICE = ["cpu"]
+
+
 def leaf(shape, lo=-1.0, hi=1.0, seed=0):
-    """A float64 leaf of ``shape`` requiring grad, uniform in [lo, hi)."""
+    """A float64 leaf of ``shape`` requiring grad, uniform in [lo, hi) (made on the
+    samples' device, DEVICE, when a sample makes it)."""
     rng = np.random.default_rng(seed)
-    return lm.asarray(rng.uniform(lo, hi, shape), dtype=F64, requires_grad=True)
+    data = rng.uniform(lo, hi, shape)
+    return lm.asarray(data, dtype=F64, device=DEVICE[0], requires_grad=True)
 
 
 def strided(shape, lo=-1.0, hi=1.0, seed=0, kind="T"):
@@ -47,8 +53,13 @@ def strided(shape, lo=-1.0, hi=1.0, seed=0, kind="T"):
 
 
 def const(data):
-    """A float64 tensor that does not require grad."""
-    return lm.asarray(np.asarray(data, dtype=np.float64))
+    """A float64 tensor that does not require grad (on the samples' device)."""
+    return lm.asarray(np.asarray(data, dtype=np.float64), device=DEVICE[0])
+
+
+def index(data):
+    """An int64 index tensor (on the samples' device)."""
+    return lm.asarray(data, dtype=lm.int64, device=DEVICE[0])
 
 
 def pos(shape, seed=0):
@@ -78,9 +89,12 @@ def inplace(name):
 
 
 def setitem(key):
+    """y[key] = v on a non-leaf copy y of x; ``key`` may be a function making it (a
+    tensor key is made on the samples' device)."""
+
     def fn(x, v):
         y = x * 1.0
-        y[key] = v
+        y[key() if callable(key) else key] = v
         return y
 
     return fn
@@ -312,10 +326,10 @@ SAMPLES = {
         ("bool_mask", lambda x: x[const([True, False, True, True]) > 0.5], [leaf((4, 2))]),
         (
             "int_tensor_repeated",
-            lambda x: x[lm.asarray([0, 2, 0, 0], dtype=lm.int64)] * const([1, 2, 3, 4]),
+            lambda x: x[index([0, 2, 0, 0])] * const([1, 2, 3, 4]),
             [leaf((3,))],
         ),
-        ("mixed", lambda x: x[lm.asarray([1, 1], dtype=lm.int64), 1:], [leaf((3, 3))]),
+        ("mixed", lambda x: x[index([1, 1]), 1:], [leaf((3, 3))]),
         ("view_of_strided", lambda x: x[:, 1], [strided((3, 4))]),
     ],
     "index_add": [
@@ -326,7 +340,7 @@ SAMPLES = {
         ),
         (
             "repeated",
-            lambda x, v: INDEX_ADD(x, lm.asarray([0, 2, 0], dtype=lm.int64), v) * const([1, 2, 3]),
+            lambda x, v: INDEX_ADD(x, index([0, 2, 0]), v) * const([1, 2, 3]),
             [leaf((3,)), leaf((3,), seed=1)],
         ),
     ],
@@ -335,7 +349,7 @@ SAMPLES = {
         ("broadcast_value", setitem(slice(0, 2)), [leaf((3, 4)), leaf((4,), seed=1)]),
         (
             "bool_mask",
-            setitem(const([True, False, True]) > 0.5),
+            setitem(lambda: const([True, False, True]) > 0.5),
             [leaf((3, 2)), leaf((2,), seed=1)],
         ),
         ("whole", setitem(Ellipsis), [leaf((3, 4)), leaf((3, 4), seed=1)]),
@@ -390,6 +404,47 @@ def test_gradcheck(name, fn, args, kwargs):
     outs = out if isinstance(out, (tuple, list)) else (out,)
     assert name in _node_names(outs), f"sample does not exercise {name}"
     assert gradcheck(fn, args, **kwargs)
+
+
+def _outputs_and_gradients(fn, args):
+    leaves = [a for a in args if isinstance(a, lm.Tensor) and a.requires_grad]
+    out = fn(*args)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    total = 0.0
+    for o in outs:
+        total = total + lm.sum(o * const(np.linspace(0.5, 1.5, o.size).reshape(o.shape)))
+    grads = lm.autograd.grad(total, leaves, allow_unused=True)
+    return [o.to("cpu").numpy() for o in outs], [
+        None if g is None else g.to("cpu").numpy() for g in grads
+    ]
+
+
+def _on_device(a, device):
+    if not isinstance(a, lm.Tensor):
+        return a
+    moved = a.detach().to(device)
+    return moved.requires_grad_() if a.requires_grad else moved
+
+
+@pytest.mark.parametrize("name, fn, args, kwargs", CASES)
+def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs):
+    """Formulas use dispatched operators only, so a sample gives the CPU's values and
+    gradients on the example plugin's ``counting`` device (its kernels and the CPU
+    fallback of lamina.backends); every tensor of the computation stays there."""
+    want_outs, want_grads = _outputs_and_gradients(fn, args)
+    DEVICE[0] = "counting"
+    try:
+        dev_args = [_on_device(a, "counting") for a in args]
+        out = fn(*dev_args)
+        for o in out if isinstance(out, (tuple, list)) else (out,):
+            assert o.device == "counting", name
+        got_outs, got_grads = _outputs_and_gradients(fn, dev_args)
+    finally:
+        DEVICE[0] = "cpu"
+    for got, want in zip(got_outs + got_grads, want_outs + want_grads):
+        assert (got is None) == (want is None), name
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
 
 
 def test_every_formula_has_samples():

@@ -221,7 +221,7 @@ def test_moves_between_cpu_and_the_device_copy_and_report_the_device():
     with pytest.raises(
         ValueError,
         match="cannot move a tensor from counting to 'gpu': "
-        "unknown device 'gpu'; known devices: cpu, counting",
+        f"unknown device 'gpu'; known devices: {', '.join(keys.devices())}",
     ):
         c.to("gpu")
 
@@ -500,7 +500,9 @@ def test_backends_list_records_and_prints_as_an_aligned_table(second):
 
 def test_dump_table_shows_the_new_device_keys_and_their_plugins(second):
     dump = lm.dispatch.dump_table("add")
-    assert [r[0] for r in dump] == ["CPU", "counting", "counting2", "Sparse", "Autograd"]
+    names = [r[0] for r in dump]  # other installed plugins' devices may sit between
+    assert names[0] == "CPU" and names[-2:] == ["Sparse", "Autograd"]
+    assert names.index("counting") < names.index("counting2")
     r = rows("add")
     assert r["counting"] == ("lamina_example_backend.CountingBackend.add", "example", 0)
     assert r["counting2"] == ("lamina_example_backend.CountingBackend.add", "example2", 0)

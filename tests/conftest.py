@@ -1,0 +1,43 @@
+"""Every test must leave lamina's process-wide state as it found it: the layer
+switches, the preferred backend, the registered plugins and devices, the dispatch
+tables, grad mode and the thread count. The autouse fixture below fails a test that
+changes any of them, naming what changed (Note [Upper layers] aside, this is all the
+global mutable state a user can change)."""
+
+import pytest
+
+import lamina as lm
+from lamina.backends import _manager
+from lamina.dispatch import keys, registry, schema
+
+
+def _entries(op):
+    """What serves each key, by plugin and kernel name (a plugin registered again
+    makes new function objects for the same table)."""
+    return {
+        key: (e.rule, e.in_mask, tuple((k.plugin, k.name) for k in e.chain))
+        for key, e in op.entries.items()
+    }
+
+
+def state():
+    return {
+        "layers": lm.layers.state(),
+        "preferred plugin": registry.preferred_plugin,
+        "plugins": sorted(_manager._sources),
+        "devices": keys.devices(),
+        "grad mode": lm.autograd.is_grad_enabled(),
+        "threads": lm.get_num_threads(),
+        "tables": {
+            name: (_entries(op), op.mask, len(op.table)) for name, op in schema.OPERATORS.items()
+        },
+    }
+
+
+@pytest.fixture(autouse=True)
+def _leaves_global_state_unchanged():
+    before = state()
+    yield
+    after = state()
+    changed = [what for what in before if before[what] != after[what]]
+    assert not changed, f"the test left lamina's global state changed: {changed}"

@@ -1,0 +1,206 @@
+"""The layering of the code base: imports run one way (``dispatch`` <- ``backends``,
+``autograd`` <- ``lamina``), no module imports itself back through others, and what
+the schema promises of the public functions (a true signature, a docstring) holds.
+
+Imports are read from the source (every ``import`` statement, inside functions too),
+so a lazy import that goes upward or closes a cycle fails here as well.
+"""
+
+import ast
+import inspect
+import pathlib
+
+import pytest
+
+import lamina as lm
+from lamina.dispatch import bindings, schema
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# folder -> (package it is imported as, rank): a module may import its own rank and
+# below; ranks 1 are peers that must not import each other
+LAYERS = {
+    "dispatch": ("lamina.dispatch", 0),
+    "backends": ("lamina.backends", 1),
+    "autograd": ("lamina.autograd", 1),
+    "lamina": ("lamina", 2),
+}
+
+
+def _modules():
+    """module name -> source path, for every module of the four layers."""
+    found = {}
+    for folder, (package, _) in LAYERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module):
+    """(layer folder, rank) of a lamina module name."""
+    for folder, (package, rank) in sorted(LAYERS.items(), key=lambda kv: -len(kv[1][0])):
+        if module == package or module.startswith(package + "."):
+            return folder, rank
+    raise AssertionError(module)
+
+
+def _imports(module, path):
+    """(line, imported lamina module) for every import in the module's source; ``from
+    X import y`` counts as importing X.y where that is a module, else X."""
+    is_package = path.name == "__init__.py"
+    here = module if is_package else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("lamina")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module
+            if not base.startswith("lamina"):
+                continue
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                found.append((node.lineno, sub if sub in MODULES else base))
+    return found
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def test_the_layers_are_all_found():
+    assert {
+        "lamina.dispatch.tensor",
+        "lamina.backends.numba_cpu",
+        "lamina.autograd.engine",
+        "lamina.tools.overhead",
+    } <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_downward(module):
+    folder, rank = _layer(module)
+    bad = []
+    for line, target in GRAPH[module]:
+        other, other_rank = _layer(target)
+        if other_rank > rank or (other_rank == rank and other != folder):
+            bad.append(f"line {line}: {target} ({other}, rank {other_rank})")
+    assert not bad, f"{module} ({folder}, rank {rank}) imports upward or sideways: {bad}"
+
+
+def _cycles(graph):
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for _, w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or any(t == v for _, t in graph.get(v, ())):
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_check_can_fail():
+    graph = {"a": [(1, "b")], "b": [(1, "c")], "c": [(1, "a")], "d": [(1, "a")]}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_direction_check_can_fail():
+    assert _layer("lamina.backends.numba_cpu.views") == ("backends", 1)
+    assert _layer("lamina.autograd") == ("autograd", 1)
+    assert _layer("lamina") == ("lamina", 2)
+    # a backend importing the public face would be reported
+    assert _layer("lamina")[1] > _layer("lamina.backends.sparse")[1]
+
+
+# ---------------------------------------------------------------- the public functions
+
+
+PUBLIC = list(bindings.public_operators())
+
+
+@pytest.mark.parametrize("op", PUBLIC, ids=lambda op: op.name)
+def test_public_functions_have_the_schema_signature_and_a_docstring(op):
+    fn = getattr(lm, op.name)
+    assert inspect.signature(fn) == op.signature
+    assert fn.__doc__ and fn.__doc__.startswith(op.doc)
+    assert fn.__module__ == "lamina"
+
+
+def test_every_public_function_has_a_docstring():
+    missing = [
+        name for name in lm.dispatch.ops.__all__ if not (getattr(lm, name).__doc__ or "").strip()
+    ]
+    assert missing == []
+
+
+def test_sum_exposes_its_dtype_keyword():
+    assert list(inspect.signature(lm.sum).parameters) == ["x", "axis", "dtype", "keepdims"]
+
+
+def test_generated_bindings_show_their_source():
+    text = bindings.source("sum")
+    assert text.startswith("def sum(x, /, *, axis=None, dtype=None, keepdims=False):")
+    assert "_Axes(axis, 'sum', 'axis', len(x._shape))" in text
+
+
+def test_every_schema_tag_and_category_is_known():
+    for op in schema.OPERATORS.values():
+        assert op.tags <= schema.TAGS and op.category in schema.CONVENTIONS, op.name
+        assert op.doc, op.name
+
+
+def test_the_operator_reference_is_fresh():
+    from lamina.tools import operators
+
+    assert operators.PATH.read_text() == operators.render(), (
+        "docs/operators.md is stale: run python -m lamina.tools.operators --write"
+    )
+
+
+def test_the_state_fixture_sees_what_a_test_leaves_changed():
+    """tests/conftest.py fails a test that leaves global state changed; its snapshot
+    must see each kind of change."""
+    from conftest import state
+
+    before = state()
+    with lm.layers.off("checks"):
+        assert state()["layers"] != before["layers"]
+        assert state()["tables"] != before["tables"]  # checks off: unchecked variants
+    with lm.backends.use("numpy_ref"):
+        assert state()["preferred plugin"] == "numpy_ref"
+    with lm.no_grad():
+        assert state()["grad mode"] is False
+    assert state() == before
