@@ -15,7 +15,7 @@ def _entries(op):
     """What serves each key, by plugin and kernel name (a plugin registered again
     makes new function objects for the same table)."""
     return {
-        key: (e.rule, e.in_mask, tuple((k.plugin, k.name) for k in e.chain))
+        key: (e.rule, e.in_mask, e.reason, tuple((k.plugin, k.name) for k in e.chain))
         for key, e in op.entries.items()
     }
 
