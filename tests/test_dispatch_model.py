@@ -124,7 +124,14 @@ TIES = Config(
     "ties",
     (
         # same plugin, same priority: registration order; ties with built-ins by name
-        P("probe_b", K(C, "cpu", 5), K(C, "cpu", 5), K(H, "cpu", 5), K(H, "autograd"), K(B, "autograd")),
+        P(
+            "probe_b",
+            K(C, "cpu", 5),
+            K(C, "cpu", 5),
+            K(H, "cpu", 5),
+            K(H, "autograd"),
+            K(B, "autograd"),
+        ),
         P("probe_a", K(H, "cpu", 5), K(B, "cpu", -20), K(B, "autograd")),
         P("aaa_probe", K(B, "cpu"), K(H, "autograd"), K(C, "sparse", 3)),
         P("probe_c", K(C, "sparse", 3), K(C, "autograd", 1)),
@@ -228,7 +235,7 @@ class Reg:
     order: int
     name: str  # how dump_table names it
     label: str  # what the trace records when it runs
-    builtin: bool
+    builtin: bool = False
     scalar: bool = False
     unchecked: bool = False
 
@@ -386,26 +393,26 @@ class Baseline:
     labels: dict  # built-in kernel function (or variant) -> its trace label
 
 
+def _builtin(k: registry.Kernel, op: str | None, key: int, kind: str, label: str) -> Reg:
+    scalar, unchecked = k.with_scalar is not None, k.unchecked is not None
+    return Reg(op, key, kind, k.plugin, k.priority, k.order, k.name, label, True, scalar, unchecked)
+
+
 def read_baseline() -> Baseline:
+    """The built-in registrations (of OPS, and every fallback), as the model's data."""
     regs, labels = [], {}
     for (op, key), ks in registry.kernels.items():
         if op not in OPS:
             continue
         for k in ks:
             assert not k.wraps, "built-in wrappers are not modelled: pick other operators"
-            scalar, unchecked = k.with_scalar is not None, k.unchecked is not None
-            kind = "kernel"
-            r = Reg(op, key, kind, k.plugin, k.priority, k.order, k.name, f"builtin:{k.name}", True, scalar, unchecked)
-            regs.append(r)
-            labels[k.fn] = r.label
-            if scalar:
-                labels[k.with_scalar] = f"{r.label}:scalar"
-            if unchecked:
-                labels[k.unchecked] = f"{r.label}:unchecked"
+            regs.append(_builtin(k, op, key, "kernel", f"builtin:{k.name}"))
+            labels[k.fn] = regs[-1].label
+            labels[k.with_scalar] = f"{regs[-1].label}:scalar"
+            labels[k.unchecked] = f"{regs[-1].label}:unchecked"
+    labels.pop(None, None)
     for key, ks in registry.fallbacks.items():
-        for k in ks:
-            label = f"builtin:[fallback] {k.name}"
-            regs.append(Reg(None, key, "fallback", k.plugin, k.priority, k.order, k.name, label, True))
+        regs += [_builtin(k, None, key, "fallback", f"builtin:[fallback] {k.name}") for k in ks]
     devices = {k for k in keys.all_keys() if k & BACKENDS}
     return Baseline(regs, devices, labels)
 
@@ -421,11 +428,9 @@ def model_of(config: Config, base: Baseline, probe_key: int) -> Model:
         if spec.adds_device:
             devices.add(probe_key)
         for i, p in enumerate(spec.probes):
-            tag = spec.tag(i)
-            key = key_of(p.device, probe_key)
-            regs.append(
-                Reg(p.op, key, p.kind, spec.name, p.priority, next(order), f"probe.{tag}", tag, False, p.scalar, p.unchecked)
-            )
+            tag, key = spec.tag(i), key_of(p.device, probe_key)
+            reg = Reg(p.op, key, p.kind, spec.name, p.priority, next(order), f"probe.{tag}", tag)
+            regs.append(dataclasses.replace(reg, scalar=p.scalar, unchecked=p.unchecked))
     return Model(regs, devices, frozenset(config.off), config.preferred)
 
 
@@ -616,8 +621,7 @@ def compare(model: Model, probe_key: int, base: Baseline) -> tuple[list[str], in
                 if actual != expected:
                     table = "scalar_table" if scalar else "table"
                     bad.append(
-                        f"{name} {table} {keys.keyset_names(raw)}: "
-                        f"real {actual}, model {expected}"
+                        f"{name} {table} {keys.keyset_names(raw)}: real {actual}, model {expected}"
                     )
     return bad, n
 
