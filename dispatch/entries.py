@@ -237,7 +237,9 @@ def rebuild() -> None:
     _used.clear()
     for op in OPERATORS.values():
         rebuild_op(op)
-    _slot_cache = dict(_used)  # slots of removed kernels are forgotten
+    # slots built from removed kernels are forgotten; error slots are kept, so that a
+    # key that comes back to "missing" gets the identical slot again
+    _slot_cache = {k: f for k, f in _slot_cache.items() if k[2] == "missing"} | _used
 
 
 def describe(entry: Entry) -> Any:
