@@ -68,8 +68,12 @@ def _row_major(shape, keep=None):
 
 
 def _keys(c):
-    """The row-major position of every entry (the sort key of coalesce)."""
-    return K.run_linear_keys(c.indices, _row_major(c.shape))
+    """The row-major position of every entry (the sort key of coalesce), computed once
+    per storage: indices never change after a sparse tensor is made."""
+    keys = c.keys
+    if keys is None:
+        keys = c.keys = K.run_linear_keys(c.indices, _row_major(c.shape))
+    return keys
 
 
 def _same_shape(name, a, b):
@@ -200,8 +204,12 @@ def _sparse_plus_dense(name, a, b, comp):
     s, d = (a, b) if sparse_first else (b, a)
     c = s._data
     _dense_partner_shape(name, c, d)
-    out = np.empty(c.shape, comp.np)
-    out[...] = S.operand(d, comp)
+    dense = S.operand(d, comp)
+    if dense.shape == c.shape:
+        out = np.array(dense, order="C")  # one copy (np.empty and a fill cost two calls)
+    else:
+        out = np.empty(c.shape, comp.np)
+        out[...] = dense
     values = _as(c.values, comp)
     if name == "subtract":
         if sparse_first:

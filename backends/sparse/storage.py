@@ -27,16 +27,17 @@ _new = object.__new__
 class COO:
     """Storage of one sparse COO tensor (Note [Sparse tensors])."""
 
-    __slots__ = ("indices", "values", "shape", "coalesced")
+    __slots__ = ("indices", "values", "shape", "coalesced", "keys")
 
     def __init__(self, indices, values, shape, coalesced):
         self.indices, self.values = indices, values
         self.shape, self.coalesced = shape, coalesced
+        self.keys = None  # the entries' row-major positions, computed once (indices never change)
 
     # Note [Sparse storage guard]: dense code reads ``x._data.dtype``, ``.reshape``,
     # ``np.asarray(x._data)``. A sparse tensor only reaches it by bypassing the
     # dispatcher (with the sparse layer off its slot raises first, see Note [Sparse
-    # layer off] in dispatch/table.py); then it gets this error instead of a wrong
+    # layer off] in dispatch/entries.py); then it gets this error instead of a wrong
     # result. Attributes that exist never come here, so this costs nothing otherwise.
     def __getattr__(self, name):
         if name.startswith("__"):
