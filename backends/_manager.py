@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import warnings
 from builtins import list as _list
+from collections.abc import Iterator
+from typing import Any
 
 import pluggy
 
@@ -19,7 +21,7 @@ plugin_manager.add_hookspecs(hookspecs)
 _sources = {}  # plugin name -> "built-in" | "entry point" | "runtime"
 
 
-def _run_hook(name, plugin):
+def _run_hook(name: str, plugin: Any) -> bool:
     caller = plugin_manager.subset_hook_caller(
         "lamina_register_kernels", [p for p in plugin_manager.get_plugins() if p is not plugin]
     )
@@ -39,7 +41,7 @@ def _run_hook(name, plugin):
     return True
 
 
-def register(plugin, name=None, source="runtime"):
+def register(plugin: Any, name: str | None = None, source: str = "runtime") -> bool:
     """Register a backend plugin and rebuild the dispatch tables once."""
     name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     if plugin_manager.has_plugin(name):
@@ -55,7 +57,7 @@ def register(plugin, name=None, source="runtime"):
     return ok
 
 
-def _forget(name):
+def _forget(name: str) -> None:
     """Drop everything plugin ``name`` recorded: kernels, fallbacks, devices."""
     R.unregister_plugin(name)
     devices.remove_devices_of(name)
@@ -98,7 +100,7 @@ def _warn_ties(name):
         )
 
 
-def unregister(name):
+def unregister(name: str) -> None:
     """Remove a plugin and its kernels; the kernels it overrode become active again."""
     plugin = plugin_manager.get_plugin(name)
     if plugin is None:
@@ -158,7 +160,7 @@ def _key_label(key):
     return names[0] if names else keys.key_name(key).lower()
 
 
-def list():
+def list() -> PluginList:
     """One record per plugin: name, source (built-in / entry point / runtime), devices
     it serves, devices it added, the priorities it registers at, and its number of
     kernels (fallbacks and wrappers included). Prints as a table."""
@@ -180,7 +182,7 @@ def list():
 
 
 @contextlib.contextmanager
-def use(plugin_name):
+def use(plugin_name: str) -> Iterator[None]:
     """Prefer one plugin's kernels for the whole block (tables rebuilt, not checked per call)."""
     if plugin_name not in _sources:
         raise ValueError(
@@ -193,13 +195,13 @@ def use(plugin_name):
         _set_preferred(previous)
 
 
-def _set_preferred(plugin):
+def _set_preferred(plugin: str | None) -> str | None:
     previous, R.preferred_plugin = R.preferred_plugin, plugin
     entries.rebuild()
     return previous
 
 
-def load_builtin():
+def load_builtin() -> None:
     """Register the built-in backend plugins (lamina's own layers register on top)."""
     from . import numba_cpu, numpy_ref, sparse
 
@@ -208,6 +210,6 @@ def load_builtin():
     register(sparse, "sparse", "built-in")  # the sparse-check layer (SPARSE key)
 
 
-def load_entry_points():
+def load_entry_points() -> None:
     """Register the plugins installed under entry point group ``lamina.backends``."""
     _load_entry_points()

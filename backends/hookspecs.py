@@ -5,14 +5,21 @@ Hooks run once, when the plugin is registered; they fill the dispatch tables and
 run per call.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import pluggy
+
+if TYPE_CHECKING:
+    from ._registry import Registry
 
 hookspec = pluggy.HookspecMarker("lamina")
 hookimpl = pluggy.HookimplMarker("lamina")
 
 
 @hookspec
-def lamina_register_kernels(registry):
+def lamina_register_kernels(registry: Registry) -> None:
     """Register kernels with ``registry.register(op, device, fn, priority=0)``.
 
     ``fn(ks, *args)`` receives the call's key set first (layers redispatch with it;

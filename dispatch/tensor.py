@@ -8,7 +8,7 @@ once, when the tensor is made (Note [Tensor fields]).
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,16 @@ class UpperLayers:
 upper = UpperLayers()
 
 
-class Tensor:
+# Note [Typed dunders]: Tensor's operator methods (__add__, ...) are installed from the
+# schema at import (dispatch/bindings.py). For type checkers only, Tensor derives from
+# the generated stub _dunders.pyi, which declares them; at run time the base is object.
+if TYPE_CHECKING:
+    from ._dunders import Dunders
+else:
+    Dunders = object
+
+
+class Tensor(Dunders):
     """An n-dimensional array of one dtype on one device (Array API ``array``).
 
     Note [Tensor fields]: ``_ks`` (dispatch key set), ``_dtype``, ``_shape`` and

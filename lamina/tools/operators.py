@@ -1,13 +1,15 @@
-"""``python -m lamina.tools.operators``: the operator reference, docs/operators.md.
+"""``python -m lamina.tools.operators``: the operator reference, docs/operators.md,
+and the type stub of the generated public functions, dispatch/ops.pyi.
 
-Generated from the operator schema (dispatch/operators.py); ``tests/test_docs.py``
-checks that the committed file is what this prints, so it cannot drift. Run with
-``--write`` to update the file.
+Both are generated from the operator schema (dispatch/operators.py);
+``tests/test_architecture.py`` checks that the committed files are what this renders,
+so they cannot drift. Run with ``--write`` to update them.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import pathlib
 
 from lamina.dispatch import arguments, schema
@@ -74,18 +76,125 @@ def render() -> str:
     return "\n".join(lines)
 
 
-PATH = pathlib.Path(__file__).resolve().parents[2] / "docs" / "operators.md"
+# What each argument kind is to a type checker (dispatch/arguments.py's kinds)
+STUB_TYPES = {
+    "Tensor": "Tensor",
+    "TensorOrScalar": "Tensor | bool | int | float",
+    "Tensors": "Sequence[Tensor]",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "Axis": "int",
+    "NewAxis": "int",
+    "Axes": "int | tuple[int, ...] | None",
+    "OneAxisOrAll": "int | None",
+    "Shape": "int | Sequence[int]",
+    "DType": "DTypeLike",
+    "Device": "str | Device",
+    "Any": "Any",
+}
+STUB_HEADER = """\
+# Generated from dispatch/operators.py by `python -m lamina.tools.operators --write`;
+# tests/test_architecture.py checks that it is fresh. The functions below are made at
+# import time from the operator schema (dispatch/bindings.py); this stub tells type
+# checkers their signatures. The composite functions are typed in composites.py.
+from collections.abc import Sequence
+from typing import Any
+
+from .arguments import AxisError as AxisError
+from .composites import *
+from .devices import Device
+from .dtypes import DType
+from .tensor import Tensor
+
+DTypeLike = DType | str | type | Any
+"""
+
+
+def _stub_param(p: schema.Param) -> str:
+    kind = STUB_TYPES[p.type] + (" | None" if p.annotation.endswith("| None") else "")
+    return f"{p.name}: {kind}" + ("" if p.default is inspect.Parameter.empty else " = ...")
+
+
+def render_stub() -> str:
+    lines = [STUB_HEADER]
+    for op in schema.OPERATORS.values():
+        if op.namespace != "":
+            continue
+        params, seen_kwonly = [], False
+        for i, p in enumerate(op.params):
+            if p.kind == inspect.Parameter.KEYWORD_ONLY and not seen_kwonly:
+                params.append("*")
+                seen_kwonly = True
+            params.append(_stub_param(p))
+            posonly = inspect.Parameter.POSITIONAL_ONLY
+            last_posonly = p.kind == posonly and (
+                i + 1 == len(op.params) or op.params[i + 1].kind != posonly
+            )
+            if last_posonly:
+                params.append("/")
+        returns = STUB_TYPES.get(op.returns, op.returns)
+        lines.append(f"def {op.name}({', '.join(params)}) -> {returns}: ...")
+    return "\n".join(lines) + "\n"
+
+
+DUNDER_HEADER = """\
+# Generated from dispatch/operators.py by `python -m lamina.tools.operators --write`;
+# tests/test_architecture.py checks that it is fresh. Tensor's operator methods are
+# installed at import time from the schema (dispatch/bindings.py); this stub, Tensor's
+# base class for type checkers only (Note [Typed dunders] in dispatch/tensor.py), types
+# them.
+from typing import Any
+
+from .tensor import Tensor
+
+Operand = Tensor | bool | int | float
+
+class Dunders:
+"""
+
+
+def render_dunder_stub() -> str:
+    lines = [DUNDER_HEADER.rstrip("\n")]
+    for op in schema.OPERATORS.values():
+        d = op.dunder
+        if d is None:
+            continue
+        if op.category != "elementwise":
+            other = "Tensor"
+            names = [d, f"r{d}"]
+        elif op.kind == "unary":
+            lines.append(f"    def __{d}__(self) -> Tensor: ...")
+            continue
+        elif "comparison" in op.tags:
+            lines.append(
+                f"    def __{d}__(self, other: Any) -> Tensor: ...  # type: ignore[override]"
+            )
+            continue
+        else:
+            other = "Operand"
+            names = [d, f"r{d}"] + ([f"i{d}"] if op.inplace is not None else [])
+        lines += [f"    def __{n}__(self, other: {other}) -> Tensor: ..." for n in names]
+    return "\n".join(lines) + "\n"
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PATH = ROOT / "docs" / "operators.md"
+STUB_PATH = ROOT / "dispatch" / "ops.pyi"
+DUNDER_STUB_PATH = ROOT / "dispatch" / "_dunders.pyi"
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m lamina.tools.operators", description=__doc__)
-    p.add_argument("--write", action="store_true", help=f"write {PATH}")
+    p.add_argument("--write", action="store_true", help=f"write {PATH} and {STUB_PATH}")
+    p.add_argument("--stub", action="store_true", help="print the stub, not the reference")
     args = p.parse_args(argv)
-    text = render()
     if args.write:
-        PATH.write_text(text)
+        PATH.write_text(render())
+        STUB_PATH.write_text(render_stub())
+        DUNDER_STUB_PATH.write_text(render_dunder_stub())
     else:
-        print(text, end="")
+        print(render_stub() if args.stub else render(), end="")
 
 
 if __name__ == "__main__":
