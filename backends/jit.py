@@ -44,6 +44,17 @@ def compile_kernel(pyfunc: Callable, signature: Any, parallel: bool = False) -> 
     return dispatcher.overloads[signature.args].entry_point
 
 
+_cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses
+
+
+def compile_cfunc(pyfunc: Callable, signature: Any) -> int:
+    """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature``; return its
+    address (Note [C loops] in numba_cpu/kernels.py)."""
+    c = numba.cfunc(signature, **OPTIONS)(pyfunc)
+    _cfuncs.append(c)
+    return c.address
+
+
 class _Stub:
     """Stands in a Family slot until first called; then compiles and steps aside."""
 

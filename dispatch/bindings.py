@@ -5,75 +5,32 @@ the key sets, AND the mask, index the table by bit_length), so ``a + b`` costs o
 Python call before the kernel. Python scalars have no key set; the AttributeError
 branch handles them off the fast path.
 
-Elementwise unary and binary operators get hand-written closures (the hot path). Every
-other public operator gets a function generated from its signature (Note [Generated
-bindings]): it checks each argument by its kind (``arguments.py``), applies the
-operator's ``check`` (``meta.py``) and dispatches. ``source(name)`` shows the code.
+Elementwise unary and binary operators get the core's bindings (the hot path, in C or
+in the Python reference: Note [Two cores] in reference.py). Every other public operator
+gets a function generated from its signature (Note [Generated bindings]): it checks each
+argument by its kind (``arguments.py``), applies the operator's ``check`` (``meta.py``)
+and dispatches. ``source(name)`` shows the code.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from . import arguments, keys
+from . import arguments, core, keys
+from .reference import scalar_keys
 from .schema import OPERATORS, Operator, keyset
-from .tensor import PY_SCALARS, Tensor, bump_version
-
-
-def _scalar_keys(name: str, *args: Any) -> int:
-    ks = 0
-    for a in args:
-        if type(a) in PY_SCALARS:
-            continue
-        k = getattr(a, "_ks", None)
-        if k is not None:
-            ks |= k
-        elif not isinstance(a, (float, int, np.generic)):  # subclasses: IntEnum, ...
-            raise TypeError(f"{name}: expected a tensor or a Python scalar, got {type(a).__name__}")
-    if not ks:
-        raise TypeError(
-            f"{name}: expected at least one tensor, got {', '.join(type(a).__name__ for a in args)}"
-        )
-    return ks
-
-
-def _scalar_call(op: Operator, x1: Any, x2: Any) -> Any:
-    """A binary call with a Python scalar operand, through the table of the kernels'
-    ``with_scalar`` variants (Note [Kernel variants]): a backend kernel's scalar path,
-    which would otherwise first try its tensor fast path and raise there (~450 ns, half
-    a small operation)."""
-    ks = _scalar_keys(op.name, x1, x2) & op.mask
-    return op.scalar_table[ks.bit_length()](ks, x1, x2)
+from .tensor import Tensor, bump_version
 
 
 def unary_binding(op: Operator) -> Callable:
-    table = op.table
-
-    def call(x, /):
-        try:
-            ks = x._ks & op.mask
-        except AttributeError:
-            raise TypeError(f"{op.name}: expected a tensor, got {type(x).__name__}") from None
-        return table[ks.bit_length()](ks, x)
-
-    return _named(call, op)
+    return _named(core.unary_binding(op.name, op.dispatch), op)
 
 
 def binary_binding(op: Operator) -> Callable:
-    table = op.table
-
-    def call(x1, x2, /):
-        try:
-            ks = (x1._ks | x2._ks) & op.mask
-        except AttributeError:
-            return _scalar_call(op, x1, x2)
-        return table[ks.bit_length()](ks, x1, x2)
-
-    return _named(call, op)
+    return _named(core.binary_binding(op.name, op.dispatch), op)
 
 
 def _named(fn: Callable, op: Operator) -> Callable:
@@ -165,13 +122,6 @@ def generated_binding(op: Operator) -> Callable:
 # ---------------------------------------------------------------- dunders
 
 
-def _reflected(fn: Callable) -> Callable:
-    def reflected(self, other):
-        return fn(other, self)
-
-    return reflected
-
-
 def _comparison(fn: Callable) -> Callable:
     def compare(self, other):
         if isinstance(other, (list, tuple, np.ndarray)):  # not a silent identity False
@@ -210,22 +160,22 @@ def _tensors_only(fn: Callable, reflected: bool) -> Callable:
 
 
 def _install_dunders(namespace: dict) -> None:
+    """Tensor's operator methods, through the core (``core.set_slot``): an elementwise
+    binding takes its operands in their own order, so it serves ``a + b`` and ``2 + a``
+    alike (``symmetric``)."""
     for op in OPERATORS.values():
         d = op.dunder
         if d is None:
             continue
+        fn = namespace[op.name]
         if op.category != "elementwise":
-            setattr(Tensor, f"__{d}__", _tensors_only(namespace[op.name], False))
-            setattr(Tensor, f"__r{d}__", _tensors_only(namespace[op.name], True))
-        elif op.kind == "unary":
-            setattr(Tensor, f"__{d}__", namespace[op.name])
-        elif "comparison" in op.tags:
-            setattr(Tensor, f"__{d}__", _comparison(namespace[op.name]))
+            core.set_slot(d, _tensors_only(fn, False), _tensors_only(fn, True))
+        elif op.kind == "unary" or "comparison" in op.tags:
+            core.set_slot(d, fn if op.kind == "unary" else _comparison(fn))
         else:
-            setattr(Tensor, f"__{d}__", namespace[op.name])
-            setattr(Tensor, f"__r{d}__", _reflected(namespace[op.name]))
+            core.set_slot(d, fn, symmetric=True)
             if op.inplace is not None:
-                setattr(Tensor, f"__i{d}__", _inplace(op.inplace))
+                core.set_slot(f"i{d}", _inplace(op.inplace))
 
 
 # ---------------------------------------------------------------- dispatcher off
@@ -255,12 +205,14 @@ def _direct(op: Operator) -> Callable:
             try:
                 ks = x1._ks | x2._ks
             except AttributeError:
-                ks = _scalar_keys(op.name, x1, x2)
+                ks = scalar_keys(op.name, x1, x2)
             if ks != keys.CPU:
                 refuse((x1, x2))
             return kernel(keys.CPU, x1, x2)
 
-    return _named(call, op)
+    return _named(
+        core.direct_binding(op.name, op.dispatch, 1 if op.kind == "unary" else 2, kernel, call), op
+    )
 
 
 # ---------------------------------------------------------------- installing

@@ -8,6 +8,8 @@ follow NumPy 2, so results match the NumPy reference backend.
 
 import numpy as np
 
+from . import core
+
 
 class DType:
     """A tensor element type. Compare with ``==`` or ``is``; both mean the same."""
@@ -177,3 +179,6 @@ def iinfo(type, /):
     info, r = np.iinfo(d.np), iinfo_object()
     r.bits, r.max, r.min, r.dtype = info.bits, int(info.max), int(info.min), d
     return r
+
+
+core.set_dtypes(ALL)  # the C core's fast path reads dtypes by index

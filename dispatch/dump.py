@@ -21,7 +21,9 @@ class TableDump(list):
     def __str__(self) -> str:
         rows = [self.head] + [tuple(str(c) for c in r) for r in self]
         widths = [max(len(r[i]) for r in rows) for i in range(len(self.head))]
-        lines = [f"dispatch table of {self.op.name}{self.op.signature}  (mask {self.op.mask:#x})"]
+        lines = [
+            f"dispatch table of {self.op.name}{self.op.signature_text}  (mask {self.op.mask:#x})"
+        ]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(2, "  ".join("-" * w for w in widths))
         return "\n".join(lines)

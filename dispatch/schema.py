@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .core import OperatorTable
+
 # How kernels of each category are called (docs/operators.md, docs/backends.md).
 CONVENTIONS = {
     "elementwise": "kernel(ks, *operands): tensors or Python scalars (a binary operator "
@@ -138,11 +140,26 @@ class Operator:
     namespace: str | None = ""  # "" the top level, "linalg", ...; None: not public
     check: Callable | None = None  # dispatch/meta.py: argument rules beyond the types
     doc: str = ""
-    # filled by the registry (lamina.dispatch.entries), never by the schema
-    table: list = field(default_factory=list, repr=False)
-    scalar_table: list = field(default_factory=list, repr=False)  # Note [Kernel variants]
-    mask: int = 0
-    entries: dict = field(default_factory=dict, repr=False)  # key -> Entry, for dumps
+    # filled by the registry (lamina.dispatch.entries), never by the schema: what the
+    # bindings read per call, and key -> Entry for dumps
+    dispatch: OperatorTable = field(default_factory=OperatorTable, repr=False)
+    entries: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def table(self) -> list:
+        return self.dispatch.table
+
+    @property
+    def scalar_table(self) -> list:  # Note [Kernel variants]
+        return self.dispatch.scalar_table
+
+    @property
+    def mask(self) -> int:
+        return self.dispatch.mask
+
+    @mask.setter
+    def mask(self, value: int) -> None:
+        self.dispatch.mask = value
 
     @property
     def signature(self) -> inspect.Signature:

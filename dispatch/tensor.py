@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import keys
+from . import core, keys
 from .devices import Device, device_of_key, move
 from .dtypes import DType, from_numpy
 from .format import format_tensor
 from .schema import OPERATORS
 
-PY_SCALARS = (float, int, bool)  # exact types: subclasses take the general paths
+PY_SCALARS = core.PY_SCALARS  # exact types: subclasses take the general paths
 
 
 class UpperLayers:
@@ -35,15 +35,17 @@ upper = UpperLayers()
 
 
 # Note [Typed dunders]: Tensor's operator methods (__add__, ...) are installed from the
-# schema at import (dispatch/bindings.py). For type checkers only, Tensor derives from
-# the generated stub _dunders.pyi, which declares them; at run time the base is object.
+# schema at import (dispatch/bindings.py). For type checkers only, Tensor also derives
+# from the generated stub _dunders.pyi, which declares them.
 if TYPE_CHECKING:
     from ._dunders import Dunders
+
+    class _Base(core.TensorBase, Dunders): ...
 else:
-    Dunders = object
+    _Base = core.TensorBase
 
 
-class Tensor(Dunders):
+class Tensor(_Base):
     """An n-dimensional array of one dtype on one device (Array API ``array``).
 
     Note [Tensor fields]: ``_ks`` (dispatch key set), ``_dtype``, ``_shape`` and
@@ -52,7 +54,7 @@ class Tensor(Dunders):
     is a new tensor), so the fast path may trust them without re-checking ``_data``.
     """
 
-    __slots__ = ("_data", "_flat", "_ks", "_dtype", "_shape", "_grad_fn", "__weakref__", "__dict__")
+    __slots__ = ()  # the fields are core.TensorBase's (C, or the Python reference)
     _data: Any
     _flat: np.ndarray | None
     _ks: int
@@ -403,3 +405,6 @@ def version_of(t: Tensor) -> int:
     if not versions or not isinstance(t._data, np.ndarray):
         return 0
     return versions.get(id(_root(t._data)), 0)
+
+
+core.set_tensor_type(Tensor)

@@ -27,10 +27,11 @@ LAYERS = {
 
 
 def _modules():
-    """module name -> source path, for every module of the four layers."""
+    """module name -> source path, for every module of the four layers (compiled
+    extensions too: their C source imports nothing of lamina's)."""
     found = {}
     for folder, (package, _) in LAYERS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in sorted([*(ROOT / folder).rglob("*.py"), *(ROOT / folder).rglob("*.c")]):
             parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
@@ -52,6 +53,8 @@ def _layer(module):
 def _imports(module, path):
     """(line, imported lamina module) for every import in the module's source; ``from
     X import y`` counts as importing X.y where that is a module, else X."""
+    if path.suffix == ".c":
+        return []
     is_package = path.name == "__init__.py"
     here = module if is_package else module.rpartition(".")[0]
     found = []

@@ -14,22 +14,24 @@ from numba import prange, types
 
 from lamina.backends import jit, threads
 from lamina.backends import setup as S
+from lamina.dispatch import core
 from lamina.dispatch import dtypes as D
-from lamina.dispatch.keys import CPU
 from lamina.dispatch.schema import OPERATORS, tagged
-from lamina.dispatch.tensor import PY_SCALARS, Tensor, from_array, from_flat
+from lamina.dispatch.tensor import from_array
 
 from . import kernels as K
 from .layout import strided_args
 
 empty = np.empty
-new_tensor = object.__new__
+KERNELS = []  # (ElementwiseKernel, Elementwise): their limits follow the thread count
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
 
 
 def _set_threshold(threshold):
     global _parallel_min
     _parallel_min = threshold
+    for kernel, ew in KERNELS:
+        kernel.set_limit(_limit(ew, threshold))
 
 
 threads.on_change(_set_threshold)
@@ -39,6 +41,7 @@ threads.on_change(_set_threshold)
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar}
+_C_LOOPS = {1: K.unary_cloop, 2: K.binary_cloop, "scalar": K.scalar_cloop}
 _INT_BOUNDS = [
     (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu" else None for d in D.ALL
 ]
@@ -76,6 +79,19 @@ class Elementwise:
                 comp = None
             fast = comp is d and arity != 3 and d.kind not in self.validate_kinds
             self.fast_out.append(S.result_dtype(op, d) if fast else None)
+        # the result dtype of a loop computing in dtype i (the unchecked path's)
+        self.results = [S.result_dtype(op, d) for d in D.ALL]
+
+    def address(self, form, index):
+        """The C address of the contiguous loop of dtype index ``index`` (form TENSOR or
+        SCALAR): what the C core calls, with no Numba unboxing (Note [C loops])."""
+        comp = D.ALL[index]
+        out = S.result_dtype(self.op, comp)
+        template = _C_LOOPS[self.arity if form == core.TENSOR else "scalar"]
+        return jit.cached(
+            (template, self.scalar_fn(comp), comp, out),
+            lambda: K.c_loop(template, self.scalar_fn(comp), comp, out, self.in_dtypes(comp)),
+        )
 
     def _compile(self, family, index, loop):
         comp = D.ALL[index]
@@ -90,34 +106,6 @@ class Elementwise:
                 out, *_STRIDED_OPERAND, *[t for a in ins for t in (a, *_STRIDED_OPERAND)], jit.INDEX
             )
         return K.instantiate(family[self.arity], (self.scalar_fn(comp), loop), sig)
-
-    def with_scalar(self, a, b):
-        """Note [Scalar fast path]: a contiguous tensor and a Python scalar whose weak
-        promotion keeps the tensor's dtype (``x * 2.0`` on floats, ``i + 1`` on ints in
-        range): one flat loop with the scalar passed as a kernel argument, converted to
-        the dtype by the entry point. Anything else returns None: the general path."""
-        first = type(a) in PY_SCALARS
-        t, v = (b, a) if first else (a, b)
-        if type(v) not in PY_SCALARS or t.__class__ is not Tensor or t._flat is None:
-            return None
-        dt = t._dtype
-        if type(v) is int:
-            # an int keeps an int dtype when in range (else OverflowError, from the
-            # general path); with floats it is converted; with bool it promotes
-            bounds = _INT_BOUNDS[dt.index]
-            if dt.kind == "b" or (bounds is not None and not bounds[0] <= v <= bounds[1]):
-                return None
-        elif type(v) is float and dt.kind != "f":
-            return None  # promotion to the default float: the general path
-        out_dt = self.fast_out[dt.index]
-        if out_dt is None:
-            return None
-        f = t._flat
-        out = empty(f.size, out_dt.np)
-        (self.scalar if f.size < _parallel_min else self.scalar_parallel)[dt.index](
-            f, v, out, first
-        )
-        return from_flat(out, t._shape, out_dt)
 
     def general(self, args, target=None, op=None):
         """Promotion, broadcasting, strides; ``target`` is the tensor of an in-place op
@@ -167,86 +155,43 @@ class Elementwise:
             self.simd(*arrays, out=out)
 
 
-def unary_kernel(ew):
-    flat, flat_parallel, fast_out, simd_min = ew.flat, ew.flat_parallel, ew.fast_out, ew.simd_min
-
-    def kernel(ks, x):
-        fx, dt = x._flat, x._dtype
-        out_dt = fast_out[dt.index]
-        if fx is not None and out_dt is not None:  # Note [Fast path]
-            n = fx.size
-            out = empty(n, out_dt.np)
-            if n >= simd_min:  # only float dtypes reach here for a NumPy-loop operator
-                ew.run_simd(out, fx)
-            else:
-                (flat if n < _parallel_min else flat_parallel)[dt.index](fx, out)
-            return from_flat(out, x._shape, out_dt)
-        return ew.general((x,))
-
-    kernel.__qualname__ = kernel.__name__ = ew.op.name
+def _named(kernel, name):
+    kernel.__module__, kernel.__qualname__ = __name__, name  # how dumps show it
     return kernel
 
 
+def _limit(ew, threshold):
+    """Note [Fast path]: from this many elements on, the general path serves (parallel
+    loops above the threshold, NumPy's SIMD loops from SIMD_MIN, Note [NumPy SIMD
+    loops])."""
+    return min(threshold, ew.simd_min)
+
+
+def _fast_kernel(ew):
+    kernel = core.ElementwiseKernel(
+        ew.op.name,
+        ew.arity,
+        ew.fast_out,
+        ew.results,
+        ew,
+        lambda ks, *args: ew.general(args),
+        _INT_BOUNDS,
+        _limit(ew, _parallel_min),
+    )
+    KERNELS.append((kernel, ew))
+    return _named(kernel, ew.op.name)
+
+
+def unary_kernel(ew):
+    return _fast_kernel(ew)
+
+
 def binary_kernel(ew):
-    flat, flat_parallel, fast_out = ew.flat, ew.flat_parallel, ew.fast_out
-    results = [S.result_dtype(ew.op, d) for d in D.ALL]  # for the unchecked path
-
-    def with_scalar(ks, a, b):  # a Python scalar operand
-        out = ew.with_scalar(a, b)
-        return out if out is not None else ew.general((a, b))
-
-    def kernel(ks, a, b):
-        try:
-            fa = a._flat
-            fast = (
-                fa is not None
-                and a._dtype is b._dtype
-                and a._shape == b._shape
-                and b._flat is not None
-            )
-        except AttributeError:  # a scalar; the bindings call with_scalar directly
-            return with_scalar(ks, a, b)
-        if fast:
-            dt, shape = a._dtype, a._shape
-            out_dt = fast_out[dt.index]  # Note [Fast path]
-            if out_dt is not None:
-                # from_flat, inlined: a call costs ~60 ns of the seed's ~850 ns budget
-                out = empty(shape, out_dt.np)
-                t = new_tensor(Tensor)
-                if len(shape) == 1:
-                    t._data = t._flat = out
-                else:
-                    t._data, t._flat = out, out.reshape(-1)
-                (flat if fa.size < _parallel_min else flat_parallel)[dt.index](fa, b._flat, t._flat)
-                t._ks, t._dtype, t._shape = CPU, out_dt, shape
-                return t
-        return ew.general((a, b))
-
-    def unchecked(ks, a, b):
-        # Note [Unchecked fast path]: the "checks" layer switched off (lamina.layers):
-        # no shape, contiguity or promotion decisions, only what keeps memory safe
-        # (equal sizes and dtypes; the entry point rejects a non-array, i.e. None).
-        try:
-            fa, fb, dt = a._flat, b._flat, a._dtype
-        except AttributeError:  # a scalar from a caller that does not use with_scalar
-            return with_scalar(ks, a, b)
-        if fa is None or fb is None or fa.size != fb.size or dt is not b._dtype:
-            raise ValueError(
-                f"{ew.op.name}: with the checks layer off, both inputs must "
-                "be contiguous tensors of one size and dtype"
-            )
-        out_dt = results[dt.index]
-        out = empty(a._shape, out_dt.np)
-        t = new_tensor(Tensor)  # from_flat, inlined, as in the checked fast path
-        t._data = out
-        t._flat = out if out.ndim == 1 else out.reshape(-1)
-        flat[dt.index](fa, fb, t._flat)
-        t._ks, t._dtype, t._shape = CPU, out_dt, a._shape
-        return t
-
-    for fn in (kernel, with_scalar, unchecked):
-        fn.__qualname__ = fn.__name__ = ew.op.name
-    return kernel, with_scalar, unchecked  # Note [Kernel variants]
+    """The kernel and its two variants (Note [Kernel variants]): a Python scalar operand
+    (``x * 2.0``), and the checks layer off (Note [Unchecked fast path])."""
+    kernel = _fast_kernel(ew)
+    variants = [_named(kernel.variant(form), ew.op.name) for form in (core.SCALAR, core.UNCHECKED)]
+    return kernel, *variants
 
 
 def inplace_kernel(ew, op):

@@ -18,8 +18,9 @@ arg-reductions over the rows of a 2-D view, and integer matmul.
 
 import math
 
+import numba
 import numpy as np
-from numba import prange
+from numba import prange, types
 from numba.extending import register_jitable
 
 from lamina.backends import jit
@@ -597,6 +598,80 @@ def matmul_int(loop):
                     out[p, i, j] = acc
 
     return kernel
+
+
+# ---------------------------------------------------------------- C loops
+# Note [C loops]: the contiguous loops of the C core's fast path (dispatch/_core.c),
+# compiled with numba.cfunc and called by address: pointers and a length, no arrays to
+# unbox (~2,000 instructions of a Numba entry point's ~2,500 on the seed's 100
+# elements). The scalar form gets the Python scalar as a double, int64 or uint64 (by
+# the dtype's kind) and casts it to the dtype once, as the Numba entry point of
+# binary_scalar converts it at its boundary.
+
+
+def unary_cloop(fn):
+    def loop(x, out, n):
+        for i in range(n):
+            out[i] = fn(x[i])
+
+    return loop
+
+
+def binary_cloop(fn):
+    def loop(a, b, out, n):
+        for i in range(n):
+            out[i] = fn(a[i], b[i])
+
+    return loop
+
+
+def scalar_cloop(fn, cast):
+    def loop(a, v, out, n, scalar_first):
+        w = cast(v)
+        if scalar_first:
+            for i in range(n):
+                out[i] = fn(w, a[i])
+        else:
+            for i in range(n):
+                out[i] = fn(a[i], w)
+
+    return loop
+
+
+def _cast(name, fn):
+    """A module-level cast to dtype ``name`` (it pickles by name: Note [Kernel cache])."""
+    cast = register_jitable(lambda v: fn(v))
+    cast.__name__ = cast.__qualname__ = "cast_" + name
+    globals()["cast_" + name] = cast
+    return cast
+
+
+@register_jitable
+def cast_bool(v):
+    return v != 0
+
+
+CASTS = {
+    name: _cast(name, getattr(np, name))
+    for name in ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64".split())
+}
+CASTS["bool"] = cast_bool
+SCALAR_ARGUMENT = {"f": types.float64, "i": types.int64, "u": types.uint64, "b": types.int64}
+
+
+def c_loop(template, fn, comp, out, ins):
+    """The C address of ``template`` instantiated with scalar function ``fn`` for
+    computation dtype ``comp``, inputs ``ins`` and output dtype ``out``."""
+
+    def ptr(d):  # a bool element is a byte: Numba stores its i1 booleans into uint8
+        return types.CPointer(types.uint8 if d.kind == "b" else numba.from_dtype(d.np))
+
+    if template is scalar_cloop:
+        sig = types.void(
+            ptr(ins[0]), SCALAR_ARGUMENT[comp.kind], ptr(out), types.int64, types.int32
+        )
+        return jit.compile_cfunc(scalar_cloop(fn, CASTS[comp.name]), sig)
+    return jit.compile_cfunc(template(fn), types.void(*map(ptr, ins), ptr(out), types.int64))
 
 
 # ---------------------------------------------------------------- compilation

@@ -8,6 +8,12 @@ NumPy and (when importable) PyTorch run in the same rounds, interleaved. ``--cal
 gives the same attribution in instruction counts: each configuration runs under
 ``valgrind --tool=callgrind`` at ``k`` and ``2k`` iterations and reports
 (instructions(2k) - instructions(k)) / k, so start-up and JIT compilation cancel out.
+
+Both cores are measured (Note [Two cores] in dispatch/reference.py): the C core in this
+process, the pure-Python one in a child process with ``LAMINA_PURE_PYTHON=1``, each with
+NumPy and PyTorch in its own rounds; ``--stack c`` or ``--stack python`` measures one.
+The raw kernel of the C core is its contiguous loop called by address from C
+(``_core.time_loop``); of the Python core, the Numba entry point.
 """
 
 import argparse
@@ -77,23 +83,7 @@ def _runner(config, args):
     if off is None or "autograd" in off:
         x = x.detach()  # nothing records below the autograd row, whatever x requires
     if name == "raw kernel":
-        if args.sparse:
-            return None
-        from lamina.backends.numba_cpu.elementwise import BY_NAME
-
-        ew = BY_NAME[args.op]
-        entry = ew.flat[x.dtype.index]
-        a = x.numpy().reshape(-1)
-        out = np.zeros_like(a)
-        entry(out, a, out)
-
-        def loop(k):
-            t = time.perf_counter()
-            for _ in range(k):
-                entry(out, a, out)
-            return time.perf_counter() - t
-
-        return loop
+        return None if args.sparse else _raw_loop(x, args)
     if args.sparse and ("sparse" in off or "checks" in off):
         return None
     step = _step(args)
@@ -110,6 +100,37 @@ def _runner(config, args):
         loop(50)  # warm-up: JIT compilation, and a check that the config can run
     except Exception:
         return None
+    return loop
+
+
+def _raw_loop(x, args):
+    """The loop alone on preallocated arrays: the computation bucket."""
+    from lamina.backends.numba_cpu.elementwise import BY_NAME
+    from lamina.dispatch import core
+
+    ew = BY_NAME[args.op]
+    a = x.numpy().reshape(-1)
+    out = np.zeros_like(a)
+    if core.IMPLEMENTATION == "c":
+        from lamina.dispatch import _core
+
+        address = ew.address(core.TENSOR, x.dtype.index)
+
+        def loop(k):
+            t = time.perf_counter()
+            _core.time_loop(address, 2, out, a, out, k)
+            return time.perf_counter() - t
+
+    else:
+        entry = ew.flat[x.dtype.index]
+
+        def loop(k):
+            t = time.perf_counter()
+            for _ in range(k):
+                entry(out, a, out)
+            return time.perf_counter() - t
+
+    loop(10)
     return loop
 
 
@@ -257,10 +278,13 @@ def _child(args):
     _valgrind_toggle, done with callgrind_control), so one process (one import, one
     JIT compilation) serves every row. A configuration that cannot run dumps nothing
     and is announced on stdout."""
-    for name in [name for name, _ in CONFIGS] + ["binding probe"]:
+    peers = _peers(args)
+    for name in [name for name, _ in CONFIGS] + ["binding probe", *peers]:
         runner = (
             _probe_loop
             if name == "binding probe"
+            else peers[name]
+            if name in peers
             else _runner(next(c for c in CONFIGS if c[0] == name), args)
         )
         if runner is None:
@@ -328,7 +352,7 @@ def measure_callgrind(args):
         ]
         cmd += ["--requires-grad"] if args.requires_grad else []
         cmd += ["--sparse"] if args.sparse else []
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(args.stack))
         if proc.returncode:
             raise RuntimeError(f"the callgrind run failed:\n{proc.stderr[-2000:]}")
         dumps = sorted(
@@ -353,6 +377,43 @@ def measure_callgrind(args):
     return result
 
 
+def _env(stack):
+    """The environment of a process measuring ``stack`` ("c" or "python")."""
+    env = dict(os.environ)
+    env.pop("LAMINA_PURE_PYTHON", None)
+    if stack == "python":
+        env["LAMINA_PURE_PYTHON"] = "1"
+    return env
+
+
+def _measure_stack(args, stack):
+    """(rows, buckets, peers) of one core: in this process when it is this process's."""
+    from lamina.dispatch import core
+
+    if args.callgrind:
+        ns = measure_callgrind(argparse.Namespace(**{**vars(args), "stack": stack}))
+    elif stack == core.IMPLEMENTATION:
+        ns = measure(args)
+    else:
+        cmd = [sys.executable, "-m", "lamina.overhead", "--json", "--stack", stack]
+        for flag in ("op", "n", "k", "rounds", "dtype", "threads"):
+            cmd += [f"--{flag}", str(getattr(args, flag))]
+        cmd += ["--requires-grad"] if args.requires_grad else []
+        cmd += ["--sparse"] if args.sparse else []
+        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(stack))
+        if out.returncode:
+            raise RuntimeError(f"measuring the {stack} core failed:\n{out.stderr[-2000:]}")
+        data = json.loads(out.stdout)[0]
+        ns = {r["config"]: r["ns_per_op"] for r in data["rows"]} | data["peers"]
+    if ns.get("full") is None:
+        raise SystemExit(f"the full-stack configuration of the {stack} core could not run")
+    peers = {name: ns.get(name) for name in ("numpy", "torch")}
+    return ns, attribute(ns), peers
+
+
+STACK_TITLES = {"c": "C core", "python": "pure-Python core (LAMINA_PURE_PYTHON=1)"}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m lamina.overhead",
@@ -371,33 +432,43 @@ def main(argv=None):
     p.add_argument(
         "--callgrind", action="store_true", help="instruction counts under valgrind instead of time"
     )
+    p.add_argument(
+        "--stack",
+        choices=("both", "c", "python"),
+        default="both",
+        help="which core to measure (both: C, when built, and pure Python)",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(args.threads, 1)))
     if args.child:
         return _child(args)
-    if args.callgrind:
-        ns = measure_callgrind(args)
-        peer_names = []
-    else:
-        ns = measure(args)
-        peer_names = ["numpy", "torch"]
-    if ns.get("full") is None:
-        raise SystemExit("the full-stack configuration could not run")
-    buckets = attribute(ns)
-    peers = {name: ns.get(name) for name in peer_names if name in ns or name == "torch"}
+    from lamina.dispatch import core
+
+    stacks = {"both": ["c", "python"], "c": ["c"], "python": ["python"]}[args.stack]
+    if core.IMPLEMENTATION == "python" and not core.PURE_PYTHON:
+        stacks = ["python"]  # the C core is not built here
+    results = {stack: _measure_stack(args, stack) for stack in stacks}
     if args.json:
         print(
             json.dumps(
-                {
-                    "rows": [{"config": name, "ns_per_op": ns.get(name)} for name, _ in CONFIGS],
-                    "buckets": buckets,
-                    "peers": {"numpy": ns.get("numpy"), "torch": ns.get("torch")},
-                    "unit": "instructions" if args.callgrind else "ns",
-                }
+                [
+                    {
+                        "stack": stack,
+                        "rows": [
+                            {"config": name, "ns_per_op": ns.get(name)} for name, _ in CONFIGS
+                        ],
+                        "buckets": buckets,
+                        "peers": peers,
+                        "unit": "instructions" if args.callgrind else "ns",
+                    }
+                    for stack, (ns, buckets, peers) in results.items()
+                ]
             )
         )
-    else:
+        return
+    for i, (stack, (ns, buckets, peers)) in enumerate(results.items()):
+        print(("\n" if i else "") + f"== {STACK_TITLES[stack]} ==")
         print(report(args, ns, buckets, peers))
 
 

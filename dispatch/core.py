@@ -1,0 +1,73 @@
+"""The per-call core: the C extension (``_core``) or its pure-Python reference.
+
+Note [Two cores] (reference.py): both implement the same algorithm with the same names.
+The C core is used when it was built and ``LAMINA_PURE_PYTHON`` is not ``1``; an install
+where it could not be built falls back to the reference, with one warning. Each C
+object keeps its reference twin and hands it every call it does not handle itself.
+"""
+
+import os
+import warnings
+
+from . import reference
+
+PURE_PYTHON = os.environ.get("LAMINA_PURE_PYTHON") == "1"
+_core = None
+if not PURE_PYTHON:
+    try:
+        from . import _core
+    except ImportError as exc:  # no compiler at install time, or a broken build
+        warnings.warn(
+            f"lamina: the C core could not be loaded ({exc}); using the pure-Python "
+            "core (slower per call, same results; LAMINA_PURE_PYTHON=1 silences "
+            "this)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+TENSOR, SCALAR, UNCHECKED = reference.TENSOR, reference.SCALAR, reference.UNCHECKED
+PY_SCALARS = reference.PY_SCALARS
+
+if _core is None:
+    IMPLEMENTATION = "python"
+    TensorBase = reference.TensorBase
+    OperatorTable = reference.OperatorTable
+    ElementwiseKernel = reference.ElementwiseKernel
+    unary_binding = reference.unary_binding
+    binary_binding = reference.binary_binding
+    set_slot = reference.set_slot
+
+    def direct_binding(name, d, arity, kernel, fallback):
+        """(The reference's direct binding is ``fallback`` itself.)"""
+        return fallback
+
+    def set_tensor_type(tensor_type):
+        reference.set_tensor_type(tensor_type)
+
+    def set_dtypes(dtypes):
+        """(The reference reads dtypes' fields directly.)"""
+
+else:
+    IMPLEMENTATION = "c"
+    TensorBase = _core.TensorBase
+    OperatorTable = _core.OperatorTable
+    set_slot = _core.set_slot
+    set_dtypes = _core.set_dtypes
+
+    def set_tensor_type(tensor_type):
+        reference.set_tensor_type(tensor_type)
+        _core.set_tensor_type(tensor_type)
+
+    def ElementwiseKernel(*args, **kwargs):
+        return _core.ElementwiseKernel(reference.ElementwiseKernel(*args, **kwargs))
+
+    def unary_binding(name, d):
+        return _core.Binding(name, d, 1, reference.unary_binding(name, d))
+
+    def binary_binding(name, d):
+        return _core.Binding(name, d, 2, reference.binary_binding(name, d))
+
+    def direct_binding(name, d, arity, kernel, fallback):
+        """A binding straight to ``kernel`` for dense CPU tensors (the dispatcher layer
+        off); ``fallback``, the Python version, serves and refuses everything else."""
+        return _core.Binding(name, d, arity, fallback, kernel)
