@@ -136,17 +136,42 @@ def asarray(
     D.from_numpy(data.dtype)  # TypeError for unsupported dtypes (complex, strings, ...)
     if builtins.any(s % data.itemsize for s in data.strides) or not data.dtype.isnative:
         data = np.ascontiguousarray(data, data.dtype.newbyteorder("="))
-    if copy is False and isinstance(obj, np.ndarray) and not np.shares_memory(data, obj):
+    if (
+        copy is False
+        and isinstance(obj, np.ndarray)
+        and data.size
+        and not np.shares_memory(data, obj)
+    ):
         raise ValueError("asarray: copy=False, but the conversion needs a copy")
     return _create("from_host", data, D.from_numpy(data.dtype), device=device)
 
 
 def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = None) -> Tensor:
-    """A tensor sharing the memory of an object with ``__dlpack__`` (copied only when
-    ``copy=True`` or a move needs it)."""
+    """A tensor sharing the memory of an object with ``__dlpack__`` (DLPack 2023.12:
+    ``copy=True`` always copies, ``False`` never does, ``None`` only when it must;
+    ``device`` places the result, on the CPU by default). Zero-size arrays are
+    shared too; a dtype lamina lacks (bfloat16, float16, ...) is a TypeError."""
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"from_dlpack: expected an object with __dlpack__, got {type(x).__name__}")
-    return asarray(np.from_dlpack(x), device=device, copy=copy)
+    if device is not None:
+        device = A.device(device, "from_dlpack", "device")
+    try:
+        data = np.from_dlpack(x, copy=copy)  # the producer copies when copy=True
+    except (BufferError, TypeError, ValueError) as exc:
+        supported = ", ".join(d.name for d in D.ALL)
+        raise TypeError(
+            f"from_dlpack: cannot import {type(x).__name__} ({exc}); lamina supports "
+            f"{supported} on the CPU"
+        ) from None
+    try:
+        D.from_numpy(data.dtype)
+    except TypeError as exc:
+        raise TypeError(f"from_dlpack: {exc}") from None
+    if device is not None and device != "cpu":
+        if copy is False:
+            raise ValueError(f"from_dlpack: moving to {device} needs a copy, but copy=False")
+        return asarray(data, device=device)
+    return _create("from_host", data, D.from_numpy(data.dtype))
 
 
 def astype(

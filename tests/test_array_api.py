@@ -535,3 +535,32 @@ def test_bad_input_raises_a_clear_exception(call, error, message):
 def test_slogdet_of_a_singular_matrix_is_zero_and_minus_inf():
     sign, logabsdet = LA.slogdet(lm.zeros((2, 2)))
     assert sign.item() == 0.0 and logabsdet.item() == -math.inf
+
+
+# ---------------------------------------------------------------- DLPack
+
+
+def test_from_dlpack_shares_zero_size_arrays_and_honours_copy_and_device():
+    empty = np.zeros((0, 3))
+    assert lm.from_dlpack(empty, copy=False).shape == (0, 3)
+    a = np.arange(4.0)
+    lm.from_dlpack(a, copy=False)[0] = 9.0  # shared
+    lm.from_dlpack(a, copy=True)[1] = 9.0  # copied
+    assert a.tolist() == [9.0, 1.0, 2.0, 3.0]
+    assert lm.from_dlpack(a, device="counting").device == "counting"
+    with pytest.raises(ValueError, match="moving to counting needs a copy"):
+        lm.from_dlpack(a, device="counting", copy=False)
+    t = lm.asarray([1.0, 2.0])
+    assert np.from_dlpack(t).tolist() == [1.0, 2.0]
+    copied = np.from_dlpack(t, copy=True)
+    copied[0] = 5.0
+    assert t.tolist() == [1.0, 2.0]
+    same(lm.from_dlpack(xp.asarray([1, 2])), np.array([1, 2]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.complex64])
+def test_from_dlpack_of_an_unsupported_dtype_lists_the_supported_ones(dtype):
+    with pytest.raises(TypeError, match=r"from_dlpack: unsupported dtype .*lamina supports bool"):
+        lm.from_dlpack(np.zeros(2, dtype))
+    with pytest.raises(TypeError, match="expected an object with __dlpack__"):
+        lm.from_dlpack([1, 2])
