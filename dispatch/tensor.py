@@ -110,7 +110,7 @@ class Tensor:
         return OPERATORS["matrix_transpose"](self)
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Any:
-        if api_version not in (None, "2023.12", "2022.12", "2021.12"):
+        if api_version not in (None, "2024.12", "2023.12", "2022.12", "2021.12"):
             raise ValueError(f"unsupported Array API version {api_version!r}")
         return upper.namespace  # Note [Upper layers]
 

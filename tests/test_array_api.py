@@ -564,3 +564,22 @@ def test_from_dlpack_of_an_unsupported_dtype_lists_the_supported_ones(dtype):
         lm.from_dlpack(np.zeros(2, dtype))
     with pytest.raises(TypeError, match="expected an object with __dlpack__"):
         lm.from_dlpack([1, 2])
+
+
+# ---------------------------------------------------------------- precompile
+
+
+def test_precompile_lists_every_elementwise_kernel_and_fills_the_cache():
+    from lamina.tools import precompile
+
+    jobs = dict(precompile._elementwise_jobs([lm.float64, lm.bool], parallel=False))
+    assert {"add float64 flat", "add float64 strided", "add float64 scalar"} <= set(jobs)
+    assert "exp float64 strided" in jobs and "logical_not bool flat" in jobs
+    assert "exp bool flat" not in jobs  # exp of bool computes in float64: no bool kernel
+    with_parallel = dict(precompile._elementwise_jobs([lm.float64], parallel=True))
+    assert "add float64 flat_parallel" in with_parallel
+    jobs["add float64 flat"]()  # compiles (or loads) that entry point in place
+    from lamina.backends.numba_cpu import elementwise
+
+    assert not isinstance(elementwise.BY_NAME["add"].flat[lm.float64.index], elementwise.jit._Stub)
+    assert precompile._bar(1, 4, "add").startswith("\r[#######")
