@@ -15,6 +15,7 @@ dtype, so formulas may return broadcast-shaped gradients.
 
 import math
 
+from lamina.dispatch import linalg as LA
 from lamina.dispatch import ops
 from lamina.dispatch.dtypes import bool_
 from lamina.dispatch.schema import OPERATORS
@@ -247,6 +248,190 @@ def _where(g, r, n, c, x1, x2):
     return (None, n[1] and ops.where(c, g, 0.0), n[2] and ops.where(c, 0.0, g))
 
 
+# ---------------------------------------------------------------- Array API 2024.12
+# (issue 15)
+
+
+def _without_initial(g, axis, include_initial):
+    return g[(slice(None),) * axis + (slice(1, None),)] if include_initial else g
+
+
+def _reverse_cumsum(g, axis):
+    return ops.flip(ops.cumulative_sum(ops.flip(g, axis=axis), axis=axis), axis=axis)
+
+
+def _cumulative_sum(g, r, n, x, axis, dtype, include_initial):
+    return (_reverse_cumsum(_without_initial(g, axis, include_initial), axis),)
+
+
+def _cumulative_prod(g, r, n, x, axis, dtype, include_initial):
+    """d r_j / d x_i = r_j / x_i for j >= i where x has no zero; with zeros, the
+    product of the others, prod_{k <= j, k != i} x_k, from an (n, n) scan per slice."""
+    g = _without_initial(g, axis, include_initial)
+    r = _without_initial(r, axis, include_initial)
+    if not ops.any(x == 0).item():
+        return (_reverse_cumsum(g * r, axis) / x,)
+    xs, gs = ops.moveaxis(x, axis, -1), ops.moveaxis(g, axis, -1)
+    size = x.shape[axis]
+    eye = ops.eye(size, dtype=bool_, device=x.device)
+    others = ops.where(eye, 1.0, ops.expand_dims(xs, -2))  # [..., i, k]
+    scans = ops.cumulative_prod(others, axis=-1)  # [..., i, j]
+    later = ops.triu(ops.ones((size, size), dtype=x.dtype, device=x.device))  # j >= i
+    grad = ops.sum(scans * later * ops.expand_dims(gs, -2), axis=-1)
+    return (ops.moveaxis(grad, -1, axis),)
+
+
+def _sort(g, r, n, x, axis, descending, stable):
+    order = ops.argsort(x, axis=axis, descending=descending, stable=True)
+    return (ops.take_along_axis(g, ops.argsort(order, axis=axis), axis=axis),)
+
+
+# ---------------------------------------------------------------- lamina.linalg
+# (issue 15) real matrices; several-output factorizations are recomputed from the
+# saved input (the node keeps only its first output), which a backward pays once.
+
+
+def _mT(x):
+    return ops.matrix_transpose(x)
+
+
+def _matrix_scalar(t):
+    """A (batch of) scalars as (..., 1, 1), to scale matrices."""
+    return ops.expand_dims(ops.expand_dims(t, -1), -1)
+
+
+def _off_diagonal_inverse(d):
+    """F[..., i, j] = 1 / d[..., i, j] off the diagonal, 0 on it."""
+    eye = ops.eye(d.shape[-1], dtype=bool_, device=d.device)
+    return ops.where(eye, 0.0, 1.0 / ops.where(eye, 1.0, d))
+
+
+def _det(g, r, n, x):
+    return (_matrix_scalar(g * r) * _mT(LA.inv(x)),)
+
+
+def _slogdet(gs, r, n, x):
+    g = gs[1]  # the sign is piecewise constant
+    return (None if g is None else _matrix_scalar(g) * _mT(LA.inv(x)),)
+
+
+def _solve(g, r, n, a, b):
+    vector = b.ndim == 1
+    gb = LA.solve(_mT(a), ops.expand_dims(g, -1) if vector else g)
+    ga = None
+    if n[0]:
+        xs = ops.expand_dims(r, -1) if vector else r
+        ga = -ops.matmul(gb, _mT(xs))
+    return ga, (gb[..., 0] if vector else gb)
+
+
+def _cholesky(g, r, n, x, upper):
+    """gA = L^-T phi(L^T gL) L^-1, symmetrized; phi keeps the lower triangle and
+    halves the diagonal (Murray 2016, as PyTorch)."""
+    low, gl = (_mT(r), _mT(g)) if upper else (r, g)
+    p = ops.matmul(_mT(low), gl)
+    phi = ops.tril(p) - 0.5 * ops.tril(ops.triu(p))
+    inv = LA.inv(low)
+    s = ops.matmul(ops.matmul(_mT(inv), phi), inv)
+    return (0.5 * (s + _mT(s)),)
+
+
+def _qr(gs, r, n, x, mode):
+    m, k = x.shape[-2], x.shape[-1]
+    if m < k or (mode == "complete" and m != k):
+        raise NotImplementedError(
+            f"linalg.qr: the gradient needs M >= N and mode 'reduced' (or square x); "
+            f"got shape {x.shape} with mode {mode!r}"
+        )
+    q, rr = LA.qr(x, mode=mode)
+    gq = ops.zeros_like(q) if gs[0] is None else gs[0]
+    gr = ops.zeros_like(rr) if gs[1] is None else gs[1]
+    qdq = ops.matmul(_mT(q), gq)
+    rdr = ops.matmul(rr, _mT(gr))
+    low = ops.tril(qdq - _mT(qdq) + rdr - _mT(rdr))
+    r_inv_t = _mT(LA.inv(rr))
+    grad = ops.matmul(q, gr + ops.matmul(low, r_inv_t))
+    return (grad + ops.matmul(gq - ops.matmul(q, qdq), r_inv_t),)
+
+
+def _eigh(gs, r, n, x):
+    w, v = LA.eigh(x)
+    inner = 0.0
+    if gs[0] is not None:
+        inner = ops.expand_dims(gs[0], -2) * ops.eye(w.shape[-1], dtype=w.dtype, device=w.device)
+    if gs[1] is not None:
+        f = _off_diagonal_inverse(ops.expand_dims(w, -2) - ops.expand_dims(w, -1))
+        inner = inner + f * ops.matmul(_mT(v), gs[1])
+    grad = ops.matmul(ops.matmul(v, inner), _mT(v))
+    return (0.5 * (grad + _mT(grad)),)
+
+
+def _eigvalsh(g, r, n, x):
+    v = LA.eigh(x).eigenvectors
+    return (ops.matmul(v * ops.expand_dims(g, -2), _mT(v)),)
+
+
+def _svd(gs, r, n, x, full_matrices):
+    """Townsend (2016) for the reduced factors; with full_matrices the extra columns
+    of U (rows of Vh) of a non-square x are arbitrary, so only S may carry a gradient."""
+    m, k = x.shape[-2], x.shape[-1]
+    gu, gsv, gvh = gs
+    if full_matrices and m != k and (gu is not None or gvh is not None):
+        raise NotImplementedError(
+            "linalg.svd: the gradient of U or Vh of a non-square matrix needs full_matrices=False"
+        )
+    u, s, vh = LA.svd(x, full_matrices=False)
+    v = _mT(vh)
+    inner = 0.0
+    if gsv is not None:
+        inner = ops.expand_dims(gsv, -2) * ops.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+    s2 = s * s
+    f = _off_diagonal_inverse(ops.expand_dims(s2, -2) - ops.expand_dims(s2, -1))
+    extra = 0.0
+    if gu is not None:
+        utgu = ops.matmul(_mT(u), gu)
+        inner = inner + (f * (utgu - _mT(utgu))) * ops.expand_dims(s, -2)
+        if m > k:  # the part of gU outside U's span
+            out_of_span = gu - ops.matmul(u, utgu)
+            extra = ops.matmul(out_of_span / ops.expand_dims(s, -2), vh)
+    if gvh is not None:
+        gv = _mT(gvh)
+        vtgv = ops.matmul(_mT(v), gv)
+        inner = inner + ops.expand_dims(s, -1) * (f * (vtgv - _mT(vtgv)))
+        if k > m:
+            out_of_span = gv - ops.matmul(v, vtgv)
+            extra = extra + ops.matmul(u / ops.expand_dims(s, -2), _mT(out_of_span))
+    return (ops.matmul(ops.matmul(u, inner), vh) + extra,)
+
+
+def _svdvals(g, r, n, x):
+    u, _, vh = LA.svd(x, full_matrices=False)
+    return (ops.matmul(u * ops.expand_dims(g, -2), vh),)
+
+
+def _diagonal(g, r, n, x, offset):
+    size = g.shape[-1]
+    base = ops.arange(size, device=g.device)
+    rows, cols = (base, base + offset) if offset >= 0 else (base - offset, base)
+    zeros = ops.zeros(x.shape, dtype=g.dtype, device=g.device)
+    return (OPERATORS["index_add"](zeros, (Ellipsis, rows, cols), g),)
+
+
+def _vector_norm(g, r, n, x, axis, keepdims, ord):
+    if ord == 0:
+        return (ops.zeros_like(x),)
+    g = _expand_reduced(g, x.shape, axis, keepdims)
+    r = _expand_reduced(r, x.shape, axis, keepdims)
+    if ord in (math.inf, -math.inf):
+        mask = ops.astype(ops.abs(x) == r, x.dtype)
+        share = mask / ops.sum(mask, axis=axis, keepdims=True)
+        return (g * ops.sign(x) * share,)
+    if ord == 1:
+        return (g * ops.sign(x),)
+    scale = ops.abs(x) ** (ord - 1.0) / ops.where(r == 0, 1.0, r) ** (ord - 1.0)
+    return (g * ops.sign(x) * ops.where(r == 0, 0.0, scale),)
+
+
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 D = Derivative
@@ -404,5 +589,27 @@ DERIVATIVES = {
         D("split", _split, saves=(0,)),
         D("concat", _concat, saves=None),
         D("stack", _stack, saves=None),
+        # Array API 2024.12 (issue 15)
+        D("reciprocal", lambda g, r, n, x: (-g * r * r,), uses_result=True),
+        D("cumulative_sum", _cumulative_sum, saves=(1, 3)),
+        D("cumulative_prod", _cumulative_prod, saves=None, uses_result=True),
+        D("sort", _sort, saves=None),
+        # lamina.linalg (issue 15)
+        D(
+            "inv",
+            lambda g, r, n, x: (-ops.matmul(ops.matmul(_mT(r), g), _mT(r)),),
+            uses_result=True,
+        ),
+        D("det", _det, saves=(0,), uses_result=True),
+        D("slogdet", _slogdet, saves=(0,)),
+        D("solve", _solve, saves=(0, 1), uses_result=True),
+        D("cholesky", _cholesky, saves=(1,), uses_result=True),
+        D("qr", _qr, saves=None),
+        D("eigh", _eigh, saves=(0,)),
+        D("eigvalsh", _eigvalsh, saves=(0,)),
+        D("svd", _svd, saves=None),
+        D("svdvals", _svdvals, saves=(0,)),
+        D("diagonal", _diagonal, saves=(0, 1)),
+        D("vector_norm", _vector_norm, saves=None, uses_result=True),
     ]
 }

@@ -31,7 +31,7 @@ def _kernel(op, derivative):
         below = ks & _BELOW
         out = table[below.bit_length()](below, *args)
         if state.enabled:
-            record(derivative, args, out if type(out) is tuple else (out,))
+            record(derivative, args, out if isinstance(out, tuple) else (out,))
         return out
 
     def binary(ks, a, b):  # the same for two arguments, without packing *args

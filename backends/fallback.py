@@ -55,6 +55,8 @@ def cpu_fallback(op: Operator, ks: int, *args: Any) -> Any:
     def up(a: Any) -> Any:
         if isinstance(a, Tensor):
             return from_cpu(a) if a._ks & keys.CPU else a
+        if isinstance(a, tuple) and hasattr(a, "_fields"):  # a named result (eigh, qr)
+            return type(a)(*(up(b) for b in a))
         if type(a) in (tuple, _list):
             return type(a)(up(b) for b in a)
         return a

@@ -34,11 +34,14 @@ def promote(op, args):
         d = getattr(a, "_dtype", None)
         if d is not None:
             dtype = d if dtype is None else D.PROMOTE[dtype.index][d.index]
-    if dtype is None:  # e.g. where(cond, 1, 2): no tensor to take a dtype from
-        raise TypeError(
-            f"{op.name}: expected at least one tensor operand to take the "
-            f"dtype from, got {', '.join(type(a).__name__ for a in args)}"
-        )
+    if dtype is None:  # where(cond, 1, 2.5): no tensor; the scalars' default dtype
+        values = [scalar_value(a) for a in args]
+        if not values or any(v is None for v in values):
+            raise TypeError(
+                f"{op.name}: expected at least one tensor operand to take the "
+                f"dtype from, got {', '.join(type(a).__name__ for a in args)}"
+            )
+        dtype = D.bool_  # Array API 2024.12: only scalars give their kind's default
     for a in args:
         v = scalar_value(a)
         if v is None:

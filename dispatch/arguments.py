@@ -26,6 +26,12 @@ class AxisError(ValueError, IndexError):
     """An axis out of range for a tensor's number of dimensions."""
 
 
+class LinAlgError(ValueError):
+    """A linear algebra function cannot compute its result: a singular matrix, one
+    that is not positive definite, an algorithm that did not converge (lamina.linalg;
+    a ValueError, as NumPy's is)."""
+
+
 def _kind_name(value: Any) -> str:
     return type(value).__name__
 

@@ -35,7 +35,7 @@ def binary_binding(op: Operator) -> Callable:
 
 def _named(fn: Callable, op: Operator) -> Callable:
     fn.__name__ = fn.__qualname__ = op.name
-    fn.__module__ = "lamina"
+    fn.__module__ = f"lamina.{op.namespace}" if op.namespace else "lamina"
     fn.__doc__ = docstring(op)
     fn.__signature__ = op.signature
     return fn
@@ -101,9 +101,9 @@ def source(name: str) -> str:
         lines.append(f"    {names}{',' if len(params) == 1 else ''} = _check({names})")
     key_terms = []
     for p in params:
-        if p.type == "Tensor":
+        if p.type == "Tensor" and not p.optional:
             key_terms.append(f"{p.name}._ks")
-        elif p.type == "TensorOrScalar":
+        elif p.type in ("TensorOrScalar", "Tensor"):  # a scalar or None has no keys
             key_terms.append(f"getattr({p.name}, '_ks', 0)")
         elif p.type == "Tensors":
             key_terms.append(f"_keyset({p.name})")
@@ -229,9 +229,9 @@ def _fast(op: Operator) -> bool:
     return op.category == "elementwise" and op.kind in ("unary", "binary")
 
 
-def _bindings(direct: bool) -> dict[str, Callable]:
+def _bindings(direct: bool, which: str = "") -> dict[str, Callable]:
     found = {}
-    for op in public_operators():
+    for op in public_operators(which):
         if _fast(op):
             found[op.name] = (
                 _direct(op)
@@ -245,13 +245,16 @@ def _bindings(direct: bool) -> dict[str, Callable]:
     return found
 
 
-def install(namespace: dict) -> None:
-    """Put every public function into ``namespace`` (a module's globals) and keep it
-    up to date when the dispatcher layer is switched (``reinstall``)."""
+def install(namespace: dict, which: str = "") -> None:
+    """Put every public function of namespace ``which`` ("" the top level, "linalg",
+    "fft") into ``namespace`` (a module's globals) and keep it up to date when the
+    dispatcher layer is switched (``reinstall``)."""
+    bound = _bindings(_direct_mode, which)
+    namespace.update(bound)
+    if which:  # only top-level operators are elementwise: nothing to rebind
+        return
     if not any(ns is namespace for ns in _namespaces):
         _namespaces.append(namespace)
-    bound = _bindings(_direct_mode)
-    namespace.update(bound)
     _install_dunders(bound)
 
 

@@ -24,10 +24,13 @@ from .schema import OPERATORS
 from .tensor import Tensor
 
 __all__ = [
+    "__array_namespace_info__",
     "arange",
     "asarray",
     "astype",
     "broadcast_arrays",
+    "count_nonzero",
+    "diff",
     "empty",
     "empty_like",
     "eye",
@@ -35,10 +38,19 @@ __all__ = [
     "full",
     "full_like",
     "linspace",
+    "meshgrid",
+    "moveaxis",
     "ones",
     "ones_like",
     "rand",
     "randn",
+    "repeat",
+    "roll",
+    "take",
+    "take_along_axis",
+    "tile",
+    "tril",
+    "triu",
     "unstack",
     "zeros",
     "zeros_like",
@@ -124,17 +136,42 @@ def asarray(
     D.from_numpy(data.dtype)  # TypeError for unsupported dtypes (complex, strings, ...)
     if builtins.any(s % data.itemsize for s in data.strides) or not data.dtype.isnative:
         data = np.ascontiguousarray(data, data.dtype.newbyteorder("="))
-    if copy is False and isinstance(obj, np.ndarray) and not np.shares_memory(data, obj):
+    if (
+        copy is False
+        and isinstance(obj, np.ndarray)
+        and data.size
+        and not np.shares_memory(data, obj)
+    ):
         raise ValueError("asarray: copy=False, but the conversion needs a copy")
     return _create("from_host", data, D.from_numpy(data.dtype), device=device)
 
 
 def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = None) -> Tensor:
-    """A tensor sharing the memory of an object with ``__dlpack__`` (copied only when
-    ``copy=True`` or a move needs it)."""
+    """A tensor sharing the memory of an object with ``__dlpack__`` (DLPack 2023.12:
+    ``copy=True`` always copies, ``False`` never does, ``None`` only when it must;
+    ``device`` places the result, on the CPU by default). Zero-size arrays are
+    shared too; a dtype lamina lacks (bfloat16, float16, ...) is a TypeError."""
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"from_dlpack: expected an object with __dlpack__, got {type(x).__name__}")
-    return asarray(np.from_dlpack(x), device=device, copy=copy)
+    if device is not None:
+        device = A.device(device, "from_dlpack", "device")
+    try:
+        data = np.from_dlpack(x, copy=copy)  # the producer copies when copy=True
+    except (BufferError, TypeError, ValueError) as exc:
+        supported = ", ".join(d.name for d in D.ALL)
+        raise TypeError(
+            f"from_dlpack: cannot import {type(x).__name__} ({exc}); lamina supports "
+            f"{supported} on the CPU"
+        ) from None
+    try:
+        D.from_numpy(data.dtype)
+    except TypeError as exc:
+        raise TypeError(f"from_dlpack: {exc}") from None
+    if device is not None and device != "cpu":
+        if copy is False:
+            raise ValueError(f"from_dlpack: moving to {device} needs a copy, but copy=False")
+        return asarray(data, device=device)
+    return _create("from_host", data, D.from_numpy(data.dtype))
 
 
 def astype(
@@ -368,3 +405,304 @@ def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
         return ()
     squeeze = OPERATORS["squeeze"]
     return tuple(squeeze(p, (axis,)) for p in OPERATORS["split"](x, 1, axis))
+
+
+# ---------------------------------------------------------------- Array API 2024.12
+# (issue 15) functions the standard defines that are compositions of operators: they
+# run on every device and are differentiable through the operators they call.
+
+
+def _op(name: str) -> Any:
+    return OPERATORS[name]
+
+
+def _axes_tuple(value: Any, fn: str, name: str, ndim: int) -> tuple[int, ...]:
+    """An int or a tuple of ints as distinct non-negative axes, in the given order."""
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    found = tuple(A.axis(a, fn, name, ndim) for a in items)
+    if len(set(found)) != len(found):
+        raise ValueError(f"{fn}: repeated axis in {name}={value!r}")
+    return found
+
+
+def _index_tensor(values: np.ndarray, like: Tensor) -> Tensor:
+    return asarray(np.asarray(values, np.int64), device=like.device)
+
+
+def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
+    """Coordinate grids of 1-D tensors: result i varies along axis i (``"ij"``), or
+    with the first two axes swapped (``"xy"``, the default, as in NumPy)."""
+    for i, a in enumerate(arrays):
+        A.tensor(a, "meshgrid", f"arrays[{i}]")
+        if a.ndim != 1:
+            raise ValueError(f"meshgrid: arrays[{i}] must be 1-D, got shape {a.shape}")
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    if len({a.dtype for a in arrays}) > 1:
+        raise TypeError(
+            "meshgrid: the arrays must have one dtype, got "
+            + ", ".join(str(a.dtype) for a in arrays)
+        )
+    n = len(arrays)
+    place = list(range(n))
+    if indexing == "xy" and n >= 2:
+        place[0], place[1] = 1, 0
+    shape = [1] * n
+    for a, at in zip(arrays, place):
+        shape[at] = a.shape[0]
+    grids = []
+    for a, at in zip(arrays, place):
+        one = [1] * n
+        one[at] = a.shape[0]
+        grids.append(_op("broadcast_to")(_op("reshape")(a, tuple(one), None), tuple(shape)))
+    return grids
+
+
+def _triangle(fn: str, x: Tensor, k: int, lower: bool) -> Tensor:
+    A.tensor(x, fn, "x")
+    k = A.integer(k, fn, "k")
+    if x.ndim < 2:
+        raise ValueError(f"{fn}: needs at least 2 dimensions, got shape {x.shape}")
+    m, n = x.shape[-2:]
+    rows = np.arange(m)[:, None]
+    cols = np.arange(n)[None, :]
+    keep = cols - rows <= k if lower else cols - rows >= k
+    zero = False if x.dtype.kind == "b" else 0
+    return _op("where")(asarray(keep, device=x.device), x, zero)
+
+
+def tril(x: Tensor, /, *, k: int = 0) -> Tensor:
+    """x with the elements above the k-th diagonal of its last two axes zeroed."""
+    return _triangle("tril", x, k, True)
+
+
+def triu(x: Tensor, /, *, k: int = 0) -> Tensor:
+    """x with the elements below the k-th diagonal of its last two axes zeroed."""
+    return _triangle("triu", x, k, False)
+
+
+def take(x: Tensor, indices: Tensor, /, *, axis: int | None = None) -> Tensor:
+    """The elements of x at ``indices`` (a 1-D integer tensor) along axis (optional for
+    1-D x); negative indices count from the end."""
+    A.tensor(x, "take", "x")
+    A.tensor(indices, "take", "indices")
+    if indices.dtype.kind not in "iu" or indices.ndim != 1:
+        raise TypeError(
+            f"take: indices must be a 1-D integer tensor, got {indices.dtype} of shape "
+            f"{indices.shape}"
+        )
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError(f"take: axis is required for a {x.ndim}-D tensor")
+        axis = 0
+    axis = A.axis(axis, "take", "axis", x.ndim)
+    _check_indices("take", indices, x.shape[axis], axis)
+    return x[(slice(None),) * axis + (indices,)]
+
+
+def _check_indices(fn: str, indices: Tensor, n: int, axis: int) -> None:
+    """Every index in [-n, n): Numba kernels do not bounds-check, and a flat index
+    built from a wrong one could land on another element."""
+    if indices.size:
+        lo, hi = (
+            int(_op("min")(indices, tuple(range(indices.ndim)), False)),
+            int(_op("max")(indices, tuple(range(indices.ndim)), False)),
+        )
+        if lo < -n or hi >= n:
+            raise IndexError(
+                f"{fn}: index {lo if lo < -n else hi} is out of bounds for axis {axis} of size {n}"
+            )
+
+
+def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
+    """The elements of x at ``indices`` along axis: indices has x's number of
+    dimensions and broadcasts with x on the others (argsort's result, for example)."""
+    A.tensor(x, "take_along_axis", "x")
+    A.tensor(indices, "take_along_axis", "indices")
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"take_along_axis: indices must be integers, got {indices.dtype}")
+    if indices.ndim != x.ndim:
+        raise ValueError(
+            f"take_along_axis: indices must have x's {x.ndim} dimensions, got shape {indices.shape}"
+        )
+    axis = A.axis(axis, "take_along_axis", "axis", x.ndim)
+    _check_indices("take_along_axis", indices, x.shape[axis], axis)
+    others = [s for d, s in enumerate(x.shape) if d != axis]
+    broadcast_shapes(
+        "take_along_axis", tuple(others), tuple(s for d, s in enumerate(indices.shape) if d != axis)
+    )
+    key = []
+    for d in range(x.ndim):
+        if d == axis:
+            key.append(indices)
+        else:
+            shape = [1] * x.ndim
+            shape[d] = x.shape[d]
+            key.append(_index_tensor(np.arange(x.shape[d]).reshape(shape), x))
+    return x[tuple(key)]
+
+
+def moveaxis(
+    x: Tensor, source: int | tuple[int, ...], destination: int | tuple[int, ...], /
+) -> Tensor:
+    """A view of x with axes ``source`` moved to positions ``destination``."""
+    A.tensor(x, "moveaxis", "x")
+    src = _axes_tuple(source, "moveaxis", "source", x.ndim)
+    dst = _axes_tuple(destination, "moveaxis", "destination", x.ndim)
+    if len(src) != len(dst):
+        raise ValueError(
+            f"moveaxis: source {source!r} and destination {destination!r} differ in length"
+        )
+    order = [d for d in range(x.ndim) if d not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return _op("permute_dims")(x, tuple(order))
+
+
+def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> Tensor:
+    """Each element of x repeated ``repeats`` times along axis (x flattened when axis
+    is None); repeats is an int or a 1-D integer tensor of one count per element."""
+    A.tensor(x, "repeat", "x")
+    if axis is None:
+        x, axis = _op("reshape")(x, (x.size,), None), 0
+    axis = A.axis(axis, "repeat", "axis", x.ndim)
+    n = x.shape[axis]
+    if isinstance(repeats, Tensor):
+        if repeats.dtype.kind not in "iu" or repeats.ndim != 1 or repeats.shape[0] not in (1, n):
+            raise ValueError(
+                f"repeat: repeats must be a 1-D integer tensor of size 1 or {n}, got "
+                f"{repeats.dtype} of shape {repeats.shape}"
+            )
+        counts = repeats._host().astype(np.int64)
+    else:
+        counts = np.array([A.integer(repeats, "repeat", "repeats")])
+    if (counts < 0).any():
+        raise ValueError(f"repeat: repeats must be non-negative, got {counts.min()}")
+    index = np.repeat(np.arange(n), np.broadcast_to(counts, (n,)))
+    return x[(slice(None),) * axis + (_index_tensor(index, x),)]
+
+
+def roll(
+    x: Tensor,
+    /,
+    shift: int | tuple[int, ...],
+    *,
+    axis: int | tuple[int, ...] | None = None,
+) -> Tensor:
+    """x's elements shifted by ``shift`` along axis (of the flattened tensor when axis
+    is None), wrapping around; tuples shift several axes."""
+    A.tensor(x, "roll", "x")
+    if axis is None:
+        flat = _op("reshape")(x, (x.size,), None)
+        return _op("reshape")(roll(flat, shift, axis=0), x.shape, None)
+    axes = _axes_tuple(axis, "roll", "axis", x.ndim) if isinstance(axis, (tuple, list)) else None
+    axes = axes if axes is not None else (A.axis(axis, "roll", "axis", x.ndim),)
+    shifts = shift if isinstance(shift, (tuple, list)) else (shift,) * len(axes)
+    if len(shifts) != len(axes):
+        raise ValueError(f"roll: shift {shift!r} and axis {axis!r} differ in length")
+    total = {}
+    for s, a in zip(shifts, axes):
+        total[a] = total.get(a, 0) + A.integer(s, "roll", "shift")
+    for a, s in total.items():
+        n = x.shape[a]
+        s = s % n if n else 0
+        if s:
+            before = (slice(None),) * a
+            x = _op("concat")(
+                [x[before + (slice(n - s, None),)], x[before + (slice(0, n - s),)]], a
+            )
+    return x
+
+
+def tile(x: Tensor, repetitions: tuple[int, ...], /) -> Tensor:
+    """x repeated ``repetitions[i]`` times along each axis i (the shorter of x's shape
+    and repetitions is padded with leading ones)."""
+    A.tensor(x, "tile", "x")
+    reps = A.shape(repetitions, "tile", "repetitions")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"tile: repetitions must be non-negative, got {reps}")
+    ndim = max(x.ndim, len(reps))
+    reps = (1,) * (ndim - len(reps)) + reps
+    shape = (1,) * (ndim - x.ndim) + x.shape
+    spread = tuple(v for s in shape for v in (1, s))
+    wide = tuple(v for r, s in zip(reps, shape) for v in (r, s))
+    grown = _op("broadcast_to")(_op("reshape")(x, spread, None), wide)
+    return _op("reshape")(grown, tuple(r * s for r, s in zip(reps, shape)), None)
+
+
+def count_nonzero(
+    x: Tensor, /, *, axis: int | tuple[int, ...] | None = None, keepdims: bool = False
+) -> Tensor:
+    """The number of nonzero elements over the given axes (every axis by default)."""
+    A.tensor(x, "count_nonzero", "x")
+    axes = A.axes(axis, "count_nonzero", "axis", x.ndim)
+    keepdims = A.boolean(keepdims, "count_nonzero", "keepdims")
+    return _op("sum")(_op("astype")(x, D.bool_, False), axes, D.int64, keepdims)
+
+
+def diff(
+    x: Tensor,
+    /,
+    *,
+    axis: int = -1,
+    n: int = 1,
+    prepend: Tensor | None = None,
+    append: Tensor | None = None,
+) -> Tensor:
+    """The n-th forward difference along axis, ``x[i + 1] - x[i]`` applied n times
+    (``!=`` for bool), after joining prepend and append to x along axis."""
+    A.tensor(x, "diff", "x")
+    if x.ndim == 0:
+        raise ValueError("diff: needs at least 1 dimension, got a 0-d tensor")
+    axis = A.axis(axis, "diff", "axis", x.ndim)
+    n = A.integer(n, "diff", "n")
+    if n < 0:
+        raise ValueError(f"diff: n must be non-negative, got {n}")
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        x = _op("concat")([A.tensor(p, "diff", "prepend/append") for p in parts], axis)
+    before = (slice(None),) * axis
+    step = _op("not_equal") if x.dtype.kind == "b" else _op("subtract")
+    for _ in range(n):
+        if x.shape[axis] == 0:
+            break
+        x = step(x[before + (slice(1, None),)], x[before + (slice(None, -1),)])
+    return x
+
+
+# ---------------------------------------------------------------- inspection
+
+
+class ArrayNamespaceInfo:
+    """What ``__array_namespace_info__()`` returns (Array API inspection utilities)."""
+
+    def capabilities(self) -> dict[str, Any]:
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
+
+    def default_device(self) -> Device:
+        return Device("cpu")
+
+    def devices(self) -> list[Device]:
+        """Every registered device, those of third-party plugins included."""
+        return [Device(name) for name in keys.devices()]
+
+    def default_dtypes(self, *, device: DeviceLike = None) -> dict[str, D.DType]:
+        if device is not None:
+            A.device(device, "default_dtypes", "device")
+        found = {"real floating": D.default_float, "integral": D.default_int}
+        if getattr(D, "default_complex", None) is not None:
+            found["complex floating"] = D.default_complex
+        found["indexing"] = D.int64
+        return found
+
+    def dtypes(
+        self, *, device: DeviceLike = None, kind: str | tuple[str, ...] | None = None
+    ) -> dict[str, D.DType]:
+        if device is not None:
+            A.device(device, "dtypes", "device")
+        return {d.name: d for d in D.ALL if kind is None or D.isdtype(d, kind)}
+
+
+def __array_namespace_info__() -> ArrayNamespaceInfo:
+    """The Array API inspection namespace: capabilities, devices and dtypes."""
+    return ArrayNamespaceInfo()

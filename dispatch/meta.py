@@ -80,10 +80,10 @@ def permute_dims(x: Any, axes: Any) -> tuple:
 
 
 def at_least_2d(name: str) -> Any:
-    def check(x: Any) -> tuple:
+    def check(x: Any, *rest: Any) -> tuple:
         if len(x._shape) < 2:
             raise ValueError(f"{name}: needs at least 2 dimensions, got shape {x._shape}")
-        return (x,)
+        return (x, *rest)
 
     return check
 
@@ -192,14 +192,86 @@ def vecdot(x1: Any, x2: Any, axis: Any) -> tuple:
     return x1, x2, a
 
 
-def cumulative_sum(x: Any, axis: Any, dtype: Any, include_initial: bool) -> tuple:
-    """axis may be omitted only for 0-d and 1-D tensors (Array API)."""
+def cumulative(name: str) -> Any:
+    """The check of a scan (cumulative_sum, cumulative_prod): axis may be omitted only
+    for a 1-D tensor (Array API); a 0-d tensor has nothing to scan."""
 
-    ndim = len(x._shape)
-    if axis is None:
-        if ndim > 1:
-            raise ValueError(f"cumulative_sum: axis is required for a {ndim}-D tensor")
-        axis = 0
-    if ndim == 0:
-        raise ValueError("cumulative_sum: needs at least 1 dimension, got a 0-d tensor")
-    return x, A.axis(axis, "cumulative_sum", "axis", ndim), dtype, include_initial
+    def check(x: Any, axis: Any, dtype: Any, include_initial: bool) -> tuple:
+        ndim = len(x._shape)
+        if ndim == 0:
+            raise ValueError(f"{name}: needs at least 1 dimension, got a 0-d tensor")
+        if axis is None:
+            if ndim > 1:
+                raise ValueError(f"{name}: axis is required for a {ndim}-D tensor")
+            axis = 0
+        return x, A.axis(axis, name, "axis", ndim), dtype, include_initial
+
+    return check
+
+
+def at_least_1d(name: str) -> Any:
+    def check(x: Any) -> tuple:
+        if not x._shape:
+            raise ValueError(f"{name}: needs at least 1 dimension, got a 0-d tensor")
+        return (x,)
+
+    return check
+
+
+def searchsorted(x1: Any, x2: Any, side: Any, sorter: Any) -> tuple:
+    if len(x1._shape) != 1:
+        raise ValueError(f"searchsorted: x1 must be 1-D, got shape {x1._shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+    if sorter is not None and (sorter._shape != x1._shape or sorter._dtype.kind not in "iu"):
+        raise ValueError(
+            f"searchsorted: sorter must be an integer tensor of x1's shape {x1._shape}, "
+            f"got {sorter._dtype} of shape {sorter._shape}"
+        )
+    return x1, x2, side, sorter
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+def square(name: str) -> Any:
+    """Stacks of square matrices: at least 2-D, the last two axes of one size."""
+
+    def check(x: Any, *rest: Any) -> tuple:
+        if len(x._shape) < 2 or x._shape[-1] != x._shape[-2]:
+            raise ValueError(f"{name}: needs a (stack of) square matrices, got shape {x._shape}")
+        return (x, *rest)
+
+    return check
+
+
+def solve(x1: Any, x2: Any) -> tuple:
+    """x1 square; x2 a vector of x1's size (shape (M,), the Array API's one vector
+    case) or a stack of (M, K) matrices whose batch broadcasts with x1's."""
+    (x1,) = square("solve")(x1)
+    m = x1._shape[-1]
+    if len(x2._shape) == 1:
+        ok = x2._shape[0] == m
+    else:
+        ok = len(x2._shape) >= 2 and x2._shape[-2] == m
+        if ok:
+            broadcast_shapes("solve", x1._shape[:-2], x2._shape[:-2])
+    if not ok:
+        raise ValueError(
+            f"solve: x2 of shape {x2._shape} does not match x1 of shape {x1._shape} "
+            f"(x2 must be (M,) or (..., M, K) with M = {m})"
+        )
+    return x1, x2
+
+
+def qr(x: Any, mode: Any) -> tuple:
+    (x,) = at_least_2d("qr")(x)
+    if mode not in ("reduced", "complete"):
+        raise ValueError(f"qr: mode must be 'reduced' or 'complete', got {mode!r}")
+    return x, mode
+
+
+def vector_norm(x: Any, axis: tuple[int, ...], keepdims: bool, ord: Any) -> tuple:
+    if isinstance(ord, bool) or not isinstance(ord, (int, float)):
+        raise TypeError(f"vector_norm: ord must be a number (or inf), got {ord!r}")
+    return x, axis, keepdims, float(ord)

@@ -353,7 +353,7 @@ define(
     doc="A view with the last two axes swapped.",
 )
 define(
-    "expand_dims(x: Tensor, /, *, axis: NewAxis = 0) -> Tensor",
+    "expand_dims(x: Tensor, /, axis: NewAxis) -> Tensor",
     "view",
     tags=f"view {DIFF}",
     doc="A view with a new axis of size 1 at position axis.",
@@ -563,4 +563,191 @@ define(
     result="arg",
     namespace=None,
     doc="Standard normal samples.",
+)
+
+# ---------------------------------------------------------------- Array API 2024.12
+# (issue 15) the functions the standard added up to 2024.12 that are operators; the
+# composite ones (meshgrid, tril, take, roll, ...) are in composites.py.
+unary("reciprocal", "float", "1 / x for each element.", tags=SIMD)
+binary(
+    "nextafter",
+    "float",
+    "The next representable value after x1 in the direction of x2.",
+    tags="",
+    inplace=False,
+)
+SCANNED = "axis: int | None = None, dtype: DType | None = None, include_initial: bool = False"
+define(
+    f"cumulative_sum(x: Tensor, /, *, {SCANNED}) -> Tensor",
+    "scan",
+    result="sum",
+    tags=DIFF,
+    numpy="cumsum",
+    check=meta.cumulative("cumulative_sum"),
+    doc="The running sum along axis (optional for 1-D x), accumulated as sum does; "
+    "``include_initial`` starts the result with 0.",
+)
+define(
+    f"cumulative_prod(x: Tensor, /, *, {SCANNED}) -> Tensor",
+    "scan",
+    result="sum",
+    tags=DIFF,
+    numpy="cumprod",
+    check=meta.cumulative("cumulative_prod"),
+    doc="The running product along axis (optional for 1-D x); ``include_initial`` "
+    "starts the result with 1.",
+)
+SORTED = "axis: Axis = -1, descending: bool = False, stable: bool = True"
+define(
+    f"sort(x: Tensor, /, *, {SORTED}) -> Tensor",
+    "sorting",
+    tags=DIFF,
+    doc="x's elements sorted along axis (stably; NaNs last, or first when descending).",
+)
+define(
+    f"argsort(x: Tensor, /, *, {SORTED}) -> Tensor",
+    "sorting",
+    result="index",
+    doc="The indices that sort x along axis (ties keep their order: the sort is stable).",
+)
+define(
+    "searchsorted(x1: Tensor, x2: TensorOrScalar, /, *, side: Any = 'left', "
+    "sorter: Tensor | None = None) -> Tensor",
+    "searching",
+    result="index",
+    check=meta.searchsorted,
+    doc="Where each element of x2 would be inserted into the sorted 1-D x1 (before "
+    "equal elements with side='left', after them with 'right'); ``sorter`` sorts x1.",
+)
+define(
+    "nonzero(x: Tensor, /) -> Any",
+    "searching",
+    result="index",
+    check=meta.at_least_1d("nonzero"),
+    doc="A tuple of index tensors, one per axis, of the nonzero elements in row-major order.",
+)
+define(
+    "unique_all(x: Tensor, /) -> Any",
+    "set",
+    doc="The sorted unique values of x with the index of each one's first occurrence, "
+    "the inverse indices (x's shape) and the counts; NaNs are each distinct.",
+)
+define(
+    "unique_counts(x: Tensor, /) -> Any",
+    "set",
+    doc="The sorted unique values of x and how often each occurs.",
+)
+define(
+    "unique_inverse(x: Tensor, /) -> Any",
+    "set",
+    doc="The sorted unique values of x and, in x's shape, the index of each element's value.",
+)
+define(
+    "unique_values(x: Tensor, /) -> Tensor",
+    "set",
+    doc="The sorted unique values of x (NaNs are each distinct).",
+)
+
+# ---------------------------------------------------------------- lamina.linalg
+# (issue 15) the Array API's linear algebra extension: LAPACK through NumPy on the
+# CPU; the composite functions (matrix_norm, pinv, matrix_rank, matrix_power, outer,
+# trace, cross) are in dispatch/linalg.py, which also re-exports matmul, tensordot,
+# vecdot and matrix_transpose.
+LINALG = dict(category="linalg", dtypes="float", namespace="linalg")
+define(
+    "cholesky(x: Tensor, /, *, upper: bool = False) -> Tensor",
+    tags=DIFF,
+    check=meta.square("cholesky"),
+    doc="The Cholesky factor of each symmetric positive-definite matrix: lower "
+    "triangular L with x = L @ L.mT (upper: U = L.mT). LinAlgError when x is not "
+    "positive definite.",
+    **LINALG,
+)
+define(
+    "det(x: Tensor, /) -> Tensor",
+    tags=DIFF,
+    check=meta.square("det"),
+    doc="The determinant of each square matrix.",
+    **LINALG,
+)
+define(
+    "slogdet(x: Tensor, /) -> Any",
+    tags=DIFF,
+    check=meta.square("slogdet"),
+    doc="(sign, logabsdet) of the determinant of each square matrix; a singular "
+    "matrix gives sign 0 and logabsdet -inf.",
+    **LINALG,
+)
+define(
+    "inv(x: Tensor, /) -> Tensor",
+    tags=DIFF,
+    check=meta.square("inv"),
+    doc="The inverse of each square matrix; LinAlgError for a singular one.",
+    **LINALG,
+)
+define(
+    "solve(x1: Tensor, x2: Tensor, /) -> Tensor",
+    tags=DIFF,
+    check=meta.solve,
+    doc="The solution X of x1 @ X = x2 for square x1 (x2 of shape (M,) is a vector); "
+    "batches broadcast. LinAlgError for a singular x1.",
+    **LINALG,
+)
+define(
+    "eigh(x: Tensor, /) -> Any",
+    tags=DIFF,
+    check=meta.square("eigh"),
+    doc="(eigenvalues, eigenvectors) of each symmetric matrix, eigenvalues ascending; "
+    "only the lower triangle is read.",
+    **LINALG,
+)
+define(
+    "eigvalsh(x: Tensor, /) -> Tensor",
+    tags=DIFF,
+    check=meta.square("eigvalsh"),
+    doc="The eigenvalues of each symmetric matrix, ascending.",
+    **LINALG,
+)
+define(
+    "qr(x: Tensor, /, *, mode: Any = 'reduced') -> Any",
+    tags=DIFF,
+    check=meta.qr,
+    doc="(Q, R) with x = Q @ R, Q orthonormal columns and R upper triangular; "
+    "mode 'reduced' (K = min(M, N) columns) or 'complete'.",
+    **LINALG,
+)
+define(
+    "svd(x: Tensor, /, *, full_matrices: bool = True) -> Any",
+    tags=DIFF,
+    check=meta.at_least_2d("svd"),
+    doc="(U, S, Vh) with x = U @ diag(S) @ Vh, S descending; full_matrices=False "
+    "keeps K = min(M, N) columns of U and rows of Vh.",
+    **LINALG,
+)
+define(
+    "svdvals(x: Tensor, /) -> Tensor",
+    tags=DIFF,
+    check=meta.at_least_2d("svdvals"),
+    doc="The singular values of each matrix, descending.",
+    **LINALG,
+)
+define(
+    "diagonal(x: Tensor, /, *, offset: int = 0) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    check=meta.at_least_2d("diagonal"),
+    namespace="linalg",
+    doc="A read-only view of the offset-th diagonal of each matrix (the last two axes).",
+)
+define(
+    "vector_norm(x: Tensor, /, *, axis: Axes = None, keepdims: bool = False, "
+    "ord: Any = 2) -> Tensor",
+    "reduction",
+    dtypes="float",
+    tags=DIFF,
+    check=meta.vector_norm,
+    namespace="linalg",
+    doc="The ord-norm of the vectors along axis (every axis by default): "
+    "(sum |x|**ord)**(1/ord); inf and -inf give the largest and smallest |x|, 0 the "
+    "number of nonzeros.",
 )

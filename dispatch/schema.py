@@ -46,6 +46,12 @@ CONVENTIONS = {
     "linalg": "kernel(ks, ...): arguments in signature order, normalized",
     "conversion": "kernel(ks, ...): arguments in signature order",
     "creation": "kernel(ks, ...): the signature's arguments but device, which chose the key",
+    "sorting": "kernel(ks, x, axis, ...): axis a non-negative int, the flags in signature order",
+    "searching": "kernel(ks, ...): arguments in signature order, normalized; results whose "
+    "shape depends on the values",
+    "set": "kernel(ks, x): a tensor, or a named tuple of tensors (dispatch/results.py)",
+    "fft": "kernel(ks, x, ...): arguments in signature order; axes non-negative, sizes "
+    "resolved (n, s), norm one of 'backward', 'ortho', 'forward'",
 }
 
 DTYPE_RULES = {

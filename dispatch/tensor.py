@@ -121,7 +121,7 @@ class Tensor(_Base):
         return OPERATORS["matrix_transpose"](self)
 
     def __array_namespace__(self, *, api_version: str | None = None) -> Any:
-        if api_version not in (None, "2023.12", "2022.12", "2021.12"):
+        if api_version not in (None, "2024.12", "2023.12", "2022.12", "2021.12"):
             raise ValueError(f"unsupported Array API version {api_version!r}")
         return upper.namespace  # Note [Upper layers]
 
@@ -150,6 +150,10 @@ class Tensor(_Base):
         copy: bool | None = None,
     ) -> Any:
         kwargs = {} if max_version is None else {"max_version": max_version}
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
         return self.numpy().__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -1,8 +1,9 @@
 """lamina -- a tensor library whose every layer can be switched off and measured.
 
-``import lamina as lm`` gives the Python Array API (2023.12): tensors, dtypes,
-creation, elementwise, statistical, manipulation and linear-algebra functions, with
-autograd and sparse COO tensors. The functions are generated from the operator schema
+``import lamina as lm`` gives the Python Array API (2024.12, without complex dtypes and
+lamina.fft yet): tensors, dtypes, creation, elementwise, statistical, manipulation,
+searching, sorting, set and linear-algebra functions (``lamina.linalg``), with autograd
+and sparse COO tensors. The functions are generated from the operator schema
 (``lamina.dispatch``); this module only gathers the public face.
 """
 
@@ -37,10 +38,10 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import layers, optim, random
+from . import layers, linalg, optim, random
 
 __version__ = "0.1.0"
-__array_api_version__ = "2023.12"
+__array_api_version__ = "2024.12"  # README: what of it is not met yet
 
 e = 2.718281828459045
 pi = 3.141592653589793

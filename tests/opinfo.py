@@ -188,6 +188,7 @@ def _ops():
         ("asinh", np.arcsinh, "int8"),
         ("acosh", np.arccosh, "uint32"),
         ("atanh", np.arctanh, "bool"),
+        ("reciprocal", lambda x: np.divide(1.0, x), "int32"),  # 1.0 is weak: float32 stays
     ]
     for name, ref, extra in floats:
         unary(name, "float", f"float32 float64 {extra}", ref)
@@ -251,6 +252,7 @@ def _ops():
     binary("copysign", "float", "float32 float64 int32", np.copysign)
     binary("hypot", "float", "float32 float64 int8", np.hypot)
     binary("logaddexp", "float", "float32 float64 uint16", np.logaddexp)
+    binary("nextafter", "float", "float32 float64 int8", np.nextafter)
     # Bitwise
     binary(
         "bitwise_and", "intbool", "bool int32 uint8", np.bitwise_and, dunder=O.and_, inplace=O.iand

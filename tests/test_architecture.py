@@ -151,20 +151,27 @@ def test_the_direction_check_can_fail():
 # ---------------------------------------------------------------- the public functions
 
 
-PUBLIC = list(bindings.public_operators())
+NAMESPACES = ("", "linalg")  # the top level and the Array API extensions
+PUBLIC = [op for ns in NAMESPACES for op in bindings.public_operators(ns)]
 
 
-@pytest.mark.parametrize("op", PUBLIC, ids=lambda op: op.name)
+@pytest.mark.parametrize("op", PUBLIC, ids=lambda op: f"{op.namespace or 'lamina'}.{op.name}")
 def test_public_functions_have_the_schema_signature_and_a_docstring(op):
-    fn = getattr(lm, op.name)
+    module = getattr(lm, op.namespace) if op.namespace else lm
+    fn = getattr(module, op.name)
     assert inspect.signature(fn) == op.signature
     assert fn.__doc__ and fn.__doc__.startswith(op.doc)
-    assert fn.__module__ == "lamina"
+    assert fn.__module__ == ("lamina." + op.namespace if op.namespace else "lamina")
 
 
 def test_every_public_function_has_a_docstring():
     missing = [
         name for name in lm.dispatch.ops.__all__ if not (getattr(lm, name).__doc__ or "").strip()
+    ]
+    missing += [
+        "linalg." + name
+        for name in lm.linalg.__all__
+        if not (getattr(lm.linalg, name).__doc__ or "").strip()
     ]
     assert missing == []
 

@@ -374,6 +374,114 @@ SAMPLES = {
 }
 
 
+def well_conditioned(shape, seed=0):
+    """A float64 leaf whose matrices are the identity plus small noise: invertible,
+    with distinct singular values."""
+    rng = np.random.default_rng(seed)
+    m, n = shape[-2:]
+    data = np.eye(m, n) * (1.0 + np.arange(n)) + 0.3 * rng.uniform(-1, 1, shape)
+    return lm.asarray(data, dtype=F64, device=DEVICE[0], requires_grad=True)
+
+
+def symmetric(fn):
+    """fn of the symmetric part of x (eigh and cholesky read one triangle)."""
+    return lambda x: fn((x + x.mT) * 0.5)
+
+
+def spd(fn):
+    """fn of x @ x.mT + 1: symmetric positive definite."""
+    return lambda x: fn(x @ x.mT + lm.eye(x.shape[-1], dtype=F64, device=DEVICE[0]))
+
+
+LA = lm.linalg
+
+# Array API 2024.12 (issue 15)
+SAMPLES.update(
+    {
+        "reciprocal": [("plain", lm.reciprocal, [pos(S)])],
+        "cumulative_sum": [
+            ("axis", lambda x: lm.cumulative_sum(x, axis=1), [leaf((3, 4))]),
+            (
+                "initial",
+                lambda x: lm.cumulative_sum(x, include_initial=True) * const([1, 2, 3, 4, 5]),
+                [strided((4,), kind="s")],
+            ),
+        ],
+        "cumulative_prod": [
+            ("no_zero", lambda x: lm.cumulative_prod(x, axis=0), [leaf((3, 2), 0.5, 1.5)]),
+            (
+                "zeros",
+                lambda x: lm.cumulative_prod(x, axis=1, include_initial=True),
+                [const([[1.5, 0.0, -2.0, 0.0], [0.7, 1.2, 0.4, 3.0]]).requires_grad_()],
+            ),
+        ],
+        "sort": [
+            ("axis", lambda x: lm.sort(x, axis=0) * const([[1.0], [2.0], [3.0]]), [leaf((3, 2))]),
+            (
+                "descending",
+                lambda x: lm.sort(x, descending=True) * const([1, 2, 3, 4]),
+                [strided((4,), kind="s")],
+            ),
+        ],
+        # lamina.linalg (issue 15)
+        "inv": [
+            ("plain", LA.inv, [well_conditioned((3, 3))]),
+            ("batched", LA.inv, [well_conditioned((2, 2, 2))]),
+        ],
+        "det": [("batched", LA.det, [well_conditioned((2, 3, 3))])],
+        "slogdet": [("logabsdet", lambda x: LA.slogdet(x).logabsdet, [well_conditioned((3, 3))])],
+        "solve": [
+            ("matrix", LA.solve, [well_conditioned((3, 3)), leaf((3, 2), seed=1)]),
+            ("vector_batched", LA.solve, [well_conditioned((2, 3, 3)), leaf((3,), seed=1)]),
+        ],
+        "cholesky": [
+            ("lower", spd(LA.cholesky), [leaf((3, 3))]),
+            ("upper", spd(lambda a: LA.cholesky(a, upper=True)), [leaf((2, 3, 3))]),
+        ],
+        "qr": [
+            ("tall", lambda x: LA.qr(x).Q * 1.0 + 0.0, [well_conditioned((4, 3))]),
+            ("square_r", lambda x: LA.qr(x).R, [well_conditioned((3, 3))]),
+        ],
+        "eigh": [
+            ("values", symmetric(lambda a: LA.eigh(a).eigenvalues), [well_conditioned((3, 3))]),
+            # eigenvectors up to sign: v * v does not depend on it
+            (
+                "vectors",
+                symmetric(lambda a: LA.eigh(a).eigenvectors ** 2),
+                [well_conditioned((3, 3))],
+            ),
+        ],
+        "eigvalsh": [("plain", symmetric(LA.eigvalsh), [well_conditioned((2, 3, 3))])],
+        "svd": [
+            ("values", lambda x: LA.svd(x).S, [well_conditioned((4, 3))]),
+            # U diag(S) Vh and U @ Vh do not depend on the signs of singular vectors
+            (
+                "vectors_tall",
+                lambda x: (lambda u, s, vh: u @ vh)(*LA.svd(x, full_matrices=False)),
+                [well_conditioned((4, 3))],
+            ),
+            (
+                "vectors_wide",
+                lambda x: (lambda u, s, vh: u @ vh)(*LA.svd(x, full_matrices=False)),
+                [well_conditioned((3, 4))],
+            ),
+        ],
+        "svdvals": [("plain", LA.svdvals, [well_conditioned((2, 3, 2))])],
+        "diagonal": [
+            ("offset", lambda x: LA.diagonal(x, offset=1) * const([1, 2]), [leaf((3, 3))]),
+            ("negative", lambda x: LA.diagonal(x, offset=-1), [leaf((2, 3, 4))]),
+        ],
+        "vector_norm": [
+            ("two", LA.vector_norm, [leaf((2, 3))]),
+            ("axis_keepdims", lambda x: LA.vector_norm(x, axis=1, keepdims=True), [leaf((2, 3))]),
+            ("ord3", lambda x: LA.vector_norm(x, axis=0, ord=3), [away_from_zero((3, 2))]),
+            ("ord1", lambda x: LA.vector_norm(x, ord=1), [away_from_zero((4,))]),
+            ("inf", lambda x: LA.vector_norm(x, axis=-1, ord=float("inf")), [leaf((2, 3))]),
+        ],
+    }
+)
+
+
 def _node_names(outputs):
     """Names of all nodes reachable from ``outputs``' grad_fns."""
     names, stack, seen = (

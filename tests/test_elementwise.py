@@ -702,7 +702,10 @@ def test_where_errors():
     c = lm.asarray(np.array([True, False]))
     for fn in (lm.where, lambda *a: numpy_ref(lm.where, *a)):
         with pytest.raises(TypeError, match="where"):
-            fn(c, 1, 2)  # Array API 2023.12: x1 and x2 are arrays; no dtype to infer
+            fn(c, [1], 2)  # a list is neither a tensor nor a Python scalar
+        # Array API 2024.12: two Python scalars take their kinds' default dtype
+        assert fn(c, 1, 2).dtype == lm.int64 and fn(c, 1, 2.5).tolist() == [1.0, 2.5]
+        assert fn(c, True, False).dtype == lm.bool
         with pytest.raises(ValueError, match="where"):
             fn(c, lm.asarray(np.ones(3)), 0.0)
     with pytest.raises(OverflowError):

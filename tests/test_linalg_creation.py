@@ -591,7 +591,8 @@ def test_array_namespace_and_version():
     x = lm.zeros(2)
     assert x.__array_namespace__() is lm
     assert x.__array_namespace__(api_version="2023.12") is lm
-    assert lm.__array_api_version__ == "2023.12"
+    assert x.__array_namespace__(api_version="2024.12") is lm
+    assert lm.__array_api_version__ == "2024.12"
     with pytest.raises(ValueError, match="unsupported Array API version '1999.01'"):
         x.__array_namespace__(api_version="1999.01")
 

@@ -170,7 +170,7 @@ def test_expand_dims():
         got = lm.expand_dims(x, axis=axis)
         assert_equal(got, np.expand_dims(n, axis))
         assert shares(got, x)
-    assert lm.expand_dims(lm.asarray(1.0)).shape == (1,)
+    assert lm.expand_dims(lm.asarray(1.0), 0).shape == (1,)
     with pytest.raises(
         lm.AxisError, match="expand_dims: axis 3 is out of bounds for a tensor of dimension 3"
     ):

@@ -10,15 +10,28 @@ indexing, creation). One module per family of operators:
     manipulation.py  concat, stack
     views.py         views, indexing, astype, copy
     creation.py      full, empty, arange, linspace, eye, from_host, rand, randn
+    scan.py          cumulative_sum, cumulative_prod
+    sorting.py       sort, argsort, searchsorted, nonzero, unique_*
+    lapack.py        lamina.linalg's factorizations and solvers (LAPACK through NumPy)
     layout.py        strided operands of the general path
 """
 
 from lamina.backends.hookspecs import hookimpl
 
-from . import creation, elementwise, linalg, manipulation, reductions, views
+from . import creation, elementwise, lapack, linalg, manipulation, reductions, scan, sorting, views
 
 
 @hookimpl
 def lamina_register_kernels(registry):
-    for module in (elementwise, reductions, linalg, manipulation, views, creation):
+    for module in (
+        elementwise,
+        reductions,
+        linalg,
+        manipulation,
+        views,
+        creation,
+        scan,
+        sorting,
+        lapack,
+    ):
         module.register(registry)

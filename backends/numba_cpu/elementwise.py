@@ -251,7 +251,7 @@ ELEMENTWISE_SCALARS = {
         for name in "add subtract multiply divide remainder maximum minimum atan2 "
         "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
         "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
-        "bitwise_left_shift bitwise_right_shift".split()
+        "bitwise_left_shift bitwise_right_shift reciprocal nextafter".split()
     },
 }
 

@@ -306,6 +306,16 @@ def round_half_even(x):
     return np.round(x)
 
 
+@register_jitable
+def reciprocal(x):
+    return 1.0 / x  # float32 x: computed in float64 and rounded once on store
+
+
+@register_jitable
+def nextafter(x, y):
+    return np.nextafter(x, y)  # of x's own float type: float32 steps by float32 ulps
+
+
 def _math(name, fn):
     """A float scalar function calling ``fn`` (math.* or np.*), named for the cache."""
     scalar = register_jitable(lambda x: fn(x))
@@ -583,6 +593,25 @@ def logical_and_reduce(acc, x):
 @register_jitable
 def logical_or_reduce(acc, x):
     return acc or bool(x)
+
+
+def scan_rows(step, loop):
+    """The running fold of each row of a 2-D view ``x`` into ``out`` (same rows,
+    ``out.shape[1] - x.shape[1]`` leading columns holding ``init[0]``, the identity,
+    when the scan includes it). ``out``'s dtype is the accumulator."""
+
+    def kernel(x, out, init):
+        n = x.shape[1]
+        lead = out.shape[1] - n
+        for r in loop(x.shape[0]):
+            acc = init[0]
+            if lead:
+                out[r, 0] = acc
+            for j in range(n):
+                acc = step(acc, x[r, j])
+                out[r, lead + j] = acc
+
+    return kernel
 
 
 def matmul_int(loop):
