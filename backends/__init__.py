@@ -8,6 +8,7 @@ kernel wrappers: the public plugin API is described in docs/backends.md.
 """
 
 from ._manager import (
+    PluginWarning,
     list,
     load_builtin,
     load_entry_points,
@@ -21,6 +22,7 @@ from .fallback import cpu_fallback, new_tensor
 from .hookspecs import hookimpl
 
 __all__ = [
+    "PluginWarning",
     "Registry",
     "cpu_fallback",
     "hookimpl",

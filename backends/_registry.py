@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from lamina.dispatch import devices, keys
@@ -13,6 +14,15 @@ def check_kernel(what: str, fn: object, priority: object) -> None:
         raise TypeError(f"{what} must be callable, got {type(fn).__name__}")
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {priority!r}")
+
+
+def _site() -> tuple[str, int]:
+    """(file, line) of the plugin code calling the registry: where warnings about a
+    registration point (PluginWarning)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno)
 
 
 def key_of(device: str) -> int:
@@ -67,6 +77,7 @@ class Registry:
             priority,
             with_scalar=with_scalar,
             unchecked=unchecked,
+            site=_site(),
         )
 
     def implements(self, op: str, device: str = "cpu", priority: int = 0) -> Callable:
@@ -82,7 +93,9 @@ class Registry:
         """``wrapper(next_kernel) -> kernel``, called at table-build time with the kernel
         that would serve (op, device) without it (Note [Kernel wrappers])."""
         check_kernel(f"the kernel wrapper for {op!r}", wrapper, priority)
-        R.register_kernel(op, key_of(device), wrapper, self.plugin, priority, wraps=True)
+        R.register_kernel(
+            op, key_of(device), wrapper, self.plugin, priority, wraps=True, site=_site()
+        )
 
     def add_device(
         self, name: str, *, to_cpu: Callable, from_cpu: Callable, shares_memory: bool = True
@@ -114,4 +127,4 @@ class Registry:
         key = key_of(device)
         if not key & keys.BACKEND_MASK:
             raise ValueError(f"fallbacks are for devices, not the {device!r} layer")
-        R.register_fallback(key, fn, self.plugin, priority)
+        R.register_fallback(key, fn, self.plugin, priority, site=_site())

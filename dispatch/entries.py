@@ -10,13 +10,15 @@ applies decides:
 
 1. ``k`` is the key of a layer that is switched off (lamina.layers): AUTOGRAD falls
    through (cleared from the mask); SPARSE raises (Note [Sparse layer off]).
-2. A kernel is registered for (op, k): the best by rank (Note [Kernel priority]),
-   wrapped by the wrappers that rank above it (Note [Kernel wrappers]).
+2. A kernel is registered for (op, k): the best by rank (Note [Kernel priority]).
 3. ``k`` is a device key with a fallback (Note [Backend fallback]): the best fallback,
-   bound to the operator, wrapped by the slot's wrappers.
+   bound to the operator.
 4. ``k`` is AUTOGRAD: falls through (the operator is not differentiable).
 5. Otherwise the slot raises NotImplementedError naming the operator, the key and the
    keys that have kernels (backend keys and SPARSE never fall through silently).
+
+Under rules 2 and 3 every wrapper registered for (op, k) wraps what serves, whatever
+its priority (Note [Kernel wrappers]).
 
 Then: the slot of a device key other than CPU checks the call's devices (Note [Device
 check]); a kernel serving its slot unwrapped contributes its variants (Note [Kernel
@@ -38,7 +40,11 @@ leaves every table entry the identical object.
 Note [Kernel wrappers]: a kernel registered with ``wraps=True`` is a factory
 ``fn(next_kernel) -> kernel``; at table-build time it receives the kernel (or fallback)
 that would serve the slot without it -- for instrumentation or a pre/post-processing
-step that delegates. Without anything below it, it is skipped.
+step that delegates. Wrappers are ranked against each other only (Note [Kernel
+priority]: the best is outermost) and always sit above the kernel or fallback that
+serves, so no kernel's priority, name or preference can make a wrapper silently
+inactive. The one exception is a slot with nothing to wrap (rules 1, 4 and 5): its
+wrappers are inactive, and lamina.backends warns when such a wrapper is registered.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ class Entry:
     chain: tuple[R.Kernel, ...] = ()  # what serves, outermost first (wrappers, then base)
 
 
-broken: dict[str, Exception] = {}  # plugin -> the error its kernel wrapper raised
+broken: dict[str, tuple[Exception, R.Kernel]] = {}  # plugin -> (error, wrapper that raised)
 _slot_cache: dict[tuple, Callable] = {}
 _used: dict[tuple, Callable] = {}
 
@@ -158,7 +164,7 @@ def _apply_wrappers(
         try:
             fn = _cached((op.name, key, "wrap", w.fn, fn), lambda w=w, fn=fn: _wrap(w, fn))
         except Exception as exc:  # skipped; lamina.backends warns and drops the plugin
-            broken.setdefault(w.plugin, exc)
+            broken.setdefault(w.plugin, (exc, w))
             continue
         chain.insert(0, w)
     return fn, tuple(chain)
@@ -173,15 +179,12 @@ def compute_entry(op: Operator, key: int) -> Entry:
             return Entry(slot, slot, True, 1, "sparse layer off: raises RuntimeError")
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, False, 1, f"{layer} layer off: falls through")
-    wrappers, base = [], None
-    for e in sorted(R.kernels.get((op.name, key), ()), key=R.rank):
-        if not e.wraps:
-            base = e
-            break
-        wrappers.append(e)
-    if base is not None:  # rule 2
-        rule, fn = 2, base.fn
-        reason = f"kernel of {base.plugin!r} (priority {base.priority})"
+    ranked = sorted(R.kernels.get((op.name, key), ()), key=R.rank)
+    wrappers = [e for e in ranked if e.wraps]
+    kernels = [e for e in ranked if not e.wraps]
+    if kernels:  # rule 2
+        rule, base = 2, kernels[0]
+        fn, reason = base.fn, f"kernel of {base.plugin!r} (priority {base.priority})"
     elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3
         rule, best = 3, min(R.fallbacks[key], key=R.rank)
         fn = _cached((op.name, key, "fallback", best.fn), lambda: _bind_fallback(op, best.fn))
@@ -243,7 +246,8 @@ def rebuild() -> None:
 
 
 def describe(entry: Entry) -> Any:
-    """(kernel text, plugin, priority) of an entry, as dumps show it."""
+    """(kernel text, plugin, priority) of an entry, as dumps show it; a chain of
+    wrappers reads outermost first, each column link by link (``a -> b``)."""
     if not entry.chain:
         marker = (
             "off: RuntimeError"
@@ -255,5 +259,10 @@ def describe(entry: Entry) -> Any:
             else "missing: NotImplementedError"
         )
         return (f"[{marker}]", "", "")
-    names = " -> ".join(k.name for k in entry.chain)
-    return (names, entry.chain[0].plugin, entry.chain[0].priority)
+    if len(entry.chain) == 1:
+        k = entry.chain[0]
+        return (k.name, k.plugin, k.priority)
+    return tuple(" -> ".join(str(getattr(k, f)) for k in entry.chain) for f in _COLUMNS)
+
+
+_COLUMNS = ("name", "plugin", "priority")

@@ -19,10 +19,13 @@ applies of
 1. a layer that is off: AUTOGRAD falls through (not in the mask), SPARSE raises
    RuntimeError;
 2. the best kernel (preferred plugin, then higher priority, then plugin name, then
-   registration order), behind the wrappers that rank above it, best outermost;
-3. a device key with fallbacks: the best fallback, behind all the slot's wrappers;
+   registration order);
+3. a device key with fallbacks: the best fallback;
 4. AUTOGRAD without a kernel falls through;
 5. anything else raises NotImplementedError (so does a device bit no plugin provides).
+
+Under rules 2 and 3 all of the slot's wrappers sit above what serves, ranked among
+themselves (best outermost), whatever their priority relative to the kernel.
 
 A device key other than CPU checks the call's devices (ValueError when another backend
 bit is set). A kernel serving its slot unwrapped and unchecked contributes its variants:
@@ -151,12 +154,14 @@ WRAPPERS = Config(
         P("probe_k", K(C, "cpu", 3, scalar=True, unchecked=True), K(B, "sparse")),
         P(
             "probe_w",
-            *(W(H, "cpu", 10), W(H, "cpu", 5), W(H, "cpu", -5)),  # two above numba, one below
-            *(W(C, "cpu", 3), W(C, "cpu", 4)),  # a tie with probe_k's kernel (by name), one above
+            # wrappers rank among themselves: all three wrap numba_cpu's kernel, the one
+            # ranked below it too
+            *(W(H, "cpu", 10), W(H, "cpu", 5), W(H, "cpu", -5)),
+            *(W(C, "cpu", 3), W(C, "cpu", 4)),  # at probe_k's kernel's priority and above
             W(H, "autograd", 1),  # above the built-in autograd kernel
             W(H, "sparse"),  # nothing below it: skipped
             W(B, "sparse", 5),  # above a layer probe
-            W(B, "cpu", -20),  # below every built-in
+            W(B, "cpu", -20),  # below every built-in kernel: wraps numba_cpu's all the same
             W(B, "autograd", 9),  # nothing below it on AUTOGRAD: still a fallthrough
         ),
     ),
@@ -312,7 +317,6 @@ class Model:
         fallbacks = [r for r in self.regs if r.kind == "fallback" and r.key == key]
         if kernels:  # rule 2
             rule, base = 2, self.ranked(kernels)[0]
-            wrappers = [w for w in wrappers if self.beats(w, base)]
         elif key & BACKENDS and fallbacks:  # rule 3
             rule, base = 3, self.ranked(fallbacks)[0]
         elif key == AUTOGRAD:  # rule 4
@@ -372,11 +376,24 @@ class Model:
         out = []
         for key in self.active_keys():
             s = self.slot(op, key)
-            if s.chain:
+            if len(s.chain) == 1:
+                (r,) = s.chain
+                row = (
+                    f"[fallback] {r.name}" if r.kind == "fallback" else r.name,
+                    r.plugin,
+                    r.priority,
+                )
+            elif s.chain:  # every column link by link, outermost first
                 text = " -> ".join(
                     f"[fallback] {r.name}" if r.kind == "fallback" else r.name for r in s.chain
                 )
-                row = (text, s.chain[0].plugin, s.chain[0].priority)
+                row = (
+                    text,
+                    *(
+                        " -> ".join(str(getattr(r, f)) for r in s.chain)
+                        for f in ("plugin", "priority")
+                    ),
+                )
             else:
                 row = (f"[{s.marker}]", "", "")
             out.append((keys.key_name(key), *row, s.rule))
