@@ -17,6 +17,8 @@ applies decides:
 5. Otherwise the slot raises NotImplementedError naming the operator, the key and the
    keys that have kernels (backend keys and SPARSE never fall through silently).
 
+Under rule 2, kernels that may decline (Note [Declining kernels]) serve above the best
+kernel that may not, and decline to it (or, without one, to what rules 3 to 5 give).
 Under rules 2 and 3 every wrapper registered for (op, k) wraps what serves, whatever
 its priority (Note [Kernel wrappers]).
 
@@ -156,10 +158,24 @@ def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
     return fn
 
 
+def _declining(k: R.Kernel, below: Callable) -> Callable:
+    """Note [Declining kernels]: a kernel registered with ``declines=True`` may return
+    ``NotImplemented`` for a call it does not handle (a dtype, a layout); the kernel
+    ranked below it (or the fallback, or the missing-kernel error) serves it then."""
+    fn = k.fn
+
+    def declining(ks, *args):
+        out = fn(ks, *args)
+        return below(ks, *args) if out is NotImplemented else out
+
+    declining.__qualname__ = f"declining[{k.name}]"
+    return declining
+
+
 def _apply_wrappers(
-    op: Operator, key: int, wrappers: list[R.Kernel], base: R.Kernel, fn: Callable
+    op: Operator, key: int, wrappers: list[R.Kernel], serving: tuple, fn: Callable
 ) -> tuple[Callable, tuple[R.Kernel, ...]]:
-    chain = [base]
+    chain = list(serving)
     for w in reversed(wrappers):  # the lowest-ranked wrapper is innermost
         try:
             fn = _cached((op.name, key, "wrap", w.fn, fn), lambda w=w, fn=fn: _wrap(w, fn))
@@ -182,23 +198,34 @@ def compute_entry(op: Operator, key: int) -> Entry:
     ranked = sorted(R.kernels.get((op.name, key), ()), key=R.rank)
     wrappers = [e for e in ranked if e.wraps]
     kernels = [e for e in ranked if not e.wraps]
+    # Note [Declining kernels]: kernels that may decline serve above the first that
+    # may not; what they decline goes to the next one down
+    stop = next((i for i, e in enumerate(kernels) if not e.declines), len(kernels))
+    decliners, kernels = kernels[:stop], kernels[stop:]
     if kernels:  # rule 2
         rule, base = 2, kernels[0]
         fn, reason = base.fn, f"kernel of {base.plugin!r} (priority {base.priority})"
-    elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3
+    elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3 (or 2, declining to it)
         rule, best = 3, min(R.fallbacks[key], key=R.rank)
         fn = _cached((op.name, key, "fallback", best.fn), lambda: _bind_fallback(op, best.fn))
         base = R.Kernel(fn, best.plugin, best.priority, best.order, label=f"[fallback] {best.name}")
         reason = f"fallback of device {keys.key_name(key)!r} from {best.plugin!r}"
+    elif decliners:  # rule 2, with nothing below what declines
+        rule, (label, reason) = 2, _FLOORS[key == keys.AUTOGRAD]
+        fn = _cached((op.name, key, "floor"), lambda: _floor(op, key))
+        base = R.Kernel(fn, "-", "-", 0, label=label)  # no plugin: lamina's floor
     elif key == keys.AUTOGRAD:  # rule 4
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, False, 4, "no autograd kernel: not differentiable, falls through")
     else:  # rule 5
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
-    slot, chain = _apply_wrappers(op, key, wrappers, base, fn)
-    if len(chain) > 1:
-        reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain[:-1])
+    for d in reversed(decliners):
+        fn = _cached((op.name, key, "declines", d.fn, fn), lambda d=d, fn=fn: _declining(d, fn))
+        rule, reason = 2, f"kernel of {d.plugin!r} (priority {d.priority}), declining to {reason}"
+    slot, chain = _apply_wrappers(op, key, wrappers, (*decliners, base), fn)
+    if len(chain) > len(decliners) + 1:
+        reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain if w.wraps)
     own = chain == (base,) and rule == 2  # Note [Kernel variants]
     if key != keys.CPU and key & keys.BACKEND_MASK:
         slot = _cached((op.name, key, "check", slot), lambda s=slot: _device_check(op, key, s))
@@ -212,6 +239,26 @@ def compute_entry(op: Operator, key: int) -> Entry:
             slot = base.unchecked  # Note [Unchecked fast path]
             reason += ", unchecked (checks layer off)"
     return Entry(slot, scalar_slot, True, rule, reason, chain)
+
+
+_FLOORS = {  # (dump label, reason) of what serves below kernels that all declined
+    False: ("[missing: NotImplementedError]", "nothing: raises NotImplementedError"),
+    True: ("[fallthrough]", "nothing: falls through the layer"),
+}
+
+
+def _floor(op: Operator, key: int) -> Callable:
+    """What serves below kernels that all declined: a layer key redispatches below
+    itself (as a fallthrough would), any other key has no kernel."""
+    if key != keys.AUTOGRAD:
+        return missing_kernel(op, key)
+    below, table = ~key, op.table
+
+    def fallthrough(ks, *args):
+        ks &= below
+        return table[ks.bit_length()](ks, *args)
+
+    return fallthrough
 
 
 def rebuild_op(op: Operator) -> None:
@@ -259,10 +306,10 @@ def describe(entry: Entry) -> Any:
             else "missing: NotImplementedError"
         )
         return (f"[{marker}]", "", "")
-    if len(entry.chain) == 1:
-        k = entry.chain[0]
-        return (k.name, k.plugin, k.priority)
-    return tuple(" -> ".join(str(getattr(k, f)) for k in entry.chain) for f in _COLUMNS)
-
-
-_COLUMNS = ("name", "plugin", "priority")
+    links = [
+        (f"[declines] {k.name}" if k.declines else k.name, k.plugin, k.priority)
+        for k in entry.chain
+    ]
+    if len(links) == 1:
+        return links[0]
+    return tuple(" -> ".join(str(link[i]) for link in links) for i in range(3))

@@ -41,6 +41,7 @@ class Kernel:
     unchecked: Callable | None = None
     label: str | None = None  # how dumps show it, when not its function's name
     site: tuple[str, int] | None = None  # (file, line) of the registering call, for warnings
+    declines: bool = False  # may return NotImplemented (Note [Declining kernels])
 
     @property
     def name(self) -> str:
@@ -74,10 +75,21 @@ def register_kernel(
     with_scalar: Callable | None = None,
     unchecked: Callable | None = None,
     site: tuple[str, int] | None = None,
+    declines: bool = False,
 ) -> Kernel:
     """Record a kernel for (operator, key); ``entries.rebuild()`` makes it active."""
     get(op_name)  # unknown operator names are an error, not a silent new entry
-    k = Kernel(fn, plugin, priority, _next_order(), wraps, with_scalar, unchecked, site=site)
+    k = Kernel(
+        fn,
+        plugin,
+        priority,
+        _next_order(),
+        wraps,
+        with_scalar,
+        unchecked,
+        site=site,
+        declines=declines,
+    )
     kernels.setdefault((op_name, key), []).append(k)
     return k
 

@@ -166,6 +166,19 @@ class Operator:
         return len(self.params)
 
     @property
+    def kernel_params(self) -> tuple[Param, ...]:
+        """The parameters a kernel receives after ``ks``: the signature's, but a
+        creation operator's ``device`` (the key it dispatched on chose the kernel)."""
+        if self.category == "creation":
+            return tuple(p for p in self.params if p.name != "device")
+        return self.params
+
+    @property
+    def kernel_call(self) -> str:
+        """How its kernels are called, e.g. ``sum(ks, x, axis, dtype, keepdims)``."""
+        return f"{self.name}(ks, {', '.join(p.name for p in self.kernel_params)})"
+
+    @property
     def winners(self) -> dict:
         """key -> the registration that serves it (the outermost of its chain)."""
         return {k: e.chain[0] for k, e in self.entries.items() if e.chain}

@@ -6,6 +6,7 @@ Each plugin here is registered at run time and unregistered by the ``registered`
 fixture; the conftest fixture checks that the tables are as before."""
 
 import itertools
+import re
 import types
 import warnings
 
@@ -250,3 +251,124 @@ def test_a_failing_hook_is_reported_at_the_line_that_failed(register):
     )
     assert warning.filename == __file__
     assert warning.lineno == hook.__code__.co_firstlineno + 2
+
+
+# ---------------------------------------------------------------- declining
+
+
+def test_an_override_declines_what_it_does_not_handle(register):
+    """Note [Declining kernels]: a float64-only CPU override hands every other dtype to
+    the kernel below it (numba_cpu's), with no cost for the calls it keeps."""
+    served = []
+
+    def float64_multiply(ks, x1, x2):
+        if (
+            getattr(x1, "dtype", None) is not lm.float64
+            or getattr(x2, "dtype", None) is not lm.float64
+        ):
+            return NotImplemented
+        served.append(x1.shape)
+        return lm.backends.new_tensor(np.multiply(x1.numpy(), x2.numpy()))
+
+    _, name, caught = register(
+        lambda r: r.register("multiply", "cpu", float64_multiply, 5, declines=True)
+    )
+    assert not caught
+    f64, i32 = lm.asarray([1.0, 2.0]), lm.asarray([1, 2], dtype=lm.int32)
+    assert (f64 * f64).tolist() == [1.0, 4.0] and served == [(2,)]
+    assert (i32 * i32).tolist() == [1, 4] and (i32 * i32).dtype == lm.int32
+    assert (f64 * 2.0).tolist() == [2.0, 4.0]  # a scalar: declined too, numba_cpu serves
+    assert served == [(2,)]
+    kernel, plugin, priority = rows("multiply")["CPU"]
+    assert kernel.startswith("[declines] test_plugin_contract.") and kernel.endswith(
+        " -> lamina.backends.numba_cpu.elementwise.multiply"
+    )
+    assert (plugin, priority) == (f"{name} -> numba_cpu", "5 -> 0")
+
+
+def test_a_device_kernel_declines_to_the_fallback(register):
+    import lamina_example_backend as example
+
+    def only_2d(ks, x):
+        return (
+            NotImplemented
+            if x.ndim != 2
+            else lm.backends.new_tensor(
+                example.CountingStorage(np.exp(x._data.array)), "counting", x.dtype, x.shape
+            )
+        )
+
+    register(lambda r: r.register("exp", "counting", only_2d, declines=True))
+    before = example.plugin.fallback_calls["exp"]
+    c1, c2 = lm.ones(2, device="counting"), lm.ones((1, 2), device="counting")
+    assert lm.exp(c1).tolist() == lm.exp(c2)[0].tolist() == [np.e, np.e]
+    assert example.plugin.fallback_calls["exp"] == before + 1  # only the 1-D call
+
+
+def test_kernels_that_all_decline_fall_through_a_layer_or_raise(register):
+    def never(ks, *args):
+        return NotImplemented
+
+    def hook(r):
+        r.register("logical_xor", "autograd", never, declines=True)  # nothing below
+        r.register("logical_xor", "sparse", never, declines=True)
+
+    ok, name, _ = register(hook)
+    assert ok
+    assert rows("logical_xor")["Autograd"][1:] == (f"{name} -> -", "0 -> -")
+    assert rows("logical_xor")["Autograd"][0].endswith(".never -> [fallthrough]")
+    assert rows("logical_xor")["Sparse"][0].endswith(".never -> [missing: NotImplementedError]")
+    w = lm.asarray([1.0, 0.0], requires_grad=True)
+    assert lm.logical_xor(w, w).tolist() == [False, False]  # fell through AUTOGRAD
+    s = lm.asarray([[1.0, 0.0]]).to_sparse()
+    with pytest.raises(NotImplementedError, match="'logical_xor' has no kernel for key Sparse"):
+        lm.logical_xor(s, s)
+
+
+# ---------------------------------------------------------------- arity and variants
+
+
+@pytest.mark.parametrize(
+    "registration, message",
+    [
+        (
+            lambda r: r.register("add", "cpu", lambda ks, x: x),
+            r"the kernel for 'add' is called as add\(ks, x1, x2\) \(3 positional arguments\), "
+            r"but its signature is \(ks, x\)",
+        ),
+        (
+            lambda r: r.register("full", "cpu", lambda ks, shape, fill_value, dtype, device: 0),
+            r"full\(ks, shape, fill_value, dtype\) \(4 positional arguments\)",
+        ),
+        (
+            lambda r: r.register_fallback("cpu", lambda op, ks, x: x),
+            r"the fallback of device 'cpu' is called as fallback\(op, ks, x1, x2\)",
+        ),
+        (
+            lambda r: r.register_wrapper("exp", "cpu", lambda: None),
+            r"wrapper\(next_kernel\) \(1 positional arguments\), but its signature is \(\)",
+        ),
+        (
+            lambda r: r.register("exp", "cpu", lambda ks, x: x, with_scalar=lambda ks, a, b: a),
+            r"with_scalar is for binary operators; 'exp' is unary",
+        ),
+        (
+            lambda r: r.register(
+                "add", "cpu", lambda ks, a, b: a, declines=True, unchecked=lambda ks, a, b: a
+            ),
+            r"a kernel that declines \('add'\) cannot have a unchecked variant",
+        ),
+    ],
+    ids=["kernel", "creation", "fallback", "wrapper", "with_scalar", "declines-variant"],
+)
+def test_a_registration_of_the_wrong_shape_fails_the_plugin_at_once(
+    register, registration, message
+):
+    def hook(r):
+        registration(r)
+
+    ok, name, caught = register(hook)
+    assert not ok and not lm.backends.plugin_manager.has_plugin(name)
+    (warning,) = caught
+    assert re.search(message, str(warning.message)), str(warning.message)
+    assert warning.filename == __file__
