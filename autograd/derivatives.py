@@ -247,6 +247,7 @@ def _where(g, r, n, c, x1, x2):
     return (None, n[1] and ops.where(c, g, 0.0), n[2] and ops.where(c, 0.0, g))
 
 
+_to_device = OPERATORS["to_device"]
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 D = Derivative
@@ -402,6 +403,8 @@ DERIVATIVES = {
         D("setitem", _setitem, saves=(1,)),
         D("index_add", lambda g, r, n, x, key, values: (g, None, n[2] and g[key]), saves=(1,)),
         D("split", _split, saves=(0,)),
+        # the gradient moves back to x's device (x itself is not kept: graph.Sizes)
+        D("to_device", lambda g, r, n, x, device: (_to_device(g, x.device),), sizes=(0,)),
         D("concat", _concat, saves=None),
         D("stack", _stack, saves=None),
     ]

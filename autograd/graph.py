@@ -12,6 +12,7 @@ goes, without the garbage collector.
 import weakref
 
 from lamina.dispatch import keys
+from lamina.dispatch.devices import device_of_key
 from lamina.dispatch.tensor import PY_SCALARS, Tensor, version_of
 from lamina.dispatch.tensor import versions as _modified  # storages ever written in place
 
@@ -96,14 +97,18 @@ class Sizes:
     dtype of (Derivative.sizes): not the tensor, so neither its storage nor its later
     in-place changes concern the graph."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "_ks")
 
     def __init__(self, t):
-        self.shape, self.dtype = t._shape, t._dtype
+        self.shape, self.dtype, self._ks = t._shape, t._dtype, t._ks & keys.BACKEND_MASK
 
     @property
     def ndim(self):
         return len(self.shape)
+
+    @property
+    def device(self):
+        return device_of_key(self._ks)
 
 
 def grad_accumulator(leaf):

@@ -7,8 +7,11 @@ records kernels and rebuilds the dispatch tables once. Entry points in group
 kernel wrappers: the public plugin API is described in docs/backends.md.
 """
 
+from lamina.dispatch.results import KernelResultError
+
 from ._manager import (
     PluginWarning,
+    check_kernels,
     list,
     load_builtin,
     load_entry_points,
@@ -22,8 +25,10 @@ from .fallback import cpu_fallback, new_tensor
 from .hookspecs import hookimpl
 
 __all__ = [
+    "KernelResultError",
     "PluginWarning",
     "Registry",
+    "check_kernels",
     "cpu_fallback",
     "hookimpl",
     "list",

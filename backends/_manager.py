@@ -20,7 +20,7 @@ from lamina.dispatch import registry as R
 from lamina.dispatch.schema import get as get_operator
 
 from . import hookspecs
-from ._registry import Registry
+from ._registry import MOVE_PRIORITY, Registry
 
 plugin_manager = pluggy.PluginManager("lamina")
 plugin_manager.add_hookspecs(hookspecs)
@@ -321,7 +321,12 @@ def list() -> PluginList:
     kernels (fallbacks and wrappers included). Prints as a table."""
     rows = PluginList()
     for name in _sources:
-        ks = R.kernels_of(name)
+        # not counted: the to_device kernel add_device registers for each new device
+        ks = [
+            k
+            for k in R.kernels_of(name)
+            if not (k[2].fn is devices.move_kernel and k[2].priority == MOVE_PRIORITY)
+        ]
         added = devices.added_by(name)
         rows.append(
             {
@@ -348,6 +353,25 @@ def use(plugin_name: str) -> Iterator[None]:
         yield
     finally:
         _set_preferred(previous)
+
+
+@contextlib.contextmanager
+def check_kernels() -> Iterator[None]:
+    """Check every result of every kernel (built-in ones too) for the whole block:
+    a tensor on the right device, of the dtype and shape the operator's rules give
+    (Note [Result rules] in ``lamina.dispatch.results``); a result that is not raises
+    ``KernelResultError`` naming the plugin and kernel. For debugging: every call pays
+    a check (``LAMINA_CHECK_KERNELS=1`` turns it on for a whole process). Process-wide,
+    as the tables are; blocks nest, and leaving one never ends another's."""
+    with R.lock:
+        entries.check_all += 1
+        entries.rebuild()
+    try:
+        yield
+    finally:
+        with R.lock:
+            entries.check_all -= 1
+            entries.rebuild()
 
 
 def _set_preferred(plugin: str | None) -> str | None:

@@ -34,6 +34,9 @@ def check_kernel(what: str, fn: object, priority: object, *calls: str) -> None:
             ) from None
 
 
+MOVE_PRIORITY = -1000  # of the to_device kernel add_device registers for a device
+
+
 def _site() -> tuple[str, int]:
     """(file, line) of the plugin code calling the registry: where warnings about a
     registration point (PluginWarning)."""
@@ -152,7 +155,13 @@ class Registry:
             raise ValueError(f"device {name!r} is already provided by plugin {owner!r}")
         for what, fn in (("to_cpu", to_cpu), ("from_cpu", from_cpu)):
             check_kernel(f"{what} of device {name!r}", fn, 0, f"{what}(t)")
-        return devices.add(name, self.plugin, to_cpu, from_cpu, bool(shares_memory))
+        key = devices.add(name, self.plugin, to_cpu, from_cpu, bool(shares_memory))
+        # moves off the device: the converters, unless the plugin registers a
+        # to_device kernel of its own (which outranks this one)
+        R.register_kernel(
+            "to_device", key, devices.move_kernel, self.plugin, MOVE_PRIORITY, site=_site()
+        )
+        return key
 
     def register_fallback(self, device: str, fn: Callable, priority: int = 0) -> None:
         """``fn(op, ks, *args)`` serves every operator without a kernel on ``device``

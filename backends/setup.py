@@ -9,78 +9,16 @@ an integer that does not fit raises OverflowError instead of wrapping.
 import numpy as np
 
 from lamina.dispatch import dtypes as D
-from lamina.dispatch.meta import broadcast_shapes, reduced_shape  # noqa: F401 (re-exported)
-
-_SCALARS = (bool, int, float)
-
-
-def scalar_value(x):
-    """A Python scalar for ``x`` (NumPy scalars become Python ones), or None."""
-    if isinstance(x, _SCALARS):
-        return x
-    if isinstance(x, np.generic) and x.ndim == 0:
-        return x.item()
-    return None
-
-
-def _weak_kind(value):
-    return "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
-
-
-def promote(op, args):
-    """The computation dtype of an elementwise call, checked against the operator."""
-    dtype = None
-    for a in args:
-        d = getattr(a, "_dtype", None)
-        if d is not None:
-            dtype = d if dtype is None else D.PROMOTE[dtype.index][d.index]
-    if dtype is None:  # e.g. where(cond, 1, 2): no tensor to take a dtype from
-        raise TypeError(
-            f"{op.name}: expected at least one tensor operand to take the "
-            f"dtype from, got {', '.join(type(a).__name__ for a in args)}"
-        )
-    for a in args:
-        v = scalar_value(a)
-        if v is None:
-            continue
-        kind = _weak_kind(v)
-        if kind == "i" and dtype.kind == "b":
-            dtype = D.default_int
-        elif kind == "f" and dtype.kind != "f":
-            dtype = D.default_float
-    return check_dtype(op, dtype)
-
-
-_ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
-_DESCRIBE = {
-    "numeric": "numeric",
-    "float": "floating-point",
-    "int": "integer",
-    "intbool": "integer or boolean",
-}
-
-
-def check_dtype(op, dtype):
-    rule = op.dtypes
-    if dtype.kind in _ACCEPTS[rule]:
-        return dtype
-    if rule == "float" and dtype.kind in "biu":
-        return D.default_float  # as NumPy: exp(int tensor) is float64
-    raise TypeError(f"{op.name} needs {_DESCRIBE[rule]} inputs, got {dtype}")
-
-
-def result_dtype(op, dtype):
-    rule = op.result
-    if rule == "bool":
-        return D.bool_
-    if rule == "index":
-        return D.int64
-    if rule == "sum":
-        return _SUM_RESULTS.get(dtype.kind, dtype)
-    return dtype
-
-
-_SUM_RESULTS = {"b": D.int64, "i": D.int64, "u": D.uint64}
+from lamina.dispatch.meta import (  # noqa: F401 (re-exported: the schema's dtype and shape rules)
+    broadcast_shapes,
+    check_dtype,
+    promote,
+    reduced_shape,
+    result_dtype,
+    scalar_value,
+    sum_dtype,
+    weak_kind,
+)
 
 
 def operand(x, dtype):
@@ -134,13 +72,6 @@ def inplace_check(op, target, dtype, shape):
         )
 
 
-def sum_dtype(op, x, dtype):
-    """The accumulation/result dtype of sum and prod (Array API defaults)."""
-    if dtype is not None:
-        return check_dtype(op, D.as_dtype(dtype))
-    return result_dtype(op, check_dtype(op, x._dtype))
-
-
 def clip_bound(bound, dtype):
     """A clip bound as an array of x's dtype. An integer tensor bound of a wider dtype
     is saturated to the dtype's range first: cast, it would wrap (an int64 bound of -1
@@ -160,7 +91,7 @@ def check_clip_bounds(x, *bounds):
         if b is None:
             continue
         v = scalar_value(b)
-        kind = _weak_kind(v) if v is not None else b._dtype.kind
+        kind = weak_kind(v) if v is not None else b._dtype.kind
         if (kind == "f" and x._dtype.kind != "f") or (kind == "b" and x._dtype.kind != "b"):
             raise TypeError(
                 f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "

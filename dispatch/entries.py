@@ -27,6 +27,20 @@ check]); a kernel serving its slot unwrapped contributes its variants (Note [Ker
 variants]): ``with_scalar`` to the scalar table, ``unchecked`` while the checks layer
 is off.
 
+Note [Result checks]: what a kernel returns is checked against Note [Result rules]
+(``results.py``) wherever that costs nothing measurable, so that a plugin's mistake is an
+error naming its kernel and plugin (KernelResultError), not a wrong result or an
+AttributeError three calls later:
+
+* the slot of a device key other than CPU, a device check already, checks every
+  result's type and device, and on its first call its dtype and shape too;
+* the slot of the CPU or of a layer key that a plugin's kernel or wrapper serves checks
+  its first result completely, then puts the bare kernel in its own place in the table.
+  The built-in plugins' kernels (tested against the rules) are not checked: the CPU
+  hot path stays exactly the kernel;
+* ``lamina.backends.check_kernels()`` (or ``LAMINA_CHECK_KERNELS=1``) checks every
+  result of every link of every chain, built-in ones included, for debugging.
+
 Note [Backend fallback]: a device may register one fallback ``fn(op, ks, *args)`` (as
 PyTorch's backend fallbacks): every operator without a kernel for that device gets a
 slot that calls it with the operator. ``lamina.backends.cpu_fallback`` is the usual
@@ -51,13 +65,15 @@ wrappers are inactive, and lamina.backends warns when such a wrapper is register
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import keys, layers
+from . import keys, layers, results
 from . import registry as R
 from .schema import OPERATORS, Operator
+from .tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,9 @@ class Entry:
     chain: tuple[R.Kernel, ...] = ()  # what serves, outermost first (wrappers, then base)
 
 
+# > 0: every result of every kernel is checked (Note [Result checks]);
+# lamina.backends.check_kernels() or LAMINA_CHECK_KERNELS=1
+check_all = int(os.environ.get("LAMINA_CHECK_KERNELS", "0") == "1")
 broken: dict[str, tuple[Exception, R.Kernel]] = {}  # plugin -> (error, wrapper that raised)
 _slot_cache: dict[tuple, Callable] = {}
 _used: dict[tuple, Callable] = {}
@@ -139,16 +158,78 @@ def _device_mismatch(op: Operator, ks: int) -> ValueError:
     )
 
 
-def _device_check(op: Operator, key: int, fn: Callable) -> Callable:
-    others = keys.BACKEND_MASK & ~key
+def _kernel_text(chain: tuple[R.Kernel, ...]) -> str:
+    return " -> ".join(f"{k.name} (plugin {k.plugin!r})" for k in chain if k.plugin != "-")
+
+
+def _check_result(
+    op: Operator, key: int, chain: tuple, ks: int, args: tuple, out: Any, full: bool
+) -> None:
+    """Note [Result checks]: raise KernelResultError naming the kernel chain that
+    returned ``out`` when ``results.problem`` finds something wrong with it."""
+    why = results.problem(op, ks, args, out, full)
+    if why is not None:
+        raise results.KernelResultError(
+            f"{op.name}: the kernel {_kernel_text(chain)}, serving {op.name} on "
+            f"{keys.key_name(key)}, {why}"
+        )
+
+
+def _device_check(op: Operator, key: int, fn: Callable, chain: tuple) -> Callable:
+    """Note [Device check] and Note [Result checks]: the call's devices before ``fn``;
+    after it, that the result is a tensor of the device (every call: two comparisons)
+    and, on the slot's first call, that its dtype and shape follow the rules."""
+    others, mask, first = keys.BACKEND_MASK & ~key, keys.BACKEND_MASK, True
 
     def checked(ks, *args, **kwargs):
+        nonlocal first
         if ks & others:  # Note [Device check]
             raise _device_mismatch(op, ks)
-        return fn(ks, *args, **kwargs)
+        out = fn(ks, *args, **kwargs)
+        if first or out.__class__ is not Tensor or out._ks & mask != key:
+            _check_result(op, key, chain, ks, args, out, first)
+            first = False
+        return out
 
     checked.__qualname__ = f"device_checked[{op.name}, {keys.key_name(key)}]"
     return checked
+
+
+def _first_call_checked(op: Operator, key: int, fn: Callable, chain: tuple, which: str) -> Callable:
+    """Note [Result checks]: the slot of a plugin's kernel on the CPU or a layer key
+    checks the result of its first call (type, device, dtype, shape), then puts the
+    bare kernel in its place in ``op.<which>``: free afterwards."""
+    index, done = key.bit_length(), False
+
+    def first_call(ks, *args):
+        nonlocal done
+        if done:  # someone kept this slot (the direct bindings): no more checks
+            return fn(ks, *args)
+        out = fn(ks, *args)
+        _check_result(op, key, chain, ks, args, out, True)
+        done = True
+        with R.lock:  # a rebuild may have replaced the slot meanwhile: leave it then
+            table = getattr(op, which)
+            if table[index] is first_call:
+                table[index] = fn
+        return out
+
+    first_call.__qualname__ = f"first_call_checked[{op.name}, {keys.key_name(key)}]"
+    return first_call
+
+
+def _link_checked(op: Operator, key: int, link: R.Kernel, fn: Callable) -> Callable:
+    """Debug mode (Note [Result checks]): every result of one link of a chain checked
+    against the rules, naming that link (a declining kernel may return NotImplemented)."""
+
+    def link_checked(ks, *args):
+        out = fn(ks, *args)
+        if not (out is NotImplemented and link.declines):
+            _check_result(op, key, (link,), ks, args, out, True)
+        return out
+
+    link_checked.__qualname__ = f"result_checked[{link.name}]"
+    return link_checked
 
 
 def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
@@ -158,22 +239,21 @@ def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
     return fn
 
 
-def _declining(k: R.Kernel, below: Callable) -> Callable:
+def _declining(fn: Callable, name: str, below: Callable) -> Callable:
     """Note [Declining kernels]: a kernel registered with ``declines=True`` may return
     ``NotImplemented`` for a call it does not handle (a dtype, a layout); the kernel
     ranked below it (or the fallback, or the missing-kernel error) serves it then."""
-    fn = k.fn
 
     def declining(ks, *args):
         out = fn(ks, *args)
         return below(ks, *args) if out is NotImplemented else out
 
-    declining.__qualname__ = f"declining[{k.name}]"
+    declining.__qualname__ = f"declining[{name}]"
     return declining
 
 
 def _apply_wrappers(
-    op: Operator, key: int, wrappers: list[R.Kernel], serving: tuple, fn: Callable
+    op: Operator, key: int, wrappers: list[R.Kernel], serving: tuple, fn: Callable, debug: bool
 ) -> tuple[Callable, tuple[R.Kernel, ...]]:
     chain = list(serving)
     for w in reversed(wrappers):  # the lowest-ranked wrapper is innermost
@@ -182,6 +262,10 @@ def _apply_wrappers(
         except Exception as exc:  # skipped; lamina.backends warns and drops the plugin
             broken.setdefault(w.plugin, (exc, w))
             continue
+        if debug:
+            fn = _cached(
+                (op.name, key, "debug", fn), lambda w=w, fn=fn: _link_checked(op, key, w, fn)
+            )
         chain.insert(0, w)
     return fn, tuple(chain)
 
@@ -220,24 +304,59 @@ def compute_entry(op: Operator, key: int) -> Entry:
     else:  # rule 5
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
+    debug = check_all > 0
+    if debug and base.plugin != "-":
+        fn = _cached((op.name, key, "debug", fn), lambda fn=fn: _link_checked(op, key, base, fn))
     for d in reversed(decliners):
-        fn = _cached((op.name, key, "declines", d.fn, fn), lambda d=d, fn=fn: _declining(d, fn))
+        dfn = (
+            d.fn
+            if not debug
+            else _cached((op.name, key, "debug", d.fn), lambda d=d: _link_checked(op, key, d, d.fn))
+        )
+        fn = _cached(
+            (op.name, key, "declines", dfn, fn),
+            lambda d=d, dfn=dfn, fn=fn: _declining(dfn, d.name, fn),
+        )
         rule, reason = 2, f"kernel of {d.plugin!r} (priority {d.priority}), declining to {reason}"
-    slot, chain = _apply_wrappers(op, key, wrappers, (*decliners, base), fn)
+    slot, chain = _apply_wrappers(op, key, wrappers, (*decliners, base), fn, debug)
     if len(chain) > len(decliners) + 1:
         reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain if w.wraps)
     own = chain == (base,) and rule == 2  # Note [Kernel variants]
     if key != keys.CPU and key & keys.BACKEND_MASK:
-        slot = _cached((op.name, key, "check", slot), lambda s=slot: _device_check(op, key, s))
+        slot = _cached(
+            (op.name, key, "check", slot), lambda s=slot: _device_check(op, key, s, chain)
+        )
         own = False
         reason += ", device-checked"
     scalar_slot = slot
     if own:
         if base.with_scalar is not None:
             scalar_slot = base.with_scalar
+            if debug:
+                scalar_slot = _cached(
+                    (op.name, key, "debug", scalar_slot),
+                    lambda: _link_checked(op, key, base, base.with_scalar),
+                )
         if layers.is_off("checks") and base.unchecked is not None:
             slot = base.unchecked  # Note [Unchecked fast path]
+            if debug:
+                slot = _cached(
+                    (op.name, key, "debug", slot),
+                    lambda: _link_checked(op, key, base, base.unchecked),
+                )
             reason += ", unchecked (checks layer off)"
+    plugins = any(k.plugin not in R.builtin for k in chain if k.plugin != "-")
+    if debug:
+        reason += ", every result checked (check_kernels)"
+    elif plugins and (key & keys.BACKEND_MASK == 0 or key == keys.CPU):  # Note [Result checks]
+        slot, scalar_slot = (
+            _cached(
+                (op.name, key, "first", which, s),
+                lambda s=s, which=which: _first_call_checked(op, key, s, chain, which),
+            )
+            for s, which in ((slot, "table"), (scalar_slot, "scalar_table"))
+        )
+        reason += ", first result checked"
     return Entry(slot, scalar_slot, True, rule, reason, chain)
 
 
@@ -283,6 +402,11 @@ def rebuild_op(op: Operator) -> None:
 
 def rebuild() -> None:
     """Recompute every operator's table and mask (registration time, never per call)."""
+    with R.lock:
+        _rebuild()
+
+
+def _rebuild() -> None:
     global _slot_cache
     _used.clear()
     for op in OPERATORS.values():

@@ -21,6 +21,7 @@ plugin's ranking decided by name or order alone; lamina.backends warns about the
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ fallbacks: dict[int, list[Kernel]] = {}  # device key bit -> [Kernel] (Note [Bac
 _order = 0
 preferred_plugin: str | None = None  # lm.backends.use
 builtin: set[str] = set()  # lamina's own plugins (lamina.backends registers them)
+# held while registrations or tables change (Note [Thread safety] in lamina.backends)
+lock = threading.RLock()
 
 
 def _next_order() -> int:

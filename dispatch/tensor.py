@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import keys
-from .devices import Device, device_of_key, move
+from .devices import Device, device_of_key
 from .dtypes import DType, from_numpy
 from .format import format_tensor
 from .schema import OPERATORS
@@ -159,7 +159,7 @@ class Tensor(Dunders):
         storage with the source (docs/backends.md)."""
         if device == self.device:
             return self
-        return move(self, device)
+        return OPERATORS["to_device"](self, device)  # differentiable
 
     def to(self, device: str | Device, /) -> Tensor:
         """``t.to("name")``: the same as ``to_device`` (PyTorch spelling)."""

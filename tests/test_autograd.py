@@ -105,6 +105,12 @@ def _split_some(x):
     return a * 2.0, c
 
 
+def _elsewhere(x):
+    """A device other than x's, for samples that move there and back (on every device
+    the samples run on, tests/test_plugin_devices.py)."""
+    return "counting" if x.device == "cpu" else "cpu"
+
+
 S = (2, 3)
 # name -> [(sample id, fn, args[, gradcheck keywords])]; fn(*args) must record a node
 # of the named operator
@@ -354,6 +360,14 @@ SAMPLES = {
         ),
         ("whole", setitem(Ellipsis), [leaf((3, 4)), leaf((3, 4), seed=1)]),
         ("column_of_one", setitem((slice(None), 2)), [leaf((3, 4)), leaf((1,), seed=1)]),
+    ],
+    "to_device": [
+        ("round_trip", lambda x: (x.to(_elsewhere(x)) * 2.0).to(x.device), [leaf(S)]),
+        (
+            "asarray_astype",
+            lambda x: lm.astype(lm.asarray(x, device=_elsewhere(x)) ** 2, F64, device=x.device),
+            [leaf(S)],
+        ),
     ],
     "split": [
         ("some_outputs", _split_some, [leaf((2, 5))]),

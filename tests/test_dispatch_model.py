@@ -62,6 +62,7 @@ import pytest
 
 import lamina as lm
 from lamina.dispatch import entries, keys, registry
+from lamina.dispatch.tensor import from_storage
 
 CPU, SPARSE, AUTOGRAD = keys.CPU, keys.SPARSE, keys.AUTOGRAD
 BACKENDS = keys.BACKEND_MASK
@@ -69,7 +70,22 @@ LAYER_OF = {SPARSE: "sparse", AUTOGRAD: "autograd"}
 H, C, B = "hypot", "copysign", "bitwise_left_shift"  # bitwise_left_shift: not differentiable
 OPS = (H, C, B)
 DEVICE = "probe_dev"
-ARGS = ("x1", "x2")  # markers: no probe looks at its arguments, no built-in kernel runs
+# Stand-in arguments: no probe looks at them and no built-in kernel runs (stubs take
+# their place), but the result checks of the tables (Note [Result checks]) read their
+# dtypes and shapes; each kernel returns a stand-in result of the call's device.
+DTYPES = {H: lm.float64, C: lm.float64, B: lm.int64}
+
+
+def stand_in(name: str, ks: int):
+    """A storage-less tensor of operator ``name``'s dtype, shape (2,), on the device of
+    the highest backend key of ``ks``, as every kernel here returns."""
+    backend = ks & BACKENDS
+    key = 1 << (backend.bit_length() - 1) if backend else CPU
+    return from_storage(None, key, DTYPES[name], (2,))
+
+
+def args_of(name: str):
+    return (stand_in(name, CPU), stand_in(name, CPU))
 
 
 # ---------------------------------------------------------------- configurations
@@ -508,14 +524,15 @@ def enter(fn, ks, args):
     return fn(ks, *args)
 
 
-def builtin_stub(label: str):
+def builtin_stub(label: str, name: str):
     """Stands in for a built-in kernel (or variant) while a configuration is installed:
-    records its label and returns, so no real kernel ever runs on the marker arguments
-    -- whoever calls it (a slot, a wrapper, a layer probe, a declining kernel's slot)."""
+    records its label and returns, so no real kernel ever runs on the stand-in
+    arguments -- whoever calls it (a slot, a wrapper, a layer probe, a declining
+    kernel's slot)."""
 
     def stub(ks, *args):
         TRACE.append((label, ks))
-        return label
+        return stand_in(name, ks)
 
     return stub
 
@@ -531,9 +548,9 @@ def builtins_stubbed():
             ks[:] = [
                 dataclasses.replace(
                     k,
-                    fn=builtin_stub(f"builtin:{k.name}"),
-                    with_scalar=k.with_scalar and builtin_stub(f"builtin:{k.name}:scalar"),
-                    unchecked=k.unchecked and builtin_stub(f"builtin:{k.name}:unchecked"),
+                    fn=builtin_stub(f"builtin:{k.name}", op),
+                    with_scalar=k.with_scalar and builtin_stub(f"builtin:{k.name}:scalar", op),
+                    unchecked=k.unchecked and builtin_stub(f"builtin:{k.name}:unchecked", op),
                     label=k.name,
                 )
                 for k in ks
@@ -560,7 +577,7 @@ def probe_kernel(tag: str, op, layer_key: int | None, var: str = ""):
         if layer_key is not None:
             below = ks & ~layer_key
             return enter(table[below.bit_length()], below, args)
-        return label
+        return stand_in(op.name, ks)
 
     return _named(kernel, label)
 
@@ -587,7 +604,7 @@ def probe_wrapper(tag: str):
 def probe_fallback(tag: str):
     def fallback(op, ks, *args):
         TRACE.append((f"{tag}[{op.name}]", ks))
-        return tag
+        return stand_in(op.name, ks)
 
     return _named(fallback, tag)
 
@@ -680,7 +697,7 @@ def real_call(op, raw: int, scalar: bool) -> Outcome:
     ks = raw & op.mask
     table = op.scalar_table if scalar else op.table
     try:
-        enter(table[ks.bit_length()], ks, ARGS)
+        enter(table[ks.bit_length()], ks, args_of(op.name))
     except Exception as exc:
         return Outcome(tuple(TRACE), type(exc))
     return Outcome(tuple(TRACE), None)

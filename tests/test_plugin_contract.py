@@ -6,7 +6,10 @@ Each plugin here is registered at run time and unregistered by the ``registered`
 fixture; the conftest fixture checks that the tables are as before."""
 
 import itertools
+import os
 import re
+import subprocess
+import sys
 import types
 import warnings
 
@@ -372,3 +375,185 @@ def test_a_registration_of_the_wrong_shape_fails_the_plugin_at_once(
     (warning,) = caught
     assert re.search(message, str(warning.message)), str(warning.message)
     assert warning.filename == __file__
+
+
+# ---------------------------------------------------------------- checked results
+
+
+def test_a_cpu_override_returning_an_array_is_an_error_naming_it(register):
+    def square(ks, x):
+        return np.square(x.numpy())  # forgot to wrap the array
+
+    _, name, _ = register(lambda r: r.register("square", "cpu", square, 1))
+    with pytest.raises(lm.backends.KernelResultError) as info:
+        lm.square(x)
+    assert str(info.value) == (
+        "square: the kernel test_plugin_contract.test_a_cpu_override_returning_an_array_is_an_"
+        f"error_naming_it.<locals>.square (plugin {name!r}), serving square on CPU, returned "
+        "ndarray array([1., 4., 9.]), not a lamina tensor (wrap arrays with new_tensor)"
+    )
+
+
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (lambda x: None, "returned NoneType None, not a lamina tensor"),
+        (lambda x: [1.0], "returned list [1.0], not a lamina tensor"),
+        (
+            lambda x: x.to("cpu"),
+            "returned a tensor on cpu of dtype float64 and shape (2,), not a tensor on counting",
+        ),
+        (
+            lambda x: NotImplemented,
+            "returned NotImplemented (a kernel that may decline registers with declines=True)",
+        ),
+    ],
+    ids=["None", "list", "wrong-device", "NotImplemented"],
+)
+def test_a_device_kernel_result_is_checked_on_every_call(register, bad, why):
+    calls = []
+
+    def kernel(ks, x):
+        calls.append(1)
+        return x if len(calls) == 1 else bad(x)  # right once, wrong after that
+
+    _, name, _ = register(lambda r: r.register("negative", "counting", kernel))
+    c = lm.ones(2, device="counting")
+    assert -c is c
+    with pytest.raises(
+        lm.backends.KernelResultError,
+        match=f"\\(plugin {name!r}\\), serving negative on counting, {re.escape(why)}",
+    ):
+        lm.negative(c)
+
+
+def test_the_first_result_of_a_cpu_override_is_checked_against_the_rules(register):
+    """The issue's example: square(ones(3)) from a buggy kernel gave int8 of shape (7,)."""
+
+    def square(ks, x):
+        return lm.backends.new_tensor(np.zeros(7, np.int8))
+
+    register(lambda r: r.register("square", "cpu", square, 1))
+    with pytest.raises(
+        lm.backends.KernelResultError,
+        match=re.escape(
+            "returned a tensor on cpu of dtype int8 and shape (7,), but the operator's rules "
+            "give dtype float64 and shape (3,) for these arguments (float64 (3,))"
+        ),
+    ):
+        lm.square(lm.ones(3))
+
+
+def test_check_kernels_checks_every_call_and_names_the_link_that_broke(register):
+    calls = []
+
+    def sometimes_wrong(ks, a, b):  # right on its first call, so only debug mode sees it
+        calls.append(1)
+        out = np.subtract(a.numpy(), b.numpy())
+        return lm.backends.new_tensor(out if len(calls) == 1 else out[:1])
+
+    def hook(r):
+        r.register("subtract", "cpu", sometimes_wrong, 1)
+        r.register_wrapper("subtract", "cpu", tracing("w", []))
+
+    _, name, _ = register(hook)
+    assert (x - x).shape == (3,)
+    assert (x - x).shape == (1,)  # unchecked after the first call: cheap, not watertight
+    with lm.backends.check_kernels():
+        assert rows("subtract")["CPU"][1] == f"{name} -> {name}"
+        with pytest.raises(lm.backends.KernelResultError) as info:
+            x - x
+    message = str(info.value)
+    assert message.startswith(
+        "subtract: the kernel test_plugin_contract.test_check_kernels_checks_every_call_and_"
+        f"names_the_link_that_broke.<locals>.sometimes_wrong (plugin {name!r}), serving"
+    ), message
+    assert "shape (1,), but the operator's rules give dtype float64 and shape (3,)" in message
+    with pytest.raises(lm.backends.KernelResultError):  # leaving it rebuilt the tables,
+        x - x  # so the next call is a first call again
+
+
+def test_check_kernels_from_the_environment_checks_the_builtins_too():
+    """LAMINA_CHECK_KERNELS=1: every slot checks (the built-in kernels pass)."""
+    code = (
+        "import lamina as lm\n"
+        "x = lm.asarray([[1.0, 2.0], [3.0, 4.0]])\n"
+        "y = lm.sum(x @ x.T + 1, axis=0) * lm.exp(x[0])\n"
+        "print(y.shape, lm.dispatch.dump_table('sum')[0][4])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, LAMINA_CHECK_KERNELS="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "(2,) 2: kernel of 'numba_cpu' (priority 0), every result checked (check_kernels)"
+    )
+
+
+# ---------------------------------------------------------------- moves and gradcheck
+
+
+@pytest.mark.parametrize(
+    "move",
+    [
+        lambda t, d: t.to(d),
+        lambda t, d: t.to_device(d),
+        lambda t, d: lm.asarray(t, device=d),
+        lambda t, d: lm.astype(t, lm.float64, device=d),
+    ],
+    ids=["to", "to_device", "asarray", "astype"],
+)
+def test_moves_between_devices_are_differentiable(move):
+    """PyTorch differentiates .to(): a move is the operator to_device, recorded by the
+    autograd layer, whose gradient moves back."""
+    w = lm.asarray([1.0, 2.0, 3.0], requires_grad=True)
+    c = move(w, "counting")
+    assert c.device == "counting" and c.requires_grad and c.grad_fn is not None
+    y = lm.sum(move(c * c, "cpu") * lm.asarray([1.0, 10.0, 100.0]))
+    y.backward()
+    assert w.grad.device == "cpu" and w.grad.tolist() == [2.0, 40.0, 600.0]
+    # and from a device leaf to the CPU, twice differentiated
+    v = lm.asarray([0.5, 1.5], device="counting", requires_grad=True)
+    (g,) = lm.autograd.grad(lm.sum(move(v, "cpu") ** 3), [v], create_graph=True)
+    assert g.device == "counting" and g.tolist() == [0.75, 6.75]
+    (h,) = lm.autograd.grad(lm.sum(g), [v])
+    assert h.device == "counting" and h.tolist() == [3.0, 9.0]
+
+
+def test_gradcheck_checks_a_device_where_it_runs(register):
+    """gradcheck perturbs each input on its own device: a device kernel that is wrong
+    (sin off by 1%, while its formula's cos runs through the fallback) is caught there,
+    and the same function passes on the CPU."""
+    import lamina_example_backend as example
+
+    def sin(ks, x):
+        array = np.sin(x._data.array) * 1.01
+        return lm.backends.new_tensor(example.CountingStorage(array), "counting", x.dtype, x.shape)
+
+    def f(t):
+        return lm.sin(t) * 2.0
+
+    cpu = lm.asarray([0.1, 0.7, -0.4], requires_grad=True)
+    dev = lm.asarray([0.1, 0.7, -0.4], device="counting", requires_grad=True)
+    assert lm.autograd.gradcheck(f, [cpu]) and lm.autograd.gradcheck(f, [dev])
+    register(lambda r: r.register("sin", "counting", sin, 1))
+    assert lm.autograd.gradcheck(f, [cpu])
+    with pytest.raises(AssertionError, match="differs from finite differences"):
+        lm.autograd.gradcheck(f, [dev])
+
+
+def test_every_operator_has_a_result_rule():
+    """Note [Result rules]: a new operator needs its rule in dispatch/results.py (split
+    and the in-place operators are checked structurally)."""
+    from lamina.dispatch import results
+
+    missing = [
+        op.name
+        for op in lm.dispatch.OPERATORS.values()
+        if results.rule_of(op) is None and "inplace" not in op.tags and op.name != "split"
+    ]
+    assert not missing, f"operators without a result rule: {missing}"

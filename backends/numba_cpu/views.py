@@ -8,6 +8,7 @@ import numpy as np
 from lamina.backends import setup as S
 from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
+from lamina.dispatch.devices import move
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -133,6 +134,10 @@ def copy(ks, x):
     return from_array(x._data.copy())
 
 
+def to_device(ks, x, device):
+    return move(x, device)  # the target device's converter (docs/backends.md, Moves)
+
+
 def register(registry):
     for fn in (
         reshape,
@@ -148,5 +153,6 @@ def register(registry):
         index_add,
         astype,
         copy,
+        to_device,
     ):
         registry.register(fn.__name__, "cpu", fn)

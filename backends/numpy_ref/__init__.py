@@ -17,6 +17,7 @@ from lamina.backends import setup as S
 from lamina.backends.hookspecs import hookimpl
 from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
+from lamina.dispatch.devices import move
 from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
@@ -91,6 +92,10 @@ def astype(ks, x, dtype, copy):
 
 def copy(ks, x):
     return from_array(x._data.copy())
+
+
+def to_device(ks, x, device):
+    return move(x, device)  # a move is the devices' converters: nothing else to compare
 
 
 # ---------------------------------------------------------------- reductions
@@ -385,6 +390,7 @@ def lamina_register_kernels(registry):
         where,
         astype,
         copy,
+        to_device,
         reshape,
         getitem,
         setitem,
