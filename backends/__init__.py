@@ -9,6 +9,7 @@ kernel wrappers: the public plugin API is described in docs/backends.md.
 
 from lamina.dispatch.results import KernelResultError
 
+from . import setup
 from ._manager import (
     PluginWarning,
     check_kernels,
@@ -21,7 +22,7 @@ from ._manager import (
     use,
 )
 from ._registry import Registry
-from .fallback import cpu_fallback, new_tensor
+from .fallback import cpu_fallback, dtype_from_numpy, from_array, from_flat, new_tensor
 from .hookspecs import hookimpl
 
 __all__ = [
@@ -30,6 +31,9 @@ __all__ = [
     "Registry",
     "check_kernels",
     "cpu_fallback",
+    "dtype_from_numpy",
+    "from_array",
+    "from_flat",
     "hookimpl",
     "list",
     "load_builtin",
@@ -37,6 +41,7 @@ __all__ = [
     "new_tensor",
     "plugin_manager",
     "register",
+    "setup",
     "unregister",
     "use",
 ]

@@ -17,6 +17,7 @@ import pluggy
 
 from lamina.dispatch import devices, entries, keys
 from lamina.dispatch import registry as R
+from lamina.dispatch.format import aligned
 from lamina.dispatch.schema import get as get_operator
 
 from . import hookspecs
@@ -300,12 +301,9 @@ class PluginList(_list):
         def cell(v):
             return ", ".join(map(str, v)) if isinstance(v, (tuple, _list)) else str(v)
 
-        rows = [self.columns] + [tuple(cell(r[c]) for c in self.columns) for r in self]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self.columns))]
-        lines = ["backend plugins (per slot: higher priority wins, ties by plugin name)"]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(2, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        rows = [tuple(cell(r[c]) for c in self.columns) for r in self]
+        title = "backend plugins (per slot: higher priority wins, ties by plugin name)"
+        return aligned(title, self.columns, rows)
 
     __repr__ = __str__
 

@@ -1,10 +1,17 @@
-"""Operator setup shared by the CPU backends: type promotion with Python scalars,
-dtype checks, broadcasting and axis handling. Pure Python, no kernels.
+"""Operator setup shared by the CPU backends, and public for plugins (docs/backends.md,
+"Helpers"): type promotion with Python scalars, dtype checks, broadcasting, reduced
+shapes and NumPy operands. Pure Python, no kernels. The dtype and shape rules are the
+schema's (``lamina.dispatch.meta``, re-exported here); the rest turns arguments into
+NumPy arrays the way lamina's CPU kernels do.
 
 Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
 kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float) and
 an integer that does not fit raises OverflowError instead of wrapping.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +28,10 @@ from lamina.dispatch.meta import (  # noqa: F401 (re-exported: the schema's dtyp
 )
 
 
-def operand(x, dtype):
-    """The NumPy array for one operand in computation dtype (scalars become 0-d)."""
+def operand(x: Any, dtype: D.DType) -> np.ndarray:
+    """The NumPy array of one CPU operand (a tensor or a Python scalar) in computation
+    dtype ``dtype``: a tensor's storage (cast if needed), a scalar as a 0-d array
+    (OverflowError for an integer out of the dtype's range)."""
     v = scalar_value(x)
     if v is None:
         data = x._data
@@ -39,7 +48,7 @@ def operand(x, dtype):
 _COMPARISONS = frozenset("equal not_equal less less_equal greater greater_equal".split())
 
 
-def mixed_sign_comparison(op, args):
+def mixed_sign_comparison(op: Any, args: Any) -> bool:
     """Note [Mixed-sign comparisons]: promotion takes a signed integer and uint64 to
     float64, which rounds above 2**53 (2**63 - 1 == 2**63 would be True). NumPy 2
     compares such pairs exactly, so the CPU backends give these calls to NumPy's
@@ -50,11 +59,12 @@ def mixed_sign_comparison(op, args):
     return D.uint64 in dtypes and any(d.kind == "i" for d in dtypes)
 
 
-def shape_of(x):
+def shape_of(x: Any) -> tuple[int, ...]:
+    """A tensor's shape, () for a Python scalar."""
     return getattr(x, "_shape", ())
 
 
-def inplace_check(op, target, dtype, shape):
+def inplace_check(op: Any, target: Any, dtype: D.DType, shape: tuple[int, ...]) -> None:
     """``x1 op= x2`` must not change x1's dtype or shape (Array API)."""
     if dtype is not target._dtype:
         raise TypeError(
@@ -72,7 +82,7 @@ def inplace_check(op, target, dtype, shape):
         )
 
 
-def clip_bound(bound, dtype):
+def clip_bound(bound: Any, dtype: D.DType) -> np.ndarray:
     """A clip bound as an array of x's dtype. An integer tensor bound of a wider dtype
     is saturated to the dtype's range first: cast, it would wrap (an int64 bound of -1
     on uint8 data would clip at 255); saturated, it bounds exactly as it would in the
@@ -84,7 +94,7 @@ def clip_bound(bound, dtype):
     return operand(bound, dtype)
 
 
-def check_clip_bounds(x, *bounds):
+def check_clip_bounds(x: Any, *bounds: Any) -> None:
     """clip keeps x's dtype (Array API), so a bound of another kind would be cast and
     silently move (clip(int_tensor, 2.5) clipping at 2): refuse it instead."""
     for b in bounds:

@@ -189,6 +189,20 @@ def _what(out: Any) -> str:
     return f"{type(out).__name__} {out!r:.60}"
 
 
+def _inconsistent(t: Tensor) -> str | None:
+    """How a CPU tensor's fields disagree with its NumPy storage (Note [Tensor fields]:
+    kernels trust the fields, so a mismatch would make them read out of bounds)."""
+    data = t._data
+    if not isinstance(data, np.ndarray) or t._ks & keys.SPARSE:
+        return None
+    if data.shape != t._shape or data.dtype != t._dtype.np:
+        return f"whose storage is {data.dtype} of shape {data.shape}"
+    flat = t._flat
+    if flat is not None and (flat.ndim != 1 or flat.size != data.size or flat.dtype != data.dtype):
+        return f"whose flat alias has {flat.size} elements"
+    return None
+
+
 def problem(op: Operator, ks: int, args: tuple, out: Any, full: bool = True) -> str | None:
     """What is wrong with ``out`` as the result of ``op`` on ``args`` with key set
     ``ks``: not a tensor (a tuple of them for split; the first argument itself for an
@@ -204,6 +218,9 @@ def problem(op: Operator, ks: int, args: tuple, out: Any, full: bool = True) -> 
             return f"returned {_what(out)}, not {want} (wrap arrays with new_tensor)"
         if o._ks & keys.BACKEND_MASK != key:
             return f"returned {_what(o)}, not a tensor on {keys.device_names(key)[0]}"
+        inconsistent = _inconsistent(o)
+        if inconsistent:
+            return f"returned {_what(o)} {inconsistent} (made with from_flat?)"
     rule = rule_of(op)
     if not full or rule is None or op.name == "split":
         return None

@@ -557,3 +557,60 @@ def test_every_operator_has_a_result_rule():
         if results.rule_of(op) is None and "inplace" not in op.tags and op.name != "split"
     ]
     assert not missing, f"operators without a result rule: {missing}"
+
+
+# ---------------------------------------------------------------- helpers for plugin authors
+
+
+def test_operators_lists_the_schema_with_what_kernels_receive():
+    records = lm.dispatch.operators()
+    assert [r["name"] for r in records] == list(lm.dispatch.OPERATORS)
+    by_name = {r["name"]: r for r in records}
+    assert by_name["sum"] == {
+        "name": "sum",
+        "signature": "(x: Tensor, /, *, axis: Axes = None, dtype: DType | None = None, "
+        "keepdims: bool = False) -> Tensor",
+        "kernel_call": "sum(ks, x, axis, dtype, keepdims)",
+        "category": "reduction",
+        "kind": "reduction",
+        "tags": frozenset({"differentiable"}),
+        "dtypes": "any",
+        "result": "sum",
+        "convention": lm.dispatch.get("sum").convention,
+        "public": True,
+        "doc": lm.dispatch.get("sum").doc,
+    }
+    assert by_name["full"]["kernel_call"] == "full(ks, shape, fill_value, dtype)"  # no device
+    assert by_name["add_"]["kind"] == "inplace" and not by_name["add_"]["public"]
+    assert [r["name"] for r in lm.dispatch.operators(tag="view")][:2] == ["reshape", "permute_dims"]
+    text = str(lm.dispatch.operators(category="linalg"))
+    assert text.splitlines()[0] == "3 operators (docs/operators.md)"
+    assert text.splitlines()[1].split() == ["name", "kind", "kernel_call", "tags"]
+    assert "matmul     linalg  matmul(ks, x1, x2)" in text
+    with pytest.raises(ValueError, match="unknown category 'elementwize'"):
+        lm.dispatch.operators(category="elementwize")
+
+
+def test_the_fast_constructors_and_the_dtype_mapping():
+    assert lm.backends.dtype_from_numpy(np.dtype(np.uint16)) is lm.uint16
+    assert lm.backends.dtype_from_numpy(np.dtype(">f4")) is lm.float32
+    with pytest.raises(TypeError, match="unsupported dtype complex128"):
+        lm.backends.dtype_from_numpy(np.dtype(complex))
+    t = lm.backends.from_flat(np.arange(6.0), (2, 3), lm.float64)
+    assert t.shape == (2, 3) and t.is_contiguous and t.tolist() == [[0, 1, 2], [3, 4, 5]]
+    a = np.zeros((3, 2), np.int32)[::2]
+    u = lm.backends.from_array(a)
+    assert u.dtype is lm.int32 and u.shape == (2, 2) and not u.is_contiguous
+    assert np.shares_memory(u.numpy(), a)
+
+
+def test_a_misused_from_flat_is_caught_at_the_first_call(register):
+    def negative(ks, x):  # 5 elements for a shape of 3: kernels would read past the end
+        return lm.backends.from_flat(np.zeros(5), x.shape, x.dtype)
+
+    register(lambda r: r.register("negative", "cpu", negative, 1))
+    with pytest.raises(
+        lm.backends.KernelResultError,
+        match=re.escape("shape (3,) whose storage is float64 of shape (5,) (made with from_flat?)"),
+    ):
+        lm.negative(x)
