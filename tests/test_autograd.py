@@ -440,18 +440,24 @@ def _on_device(a, device):
     return moved.requires_grad_() if a.requires_grad else moved
 
 
+# every device a plugin added: the example's "counting" here; tests/test_plugin_devices.py
+# runs this test again with three more third-party plugins installed
+PLUGIN_DEVICES = [d for d in lm.dispatch.keys.devices() if d != "cpu"]
+
+
+@pytest.mark.parametrize("device", PLUGIN_DEVICES)
 @pytest.mark.parametrize("name, fn, args, kwargs", CASES)
-def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs):
+def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs, device):
     """Formulas use dispatched operators only, so a sample gives the CPU's values and
-    gradients on the example plugin's ``counting`` device (its kernels and the CPU
-    fallback of lamina.backends); every tensor of the computation stays there."""
+    gradients on a plugin's device (its kernels and the CPU fallback of
+    lamina.backends); every tensor of the computation stays there."""
     want_outs, want_grads = _outputs_and_gradients(fn, args)
-    DEVICE[0] = "counting"
+    DEVICE[0] = device
     try:
-        dev_args = [_on_device(a, "counting") for a in args]
+        dev_args = [_on_device(a, device) for a in args]
         out = fn(*dev_args)
         for o in out if isinstance(out, (tuple, list)) else (out,):
-            assert o.device == "counting", name
+            assert o.device == device, name
         got_outs, got_grads = _outputs_and_gradients(fn, dev_args)
     finally:
         DEVICE[0] = "cpu"
@@ -459,6 +465,24 @@ def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs):
         assert (got is None) == (want is None), name
         if want is not None:
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("device", PLUGIN_DEVICES)
+@pytest.mark.parametrize(
+    "name, fn, args, kwargs",
+    [
+        pytest.param(name, *first[1:3], first[3] if len(first) > 3 else {}, id=f"{name}-{first[0]}")
+        for name, (first, *_) in SAMPLES.items()
+    ],
+)
+def test_gradcheck_on_a_plugin_device(name, fn, args, kwargs, device):
+    """gradcheck is device-generic: the first sample of each formula, checked against
+    finite differences computed on the plugin's device."""
+    DEVICE[0] = device
+    try:
+        assert gradcheck(fn, [_on_device(a, device) for a in args], **kwargs)
+    finally:
+        DEVICE[0] = "cpu"
 
 
 def test_every_formula_has_samples():
