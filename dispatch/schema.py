@@ -310,7 +310,7 @@ def get(name: str) -> Operator:
     try:
         return OPERATORS[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name), OPERATORS, n=3)
+        close = difflib.get_close_matches(str(name), OPERATORS, n=3, cutoff=0.75)
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ValueError(
             f"unknown operator {name!r}{hint}; operators are listed in "

@@ -39,8 +39,10 @@ the exception that ends it, if any. A probe kernel records itself; on a layer ke
 (SPARSE, AUTOGRAD) it then redispatches ``ks & ~key`` through the same table (its
 ``with_scalar`` variant through the scalar table), as the autograd layer does. A
 wrapper records itself and calls what is below it; a fallback records itself with the
-operator it was bound to. A built-in kernel is never run: the harness (``enter``)
-recognises it by identity and records ``builtin:<name>`` instead.
+operator it was bound to. A built-in kernel is never run: while a configuration is
+installed, stubs that record ``builtin:<name>`` take their place (names, priorities and
+order kept). Every kernel returns a storage-less stand-in tensor of the call's device,
+dtype and shape, so the tables' result checks (Note [Result checks]) pass.
 
 Each configuration is registered for real, and for every subset of the keys CPU,
 probe_dev, SPARSE and AUTOGRAD (with the other devices' bits added where the call also
