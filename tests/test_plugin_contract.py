@@ -614,3 +614,37 @@ def test_a_misused_from_flat_is_caught_at_the_first_call(register):
         match=re.escape("shape (3,) whose storage is float64 of shape (5,) (made with from_flat?)"),
     ):
         lm.negative(x)
+
+
+def test_an_entry_point_that_fails_to_import_is_reported_at_its_own_line(tmp_path):
+    """The warning points at the plugin's module (the line that raised), not at lamina."""
+    (tmp_path / "lamina_broken_ep").mkdir()
+    module = tmp_path / "lamina_broken_ep" / "__init__.py"
+    module.write_text("import math\nraise ImportError('the vendor driver is missing')\n")
+    info = tmp_path / "lamina_broken_ep-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lamina-broken-ep\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lamina.backends]\nbroken = lamina_broken_ep:plugin\n")
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import lamina\n"
+        "(w,) = [w for w in caught if 'broken' in str(w.message)]\n"
+        "print(w.category.__name__, w.filename, w.lineno)\n"
+        "print(w.message)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    where, message = out.stdout.splitlines()
+    assert where == f"PluginWarning {module} 2"
+    assert message == (
+        "lamina backend plugin 'broken' (lamina_broken_ep:plugin) failed to import and was "
+        "skipped: ImportError: the vendor driver is missing"
+    )
