@@ -3,6 +3,7 @@
 into it have arrived."""
 
 import itertools
+import threading
 from collections import deque
 
 from lamina.dispatch import keys, ops
@@ -97,15 +98,7 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                     leaf, g = node.variable, grads[0]
                     if leaf is None:  # nobody holds the leaf: no one can read .grad
                         continue
-                    g = g if create_graph else g.detach()
-                    if leaf.is_sparse and not g.is_sparse:
-                        g = _on_pattern(g, leaf)  # a new tensor: nothing to copy
-                    elif leaf.grad is None and not g.is_sparse:
-                        # The first gradient is copied: g may be the caller's gradient=,
-                        # be shared with another leaf (add passes g on to both inputs)
-                        # or be a read-only broadcast view; .grad must own its storage.
-                        g = ops.asarray(g, copy=True)
-                    leaf.grad = g if leaf.grad is None else leaf.grad + g
+                    _accumulate_grad(leaf, g if create_graph else g.detach())
                 continue
             nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
             for nxt, nr, g in zip(node.next_nodes, nrs, _apply(node, grads, retain_graph)):
@@ -119,6 +112,24 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                         ready.append(nxt)
                     else:
                         _skip(nxt, deps, buffers, ready)
+
+
+_grad_lock = threading.Lock()
+
+
+def _accumulate_grad(leaf, g):
+    """``leaf.grad += g``, under a lock: backward passes in several threads may reach
+    one leaf at once, and a read-modify-write of ``.grad`` would lose updates (as
+    PyTorch, which accumulates under a lock)."""
+    if leaf.is_sparse and not g.is_sparse:
+        g = _on_pattern(g, leaf)  # a new tensor: nothing to copy
+    with _grad_lock:
+        if leaf.grad is None and not g.is_sparse:
+            # The first gradient is copied: g may be the caller's gradient=, be shared
+            # with another leaf (add passes g on to both inputs) or be a read-only
+            # broadcast view; .grad must own its storage.
+            g = ops.asarray(g, copy=True)
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
 def _on_pattern(g, leaf):

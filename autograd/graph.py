@@ -9,6 +9,8 @@ no reference cycles: a graph is freed by reference counting the moment its last 
 goes, without the garbage collector.
 """
 
+import itertools
+import threading
 import weakref
 
 from lamina.dispatch import keys
@@ -81,11 +83,10 @@ class AccumulateGrad:
 
 
 class _Handle:
-    _next = 0
+    _ids = itertools.count(1)  # next() is atomic: handles made in two threads never collide
 
     def __init__(self, hooks, hook):
-        _Handle._next += 1
-        self.hooks, self.id = hooks, _Handle._next
+        self.hooks, self.id = hooks, next(_Handle._ids)
         hooks[self.id] = hook
 
     def remove(self):
@@ -111,11 +112,19 @@ class Sizes:
         return device_of_key(self._ks)
 
 
+_accumulator_lock = threading.Lock()
+
+
 def grad_accumulator(leaf):
-    """The leaf's AccumulateGrad node, made once and shared by every edge into it."""
+    """The leaf's AccumulateGrad node, made once and shared by every edge into it (made
+    under a lock: two threads recording with one leaf must get the same node, or
+    ``grad()`` would not find the gradient of the other's graph)."""
     acc = leaf._accumulator
     if acc is None:
-        acc = leaf._accumulator = AccumulateGrad(leaf)
+        with _accumulator_lock:
+            acc = leaf._accumulator
+            if acc is None:
+                acc = leaf._accumulator = AccumulateGrad(leaf)
     return acc
 
 

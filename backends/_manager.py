@@ -117,6 +117,11 @@ def register(plugin: Any, name: str | None = None, source: str = "runtime") -> b
     had registered is dropped). A plugin that registers nothing (a misspelled hook
     name, a hook without ``@hookimpl``) is kept, with a warning saying why."""
     name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    with R.lock:  # Note [Thread safety] (README): one registration at a time
+        return _register(plugin, name, source)
+
+
+def _register(plugin: Any, name: str, source: str) -> bool:
     if plugin_manager.has_plugin(name):
         raise ValueError(f"a backend plugin named {name!r} is already registered")
     plugin_manager.register(plugin, name=name)
@@ -260,6 +265,11 @@ def _warn_inactive_wrappers(name: str) -> None:
 
 def unregister(name: str) -> None:
     """Remove a plugin and its kernels; the kernels it overrode become active again."""
+    with R.lock:
+        _unregister(name)
+
+
+def _unregister(name: str) -> None:
     plugin = plugin_manager.get_plugin(name)
     if plugin is None:
         raise ValueError(f"no backend plugin named {name!r}; registered: {', '.join(_sources)}")
@@ -339,18 +349,38 @@ def list() -> PluginList:
     return rows
 
 
+_preferences: _list[tuple[object, str]] = []  # (block, plugin) of the open use() blocks
+
+
 @contextlib.contextmanager
 def use(plugin_name: str) -> Iterator[None]:
-    """Prefer one plugin's kernels for the whole block (tables rebuilt, not checked per call)."""
+    """Prefer one plugin's kernels for the whole block (tables rebuilt, not checked per
+    call). Process-wide, as the tables are (Note [Preferred plugin])."""
     if plugin_name not in _sources:
         raise ValueError(
             f"no backend plugin named {plugin_name!r}; registered: {', '.join(_sources)}"
         )
-    previous = _set_preferred(plugin_name)
+    block = object()
+    with R.lock:
+        _preferences.append((block, plugin_name))
+        _prefer()
     try:
         yield
     finally:
-        _set_preferred(previous)
+        with R.lock:
+            _preferences[:] = [p for p in _preferences if p[0] is not block]
+            _prefer()
+
+
+def _prefer() -> None:
+    """Note [Preferred plugin]: the plugin of the ``use()`` block entered last among
+    those still open is preferred, in every thread (the tables are process-wide).
+    Leaving a block removes its own entry, never restores a saved state: blocks left in
+    any order, in any thread, leave the preference of the blocks still open."""
+    preferred = _preferences[-1][1] if _preferences else None
+    if preferred != R.preferred_plugin:
+        R.preferred_plugin = preferred
+        entries.rebuild()
 
 
 @contextlib.contextmanager
@@ -370,12 +400,6 @@ def check_kernels() -> Iterator[None]:
         with R.lock:
             entries.check_all -= 1
             entries.rebuild()
-
-
-def _set_preferred(plugin: str | None) -> str | None:
-    previous, R.preferred_plugin = R.preferred_plugin, plugin
-    entries.rebuild()
-    return previous
 
 
 def load_builtin() -> None:

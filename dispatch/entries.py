@@ -395,7 +395,12 @@ def rebuild_op(op: Operator) -> None:
         scalar_table.append(entry.scalar_slot)
         if entry.in_mask:
             mask |= key
-    op.table[:] = table  # in place: bindings hold the list itself
+    # Note [Rebuild order]: calls in other threads go on while a table is rebuilt, so a
+    # key leaves the mask before its slot changes and joins it after: no call indexes a
+    # slot whose key is in the mask but whose entry is not (the lists are replaced in
+    # place, each in one step: bindings hold the lists themselves)
+    op.mask &= mask
+    op.table[:] = table
     op.scalar_table[:] = scalar_table
     op.mask = mask
 
