@@ -7,14 +7,16 @@ once, when the tensor is made (Note [Tensor fields]).
 
 from __future__ import annotations
 
+import copy
 import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import keys
+from .arguments import checked
 from .devices import Device, device_of_key
-from .dtypes import DType, from_numpy
+from .dtypes import BY_NAME, DType, from_numpy
 from .format import format_tensor
 from .schema import OPERATORS
 
@@ -153,6 +155,7 @@ class Tensor(Dunders):
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.numpy().__dlpack_device__()
 
+    @checked
     def to_device(self, device: str | Device, /, *, stream: Any = None) -> Tensor:
         """This tensor on ``device`` (itself if it is there already). Moves between
         devices go through the CPU with the devices' converters and never share
@@ -161,6 +164,7 @@ class Tensor(Dunders):
             return self
         return OPERATORS["to_device"](self, device)  # differentiable
 
+    @checked
     def to(self, device: str | Device, /) -> Tensor:
         """``t.to("name")``: the same as ``to_device`` (PyTorch spelling)."""
         return self.to_device(device)
@@ -271,6 +275,7 @@ class Tensor(Dunders):
     def requires_grad(self, flag: bool) -> None:
         self.requires_grad_(flag)
 
+    @checked
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Make a leaf tensor record operations for autograd (in place; returns self)."""
         if not requires_grad:
@@ -304,8 +309,9 @@ class Tensor(Dunders):
         t._ks = self._ks & ~keys.AUTOGRAD
         return t
 
+    @checked
     def backward(
-        self, gradient: Tensor | None = None, retain_graph: bool = False, create_graph: bool = False
+        self, gradient: Any = None, retain_graph: bool = False, create_graph: bool = False
     ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of the leaves it
         was computed from (lamina.autograd.backward)."""
@@ -325,11 +331,66 @@ class Tensor(Dunders):
     def _version(self) -> int:
         return version_of(self)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"data": self.numpy().copy()}
+    # ---------------------------------------------------------- copies and pickles
+    # Note [Copies]: pickle and copy.deepcopy keep what a tensor is: its values, dtype,
+    # shape, device, layout (sparse) and that it requires grad. As in PyTorch, a pickled
+    # tensor that requires grad comes back as a leaf without .grad, and deepcopy of a
+    # non-leaf that requires grad raises (the copy would be a leaf of no graph). pickle
+    # goes through the CPU for a device tensor (rebuilt on its device at load, which
+    # must be registered then); deepcopy copies on the device, and copies .grad and the
+    # attributes a user set.
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return (_rebuild, _parts(self))
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        _init(self, state["data"], keys.CPU)
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        if self._ks & keys.AUTOGRAD and self.grad_fn is not None:
+            raise RuntimeError(
+                "copy.deepcopy: only leaf tensors that require grad can be deep-copied (this "
+                f"one is the output of {self.grad_fn.name}); deep-copy x.detach() instead"
+            )
+        if self._ks & keys.SPARSE:
+            new = from_storage(
+                copy.deepcopy(self._data, memo), self._ks & ~keys.AUTOGRAD, self._dtype, self._shape
+            )
+        elif self._ks & keys.CPU:
+            new = from_array(self._data.copy())
+        else:
+            new = OPERATORS["copy"](self.detach())  # on the device, by its kernel
+        memo[id(self)] = new
+        if self._ks & keys.AUTOGRAD:
+            new.requires_grad_()
+        for name, value in self.__dict__.items():  # .grad and a user's attributes
+            if name == "grad" or not name.startswith("_"):
+                setattr(new, name, copy.deepcopy(value, memo))
+        return new
+
+
+def _parts(t: Tensor) -> tuple:
+    """What ``_rebuild`` needs to make ``t`` again (Note [Copies])."""
+    requires_grad = bool(t._ks & keys.AUTOGRAD)
+    if t._ks & keys.SPARSE:
+        return ("sparse", t._data, t._dtype.name, t._shape, requires_grad)
+    if t._ks & keys.CPU:
+        return ("cpu", t._data, t._dtype.name, t._shape, requires_grad)
+    return (t.device.name, t._host(), t._dtype.name, t._shape, requires_grad)
+
+
+def _rebuild(
+    device: str, data: Any, dtype: str, shape: tuple[int, ...], requires_grad: bool
+) -> Tensor:
+    """A tensor from ``_parts``: what unpickling calls."""
+    if device == "sparse":
+        t = from_storage(data, keys.CPU | keys.SPARSE, BY_NAME[dtype], shape)
+    else:
+        t = from_array(data)
+        if device != "cpu":
+            if device not in keys.devices():
+                raise ValueError(
+                    f"cannot unpickle a tensor of device {device!r}: no registered plugin "
+                    f"provides it now; known devices: {', '.join(keys.devices())}"
+                )
+            t = OPERATORS["to_device"](t, device)
+    return t.requires_grad_() if requires_grad else t
 
 
 # ---------------------------------------------------------------- constructors
