@@ -258,9 +258,16 @@ def _root_grads(fn, tensors, grads, what):
                 )
             g = ops.ones_like(t)
         elif not isinstance(g, Tensor):
-            g = ops.asarray(g, dtype=t.dtype)
+            g = ops.asarray(g, dtype=t.dtype, device=t.device)
         if g.shape != t.shape:
             raise ValueError(f"gradient has shape {g.shape}, but the output has shape {t.shape}")
+        if g.device != t.device:  # the formulas would put .grad on the gradient's device
+            raise ValueError(
+                f"{fn}: the gradient of an output on {t.device} is on {g.device}; move it "
+                f"with .to({str(t.device)!r})"
+            )
+        if g.dtype is not t.dtype:  # as PyTorch: the gradient is taken in the output's dtype
+            g = ops.astype(g, t.dtype)
         out.append(g)
     return out
 

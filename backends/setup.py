@@ -18,6 +18,7 @@ import numpy as np
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.meta import (  # noqa: F401 (re-exported: the schema's dtype and shape rules)
     broadcast_shapes,
+    check_cast,
     check_dtype,
     promote,
     reduced_shape,

@@ -20,7 +20,7 @@ from . import arguments as A
 from . import dtypes as D
 from . import keys, random
 from .devices import Device
-from .meta import broadcast_shapes
+from .meta import broadcast_shapes, check_cast
 from .schema import OPERATORS
 from .tensor import Tensor
 
@@ -113,6 +113,8 @@ def asarray(
         return OPERATORS["astype"](obj, dtype, True)
     if copy is False and not isinstance(obj, np.ndarray) and not hasattr(obj, "__dlpack__"):
         raise ValueError("asarray: copy=False needs an object that exposes its buffer")
+    if dtype is not None and isinstance(obj, np.ndarray):
+        check_cast("asarray", obj, dtype)  # NumPy's cast would give garbage for NaN
     try:
         data = np.array(obj, dtype=None if dtype is None else dtype.np, copy=True if copy else None)
     except (ValueError, TypeError) as exc:

@@ -112,6 +112,25 @@ def sum_dtype(op: Operator, x: Any, dtype: D.DType | None) -> D.DType:
     return result_dtype(op, check_dtype(op, x._dtype))
 
 
+def check_cast(name: str, data: np.ndarray, dtype: D.DType) -> None:
+    """Floats cast to an integer dtype must fit it: NaN, infinities and values outside
+    its range have no integer, and NumPy's cast gives garbage for them (INT64_MIN for
+    NaN, with a warning). ValueError naming the first such value; a fit value
+    truncates toward zero, as in NumPy and C."""
+    if data.dtype.kind != "f" or dtype.kind not in "iu" or not data.size:
+        return
+    info = np.iinfo(dtype.np)
+    below = data.dtype.type(info.min - 1)  # exclusive; where not exact, min is inclusive
+    with np.errstate(invalid="ignore"):
+        low = data > below if below != info.min else data >= info.min
+        bad = ~(low & (data < data.dtype.type(info.max + 1)))  # max + 1: a power of 2
+    if bad.any():
+        raise ValueError(
+            f"{name}: {data[bad].flat[0]} has no value in {dtype.name} (NaN, infinite or "
+            f"outside [{info.min}, {info.max}])"
+        )
+
+
 # ---------------------------------------------------------------- shape rules
 
 

@@ -65,7 +65,6 @@ class Tensor(Dunders):
     # read it on any tensor it enters with, and making other tensors costs nothing for
     # it. Rarer fields live in the instance __dict__, created only when one is set; the
     # class attributes below are the defaults every other tensor reads.
-    grad: Tensor | None = None
     _output_nr = 0  # which output of grad_fn this tensor is
     _accumulator = None  # a leaf's AccumulateGrad node (lamina.autograd.graph)
     __array_priority__ = 1000
@@ -292,6 +291,29 @@ class Tensor(Dunders):
             self._grad_fn = None  # Note [Autograd fields]
             self._ks |= keys.AUTOGRAD
         return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient accumulated by ``backward`` (None until then)."""
+        return self.__dict__.get("grad")
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        # as PyTorch: a gradient of another shape, dtype or device is refused here,
+        # not turned into a wrong .grad by the next backward's accumulation
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"grad must be a tensor or None, got {type(value).__name__}")
+            for what, got, want in (
+                ("shape", value._shape, self._shape),
+                ("dtype", value._dtype, self._dtype),
+                ("device", value.device, self.device),
+            ):
+                if got != want:
+                    raise RuntimeError(
+                        f"cannot assign a gradient of {what} {got} to a tensor of {what} {want}"
+                    )
+        self.__dict__["grad"] = value
 
     @property
     def grad_fn(self) -> Any:

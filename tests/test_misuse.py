@@ -326,3 +326,64 @@ def test_there_is_one_layer_state():
         assert lm.layers.state()["sparse"] is False
         assert lm.dispatch.dump_table("add")[-2][1] == "[off: RuntimeError]"
     assert lm.dispatch.layers.state() == lm.layers.state() and all(lm.layers.state().values())
+
+
+# ---------------------------------------------------------------- found by differential testing
+
+
+def test_assigning_a_gradient_of_another_shape_dtype_or_device_is_refused():
+    """w.grad = lm.ones(3) for a (2,) leaf was kept, and the next backward broadcast into
+    it; as in PyTorch, the assignment raises."""
+    w = lm.ones(2, requires_grad=True)
+    with pytest.raises(
+        RuntimeError, match=r"cannot assign a gradient of shape \(3,\) to a tensor of shape \(2,\)"
+    ):
+        w.grad = lm.ones(3)
+    with pytest.raises(RuntimeError, match="gradient of dtype lamina.float32"):
+        w.grad = lm.ones(2, dtype=lm.float32)
+    with pytest.raises(RuntimeError, match="gradient of device counting to a tensor of device cpu"):
+        w.grad = lm.ones(2, device="counting")
+    with pytest.raises(TypeError, match="grad must be a tensor or None, got str"):
+        w.grad = "a"
+    w.grad = lm.full(2, 3.0)
+    lm.sum(w * 1.0).backward()
+    assert w.grad.tolist() == [4.0, 4.0]
+    w.grad = None
+    assert w.grad is None
+
+
+def test_a_backward_gradient_on_another_device_is_refused_and_another_dtype_cast():
+    """y.backward(g) with g on another device put the leaf's .grad on g's device."""
+    w = lm.ones(2, requires_grad=True)
+    y = w * 2.0
+    with pytest.raises(ValueError, match="the gradient of an output on cpu is on counting"):
+        y.backward(lm.ones(2, device="counting"), retain_graph=True)
+    y.backward(lm.ones(2, dtype=lm.int64))  # cast to the output's dtype, as in PyTorch
+    assert w.grad.tolist() == [2.0, 2.0] and w.grad.dtype is lm.float64
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: lm.astype(lm.asarray([1.0, np.nan]), lm.int64),
+        lambda: lm.astype(lm.asarray([np.inf]), lm.int16),
+        lambda: lm.astype(lm.asarray([3e9]), lm.int32),
+        lambda: lm.astype(lm.asarray([-1.5]), lm.uint8),
+        lambda: lm.sum(lm.asarray([np.nan, 1.5]), dtype=lm.int64),
+        lambda: lm.asarray(np.array([1e30]), dtype=lm.int8),
+    ],
+    ids=["nan", "inf", "int32-range", "negative-to-uint", "sum-dtype", "asarray-dtype"],
+)
+def test_floats_an_integer_dtype_cannot_hold_are_refused_not_cast_to_garbage(call):
+    """NumPy's cast gives INT64_MIN for NaN (with a RuntimeWarning lamina let through)."""
+    with pytest.raises(ValueError, match="has no value in u?int"):
+        call()
+
+
+def test_float_to_int_casts_that_fit_truncate_as_numpy_does():
+    values = np.array([-128.9, -0.5, 0.9, 127.99])
+    assert lm.astype(lm.asarray(values), lm.int8).tolist() == values.astype(np.int8).tolist()
+    assert lm.astype(lm.asarray([-(2.0**63)]), lm.int64).tolist() == [-(2**63)]
+    with lm.backends.use("numpy_ref"):
+        with pytest.raises(ValueError, match="nan has no value in int64"):
+            lm.astype(lm.asarray([np.nan]), lm.int64)

@@ -127,6 +127,7 @@ def index_add(ks, x, key, values):
 def astype(ks, x, dtype, copy):
     if not copy and dtype is x._dtype:
         return x
+    S.check_cast("astype", x._data, dtype)
     return from_array(x._data.astype(dtype.np))
 
 

@@ -87,6 +87,7 @@ def where(ks, condition, x1, x2):
 def astype(ks, x, dtype, copy):
     if not copy and dtype is x._dtype:
         return x
+    S.check_cast("astype", x._data, dtype)
     return from_array(x._data.astype(dtype.np))
 
 
@@ -113,6 +114,7 @@ def _reduce(fn, result):
 def _sum(npfn, name):
     def kernel(ks, x, axis, dtype, keepdims):
         res = S.sum_dtype(OPERATORS[name], x, dtype)
+        S.check_cast(name, x._data, res)
         return from_array(
             np.asarray(npfn(x._data, axis=axis, keepdims=keepdims, dtype=res.np), res.np)
         )
