@@ -387,3 +387,23 @@ def test_float_to_int_casts_that_fit_truncate_as_numpy_does():
     with lm.backends.use("numpy_ref"):
         with pytest.raises(ValueError, match="nan has no value in int64"):
             lm.astype(lm.asarray([np.nan]), lm.int64)
+
+
+def test_a_bool_is_not_a_size_of_a_sparse_tensor():
+    """sparse_coo_tensor(..., (True,)) made a tensor of shape (1,)."""
+    with pytest.raises(
+        TypeError, match=r"sparse_coo_tensor: shape must be a tuple of ints, got \(True,\)"
+    ):
+        lm.sparse_coo_tensor([[0]], [1.0], (True,))
+
+
+def test_a_narrowing_setitem_is_refused_with_a_message_that_fits():
+    """float64 into float32 was refused "without changing their kind" (it is the same)."""
+    with pytest.raises(
+        TypeError, match="float64 values into a lamina.float32 tensor without a narrowing cast"
+    ):
+        lm.ones(2, dtype=lm.float32)[0] = lm.asarray(2.5)
+    with pytest.raises(
+        TypeError, match="float64 values into a lamina.int8 tensor without changing their kind"
+    ):
+        lm.zeros(2, dtype=lm.int8)[0] = lm.asarray(2.5)

@@ -100,9 +100,14 @@ def setitem(ks, x, key, value):
             else S.promote(OPERATORS["equal"], (x, v))
         )
     if not D.can_cast(src, x._dtype) and not (v is not None and src.kind == x._dtype.kind):
+        how = (
+            "without changing their kind"
+            if src.kind != x._dtype.kind
+            else "without a narrowing cast, which may change them"
+        )
         raise TypeError(
-            f"setitem: cannot store {src} values into a {x._dtype} tensor "
-            f"without changing their kind (cast them explicitly with astype)"
+            f"setitem: cannot store {src} values into a {x._dtype} tensor {how} "
+            "(cast them explicitly with astype)"
         )
     if not x._data.flags.writeable:
         raise ValueError("setitem: the tensor is a read-only view (e.g. from broadcast_to)")
