@@ -432,6 +432,7 @@ def _vector_norm(g, r, n, x, axis, keepdims, ord):
     return (g * ops.sign(x) * ops.where(r == 0, 0.0, scale),)
 
 
+_to_device = OPERATORS["to_device"]
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 D = Derivative
@@ -587,6 +588,8 @@ DERIVATIVES = {
         D("setitem", _setitem, saves=(1,)),
         D("index_add", lambda g, r, n, x, key, values: (g, None, n[2] and g[key]), saves=(1,)),
         D("split", _split, saves=(0,)),
+        # the gradient moves back to x's device (x itself is not kept: graph.Sizes)
+        D("to_device", lambda g, r, n, x, device: (_to_device(g, x.device),), sizes=(0,)),
         D("concat", _concat, saves=None),
         D("stack", _stack, saves=None),
         # Array API 2024.12 (issue 15)

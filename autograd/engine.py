@@ -3,9 +3,11 @@
 into it have arrived."""
 
 import itertools
+import threading
 from collections import deque
 
 from lamina.dispatch import keys, ops
+from lamina.dispatch.arguments import checked
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor, version_of, versions
 
@@ -68,7 +70,30 @@ def _run_hooks(node, grads):
         if g is not None:
             new = hook(g)
             if new is not None:
-                grads[nr] = new
+                grads[nr] = _hook_result(hook, g, new)
+
+
+def _hook_result(hook, g, new):
+    """A gradient a hook returned: it must be a tensor like the one it got (PyTorch
+    raises too), or the gradient of a leaf silently changes shape or device."""
+    name = getattr(hook, "__qualname__", repr(hook))
+    if not isinstance(new, Tensor):
+        raise TypeError(
+            f"hook {name} returned {type(new).__name__}, but a gradient hook must "
+            "return a tensor (or None to keep the gradient)"
+        )
+    for what, got, want in (
+        ("shape", new.shape, g.shape),
+        ("dtype", new.dtype, g.dtype),
+        ("device", new.device, g.device),
+    ):
+        if got != want:
+            raise RuntimeError(
+                f"hook {name} changed the {what} of the gradient from {want} to {got}; "
+                "a gradient hook must return a tensor of the gradient's shape, dtype "
+                "and device"
+            )
+    return new
 
 
 def run(roots, root_grads, retain_graph, create_graph, capture=None):
@@ -97,15 +122,7 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                     leaf, g = node.variable, grads[0]
                     if leaf is None:  # nobody holds the leaf: no one can read .grad
                         continue
-                    g = g if create_graph else g.detach()
-                    if leaf.is_sparse and not g.is_sparse:
-                        g = _on_pattern(g, leaf)  # a new tensor: nothing to copy
-                    elif leaf.grad is None and not g.is_sparse:
-                        # The first gradient is copied: g may be the caller's gradient=,
-                        # be shared with another leaf (add passes g on to both inputs)
-                        # or be a read-only broadcast view; .grad must own its storage.
-                        g = ops.asarray(g, copy=True)
-                    leaf.grad = g if leaf.grad is None else leaf.grad + g
+                    _accumulate_grad(leaf, g if create_graph else g.detach())
                 continue
             nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
             for nxt, nr, g in zip(node.next_nodes, nrs, _apply(node, grads, retain_graph)):
@@ -119,6 +136,24 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                         ready.append(nxt)
                     else:
                         _skip(nxt, deps, buffers, ready)
+
+
+_grad_lock = threading.Lock()
+
+
+def _accumulate_grad(leaf, g):
+    """``leaf.grad += g``, under a lock: backward passes in several threads may reach
+    one leaf at once, and a read-modify-write of ``.grad`` would lose updates (as
+    PyTorch, which accumulates under a lock)."""
+    if leaf.is_sparse and not g.is_sparse:
+        g = _on_pattern(g, leaf)  # a new tensor: nothing to copy
+    with _grad_lock:
+        if leaf.grad is None and not g.is_sparse:
+            # The first gradient is copied: g may be the caller's gradient=, be shared
+            # with another leaf (add passes g on to both inputs) or be a read-only
+            # broadcast view; .grad must own its storage.
+            g = ops.asarray(g, copy=True)
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
 
 
 def _on_pattern(g, leaf):
@@ -192,7 +227,20 @@ _FREED = ("freed",)
 _ZEROS = itertools.repeat(0)
 
 
-def _root_grads(tensors, grads):
+def _root_grads(fn, tensors, grads, what):
+    """The gradients to start from: one per output (None for a one-element output)."""
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"{fn}: the outputs must be tensors; output {i} is a {type(t).__name__}"
+            )
+    grads = [grads] if isinstance(grads, Tensor) else grads
+    if grads is not None and len(grads) != len(tensors):
+        raise ValueError(
+            f"{fn}: got {len(tensors)} output{'s' if len(tensors) != 1 else ''} but "
+            f"{len(grads)} gradient{'s' if len(grads) != 1 else ''} ({what}); give one "
+            "per output (None for an output with one element)"
+        )
     out = []
     for t, g in zip(tensors, grads or [None] * len(tensors)):
         if not t.requires_grad:
@@ -210,30 +258,48 @@ def _root_grads(tensors, grads):
                 )
             g = ops.ones_like(t)
         elif not isinstance(g, Tensor):
-            g = ops.asarray(g, dtype=t.dtype)
+            g = ops.asarray(g, dtype=t.dtype, device=t.device)
         if g.shape != t.shape:
             raise ValueError(f"gradient has shape {g.shape}, but the output has shape {t.shape}")
+        if g.device != t.device:  # the formulas would put .grad on the gradient's device
+            raise ValueError(
+                f"{fn}: the gradient of an output on {t.device} is on {g.device}; move it "
+                f"with .to({str(t.device)!r})"
+            )
+        if g.dtype is not t.dtype:  # as PyTorch: the gradient is taken in the output's dtype
+            g = ops.astype(g, t.dtype)
         out.append(g)
     return out
 
 
-def backward(tensors, grad_tensors=None, retain_graph=False, create_graph=False):
-    grads = _root_grads(tensors, grad_tensors)
+@checked
+def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_graph: bool = False):
+    """Accumulate the gradients of ``tensors`` (a tensor or a sequence of them) into the
+    ``.grad`` of the leaves they were computed from; ``grad_tensors`` gives one gradient
+    per output (None for a one-element output)."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    grads = _root_grads("backward", tensors, grad_tensors, "grad_tensors")
     run([edge(t) for t in tensors], grads, retain_graph or create_graph, create_graph)
 
 
+@checked
 def grad(
-    outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
 ):
     """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated)."""
     single = isinstance(outputs, Tensor)
     outputs = [outputs] if single else list(outputs)
     inputs_single = isinstance(inputs, Tensor)
     inputs = [inputs] if inputs_single else list(inputs)
-    if grad_outputs is not None and isinstance(grad_outputs, Tensor):
-        grad_outputs = [grad_outputs]
-    grads = _root_grads(outputs, grad_outputs)
-    for t in inputs:
+    grads = _root_grads("grad", outputs, grad_outputs, "grad_outputs")
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"grad: the inputs must be tensors; input {i} is a {type(t).__name__}")
         if not t.requires_grad:
             raise RuntimeError(f"an input (shape {t.shape}) does not require grad")
     capture = {edge(t): None for t in inputs}

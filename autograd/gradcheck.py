@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from lamina.dispatch import ops
+from lamina.dispatch.arguments import checked
 from lamina.dispatch.dtypes import float64
 from lamina.dispatch.tensor import Tensor
 
@@ -28,6 +29,7 @@ def _host(t: Tensor) -> np.ndarray:
     return np.asarray(t._host(), dtype=np.float64)
 
 
+@checked
 def gradcheck(
     fn: Callable,
     inputs: Sequence[Any],

@@ -9,9 +9,12 @@ no reference cycles: a graph is freed by reference counting the moment its last 
 goes, without the garbage collector.
 """
 
+import itertools
+import threading
 import weakref
 
 from lamina.dispatch import keys
+from lamina.dispatch.devices import device_of_key
 from lamina.dispatch.tensor import PY_SCALARS, Tensor, version_of
 from lamina.dispatch.tensor import versions as _modified  # storages ever written in place
 
@@ -80,11 +83,10 @@ class AccumulateGrad:
 
 
 class _Handle:
-    _next = 0
+    _ids = itertools.count(1)  # next() is atomic: handles made in two threads never collide
 
     def __init__(self, hooks, hook):
-        _Handle._next += 1
-        self.hooks, self.id = hooks, _Handle._next
+        self.hooks, self.id = hooks, next(_Handle._ids)
         hooks[self.id] = hook
 
     def remove(self):
@@ -96,21 +98,33 @@ class Sizes:
     dtype of (Derivative.sizes): not the tensor, so neither its storage nor its later
     in-place changes concern the graph."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "_ks")
 
     def __init__(self, t):
-        self.shape, self.dtype = t._shape, t._dtype
+        self.shape, self.dtype, self._ks = t._shape, t._dtype, t._ks & keys.BACKEND_MASK
 
     @property
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def device(self):
+        return device_of_key(self._ks)
+
+
+_accumulator_lock = threading.Lock()
+
 
 def grad_accumulator(leaf):
-    """The leaf's AccumulateGrad node, made once and shared by every edge into it."""
+    """The leaf's AccumulateGrad node, made once and shared by every edge into it (made
+    under a lock: two threads recording with one leaf must get the same node, or
+    ``grad()`` would not find the gradient of the other's graph)."""
     acc = leaf._accumulator
     if acc is None:
-        acc = leaf._accumulator = AccumulateGrad(leaf)
+        with _accumulator_lock:
+            acc = leaf._accumulator
+            if acc is None:
+                acc = leaf._accumulator = AccumulateGrad(leaf)
     return acc
 
 

@@ -7,7 +7,12 @@ records kernels and rebuilds the dispatch tables once. Entry points in group
 kernel wrappers: the public plugin API is described in docs/backends.md.
 """
 
+from lamina.dispatch.results import KernelResultError
+
+from . import setup
 from ._manager import (
+    PluginWarning,
+    check_kernels,
     list,
     load_builtin,
     load_entry_points,
@@ -17,12 +22,18 @@ from ._manager import (
     use,
 )
 from ._registry import Registry
-from .fallback import cpu_fallback, new_tensor
+from .fallback import cpu_fallback, dtype_from_numpy, from_array, from_flat, new_tensor
 from .hookspecs import hookimpl
 
 __all__ = [
+    "KernelResultError",
+    "PluginWarning",
     "Registry",
+    "check_kernels",
     "cpu_fallback",
+    "dtype_from_numpy",
+    "from_array",
+    "from_flat",
     "hookimpl",
     "list",
     "load_builtin",
@@ -30,6 +41,7 @@ __all__ = [
     "new_tensor",
     "plugin_manager",
     "register",
+    "setup",
     "unregister",
     "use",
 ]

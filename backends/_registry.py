@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Callable
 
 from lamina.dispatch import devices, keys
 from lamina.dispatch import registry as R
+from lamina.dispatch.schema import OPERATORS, get
 
 
-def check_kernel(what: str, fn: object, priority: object) -> None:
+def check_kernel(what: str, fn: object, priority: object, *calls: str) -> None:
+    """``fn`` must be callable, ``priority`` an int, and ``fn`` must accept each of
+    ``calls`` (a call such as ``add(ks, x1, x2)``): a kernel of the wrong arity is an
+    error at registration, naming the plugin's call, not a TypeError at its first use."""
     if not callable(fn):
         raise TypeError(f"{what} must be callable, got {type(fn).__name__}")
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {priority!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a compiled or built-in function: nothing to read
+        return
+    for call in calls:
+        n = call.count(",") + 1
+        try:
+            signature.bind(*range(n))
+        except TypeError:
+            raise TypeError(
+                f"{what} is called as {call} ({n} positional arguments), but its "
+                f"signature is {signature}"
+            ) from None
+
+
+MOVE_PRIORITY = -1000  # of the to_device kernel add_device registers for a device
+
+
+def _site() -> tuple[str, int]:
+    """(file, line) of the plugin code calling the registry: where warnings about a
+    registration point (PluginWarning)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno)
 
 
 def key_of(device: str) -> int:
@@ -49,16 +80,28 @@ class Registry:
         *,
         with_scalar: Callable | None = None,
         unchecked: Callable | None = None,
+        declines: bool = False,
     ) -> None:
         """Serve operator ``op`` on ``device`` (or layer) with ``fn(ks, *args)``.
 
         Optional variants (Note [Kernel variants]): ``with_scalar(ks, a, b)`` for
         binary calls with a Python scalar operand, ``unchecked(ks, *args)`` for the
-        "checks" layer switched off."""
-        check_kernel(f"the kernel for {op!r}", fn, priority)
+        "checks" layer switched off. ``declines=True``: ``fn`` may return
+        ``NotImplemented`` for a call it does not handle, which then goes to the
+        kernel ranked below it (Note [Declining kernels])."""
+        call = get(op).kernel_call
+        check_kernel(f"the kernel for {op!r}", fn, priority, call)
+        if with_scalar is not None and OPERATORS[op].kind not in ("binary", "inplace"):
+            raise ValueError(f"with_scalar is for binary operators; {op!r} is {OPERATORS[op].kind}")
         for name, variant in (("with_scalar", with_scalar), ("unchecked", unchecked)):
             if variant is not None:
-                check_kernel(f"the {name} variant of the kernel for {op!r}", variant, 0)
+                if declines:
+                    raise ValueError(
+                        f"a kernel that declines ({op!r}) cannot have a {name} variant"
+                    )
+                check_kernel(f"the {name} variant of the kernel for {op!r}", variant, 0, call)
+        if not isinstance(declines, bool):
+            raise TypeError(f"declines must be a bool, got {declines!r}")
         R.register_kernel(
             op,
             key_of(device),
@@ -67,13 +110,17 @@ class Registry:
             priority,
             with_scalar=with_scalar,
             unchecked=unchecked,
+            site=_site(),
+            declines=declines,
         )
 
-    def implements(self, op: str, device: str = "cpu", priority: int = 0) -> Callable:
+    def implements(
+        self, op: str, device: str = "cpu", priority: int = 0, *, declines: bool = False
+    ) -> Callable:
         """Decorator form of ``register``."""
 
         def decorate(fn: Callable) -> Callable:
-            self.register(op, device, fn, priority)
+            self.register(op, device, fn, priority, declines=declines)
             return fn
 
         return decorate
@@ -81,8 +128,11 @@ class Registry:
     def register_wrapper(self, op: str, device: str, wrapper: Callable, priority: int = 0) -> None:
         """``wrapper(next_kernel) -> kernel``, called at table-build time with the kernel
         that would serve (op, device) without it (Note [Kernel wrappers])."""
-        check_kernel(f"the kernel wrapper for {op!r}", wrapper, priority)
-        R.register_kernel(op, key_of(device), wrapper, self.plugin, priority, wraps=True)
+        get(op)
+        check_kernel(f"the kernel wrapper for {op!r}", wrapper, priority, "wrapper(next_kernel)")
+        R.register_kernel(
+            op, key_of(device), wrapper, self.plugin, priority, wraps=True, site=_site()
+        )
 
     def add_device(
         self, name: str, *, to_cpu: Callable, from_cpu: Callable, shares_memory: bool = True
@@ -104,14 +154,32 @@ class Registry:
             owner = spec.plugin if spec is not None else "lamina"
             raise ValueError(f"device {name!r} is already provided by plugin {owner!r}")
         for what, fn in (("to_cpu", to_cpu), ("from_cpu", from_cpu)):
-            check_kernel(f"{what} of device {name!r}", fn, 0)
-        return devices.add(name, self.plugin, to_cpu, from_cpu, bool(shares_memory))
+            check_kernel(f"{what} of device {name!r}", fn, 0, f"{what}(t)")
+        key = devices.add(name, self.plugin, to_cpu, from_cpu, bool(shares_memory))
+        # moves off the device: the converters, unless the plugin registers a
+        # to_device kernel of its own (which outranks this one)
+        R.register_kernel(
+            "to_device", key, devices.move_kernel, self.plugin, MOVE_PRIORITY, site=_site()
+        )
+        return key
 
     def register_fallback(self, device: str, fn: Callable, priority: int = 0) -> None:
         """``fn(op, ks, *args)`` serves every operator without a kernel on ``device``
         (Note [Backend fallback]); ``cpu_fallback`` is the usual choice."""
-        check_kernel(f"the fallback of device {device!r}", fn, priority)
+        check_kernel(f"the fallback of device {device!r}", fn, priority, *_FALLBACK_CALLS)
         key = key_of(device)
         if not key & keys.BACKEND_MASK:
             raise ValueError(f"fallbacks are for devices, not the {device!r} layer")
-        R.register_fallback(key, fn, self.plugin, priority)
+        R.register_fallback(key, fn, self.plugin, priority, site=_site())
+
+
+def _fallback_calls() -> list[str]:
+    """One call per arity of kernel call: a fallback serves every operator."""
+    by_arity: dict[int, str] = {}
+    for op in OPERATORS.values():
+        args = op.kernel_call.split("(", 1)[1]
+        by_arity.setdefault(len(op.kernel_params), f"fallback(op, {args}")
+    return [by_arity[n] for n in sorted(by_arity)]
+
+
+_FALLBACK_CALLS = _fallback_calls()

@@ -1,4 +1,5 @@
-"""Helpers for plugins that add a device: ``cpu_fallback`` and ``new_tensor``."""
+"""Helpers for plugins: ``new_tensor`` and the fast CPU constructors, the dtype mapping,
+and ``cpu_fallback`` for plugins that add a device (docs/backends.md, "Helpers")."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import numpy as np
 
 from lamina.dispatch import devices, keys
 from lamina.dispatch.dtypes import DType
+from lamina.dispatch.dtypes import from_numpy as dtype_from_numpy  # noqa: F401 (a helper)
 from lamina.dispatch.schema import Operator
-from lamina.dispatch.tensor import Tensor, from_array, from_storage
+from lamina.dispatch.tensor import (  # noqa: F401 (from_flat: a helper, re-exported)
+    Tensor,
+    from_array,
+    from_flat,
+    from_storage,
+)
 
 
 def new_tensor(

@@ -23,6 +23,8 @@ from numba import njit, types
 
 from lamina.dispatch import dtypes as D
 
+from . import threads
+
 # No nogil: releasing and retaking the GIL costs ~40 ns a call, a tenth of the seed
 # benchmark's budget; parallelism comes from prange instead.
 OPTIONS = dict(cache=True, error_model="numpy")
@@ -41,7 +43,8 @@ def compile_kernel(pyfunc: Callable, signature: Any, parallel: bool = False) -> 
     """Compile ``pyfunc`` for one explicit signature; return its entry point."""
     dispatcher = njit(parallel=parallel, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
-    return dispatcher.overloads[signature.args].entry_point
+    entry = dispatcher.overloads[signature.args].entry_point
+    return threads.synced(entry) if parallel else entry  # Note [Thread count]
 
 
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses

@@ -1,93 +1,38 @@
-"""Operator setup shared by the CPU backends: type promotion with Python scalars,
-dtype checks, broadcasting and axis handling. Pure Python, no kernels.
+"""Operator setup shared by the CPU backends, and public for plugins (docs/backends.md,
+"Helpers"): type promotion with Python scalars, dtype checks, broadcasting, reduced
+shapes and NumPy operands. Pure Python, no kernels. The dtype and shape rules are the
+schema's (``lamina.dispatch.meta``, re-exported here); the rest turns arguments into
+NumPy arrays the way lamina's CPU kernels do.
 
 Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
 kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float) and
 an integer that does not fit raises OverflowError instead of wrapping.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 
 from lamina.dispatch import dtypes as D
-from lamina.dispatch.meta import broadcast_shapes, reduced_shape  # noqa: F401 (re-exported)
-
-_SCALARS = (bool, int, float)
-
-
-def scalar_value(x):
-    """A Python scalar for ``x`` (NumPy scalars become Python ones), or None."""
-    if isinstance(x, _SCALARS):
-        return x
-    if isinstance(x, np.generic) and x.ndim == 0:
-        return x.item()
-    return None
-
-
-def _weak_kind(value):
-    return "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
+from lamina.dispatch.meta import (  # noqa: F401 (re-exported: the schema's dtype and shape rules)
+    broadcast_shapes,
+    check_cast,
+    check_dtype,
+    promote,
+    reduced_shape,
+    result_dtype,
+    scalar_value,
+    sum_dtype,
+    weak_kind,
+)
 
 
-def promote(op, args):
-    """The computation dtype of an elementwise call, checked against the operator."""
-    dtype = None
-    for a in args:
-        d = getattr(a, "_dtype", None)
-        if d is not None:
-            dtype = d if dtype is None else D.PROMOTE[dtype.index][d.index]
-    if dtype is None:  # where(cond, 1, 2.5): no tensor; the scalars' default dtype
-        values = [scalar_value(a) for a in args]
-        if not values or any(v is None for v in values):
-            raise TypeError(
-                f"{op.name}: expected at least one tensor operand to take the "
-                f"dtype from, got {', '.join(type(a).__name__ for a in args)}"
-            )
-        dtype = D.bool_  # Array API 2024.12: only scalars give their kind's default
-    for a in args:
-        v = scalar_value(a)
-        if v is None:
-            continue
-        kind = _weak_kind(v)
-        if kind == "i" and dtype.kind == "b":
-            dtype = D.default_int
-        elif kind == "f" and dtype.kind != "f":
-            dtype = D.default_float
-    return check_dtype(op, dtype)
-
-
-_ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
-_DESCRIBE = {
-    "numeric": "numeric",
-    "float": "floating-point",
-    "int": "integer",
-    "intbool": "integer or boolean",
-}
-
-
-def check_dtype(op, dtype):
-    rule = op.dtypes
-    if dtype.kind in _ACCEPTS[rule]:
-        return dtype
-    if rule == "float" and dtype.kind in "biu":
-        return D.default_float  # as NumPy: exp(int tensor) is float64
-    raise TypeError(f"{op.name} needs {_DESCRIBE[rule]} inputs, got {dtype}")
-
-
-def result_dtype(op, dtype):
-    rule = op.result
-    if rule == "bool":
-        return D.bool_
-    if rule == "index":
-        return D.int64
-    if rule == "sum":
-        return _SUM_RESULTS.get(dtype.kind, dtype)
-    return dtype
-
-
-_SUM_RESULTS = {"b": D.int64, "i": D.int64, "u": D.uint64}
-
-
-def operand(x, dtype):
-    """The NumPy array for one operand in computation dtype (scalars become 0-d)."""
+def operand(x: Any, dtype: D.DType) -> np.ndarray:
+    """The NumPy array of one CPU operand (a tensor or a Python scalar) in computation
+    dtype ``dtype``: a tensor's storage (cast if needed), a scalar as a 0-d array
+    (OverflowError for an integer out of the dtype's range)."""
     v = scalar_value(x)
     if v is None:
         data = x._data
@@ -104,7 +49,7 @@ def operand(x, dtype):
 _COMPARISONS = frozenset("equal not_equal less less_equal greater greater_equal".split())
 
 
-def mixed_sign_comparison(op, args):
+def mixed_sign_comparison(op: Any, args: Any) -> bool:
     """Note [Mixed-sign comparisons]: promotion takes a signed integer and uint64 to
     float64, which rounds above 2**53 (2**63 - 1 == 2**63 would be True). NumPy 2
     compares such pairs exactly, so the CPU backends give these calls to NumPy's
@@ -115,11 +60,12 @@ def mixed_sign_comparison(op, args):
     return D.uint64 in dtypes and any(d.kind == "i" for d in dtypes)
 
 
-def shape_of(x):
+def shape_of(x: Any) -> tuple[int, ...]:
+    """A tensor's shape, () for a Python scalar."""
     return getattr(x, "_shape", ())
 
 
-def inplace_check(op, target, dtype, shape):
+def inplace_check(op: Any, target: Any, dtype: D.DType, shape: tuple[int, ...]) -> None:
     """``x1 op= x2`` must not change x1's dtype or shape (Array API)."""
     if dtype is not target._dtype:
         raise TypeError(
@@ -137,14 +83,7 @@ def inplace_check(op, target, dtype, shape):
         )
 
 
-def sum_dtype(op, x, dtype):
-    """The accumulation/result dtype of sum and prod (Array API defaults)."""
-    if dtype is not None:
-        return check_dtype(op, D.as_dtype(dtype))
-    return result_dtype(op, check_dtype(op, x._dtype))
-
-
-def clip_bound(bound, dtype):
+def clip_bound(bound: Any, dtype: D.DType) -> np.ndarray:
     """A clip bound as an array of x's dtype. An integer tensor bound of a wider dtype
     is saturated to the dtype's range first: cast, it would wrap (an int64 bound of -1
     on uint8 data would clip at 255); saturated, it bounds exactly as it would in the
@@ -156,14 +95,14 @@ def clip_bound(bound, dtype):
     return operand(bound, dtype)
 
 
-def check_clip_bounds(x, *bounds):
+def check_clip_bounds(x: Any, *bounds: Any) -> None:
     """clip keeps x's dtype (Array API), so a bound of another kind would be cast and
     silently move (clip(int_tensor, 2.5) clipping at 2): refuse it instead."""
     for b in bounds:
         if b is None:
             continue
         v = scalar_value(b)
-        kind = _weak_kind(v) if v is not None else b._dtype.kind
+        kind = weak_kind(v) if v is not None else b._dtype.kind
         if (kind == "f" and x._dtype.kind != "f") or (kind == "b" and x._dtype.kind != "b"):
             raise TypeError(
                 f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "

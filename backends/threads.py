@@ -4,17 +4,29 @@ Note [Parallel threshold]: below PARALLEL_ELEMENTS elements a kernel runs serial
 waking threads costs more than it saves. With one thread the threshold is infinite,
 so the choice is a single comparison either way. Kernel modules keep the threshold in
 a module global (read on every call) and are told of changes through ``on_change``.
+
+Note [Thread count]: Numba's thread count is per calling thread (a thread that never
+set it uses every core), but lamina's is one setting for the process. So every
+parallel entry point (``synced``, which ``jit.compile_kernel`` applies) sets the calling
+thread's Numba count to lamina's before it runs, if it differs: a kernel started from a
+worker thread uses ``lm.set_num_threads``'s count too, and threads never oversubscribe
+the cores by a default the user did not choose. Parallel kernels run on 2**17 elements
+and more, so the check (~0.3 us) is noise there; serial kernels never pay it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import numba
 
 PARALLEL_ELEMENTS = 1 << 17
+_count = 1  # the process-wide thread count
 _threshold = float("inf")  # elements from which kernels run in parallel
 _listeners: list[Callable[[float], None]] = []
+_lock = threading.Lock()
 
 
 def on_change(listener: Callable[[float], None]) -> None:
@@ -28,8 +40,9 @@ def parallel_threshold() -> float:
 
 
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial)."""
-    global _threshold
+    """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial), in
+    every thread of the process."""
+    global _count, _threshold
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
@@ -37,12 +50,26 @@ def set_num_threads(n: int) -> None:
             f"num_threads must be between 1 and "
             f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}"
         )
-    numba.set_num_threads(n)
-    _threshold = float("inf") if n == 1 else PARALLEL_ELEMENTS
-    for listener in _listeners:
-        listener(_threshold)
+    with _lock:
+        numba.set_num_threads(n)
+        _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
+        for listener in _listeners:
+            listener(_threshold)
 
 
 def get_num_threads() -> int:
-    """The thread count big kernels use."""
-    return numba.get_num_threads() if _threshold != float("inf") else 1
+    """The thread count big kernels use (in every thread)."""
+    return _count
+
+
+def synced(entry: Callable) -> Callable:
+    """A parallel entry point that first gives the calling thread lamina's thread
+    count (Note [Thread count])."""
+    get, set_ = numba.get_num_threads, numba.set_num_threads
+
+    def parallel(*args: Any) -> Any:
+        if get() != _count:
+            set_(_count)
+        return entry(*args)
+
+    return parallel

@@ -10,7 +10,7 @@ from . import (
     keys,
     ops,  # the public functions (defines every operator)
 )
-from .dump import dump_table
+from .dump import dump_table, operators
 from .entries import rebuild
 from .keys import AUTOGRAD, CPU, SPARSE
 from .schema import OPERATORS, Operator, get, keyset
@@ -25,6 +25,7 @@ __all__ = [
     "get",
     "keys",
     "keyset",
+    "operators",
     "ops",
     "rebuild",
 ]

@@ -11,6 +11,7 @@ as in NumPy).
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -125,7 +126,17 @@ def shape(value: Any, fn: str, name: str) -> tuple[int, ...]:
         raise TypeError(f"{fn}: {name} must be a tuple of ints, got {value!r}") from None
 
 
+def sizes(value: Any, fn: str, name: str) -> tuple[int, ...]:
+    """A shape of a new tensor: an int or a sequence of non-negative ints."""
+    shape_ = shape(value, fn, name)
+    if any(s < 0 for s in shape_):
+        raise ValueError(f"{fn}: {name} must not have negative sizes, got {shape_}")
+    return shape_
+
+
 def dtype(value: Any, fn: str, name: str) -> DType:
+    if value is None:  # np.dtype(None) would be float64
+        raise TypeError(f"{fn}: {name} must be a dtype, got None")
     try:
         return as_dtype(value)
     except TypeError as exc:
@@ -136,7 +147,10 @@ def device(value: Any, fn: str, name: str) -> str:
     """A Device or a device name, as the name of a registered device."""
     if not isinstance(value, (str, Device)):
         raise TypeError(f"{fn}: {name} must be a device or a device name, got {_kind_name(value)}")
-    keys.device_key(str(value))  # ValueError naming the known devices
+    if str(value) not in keys.devices():
+        raise ValueError(
+            f"{fn}: unknown device {str(value)!r}; known devices: {', '.join(keys.devices())}"
+        )
     return str(value)
 
 
@@ -158,6 +172,7 @@ KINDS: dict[str, tuple[Callable, bool]] = {
     "Axes": (axes, True),
     "OneAxisOrAll": (one_axis_or_all, True),
     "Shape": (shape, False),
+    "Sizes": (sizes, False),
     "DType": (dtype, False),
     "Device": (device, False),
     "Any": (anything, False),
@@ -176,7 +191,92 @@ DESCRIPTIONS = {
     "non-negative axes",
     "OneAxisOrAll": "None (every axis) or an int; kernels get it as Axes",
     "Shape": "an int or a tuple of ints",
+    "Sizes": "an int or a tuple of non-negative ints",
     "DType": "a lamina dtype, a NumPy dtype, a name or bool/int/float",
     "Device": "a device or a device name",
     "Any": "anything (passed on as given)",
 }
+
+
+# ---------------------------------------------------------------- checked functions
+# Note [Checked functions]: public functions that are not operators (the composites,
+# Tensor methods, the autograd and optimizer entry points) get the same checks as the
+# generated bindings, generated the same way from their own signatures: ``checked``
+# reads each parameter's annotation, and a parameter annotated with one of these (or
+# ``X | None``, which lets None through) is checked and normalized by its kind before
+# the function runs. Other annotations are the function's own business.
+ANNOTATIONS = {
+    "Tensor": "Tensor",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "DTypeLike": "DType",
+    "DeviceLike": "Device",
+    "str | Device": "Device",
+    "ShapeLike": "Sizes",
+}
+
+
+def checked(fn: Callable) -> Callable:
+    """``fn`` with every argument whose annotation names a kind (``ANNOTATIONS``)
+    checked by it first: a TypeError or ValueError naming the function and the
+    argument, as for the operators (Note [Checked functions])."""
+    name = fn.__name__ if fn.__name__ != "__init__" else fn.__qualname__.split(".")[0]
+    signature = inspect.signature(fn)
+    namespace: dict[str, Any] = {"_fn": fn}
+    params, lines, call = [], [], []
+    for i, p in enumerate(signature.parameters.values()):
+        default = ""
+        if p.default is not inspect.Parameter.empty:
+            namespace[f"_d{i}"] = p.default
+            default = f"=_d{i}"
+        star = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+        params.append((p.kind, f"{star}{p.name}{default}"))
+        call.append(f"{p.name}={p.name}" if p.kind == p.KEYWORD_ONLY else f"{star}{p.name}")
+        text = _annotation_text(p.annotation)
+        optional = text.endswith(" | None") or p.default is None
+        kind = ANNOTATIONS.get(text.removesuffix(" | None"))
+        if kind is None or star:
+            continue
+        namespace[f"_{kind}"] = KINDS[kind][0]
+        check = f"{p.name} = _{kind}({p.name}, {name!r}, {p.name!r})"
+        lines += (
+            [f"    if {p.name} is not None:", f"        {check}"] if optional else [f"    {check}"]
+        )
+    text = ", ".join(_with_markers(params))
+    source = (
+        f"def {fn.__name__}({text}):\n"
+        + "\n".join(lines)
+        + (f"\n    return _fn({', '.join(call)})\n")
+    )
+    exec(compile(source, f"<checked {fn.__qualname__}>", "exec"), namespace)
+    wrapper = namespace[fn.__name__]
+    wrapper.__wrapped__ = fn  # inspect.signature and docs see fn's signature
+    for attr in ("__module__", "__qualname__", "__doc__", "__annotations__"):
+        setattr(wrapper, attr, getattr(fn, attr))
+    return wrapper
+
+
+def _annotation_text(annotation: Any) -> str:
+    """An annotation as written: a string (``from __future__ import annotations``), a
+    class (``int``) or a union (``bool | None``)."""
+    if annotation is inspect.Parameter.empty:
+        return ""
+    if isinstance(annotation, str):
+        return annotation
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
+
+
+def _with_markers(params: list) -> list[str]:
+    """Parameter texts with ``/`` and ``*`` where the kinds change."""
+    kinds, out = inspect.Parameter, []
+    for i, (kind, text) in enumerate(params):
+        before = params[i - 1][0] if i else None
+        if before == kinds.POSITIONAL_ONLY and kind != kinds.POSITIONAL_ONLY:
+            out.append("/")
+        if kind == kinds.KEYWORD_ONLY and before not in (kinds.KEYWORD_ONLY, kinds.VAR_POSITIONAL):
+            out.append("*")
+        out.append(text)
+    if params and params[-1][0] == kinds.POSITIONAL_ONLY:
+        out.append("/")
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from . import arguments as A
 from . import dtypes as D
 from . import keys, random
 from .devices import Device
-from .meta import broadcast_shapes
+from .meta import broadcast_shapes, check_cast
 from .schema import OPERATORS
 from .tensor import Tensor
 
@@ -67,7 +68,7 @@ def _requires_grad_option(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def create(*args: Any, requires_grad: bool = False, **kwargs: Any) -> Tensor:
         t = fn(*args, **kwargs)
-        if requires_grad:
+        if A.boolean(requires_grad, fn.__name__, "requires_grad"):
             if args and t is args[0]:  # asarray(tensor) returned its input: do not flag it
                 t = t.detach()
             t.requires_grad_()
@@ -99,6 +100,7 @@ def _python_scalar(v: Any) -> Any:
 
 
 @_requires_grad_option
+@A.checked
 def asarray(
     obj: Any, /, *, dtype: DTypeLike = None, device: DeviceLike = None, copy: bool | None = None
 ) -> Tensor:
@@ -123,6 +125,8 @@ def asarray(
         return OPERATORS["astype"](obj, dtype, True)
     if copy is False and not isinstance(obj, np.ndarray) and not hasattr(obj, "__dlpack__"):
         raise ValueError("asarray: copy=False needs an object that exposes its buffer")
+    if dtype is not None and isinstance(obj, np.ndarray):
+        check_cast("asarray", obj, dtype)  # NumPy's cast would give garbage for NaN
     try:
         data = np.array(obj, dtype=None if dtype is None else dtype.np, copy=True if copy else None)
     except (ValueError, TypeError) as exc:
@@ -146,6 +150,7 @@ def asarray(
     return _create("from_host", data, D.from_numpy(data.dtype), device=device)
 
 
+@A.checked
 def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = None) -> Tensor:
     """A tensor sharing the memory of an object with ``__dlpack__`` (DLPack 2023.12:
     ``copy=True`` always copies, ``False`` never does, ``None`` only when it must;
@@ -157,7 +162,12 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
         device = A.device(device, "from_dlpack", "device")
     try:
         data = np.from_dlpack(x, copy=copy)  # the producer copies when copy=True
-    except (BufferError, TypeError, ValueError) as exc:
+    except (
+        BufferError,
+        RuntimeError,
+        TypeError,
+        ValueError,
+    ) as exc:  # RuntimeError: NumPy's "Unsupported dtype in DLTensor"
         supported = ", ".join(d.name for d in D.ALL)
         raise TypeError(
             f"from_dlpack: cannot import {type(x).__name__} ({exc}); lamina supports "
@@ -174,6 +184,7 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
     return _create("from_host", data, D.from_numpy(data.dtype))
 
 
+@A.checked
 def astype(
     x: Tensor, dtype: DTypeLike, /, *, copy: bool = True, device: DeviceLike = None
 ) -> Tensor:
@@ -190,6 +201,7 @@ def astype(
 
 
 @_requires_grad_option
+@A.checked
 def empty(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """A tensor of ``shape`` with uninitialized values (default dtype float64)."""
     return _create(
@@ -198,18 +210,21 @@ def empty(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = Non
 
 
 @_requires_grad_option
+@A.checked
 def zeros(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """A tensor of ``shape`` filled with 0 (default dtype float64)."""
     return full(shape, 0, dtype=_float_dtype("zeros", dtype), device=device)
 
 
 @_requires_grad_option
+@A.checked
 def ones(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """A tensor of ``shape`` filled with 1 (default dtype float64)."""
     return full(shape, 1, dtype=_float_dtype("ones", dtype), device=device)
 
 
 @_requires_grad_option
+@A.checked
 def full(
     shape: ShapeLike,
     fill_value: bool | int | float,
@@ -233,9 +248,11 @@ def full(
             else D.default_float
         )
     dtype = A.dtype(dtype, "full", "dtype")
-    if isinstance(fill_value, int) and not isinstance(fill_value, bool) and dtype.kind in "iu":
-        info = np.iinfo(dtype.np)
-        if not info.min <= fill_value <= info.max:
+    if not isinstance(fill_value, bool) and dtype.kind in "iu":
+        if isinstance(fill_value, float) and not math.isfinite(fill_value):
+            raise ValueError(f"full: cannot convert float {fill_value} to {dtype.name}")
+        info = np.iinfo(dtype.np)  # a float truncates toward zero, as in NumPy
+        if not info.min <= int(fill_value) <= info.max:
             raise OverflowError(f"full: fill value {fill_value} is out of bounds for {dtype}")
     return _create("full", A.shape(shape, "full", "shape"), fill_value, dtype, device=device)
 
@@ -250,6 +267,7 @@ def _like(fn: str, x: Tensor, dtype: DTypeLike, device: DeviceLike) -> tuple:
 
 
 @_requires_grad_option
+@A.checked
 def empty_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """An uninitialized tensor of x's shape (and dtype and device, unless given)."""
     shape, dtype, device = _like("empty_like", x, dtype, device)
@@ -257,6 +275,7 @@ def empty_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = No
 
 
 @_requires_grad_option
+@A.checked
 def zeros_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """Zeros of x's shape (and dtype and device, unless given)."""
     shape, dtype, device = _like("zeros_like", x, dtype, device)
@@ -264,6 +283,7 @@ def zeros_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = No
 
 
 @_requires_grad_option
+@A.checked
 def ones_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """Ones of x's shape (and dtype and device, unless given)."""
     shape, dtype, device = _like("ones_like", x, dtype, device)
@@ -271,6 +291,7 @@ def ones_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = Non
 
 
 @_requires_grad_option
+@A.checked
 def full_like(
     x: Tensor,
     /,
@@ -288,6 +309,7 @@ def full_like(
 
 
 @_requires_grad_option
+@A.checked
 def arange(
     start: int | float,
     /,
@@ -316,6 +338,7 @@ def arange(
 
 
 @_requires_grad_option
+@A.checked
 def linspace(
     start: int | float,
     stop: int | float,
@@ -342,6 +365,7 @@ def linspace(
 
 
 @_requires_grad_option
+@A.checked
 def eye(
     n_rows: int,
     n_cols: int | None = None,
@@ -369,7 +393,7 @@ def _random(name: str, shape: tuple, dtype: DTypeLike, device: DeviceLike) -> Te
     if dtype.kind != "f":
         raise TypeError(f"{name}: needs a floating dtype, got {dtype}")
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-    return _create(name, A.shape(shape, name, "shape"), dtype, random.generator(), device=device)
+    return _create(name, A.sizes(shape, name, "shape"), dtype, random.generator(), device=device)
 
 
 @_requires_grad_option
@@ -397,6 +421,7 @@ def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
     return [OPERATORS["broadcast_to"](a, shape) for a in arrays]
 
 
+@A.checked
 def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
     """The slices of x along axis, as a tuple of views."""
     A.tensor(x, "unstack", "x")

@@ -127,6 +127,13 @@ def move(t: Tensor, device: str | Device) -> Tensor:
     return cpu if dst_spec is None else _converted(dst_spec, "from_cpu", cpu, dst_spec.key)
 
 
+def move_kernel(ks: int, x: Tensor, device: str | Device) -> Tensor:
+    """The kernel of operator ``to_device`` on the CPU and on every device a plugin
+    adds (``Registry.add_device`` registers it for the device, below any ``to_device``
+    kernel of the plugin's own): ``move``."""
+    return move(x, device)
+
+
 def _converted(s: DeviceSpec, which: str, t: Tensor, key: int) -> Tensor:
     out = getattr(s, which)(t)
     if (

@@ -10,18 +10,36 @@ applies decides:
 
 1. ``k`` is the key of a layer that is switched off (lamina.layers): AUTOGRAD falls
    through (cleared from the mask); SPARSE raises (Note [Sparse layer off]).
-2. A kernel is registered for (op, k): the best by rank (Note [Kernel priority]),
-   wrapped by the wrappers that rank above it (Note [Kernel wrappers]).
+2. A kernel is registered for (op, k): the best by rank (Note [Kernel priority]).
 3. ``k`` is a device key with a fallback (Note [Backend fallback]): the best fallback,
-   bound to the operator, wrapped by the slot's wrappers.
+   bound to the operator.
 4. ``k`` is AUTOGRAD: falls through (the operator is not differentiable).
 5. Otherwise the slot raises NotImplementedError naming the operator, the key and the
    keys that have kernels (backend keys and SPARSE never fall through silently).
+
+Under rule 2, kernels that may decline (Note [Declining kernels]) serve above the best
+kernel that may not, and decline to it (or, without one, to what rules 3 to 5 give).
+Under rules 2 and 3 every wrapper registered for (op, k) wraps what serves, whatever
+its priority (Note [Kernel wrappers]).
 
 Then: the slot of a device key other than CPU checks the call's devices (Note [Device
 check]); a kernel serving its slot unwrapped contributes its variants (Note [Kernel
 variants]): ``with_scalar`` to the scalar table, ``unchecked`` while the checks layer
 is off.
+
+Note [Result checks]: what a kernel returns is checked against Note [Result rules]
+(``results.py``) wherever that costs nothing measurable, so that a plugin's mistake is an
+error naming its kernel and plugin (KernelResultError), not a wrong result or an
+AttributeError three calls later:
+
+* the slot of a device key other than CPU, a device check already, checks every
+  result's type and device, and on its first call its dtype and shape too;
+* the slot of the CPU or of a layer key that a plugin's kernel or wrapper serves checks
+  its first result completely, then puts the bare kernel in its own place in the table.
+  The built-in plugins' kernels (tested against the rules) are not checked: the CPU
+  hot path stays exactly the kernel;
+* ``lamina.backends.check_kernels()`` (or ``LAMINA_CHECK_KERNELS=1``) checks every
+  result of every link of every chain, built-in ones included, for debugging.
 
 Note [Backend fallback]: a device may register one fallback ``fn(op, ks, *args)`` (as
 PyTorch's backend fallbacks): every operator without a kernel for that device gets a
@@ -38,18 +56,24 @@ leaves every table entry the identical object.
 Note [Kernel wrappers]: a kernel registered with ``wraps=True`` is a factory
 ``fn(next_kernel) -> kernel``; at table-build time it receives the kernel (or fallback)
 that would serve the slot without it -- for instrumentation or a pre/post-processing
-step that delegates. Without anything below it, it is skipped.
+step that delegates. Wrappers are ranked against each other only (Note [Kernel
+priority]: the best is outermost) and always sit above the kernel or fallback that
+serves, so no kernel's priority, name or preference can make a wrapper silently
+inactive. The one exception is a slot with nothing to wrap (rules 1, 4 and 5): its
+wrappers are inactive, and lamina.backends warns when such a wrapper is registered.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import keys, layers
+from . import keys, layers, results
 from . import registry as R
 from .schema import OPERATORS, Operator
+from .tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -65,7 +89,10 @@ class Entry:
     chain: tuple[R.Kernel, ...] = ()  # what serves, outermost first (wrappers, then base)
 
 
-broken: dict[str, Exception] = {}  # plugin -> the error its kernel wrapper raised
+# > 0: every result of every kernel is checked (Note [Result checks]);
+# lamina.backends.check_kernels() or LAMINA_CHECK_KERNELS=1
+check_all = int(os.environ.get("LAMINA_CHECK_KERNELS", "0") == "1")
+broken: dict[str, tuple[Exception, R.Kernel]] = {}  # plugin -> (error, wrapper that raised)
 _slot_cache: dict[tuple, Callable] = {}
 _used: dict[tuple, Callable] = {}
 
@@ -131,16 +158,78 @@ def _device_mismatch(op: Operator, ks: int) -> ValueError:
     )
 
 
-def _device_check(op: Operator, key: int, fn: Callable) -> Callable:
-    others = keys.BACKEND_MASK & ~key
+def _kernel_text(chain: tuple[R.Kernel, ...]) -> str:
+    return " -> ".join(f"{k.name} (plugin {k.plugin!r})" for k in chain if k.plugin != "-")
+
+
+def _check_result(
+    op: Operator, key: int, chain: tuple, ks: int, args: tuple, out: Any, full: bool
+) -> None:
+    """Note [Result checks]: raise KernelResultError naming the kernel chain that
+    returned ``out`` when ``results.problem`` finds something wrong with it."""
+    why = results.problem(op, ks, args, out, full)
+    if why is not None:
+        raise results.KernelResultError(
+            f"{op.name}: the kernel {_kernel_text(chain)}, serving {op.name} on "
+            f"{keys.key_name(key)}, {why}"
+        )
+
+
+def _device_check(op: Operator, key: int, fn: Callable, chain: tuple) -> Callable:
+    """Note [Device check] and Note [Result checks]: the call's devices before ``fn``;
+    after it, that the result is a tensor of the device (every call: two comparisons)
+    and, on the slot's first call, that its dtype and shape follow the rules."""
+    others, mask, first = keys.BACKEND_MASK & ~key, keys.BACKEND_MASK, True
 
     def checked(ks, *args, **kwargs):
+        nonlocal first
         if ks & others:  # Note [Device check]
             raise _device_mismatch(op, ks)
-        return fn(ks, *args, **kwargs)
+        out = fn(ks, *args, **kwargs)
+        if first or out.__class__ is not Tensor or out._ks & mask != key:
+            _check_result(op, key, chain, ks, args, out, first)
+            first = False
+        return out
 
     checked.__qualname__ = f"device_checked[{op.name}, {keys.key_name(key)}]"
     return checked
+
+
+def _first_call_checked(op: Operator, key: int, fn: Callable, chain: tuple, which: str) -> Callable:
+    """Note [Result checks]: the slot of a plugin's kernel on the CPU or a layer key
+    checks the result of its first call (type, device, dtype, shape), then puts the
+    bare kernel in its place in ``op.<which>``: free afterwards."""
+    index, done = key.bit_length(), False
+
+    def first_call(ks, *args):
+        nonlocal done
+        if done:  # someone kept this slot (the direct bindings): no more checks
+            return fn(ks, *args)
+        out = fn(ks, *args)
+        _check_result(op, key, chain, ks, args, out, True)
+        done = True
+        with R.lock:  # a rebuild may have replaced the slot meanwhile: leave it then
+            table = getattr(op, which)
+            if table[index] is first_call:
+                table[index] = fn
+        return out
+
+    first_call.__qualname__ = f"first_call_checked[{op.name}, {keys.key_name(key)}]"
+    return first_call
+
+
+def _link_checked(op: Operator, key: int, link: R.Kernel, fn: Callable) -> Callable:
+    """Debug mode (Note [Result checks]): every result of one link of a chain checked
+    against the rules, naming that link (a declining kernel may return NotImplemented)."""
+
+    def link_checked(ks, *args):
+        out = fn(ks, *args)
+        if not (out is NotImplemented and link.declines):
+            _check_result(op, key, (link,), ks, args, out, True)
+        return out
+
+    link_checked.__qualname__ = f"result_checked[{link.name}]"
+    return link_checked
 
 
 def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
@@ -150,16 +239,33 @@ def _wrap(wrapper: R.Kernel, inner: Callable) -> Callable:
     return fn
 
 
+def _declining(fn: Callable, name: str, below: Callable) -> Callable:
+    """Note [Declining kernels]: a kernel registered with ``declines=True`` may return
+    ``NotImplemented`` for a call it does not handle (a dtype, a layout); the kernel
+    ranked below it (or the fallback, or the missing-kernel error) serves it then."""
+
+    def declining(ks, *args):
+        out = fn(ks, *args)
+        return below(ks, *args) if out is NotImplemented else out
+
+    declining.__qualname__ = f"declining[{name}]"
+    return declining
+
+
 def _apply_wrappers(
-    op: Operator, key: int, wrappers: list[R.Kernel], base: R.Kernel, fn: Callable
+    op: Operator, key: int, wrappers: list[R.Kernel], serving: tuple, fn: Callable, debug: bool
 ) -> tuple[Callable, tuple[R.Kernel, ...]]:
-    chain = [base]
+    chain = list(serving)
     for w in reversed(wrappers):  # the lowest-ranked wrapper is innermost
         try:
             fn = _cached((op.name, key, "wrap", w.fn, fn), lambda w=w, fn=fn: _wrap(w, fn))
         except Exception as exc:  # skipped; lamina.backends warns and drops the plugin
-            broken.setdefault(w.plugin, exc)
+            broken.setdefault(w.plugin, (exc, w))
             continue
+        if debug:
+            fn = _cached(
+                (op.name, key, "debug", fn), lambda w=w, fn=fn: _link_checked(op, key, w, fn)
+            )
         chain.insert(0, w)
     return fn, tuple(chain)
 
@@ -173,42 +279,105 @@ def compute_entry(op: Operator, key: int) -> Entry:
             return Entry(slot, slot, True, 1, "sparse layer off: raises RuntimeError")
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, False, 1, f"{layer} layer off: falls through")
-    wrappers, base = [], None
-    for e in sorted(R.kernels.get((op.name, key), ()), key=R.rank):
-        if not e.wraps:
-            base = e
-            break
-        wrappers.append(e)
-    if base is not None:  # rule 2
-        rule, fn = 2, base.fn
-        reason = f"kernel of {base.plugin!r} (priority {base.priority})"
-    elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3
+    ranked = sorted(R.kernels.get((op.name, key), ()), key=R.rank)
+    wrappers = [e for e in ranked if e.wraps]
+    kernels = [e for e in ranked if not e.wraps]
+    # Note [Declining kernels]: kernels that may decline serve above the first that
+    # may not; what they decline goes to the next one down
+    stop = next((i for i, e in enumerate(kernels) if not e.declines), len(kernels))
+    decliners, kernels = kernels[:stop], kernels[stop:]
+    if kernels:  # rule 2
+        rule, base = 2, kernels[0]
+        fn, reason = base.fn, f"kernel of {base.plugin!r} (priority {base.priority})"
+    elif key & keys.BACKEND_MASK and R.fallbacks.get(key):  # rule 3 (or 2, declining to it)
         rule, best = 3, min(R.fallbacks[key], key=R.rank)
         fn = _cached((op.name, key, "fallback", best.fn), lambda: _bind_fallback(op, best.fn))
         base = R.Kernel(fn, best.plugin, best.priority, best.order, label=f"[fallback] {best.name}")
         reason = f"fallback of device {keys.key_name(key)!r} from {best.plugin!r}"
+    elif decliners:  # rule 2, with nothing below what declines
+        rule, (label, reason) = 2, _FLOORS[key == keys.AUTOGRAD]
+        fn = _cached((op.name, key, "floor"), lambda: _floor(op, key))
+        base = R.Kernel(fn, "-", "-", 0, label=label)  # no plugin: lamina's floor
     elif key == keys.AUTOGRAD:  # rule 4
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, False, 4, "no autograd kernel: not differentiable, falls through")
     else:  # rule 5
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
-    slot, chain = _apply_wrappers(op, key, wrappers, base, fn)
-    if len(chain) > 1:
-        reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain[:-1])
+    debug = check_all > 0
+    if debug and base.plugin != "-":
+        fn = _cached((op.name, key, "debug", fn), lambda fn=fn: _link_checked(op, key, base, fn))
+    for d in reversed(decliners):
+        dfn = (
+            d.fn
+            if not debug
+            else _cached((op.name, key, "debug", d.fn), lambda d=d: _link_checked(op, key, d, d.fn))
+        )
+        fn = _cached(
+            (op.name, key, "declines", dfn, fn),
+            lambda d=d, dfn=dfn, fn=fn: _declining(dfn, d.name, fn),
+        )
+        rule, reason = 2, f"kernel of {d.plugin!r} (priority {d.priority}), declining to {reason}"
+    slot, chain = _apply_wrappers(op, key, wrappers, (*decliners, base), fn, debug)
+    if len(chain) > len(decliners) + 1:
+        reason += ", wrapped by " + ", ".join(repr(w.plugin) for w in chain if w.wraps)
     own = chain == (base,) and rule == 2  # Note [Kernel variants]
     if key != keys.CPU and key & keys.BACKEND_MASK:
-        slot = _cached((op.name, key, "check", slot), lambda s=slot: _device_check(op, key, s))
+        slot = _cached(
+            (op.name, key, "check", slot), lambda s=slot: _device_check(op, key, s, chain)
+        )
         own = False
         reason += ", device-checked"
     scalar_slot = slot
     if own:
         if base.with_scalar is not None:
             scalar_slot = base.with_scalar
+            if debug:
+                scalar_slot = _cached(
+                    (op.name, key, "debug", scalar_slot),
+                    lambda: _link_checked(op, key, base, base.with_scalar),
+                )
         if layers.is_off("checks") and base.unchecked is not None:
             slot = base.unchecked  # Note [Unchecked fast path]
+            if debug:
+                slot = _cached(
+                    (op.name, key, "debug", slot),
+                    lambda: _link_checked(op, key, base, base.unchecked),
+                )
             reason += ", unchecked (checks layer off)"
+    plugins = any(k.plugin not in R.builtin for k in chain if k.plugin != "-")
+    if debug:
+        reason += ", every result checked (check_kernels)"
+    elif plugins and (key & keys.BACKEND_MASK == 0 or key == keys.CPU):  # Note [Result checks]
+        slot, scalar_slot = (
+            _cached(
+                (op.name, key, "first", which, s),
+                lambda s=s, which=which: _first_call_checked(op, key, s, chain, which),
+            )
+            for s, which in ((slot, "table"), (scalar_slot, "scalar_table"))
+        )
+        reason += ", first result checked"
     return Entry(slot, scalar_slot, True, rule, reason, chain)
+
+
+_FLOORS = {  # (dump label, reason) of what serves below kernels that all declined
+    False: ("[missing: NotImplementedError]", "nothing: raises NotImplementedError"),
+    True: ("[fallthrough]", "nothing: falls through the layer"),
+}
+
+
+def _floor(op: Operator, key: int) -> Callable:
+    """What serves below kernels that all declined: a layer key redispatches below
+    itself (as a fallthrough would), any other key has no kernel."""
+    if key != keys.AUTOGRAD:
+        return missing_kernel(op, key)
+    below, table = ~key, op.table
+
+    def fallthrough(ks, *args):
+        ks &= below
+        return table[ks.bit_length()](ks, *args)
+
+    return fallthrough
 
 
 def rebuild_op(op: Operator) -> None:
@@ -226,13 +395,23 @@ def rebuild_op(op: Operator) -> None:
         scalar_table.append(entry.scalar_slot)
         if entry.in_mask:
             mask |= key
-    op.table[:] = table  # in place: bindings hold the list itself
+    # Note [Rebuild order]: calls in other threads go on while a table is rebuilt, so a
+    # key leaves the mask before its slot changes and joins it after: no call indexes a
+    # slot whose key is in the mask but whose entry is not (the lists are replaced in
+    # place, each in one step: bindings hold the lists themselves)
+    op.mask &= mask
+    op.table[:] = table
     op.scalar_table[:] = scalar_table
     op.mask = mask
 
 
 def rebuild() -> None:
     """Recompute every operator's table and mask (registration time, never per call)."""
+    with R.lock:
+        _rebuild()
+
+
+def _rebuild() -> None:
     global _slot_cache
     _used.clear()
     for op in OPERATORS.values():
@@ -243,7 +422,8 @@ def rebuild() -> None:
 
 
 def describe(entry: Entry) -> Any:
-    """(kernel text, plugin, priority) of an entry, as dumps show it."""
+    """(kernel text, plugin, priority) of an entry, as dumps show it; a chain of
+    wrappers reads outermost first, each column link by link (``a -> b``)."""
     if not entry.chain:
         marker = (
             "off: RuntimeError"
@@ -255,5 +435,10 @@ def describe(entry: Entry) -> Any:
             else "missing: NotImplementedError"
         )
         return (f"[{marker}]", "", "")
-    names = " -> ".join(k.name for k in entry.chain)
-    return (names, entry.chain[0].plugin, entry.chain[0].priority)
+    links = [
+        (f"[declines] {k.name}" if k.declines else k.name, k.plugin, k.priority)
+        for k in entry.chain
+    ]
+    if len(links) == 1:
+        return links[0]
+    return tuple(" -> ".join(str(link[i]) for link in links) for i in range(3))

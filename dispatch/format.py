@@ -1,4 +1,5 @@
-"""``repr`` of tensors, in the style of NumPy's and PyTorch's."""
+"""``repr`` of tensors, in the style of NumPy's and PyTorch's, and the aligned tables
+lamina prints for people (dispatch tables, plugins, operators)."""
 
 import numpy as np
 
@@ -39,3 +40,12 @@ def format_tensor(t):
     if t.device != "cpu":
         extras.append(f"device={str(t.device)!r}")
     return prefix + body + "".join(", " + e for e in extras) + ")"
+
+
+def aligned(title: str, head: tuple[str, ...], rows: list[tuple]) -> str:
+    """``title``, then ``head`` and ``rows`` as left-aligned columns under a dash rule."""
+    cells = [head] + [tuple(str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(2, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -3,8 +3,9 @@
 An operator's ``check`` (named in its ``operators.py`` entry) receives the arguments
 after their kinds were checked (``arguments.py``) and returns the arguments its kernels
 get: shapes resolved (reshape's -1), axes related to each other (tensordot), sizes
-checked (squeeze). Kernels of every device can therefore trust them. Also the shape
-arithmetic backends share: broadcasting and reduced shapes.
+checked (squeeze). Kernels of every device can therefore trust them. Also the dtype and
+shape arithmetic every backend shares (``lamina.backends.setup`` re-exports it): the
+schema's dtype rules with weak Python scalars, broadcasting and reduced shapes.
 """
 
 from __future__ import annotations
@@ -12,10 +13,128 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from . import arguments as A
-from .schema import OPERATORS
+from . import dtypes as D
+from .schema import OPERATORS, Operator
 
 Shape = tuple[int, ...]
+
+# ---------------------------------------------------------------- dtype rules
+# Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
+# kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float).
+
+_SCALARS = (bool, int, float)
+
+
+def scalar_value(x: Any) -> bool | int | float | None:
+    """A Python scalar for ``x`` (NumPy scalars become Python ones), or None."""
+    if isinstance(x, _SCALARS):
+        return x
+    if isinstance(x, np.generic) and x.ndim == 0:
+        return x.item()
+    return None
+
+
+def weak_kind(value: Any) -> str:
+    """The dtype kind of a Python scalar: "b", "i" or "f"."""
+    return "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
+
+
+def promote(op: Operator, args: Any) -> D.DType:
+    """The computation dtype of an elementwise call -- the tensors' dtypes promoted
+    (``dtypes.PROMOTE``), then the weak Python scalars' kinds -- checked against the
+    operator's ``dtypes`` rule (``check_dtype``). TypeError without a tensor."""
+    dtype = None
+    for a in args:
+        d = getattr(a, "_dtype", None)
+        if d is not None:
+            dtype = d if dtype is None else D.PROMOTE[dtype.index][d.index]
+    if dtype is None:  # where(cond, 1, 2.5): no tensor; the scalars' default dtype
+        values = [scalar_value(a) for a in args]
+        if not values or any(v is None for v in values):
+            raise TypeError(
+                f"{op.name}: expected at least one tensor operand to take the "
+                f"dtype from, got {', '.join(type(a).__name__ for a in args)}"
+            )
+        dtype = D.bool_  # Array API 2024.12: only scalars give their kind's default
+    for a in args:
+        v = scalar_value(a)
+        if v is None:
+            continue
+        kind = weak_kind(v)
+        if kind == "i" and dtype.kind == "b":
+            dtype = D.default_int
+        elif kind == "f" and dtype.kind != "f":
+            dtype = D.default_float
+    return check_dtype(op, dtype)
+
+
+_ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
+_DESCRIBE = {
+    "numeric": "numeric",
+    "float": "floating-point",
+    "int": "integer",
+    "intbool": "integer or boolean",
+}
+
+
+def check_dtype(op: Operator, dtype: D.DType) -> D.DType:
+    """The computation dtype for inputs of ``dtype`` under the operator's ``dtypes``
+    rule (schema.DTYPE_RULES): ``dtype`` itself, the default float for integers and
+    bool under "float", else a TypeError naming the operator."""
+    rule = op.dtypes
+    if dtype.kind in _ACCEPTS[rule]:
+        return dtype
+    if rule == "float" and dtype.kind in "biu":
+        return D.default_float  # as NumPy: exp(int tensor) is float64
+    raise TypeError(f"{op.name} needs {_DESCRIBE[rule]} inputs, got {dtype}")
+
+
+def result_dtype(op: Operator, dtype: D.DType) -> D.DType:
+    """The result dtype for computation dtype ``dtype`` under the operator's ``result``
+    rule (schema.RESULT_RULES)."""
+    rule = op.result
+    if rule == "bool":
+        return D.bool_
+    if rule == "index":
+        return D.int64
+    if rule == "sum":
+        return _SUM_RESULTS.get(dtype.kind, dtype)
+    return dtype
+
+
+_SUM_RESULTS = {"b": D.int64, "i": D.int64, "u": D.uint64}
+
+
+def sum_dtype(op: Operator, x: Any, dtype: D.DType | None) -> D.DType:
+    """The accumulation/result dtype of sum and prod (Array API defaults)."""
+    if dtype is not None:
+        return check_dtype(op, D.as_dtype(dtype))
+    return result_dtype(op, check_dtype(op, x._dtype))
+
+
+def check_cast(name: str, data: np.ndarray, dtype: D.DType) -> None:
+    """Floats cast to an integer dtype must fit it: NaN, infinities and values outside
+    its range have no integer, and NumPy's cast gives garbage for them (INT64_MIN for
+    NaN, with a warning). ValueError naming the first such value; a fit value
+    truncates toward zero, as in NumPy and C."""
+    if data.dtype.kind != "f" or dtype.kind not in "iu" or not data.size:
+        return
+    info = np.iinfo(dtype.np)
+    below = data.dtype.type(info.min - 1)  # exclusive; where not exact, min is inclusive
+    with np.errstate(invalid="ignore"):
+        low = data > below if below != info.min else data >= info.min
+        bad = ~(low & (data < data.dtype.type(info.max + 1)))  # max + 1: a power of 2
+    if bad.any():
+        raise ValueError(
+            f"{name}: {data[bad].flat[0]} has no value in {dtype.name} (NaN, infinite or "
+            f"outside [{info.min}, {info.max}])"
+        )
+
+
+# ---------------------------------------------------------------- shape rules
 
 
 def broadcast_shapes(name: str, *shapes: Shape) -> Shape:

@@ -475,6 +475,14 @@ define(
     doc="A tensor owning a copy of x's values.",
 )
 define(
+    "to_device(x: Tensor, device: Device, /) -> Tensor",
+    "conversion",
+    tags=DIFF,
+    namespace=None,
+    doc="x on device (``x.to(device)``): through the CPU with the devices' converters, "
+    "never sharing storage with x; differentiable (the gradient moves back).",
+)
+define(
     "to_dense(x: Tensor, /) -> Tensor",
     "conversion",
     namespace=None,

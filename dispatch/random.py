@@ -2,9 +2,12 @@
 
 import numpy as np
 
+from .arguments import checked
+
 _generator = np.random.default_rng()
 
 
+@checked
 def seed(value: int) -> None:
     """Reseed the generator: the same seed gives the same ``rand``/``randn`` stream."""
     global _generator

@@ -13,11 +13,15 @@ a wrapper, device check or fallback in front of a kernel serves every call itsel
 Note [Kernel priority]: among the kernels of one slot the preferred plugin
 (lm.backends.use) wins; then the higher priority; then the plugin name
 (alphabetical), then registration order, so ties never depend on the order plugins
-were loaded in.
+were loaded in. Kernels are ranked against kernels and wrappers against wrappers
+(Note [Kernel wrappers] in ``entries.py``): a wrapper's priority orders it among the
+slot's wrappers, never against the kernel it wraps. ``ties`` finds the registrations a
+plugin's ranking decided by name or order alone; lamina.backends warns about them.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +41,8 @@ class Kernel:
     with_scalar: Callable | None = None  # Note [Kernel variants]
     unchecked: Callable | None = None
     label: str | None = None  # how dumps show it, when not its function's name
+    site: tuple[str, int] | None = None  # (file, line) of the registering call, for warnings
+    declines: bool = False  # may return NotImplemented (Note [Declining kernels])
 
     @property
     def name(self) -> str:
@@ -50,6 +56,9 @@ kernels: dict[tuple[str, int], list[Kernel]] = {}  # (op name, key bit) -> regis
 fallbacks: dict[int, list[Kernel]] = {}  # device key bit -> [Kernel] (Note [Backend fallback])
 _order = 0
 preferred_plugin: str | None = None  # lm.backends.use
+builtin: set[str] = set()  # lamina's own plugins (lamina.backends registers them)
+# held while registrations or tables change (Note [Thread safety] in lamina.backends)
+lock = threading.RLock()
 
 
 def _next_order() -> int:
@@ -68,19 +77,33 @@ def register_kernel(
     wraps: bool = False,
     with_scalar: Callable | None = None,
     unchecked: Callable | None = None,
+    site: tuple[str, int] | None = None,
+    declines: bool = False,
 ) -> Kernel:
     """Record a kernel for (operator, key); ``entries.rebuild()`` makes it active."""
     get(op_name)  # unknown operator names are an error, not a silent new entry
-    k = Kernel(fn, plugin, priority, _next_order(), wraps, with_scalar, unchecked)
+    k = Kernel(
+        fn,
+        plugin,
+        priority,
+        _next_order(),
+        wraps,
+        with_scalar,
+        unchecked,
+        site=site,
+        declines=declines,
+    )
     kernels.setdefault((op_name, key), []).append(k)
     return k
 
 
-def register_fallback(key: int, fn: Callable, plugin: str, priority: int = 0) -> Kernel:
+def register_fallback(
+    key: int, fn: Callable, plugin: str, priority: int = 0, site: tuple[str, int] | None = None
+) -> Kernel:
     """Record a device's fallback (Note [Backend fallback]); ``rebuild()`` activates it."""
     if key not in keys.all_keys() or not key & keys.BACKEND_MASK:
         raise ValueError(f"a fallback needs a registered device key, got {key:#x}")
-    k = Kernel(fn, plugin, priority, _next_order())
+    k = Kernel(fn, plugin, priority, _next_order(), site=site)
     fallbacks.setdefault(key, []).append(k)
     return k
 
@@ -101,18 +124,32 @@ def kernels_of(plugin: str) -> list[tuple[str | None, int, Kernel]]:
     ]
 
 
-def ties(plugin: str) -> list[tuple[str | None, int, str, int]]:
-    """(op name, key, other plugin, priority) wherever ``plugin`` and another plugin
-    register the same slot (kernel or fallback) at the same priority: resolved by
-    plugin name (Note [Kernel priority]), but worth a warning."""
-    found = []
+@dataclass(frozen=True)
+class Tie:
+    """Registrations of one slot, of one kind, at one priority, that include one of the
+    plugin's: their order was decided by plugin name and registration order alone."""
+
+    op: str | None  # None for device fallbacks
+    key: int
+    kind: str  # "kernel", "wrapper" or "fallback"
+    priority: int
+    ranked: tuple[Kernel, ...]  # best first (Note [Kernel priority], no preferred plugin)
+
+
+def ties(plugin: str) -> list[Tie]:
+    """Every tie (``Tie``) that ``plugin``'s registrations take part in, with another
+    plugin's or with its own (a slot registered twice at one priority)."""
+    found, seen = [], set()
     for op, key, e in kernels_of(plugin):
+        kind = "fallback" if op is None else "wrapper" if e.wraps else "kernel"
+        if (op, key, kind, e.priority) in seen:
+            continue
+        seen.add((op, key, kind, e.priority))
         entries = kernels[op, key] if op is not None else fallbacks[key]
-        found += [
-            (op, key, o.plugin, e.priority)
-            for o in entries
-            if o.plugin != plugin and o.priority == e.priority and o.wraps == e.wraps
-        ]
+        same = [o for o in entries if o.wraps == e.wraps and o.priority == e.priority]
+        if len(same) > 1:
+            ranked = tuple(sorted(same, key=lambda o: (o.plugin, o.order)))
+            found.append(Tie(op, key, kind, e.priority, ranked))
     return found
 
 

@@ -1,42 +1,300 @@
-"""The named tuples that operators with several results return (Array API names and
-fields), shared by every backend so that each returns the same types."""
+"""What a kernel must return, and the checks of what it did return.
 
-from typing import Any, NamedTuple
+Note [Result rules]: every operator's result follows from its schema entry and its
+arguments -- the dtype from the dtype rules (``meta.promote``, ``check_dtype``,
+``result_dtype``), the shape from broadcasting, reduced axes or the arguments
+(``expected``), the device from the key set (the highest backend key; the target
+device for ``to_device``) -- whatever kernel computes it. That is what lets a table
+entry check a plugin's kernel without knowing it (Note [Result checks] in
+``entries.py``): ``problem`` says what is wrong with a result, or None.
+"""
 
+from __future__ import annotations
 
-class UniqueAllResult(NamedTuple):
-    values: Any
-    indices: Any
-    inverse_indices: Any
-    counts: Any
+import math
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 
-class UniqueCountsResult(NamedTuple):
-    values: Any
-    counts: Any
+from . import dtypes as D
+from . import keys, meta
+from .schema import Operator
+from .tensor import Tensor
 
-
-class UniqueInverseResult(NamedTuple):
-    values: Any
-    inverse_indices: Any
-
-
-class EighResult(NamedTuple):
-    eigenvalues: Any
-    eigenvectors: Any
-
-
-class QRResult(NamedTuple):
-    Q: Any
-    R: Any
+Shape = tuple[int, ...]
 
 
-class SlogdetResult(NamedTuple):
-    sign: Any
-    logabsdet: Any
+class KernelResultError(TypeError):
+    """A kernel returned something its operator cannot return (not a tensor, a tensor
+    on another device, of another dtype or shape than the operator's rules give). The
+    message names the operator, the kernel and the plugin it came from."""
 
 
-class SVDResult(NamedTuple):
-    U: Any
-    S: Any
-    Vh: Any
+def _shape(a: Any) -> Shape:
+    return getattr(a, "_shape", ())
+
+
+# ---------------------------------------------------------------- rules by category
+
+
+def _elementwise(op: Operator, args: tuple) -> tuple:
+    if op.name == "clip":
+        return args[0]._dtype, args[0]._shape
+    operands = args[1:] if op.name == "where" else args
+    shape = meta.broadcast_shapes(op.name, *map(_shape, args))
+    return meta.result_dtype(op, meta.promote(op, operands)), shape
+
+
+def _reduction(op: Operator, args: tuple) -> tuple:
+    x, axis = args[0], args[1]
+    keepdims = args[[p.name for p in op.params].index("keepdims")]
+    if op.name in ("sum", "prod"):
+        dtype = meta.sum_dtype(op, x, args[2])
+    else:
+        dtype = meta.result_dtype(op, meta.check_dtype(op, x._dtype))
+    return dtype, meta.reduced_shape(x._shape, axis, keepdims)
+
+
+def _same(op: Operator, args: tuple) -> tuple:
+    return args[0]._dtype, args[0]._shape
+
+
+def _getitem(op: Operator, args: tuple) -> tuple:
+    """The shape NumPy's indexing gives on a stand-in of x's shape (nothing copied)."""
+    x, key = args
+    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x._shape, (0,) * x.ndim)
+    return x._dtype, np.shape(stand_in[_host_key(key)])
+
+
+def _host_key(key: Any) -> Any:
+    if isinstance(key, tuple):
+        return tuple(_host_key(k) for k in key)
+    return key._host() if isinstance(key, Tensor) else key
+
+
+def _matmul(op: Operator, args: tuple) -> tuple:
+    a, b = (_shape(t) for t in args)
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    rows = () if len(a) == 1 else (a2[-2],)  # a vector's and b vector's axes are dropped
+    cols = () if len(b) == 1 else (b2[-1],)
+    return meta.promote(op, args), (*meta.broadcast_shapes(op.name, a2[:-2], b2[:-2]), *rows, *cols)
+
+
+def _tensordot(op: Operator, args: tuple) -> tuple:
+    a, b, (axes_a, axes_b) = args
+    shape = tuple(s for i, s in enumerate(a._shape) if i not in axes_a) + tuple(
+        s for i, s in enumerate(b._shape) if i not in axes_b
+    )
+    return meta.promote(op, args[:2]), shape
+
+
+def _vecdot(op: Operator, args: tuple) -> tuple:
+    a, b, axis = args  # axis: negative, into the broadcast shape (meta.vecdot)
+    shape = list(meta.broadcast_shapes(op.name, a._shape, b._shape))
+    del shape[axis]
+    return meta.promote(op, args[:2]), tuple(shape)
+
+
+def _concat(op: Operator, args: tuple) -> tuple:
+    arrays, axis = args
+    dtype = D.result_type(*arrays)
+    first = list(arrays[0]._shape)
+    if op.name == "stack":
+        return dtype, (*first[:axis], len(arrays), *first[axis:])
+    first[axis] = sum(t._shape[axis] for t in arrays)
+    return dtype, tuple(first)
+
+
+def _view(op: Operator, args: tuple) -> tuple:
+    x, *rest = args
+    shape, name = x._shape, op.name
+    if name in ("reshape", "broadcast_to"):
+        shape = rest[0]
+    elif name == "permute_dims":
+        shape = tuple(shape[i] for i in rest[0])
+    elif name == "matrix_transpose":
+        shape = (*shape[:-2], shape[-1], shape[-2])
+    elif name == "expand_dims":
+        shape = (*shape[: rest[0]], 1, *shape[rest[0] :])
+    elif name == "squeeze":
+        shape = tuple(s for i, s in enumerate(shape) if i not in rest[0])
+    return x._dtype, shape
+
+
+def _scan(op: Operator, args: tuple) -> tuple:
+    x, axis, dtype, include_initial = args
+    shape = list(x._shape)
+    shape[axis] += bool(include_initial)
+    return meta.sum_dtype(op, x, dtype), tuple(shape)
+
+
+def _sorting(op: Operator, args: tuple) -> tuple:
+    x = args[0]
+    return (D.int64 if op.result == "index" else x._dtype), x._shape
+
+
+def _searchsorted(op: Operator, args: tuple) -> tuple:
+    return D.int64, _shape(args[1])
+
+
+def _linalg_float(op: Operator, args: tuple) -> D.DType:
+    return meta.result_dtype(op, meta.check_dtype(op, meta.promote(op, args[:1])))
+
+
+def _linalg(op: Operator, args: tuple) -> tuple:
+    """The single-result LAPACK operators of lamina.linalg (the several-result ones are
+    checked structurally, as split)."""
+    x, name = args[0], op.name
+    dtype, shape = _linalg_float(op, args), x._shape
+    if name == "det":
+        shape = shape[:-2]
+    elif name in ("eigvalsh", "svdvals"):
+        shape = (*shape[:-2], min(shape[-2:]))
+    elif name == "solve":
+        a, b = args
+        if b.ndim == 1:
+            shape = a._shape[:-1]
+        else:
+            batch = meta.broadcast_shapes(name, a._shape[:-2], b._shape[:-2])
+            shape = (*batch, *b._shape[-2:])
+        dtype = meta.result_dtype(op, meta.promote(op, args))
+    return dtype, shape
+
+
+def _diagonal(op: Operator, args: tuple) -> tuple:
+    x, offset = args
+    rows, cols = x._shape[-2:]
+    n = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
+    return x._dtype, (*x._shape[:-2], n)
+
+
+def _data_dependent(op: Operator, args: tuple) -> tuple:
+    """A result whose shape depends on the values (unique_values): its dtype only."""
+    return args[0]._dtype, None
+
+
+def _creation(op: Operator, args: tuple) -> tuple:
+    name = op.name
+    if name == "arange":
+        start, stop, step, dtype = args
+        return dtype, (max(0, math.ceil((stop - start) / step)),)
+    if name == "linspace":
+        return args[3], (args[2],)
+    if name == "eye":
+        return args[3], (args[0], args[1])
+    if name == "from_host":
+        return args[1], args[0].shape
+    shape, *rest = args  # full(shape, fill, dtype), empty(shape, dtype), rand, randn
+    return (rest[1] if name == "full" else rest[0]), shape
+
+
+RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
+    "elementwise": _elementwise,
+    "reduction": _reduction,
+    "view": _view,
+    "creation": _creation,
+    "manipulation": _concat,
+    # by operator name
+    "getitem": _getitem,
+    "index_add": _same,
+    "matmul": _matmul,
+    "tensordot": _tensordot,
+    "vecdot": _vecdot,
+    "astype": lambda op, args: (args[1], args[0]._shape),
+    "copy": _same,
+    "to_dense": _same,
+    "to_sparse": _same,
+    "coalesce": _same,
+    "sparse_mask": lambda op, args: (args[0]._dtype, args[1]._shape),
+    "to_device": _same,
+    "scan": _scan,
+    "sorting": _sorting,
+    "searchsorted": _searchsorted,
+    "unique_values": _data_dependent,
+    "diagonal": _diagonal,
+    **dict.fromkeys(("cholesky", "det", "inv", "solve", "eigvalsh", "svdvals"), _linalg),
+}
+
+
+def rule_of(op: Operator) -> Callable[[Operator, tuple], tuple] | None:
+    """The function giving (dtype, shape) of ``op``'s result, or None (no rule: only
+    the result's type and device are checked). In-place operators and split have
+    their own checks in ``problem``."""
+    return RULES.get(op.name) or RULES.get(op.category)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def expected_key(op: Operator, ks: int, args: tuple) -> int:
+    """The backend key of the device ``op``'s result lives on."""
+    if op.name == "to_device":
+        return keys.device_key(str(args[1]))
+    backend = ks & keys.BACKEND_MASK
+    return 1 << (backend.bit_length() - 1) if backend else keys.CPU
+
+
+def _what(out: Any) -> str:
+    if isinstance(out, Tensor):
+        return (
+            f"a tensor on {', '.join(keys.device_names(out._ks)) or 'no device'} of dtype "
+            f"{out._dtype.name} and shape {out._shape}"
+        )
+    if out is NotImplemented:
+        return "NotImplemented (a kernel that may decline registers with declines=True)"
+    return f"{type(out).__name__} {out!r:.60}"
+
+
+def _inconsistent(t: Tensor) -> str | None:
+    """How a CPU tensor's fields disagree with its NumPy storage (Note [Tensor fields]:
+    kernels trust the fields, so a mismatch would make them read out of bounds)."""
+    data = t._data
+    if not isinstance(data, np.ndarray) or t._ks & keys.SPARSE:
+        return None
+    if data.shape != t._shape or data.dtype != t._dtype.np:
+        return f"whose storage is {data.dtype} of shape {data.shape}"
+    flat = t._flat
+    if flat is not None and (flat.ndim != 1 or flat.size != data.size or flat.dtype != data.dtype):
+        return f"whose flat alias has {flat.size} elements"
+    return None
+
+
+def problem(op: Operator, ks: int, args: tuple, out: Any, full: bool = True) -> str | None:
+    """What is wrong with ``out`` as the result of ``op`` on ``args`` with key set
+    ``ks``: not a tensor (a tuple of them for split; the first argument itself for an
+    in-place operator), on another device, or -- with ``full`` -- of another dtype or
+    shape than Note [Result rules] gives. None when nothing is."""
+    key = expected_key(op, ks, args)
+    if "inplace" in op.tags:
+        return None if out is args[0] else f"returned {_what(out)}, not its first argument"
+    several = op.returns != "Tensor"  # split, nonzero, the named results (result_types)
+    outs = out if several and isinstance(out, tuple) else (out,)
+    for o in outs:
+        if o.__class__ is not Tensor:
+            want = "a tuple of tensors" if several else "a lamina tensor"
+            return f"returned {_what(out)}, not {want} (wrap arrays with new_tensor)"
+        if o._ks & keys.BACKEND_MASK != key:
+            return f"returned {_what(o)}, not a tensor on {keys.device_names(key)[0]}"
+        inconsistent = _inconsistent(o)
+        if inconsistent:
+            return f"returned {_what(o)} {inconsistent} (made with from_flat?)"
+    rule = rule_of(op)
+    if not full or rule is None or several:
+        return None
+    try:
+        dtype, shape = rule(op, args)
+    except (TypeError, ValueError, IndexError) as exc:
+        return f"returned {_what(out)} for arguments the operator's rules refuse ({exc})"
+    if out._dtype is not dtype or (shape is not None and out._shape != tuple(shape)):
+        given = ", ".join(
+            f"{a._dtype.name} {a._shape}" if isinstance(a, Tensor) else type(a).__name__
+            for a in (args[0] if op.category == "manipulation" else args)
+        )
+        want = f"dtype {dtype.name}" + ("" if shape is None else f" and shape {tuple(shape)}")
+        return (
+            f"returned {_what(out)}, but the operator's rules give {want} for these "
+            f"arguments ({given})"
+        )
+    return None

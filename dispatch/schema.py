@@ -49,7 +49,7 @@ CONVENTIONS = {
     "sorting": "kernel(ks, x, axis, ...): axis a non-negative int, the flags in signature order",
     "searching": "kernel(ks, ...): arguments in signature order, normalized; results whose "
     "shape depends on the values",
-    "set": "kernel(ks, x): a tensor, or a named tuple of tensors (dispatch/results.py)",
+    "set": "kernel(ks, x): a tensor, or a named tuple of tensors (dispatch/result_types.py)",
     "fft": "kernel(ks, x, ...): arguments in signature order; axes non-negative, sizes "
     "resolved (n, s), norm one of 'backward', 'ortho', 'forward'",
 }
@@ -189,6 +189,19 @@ class Operator:
         return len(self.params)
 
     @property
+    def kernel_params(self) -> tuple[Param, ...]:
+        """The parameters a kernel receives after ``ks``: the signature's, but a
+        creation operator's ``device`` (the key it dispatched on chose the kernel)."""
+        if self.category == "creation":
+            return tuple(p for p in self.params if p.name != "device")
+        return self.params
+
+    @property
+    def kernel_call(self) -> str:
+        """How its kernels are called, e.g. ``sum(ks, x, axis, dtype, keepdims)``."""
+        return f"{self.name}(ks, {', '.join(p.name for p in self.kernel_params)})"
+
+    @property
     def winners(self) -> dict:
         """key -> the registration that serves it (the outermost of its chain)."""
         return {k: e.chain[0] for k, e in self.entries.items() if e.chain}
@@ -320,7 +333,7 @@ def get(name: str) -> Operator:
     try:
         return OPERATORS[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name), OPERATORS, n=3)
+        close = difflib.get_close_matches(str(name), OPERATORS, n=3, cutoff=0.75)
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ValueError(
             f"unknown operator {name!r}{hint}; operators are listed in "

@@ -21,6 +21,10 @@ checks         The operator-setup validation of the fast path (same shape, same 
 Switching rebuilds the dispatch tables (or the bindings) once; a disabled layer costs
 nothing per call. The state itself is ``lamina.dispatch.layers``, which the tables read;
 this module is the only place that changes it.
+
+The switches are process-wide, like the tables (Note [Layer holds]): ``disable`` and
+``enable`` set a layer's switch, and an ``off()`` block holds a layer off until it
+leaves, so blocks in several threads never switch a layer back on under each other.
 """
 
 import contextlib
@@ -28,16 +32,15 @@ from collections.abc import Iterator
 
 from lamina.dispatch import bindings, entries
 from lamina.dispatch import layers as _state
+from lamina.dispatch import registry as _registry
 
 LAYERS = _state.LAYERS
 state = _state.state
 
 
-def _switch(name: str, enabled: bool) -> None:
-    if not _state.set_enabled(name, enabled):
-        return
+def _apply(name: str) -> None:
     if name == "dispatcher":
-        bindings.reinstall(direct=not enabled)
+        bindings.reinstall(direct=_state.is_off(name))
     else:
         entries.rebuild()
 
@@ -45,24 +48,38 @@ def _switch(name: str, enabled: bool) -> None:
 def disable(*names: str) -> None:
     """Switch layers off (see the table above)."""
     _state.check_names(names)
-    for name in names:
-        _switch(name, False)
+    with _registry.lock:
+        for name in names:
+            if _state.set_enabled(name, False):
+                _apply(name)
 
 
 def enable(*names: str) -> None:
-    """Switch layers back on."""
+    """Switch layers back on (a layer held by an ``off()`` block stays off until the
+    block leaves)."""
     _state.check_names(names)
-    for name in names:
-        _switch(name, True)
+    with _registry.lock:
+        for name in names:
+            if _state.set_enabled(name, True):
+                _apply(name)
+
+
+def _hold(names: tuple[str, ...], held: bool) -> None:
+    with _registry.lock:
+        for name in names:
+            if _state.hold(name, held):
+                _apply(name)
 
 
 @contextlib.contextmanager
 def off(*names: str) -> Iterator[None]:
-    """``with lm.layers.off("autograd", "checks"): ...`` -- restored even on error."""
+    """``with lm.layers.off("autograd", "checks"): ...`` -- the layers are off in the
+    block and switched back on when it leaves, even on error, unless something else
+    still keeps them off (``disable``, another block)."""
     _state.check_names(names)
-    newly = [n for n in names if not _state.is_off(n)]
-    disable(*newly)
+    names = tuple(dict.fromkeys(names))
+    _hold(names, True)
     try:
         yield
     finally:
-        enable(*newly)
+        _hold(names, False)

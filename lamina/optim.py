@@ -1,13 +1,22 @@
 """Optimizers. ``SGD`` with momentum and weight decay (PyTorch's update rule)."""
 
 from lamina.autograd import no_grad
+from lamina.dispatch.arguments import checked
 
 
 class SGD:
     """Stochastic gradient descent: ``p -= lr * (g + weight_decay * p)``, with momentum
     ``buf = momentum * buf + g`` (``nesterov`` uses ``g + momentum * buf``)."""
 
-    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+    @checked
+    def __init__(
+        self,
+        params,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
         self.params = list(params)
         if lr <= 0:
             raise ValueError(f"SGD: lr must be positive, got {lr}")

@@ -105,6 +105,12 @@ def _split_some(x):
     return a * 2.0, c
 
 
+def _elsewhere(x):
+    """A device other than x's, for samples that move there and back (on every device
+    the samples run on, tests/test_plugin_devices.py)."""
+    return "counting" if x.device == "cpu" else "cpu"
+
+
 S = (2, 3)
 # name -> [(sample id, fn, args[, gradcheck keywords])]; fn(*args) must record a node
 # of the named operator
@@ -355,6 +361,14 @@ SAMPLES = {
         ("whole", setitem(Ellipsis), [leaf((3, 4)), leaf((3, 4), seed=1)]),
         ("column_of_one", setitem((slice(None), 2)), [leaf((3, 4)), leaf((1,), seed=1)]),
     ],
+    "to_device": [
+        ("round_trip", lambda x: (x.to(_elsewhere(x)) * 2.0).to(x.device), [leaf(S)]),
+        (
+            "asarray_astype",
+            lambda x: lm.astype(lm.asarray(x, device=_elsewhere(x)) ** 2, F64, device=x.device),
+            [leaf(S)],
+        ),
+    ],
     "split": [
         ("some_outputs", _split_some, [leaf((2, 5))]),
         ("sections", lambda x: lm.split(x, [1, 3], axis=0)[1], [leaf((4, 2))]),
@@ -534,18 +548,24 @@ def _on_device(a, device):
     return moved.requires_grad_() if a.requires_grad else moved
 
 
+# every device a plugin added: the example's "counting" here; tests/test_plugin_devices.py
+# runs this test again with three more third-party plugins installed
+PLUGIN_DEVICES = [d for d in lm.dispatch.keys.devices() if d != "cpu"]
+
+
+@pytest.mark.parametrize("device", PLUGIN_DEVICES)
 @pytest.mark.parametrize("name, fn, args, kwargs", CASES)
-def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs):
+def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs, device):
     """Formulas use dispatched operators only, so a sample gives the CPU's values and
-    gradients on the example plugin's ``counting`` device (its kernels and the CPU
-    fallback of lamina.backends); every tensor of the computation stays there."""
+    gradients on a plugin's device (its kernels and the CPU fallback of
+    lamina.backends); every tensor of the computation stays there."""
     want_outs, want_grads = _outputs_and_gradients(fn, args)
-    DEVICE[0] = "counting"
+    DEVICE[0] = device
     try:
-        dev_args = [_on_device(a, "counting") for a in args]
+        dev_args = [_on_device(a, device) for a in args]
         out = fn(*dev_args)
         for o in out if isinstance(out, (tuple, list)) else (out,):
-            assert o.device == "counting", name
+            assert o.device == device, name
         got_outs, got_grads = _outputs_and_gradients(fn, dev_args)
     finally:
         DEVICE[0] = "cpu"
@@ -553,6 +573,24 @@ def test_every_sample_runs_on_a_plugin_device(name, fn, args, kwargs):
         assert (got is None) == (want is None), name
         if want is not None:
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("device", PLUGIN_DEVICES)
+@pytest.mark.parametrize(
+    "name, fn, args, kwargs",
+    [
+        pytest.param(name, *first[1:3], first[3] if len(first) > 3 else {}, id=f"{name}-{first[0]}")
+        for name, (first, *_) in SAMPLES.items()
+    ],
+)
+def test_gradcheck_on_a_plugin_device(name, fn, args, kwargs, device):
+    """gradcheck is device-generic: the first sample of each formula, checked against
+    finite differences computed on the plugin's device."""
+    DEVICE[0] = device
+    try:
+        assert gradcheck(fn, [_on_device(a, device) for a in args], **kwargs)
+    finally:
+        DEVICE[0] = "cpu"
 
 
 def test_every_formula_has_samples():

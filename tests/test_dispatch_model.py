@@ -19,10 +19,15 @@ applies of
 1. a layer that is off: AUTOGRAD falls through (not in the mask), SPARSE raises
    RuntimeError;
 2. the best kernel (preferred plugin, then higher priority, then plugin name, then
-   registration order), behind the wrappers that rank above it, best outermost;
-3. a device key with fallbacks: the best fallback, behind all the slot's wrappers;
+   registration order); kernels that may decline rank above the best one that may not
+   and decline to it (with none below them, to the fallback; without one of those, a
+   layer key falls through and any other key raises NotImplementedError);
+3. a device key with fallbacks: the best fallback;
 4. AUTOGRAD without a kernel falls through;
 5. anything else raises NotImplementedError (so does a device bit no plugin provides).
+
+Under rules 2 and 3 all of the slot's wrappers sit above what serves, ranked among
+themselves (best outermost), whatever their priority relative to the kernel.
 
 A device key other than CPU checks the call's devices (ValueError when another backend
 bit is set). A kernel serving its slot unwrapped and unchecked contributes its variants:
@@ -34,8 +39,10 @@ the exception that ends it, if any. A probe kernel records itself; on a layer ke
 (SPARSE, AUTOGRAD) it then redispatches ``ks & ~key`` through the same table (its
 ``with_scalar`` variant through the scalar table), as the autograd layer does. A
 wrapper records itself and calls what is below it; a fallback records itself with the
-operator it was bound to. A built-in kernel is never run: the harness (``enter``)
-recognises it by identity and records ``builtin:<name>`` instead.
+operator it was bound to. A built-in kernel is never run: while a configuration is
+installed, stubs that record ``builtin:<name>`` take their place (names, priorities and
+order kept). Every kernel returns a storage-less stand-in tensor of the call's device,
+dtype and shape, so the tables' result checks (Note [Result checks]) pass.
 
 Each configuration is registered for real, and for every subset of the keys CPU,
 probe_dev, SPARSE and AUTOGRAD (with the other devices' bits added where the call also
@@ -57,6 +64,7 @@ import pytest
 
 import lamina as lm
 from lamina.dispatch import entries, keys, registry
+from lamina.dispatch.tensor import from_storage
 
 CPU, SPARSE, AUTOGRAD = keys.CPU, keys.SPARSE, keys.AUTOGRAD
 BACKENDS = keys.BACKEND_MASK
@@ -64,7 +72,22 @@ LAYER_OF = {SPARSE: "sparse", AUTOGRAD: "autograd"}
 H, C, B = "hypot", "copysign", "bitwise_left_shift"  # bitwise_left_shift: not differentiable
 OPS = (H, C, B)
 DEVICE = "probe_dev"
-ARGS = ("x1", "x2")  # markers: no probe looks at its arguments, no built-in kernel runs
+# Stand-in arguments: no probe looks at them and no built-in kernel runs (stubs take
+# their place), but the result checks of the tables (Note [Result checks]) read their
+# dtypes and shapes; each kernel returns a stand-in result of the call's device.
+DTYPES = {H: lm.float64, C: lm.float64, B: lm.int64}
+
+
+def stand_in(name: str, ks: int):
+    """A storage-less tensor of operator ``name``'s dtype, shape (2,), on the device of
+    the highest backend key of ``ks``, as every kernel here returns."""
+    backend = ks & BACKENDS
+    key = 1 << (backend.bit_length() - 1) if backend else CPU
+    return from_storage(None, key, DTYPES[name], (2,))
+
+
+def args_of(name: str):
+    return (stand_in(name, CPU), stand_in(name, CPU))
 
 
 # ---------------------------------------------------------------- configurations
@@ -74,7 +97,7 @@ ARGS = ("x1", "x2")  # markers: no probe looks at its arguments, no built-in ker
 class Probe:
     op: str | None  # None for a fallback
     device: str  # "cpu", DEVICE, "sparse" or "autograd"
-    kind: str  # "kernel", "wrapper" or "fallback"
+    kind: str  # "kernel", "decliner", "wrapper" or "fallback"
     priority: int = 0
     scalar: bool = False  # registered with a with_scalar variant
     unchecked: bool = False  # registered with an unchecked variant
@@ -101,6 +124,11 @@ class Config:
 
 def K(op, device, priority=0, *, scalar=False, unchecked=False):
     return Probe(op, device, "kernel", priority, scalar, unchecked)
+
+
+def D(op, device, priority=0):
+    """A kernel registered with declines=True that declines every call."""
+    return Probe(op, device, "decliner", priority)
 
 
 def W(op, device, priority=0):
@@ -151,12 +179,14 @@ WRAPPERS = Config(
         P("probe_k", K(C, "cpu", 3, scalar=True, unchecked=True), K(B, "sparse")),
         P(
             "probe_w",
-            *(W(H, "cpu", 10), W(H, "cpu", 5), W(H, "cpu", -5)),  # two above numba, one below
-            *(W(C, "cpu", 3), W(C, "cpu", 4)),  # a tie with probe_k's kernel (by name), one above
+            # wrappers rank among themselves: all three wrap numba_cpu's kernel, the one
+            # ranked below it too
+            *(W(H, "cpu", 10), W(H, "cpu", 5), W(H, "cpu", -5)),
+            *(W(C, "cpu", 3), W(C, "cpu", 4)),  # at probe_k's kernel's priority and above
             W(H, "autograd", 1),  # above the built-in autograd kernel
             W(H, "sparse"),  # nothing below it: skipped
             W(B, "sparse", 5),  # above a layer probe
-            W(B, "cpu", -20),  # below every built-in
+            W(B, "cpu", -20),  # below every built-in kernel: wraps numba_cpu's all the same
             W(B, "autograd", 9),  # nothing below it on AUTOGRAD: still a fallthrough
         ),
     ),
@@ -199,6 +229,27 @@ LAYERS = Config(
         ),
     ),
 )
+DECLINING = Config(
+    "declining",
+    (
+        P(
+            "probe_d",
+            *(D(H, "cpu", 5), D(H, "cpu", 3)),  # two decline, to numba_cpu's kernel
+            D(C, "autograd", 2),  # to the built-in autograd kernel
+            D(B, "autograd", 1),  # nothing below it on AUTOGRAD: falls through
+            D(B, "sparse"),  # nothing below on SPARSE (no kernel): raises
+            D(H, DEVICE, 1),  # to the device's fallback
+            D(C, DEVICE),  # nothing below on the device, no fallback there... (see F)
+            F(DEVICE),
+            device=True,
+        ),
+        P("probe_dw", W(H, "cpu", -3), W(C, "autograd"), K(H, DEVICE, scalar=True)),
+    ),
+)
+DECLINE_NOTHING = Config(
+    "declining-to-nothing",
+    (P("probe_n", D(C, DEVICE), D(H, "cpu", 2), K(H, "cpu", 1, scalar=True), device=True),),
+)
 ALL_OFF = ("autograd", "sparse", "checks")
 CONFIGS = [
     TIES,
@@ -214,6 +265,10 @@ CONFIGS = [
     DEVICE_FALLBACK,
     variant(DEVICE_FALLBACK, preferred="probe_dev_plugin"),
     variant(DEVICE_FALLBACK, off=ALL_OFF),
+    DECLINING,
+    variant(DECLINING, preferred="probe_dw"),
+    variant(DECLINING, off=ALL_OFF),
+    DECLINE_NOTHING,
     LAYERS,
     *(variant(LAYERS, off=(layer,)) for layer in ALL_OFF),
     variant(LAYERS, off=ALL_OFF),
@@ -250,6 +305,15 @@ class Slot:
     checked: bool = False  # Note [Device check]
     variant: str = ""  # what op.table runs of the base: "" or "unchecked"
     scalar_variant: str = ""  # what op.scalar_table runs of the base: "" or "scalar"
+
+
+FLOORS = {  # what serves below kernels that all declined, on a layer key and elsewhere
+    key_is_autograd: Reg(None, 0, kind, "-", "-", 0, name, name)
+    for key_is_autograd, kind, name in (
+        (True, "fallthrough", "[fallthrough]"),
+        (False, "missing", "[missing: NotImplementedError]"),
+    )
+}
 
 
 class Outcome(NamedTuple):
@@ -307,24 +371,28 @@ class Model:
         if key & BACKENDS and key not in self.devices:  # a device nobody provides now
             return missing
         here = [r for r in self.regs if r.op == op and r.key == key]
-        kernels = [r for r in here if r.kind == "kernel"]
+        kernels = self.ranked([r for r in here if r.kind in ("kernel", "decliner")])
         wrappers = [r for r in here if r.kind == "wrapper"]
         fallbacks = [r for r in self.regs if r.kind == "fallback" and r.key == key]
+        decliners = []
+        while kernels and kernels[0].kind == "decliner":
+            decliners.append(kernels.pop(0))
         if kernels:  # rule 2
-            rule, base = 2, self.ranked(kernels)[0]
-            wrappers = [w for w in wrappers if self.beats(w, base)]
-        elif key & BACKENDS and fallbacks:  # rule 3
-            rule, base = 3, self.ranked(fallbacks)[0]
+            rule, base = 2, kernels[0]
+        elif key & BACKENDS and fallbacks:  # rule 3, or 2 when something declines to it
+            rule, base = 2 if decliners else 3, self.ranked(fallbacks)[0]
+        elif decliners:  # rule 2: they decline to nothing
+            rule, base = 2, FLOORS[key == AUTOGRAD]
         elif key == AUTOGRAD:  # rule 4
             return Slot(4, False, marker="fallthrough")
         else:  # rule 5
             return missing
         checked = key != CPU and bool(key & BACKENDS)
-        own = rule == 2 and not wrappers and not checked  # Note [Kernel variants]
+        own = rule == 2 and not wrappers and not decliners and not checked  # Note [Kernel variants]
         return Slot(
             rule,
             True,
-            chain=(*self.ranked(wrappers), base),
+            chain=(*self.ranked(wrappers), *decliners, base),
             checked=checked,
             variant="unchecked" if own and base.unchecked and "checks" in self.off else "",
             scalar_variant="scalar" if own and base.scalar else "",
@@ -355,8 +423,13 @@ class Model:
             raise _Raises(slot.error)
         if slot.checked and ks & BACKENDS & ~key:
             raise _Raises(ValueError)
-        *wrappers, base = slot.chain
-        trace += [(w.label, ks) for w in wrappers]
+        *links, base = slot.chain  # wrappers, then kernels that decline, then what serves
+        trace += [(w.label, ks) for w in links]
+        if base.kind == "missing":
+            raise _Raises(NotImplementedError)
+        if base.kind == "fallthrough":  # redispatches below, through op.table
+            self._run(op, ks & ~key, False, trace)
+            return
         if base.kind == "fallback":
             if base.builtin:
                 raise BuiltinFallbackReached(f"{op}: {base.name}")
@@ -367,16 +440,29 @@ class Model:
         if key in LAYER_OF and not base.builtin:  # a layer probe redispatches below its key
             self._run(op, ks & ~key, var == "scalar", trace)
 
+    @staticmethod
+    def link_name(r: Reg) -> str:
+        return {"fallback": f"[fallback] {r.name}", "decliner": f"[declines] {r.name}"}.get(
+            r.kind, r.name
+        )
+
     def rows(self, op: str) -> list[tuple]:
         """dump_table's (key, kernel, plugin, priority, rule) as the model predicts them."""
         out = []
         for key in self.active_keys():
             s = self.slot(op, key)
-            if s.chain:
-                text = " -> ".join(
-                    f"[fallback] {r.name}" if r.kind == "fallback" else r.name for r in s.chain
+            if len(s.chain) == 1:
+                (r,) = s.chain
+                row = (self.link_name(r), r.plugin, r.priority)
+            elif s.chain:  # every column link by link, outermost first
+                text = " -> ".join(self.link_name(r) for r in s.chain)
+                row = (
+                    text,
+                    *(
+                        " -> ".join(str(getattr(r, f)) for r in s.chain)
+                        for f in ("plugin", "priority")
+                    ),
                 )
-                row = (text, s.chain[0].plugin, s.chain[0].priority)
             else:
                 row = (f"[{s.marker}]", "", "")
             out.append((keys.key_name(key), *row, s.rule))
@@ -390,7 +476,6 @@ class Model:
 class Baseline:
     regs: list[Reg]
     devices: set[int]
-    labels: dict  # built-in kernel function (or variant) -> its trace label
 
 
 def _builtin(k: registry.Kernel, op: str | None, key: int, kind: str, label: str) -> Reg:
@@ -400,21 +485,17 @@ def _builtin(k: registry.Kernel, op: str | None, key: int, kind: str, label: str
 
 def read_baseline() -> Baseline:
     """The built-in registrations (of OPS, and every fallback), as the model's data."""
-    regs, labels = [], {}
+    regs = []
     for (op, key), ks in registry.kernels.items():
         if op not in OPS:
             continue
         for k in ks:
             assert not k.wraps, "built-in wrappers are not modelled: pick other operators"
             regs.append(_builtin(k, op, key, "kernel", f"builtin:{k.name}"))
-            labels[k.fn] = regs[-1].label
-            labels[k.with_scalar] = f"{regs[-1].label}:scalar"
-            labels[k.unchecked] = f"{regs[-1].label}:unchecked"
-    labels.pop(None, None)
     for key, ks in registry.fallbacks.items():
         regs += [_builtin(k, None, key, "fallback", f"builtin:[fallback] {k.name}") for k in ks]
     devices = {k for k in keys.all_keys() if k & BACKENDS}
-    return Baseline(regs, devices, labels)
+    return Baseline(regs, devices)
 
 
 def key_of(device: str, probe_key: int) -> int:
@@ -438,17 +519,50 @@ def model_of(config: Config, base: Baseline, probe_key: int) -> Model:
 
 
 TRACE: list[tuple[str, int]] = []
-BUILTIN_LABELS: dict = {}  # filled from the baseline before each comparison
 
 
 def enter(fn, ks, args):
-    """Call a slot (or what a wrapper wraps), except a built-in kernel: that is
-    recognised by identity and recorded, never run."""
-    label = BUILTIN_LABELS.get(fn)
-    if label is not None:
-        TRACE.append((label, ks))
-        return label
+    """Call a slot (or what a wrapper wraps)."""
     return fn(ks, *args)
+
+
+def builtin_stub(label: str, name: str):
+    """Stands in for a built-in kernel (or variant) while a configuration is installed:
+    records its label and returns, so no real kernel ever runs on the stand-in
+    arguments -- whoever calls it (a slot, a wrapper, a layer probe, a declining
+    kernel's slot)."""
+
+    def stub(ks, *args):
+        TRACE.append((label, ks))
+        return stand_in(name, ks)
+
+    return stub
+
+
+@contextlib.contextmanager
+def builtins_stubbed():
+    """The built-in kernels of OPS replaced by stubs (names, priorities and order kept,
+    so dumps and rankings are unchanged); restored afterwards."""
+    saved = {}
+    for (op, key), ks in registry.kernels.items():
+        if op in OPS:
+            saved[op, key] = list(ks)
+            ks[:] = [
+                dataclasses.replace(
+                    k,
+                    fn=builtin_stub(f"builtin:{k.name}", op),
+                    with_scalar=k.with_scalar and builtin_stub(f"builtin:{k.name}:scalar", op),
+                    unchecked=k.unchecked and builtin_stub(f"builtin:{k.name}:unchecked", op),
+                    label=k.name,
+                )
+                for k in ks
+            ]
+    try:
+        yield
+    finally:
+        for slot, ks in saved.items():
+            registry.kernels[slot][:] = ks
+        entries.rebuild()
 
 
 def _named(fn, label):
@@ -465,9 +579,17 @@ def probe_kernel(tag: str, op, layer_key: int | None, var: str = ""):
         if layer_key is not None:
             below = ks & ~layer_key
             return enter(table[below.bit_length()], below, args)
-        return label
+        return stand_in(op.name, ks)
 
     return _named(kernel, label)
+
+
+def probe_decliner(tag: str):
+    def kernel(ks, *args):
+        TRACE.append((tag, ks))
+        return NotImplemented
+
+    return _named(kernel, tag)
 
 
 def probe_wrapper(tag: str):
@@ -484,7 +606,7 @@ def probe_wrapper(tag: str):
 def probe_fallback(tag: str):
     def fallback(op, ks, *args):
         TRACE.append((f"{tag}[{op.name}]", ks))
-        return tag
+        return stand_in(op.name, ks)
 
     return _named(fallback, tag)
 
@@ -505,6 +627,10 @@ def make_plugin(spec: PluginSpec):
                     registry.register_fallback(p.device, probe_fallback(tag), p.priority)
                 elif p.kind == "wrapper":
                     registry.register_wrapper(p.op, p.device, probe_wrapper(tag), p.priority)
+                elif p.kind == "decliner":
+                    registry.register(
+                        p.op, p.device, probe_decliner(tag), p.priority, declines=True
+                    )
                 else:
                     op, layer = lm.dispatch.get(p.op), keys.LAYER_KEYS.get(p.device)
                     mk = functools.partial(probe_kernel, tag, op, layer)
@@ -544,6 +670,8 @@ def installed(config: Config):
     afterwards everything is undone and the tables are as before."""
     assert registry.preferred_plugin is None and all(lm.layers.state().values())
     before, names = snapshot(), []
+    stubs = builtins_stubbed()
+    stubs.__enter__()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the ties are on purpose
@@ -561,6 +689,7 @@ def installed(config: Config):
     finally:
         for name in reversed(names):
             lm.backends.unregister(name)
+        stubs.__exit__(None, None, None)
     assert registry.preferred_plugin is None and all(lm.layers.state().values())
     assert snapshot() == before, "the configuration left the dispatch tables changed"
 
@@ -570,7 +699,7 @@ def real_call(op, raw: int, scalar: bool) -> Outcome:
     ks = raw & op.mask
     table = op.scalar_table if scalar else op.table
     try:
-        enter(table[ks.bit_length()], ks, ARGS)
+        enter(table[ks.bit_length()], ks, args_of(op.name))
     except Exception as exc:
         return Outcome(tuple(TRACE), type(exc))
     return Outcome(tuple(TRACE), None)
@@ -599,8 +728,6 @@ def key_sets(probe_key: int, base: Baseline) -> list[int]:
 
 def compare(model: Model, probe_key: int, base: Baseline) -> tuple[list[str], int]:
     """(mismatches, number of comparisons) between the model and the real tables."""
-    BUILTIN_LABELS.clear()
-    BUILTIN_LABELS.update(base.labels)
     bad, n = [], 0
     for name in OPS:
         op = lm.dispatch.get(name)
@@ -663,6 +790,9 @@ def test_the_configurations_cover_every_rule_and_outcome(probe_key):
             for key in model.active_keys():
                 s = model.slot(name, key)
                 seen.add(f"rule {s.rule}" + (" wrapped" if len(s.chain) > 1 else ""))
+                kinds = [r.kind for r in s.chain]
+                if "decliner" in kinds:
+                    seen.add(f"declines to {kinds[-1]}")
             for raw in key_sets(probe_key, base):
                 for scalar in (False, True):
                     out = model.call(name, raw, scalar)
@@ -677,6 +807,7 @@ def test_the_configurations_cover_every_rule_and_outcome(probe_key):
         *("rule 2 wrapped", "rule 3 wrapped"),
         *("returns", "NotImplementedError", "ValueError", "RuntimeError"),
         *(":scalar", ":unchecked", "fallback", "more than one kernel runs"),
+        *(f"declines to {k}" for k in ("kernel", "fallback", "fallthrough", "missing")),
     }, seen
 
 

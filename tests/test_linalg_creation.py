@@ -418,7 +418,7 @@ def test_creation_errors():
         lm.zeros((2.5,))
     with pytest.raises(TypeError, match="shape must be a tuple of ints"):
         lm.ones("ab")
-    with pytest.raises(ValueError, match="negative dimensions"):
+    with pytest.raises(ValueError, match=r"zeros: shape must not have negative sizes, got \(-1,\)"):
         lm.zeros((-1,))
     with pytest.raises(TypeError, match="unsupported dtype 'complex64'"):
         lm.zeros(2, dtype="complex64")
@@ -621,7 +621,7 @@ def test_device():
     assert repr(x.device) == "device(type='cpu')"
     assert x.device == lm.ones(3, dtype=lm.int8).device
     assert x.to_device("cpu") is x and x.to_device(x.device) is x
-    with pytest.raises(ValueError, match="cannot move a tensor from cpu to 'gpu'"):
+    with pytest.raises(ValueError, match="to_device: unknown device 'gpu'; known devices: cpu"):
         x.to_device("gpu")
 
 

@@ -15,6 +15,7 @@ PLUGIN_SENSITIVE = [
     "test_sparse.py",
     "test_layers.py",
     "test_architecture.py",
+    "test_plugin_contract.py",
 ]
 
 

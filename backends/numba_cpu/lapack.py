@@ -5,7 +5,7 @@ float, float32 stays float32), named results and lamina's LinAlgError."""
 import numpy as np
 
 from lamina.backends import setup as S
-from lamina.dispatch import keys, results
+from lamina.dispatch import keys, result_types
 from lamina.dispatch.arguments import LinAlgError
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
@@ -47,7 +47,7 @@ def cholesky(ks, x, upper):
 def slogdet(ks, x):
     comp, (a,) = _operands("slogdet", x)
     sign, logabsdet = _lapack("slogdet", np.linalg.slogdet, a)
-    return results.SlogdetResult(_tensor(sign, comp), _tensor(logabsdet, comp))
+    return result_types.SlogdetResult(_tensor(sign, comp), _tensor(logabsdet, comp))
 
 
 def solve(ks, x1, x2):
@@ -58,19 +58,19 @@ def solve(ks, x1, x2):
 def eigh(ks, x):
     comp, (a,) = _operands("eigh", x)
     w, v = _lapack("eigh", np.linalg.eigh, a)
-    return results.EighResult(_tensor(w, comp), _tensor(v, comp))
+    return result_types.EighResult(_tensor(w, comp), _tensor(v, comp))
 
 
 def qr(ks, x, mode):
     comp, (a,) = _operands("qr", x)
     q, r = _lapack("qr", np.linalg.qr, a, mode=mode)
-    return results.QRResult(_tensor(q, comp), _tensor(r, comp))
+    return result_types.QRResult(_tensor(q, comp), _tensor(r, comp))
 
 
 def svd(ks, x, full_matrices):
     comp, (a,) = _operands("svd", x)
     u, s, vh = _lapack("svd", np.linalg.svd, a, full_matrices=full_matrices)
-    return results.SVDResult(_tensor(u, comp), _tensor(s, comp), _tensor(vh, comp))
+    return result_types.SVDResult(_tensor(u, comp), _tensor(s, comp), _tensor(vh, comp))
 
 
 def svdvals(ks, x):

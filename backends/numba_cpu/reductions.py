@@ -89,6 +89,8 @@ def _sum_like(reduction, start):
         # Array API: the input is cast to ``dtype`` first (sum([1.7, 1.7], dtype=int64)
         # is 2, as in NumPy); bool inputs need no cast, their 0/1 fit every accumulator
         cast = res.kind == "b" or (res.kind != kind and kind != "b")
+        if cast:
+            S.check_cast(kernel.__name__, x._data, res)
         data = x._data.astype(res.np) if cast else x._data
         rows = rows_view(data, axis)
         acc = _filled(rows.shape[0], start, _accumulator(res))

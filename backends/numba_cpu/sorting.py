@@ -6,7 +6,7 @@ order that stays stable, NaN placement, named results, int64 indices)."""
 import numpy as np
 
 from lamina.backends import setup as S
-from lamina.dispatch import results
+from lamina.dispatch import result_types
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -65,17 +65,17 @@ def _unique(x):
 
 
 def unique_all(ks, x):
-    return results.UniqueAllResult(*_unique(x))
+    return result_types.UniqueAllResult(*_unique(x))
 
 
 def unique_counts(ks, x):
     values, _, _, counts = _unique(x)
-    return results.UniqueCountsResult(values, counts)
+    return result_types.UniqueCountsResult(values, counts)
 
 
 def unique_inverse(ks, x):
     values, _, inverse, _ = _unique(x)
-    return results.UniqueInverseResult(values, inverse)
+    return result_types.UniqueInverseResult(values, inverse)
 
 
 def unique_values(ks, x):

@@ -8,6 +8,7 @@ import numpy as np
 from lamina.backends import setup as S
 from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
+from lamina.dispatch.devices import move
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -99,9 +100,14 @@ def setitem(ks, x, key, value):
             else S.promote(OPERATORS["equal"], (x, v))
         )
     if not D.can_cast(src, x._dtype) and not (v is not None and src.kind == x._dtype.kind):
+        how = (
+            "without changing their kind"
+            if src.kind != x._dtype.kind
+            else "without a narrowing cast, which may change them"
+        )
         raise TypeError(
-            f"setitem: cannot store {src} values into a {x._dtype} tensor "
-            f"without changing their kind (cast them explicitly with astype)"
+            f"setitem: cannot store {src} values into a {x._dtype} tensor {how} "
+            "(cast them explicitly with astype)"
         )
     if not x._data.flags.writeable:
         raise ValueError("setitem: the tensor is a read-only view (e.g. from broadcast_to)")
@@ -126,11 +132,16 @@ def index_add(ks, x, key, values):
 def astype(ks, x, dtype, copy):
     if not copy and dtype is x._dtype:
         return x
+    S.check_cast("astype", x._data, dtype)
     return from_array(x._data.astype(dtype.np))
 
 
 def copy(ks, x):
     return from_array(x._data.copy())
+
+
+def to_device(ks, x, device):
+    return move(x, device)  # the target device's converter (docs/backends.md, Moves)
 
 
 def register(registry):
@@ -148,5 +159,6 @@ def register(registry):
         index_add,
         astype,
         copy,
+        to_device,
     ):
         registry.register(fn.__name__, "cpu", fn)

@@ -17,6 +17,7 @@ from lamina.backends import setup as S
 from lamina.backends.hookspecs import hookimpl
 from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
+from lamina.dispatch.devices import move
 from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
@@ -88,11 +89,16 @@ def where(ks, condition, x1, x2):
 def astype(ks, x, dtype, copy):
     if not copy and dtype is x._dtype:
         return x
+    S.check_cast("astype", x._data, dtype)
     return from_array(x._data.astype(dtype.np))
 
 
 def copy(ks, x):
     return from_array(x._data.copy())
+
+
+def to_device(ks, x, device):
+    return move(x, device)  # a move is the devices' converters: nothing else to compare
 
 
 # ---------------------------------------------------------------- reductions
@@ -110,6 +116,7 @@ def _reduce(fn, result):
 def _sum(npfn, name):
     def kernel(ks, x, axis, dtype, keepdims):
         res = S.sum_dtype(OPERATORS[name], x, dtype)
+        S.check_cast(name, x._data, res)
         return from_array(
             np.asarray(npfn(x._data, axis=axis, keepdims=keepdims, dtype=res.np), res.np)
         )
@@ -387,6 +394,7 @@ def lamina_register_kernels(registry):
         where,
         astype,
         copy,
+        to_device,
         reshape,
         getitem,
         setitem,

@@ -4,7 +4,7 @@ norms from their definitions."""
 import numpy as np
 
 from lamina.backends import setup as S
-from lamina.dispatch import keys, results
+from lamina.dispatch import keys, result_types
 from lamina.dispatch.arguments import LinAlgError
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
@@ -31,7 +31,7 @@ def _simple(name, fn):
         comp, a = _float(name, x)
         out = _call(name, fn, a, *options)
         if isinstance(out, tuple):
-            return getattr(results, _RESULTS[name])(*_out(*out, dtype=comp))
+            return getattr(result_types, _RESULTS[name])(*_out(*out, dtype=comp))
         return _out(out, dtype=comp)[0]
 
     kernel.__name__ = kernel.__qualname__ = name

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from lamina.backends import setup as S
-from lamina.dispatch import results
+from lamina.dispatch import result_types
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -58,7 +58,7 @@ def nonzero(ks, x):
 
 def unique_all(ks, x):
     r = np.unique_all(x._data)
-    return results.UniqueAllResult(
+    return result_types.UniqueAllResult(
         from_array(r.values),
         from_array(r.indices.astype(np.int64)),
         from_array(r.inverse_indices.reshape(x._shape).astype(np.int64)),
@@ -68,12 +68,14 @@ def unique_all(ks, x):
 
 def unique_counts(ks, x):
     r = np.unique_counts(x._data)
-    return results.UniqueCountsResult(from_array(r.values), from_array(r.counts.astype(np.int64)))
+    return result_types.UniqueCountsResult(
+        from_array(r.values), from_array(r.counts.astype(np.int64))
+    )
 
 
 def unique_inverse(ks, x):
     r = np.unique_inverse(x._data)
-    return results.UniqueInverseResult(
+    return result_types.UniqueInverseResult(
         from_array(r.values), from_array(r.inverse_indices.reshape(x._shape).astype(np.int64))
     )
 

@@ -12,10 +12,9 @@ checked once, here, and never change afterwards (``indices()`` is read-only), so
 Numba kernels index without bounds checks. 1-D and 2-D; int and float values.
 """
 
-import operator
-
 import numpy as np
 
+from lamina.dispatch import arguments as A
 from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys
 from lamina.dispatch.tensor import Tensor
@@ -132,14 +131,7 @@ def _check_shape(shape, idx):
         if idx.shape[1] == 0:
             raise ValueError("sparse_coo_tensor: give a shape when there are no entries")
         shape = tuple(int(m) + 1 for m in idx.max(axis=1))
-    try:
-        shape = tuple(
-            operator.index(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,))
-        )
-    except TypeError:
-        raise TypeError(
-            f"sparse_coo_tensor: shape must be a tuple of ints, got {shape!r}"
-        ) from None
+    shape = A.shape(shape, "sparse_coo_tensor", "shape")  # ints, never bools
     if len(shape) not in (1, 2):
         raise ValueError(
             f"sparse_coo_tensor: only 1-D and 2-D sparse tensors are supported, got shape {shape}"

@@ -1,0 +1,92 @@
+"""Many backends in one process: three third-party plugins, installed together with the
+example backend and found through their entry points (the ``*.dist-info`` folders in
+``tests/thirdparty``): two new devices -- ``remote`` (storage behind handles in a store
+of its own, copying converters) and ``pinned`` (host memory, native elementwise and
+view kernels) -- and a CPU override, ``vendor_cpu`` (float64 kernels that decline the
+rest, a wrapper). Each runs in a child process with ``tests/thirdparty`` on the path."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import test_autograd
+
+HERE = pathlib.Path(__file__).resolve().parent
+DEVICES = ("counting", "remote", "pinned")
+
+
+def _child(*args, timeout=300):
+    path = os.pathsep.join(p for p in (str(HERE / "thirdparty"), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, *args],
+        env=dict(os.environ, PYTHONPATH=path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=HERE.parent,
+    )
+
+
+SCRIPT = """
+import math
+import lamina as lm, lamina_vendor_cpu as vendor, lamina_remote as remote
+
+print(sorted((r["name"], r["source"]) for r in lm.backends.list() if r["source"] != "built-in"))
+print([d for d in lm.dispatch.keys.devices()])
+print(lm.dispatch.dump_table("exp")[0][1:4])
+print(lm.dispatch.dump_table("add")[0][1:4])
+# moves between every pair of devices keep values and gradients
+devices = ["cpu", "counting", "remote", "pinned"]
+for a in devices:
+    for b in devices:
+        w = lm.asarray([0.5, 1.5, -2.0], device=a, requires_grad=True)
+        y = lm.sum(lm.exp(w.to(b)) * w.to(b))
+        y.backward()
+        assert y.device == b and w.grad.device == a, (a, b)
+        want = [math.exp(v) * (1 + v) for v in (0.5, 1.5, -2.0)]
+        assert all(abs(g - e) < 1e-12 for g, e in zip(w.grad.tolist(), want)), (a, b)
+print("moves ok")
+f32 = lm.ones(3, dtype=lm.float32)
+lm.exp(f32), lm.exp(lm.ones(3)), lm.ones((2, 2)) @ lm.ones((2, 2)), lm.ones(2) + 1
+print(dict(vendor.CALLS))
+before = len(remote.STORE)
+t = lm.ones(1000, device="remote")
+assert len(remote.STORE) == before + 1
+del t
+print("store released", len(remote.STORE) == before)
+"""
+
+
+def test_three_plugins_load_with_the_example_without_a_warning():
+    out = _child("-W", "error", "-c", SCRIPT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    plugins = set(eval(lines[0]))  # other installed plugins may be there too
+    assert {(p, "entry point") for p in ("example", "pinned", "remote", "vendor_cpu")} <= plugins
+    assert {"cpu", *DEVICES} <= set(eval(lines[1]))
+    assert lines[2] == (
+        "('[declines] lamina_vendor_cpu.exp -> lamina.backends.numba_cpu.elementwise.exp', "
+        "'vendor_cpu -> numba_cpu', '5 -> 0')"
+    )
+    assert lines[3] == (
+        "('lamina_vendor_cpu.count_add -> lamina.backends.numba_cpu.elementwise.add', "
+        "'vendor_cpu -> numba_cpu', '0 -> 0')"
+    )
+    assert lines[4] == "moves ok"
+    calls = eval(lines[5])
+    assert calls["exp"] >= 1 and calls["matmul"] == 1 and calls["add (wrapped)"] >= 1
+    assert lines[6] == "store released True"
+
+
+def test_the_autograd_suite_passes_on_every_device_with_all_of_them_installed():
+    """tests/test_autograd.py in full: every sample's values and gradients on each of
+    the three devices match the CPU's (test_every_sample_runs_on_a_plugin_device), the
+    first sample of each formula passes gradcheck on each device, and the CPU runs
+    through vendor_cpu's kernels where it does not decline."""
+    out = _child("-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "tests/test_autograd.py")
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    passed = [line for line in out.stdout.splitlines() if line.startswith("PASSED ")]
+    per_device = len(test_autograd.CASES) + len(test_autograd.SAMPLES)
+    for device in DEVICES:
+        assert sum(p.endswith(f"-{device}]") for p in passed) == per_device, device

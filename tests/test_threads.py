@@ -1,0 +1,244 @@
+"""Threads (README, "Threads"): what several threads may do at once, and what is
+process-wide with a safe exit. The switch interval is lowered while the races run, so
+the interleavings that lost updates show up in a few hundred iterations."""
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import lamina as lm
+from lamina.dispatch import registry
+
+
+@contextlib.contextmanager
+def often_switching():
+    """Threads switch every microsecond instead of every 5 ms."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+def run_threads(target, n=4):
+    errors = []
+
+    def guarded(i):
+        try:
+            target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+def test_gradients_accumulated_from_four_threads_lose_no_update():
+    """The issue's example: 4 threads x backward of sum(w * 1.0) on one shared leaf."""
+    w = lm.ones(3, requires_grad=True)
+
+    def work(i):
+        for _ in range(300):
+            lm.sum(w * 1.0).backward()
+
+    with often_switching():
+        run_threads(work)
+    assert w.grad.tolist() == [1200.0] * 3
+
+
+def test_grad_finds_the_leaf_of_graphs_recorded_in_other_threads():
+    """Two threads recording with a fresh leaf at once must share its AccumulateGrad
+    node, or grad() would miss the gradient of the other thread's graph."""
+    for _ in range(30):
+        w = lm.ones(2, requires_grad=True)
+        outs = [None] * 4
+
+        def record(i, w=w, outs=outs):
+            outs[i] = lm.sum(w * float(i + 1))
+
+        with often_switching():
+            run_threads(record)
+        (g,) = lm.autograd.grad(outs[0] + outs[1] + outs[2] + outs[3], [w])
+        assert g.tolist() == [10.0, 10.0]
+
+
+def test_hook_handles_made_in_several_threads_are_distinct():
+    w = lm.ones(2, requires_grad=True)
+    y = w * 2.0
+    handles = [[] for _ in range(4)]
+
+    def add_hooks(i):
+        for _ in range(200):
+            handles[i].append(y.register_hook(lambda g: None))
+
+    with often_switching():
+        run_threads(add_hooks)
+    ids = [h.id for hs in handles for h in hs]
+    assert len(set(ids)) == len(ids) == 800
+
+
+def _step(event_in, event_out):
+    event_in.wait(10)
+    event_out.set()
+
+
+def test_use_blocks_left_in_any_order_leave_the_blocks_still_open():
+    """Note [Preferred plugin]: thread A enters use("numpy_ref"), thread B enters
+    use("numba_cpu"), A leaves, then B leaves. A saved-and-restored global ended with
+    numpy_ref preferred for the whole process."""
+    a_in, b_in, a_out, b_out = (threading.Event() for _ in range(4))
+    seen = {}
+
+    def a(_):
+        with lm.backends.use("numpy_ref"):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b(_):
+        a_in.wait(10)
+        with lm.backends.use("numba_cpu"):
+            b_in.set()
+            a_out.wait(10)
+            seen["inside B after A left"] = registry.preferred_plugin
+        b_out.set()
+
+    threads = [threading.Thread(target=f, args=(0,)) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen == {"inside B after A left": "numba_cpu"}
+    assert registry.preferred_plugin is None
+
+
+def test_layer_off_blocks_in_two_threads_do_not_switch_each_other_back_on():
+    a_in, b_in, a_out = (threading.Event() for _ in range(3))
+    seen = {}
+
+    def a():
+        with lm.layers.off("checks"):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with lm.layers.off("checks"):
+            b_in.set()
+            a_out.wait(10)
+            seen["checks inside B after A left"] = lm.layers.state()["checks"]
+
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen == {"checks inside B after A left": False}
+    assert lm.layers.state()["checks"] is True
+
+
+def test_a_worker_thread_uses_the_process_wide_thread_count():
+    """Note [Thread count]: Numba's count is per thread, lamina's per process; a big
+    kernel started from a worker used every core (here 4) instead of the 2 asked for."""
+    code = (
+        "import threading, numba, lamina as lm\n"
+        "lm.set_num_threads(2)\n"
+        "x = lm.ones(1 << 18)\n"
+        "seen = []\n"
+        "def work():\n"
+        "    seen.append(lm.get_num_threads())\n"
+        "    (x + x), lm.exp(x), lm.sum(x)\n"
+        "    seen.append(numba.get_num_threads())\n"
+        "t = threading.Thread(target=work); t.start(); t.join()\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, NUMBA_NUM_THREADS="4"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[2, 2]"
+
+
+@pytest.mark.parametrize("seconds", [2.0])
+def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
+    """The stress test: three threads run forward and backward passes (elementwise,
+    broadcasting, reductions, matmul, views, in-place, a shared leaf) and check every
+    value and gradient against NumPy, while a fourth switches tables (registers and
+    unregisters a wrapper plugin, use() blocks, check_kernels()) and layers (checks,
+    sparse) -- none of which may change a result. Bounded by ``seconds``."""
+    rng = np.random.default_rng(0)
+    a_np, b_np = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    shared = lm.zeros(3, requires_grad=True)
+    stop, counts = threading.Event(), [0] * 4
+
+    def compute(i):
+        a = lm.asarray(a_np, requires_grad=True)
+        b = lm.asarray(b_np, requires_grad=True)
+        while not stop.is_set():
+            c = lm.tanh(a @ b) * 2.0 + a[:, :1]  # (4, 5), broadcast
+            loss = lm.sum(c * c) + lm.sum(a[0] * shared)
+            loss.backward()
+            t = np.tanh(a_np @ b_np)
+            cc = t * 2.0 + a_np[:, :1]
+            assert np.allclose(c.numpy(), cc) and np.isclose(loss.item(), (cc * cc).sum())
+            dc = 2 * cc
+            dt = dc * 2.0 * (1 - t * t)
+            ga = dt @ b_np.T
+            ga[:, 0] += dc.sum(axis=1)
+            assert np.allclose(a.grad.numpy(), ga), "a.grad"
+            assert np.allclose(b.grad.numpy(), a_np.T @ dt), "b.grad"
+            a.grad = b.grad = None
+            z = lm.zeros((4, 3))
+            z += lm.asarray(a_np)
+            z[1:3] = 7.0
+            assert z.numpy()[1:3].tolist() == [[7.0] * 3] * 2 and lm.max(z).item() == 7.0
+            counts[i] += 1
+
+    class Wrap:
+        @lm.backends.hookimpl
+        def lamina_register_kernels(self, registry):
+            for name in ("add", "multiply", "matmul", "sum"):
+                registry.register_wrapper(name, "cpu", lambda next_kernel: next_kernel)
+
+    def switch(i):
+        while not stop.is_set():
+            lm.backends.register(Wrap(), "stress_wrapper")
+            with lm.backends.use("numpy_ref"):
+                with lm.layers.off("checks", "sparse"):
+                    pass
+            lm.backends.unregister("stress_wrapper")
+            with lm.backends.check_kernels():
+                pass
+            counts[i] += 1
+
+    def worker(i):
+        (switch if i == 3 else compute)(i)
+
+    timer = threading.Timer(seconds, stop.set)
+    timer.start()
+    try:
+        run_threads(worker)
+    finally:
+        stop.set()
+        timer.cancel()
+    assert all(counts), counts  # every thread did work
+    assert shared.grad.tolist() == pytest.approx((a_np[0] * sum(counts[:3])).tolist()), (
+        "the shared leaf's gradient lost updates"
+    )
