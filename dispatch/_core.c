@@ -19,10 +19,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <fenv.h>
 #include <stdint.h>
 
 #define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
 #include <numpy/arrayobject.h>
+#include <numpy/ufuncobject.h>
 
 #define MAX_DTYPES 32
 
@@ -248,20 +250,31 @@ static PyMemberDef optable_members[] = {
 
 /* ------------------------------------------------------------------ ElementwiseKernel */
 
-enum { FORM_TENSOR = 0, FORM_SCALAR = 1, FORM_UNCHECKED = 2 };
+enum { FORM_TENSOR = 0, FORM_SCALAR = 1, FORM_UNCHECKED = 2 };  /* a kernel's forms */
+enum { LOOP_FLAT = 0, LOOP_SCALAR = 1, LOOP_STRIDED = 2, N_LOOP_FORMS = 3 };  /* loops' */
 
 typedef void (*loop1_t)(void *, void *, long long);
 typedef void (*loop2_t)(void *, void *, void *, long long);
 typedef void (*loop_scalar_f)(void *, double, void *, long long, int);
 typedef void (*loop_scalar_i)(void *, long long, void *, long long, int);
 typedef void (*loop_scalar_u)(void *, unsigned long long, void *, long long, int);
+/* strided loops: element strides after the length (Note [C loops]) */
+typedef void (*sloop1_t)(void *, void *, long long, long long, long long);
+typedef void (*sloop2_t)(void *, void *, void *, long long, long long, long long, long long);
 
 /* What the kernel and its variants share: the loops' C addresses, compiled on first
- * use through loops.address(form, index) (Note [C loops] in numba_cpu/kernels.py). */
+ * use through loops.address(form, index) (Note [C loops] in numba_cpu/kernels.py), and
+ * the NumPy ufuncs of the general path, one per dtype around its strided loop. */
 typedef struct {
     PyObject_HEAD
-    void *addresses[2][MAX_DTYPES];  /* [TENSOR or SCALAR form][dtype index] */
+    void *addresses[N_LOOP_FORMS][MAX_DTYPES];  /* [loop form][dtype index] */
+    PyObject *ufuncs[MAX_DTYPES];
 } LoopCacheObject;
+
+static void loopcache_dealloc(LoopCacheObject *self) {
+    for (int i = 0; i < MAX_DTYPES; i++) Py_CLEAR(self->ufuncs[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
 
 static PyTypeObject LoopCacheType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -269,6 +282,7 @@ static PyTypeObject LoopCacheType = {
     .tp_basicsize = sizeof(LoopCacheObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)loopcache_dealloc,
 };
 
 typedef struct {
@@ -399,19 +413,184 @@ static PyObject *new_output(PyObject *shape, int out, npy_intp n, void **flat_da
 
 #define TENSOR_ARGS_OK(t) ((t)->ks_obj != NULL && (t)->dtype_index >= 0 && (t)->shape != NULL)
 
+/* ---------------------------------------------- the general path's operator setup
+ * Note [C general path]: a call of same-dtype dense CPU tensors that the contiguous
+ * path does not take (broadcasting, strides; a Python scalar with a strided tensor)
+ * is set up by NumPy's own iterator: the kernel's ufunc for the dtype, whose inner
+ * loop is the backend's strided loop (LOOP_STRIDED), is called with an output that C
+ * allocated C-contiguous in the broadcast shape, as the reference's general path
+ * allocates it. Anything else -- promotion, a shape that does not broadcast (the
+ * reference raises lamina's error), sizes from the limit on -- is the reference's. */
+
+typedef struct {
+    void *loop;
+    int itemsizes[3];  /* inputs', then the output's */
+} UfuncData;
+
+/* The inner loops clear the floating-point status the loop left: NumPy reads it after
+ * a ufunc's loops and would warn of inf and NaN results, which lamina never does (the
+ * reference's loops are Numba's, which NumPy does not watch). */
+static void ufunc_inner1(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {
+    UfuncData *u = (UfuncData *)data;
+    ((sloop1_t)u->loop)(args[0], args[1], (long long)dims[0],
+                        (long long)(steps[0] / u->itemsizes[0]),
+                        (long long)(steps[1] / u->itemsizes[2]));
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+static void ufunc_inner2(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {
+    UfuncData *u = (UfuncData *)data;
+    ((sloop2_t)u->loop)(args[0], args[1], args[2], (long long)dims[0],
+                        (long long)(steps[0] / u->itemsizes[0]),
+                        (long long)(steps[1] / u->itemsizes[1]),
+                        (long long)(steps[2] / u->itemsizes[2]));
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+/* The NumPy ufunc of dtype index i, made on first use (it lives as long as the kernel:
+ * its loop tables are allocated once and never freed, as NumPy's own are). */
+static PyObject *kernel_ufunc(KernelObject *k, int i, int out) {
+    PyObject *u = k->cache->ufuncs[i];
+    if (u != NULL) return u;
+    void *loop = kernel_loop(k, LOOP_STRIDED, i);
+    if (loop == NULL) return NULL;
+    PyUFuncGenericFunction *funcs = PyMem_Malloc(sizeof(PyUFuncGenericFunction));
+    void **data = PyMem_Malloc(sizeof(void *));
+    UfuncData *ud = PyMem_Malloc(sizeof(UfuncData));
+    char *types = PyMem_Malloc(3);
+    if (!funcs || !data || !ud || !types) {
+        PyMem_Free(funcs);
+        PyMem_Free(data);
+        PyMem_Free(ud);
+        PyMem_Free(types);
+        return PyErr_NoMemory();
+    }
+    int nin = k->arity;
+    funcs[0] = nin == 1 ? ufunc_inner1 : ufunc_inner2;
+    ud->loop = loop;
+    for (int j = 0; j < nin; j++) {
+        types[j] = (char)dtype_descrs[i]->type_num;
+        ud->itemsizes[j] = (int)PyDataType_ELSIZE(dtype_descrs[i]);
+    }
+    types[nin] = (char)dtype_descrs[out]->type_num;
+    ud->itemsizes[2] = (int)PyDataType_ELSIZE(dtype_descrs[out]);
+    data[0] = ud;
+    u = PyUFunc_FromFuncAndData(funcs, data, types, 1, nin, 1, PyUFunc_None, "lamina_loop",
+                                "the general path's ufunc of one lamina kernel and dtype", 0);
+    if (u == NULL) return NULL;
+    k->cache->ufuncs[i] = u;
+    return u;
+}
+
+/* An operand's storage the ufunc may read: a NumPy array of dtype index i whose strides
+ * are whole elements (the strided loops take element strides). */
+static inline PyArrayObject *data_array(TensorObject *t, int i) {
+    PyObject *d = t->data;
+    if (d == NULL || !PyArray_CheckExact(d)) return NULL;
+    PyArrayObject *a = (PyArrayObject *)d;
+    if (PyArray_DESCR(a)->type_num != dtype_descrs[i]->type_num) return NULL;
+    npy_intp item = PyArray_ITEMSIZE(a);
+    for (int d_ = 0; d_ < PyArray_NDIM(a); d_++)
+        if (PyArray_STRIDES(a)[d_] % item) return NULL;
+    return a;
+}
+
+/* the broadcast shape of up to two arrays, or -1 (not broadcastable: the reference's) */
+static int broadcast_dims(PyArrayObject *a, PyArrayObject *b, npy_intp *dims) {
+    int na = PyArray_NDIM(a), nb = b == NULL ? 0 : PyArray_NDIM(b);
+    int nd = na > nb ? na : nb;
+    for (int d = 0; d < nd; d++) {
+        npy_intp x = d - (nd - na) >= 0 ? PyArray_DIMS(a)[d - (nd - na)] : 1;
+        npy_intp y = b != NULL && d - (nd - nb) >= 0 ? PyArray_DIMS(b)[d - (nd - nb)] : 1;
+        if (x != y && x != 1 && y != 1) return -1;
+        dims[d] = x == 1 ? y : x;
+    }
+    return nd;
+}
+
+static PyObject *shape_tuple(int nd, const npy_intp *dims, TensorObject *a, TensorObject *b) {
+    for (int k = 0; k < 2; k++) {  /* the broadcast shape is usually an operand's */
+        TensorObject *t = k == 0 ? a : b;
+        if (t == NULL || PyTuple_GET_SIZE(t->shape) != nd) continue;
+        PyArrayObject *arr = (PyArrayObject *)t->data;
+        if (PyArray_NDIM(arr) == nd && memcmp(PyArray_DIMS(arr), dims, nd * sizeof(npy_intp)) == 0) {
+            Py_INCREF(t->shape);
+            return t->shape;
+        }
+    }
+    PyObject *shape = PyTuple_New(nd);
+    if (shape == NULL) return NULL;
+    for (int d = 0; d < nd; d++) {
+        PyObject *n = PyLong_FromSsize_t(dims[d]);
+        if (n == NULL) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, d, n);
+    }
+    return shape;
+}
+
+static PyObject *out_kwnames;  /* ("out",) */
+
+/* ufunc(*operands, out=<a new C-contiguous tensor's storage>) -> the tensor; operands
+ * are arrays or a Python scalar (a weak scalar keeps the loop's dtype, NEP 50) */
+static PyObject *general_call(KernelObject *k, int i, int out, PyObject *x1, PyObject *x2,
+                              int nd, npy_intp *dims, TensorObject *ta, TensorObject *tb) {
+    npy_intp n = 1;
+    for (int d = 0; d < nd; d++) n *= dims[d];
+    if (n >= k->limit) return NULL;
+    PyObject *ufunc = kernel_ufunc(k, i, out);
+    if (ufunc == NULL) return NULL;
+    PyObject *shape = shape_tuple(nd, dims, ta, tb);
+    if (shape == NULL) return NULL;
+    void *o;
+    PyObject *t = new_output(shape, out, n, &o);
+    Py_DECREF(shape);
+    if (t == NULL) return NULL;
+    PyObject *args[3] = {x1, x2, T(t)->data};
+    int nin = x2 == NULL ? 1 : 2;
+    if (nin == 1) args[1] = T(t)->data;
+    PyObject *r = PyObject_Vectorcall(ufunc, args, nin, out_kwnames);
+    if (r == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return t;
+}
+
+static PyObject *general_binary(KernelObject *k, TensorObject *ta, TensorObject *tb, int i, int out) {
+    if (ta->ks != 1 || tb->ks != 1) return NULL;  /* dense CPU tensors only */
+    PyArrayObject *a = data_array(ta, i), *b = data_array(tb, i);
+    if (a == NULL || b == NULL) return NULL;
+    npy_intp dims[NPY_MAXDIMS];
+    int nd = broadcast_dims(a, b, dims);
+    if (nd < 0) return NULL;
+    return general_call(k, i, out, (PyObject *)a, (PyObject *)b, nd, dims, ta, tb);
+}
+
+static PyObject *general_unary(KernelObject *k, TensorObject *tx, int i, int out) {
+    if (tx->ks != 1) return NULL;
+    PyArrayObject *x = data_array(tx, i);
+    if (x == NULL) return NULL;
+    return general_call(k, i, out, (PyObject *)x, NULL, PyArray_NDIM(x),
+                        (npy_intp *)PyArray_DIMS(x), tx, NULL);
+}
+
 /* reference.ElementwiseKernel._binary: NULL with no error set means "not fast" */
 static PyObject *fast_binary(KernelObject *k, PyObject *a, PyObject *b) {
     if (!IS_TENSOR(a) || !IS_TENSOR(b)) return NULL;
     TensorObject *ta = T(a), *tb = T(b);
-    if (!TENSOR_ARGS_OK(ta) || ta->dtype != tb->dtype || !same_shape(ta->shape, tb->shape))
-        return NULL;
+    if (!TENSOR_ARGS_OK(ta) || !TENSOR_ARGS_OK(tb) || ta->dtype != tb->dtype) return NULL;
     int i = ta->dtype_index, out = k->out_index[i];
     if (out < 0) return NULL;
     PyArrayObject *fa = flat_array(ta, i), *fb = flat_array(tb, i);
-    if (fa == NULL || fb == NULL) return NULL;
+    if (fa == NULL || fb == NULL || !same_shape(ta->shape, tb->shape))
+        return general_binary(k, ta, tb, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(fa);
     if (n >= k->limit || PyArray_SIZE(fb) != n) return NULL;
-    loop2_t loop = (loop2_t)kernel_loop(k, FORM_TENSOR, i);
+    loop2_t loop = (loop2_t)kernel_loop(k, LOOP_FLAT, i);
     if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(ta->shape, out, n, &o);
@@ -427,10 +606,10 @@ static PyObject *fast_unary(KernelObject *k, PyObject *x) {
     int i = tx->dtype_index, out = k->out_index[i];
     if (out < 0) return NULL;
     PyArrayObject *fx = flat_array(tx, i);
-    if (fx == NULL) return NULL;
+    if (fx == NULL) return general_unary(k, tx, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(fx);
     if (n >= k->limit) return NULL;
-    loop1_t loop = (loop1_t)kernel_loop(k, FORM_TENSOR, i);
+    loop1_t loop = (loop1_t)kernel_loop(k, LOOP_FLAT, i);
     if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(tx->shape, out, n, &o);
@@ -440,13 +619,33 @@ static PyObject *fast_unary(KernelObject *k, PyObject *x) {
 
 #define IS_PY_SCALAR(o) (PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o))
 
+/* a strided tensor with a Python scalar that keeps its dtype: the scalar as a 0-d array
+ * of the dtype (in range: fast_with_scalar checked), broadcast by the ufunc */
+static PyObject *general_scalar(KernelObject *k, TensorObject *t, PyObject *v, int first, int i,
+                                int out) {
+    if (t->ks != 1) return NULL;
+    PyArrayObject *x = data_array(t, i);
+    if (x == NULL) return NULL;
+    Py_INCREF(dtype_descrs[i]);
+    PyObject *s = PyArray_NewFromDescr(&PyArray_Type, dtype_descrs[i], 0, NULL, NULL, NULL, 0, NULL);
+    if (s == NULL) return NULL;
+    if (PyArray_SETITEM((PyArrayObject *)s, PyArray_DATA((PyArrayObject *)s), v) < 0) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    PyObject *r = general_call(k, i, out, first ? s : (PyObject *)x, first ? (PyObject *)x : s,
+                               PyArray_NDIM(x), (npy_intp *)PyArray_DIMS(x), t, NULL);
+    Py_DECREF(s);
+    return r;
+}
+
 /* reference.ElementwiseKernel._with_scalar (Note [Scalar fast path]) */
 static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
     int first = IS_PY_SCALAR(a);
     PyObject *t_obj = first ? b : a, *v = first ? a : b;
     if (!IS_PY_SCALAR(v) || Py_TYPE(t_obj) != tensor_type) return NULL;
     TensorObject *t = T(t_obj);
-    if (!TENSOR_ARGS_OK(t) || t->flat == Py_None) return NULL;
+    if (!TENSOR_ARGS_OK(t)) return NULL;
     int i = t->dtype_index;
     char kind = dtype_kinds[i];
     double dv = 0.0;
@@ -488,10 +687,10 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
     int out = k->out_index[i];
     if (out < 0) return NULL;
     PyArrayObject *f = flat_array(t, i);
-    if (f == NULL) return NULL;
+    if (f == NULL) return general_scalar(k, t, v, first, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(f);
     if (n >= k->limit) return NULL;
-    void *loop = kernel_loop(k, FORM_SCALAR, i);
+    void *loop = kernel_loop(k, LOOP_SCALAR, i);
     if (loop == NULL) return NULL;
     void *o;
     PyObject *r = new_output(t->shape, out, n, &o);
@@ -517,7 +716,7 @@ static PyObject *fast_unchecked(KernelObject *k, PyObject *a, PyObject *b) {
     if (out < 0 || fa == NULL || fb == NULL) return NULL;
     npy_intp n = PyArray_SIZE(fa);
     if (PyArray_SIZE(fb) != n) return NULL;
-    loop2_t loop = (loop2_t)kernel_loop(k, FORM_TENSOR, i);
+    loop2_t loop = (loop2_t)kernel_loop(k, LOOP_FLAT, i);
     if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(ta->shape, out, n, &o);
@@ -559,6 +758,18 @@ static PyObject *run_kernel(PyObject *kernel, long long ks, PyObject *const *ops
     PyObject *args[3] = {ks_obj, ops[0], n > 1 ? ops[1] : NULL};
     PyObject *r = PyObject_Vectorcall(kernel, args, n + 1, NULL);
     Py_DECREF(ks_obj);
+    return r;
+}
+
+/* Note [Kernel references]: a table slot is a borrowed reference, and the kernel may
+ * run Python code (its reference twin, a compile) during which another thread rebuilds
+ * the table and drops the slot's last reference: the call holds its own. */
+static PyObject *run_table_kernel(PyObject *table, int i, long long ks, PyObject *const *ops,
+                                  int n) {
+    PyObject *kernel = PyList_GET_ITEM(table, i);
+    Py_INCREF(kernel);
+    PyObject *r = run_kernel(kernel, ks, ops, n);
+    Py_DECREF(kernel);
     return r;
 }
 
@@ -813,7 +1024,7 @@ static PyObject *binding_call2(BindingObject *self, PyObject *a, PyObject *b) {
     }
     int i = bit_length(ks);
     if (i >= PyList_GET_SIZE(table)) return call2(self->fallback, a, b);
-    return run_kernel(PyList_GET_ITEM(table, i), ks, ops, 2);
+    return run_table_kernel(table, i, ks, ops, 2);
 }
 
 static PyObject *binding_call1(BindingObject *self, PyObject *x) {
@@ -822,7 +1033,7 @@ static PyObject *binding_call1(BindingObject *self, PyObject *x) {
     long long ks = T(x)->ks & self->d->mask;
     int i = bit_length(ks);
     if (i >= PyList_GET_SIZE(self->d->table)) return call1(self->fallback, x);
-    return run_kernel(PyList_GET_ITEM(self->d->table, i), ks, &x, 1);
+    return run_table_kernel(self->d->table, i, ks, &x, 1);
 }
 
 static PyObject *binding_vectorcall(BindingObject *self, PyObject *const *args, size_t nargsf,
@@ -925,25 +1136,32 @@ typedef struct {
 
 static Slot slots[N_SLOTS];
 
+/* a slot's function, called with a reference of its own (Note [Kernel references]:
+ * set_slot from another thread may replace it meanwhile) */
+static PyObject *slot_call2(PyObject *fn, PyObject *a, PyObject *b) {
+    Py_INCREF(fn);
+    PyObject *r = Py_TYPE(fn) == &BindingType ? binding_call2((BindingObject *)fn, a, b)
+                                              : call2(fn, a, b);
+    Py_DECREF(fn);
+    return r;
+}
+
 /* Python's binary operator protocol for Tensor's slot i (reference.set_slot) */
 static PyObject *binary_slot(int i, PyObject *a, PyObject *b) {
     Slot *s = &slots[i];
-    if (s->fn != NULL && s->symmetric) {
-        if (Py_TYPE(s->fn) == &BindingType) return binding_call2((BindingObject *)s->fn, a, b);
-        return call2(s->fn, a, b);
-    }
+    if (s->fn != NULL && s->symmetric) return slot_call2(s->fn, a, b);
     if (s->fn != NULL && IS_TENSOR(a)) {
-        PyObject *r = call2(s->fn, a, b);
+        PyObject *r = slot_call2(s->fn, a, b);
         if (r != Py_NotImplemented) return r;
         Py_DECREF(r);
     }
-    if (s->reflected != NULL && IS_TENSOR(b)) return call2(s->reflected, b, a);
+    if (s->reflected != NULL && IS_TENSOR(b)) return slot_call2(s->reflected, b, a);
     Py_RETURN_NOTIMPLEMENTED;
 }
 
 static PyObject *inplace_slot(int i, PyObject *a, PyObject *b) {
     if (slots[i].fn == NULL) Py_RETURN_NOTIMPLEMENTED;
-    return call2(slots[i].fn, a, b);
+    return slot_call2(slots[i].fn, a, b);
 }
 
 static PyObject *unary_slot(int i, PyObject *x) {
@@ -953,8 +1171,11 @@ static PyObject *unary_slot(int i, PyObject *x) {
                      Py_TYPE(x)->tp_name);
         return NULL;
     }
-    if (Py_TYPE(fn) == &BindingType) return binding_call1((BindingObject *)fn, x);
-    return call1(fn, x);
+    Py_INCREF(fn);
+    PyObject *r = Py_TYPE(fn) == &BindingType ? binding_call1((BindingObject *)fn, x)
+                                              : call1(fn, x);
+    Py_DECREF(fn);
+    return r;
 }
 
 #define BINARY_SLOT(fname, i) \
@@ -1008,7 +1229,7 @@ static PyObject *tensor_richcompare(PyObject *a, PyObject *b, int op) {
     static const int map[6] = {S_LT, S_LE, S_EQ, S_NE, S_GT, S_GE};  /* Py_LT .. Py_GE */
     PyObject *fn = slots[map[op]].fn;
     if (fn == NULL) Py_RETURN_NOTIMPLEMENTED;
-    return call2(fn, a, b);
+    return slot_call2(fn, a, b);
 }
 
 static PyNumberMethods tensor_as_number = {
@@ -1208,6 +1429,7 @@ static struct PyModuleDef core_module = {
 
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
+    import_umath();
     TensorBaseType.tp_hash = PyBaseObject_Type.tp_hash;  /* identity, as object's */
     TensorBaseType.tp_new = PyBaseObject_Type.tp_new;    /* object.__new__(Tensor) works */
     if (PyType_Ready(&TensorBaseType) < 0 || PyType_Ready(&OperatorTableType) < 0 ||
@@ -1217,7 +1439,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyObject *m = PyModule_Create(&core_module);
     if (m == NULL) return NULL;
     cpu_ks = PyLong_FromLong(1);
-    if (cpu_ks == NULL || PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0 ||
+    out_kwnames = Py_BuildValue("(s)", "out");
+    if (cpu_ks == NULL || out_kwnames == NULL || PyModule_AddStringConstant(m, "IMPLEMENTATION", "c") < 0 ||
         PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&TensorBaseType) < 0 ||
         PyModule_AddObjectRef(m, "OperatorTable", (PyObject *)&OperatorTableType) < 0 ||
         PyModule_AddObjectRef(m, "ElementwiseKernel", (PyObject *)&KernelType) < 0 ||

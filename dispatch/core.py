@@ -26,6 +26,11 @@ if not PURE_PYTHON:
         )
 
 TENSOR, SCALAR, UNCHECKED = reference.TENSOR, reference.SCALAR, reference.UNCHECKED
+LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = (
+    reference.LOOP_FLAT,
+    reference.LOOP_SCALAR,
+    reference.LOOP_STRIDED,
+)
 PY_SCALARS = reference.PY_SCALARS
 
 if _core is None:

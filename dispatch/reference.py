@@ -148,6 +148,9 @@ def _reflected(fn: Callable) -> Callable:
 # Tensor type, contiguous, of one dtype and one shape, below the limit.
 
 TENSOR, SCALAR, UNCHECKED = 0, 1, 2  # the three forms of one kernel
+# the forms of a backend's loops (loops.address(form, i)): contiguous; contiguous with a
+# scalar operand; strided, the inner loop of a NumPy ufunc (the C core's general path)
+LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = 0, 1, 2
 _empty = np.empty
 _new = object.__new__
 

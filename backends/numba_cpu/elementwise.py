@@ -41,7 +41,14 @@ threads.on_change(_set_threshold)
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar}
-_C_LOOPS = {1: K.unary_cloop, 2: K.binary_cloop, "scalar": K.scalar_cloop}
+# the C core's loops by form (reference.LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED) and arity
+_C_LOOPS = {
+    (core.LOOP_FLAT, 1): K.unary_cloop,
+    (core.LOOP_FLAT, 2): K.binary_cloop,
+    (core.LOOP_SCALAR, 2): K.scalar_cloop,
+    (core.LOOP_STRIDED, 1): K.unary_strided_cloop,
+    (core.LOOP_STRIDED, 2): K.binary_strided_cloop,
+}
 _INT_BOUNDS = [
     (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu" else None for d in D.ALL
 ]
@@ -83,11 +90,12 @@ class Elementwise:
         self.results = [S.result_dtype(op, d) for d in D.ALL]
 
     def address(self, form, index):
-        """The C address of the contiguous loop of dtype index ``index`` (form TENSOR or
-        SCALAR): what the C core calls, with no Numba unboxing (Note [C loops])."""
+        """The C address of the loop of dtype index ``index`` in ``form`` (LOOP_FLAT,
+        LOOP_SCALAR, LOOP_STRIDED): what the C core calls, with no Numba unboxing (Note
+        [C loops])."""
         comp = D.ALL[index]
         out = S.result_dtype(self.op, comp)
-        template = _C_LOOPS[self.arity if form == core.TENSOR else "scalar"]
+        template = _C_LOOPS[form, self.arity]
         return jit.cached(
             (template, self.scalar_fn(comp), comp, out),
             lambda: K.c_loop(template, self.scalar_fn(comp), comp, out, self.in_dtypes(comp)),

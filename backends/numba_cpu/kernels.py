@@ -654,6 +654,25 @@ def binary_cloop(fn):
     return loop
 
 
+def unary_strided_cloop(fn):
+    """The ufunc inner loop of the C core's general path (Note [C loops]): element
+    strides, possibly 0 (broadcast) or negative."""
+
+    def loop(x, out, n, sx, so):
+        for i in range(n):
+            out[i * so] = fn(x[i * sx])
+
+    return loop
+
+
+def binary_strided_cloop(fn):
+    def loop(a, b, out, n, sa, sb, so):
+        for i in range(n):
+            out[i * so] = fn(a[i * sa], b[i * sb])
+
+    return loop
+
+
 def scalar_cloop(fn, cast):
     def loop(a, v, out, n, scalar_first):
         w = cast(v)
@@ -695,6 +714,11 @@ def c_loop(template, fn, comp, out, ins):
     def ptr(d):  # a bool element is a byte: Numba stores its i1 booleans into uint8
         return types.CPointer(types.uint8 if d.kind == "b" else numba.from_dtype(d.np))
 
+    if template in (unary_strided_cloop, binary_strided_cloop):
+        strides = (types.int64,) * (len(ins) + 1)
+        return jit.compile_cfunc(
+            template(fn), types.void(*map(ptr, ins), ptr(out), types.int64, *strides)
+        )
     if template is scalar_cloop:
         sig = types.void(
             ptr(ins[0]), SCALAR_ARGUMENT[comp.kind], ptr(out), types.int64, types.int32
