@@ -252,6 +252,7 @@ static PyMemberDef optable_members[] = {
 
 enum { FORM_TENSOR = 0, FORM_SCALAR = 1, FORM_UNCHECKED = 2 };  /* a kernel's forms */
 enum { LOOP_FLAT = 0, LOOP_SCALAR = 1, LOOP_STRIDED = 2, N_LOOP_FORMS = 3 };  /* loops' */
+enum { LOOP_ROWS = 3, LOOP_COLUMNS = 4 };  /* a reduction's loops */
 
 typedef void (*loop1_t)(void *, void *, long long);
 typedef void (*loop2_t)(void *, void *, void *, long long);
@@ -975,6 +976,276 @@ static void kernel_dealloc(KernelObject *k) {
     Py_TYPE(k)->tp_free((PyObject *)k);
 }
 
+/* ------------------------------------------------------------------ ReductionKernel
+ * Note [C reductions]: a fold (sum, prod, max, min, all, any) of a dense, C-contiguous
+ * CPU tensor over its leading or its trailing axes, below the size limit, runs the
+ * backend's own fold templates (compiled as C functions: loops.address(LOOP_ROWS or
+ * LOOP_COLUMNS, i)) on the storage seen as a (rows, cols) array -- exactly what the
+ * Python kernel's rows view gives for these layouts -- into an accumulator C
+ * allocated and filled with the start value; the result is cast and reshaped as the
+ * Python kernel does. Everything else (a dtype= argument, other axes or layouts, an
+ * empty axis without identity, big inputs: parallel loops) is the Python kernel. */
+
+typedef void (*fold_t)(void *, void *, long long, long long);
+enum { START_ZERO, START_ONE, START_TRUE, START_FALSE, START_FIRST };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *reference;  /* the Python kernel: every other call */
+    PyObject *spec;       /* the backend's FoldSpec: .address(form, index) */
+    PyObject *dict;
+    int has_dtype;        /* sum, prod: (x, axis, dtype, keepdims) */
+    int start;
+    long long limit;
+    int acc_index[MAX_DTYPES], result_index[MAX_DTYPES];
+    void *loops[2][MAX_DTYPES];  /* [rows, columns][dtype index] */
+} ReductionObject;
+
+static PyTypeObject ReductionType;
+
+static void *reduction_loop(ReductionObject *r, int form, int i) {
+    void **slot = &r->loops[form == LOOP_ROWS ? 0 : 1][i];
+    if (*slot != NULL) return *slot;
+    PyObject *got = PyObject_CallMethod(r->spec, "address", "ii", form, i);
+    if (got == NULL) return NULL;
+    *slot = PyLong_AsVoidPtr(got);
+    Py_DECREF(got);
+    return *slot;
+}
+
+static int fill_start(ReductionObject *r, PyArrayObject *acc, const char *x, npy_intp rows,
+                      npy_intp cols, int columns) {
+    char *p = PyArray_DATA(acc);
+    npy_intp n = PyArray_SIZE(acc), item = PyArray_ITEMSIZE(acc);
+    switch (r->start) {
+    case START_ZERO:
+    case START_FALSE:
+        memset(p, 0, n * item);
+        return 0;
+    case START_TRUE:
+        memset(p, 1, n * item);
+        return 0;
+    case START_ONE: {
+        PyObject *one = PyLong_FromLong(1);
+        int failed = one == NULL || PyArray_FillWithScalar(acc, one) < 0;
+        Py_XDECREF(one);
+        return failed ? -1 : 0;
+    }
+    default:  /* each row's (column's) first value: the input's dtype is the accumulator's */
+        if (columns) {
+            memcpy(p, x, n * item);
+        } else {
+            for (npy_intp k = 0; k < rows; k++) memcpy(p + k * item, x + k * cols * item, item);
+        }
+        return 0;
+    }
+}
+
+static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ssize_t n) {
+    if (n != (r->has_dtype ? 5 : 4)) return NULL;
+    PyObject *x_obj = args[1], *axis = args[2], *keepdims = args[n - 1];
+    if (r->has_dtype && args[3] != Py_None) return NULL;
+    if (!IS_TENSOR(x_obj) || !PyTuple_CheckExact(axis) || !PyBool_Check(keepdims)) return NULL;
+    TensorObject *t = T(x_obj);
+    if (!TENSOR_ARGS_OK(t) || t->ks != 1) return NULL;
+    int i = t->dtype_index, acc_i = r->acc_index[i], res_i = r->result_index[i];
+    if (acc_i < 0 || res_i < 0) return NULL;
+    PyArrayObject *f = flat_array(t, i);
+    if (f == NULL || !PyArray_CheckExact(t->data)) return NULL;
+    PyArrayObject *x = (PyArrayObject *)t->data;
+    int nd = PyArray_NDIM(x);
+    Py_ssize_t m = PyTuple_GET_SIZE(axis);
+    if (m == 0 || m > nd || PyArray_SIZE(f) >= r->limit) return NULL;
+    int prefix = 1, suffix = 1;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        long a = PyLong_AsLong(PyTuple_GET_ITEM(axis, k));
+        if (a == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        prefix &= a == k;
+        suffix &= a == nd - m + k;
+    }
+    if (!prefix && !suffix) return NULL;
+    int columns = !suffix;  /* a reduction over leading axes folds down the columns */
+    npy_intp reduced = 1, kept = 1;
+    for (int d = 0; d < nd; d++) {
+        int is_reduced = columns ? d < m : d >= nd - m;
+        if (is_reduced) reduced *= PyArray_DIMS(x)[d];
+        else kept *= PyArray_DIMS(x)[d];
+    }
+    if (reduced == 0 && r->start == START_FIRST) return NULL;  /* the kernel's error */
+    fold_t loop = (fold_t)reduction_loop(r, columns ? LOOP_COLUMNS : LOOP_ROWS, i);
+    if (loop == NULL) return NULL;
+    Py_INCREF(dtype_descrs[acc_i]);
+    PyArrayObject *acc = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, dtype_descrs[acc_i], 1, &kept, NULL, NULL, 0, NULL);
+    if (acc == NULL) return NULL;
+    const char *data = PyArray_DATA(f);
+    if (fill_start(r, acc, data, columns ? reduced : kept, columns ? kept : reduced, columns) < 0) {
+        Py_DECREF(acc);
+        return NULL;
+    }
+    if (reduced > 0 && kept > 0)
+        loop((void *)data, PyArray_DATA(acc), columns ? reduced : kept, columns ? kept : reduced);
+    PyArrayObject *flat = acc;
+    if (res_i != acc_i) {
+        Py_INCREF(dtype_descrs[res_i]);
+        flat = (PyArrayObject *)PyArray_CastToType(acc, dtype_descrs[res_i], 0);
+        Py_DECREF(acc);
+        if (flat == NULL) return NULL;
+    }
+    /* the result's shape: the kept dims, with 1s for the reduced ones under keepdims */
+    npy_intp dims[NPY_MAXDIMS];
+    int out_nd = 0, keep = keepdims == Py_True;
+    for (int d = 0; d < nd; d++) {
+        int is_reduced = columns ? d < m : d >= nd - m;
+        if (!is_reduced) dims[out_nd++] = PyArray_DIMS(x)[d];
+        else if (keep) dims[out_nd++] = 1;
+    }
+    PyObject *shape = shape_tuple(out_nd, dims, NULL, NULL);
+    if (shape == NULL) {
+        Py_DECREF(flat);
+        return NULL;
+    }
+    PyObject *out_data;
+    if (out_nd == 1) {
+        Py_INCREF(flat);
+        out_data = (PyObject *)flat;
+    } else {
+        Py_INCREF(dtype_descrs[res_i]);
+        out_data = PyArray_NewFromDescr(&PyArray_Type, dtype_descrs[res_i], out_nd, dims, NULL,
+                                        PyArray_DATA(flat), NPY_ARRAY_CARRAY, NULL);
+        Py_INCREF(flat);
+        if (out_data == NULL || PyArray_SetBaseObject((PyArrayObject *)out_data, (PyObject *)flat) < 0) {
+            Py_XDECREF(out_data);
+            Py_DECREF(flat);
+            Py_DECREF(shape);
+            if (out_data == NULL) Py_DECREF(flat);
+            return NULL;
+        }
+    }
+    TensorObject *out = (TensorObject *)tensor_type->tp_alloc(tensor_type, 0);
+    if (out == NULL) {
+        Py_DECREF(out_data);
+        Py_DECREF(flat);
+        Py_DECREF(shape);
+        return NULL;
+    }
+    out->data = out_data;
+    out->flat = (PyObject *)flat;
+    Py_INCREF(cpu_ks);
+    out->ks_obj = cpu_ks;
+    out->ks = 1;
+    Py_INCREF(dtype_objs[res_i]);
+    out->dtype = dtype_objs[res_i];
+    out->dtype_index = res_i;
+    out->shape = shape;
+    return (PyObject *)out;
+}
+
+static PyObject *reduction_vectorcall(ReductionObject *r, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL) {
+        PyObject *out = reduction_fast(r, args, n);
+        if (out != NULL || PyErr_Occurred()) return out;
+    }
+    return PyObject_Vectorcall(r->reference, args, nargsf, kwnames);
+}
+
+static int dtype_index_list(PyObject *seq, int *out) {
+    PyObject *items = PySequence_Fast(seq, "a list of dtypes");
+    if (items == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    for (int i = 0; i < MAX_DTYPES; i++) out[i] = -1;
+    for (Py_ssize_t i = 0; i < n && i < MAX_DTYPES; i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(items, i);
+        out[i] = d == Py_None ? -1 : dtype_index_of(d);
+    }
+    Py_DECREF(items);
+    return 0;
+}
+
+/* ReductionKernel(kernel, spec): the fold `kernel` with the fast path of `spec` */
+static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *kernel, *spec;
+    if (!PyArg_ParseTuple(args, "OO:ReductionKernel", &kernel, &spec)) return NULL;
+    ReductionObject *r = (ReductionObject *)type->tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    r->vectorcall = (vectorcallfunc)reduction_vectorcall;
+    Py_INCREF(kernel);
+    r->reference = kernel;
+    Py_INCREF(spec);
+    r->spec = spec;
+    PyObject *has_dtype = PyObject_GetAttrString(spec, "has_dtype");
+    PyObject *start = PyObject_GetAttrString(spec, "start");
+    PyObject *results = PyObject_GetAttrString(spec, "results");
+    PyObject *accs = PyObject_GetAttrString(spec, "accumulators");
+    PyObject *limit = PyObject_GetAttrString(spec, "limit");
+    int ok = has_dtype && start && results && accs && limit &&
+             dtype_index_list(results, r->result_index) == 0 &&
+             dtype_index_list(accs, r->acc_index) == 0;
+    if (ok) {
+        r->has_dtype = PyObject_IsTrue(has_dtype);
+        if (PyUnicode_Check(start)) r->start = START_FIRST;
+        else if (PyBool_Check(start)) r->start = start == Py_True ? START_TRUE : START_FALSE;
+        else r->start = PyLong_AsLong(start) == 1 ? START_ONE : START_ZERO;
+        double lim = PyFloat_Check(limit) ? PyFloat_AsDouble(limit) : (double)PyLong_AsLongLong(limit);
+        r->limit = lim >= 9.0e18 ? LLONG_MAX : (long long)lim;
+        ok = !PyErr_Occurred();
+    }
+    Py_XDECREF(has_dtype);
+    Py_XDECREF(start);
+    Py_XDECREF(results);
+    Py_XDECREF(accs);
+    Py_XDECREF(limit);
+    if (!ok) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return (PyObject *)r;
+}
+
+static PyObject *reduction_set_limit(ReductionObject *r, PyObject *limit) {
+    double lim = PyFloat_Check(limit) ? PyFloat_AsDouble(limit) : (double)PyLong_AsLongLong(limit);
+    if (PyErr_Occurred()) return NULL;
+    r->limit = lim >= 9.0e18 ? LLONG_MAX : (long long)lim;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef reduction_methods[] = {
+    {"set_limit", (PyCFunction)reduction_set_limit, METH_O, "the size limit of the fast path"},
+    {NULL},
+};
+
+static PyMemberDef reduction_members[] = {
+    {"reference", T_OBJECT, offsetof(ReductionObject, reference), READONLY, "the Python kernel"},
+    {"spec", T_OBJECT, offsetof(ReductionObject, spec), READONLY, "the fold's description"},
+    {NULL},
+};
+
+static int reduction_traverse(ReductionObject *r, visitproc visit, void *arg) {
+    Py_VISIT(r->reference);
+    Py_VISIT(r->spec);
+    Py_VISIT(r->dict);
+    return 0;
+}
+
+static int reduction_clear(ReductionObject *r) {
+    Py_CLEAR(r->reference);
+    Py_CLEAR(r->spec);
+    Py_CLEAR(r->dict);
+    return 0;
+}
+
+static void reduction_dealloc(ReductionObject *r) {
+    PyObject_GC_UnTrack(r);
+    reduction_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
 /* ------------------------------------------------------------------ Binding */
 
 typedef struct {
@@ -1421,6 +1692,24 @@ static PyTypeObject BindingType = {
     .tp_getset = binding_getset,
 };
 
+static PyTypeObject ReductionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lamina.dispatch._core.ReductionKernel",
+    .tp_doc = "A fold with the C core's fast path (Note [C reductions]).",
+    .tp_basicsize = sizeof(ReductionObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = reduction_new,
+    .tp_dealloc = (destructor)reduction_dealloc,
+    .tp_traverse = (traverseproc)reduction_traverse,
+    .tp_clear = (inquiry)reduction_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ReductionObject, vectorcall),
+    .tp_dictoffset = offsetof(ReductionObject, dict),
+    .tp_getset = binding_getset,
+    .tp_members = reduction_members,
+    .tp_methods = reduction_methods,
+};
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "lamina.dispatch._core",
     "The per-call core of lamina in C (Note [Two cores] in dispatch/reference.py).", -1,
@@ -1434,6 +1723,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     TensorBaseType.tp_new = PyBaseObject_Type.tp_new;    /* object.__new__(Tensor) works */
     if (PyType_Ready(&TensorBaseType) < 0 || PyType_Ready(&OperatorTableType) < 0 ||
         PyType_Ready(&KernelType) < 0 || PyType_Ready(&BindingType) < 0 ||
+        PyType_Ready(&ReductionType) < 0 ||
         PyType_Ready(&LoopCacheType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&core_module);
@@ -1444,7 +1734,8 @@ PyMODINIT_FUNC PyInit__core(void) {
         PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&TensorBaseType) < 0 ||
         PyModule_AddObjectRef(m, "OperatorTable", (PyObject *)&OperatorTableType) < 0 ||
         PyModule_AddObjectRef(m, "ElementwiseKernel", (PyObject *)&KernelType) < 0 ||
-        PyModule_AddObjectRef(m, "Binding", (PyObject *)&BindingType) < 0) {
+        PyModule_AddObjectRef(m, "Binding", (PyObject *)&BindingType) < 0 ||
+        PyModule_AddObjectRef(m, "ReductionKernel", (PyObject *)&ReductionType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

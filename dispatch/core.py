@@ -31,6 +31,7 @@ LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = (
     reference.LOOP_SCALAR,
     reference.LOOP_STRIDED,
 )
+LOOP_ROWS, LOOP_COLUMNS = reference.LOOP_ROWS, reference.LOOP_COLUMNS
 PY_SCALARS = reference.PY_SCALARS
 
 if _core is None:
@@ -45,6 +46,10 @@ if _core is None:
     def direct_binding(name, d, arity, kernel, fallback):
         """(The reference's direct binding is ``fallback`` itself.)"""
         return fallback
+
+    def ReductionKernel(kernel, spec):
+        """(The reference's reduction kernel is the backend's Python kernel itself.)"""
+        return kernel
 
     def set_tensor_type(tensor_type):
         reference.set_tensor_type(tensor_type)
@@ -76,3 +81,5 @@ else:
         """A binding straight to ``kernel`` for dense CPU tensors (the dispatcher layer
         off); ``fallback``, the Python version, serves and refuses everything else."""
         return _core.Binding(name, d, arity, fallback, kernel)
+
+    ReductionKernel = _core.ReductionKernel

@@ -151,6 +151,8 @@ TENSOR, SCALAR, UNCHECKED = 0, 1, 2  # the three forms of one kernel
 # the forms of a backend's loops (loops.address(form, i)): contiguous; contiguous with a
 # scalar operand; strided, the inner loop of a NumPy ufunc (the C core's general path)
 LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = 0, 1, 2
+# a reduction's loops: over the rows of a (rows, cols) array, or down its columns
+LOOP_ROWS, LOOP_COLUMNS = 3, 4
 _empty = np.empty
 _new = object.__new__
 

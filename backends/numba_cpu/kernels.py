@@ -686,6 +686,25 @@ def scalar_cloop(fn, cast):
     return loop
 
 
+def fold_rows_cloop(kernel):
+    """A reduction of the C core's (Note [C loops]): ``kernel`` (reduce_rows or
+    argreduce_rows, compiled) over a contiguous (rows, cols) array into rows results."""
+
+    def loop(x, out, rows, cols):
+        kernel(numba.carray(x, (rows, cols)), numba.carray(out, rows))
+
+    return loop
+
+
+def fold_columns_cloop(kernel):
+    """reduce_columns over a contiguous (rows, cols) array into cols results."""
+
+    def loop(x, out, rows, cols):
+        kernel(numba.carray(x, (rows, cols)), numba.carray(out, cols))
+
+    return loop
+
+
 def _cast(name, fn):
     """A module-level cast to dtype ``name`` (it pickles by name: Note [Kernel cache])."""
     cast = register_jitable(lambda v: fn(v))
@@ -714,6 +733,10 @@ def c_loop(template, fn, comp, out, ins):
     def ptr(d):  # a bool element is a byte: Numba stores its i1 booleans into uint8
         return types.CPointer(types.uint8 if d.kind == "b" else numba.from_dtype(d.np))
 
+    if template in (fold_rows_cloop, fold_columns_cloop):  # fn: the compiled reduction
+        return jit.compile_cfunc(
+            template(fn), types.void(ptr(ins[0]), ptr(out), types.int64, types.int64)
+        )
     if template in (unary_strided_cloop, binary_strided_cloop):
         strides = (types.int64,) * (len(ins) + 1)
         return jit.compile_cfunc(

@@ -2,11 +2,13 @@
 argmin (one template each, folded over the rows of a 2-D view) and the moments behind
 mean, var and std."""
 
+import numba
 import numpy as np
 from numba import prange, types
 
 from lamina.backends import jit, threads
 from lamina.backends import setup as S
+from lamina.dispatch import core
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
@@ -16,12 +18,15 @@ from . import kernels as K
 from .layout import rows_view
 
 empty = np.empty
+FAST = []  # the C core's reduction kernels: their limits follow the thread count
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
 
 
 def _set_threshold(threshold):
     global _parallel_min
     _parallel_min = threshold
+    for kernel in FAST:
+        kernel.set_limit(threshold)
 
 
 threads.on_change(_set_threshold)
@@ -188,14 +193,78 @@ def std(ks, x, axis, correction, keepdims):
     return _moments_of("std", x, axis, correction, keepdims)
 
 
+class FoldSpec:
+    """What the C core's reduction fast path needs of a fold (Note [C reductions] in
+    dispatch/_core.c): per input dtype index, the accumulator and result dtypes (None
+    where the dtype takes the Python kernel), the start value, and the loops' addresses
+    -- the same templates the Python kernel runs, compiled as C functions."""
+
+    def __init__(self, name, reduction, start, result):
+        op = OPERATORS[name]
+        self.name, self.reduction, self.start = name, reduction, start
+        self.has_dtype = name in ("sum", "prod")
+        self.results, self.accumulators = [], []
+        for d in D.ALL:
+            try:
+                res = result(op, d)
+            except TypeError:  # a dtype the operator refuses: the Python kernel raises
+                res = None
+            self.results.append(res)
+            self.accumulators.append(
+                None
+                if res is None
+                else D.from_numpy(np.dtype(_accumulator(res)))
+                if self.has_dtype
+                else res
+            )
+        self.limit = _parallel_min
+
+    def address(self, form, index):
+        template = self.reduction.template if form == core.LOOP_ROWS else self.reduction.columns
+        wrapper = K.fold_rows_cloop if form == core.LOOP_ROWS else K.fold_columns_cloop
+        d, acc = D.ALL[index], self.accumulators[index]
+
+        def build():
+            kernel = numba.njit(**jit.OPTIONS)(template(self.reduction.fn, range))
+            return K.c_loop(wrapper, kernel, d, acc, [d])
+
+        return jit.cached((wrapper, template, self.reduction.fn, d, acc), build)
+
+
+def _fast(kernel, spec):
+    """The kernel with the C core's fast path in front (the kernel itself in the
+    pure-Python core)."""
+    kernel.__name__ = kernel.__qualname__ = spec.name  # the Python kernel reads its name
+    fast = core.ReductionKernel(kernel, spec)
+    if fast is not kernel:
+        FAST.append(fast)
+    return fast
+
+
+def _sum_result(op, d):
+    return S.result_dtype(op, S.check_dtype(op, d))
+
+
 def register(registry):
     kernels = {
-        "sum": _sum_like(_SUM, 0),
-        "prod": _sum_like(_PROD, 1),
-        "max": _fold(_MAX, _first_value("max"), lambda x: x._dtype),
-        "min": _fold(_MIN, _first_value("min"), lambda x: x._dtype),
-        "all": _fold(_ALL, _constant(True), lambda x: D.bool_),
-        "any": _fold(_ANY, _constant(False), lambda x: D.bool_),
+        "sum": _fast(_sum_like(_SUM, 0), FoldSpec("sum", _SUM, 0, _sum_result)),
+        "prod": _fast(_sum_like(_PROD, 1), FoldSpec("prod", _PROD, 1, _sum_result)),
+        "max": _fast(
+            _fold(_MAX, _first_value("max"), lambda x: x._dtype),
+            FoldSpec("max", _MAX, "first", lambda op, d: d),
+        ),
+        "min": _fast(
+            _fold(_MIN, _first_value("min"), lambda x: x._dtype),
+            FoldSpec("min", _MIN, "first", lambda op, d: d),
+        ),
+        "all": _fast(
+            _fold(_ALL, _constant(True), lambda x: D.bool_),
+            FoldSpec("all", _ALL, True, lambda op, d: D.bool_),
+        ),
+        "any": _fast(
+            _fold(_ANY, _constant(False), lambda x: D.bool_),
+            FoldSpec("any", _ANY, False, lambda op, d: D.bool_),
+        ),
         "argmax": _fold(_ARGMAX, _first_index("argmax"), lambda x: D.int64),
         "argmin": _fold(_ARGMIN, _first_index("argmin"), lambda x: D.int64),
         "mean": mean,
@@ -204,4 +273,5 @@ def register(registry):
     }
     for name, fn in kernels.items():
         fn.__name__ = fn.__qualname__ = name
+        fn.__module__ = __name__
         registry.register(name, "cpu", fn)
