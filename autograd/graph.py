@@ -13,7 +13,7 @@ import itertools
 import threading
 import weakref
 
-from lamina.dispatch import keys
+from lamina.dispatch import core, keys
 from lamina.dispatch.devices import device_of_key
 from lamina.dispatch.tensor import PY_SCALARS, Tensor, version_of
 from lamina.dispatch.tensor import versions as _modified  # storages ever written in place
@@ -21,7 +21,7 @@ from lamina.dispatch.tensor import versions as _modified  # storages ever writte
 AUTOGRAD = keys.AUTOGRAD
 
 
-class Node:
+class Node(core.NodeBase):
     """One recorded operation: its derivative formula, saved arguments, and edges.
 
     ``next_nodes[i]`` is the node the gradient of argument i (of the i-th tensor of
@@ -30,7 +30,7 @@ class Node:
 
     # Every node sets the first three; the rest are rarely anything but the class
     # defaults below and live in the instance __dict__ when set (Note [Cheap recording])
-    __slots__ = ("derivative", "next_nodes", "saved", "__weakref__", "__dict__")
+    __slots__ = ()  # derivative, next_nodes, saved: core.NodeBase's (C or Python)
     next_nrs = None
     versions = ()  # the version of each of saved_tensors(node); () when all were 0
     shapes = None  # an input's shape, where it differs from the result's

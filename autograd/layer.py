@@ -9,7 +9,7 @@ through the same table, then records a graph node (unless grad mode is off).
 import numpy as np
 import pluggy
 
-from lamina.dispatch import keys
+from lamina.dispatch import core, keys
 from lamina.dispatch.schema import OPERATORS, tagged
 
 from . import graph
@@ -48,9 +48,23 @@ def _kernel(op, derivative):
             record_with_scalar(derivative, a, b, out)
         return out
 
+    binary.__name__ = binary.__qualname__ = op.name
+    binary = core.RecordingKernel(  # Note [C recording] (the C core records in C)
+        binary,
+        derivative=derivative,
+        table=op.dispatch,
+        node_type=graph.Node,
+        grad_state=state,
+        versions=graph._modified,
+        nothing_saved=graph._NOTHING_SAVED[2],
+        accumulator=graph.grad_accumulator,
+        record=record_binary,
+        autograd=keys.AUTOGRAD,
+    )
     fn = binary if op.kind == "binary" else kernel
     for f in (fn, with_scalar):
         f.__name__ = f.__qualname__ = op.name
+        f.__module__ = __name__  # how dumps show it (the C kernel's type is the core's)
     return fn, (with_scalar if op.kind == "binary" else None)  # Note [Kernel variants]
 
 
@@ -110,7 +124,7 @@ def _inplace_kernel(op, derivative):
         _check_view(op.name, x1, x2)
         previous = copy(x1) if 0 in derivative.saves else x1
         table[below.bit_length()](below, x1, x2)
-        x1.__dict__.pop("_output_nr", None)
+        x1._output_nr = 0
         graph.record(derivative, (previous, x2), (x1,))
         return x1
 
@@ -126,7 +140,7 @@ def _setitem_kernel(ks, x, key, value):
         _check_view("setitem", x, value)
     out = table[below.bit_length()](below, x, key, value)
     if state.enabled:
-        x.__dict__.pop("_output_nr", None)
+        x._output_nr = 0
         graph.record(DERIVATIVES["setitem"], (x, key, value), (x,))
     return out
 

@@ -37,6 +37,8 @@ PY_SCALARS = reference.PY_SCALARS
 if _core is None:
     IMPLEMENTATION = "python"
     TensorBase = reference.TensorBase
+    NodeBase = reference.NodeBase
+    RecordingKernel = reference.RecordingKernel
     OperatorTable = reference.OperatorTable
     ElementwiseKernel = reference.ElementwiseKernel
     unary_binding = reference.unary_binding
@@ -60,6 +62,8 @@ if _core is None:
 else:
     IMPLEMENTATION = "c"
     TensorBase = _core.TensorBase
+    NodeBase = _core.NodeBase
+    RecordingKernel = _core.RecordingKernel
     OperatorTable = _core.OperatorTable
     set_slot = _core.set_slot
     set_dtypes = _core.set_dtypes

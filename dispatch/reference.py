@@ -32,9 +32,27 @@ IMPLEMENTATION = "python"
 
 
 class TensorBase:
-    """The fields of a tensor; ``tensor.Tensor`` adds the methods."""
+    """The fields of a tensor; ``tensor.Tensor`` adds the methods. Note [Autograd
+    fields]: ``_output_nr`` (which output of ``_grad_fn`` the tensor is) and
+    ``_accumulator`` (a leaf's AccumulateGrad node) are rarely anything but these
+    defaults (the C core keeps them in its struct)."""
 
     __slots__ = ("__dict__", "__weakref__", "_data", "_dtype", "_flat", "_grad_fn", "_ks", "_shape")
+    _output_nr = 0
+    _accumulator = None
+
+
+class NodeBase:
+    """The fields every autograd node sets (lamina.autograd.graph.Node adds the rest):
+    its derivative, the nodes its inputs' gradients flow into, what it saved."""
+
+    __slots__ = ("__dict__", "__weakref__", "derivative", "next_nodes", "saved")
+
+
+def RecordingKernel(kernel, **parts):
+    """The autograd layer's binary kernel: the reference is the layer's own function
+    (``kernel``; the C core records the common case itself, Note [C recording])."""
+    return kernel
 
 
 class OperatorTable:

@@ -67,8 +67,6 @@ class Tensor(_Base):
     # read it on any tensor it enters with, and making other tensors costs nothing for
     # it. Rarer fields live in the instance __dict__, created only when one is set; the
     # class attributes below are the defaults every other tensor reads.
-    _output_nr = 0  # which output of grad_fn this tensor is
-    _accumulator = None  # a leaf's AccumulateGrad node (lamina.autograd.graph)
     __array_priority__ = 1000
     __array_ufunc__ = None  # ndarray <op> Tensor defers to Tensor's reflected operator
     __hash__ = object.__hash__
