@@ -55,6 +55,5 @@ _tensor.upper.namespace = sys.modules[__name__]  # Tensor.__array_namespace__
 
 # the built-in plugins, then the autograd layer (registered like a backend), then the
 # installed third-party plugins last, so that they see a complete lamina
-backends.load_builtin()
-backends.register(autograd.plugin, "autograd", "built-in")
+backends.load_builtin((autograd.plugin, "autograd"))
 backends.load_entry_points()
