@@ -1,9 +1,10 @@
 """Operator setup shared by the CPU backends: type promotion with Python scalars,
 dtype checks, broadcasting and axis handling. Pure Python, no kernels.
 
-Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
-kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float) and
-an integer that does not fit raises OverflowError instead of wrapping.
+Python scalars are *weak* (Array API, NEP 50; Note [Weak scalars] in dispatch/dtypes.py):
+they take the tensor's dtype when their kind fits (``int8_tensor + 1`` is int8;
+``float32_tensor + 1j`` complex64; ``int_tensor + 1.5`` is the default float) and an
+integer that does not fit raises OverflowError instead of wrapping.
 """
 
 import numpy as np
@@ -11,7 +12,7 @@ import numpy as np
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.meta import broadcast_shapes, reduced_shape  # noqa: F401 (re-exported)
 
-_SCALARS = (bool, int, float)
+_SCALARS = D.PY_SCALAR_TYPES
 
 
 def scalar_value(x):
@@ -21,10 +22,6 @@ def scalar_value(x):
     if isinstance(x, np.generic) and x.ndim == 0:
         return x.item()
     return None
-
-
-def _weak_kind(value):
-    return "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
 
 
 def promote(op, args):
@@ -44,30 +41,43 @@ def promote(op, args):
         dtype = D.bool_  # Array API 2024.12: only scalars give their kind's default
     for a in args:
         v = scalar_value(a)
-        if v is None:
-            continue
-        kind = _weak_kind(v)
-        if kind == "i" and dtype.kind == "b":
-            dtype = D.default_int
-        elif kind == "f" and dtype.kind != "f":
-            dtype = D.default_float
+        if v is not None:
+            dtype = D.promote_weak(dtype, v)
     return check_dtype(op, dtype)
 
 
-_ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
+# the dtype kinds of each rule of dispatch/schema.py's DTYPE_RULES, and how errors name them
+_ACCEPTS = {
+    "any": "biufc",
+    "real": "biuf",
+    "numeric": "iufc",
+    "real_numeric": "iuf",
+    "float": "fc",
+    "real_float": "f",
+    "complex": "c",
+    "int": "iu",
+    "intbool": "biu",
+}
 _DESCRIBE = {
+    "real": "real-valued (not complex)",
     "numeric": "numeric",
+    "real_numeric": "real-valued numeric",
     "float": "floating-point",
+    "real_float": "real-valued floating-point",
+    "complex": "complex floating-point",
     "int": "integer",
     "intbool": "integer or boolean",
 }
+_TO_FLOAT = ("float", "real_float")  # rules that compute ints and bool in the default float
 
 
 def check_dtype(op, dtype):
+    """The computation dtype of ``op`` for inputs of ``dtype``, or a TypeError naming
+    the operator, what it needs and the dtype it got."""
     rule = op.dtypes
     if dtype.kind in _ACCEPTS[rule]:
         return dtype
-    if rule == "float" and dtype.kind in "biu":
+    if rule in _TO_FLOAT and dtype.kind in "biu":
         return D.default_float  # as NumPy: exp(int tensor) is float64
     raise TypeError(f"{op.name} needs {_DESCRIBE[rule]} inputs, got {dtype}")
 
@@ -80,6 +90,10 @@ def result_dtype(op, dtype):
         return D.int64
     if rule == "sum":
         return _SUM_RESULTS.get(dtype.kind, dtype)
+    if rule == "real":
+        return D.real_of(dtype)
+    if rule == "complex":
+        return D.complex_of(dtype)
     return dtype
 
 
@@ -138,9 +152,16 @@ def inplace_check(op, target, dtype, shape):
 
 
 def sum_dtype(op, x, dtype):
-    """The accumulation/result dtype of sum and prod (Array API defaults)."""
+    """The accumulation/result dtype of sum and prod (Array API defaults); a complex
+    tensor cannot be summed in a real dtype (the imaginary parts would be dropped)."""
     if dtype is not None:
-        return check_dtype(op, D.as_dtype(dtype))
+        dtype = check_dtype(op, D.as_dtype(dtype))
+        if x._dtype.kind == "c" and dtype.kind != "c":
+            raise TypeError(
+                f"{op.name}: a {x._dtype} tensor cannot be accumulated in {dtype} "
+                "(the imaginary parts would be dropped); take real(x) first"
+            )
+        return dtype
     return result_dtype(op, check_dtype(op, x._dtype))
 
 
@@ -163,7 +184,9 @@ def check_clip_bounds(x, *bounds):
         if b is None:
             continue
         v = scalar_value(b)
-        kind = _weak_kind(v) if v is not None else b._dtype.kind
+        kind = D.weak_kind(v) if v is not None else b._dtype.kind
+        if kind == "c":
+            raise TypeError("clip: complex bounds have no order; clip needs real-valued bounds")
         if (kind == "f" and x._dtype.kind != "f") or (kind == "b" and x._dtype.kind != "b"):
             raise TypeError(
                 f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "

@@ -1,10 +1,11 @@
 """lamina -- a tensor library whose every layer can be switched off and measured.
 
-``import lamina as lm`` gives the Python Array API (2024.12, without complex dtypes and
-lamina.fft yet): tensors, dtypes, creation, elementwise, statistical, manipulation,
-searching, sorting, set and linear-algebra functions (``lamina.linalg``), with autograd
-and sparse COO tensors. The functions are generated from the operator schema
-(``lamina.dispatch``); this module only gathers the public face.
+``import lamina as lm`` gives the Python Array API (2024.12, without lamina.fft yet):
+tensors, dtypes (complex64 and complex128 too), creation, elementwise, statistical,
+manipulation, searching, sorting, set and linear-algebra (``lamina.linalg``)
+functions, with autograd and sparse COO tensors. The
+functions are generated from the operator schema (``lamina.dispatch``); this module
+only gathers the public face.
 """
 
 import sys
@@ -19,6 +20,8 @@ from lamina.dispatch.devices import Device
 from lamina.dispatch.dtypes import (
     DType,
     can_cast,
+    complex64,
+    complex128,
     finfo,
     float32,
     float64,

@@ -18,7 +18,17 @@ indexing, creation). One module per family of operators:
 
 from lamina.backends.hookspecs import hookimpl
 
-from . import creation, elementwise, lapack, linalg, manipulation, reductions, scan, sorting, views
+from . import (
+    creation,
+    elementwise,
+    lapack,
+    linalg,
+    manipulation,
+    reductions,
+    scan,
+    sorting,
+    views,
+)
 
 
 @hookimpl
