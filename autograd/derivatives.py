@@ -25,9 +25,10 @@ dtypes] in dispatch/dtypes.py).
 import cmath
 import math
 
+from lamina.dispatch import fft as FFT
 from lamina.dispatch import linalg as LA
 from lamina.dispatch import ops
-from lamina.dispatch.dtypes import bool_
+from lamina.dispatch.dtypes import bool_, real_of
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
@@ -492,6 +493,78 @@ def _vector_norm(g, r, n, x, axis, keepdims, ord):
     return (g * ops.sign(x) * ops.where(r == 0, 0.0, scale),)
 
 
+# ---------------------------------------------------------------- lamina.fft
+# (issue 15) a transform with norm N is linear over the reals; its adjoint is the
+# opposite transform with the dual norm (the scale stays: backward <-> forward), then
+# the input's zero-padding or trimming undone (_fit). The real-input transforms keep
+# the real part; the Hermitian-input ones (irfft, hfft) count each interior frequency
+# twice (_hermitian_weights), as their output sees it and its conjugate.
+
+_DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _fit(g, axes, sizes):
+    """g trimmed or zero-padded along each of axes to the sizes (the input's)."""
+    for axis, size in zip(axes, sizes):
+        have = g.shape[axis]
+        if have > size:
+            g = g[(slice(None),) * axis + (slice(0, size),)]
+        elif have < size:
+            shape = g.shape[:axis] + (size - have,) + g.shape[axis + 1 :]
+            g = ops.concat([g, ops.zeros(shape, dtype=g.dtype, device=g.device)], axis=axis)
+    return g
+
+
+def _hermitian_weights(g, axis, n):
+    """1 for frequency 0 (and n / 2 of an even n), 2 for the others: the weights of
+    rfft(g) in the gradient of irfft (PyTorch's fft_c2r_backward)."""
+    weights = [1.0] + [2.0] * (n - n // 2 - 1) + [1.0] * (1 - n % 2)
+    w = ops.asarray(weights, dtype=real_of(g.dtype), device=g.device)
+    return ops.reshape(w, (n // 2 + 1,) + (1,) * (g.ndim - axis - 1))
+
+
+def _c2c(inverse, nd):
+    adjoint = FFT.fftn if inverse else FFT.ifftn  # of ifft(n) is fftn(n), of fft ifft
+
+    def formula(g, r, n, x, size, axes, norm):
+        sizes, axes = (size, axes) if nd else ((size,), (axes,))
+        grad = adjoint(g, s=sizes, axes=axes, norm=_DUAL[norm])
+        return (_fit(grad, axes, [x.shape[a] for a in axes]),)
+
+    return formula
+
+
+def _r2c(conjugate, nd):
+    """rfft, rfftn (and ihfft = conj(rfft) with the dual norm, ``conjugate``): the
+    gradient is the real part of the inverse transform of g padded to s[-1]."""
+
+    def formula(g, r, n, x, size, axes, norm):
+        sizes, axes = (size, axes) if nd else ((size,), (axes,))
+        if conjugate:
+            g, norm = ops.conj(g), _DUAL[norm]
+        full = _fit(g, axes[-1:], sizes[-1:])
+        grad = ops.real(FFT.ifftn(full, s=sizes, axes=axes, norm=_DUAL[norm]))
+        return (_fit(grad, axes, [x.shape[a] for a in axes]),)
+
+    return formula
+
+
+def _c2r(conjugate, nd):
+    """irfft, irfftn (and hfft = irfft(conj(x)) with the dual norm, ``conjugate``):
+    the real transform of g, interior frequencies doubled."""
+
+    def formula(g, r, n, x, size, axes, norm):
+        sizes, axes = (size, axes) if nd else ((size,), (axes,))
+        if conjugate:
+            norm = _DUAL[norm]
+        grad = FFT.rfftn(g, s=sizes, axes=axes, norm=_DUAL[norm])
+        grad = grad * _hermitian_weights(grad, axes[-1], sizes[-1])
+        grad = _fit(grad, axes, [x.shape[a] for a in axes])
+        return (ops.conj(grad) if conjugate else grad,)
+
+    return formula
+
+
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 D = Derivative
@@ -684,5 +757,16 @@ DERIVATIVES = {
         D("svdvals", _svdvals, saves=(0,)),
         D("diagonal", _diagonal, saves=(0, 1)),
         D("vector_norm", _vector_norm, saves=None, uses_result=True),
+        # lamina.fft (issue 15): the formulas read only x's shape
+        D("fft", _c2c(False, False), sizes=(0,)),
+        D("ifft", _c2c(True, False), sizes=(0,)),
+        D("fftn", _c2c(False, True), sizes=(0,)),
+        D("ifftn", _c2c(True, True), sizes=(0,)),
+        D("rfft", _r2c(False, False), sizes=(0,)),
+        D("rfftn", _r2c(False, True), sizes=(0,)),
+        D("ihfft", _r2c(True, False), sizes=(0,)),
+        D("irfft", _c2r(False, False), sizes=(0,)),
+        D("irfftn", _c2r(False, True), sizes=(0,)),
+        D("hfft", _c2r(True, False), sizes=(0,)),
     ]
 }

@@ -275,3 +275,79 @@ def vector_norm(x: Any, axis: tuple[int, ...], keepdims: bool, ord: Any) -> tupl
     if isinstance(ord, bool) or not isinstance(ord, (int, float)):
         raise TypeError(f"vector_norm: ord must be a number (or inf), got {ord!r}")
     return x, axis, keepdims, float(ord)
+
+
+# ---------------------------------------------------------------- Fourier transforms
+# Note [FFT arguments]: the checks of lamina.fft's operators give kernels resolved
+# arguments, so every backend computes the same transform: one-dimensional ones get n
+# (a positive int: the input's length along axis, or 2 * (M - 1) for the transforms of
+# Hermitian input, irfft and hfft) and a non-negative axis; n-dimensional ones get s
+# and axes as tuples of one length (every axis when both are None; s[i] == -1 and s
+# None are the input's sizes, the last one 2 * (M - 1) for irfftn). norm is checked.
+
+_NORMS = ("backward", "ortho", "forward")
+_HERMITIAN_INPUT = ("irfft", "hfft", "irfftn")  # n counts the output: 2 * (M - 1) by default
+
+
+def _fft_norm(name: str, norm: Any) -> str:
+    if norm not in _NORMS:
+        raise ValueError(f"fft.{name}: norm must be one of {', '.join(_NORMS)}, got {norm!r}")
+    return norm
+
+
+def _fft_size(name: str, what: str, n: Any, m: int, hermitian: bool) -> int:
+    if n is None or n == -1:
+        n = 2 * (m - 1) if hermitian else m
+        if n < 1:
+            raise ValueError(
+                f"fft.{name}: the input's length {m} along the transformed axis gives "
+                f"{what} = {n}; pass a positive {what}"
+            )
+        return n
+    n = A.integer(n, name, what)
+    if n < 1:
+        raise ValueError(f"fft.{name}: {what} must be a positive integer, got {n}")
+    return n
+
+
+def fft1(name: str) -> Any:
+    """The check of a one-dimensional transform (fft, ifft, rfft, irfft, hfft, ihfft)."""
+    hermitian = name in _HERMITIAN_INPUT
+
+    def check(x: Any, n: Any, axis: int, norm: Any) -> tuple:
+        axis = A.axis(axis, name, "axis", len(x._shape))
+        n = _fft_size(name, "n", n, x._shape[axis], hermitian)
+        return x, n, axis, _fft_norm(name, norm)
+
+    return check
+
+
+def fftn(name: str) -> Any:
+    """The check of an n-dimensional transform (fftn, ifftn, rfftn, irfftn)."""
+    hermitian = name in _HERMITIAN_INPUT
+
+    def check(x: Any, s: Any, axes: Any, norm: Any) -> tuple:
+        ndim = len(x._shape)
+        if axes is None:
+            if s is not None:
+                raise ValueError(f"fft.{name}: s needs axes (the standard requires both)")
+            axes = tuple(range(ndim))
+        if not isinstance(axes, (tuple, list)):
+            raise TypeError(f"fft.{name}: axes must be a sequence of ints, got {axes!r}")
+        axes = tuple(A.axis(a, name, "axes", ndim) for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"fft.{name}: repeated axis in axes={axes}")
+        if name in ("rfftn", "irfftn") and not axes:
+            raise ValueError(f"fft.{name}: needs at least one axis to transform")
+        if s is None:
+            s = (None,) * len(axes)
+        if not isinstance(s, (tuple, list)) or len(s) != len(axes):
+            raise ValueError(f"fft.{name}: s must be a sequence of one size per axis, got {s!r}")
+        last = len(axes) - 1
+        sizes = tuple(
+            _fft_size(name, "s", n, x._shape[a], hermitian and i == last)
+            for i, (n, a) in enumerate(zip(s, axes))
+        )
+        return x, sizes, axes, _fft_norm(name, norm)
+
+    return check

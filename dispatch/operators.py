@@ -793,3 +793,57 @@ define(
     "(sum |x|**ord)**(1/ord); inf and -inf give the largest and smallest |x|, 0 the "
     "number of nonzeros.",
 )
+
+# ---------------------------------------------------------------- lamina.fft
+# (issue 15) the Array API's Fourier transform extension: pocketfft through NumPy on
+# the CPU; the sample frequencies and the shifts are composites in dispatch/fft.py.
+# Complex input for fft, ifft, fftn, ifftn, irfft, irfftn and hfft (real input is
+# promoted to the complex dtype of its precision, as in NumPy); real input for rfft,
+# rfftn and ihfft. The checks resolve n, s and axes (Note [FFT arguments]).
+FFT1 = "(x: Tensor, /, *, n: int | None = None, axis: int = -1, norm: Any = 'backward')"
+FFTN = "(x: Tensor, /, *, s: Any = None, axes: Any = None, norm: Any = 'backward')"
+_FFT_DOCS = {
+    "fft": ("float", "complex", "The one-dimensional discrete Fourier transform along axis."),
+    "ifft": ("float", "complex", "The one-dimensional inverse discrete Fourier transform."),
+    "fftn": ("float", "complex", "The n-dimensional discrete Fourier transform over axes."),
+    "ifftn": ("float", "complex", "The n-dimensional inverse discrete Fourier transform."),
+    "rfft": (
+        "real_float",
+        "complex",
+        "The discrete Fourier transform of real input: the n // 2 + 1 non-negative frequencies.",
+    ),
+    "irfft": (
+        "float",
+        "real",
+        "The inverse of rfft: a real signal of n (default 2 * (M - 1)) samples.",
+    ),
+    "rfftn": (
+        "real_float",
+        "complex",
+        "The n-dimensional transform of real input (the last axis keeps s[-1] // 2 + 1).",
+    ),
+    "irfftn": ("float", "real", "The inverse of rfftn: a real signal of shape s."),
+    "hfft": (
+        "float",
+        "real",
+        "The transform of a signal with Hermitian symmetry (x its first half): real.",
+    ),
+    "ihfft": (
+        "real_float",
+        "complex",
+        "The inverse of hfft: the n // 2 + 1 first frequencies of a real signal's "
+        "inverse transform.",
+    ),
+}
+for _name, (_dtypes, _result, _doc) in _FFT_DOCS.items():
+    _nd = _name.endswith("n")
+    define(
+        f"{_name}{FFTN if _nd else FFT1} -> Tensor",
+        "fft",
+        dtypes=_dtypes,
+        result=_result,
+        tags=DIFF,
+        namespace="fft",
+        check=(meta.fftn if _nd else meta.fft1)(_name),
+        doc=_doc + (" s[i] = -1 keeps axis i's size." if _nd else ""),
+    )

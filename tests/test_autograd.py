@@ -517,8 +517,9 @@ def _hermitian_pd(fn):
     return lambda a: fn(a @ LA.matrix_transpose(lm.conj(a)) + 3.0 * _eye(a.shape[-1]))
 
 
+FFT = lm.fft
 # Complex inputs (Note [Complex gradients]), and the operators made for them: conj,
-# real and imag. Each formula of a complex-capable operator gets one.
+# real, imag and lamina.fft. Each formula of a complex-capable operator gets one.
 COMPLEX_SAMPLES = {
     "add": [("complex", lm.add, [cleaf(S), cleaf((3,), seed=1)])],
     "subtract": [("real-complex", lm.subtract, [leaf(S), cleaf(S, seed=1)])],
@@ -566,6 +567,22 @@ COMPLEX_SAMPLES = {
     "eigvalsh": [("complex", _hermitian_pd(LA.eigvalsh), [cleaf((3, 3))])],
     "svdvals": [("complex", LA.svdvals, [cleaf((3, 2))])],
     "vector_norm": [("complex", lambda z: LA.vector_norm(z, axis=1, ord=3), [cleaf(S)])],
+    "fft": [
+        ("plain", FFT.fft, [cleaf(S)]),
+        ("real-padded", lambda x: FFT.fft(x, n=5, axis=0, norm="ortho"), [leaf(S)]),
+    ],
+    "ifft": [("trimmed", lambda z: FFT.ifft(z, n=2, norm="forward"), [cleaf(S)])],
+    "fftn": [("s", lambda z: FFT.fftn(z, s=(3, 2), axes=(0, 1)), [cleaf(S)])],
+    "ifftn": [("ortho", lambda z: FFT.ifftn(z, norm="ortho"), [cleaf(S)])],
+    "rfft": [("plain", FFT.rfft, [leaf((2, 5))]), ("n", lambda x: FFT.rfft(x, n=4), [leaf(S)])],
+    "rfftn": [("s", lambda x: FFT.rfftn(x, s=(2, 4), axes=(0, 1), norm="forward"), [leaf(S)])],
+    "irfft": [
+        ("plain", FFT.irfft, [cleaf(S)]),
+        ("odd", lambda z: FFT.irfft(z, n=5, axis=0, norm="ortho"), [cleaf(S)]),
+    ],
+    "irfftn": [("plain", FFT.irfftn, [cleaf(S)])],
+    "hfft": [("plain", lambda z: FFT.hfft(z, n=5), [cleaf(S)])],
+    "ihfft": [("plain", lambda x: FFT.ihfft(x, norm="ortho"), [leaf((2, 5))])],
 }
 for _name, _samples in COMPLEX_SAMPLES.items():
     SAMPLES.setdefault(_name, []).extend(_samples)

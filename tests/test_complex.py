@@ -307,6 +307,7 @@ REFUSED = [
         lambda z: lm.cumulative_sum(z, axis=1, dtype=lm.float64),
         "cumulative_sum: a lamina.complex128",
     ),
+    (lambda z: lm.fft.rfft(z), "rfft needs real-valued floating-point inputs, got lamina.comp"),
 ]
 
 

@@ -21,7 +21,7 @@ from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
-from . import linalg, sorting
+from . import fft, linalg, sorting
 
 PRIORITY = -10  # below numba_cpu: it serves only when selected with lm.backends.use
 # A view keeps its base's device (and sparse) keys but not AUTOGRAD: only the autograd
@@ -410,6 +410,6 @@ def lamina_register_kernels(registry):
         randn,
     ):
         register(fn.__name__, fn)
-    for module in (sorting, linalg):
+    for module in (sorting, linalg, fft):
         for name, fn in module.KERNELS.items():
             register(name, fn)
