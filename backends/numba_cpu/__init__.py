@@ -13,12 +13,24 @@ indexing, creation). One module per family of operators:
     scan.py          cumulative_sum, cumulative_prod
     sorting.py       sort, argsort, searchsorted, nonzero, unique_*
     lapack.py        lamina.linalg's factorizations and solvers (LAPACK through NumPy)
+    fft.py           lamina.fft's transforms (pocketfft through NumPy)
     layout.py        strided operands of the general path
 """
 
 from lamina.backends.hookspecs import hookimpl
 
-from . import creation, elementwise, lapack, linalg, manipulation, reductions, scan, sorting, views
+from . import (
+    creation,
+    elementwise,
+    fft,
+    lapack,
+    linalg,
+    manipulation,
+    reductions,
+    scan,
+    sorting,
+    views,
+)
 
 
 @hookimpl
@@ -33,5 +45,6 @@ def lamina_register_kernels(registry):
         scan,
         sorting,
         lapack,
+        fft,
     ):
         module.register(registry)
