@@ -16,11 +16,16 @@ checks         The operator-setup validation of the fast path (same shape, same 
                contiguous): the flat kernel runs on both inputs as they are. UNSAFE:
                inputs of different shapes or layouts give wrong results (sizes and dtypes
                are still compared, so memory is never read out of bounds).
+allocator      The pool allocator (``lamina.memory``): NumPy allocates with its default
+               allocator, large blocks go back to the C library when their array dies.
+               OFF BY DEFAULT (see the README's "Tuning"); needs the C core; set per
+               thread (NumPy's allocator is a context variable, ``lamina.memory``).
 =============  ==========================================================================
 
-Switching rebuilds the dispatch tables (or the bindings) once; a disabled layer costs
-nothing per call. The state itself is ``lamina.dispatch.layers``, which the tables read;
-this module is the only place that changes it.
+Switching rebuilds the dispatch tables (or the bindings, or installs the allocator)
+once; a disabled layer costs nothing per call. The state itself is
+``lamina.dispatch.layers``, which the tables read; this module is the only place that
+changes it.
 
 The switches are process-wide, like the tables (Note [Layer holds]): ``disable`` and
 ``enable`` set a layer's switch, and an ``off()`` block holds a layer off until it
@@ -32,15 +37,19 @@ from collections.abc import Iterator
 
 from lamina.dispatch import bindings, entries
 from lamina.dispatch import layers as _state
+from lamina.dispatch import memory as _pool
 from lamina.dispatch import registry as _registry
 
 LAYERS = _state.LAYERS
+DEFAULTS = _state.DEFAULTS  # {layer: enabled} after import
 state = _state.state
 
 
 def _apply(name: str) -> None:
     if name == "dispatcher":
         bindings.reinstall(direct=_state.is_off(name))
+    elif name == "allocator":
+        _pool.install(not _state.is_off(name))
     else:
         entries.rebuild()
 
@@ -58,10 +67,12 @@ def enable(*names: str) -> None:
     """Switch layers back on (a layer held by an ``off()`` block stays off until the
     block leaves)."""
     _state.check_names(names)
+    if "allocator" in names:
+        _pool.require()  # RuntimeError under the pure-Python core, before any change
     with _registry.lock:
         for name in names:
-            if _state.set_enabled(name, True):
-                _apply(name)
+            if _state.set_enabled(name, True) or name == "allocator":
+                _apply(name)  # the allocator: in the calling thread too (lamina.memory)
 
 
 def _hold(names: tuple[str, ...], held: bool) -> None:

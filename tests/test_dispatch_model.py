@@ -668,7 +668,7 @@ def snapshot() -> dict:
 def installed(config: Config):
     """Register the configuration's probe plugins, prefer and switch off what it says;
     afterwards everything is undone and the tables are as before."""
-    assert registry.preferred_plugin is None and all(lm.layers.state().values())
+    assert registry.preferred_plugin is None and lm.layers.state() == lm.layers.DEFAULTS
     before, names = snapshot(), []
     stubs = builtins_stubbed()
     stubs.__enter__()
@@ -690,7 +690,7 @@ def installed(config: Config):
         for name in reversed(names):
             lm.backends.unregister(name)
         stubs.__exit__(None, None, None)
-    assert registry.preferred_plugin is None and all(lm.layers.state().values())
+    assert registry.preferred_plugin is None and lm.layers.state() == lm.layers.DEFAULTS
     assert snapshot() == before, "the configuration left the dispatch tables changed"
 
 

@@ -12,12 +12,13 @@ import lamina as lm
 from lamina.tools import overhead
 
 
-def test_state_lists_every_layer_enabled_by_default():
-    assert lm.layers.state() == {
+def test_state_lists_every_layer_and_only_the_allocator_is_off_by_default():
+    assert lm.layers.state() == lm.layers.DEFAULTS == {
         "dispatcher": True,
         "autograd": True,
         "sparse": True,
         "checks": True,
+        "allocator": False,
     }
 
 
@@ -27,7 +28,7 @@ def test_unknown_layer_names_the_valid_ones():
     with pytest.raises(ValueError, match="unknown layer"):
         with lm.layers.off("autograd", "nope"):
             pass
-    assert all(lm.layers.state().values())
+    assert lm.layers.state() == lm.layers.DEFAULTS
 
 
 def test_off_restores_state_even_when_the_block_raises():
@@ -38,9 +39,10 @@ def test_off_restores_state_even_when_the_block_raises():
                 "autograd": False,
                 "sparse": True,
                 "checks": False,
+                "allocator": False,
             }
             raise KeyError("boom")
-    assert all(lm.layers.state().values())
+    assert lm.layers.state() == lm.layers.DEFAULTS
     x = lm.ones(3, requires_grad=True)
     assert (x * 2).requires_grad  # autograd is back
 
