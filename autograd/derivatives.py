@@ -2,7 +2,8 @@
 PyTorch's derivatives.yaml).
 
 A formula ``f(g, r, n, *args)`` gets the output gradient ``g`` (a list of them for
-several outputs), the result ``r`` (only where ``uses_result``), ``n`` (per argument:
+several outputs), the result ``r`` (only where ``uses_result``; a tuple of them for
+several outputs), ``n`` (per argument:
 does it need a gradient) and the call's arguments as the backend kernel got them;
 tensor arguments a formula does not list in ``saves`` arrive as None (with ``saves=()``,
 the default, every argument does, non-tensors too: list the index of an axis a formula
@@ -326,18 +327,39 @@ def _sort(g, r, n, x, axis, descending, stable):
 
 
 # ---------------------------------------------------------------- lamina.linalg
-# (issue 15) several-output factorizations are recomputed from the saved input (the
-# node keeps only its first output), which a backward pays once. Complex matrices take
-# conjugate transposes (_mH) where real ones take transposes; the eigenvectors and
-# singular vectors of complex matrices have no formula yet (_real_only).
+# (issue 15) complex matrices take conjugate transposes (_mH) where real ones take
+# transposes. The factorizations of several outputs (eigh, svd, qr) read their results,
+# all of them (Derivative.uses_result), as PyTorch's formulas do: no factorization is
+# recomputed, and a second derivative reaches the one node whose outputs the first
+# used (Note [Gauge invariance] needs that).
+#
+# Note [Gauge invariance]: the eigenvectors of a Hermitian matrix, and the pairs of
+# singular vectors, of a complex matrix are defined up to a phase each (v -> v e^{i phi};
+# for svd, u and v together); a real matrix's, up to a sign. A loss that depends on the
+# phase (Im(v[0]), say) has no gradient; the formulas drop the phase's direction, which
+# is right for every loss that does not depend on it (|v|**2, v diag(w) v^H, U S Vh,
+# U Vh) and silently wrong for the others, so they check as PyTorch does that the
+# phase's component of the output gradients, Im(diag(V^H gV)) (for svd, that of U's
+# plus that of V's), is about 0, and raise otherwise (_check_gauge).
 
 
-def _real_only(name, x):
-    if x.dtype.kind == "c":
-        raise NotImplementedError(
-            f"linalg.{name}: the gradient of complex matrices' {name} factors is not "
-            "implemented (eigenvalues and singular values are: eigvalsh, svdvals)"
+def _check_gauge(name, what, phase, tol=1e-2):
+    """Raise unless ``phase`` (Im(diag(V^H gV)), one per vector) is about 0: within
+    PyTorch's lax 1e-2, so that rounding never raises and the losses PyTorch accepts
+    pass. Costs a device sync, as PyTorch's check does."""
+    if ops.any(ops.abs(phase) > tol).item():
+        raise RuntimeError(
+            f"linalg.{name} backward: the {what} of a complex matrix are defined only up "
+            "to a phase each (v -> v * exp(i*phi)), and the loss depends on that phase, so "
+            "its gradient is not defined. Differentiate a function that does not depend on "
+            "it (abs(v), v @ diag(w) @ v^H, U @ diag(S) @ Vh, ...); see Note [Gauge "
+            "invariance] in autograd/derivatives.py"
         )
+
+
+def _diag_embed(d):
+    """The diagonal matrices of the vectors d[..., :]."""
+    return ops.expand_dims(d, -1) * ops.eye(d.shape[-1], dtype=d.dtype, device=d.device)
 
 
 def _matrix_scalar(t):
@@ -389,36 +411,61 @@ def _cholesky(g, r, n, x, upper):
 
 
 def _qr(gs, r, n, x, mode):
-    _real_only("qr", x)
-    m, k = x.shape[-2], x.shape[-1]
-    if m < k or (mode == "complete" and m != k):
+    """PyTorch's linalg_qr_backward (R's diagonal is real: LAPACK's Householder QR).
+    M >= N: gA = (gQ + Q (X + X^H - Re diag(X))) R^-H with X = triu(gR R^H - Q^H gQ).
+    M < N (Q square, R = [R1 | R2]): gA = [Q Y R1^-H | 0] + Q gR with Y = tril(K - K^H)
+    less half its (imaginary) diagonal, K = Q^H gQ - gR R^H."""
+    q, rr = r
+    m, k = q.shape[-2], rr.shape[-1]
+    if mode == "complete" and m > k:
         raise NotImplementedError(
-            f"linalg.qr: the gradient needs M >= N and mode 'reduced' (or square x); "
-            f"got shape {x.shape} with mode {mode!r}"
+            f"linalg.qr: the gradient of mode 'complete' needs M <= N (the last M - N "
+            f"columns of Q are arbitrary); got shape {rr.shape[:-2] + (m, k)}: use mode "
+            "'reduced'"
         )
-    q, rr = LA.qr(x, mode=mode)
-    gq = ops.zeros_like(q) if gs[0] is None else gs[0]
-    gr = ops.zeros_like(rr) if gs[1] is None else gs[1]
-    qdq = ops.matmul(_mH(q), gq)
-    rdr = ops.matmul(rr, _mH(gr))
-    low = ops.tril(qdq - _mH(qdq) + rdr - _mH(rdr))
-    r_inv_t = _mH(LA.inv(rr))
-    grad = ops.matmul(q, gr + ops.matmul(low, r_inv_t))
-    return (grad + ops.matmul(gq - ops.matmul(q, qdq), r_inv_t),)
+    gq, gr = gs
+    inner = 0.0
+    if gr is not None:
+        inner = ops.matmul(gr, _mH(rr))
+    if gq is not None:
+        inner = inner - ops.matmul(_mH(q), gq)
+    if m >= k:
+        upper = ops.triu(inner)
+        upper = upper + _mH(upper) - _diag_embed(ops.real(LA.diagonal(upper)))
+        grad = ops.matmul(q, upper)
+        if gq is not None:
+            grad = grad + gq
+        return (_right_solve_mH(grad, rr),)
+    skew = _mH(inner) - inner  # -inner - (-inner)^H
+    lower = ops.tril(skew) - 0.5 * _diag_embed(LA.diagonal(skew))
+    grad = _right_solve_mH(ops.matmul(q, lower), rr[..., :m])
+    grad = ops.concat(
+        [grad, ops.zeros(grad.shape[:-1] + (k - m,), dtype=grad.dtype, device=grad.device)], axis=-1
+    )
+    return (grad if gr is None else grad + ops.matmul(q, gr),)
+
+
+def _right_solve_mH(b, a):
+    """b a^-H, as (a^-1 b^H)^H: one solve, no inverse."""
+    return _mH(LA.solve(a, _mH(b)))
 
 
 def _eigh(gs, r, n, x):
-    if gs[1] is not None:
-        _real_only("eigh", x)
-    w, v = LA.eigh(x)
-    inner = 0.0
-    if gs[0] is not None:
-        inner = ops.expand_dims(gs[0], -2) * ops.eye(w.shape[-1], dtype=w.dtype, device=w.device)
-    if gs[1] is not None:
-        f = _off_diagonal_inverse(ops.expand_dims(w, -2) - ops.expand_dims(w, -1))
-        inner = inner + f * ops.matmul(_mH(v), gs[1])
-    grad = ops.matmul(ops.matmul(v, inner), _mH(v))
-    return (0.5 * (grad + _mH(grad)),)
+    """PyTorch's linalg_eig_backward, Hermitian: gA = V (diag(gw) + F o skew(V^H gV)) V^H
+    with F[i, j] = 1 / (w[j] - w[i]) off the diagonal (0 on it: the phases' direction,
+    Note [Gauge invariance]) and skew(X) = (X - X^H) / 2."""
+    gw, gv = gs
+    w, v = r
+    if gv is None:  # eigvalsh's formula
+        return (ops.matmul(v * ops.expand_dims(gw, -2), _mH(v)),)
+    vhgv = ops.matmul(_mH(v), gv)
+    if vhgv.dtype.kind == "c":
+        _check_gauge("eigh", "eigenvectors", ops.imag(LA.diagonal(vhgv)))
+    f = _off_diagonal_inverse(ops.expand_dims(w, -2) - ops.expand_dims(w, -1))
+    inner = f * (0.5 * (vhgv - _mH(vhgv)))
+    if gw is not None:
+        inner = inner + _diag_embed(gw)
+    return (ops.matmul(ops.matmul(v, inner), _mH(v)),)
 
 
 def _eigvalsh(g, r, n, x):
@@ -427,38 +474,64 @@ def _eigvalsh(g, r, n, x):
 
 
 def _svd(gs, r, n, x, full_matrices):
-    """Townsend (2016) for the reduced factors; with full_matrices the extra columns
-    of U (rows of Vh) of a non-square x are arbitrary, so only S may carry a gradient."""
-    m, k = x.shape[-2], x.shape[-1]
+    """PyTorch's svd_backward (Townsend 2016, with the phase of complex singular vectors,
+    Note [Gauge invariance]): gA = U [(skew(U^H gU) S + S skew(V^H gV)) / E + diag(gS) +
+    i Im(diag(U^H gU)) / S] V^H with E[i, j] = S[j]^2 - S[i]^2 and skew(X) = X - X^H,
+    plus, for a tall (wide) x, the part of gU (gV) outside U's (V's) span. With
+    full_matrices the last columns of U (rows of Vh) of a non-square x are an arbitrary
+    basis: the loss may not depend on them (_full_svd_part)."""
     gu, gsv, gvh = gs
-    if gu is not None or gvh is not None:
-        _real_only("svd", x)
-    if full_matrices and m != k and (gu is not None or gvh is not None):
-        raise NotImplementedError(
-            "linalg.svd: the gradient of U or Vh of a non-square matrix needs full_matrices=False"
-        )
-    u, s, vh = LA.svd(x, full_matrices=False)
+    u, s, vh = r
+    m, k = u.shape[-2], vh.shape[-1]
+    if full_matrices and m != k:
+        u, vh, gu, gvh = _full_svd_part(u, vh, gu, gvh, s.shape[-1])
+    if gu is None and gvh is None:  # svdvals' formula
+        return (ops.matmul(u * ops.expand_dims(gsv, -2), vh),)
     v = _mH(vh)
-    inner = 0.0
-    if gsv is not None:
-        inner = ops.expand_dims(gsv, -2) * ops.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+    uhgu = None if gu is None else ops.matmul(_mH(u), gu)
+    vhgv = None if gvh is None else ops.matmul(_mH(v), _mH(gvh))
+    if u.dtype.kind == "c":
+        phase = 0.0
+        for inner_product in (uhgu, vhgv):
+            if inner_product is not None:
+                phase = phase + ops.imag(LA.diagonal(inner_product))
+        _check_gauge("svd", "singular vectors", phase)
     s2 = s * s
     f = _off_diagonal_inverse(ops.expand_dims(s2, -2) - ops.expand_dims(s2, -1))
+    inner = 0.0 if gsv is None else _diag_embed(gsv)
     extra = 0.0
     if gu is not None:
-        utgu = ops.matmul(_mH(u), gu)
-        inner = inner + (f * (utgu - _mH(utgu))) * ops.expand_dims(s, -2)
+        inner = inner + (f * (uhgu - _mH(uhgu))) * ops.expand_dims(s, -2)
+        if gvh is not None and u.dtype.kind == "c":
+            inner = inner + _diag_embed(1j * ops.imag(LA.diagonal(uhgu)) / s)
         if m > k:  # the part of gU outside U's span
-            out_of_span = gu - ops.matmul(u, utgu)
+            out_of_span = gu - ops.matmul(u, uhgu)
             extra = ops.matmul(out_of_span / ops.expand_dims(s, -2), vh)
     if gvh is not None:
-        gv = _mH(gvh)
-        vtgv = ops.matmul(_mH(v), gv)
-        inner = inner + ops.expand_dims(s, -1) * (f * (vtgv - _mH(vtgv)))
+        inner = inner + ops.expand_dims(s, -1) * (f * (vhgv - _mH(vhgv)))
         if k > m:
-            out_of_span = gv - ops.matmul(v, vtgv)
+            out_of_span = _mH(gvh) - ops.matmul(v, vhgv)
             extra = extra + ops.matmul(u / ops.expand_dims(s, -2), _mH(out_of_span))
     return (ops.matmul(ops.matmul(u, inner), vh) + extra,)
+
+
+def _full_svd_part(u, vh, gu, gvh, size):
+    """The reduced factors and their gradients of a full_matrices svd of a non-square
+    matrix, whose gradients must be 0 on the arbitrary part: a loss of the reduced part
+    only (U[:, :K], or svdvals' second derivative) passes; one that reads the rest
+    raises, where PyTorch ignores that part's gradient. Costs a device sync."""
+    rest = (gu is not None and ops.any(gu[..., size:] != 0).item()) or (
+        gvh is not None and ops.any(gvh[..., size:, :] != 0).item()
+    )
+    if rest:
+        raise NotImplementedError(
+            "linalg.svd: with full_matrices=True, the last columns of U (rows of Vh) of a "
+            "non-square matrix are an arbitrary basis and a loss that depends on them has "
+            "no gradient: use full_matrices=False"
+        )
+    gu = None if gu is None else gu[..., :size]
+    gvh = None if gvh is None else gvh[..., :size, :]
+    return u[..., :size], vh[..., :size, :], gu, gvh
 
 
 def _svdvals(g, r, n, x):
@@ -753,10 +826,10 @@ DERIVATIVES = {
         D("slogdet", _slogdet, saves=(0,)),
         D("solve", _solve, saves=(0, 1), uses_result=True),
         D("cholesky", _cholesky, saves=(1,), uses_result=True),
-        D("qr", _qr, saves=None),
-        D("eigh", _eigh, saves=(0,)),
+        D("qr", _qr, saves=(1,), uses_result=True),
+        D("eigh", _eigh, uses_result=True),
         D("eigvalsh", _eigvalsh, saves=(0,)),
-        D("svd", _svd, saves=None),
+        D("svd", _svd, saves=(1,), uses_result=True),
         D("svdvals", _svdvals, saves=(0,)),
         D("diagonal", _diagonal, saves=(0, 1)),
         D("vector_norm", _vector_norm, saves=None, uses_result=True),

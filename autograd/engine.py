@@ -192,12 +192,10 @@ def _apply(node, grads, retain_graph):
         return [None] * len(node.next_nodes)
     result = None
     if node.result is not None:
-        ref, alias = node.result
-        result = alias
-        if grad_mode.state.enabled:  # create_graph: the result must be differentiable
-            result = ref()
-            if result is None:
-                result = _as_output(alias, node)
+        if node.n_outputs == 1:
+            result = _result(node.result, node, 0)
+        else:
+            result = tuple([_result(pair, node, i) for i, pair in enumerate(node.result)])
     needs = [n is not None for n in node.next_nodes]
     out = d.formula(g, result, needs, *node.saved)
     if not retain_graph and graph.saved_tensors(node):  # nothing to free: reusable
@@ -216,13 +214,25 @@ def _apply(node, grads, retain_graph):
     ]
 
 
-def _as_output(alias, node):
-    """The output of ``node`` again, for a formula under create_graph once the output
+def _result(pair, node, nr):
+    """Output ``nr`` of ``node`` for its formula: the detached alias, or under
+    create_graph (the result must be differentiable) the output itself."""
+    ref, alias = pair
+    if not grad_mode.state.enabled:
+        return alias
+    out = ref()
+    return out if out is not None else _as_output(alias, node, nr)
+
+
+def _as_output(alias, node, nr):
+    """Output ``nr`` of ``node`` again, for a formula under create_graph once the output
     tensor itself is gone (as PyTorch unpacks a saved output): the alias's storage,
     with ``node`` as its grad_fn, so gradients through the result reach the node."""
     t = alias.detach()
     t._ks |= keys.AUTOGRAD
     t._grad_fn = node
+    if nr:
+        t._output_nr = nr
     return t
 
 

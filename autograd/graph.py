@@ -227,8 +227,12 @@ def record(derivative, args, outputs):
     if derivative.uses_result:
         # A weakref to the output (differentiable, for create_graph) and a detached
         # alias of its storage for when the output itself is gone. The alias's version
-        # is checked too: the result modified in place is a saved tensor modified.
-        node.result = (weakref.ref(out0), out0.detach())
+        # is checked too: the result modified in place is a saved tensor modified. A
+        # node of several outputs (eigh, svd, qr) keeps one such pair per output.
+        if len(outputs) == 1:
+            node.result = (weakref.ref(out0), out0.detach())
+        else:
+            node.result = tuple([(weakref.ref(o), o.detach()) for o in outputs])
     if _modified:
         node.versions = tuple([version_of(t) for t in saved_tensors(node)])
     if len(outputs) > 1:
@@ -251,7 +255,10 @@ def saved_tensors(node):
     source = node.saved[0] if d.saves is None and d.list_input else node.saved
     tensors = [a for a in source if a.__class__ is Tensor]
     if node.result is not None:
-        tensors.append(node.result[1])
+        if node.n_outputs == 1:
+            tensors.append(node.result[1])
+        else:
+            tensors.extend([alias for _, alias in node.result])
     return tensors
 
 

@@ -464,6 +464,7 @@ SAMPLES.update(
         "qr": [
             ("tall", lambda x: LA.qr(x).Q * 1.0 + 0.0, [well_conditioned((4, 3))]),
             ("square_r", lambda x: LA.qr(x).R, [well_conditioned((3, 3))]),
+            ("wide", lambda x: tuple(LA.qr(x)), [well_conditioned((2, 3, 4))]),
         ],
         "eigh": [
             ("values", symmetric(lambda a: LA.eigh(a).eigenvalues), [well_conditioned((3, 3))]),
@@ -526,6 +527,17 @@ def _eye(n):
     return lm.eye(n, device=DEVICE[0])
 
 
+def _hermitian(fn):
+    """fn of the Hermitian part of a complex leaf a, eigenvalues spread apart (eigh reads
+    one triangle; close eigenvalues make its eigenvectors ill-conditioned)."""
+    spread = np.diag([0.0, 1.5, 3.0])
+    return lambda a: fn((a + LA.matrix_transpose(lm.conj(a))) * 0.5 + const(spread))
+
+
+def _mH(a):
+    return LA.matrix_transpose(lm.conj(a))
+
+
 def _hermitian_pd(fn):
     """fn of a x a^H + 3 I (Hermitian positive definite) for a complex leaf a."""
     return lambda a: fn(a @ LA.matrix_transpose(lm.conj(a)) + 3.0 * _eye(a.shape[-1]))
@@ -580,6 +592,51 @@ COMPLEX_SAMPLES = {
     "cholesky": [("complex", _hermitian_pd(LA.cholesky), [cleaf((3, 3))])],
     "eigvalsh": [("complex", _hermitian_pd(LA.eigvalsh), [cleaf((3, 3))])],
     "svdvals": [("complex", LA.svdvals, [cleaf((3, 2))])],
+    # eigenvectors and singular vectors up to a phase each: the samples' functions do
+    # not depend on it (Note [Gauge invariance] in autograd/derivatives.py)
+    "eigh": [
+        (
+            "vectors_values",
+            _hermitian(lambda h: (lambda w, v: (w, lm.abs(v) ** 2))(*LA.eigh(h))),
+            [cleaf((3, 3))],
+        ),
+        (  # sin(H) = V diag(sin(w)) V^H
+            "matrix_function",
+            _hermitian(
+                lambda h: (lambda w, v: (v * lm.sin(w)[..., None, :]) @ _mH(v))(*LA.eigh(h))
+            ),
+            [cleaf((2, 3, 3))],
+        ),
+    ],
+    "svd": [
+        (
+            "tall",
+            lambda x: (lambda u, s, vh: (lm.abs(u) ** 2, s, lm.abs(vh) ** 2))(
+                *LA.svd(x, full_matrices=False)
+            ),
+            [cleaf((4, 3))],
+        ),
+        (  # U diag(S**2) Vh: U's and V's phases cancel
+            "wide",
+            lambda x: (lambda u, s, vh: (u * (s**2)[..., None, :]) @ vh)(
+                *LA.svd(x, full_matrices=False)
+            ),
+            [cleaf((2, 3, 4))],
+        ),
+        ("full_square", lambda x: (lambda u, s, vh: u @ vh)(*LA.svd(x)), [cleaf((3, 3))]),
+        (  # the reduced part of full U: the rest's gradient is 0
+            "full_tall",
+            lambda x: (lambda u, s, vh: lm.abs(u[:, :2]) ** 2 * s)(*LA.svd(x)),
+            [cleaf((3, 2))],
+        ),
+        ("pinv", LA.pinv, [cleaf((3, 2))]),
+    ],
+    "qr": [
+        ("tall", lambda x: tuple(LA.qr(x)), [cleaf((4, 3))]),
+        ("wide", lambda x: tuple(LA.qr(x)), [cleaf((2, 3))]),
+        ("square_complete", lambda x: tuple(LA.qr(x, mode="complete")), [cleaf((2, 3, 3))]),
+        ("wide_complete", lambda x: LA.qr(x, mode="complete").Q, [cleaf((2, 4))]),
+    ],
     "vector_norm": [("complex", lambda z: LA.vector_norm(z, axis=1, ord=3), [cleaf(S)])],
     "fft": [
         ("plain", FFT.fft, [cleaf(S)]),
@@ -1424,6 +1481,101 @@ def test_edge_gradients_match_pytorch():
     assert w.grad.tolist() == [[1.0, 1.0]] and x.grad.tolist() == [1.0, 0.0, 0.0, 1.0]
 
 
+def test_phase_dependent_losses_of_complex_eigh_and_svd_raise():
+    """Note [Gauge invariance]: a loss that depends on the phase of complex eigenvectors
+    or singular vectors has no gradient; backward says so instead of a silently wrong
+    value. U's phases cancel V's: U @ Vh is a function of the matrix."""
+    h = _hermitian(lambda h: h)(cleaf((3, 3)))
+    v = LA.eigh(h).eigenvectors
+    with pytest.raises(RuntimeError, match=r"linalg.eigh backward: the eigenvectors .* phase"):
+        lm.sum(lm.imag(v)).backward()
+    x = cleaf((3, 2))
+    u, _, vh = LA.svd(x, full_matrices=False)
+    with pytest.raises(RuntimeError, match=r"linalg.svd backward: the singular vectors .* phase"):
+        lm.sum(lm.imag(u[0])).backward()
+    with pytest.raises(RuntimeError, match="linalg.svd backward"):
+        lm.sum(lm.imag(vh)).backward()
+    lm.sum(lm.real(u @ vh)).backward()
+    assert x.grad is not None and np.all(np.isfinite(x.grad.numpy()))
+
+
+def test_phase_check_passes_complex64_rounding():
+    """The check's tolerance leaves complex64's rounding alone: a phase-invariant loss of
+    complex64 eigenvectors gets complex128's gradient to complex64's precision."""
+    grads = []
+    for dtype in (lm.complex64, lm.complex128):
+        a = lm.asarray(_hermitian(lambda h: h)(cleaf((3, 3))).detach(), dtype=dtype)
+        a.requires_grad_()
+        v = LA.eigh(a).eigenvectors
+        weights = np.random.default_rng(3).uniform(0, 100, (3, 3))  # large: a large gradient
+        lm.sum(lm.abs(v) ** 2 * const(weights)).backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], atol=1e-3 * np.abs(grads[1]).max())
+
+
+def test_factorization_parts_without_a_gradient_raise():
+    """The last M - N columns of a tall matrix's complete Q, and of full_matrices U, are
+    an arbitrary basis: a loss reading them has no gradient (a loss of the rest does)."""
+    x = well_conditioned((4, 3))
+    with pytest.raises(NotImplementedError, match=r"mode 'complete' needs M <= N.*\(4, 3\)"):
+        lm.sum(LA.qr(x, mode="complete").Q).backward()
+    u, s, vh = LA.svd(x)
+    with pytest.raises(NotImplementedError, match="full_matrices=False"):
+        lm.sum(u[:, 3]).backward()
+    u, s, vh = LA.svd(LA.matrix_transpose(x))
+    with pytest.raises(NotImplementedError, match="full_matrices=False"):
+        lm.sum(vh[3]).backward()
+    u, s, vh = LA.svd(x)
+    lm.sum(u[:, :3] * s).backward()  # the reduced part: defined
+    assert x.grad is not None and np.all(np.isfinite(x.grad.numpy()))
+
+
+def test_complex_factorization_gradients_match_pytorch():
+    """An optional comparison: the gradients of complex eigh, svd, qr and pinv against
+    PyTorch's formulas (linalg_eig_backward, svd_backward, linalg_qr_backward)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+
+    def cdata(shape):
+        return rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)
+
+    a = cdata((3, 3))
+    hermitian = (a + a.conj().T) / 2 + np.diag([0.0, 1.5, 3.0])
+    weights = cdata((4, 4))
+    cases = [
+        ("eigh", hermitian, lambda m, x: (lambda w, v: (w, m.abs(v) ** 2))(*m.linalg.eigh(x))),
+        (
+            "svd",
+            cdata((4, 3)),
+            lambda m, x: (lambda u, s, vh: (m.abs(u) ** 2, s, m.real(u @ vh)))(
+                *m.linalg.svd(x, full_matrices=False)
+            ),
+        ),
+        ("qr_tall", cdata((4, 3)), lambda m, x: tuple(m.linalg.qr(x))),
+        ("qr_wide", cdata((3, 4)), lambda m, x: tuple(m.linalg.qr(x))),
+        ("pinv", cdata((4, 3)), lambda m, x: (m.linalg.pinv(x),)),
+    ]
+    for name, data, fn in cases:
+        got = []
+        for m, asarray in (
+            (lm, lambda d: lm.asarray(d, requires_grad=True)),
+            (torch, lambda d: torch.tensor(d, requires_grad=True)),
+        ):
+            x = asarray(data)
+            total = 0.0
+            for out in fn(m, x):
+                w = (
+                    weights[0, : out.shape[0]]
+                    if out.ndim == 1
+                    else weights[: out.shape[0], : out.shape[1]]
+                )
+                w = m.asarray(w) if m is lm else torch.tensor(w)
+                total = total + m.sum(m.real(out * w))
+            total.backward()
+            got.append(np.asarray(x.grad.detach().numpy() if m is torch else x.grad.numpy()))
+        np.testing.assert_allclose(got[0], got[1], rtol=1e-10, atol=1e-10, err_msg=name)
+
+
 def test_higher_order_elementwise():
     x = leaf((4,))
     xs = x.detach().numpy()
@@ -1496,13 +1648,6 @@ def test_gradgradcheck(name, fn, args, kwargs):
     """Second derivatives: finite differences of the first gradients, for every sample."""
     first = _first_gradients(fn, args)
     grads = first(*args)
-    complex_input = any(isinstance(a, lm.Tensor) and a.dtype.kind == "c" for a in args)
-    if name in ("eigvalsh", "svdvals") and complex_input:
-        # their second derivatives go through the eigenvectors / singular vectors, whose
-        # gradients are not implemented for complex matrices: a clear error, not a value
-        with pytest.raises(NotImplementedError, match="gradient of complex matrices"):
-            gradcheck(first, args, **kwargs)
-        return
     if not any(g.requires_grad for g in grads):
         # only where the formula's gradient is a constant zero (floor, sign, ...)
         assert all(np.all(g.numpy() == 0) for g in grads), name
