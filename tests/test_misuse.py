@@ -325,7 +325,7 @@ def test_there_is_one_layer_state():
         assert lm.dispatch.layers.state() == lm.layers.state()
         assert lm.layers.state()["sparse"] is False
         assert lm.dispatch.dump_table("add")[-2][1] == "[off: RuntimeError]"
-    assert lm.dispatch.layers.state() == lm.layers.state() and lm.layers.state() == lm.layers.DEFAULTS
+    assert lm.dispatch.layers.state() == lm.layers.state() == lm.layers.DEFAULTS
 
 
 # ---------------------------------------------------------------- found by differential testing
