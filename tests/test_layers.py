@@ -13,13 +13,17 @@ from lamina.tools import overhead
 
 
 def test_state_lists_every_layer_and_only_the_allocator_is_off_by_default():
-    assert lm.layers.state() == lm.layers.DEFAULTS == {
-        "dispatcher": True,
-        "autograd": True,
-        "sparse": True,
-        "checks": True,
-        "allocator": False,
-    }
+    assert (
+        lm.layers.state()
+        == lm.layers.DEFAULTS
+        == {
+            "dispatcher": True,
+            "autograd": True,
+            "sparse": True,
+            "checks": True,
+            "allocator": False,
+        }
+    )
 
 
 def test_unknown_layer_names_the_valid_ones():
