@@ -24,9 +24,18 @@ from .grad_mode import is_grad_enabled
 
 
 class Derivative:
-    __slots__ = ("name", "formula", "saves", "sizes", "uses_result", "list_input", "binary_saves")
+    __slots__ = (
+        "name",
+        "formula",
+        "saves",
+        "sizes",
+        "uses_result",
+        "list_input",
+        "binary_saves",
+        "outputs",
+    )
 
-    def __init__(self, name, formula, saves=(), sizes=(), uses_result=False):
+    def __init__(self, name, formula, saves=(), sizes=(), uses_result=False, outputs=None):
         self.name, self.formula = name, formula
         self.saves = saves  # indices of saved arguments; None saves them all
         # indices of tensor arguments the formula reads only the shape and dtype of: the
@@ -35,7 +44,12 @@ class Derivative:
         # node keeps its base, whose version then catches the base changed under it
         # (lamina does not regenerate a view's graph as PyTorch does)
         self.sizes = sizes
+        # Note [Saved outputs]: with several outputs, ``r`` is the tuple of all of them;
+        # ``outputs`` is how many (the first ones) are differentiable, None for all: the
+        # others are state the kernel computed for backward (pooling argmax indices,
+        # batch-norm mean and inverse std), saved, never requiring grad
         self.uses_result = uses_result
+        self.outputs = outputs
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
         # for graph.record_binary: False (saves nothing), True (saves both arguments)
         # or None (anything else: the general record)

@@ -4,6 +4,12 @@ Note [Parallel threshold]: below PARALLEL_ELEMENTS elements a kernel runs serial
 waking threads costs more than it saves. With one thread the threshold is infinite,
 so the choice is a single comparison either way. Kernel modules keep the threshold in
 a module global (read on every call) and are told of changes through ``on_change``.
+
+Note [BLAS threads]: float GEMMs (matmul, conv2d, linear) run in the BLAS NumPy links
+(OpenBLAS in NumPy's wheels), which has a thread pool of its own. ``set_num_threads``
+sets that pool's size too, through threadpoolctl, so that no kernel runs more threads
+than the count; the BLAS library is process-wide, so NumPy's own matmul follows it as
+well. Until the first ``set_num_threads`` call BLAS keeps its default.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numba
 PARALLEL_ELEMENTS = 1 << 17
 _threshold = float("inf")  # elements from which kernels run in parallel
 _listeners: list[Callable[[float], None]] = []
+_blas = None  # threadpoolctl's controller of the loaded BLAS libraries, made on first use
 
 
 def on_change(listener: Callable[[float], None]) -> None:
@@ -27,8 +34,18 @@ def parallel_threshold() -> float:
     return _threshold
 
 
+def _blas_libraries():
+    global _blas
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas = ThreadpoolController().select(user_api="blas")
+    return _blas
+
+
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial)."""
+    """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial) and for
+    BLAS (Note [BLAS threads])."""
     global _threshold
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
@@ -38,6 +55,7 @@ def set_num_threads(n: int) -> None:
             f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}"
         )
     numba.set_num_threads(n)
+    _blas_libraries().limit(limits=n)
     _threshold = float("inf") if n == 1 else PARALLEL_ELEMENTS
     for listener in _listeners:
         listener(_threshold)
@@ -46,3 +64,8 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """The thread count big kernels use."""
     return numba.get_num_threads() if _threshold != float("inf") else 1
+
+
+def blas_num_threads() -> list[int]:
+    """The thread count of each loaded BLAS library (Note [BLAS threads])."""
+    return [lib["num_threads"] for lib in _blas_libraries().info()]

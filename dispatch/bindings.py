@@ -78,7 +78,7 @@ def binary_binding(op: Operator) -> Callable:
 
 def _named(fn: Callable, op: Operator) -> Callable:
     fn.__name__ = fn.__qualname__ = op.name
-    fn.__module__ = "lamina"
+    fn.__module__ = f"lamina.{op.namespace}" if op.namespace else "lamina"
     fn.__doc__ = docstring(op)
     fn.__signature__ = op.signature
     return fn
@@ -144,9 +144,9 @@ def source(name: str) -> str:
         lines.append(f"    {names}{',' if len(params) == 1 else ''} = _check({names})")
     key_terms = []
     for p in params:
-        if p.type == "Tensor":
+        if p.type == "Tensor" and not p.annotation.endswith("| None"):
             key_terms.append(f"{p.name}._ks")
-        elif p.type == "TensorOrScalar":
+        elif p.type in ("Tensor", "TensorOrScalar"):  # an optional tensor, or a scalar
             key_terms.append(f"getattr({p.name}, '_ks', 0)")
         elif p.type == "Tensors":
             key_terms.append(f"_keyset({p.name})")
@@ -293,9 +293,14 @@ def _bindings(direct: bool) -> dict[str, Callable]:
     return found
 
 
-def install(namespace: dict) -> None:
+def install(namespace: dict, name: str = "") -> None:
     """Put every public function into ``namespace`` (a module's globals) and keep it
-    up to date when the dispatcher layer is switched (``reinstall``)."""
+    up to date when the dispatcher layer is switched (``reinstall``). With ``name``,
+    the functions of that public namespace (``"nn.functional"``, the schema's
+    ``namespace=``) instead: generated bindings only, which no layer switch changes."""
+    if name:
+        namespace.update({op.name: generated_binding(op) for op in public_operators(name)})
+        return
     if not any(ns is namespace for ns in _namespaces):
         _namespaces.append(namespace)
     bound = _bindings(_direct_mode)

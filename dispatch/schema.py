@@ -44,6 +44,9 @@ CONVENTIONS = {
     "linalg": "kernel(ks, ...): arguments in signature order, normalized",
     "conversion": "kernel(ks, ...): arguments in signature order",
     "creation": "kernel(ks, ...): the signature's arguments but device, which chose the key",
+    "nn": "kernel(ks, ...): arguments in signature order as the operator's check gives them "
+    "(dispatch/meta.py): pairs (h, w), conv2d's padding as (top, bottom, left, right), the "
+    "input's layout kept (NCHW or channels-last)",
 }
 
 DTYPE_RULES = {
@@ -52,6 +55,7 @@ DTYPE_RULES = {
     "float": "floating dtypes; integers and bool are computed in the default float",
     "int": "integer dtypes",
     "intbool": "integer and bool dtypes",
+    "floating": "floating dtypes only; integers and bool raise TypeError",
 }
 RESULT_RULES = {
     "same": "the computation dtype",
