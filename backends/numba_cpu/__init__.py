@@ -11,14 +11,16 @@ indexing, creation). One module per family of operators:
     views.py         views, indexing, astype, copy
     creation.py      full, empty, arange, linspace, eye, from_host, rand, randn
     layout.py        strided operands of the general path
+    nn/              neural-network primitives: convolution, pooling, normalization,
+                     activations, losses, layout conversion
 """
 
 from lamina.backends.hookspecs import hookimpl
 
-from . import creation, elementwise, linalg, manipulation, reductions, views
+from . import creation, elementwise, linalg, manipulation, nn, reductions, views
 
 
 @hookimpl
 def lamina_register_kernels(registry):
-    for module in (elementwise, reductions, linalg, manipulation, views, creation):
+    for module in (elementwise, reductions, linalg, manipulation, views, creation, nn):
         module.register(registry)

@@ -21,6 +21,8 @@ from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
+from . import nn
+
 PRIORITY = -10  # below numba_cpu: it serves only when selected with lm.backends.use
 # A view keeps its base's device (and sparse) keys but not AUTOGRAD: only the autograd
 # layer marks results as requiring grad (Note [Autograd fields]).
@@ -404,3 +406,4 @@ def lamina_register_kernels(registry):
         randn,
     ):
         register(fn.__name__, fn)
+    nn.register(register)
