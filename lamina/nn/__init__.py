@@ -1,5 +1,60 @@
-"""lamina.nn: neural networks as in PyTorch; ``functional`` holds the primitives."""
+"""``lamina.nn``: neural networks as in PyTorch -- ``functional`` (the dispatched
+primitives and their composites), ``init`` (PyTorch's initializations) and modules
+(``Module``, ``Parameter``, layers, containers, losses)."""
 
-from . import functional
+from . import functional, init
+from .modules import (
+    GELU,
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    CrossEntropyLoss,
+    Dropout,
+    Flatten,
+    Identity,
+    LeakyReLU,
+    Linear,
+    LocalResponseNorm,
+    LogSoftmax,
+    MaxPool2d,
+    MinPool2d,
+    Module,
+    ModuleList,
+    MSELoss,
+    NLLLoss,
+    Parameter,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    Softmax,
+)
 
-__all__ = ["functional"]
+__all__ = [
+    "GELU",
+    "AdaptiveAvgPool2d",
+    "AvgPool2d",
+    "BatchNorm2d",
+    "Conv2d",
+    "CrossEntropyLoss",
+    "Dropout",
+    "Flatten",
+    "Identity",
+    "LeakyReLU",
+    "Linear",
+    "LocalResponseNorm",
+    "LogSoftmax",
+    "MSELoss",
+    "MaxPool2d",
+    "MinPool2d",
+    "Module",
+    "ModuleList",
+    "NLLLoss",
+    "Parameter",
+    "ReLU",
+    "Sequential",
+    "Sigmoid",
+    "Softmax",
+    "functional",
+    "init",
+]
