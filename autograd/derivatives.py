@@ -484,6 +484,17 @@ def _index_pool(gs, r, n, x, *window):
     return (None if g is None else _SCATTER(g, indices, x.shape), *_NONE[:5])
 
 
+def _values_pool(with_indices):
+    """max_pool2d and min_pool2d without indices: their backward computes them (the
+    functional form runs the indexed operator whenever a gradient is wanted)."""
+
+    def formula(g, r, n, x, *window):
+        indices = OPERATORS[with_indices](x, *window)[1]
+        return (_SCATTER(g, indices, x.shape), *_NONE[:5])
+
+    return formula
+
+
 def _nn_axes(x):
     """Every axis but the channels (1), and the shape a (C,) tensor broadcasts in."""
     axes = tuple(d for d in range(x.ndim) if d != 1)
@@ -609,6 +620,8 @@ DERIVATIVES.update(
             D("conv2d_backward_input", _conv2d_backward_input, saves=(0, 1)),
             D("conv2d_backward_weight", _conv2d_backward_weight, saves=(0, 1)),
             D("linear", _linear, saves=(0, 1)),
+            D("max_pool2d", _values_pool("max_pool2d_with_indices"), saves=(0,)),
+            D("min_pool2d", _values_pool("min_pool2d_with_indices"), saves=(0,)),
             D("max_pool2d_with_indices", _index_pool, sizes=(0,), uses_result=True, outputs=1),
             D("min_pool2d_with_indices", _index_pool, sizes=(0,), uses_result=True, outputs=1),
             D(

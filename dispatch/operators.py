@@ -558,6 +558,26 @@ define(
     "axes of input.",
 )
 define(
+    f"max_pool2d(input: Tensor, {POOL}) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.max_pool2d,
+    doc="max_pool2d_with_indices' values alone: what lamina.nn.functional.max_pool2d runs "
+    "when nothing needs the indices (inference); its backward computes them.",
+)
+define(
+    f"min_pool2d(input: Tensor, {POOL}) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.min_pool2d,
+    doc="min_pool2d_with_indices' values alone (lamina.nn.functional.min_pool2d without "
+    "gradients).",
+)
+define(
     f"max_pool2d_with_indices(input: Tensor, {POOL}) -> tuple[Tensor, Tensor]",
     "nn",
     dtypes=FLOATING,

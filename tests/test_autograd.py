@@ -445,6 +445,20 @@ SAMPLES.update(
                 [nhwc(IMAGE)],
             ),
         ],
+        "max_pool2d": [
+            (
+                "nhwc",
+                lambda x: OPERATORS["max_pool2d"](x, (3, 3), (2, 2), (1, 1), (1, 1), False),
+                [nhwc(IMAGE)],
+            ),
+        ],
+        "min_pool2d": [
+            (
+                "plain",
+                lambda x: OPERATORS["min_pool2d"](x, (2, 2), (1, 1), (0, 0), (1, 1), True),
+                [leaf(IMAGE)],
+            ),
+        ],
         "min_pool2d_with_indices": [
             ("nhwc", lambda x: NNF.min_pool2d(x, 2, 1, padding=1), [nhwc(IMAGE)]),
         ],

@@ -163,6 +163,14 @@ max_pool2d_with_indices = _index_pool(np.greater, -np.inf)
 min_pool2d_with_indices = _index_pool(np.less, np.inf)
 
 
+def max_pool2d(ks, *args):
+    return max_pool2d_with_indices(ks, *args)[0]
+
+
+def min_pool2d(ks, *args):
+    return min_pool2d_with_indices(ks, *args)[0]
+
+
 def pool2d_scatter(ks, grad, indices, input_shape):
     g, idx = _batched(grad._data), _batched(indices._data)
     shape = tuple(input_shape) if len(input_shape) == 4 else (1, *input_shape)
@@ -484,6 +492,8 @@ def to_layout(ks, input, layout):
 
 
 KERNELS = [
+    max_pool2d,
+    min_pool2d,
     conv2d,
     conv2d_backward_input,
     conv2d_backward_weight,

@@ -21,6 +21,9 @@ bindings.install(globals(), "nn.functional")
 
 _NATIVE_BATCH_NORM = OPERATORS["native_batch_norm"]
 _NATIVE_LRN = OPERATORS["native_local_response_norm"]
+# the internal pooling operators without indices, behind bindings that check arguments
+_max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
+_min_pool_values = bindings.generated_binding(OPERATORS["min_pool2d"])
 _COMPOSITES = [
     "adaptive_max_pool2d",
     "batch_norm",
@@ -47,11 +50,13 @@ def max_pool2d(
     return_indices: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The largest value of each kernel_size window (padding counts as -inf); with
-    return_indices also its flat index into the H x W plane (max_pool2d_with_indices)."""
-    out, indices = max_pool2d_with_indices(  # noqa: F821 (installed from the schema)
-        input, kernel_size, stride, padding, dilation, ceil_mode
-    )
-    return (out, indices) if return_indices else out
+    return_indices also its flat index into the H x W plane (max_pool2d_with_indices).
+    The indices are computed only when returned or needed for a gradient."""
+    args = (input, kernel_size, stride, padding, dilation, ceil_mode)
+    if return_indices or _needs_grad(input):
+        out, indices = max_pool2d_with_indices(*args)  # noqa: F821 (from the schema)
+        return (out, indices) if return_indices else out
+    return _max_pool_values(*args)
 
 
 def min_pool2d(
@@ -65,10 +70,15 @@ def min_pool2d(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The smallest value of each window (padding counts as +inf): max_pool2d's mirror
     image, with the same signature (seed 2's minimum pooling)."""
-    out, indices = min_pool2d_with_indices(  # noqa: F821 (installed from the schema)
-        input, kernel_size, stride, padding, dilation, ceil_mode
-    )
-    return (out, indices) if return_indices else out
+    args = (input, kernel_size, stride, padding, dilation, ceil_mode)
+    if return_indices or _needs_grad(input):
+        out, indices = min_pool2d_with_indices(*args)  # noqa: F821 (from the schema)
+        return (out, indices) if return_indices else out
+    return _min_pool_values(*args)
+
+
+def _needs_grad(input: Tensor) -> bool:
+    return is_grad_enabled() and isinstance(input, Tensor) and input.requires_grad
 
 
 def adaptive_max_pool2d(

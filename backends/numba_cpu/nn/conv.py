@@ -42,6 +42,12 @@ BLOCK_BYTES = 1 << 20  # one im2col block: about half of a core's L2 cache
 # for kernel row i, column iw = ow * sw - pl + j * dw for kernel column j.
 
 
+# Note [Slices from 0]: the inner loops run over views sliced to start at 0 (a
+# channel run, the columns of a row inside the input), never over an offset index
+# like src[c0 + c]: Numba then needs no negative-index wraparound per element and
+# LLVM vectorizes the copy (measured: the NHWC im2col block 126 us -> 31 us).
+
+
 def _im2col_nhwc(x, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1, cols):
     """cols[p - p0, (i * kw + j) * cin + c] = x[n, ih, iw, c0 + c] (0 outside)."""
     h, w = x.shape[1], x.shape[2]
@@ -53,14 +59,14 @@ def _im2col_nhwc(x, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1, col
             ih = oh * sh - pt + i * dh
             for j in range(kw):
                 iw = ow * sw - pl + j * dw
-                base = (i * kw + j) * cin
+                dst = row[(i * kw + j) * cin : (i * kw + j + 1) * cin]
                 if 0 <= ih < h and 0 <= iw < w:
-                    src = x[n, ih, iw]
+                    src = x[n, ih, iw, c0 : c0 + cin]
                     for c in range(cin):
-                        row[base + c] = src[c0 + c]
+                        dst[c] = src[c]
                 else:
                     for c in range(cin):
-                        row[base + c] = 0
+                        dst[c] = 0
 
 
 def _col2im_nhwc(cols, gx, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1):
@@ -77,10 +83,10 @@ def _col2im_nhwc(cols, gx, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, 
             for j in range(kw):
                 iw = ow * sw - pl + j * dw
                 if 0 <= iw < w:
-                    dst = gx[n, ih, iw]
-                    base = (i * kw + j) * cin
+                    dst = gx[n, ih, iw, c0 : c0 + cin]
+                    src = row[(i * kw + j) * cin : (i * kw + j + 1) * cin]
                     for c in range(cin):
-                        dst[c0 + c] += row[base + c]
+                        dst[c] += src[c]
 
 
 def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_, cols):
@@ -99,18 +105,20 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo
                 lo, hi = lo_[j], hi_[j]
                 for oh in range(oh0, oh1):
                     ih = oh * sh - pt + i * dh
-                    dst = (oh - oh0) * wo
-                    if ih < 0 or ih >= h:
+                    seg = row[(oh - oh0) * wo : (oh - oh0 + 1) * wo]
+                    if ih < 0 or ih >= h or hi == lo:
                         for ow in range(wo):
-                            row[dst + ow] = 0
+                            seg[ow] = 0
                         continue
-                    src = plane[ih]
                     for ow in range(lo):
-                        row[dst + ow] = 0
-                    for ow in range(lo, hi):
-                        row[dst + ow] = src[ow * sw + off]
-                    for ow in range(hi, wo):
-                        row[dst + ow] = 0
+                        seg[ow] = 0
+                    dst = seg[lo:hi]
+                    src = plane[ih, lo * sw + off : (hi - 1) * sw + off + 1 : sw]
+                    for k in range(hi - lo):
+                        dst[k] = src[k]
+                    tail = seg[hi:]
+                    for k in range(wo - hi):
+                        tail[k] = 0
 
 
 def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_):
@@ -123,13 +131,49 @@ def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, 
                 row = cols[(c * kh + i) * kw + j]
                 off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
+                if hi == lo:
+                    continue
                 for oh in range(oh0, oh1):
                     ih = oh * sh - pt + i * dh
                     if 0 <= ih < h:
-                        dst = plane[ih]
-                        src = (oh - oh0) * wo
-                        for ow in range(lo, hi):
-                            dst[ow * sw + off] += row[src + ow]
+                        dst = plane[ih, lo * sw + off : (hi - 1) * sw + off + 1 : sw]
+                        src = row[(oh - oh0) * wo + lo : (oh - oh0) * wo + hi]
+                        for k in range(hi - lo):
+                            dst[k] += src[k]
+
+
+def _pad_planes(x, pt, pl, hp, wp, planes):
+    """planes[n * C + c] = x[n, c] zero-padded to hp x wp, flattened: the input of
+    _im2col_flat (stride 1, Note [Flat planes])."""
+    c_, h, w = x.shape[1], x.shape[2], x.shape[3]
+    for p in range(planes.shape[0]):
+        src_plane, plane = x[p // c_, p % c_], planes[p]
+        for r in range(hp):
+            seg = plane[r * wp : (r + 1) * wp]
+            ih = r - pt
+            if ih < 0 or ih >= h:
+                for k in range(wp):
+                    seg[k] = 0
+                continue
+            for k in range(pl):
+                seg[k] = 0
+            dst, src = seg[pl : pl + w], src_plane[ih]
+            for k in range(w):
+                dst[k] = src[k]
+            for k in range(pl + w, wp):
+                seg[k] = 0
+
+
+def _im2col_flat(flat, base, kh, kw, dh, dw, wp, oh0, span, cols):
+    """cols[(c * kh + i) * kw + j, :span] = flat[base[c] + (oh0 + i dh) wp + j dw ...]:
+    one contiguous copy per row of the block (Note [Flat planes])."""
+    for c in range(base.size):
+        for i in range(kh):
+            for j in range(kw):
+                start = base[c] + (oh0 + i * dh) * wp + j * dw
+                src, dst = flat[start : start + span], cols[(c * kh + i) * kw + j]
+                for q in range(span):
+                    dst[q] = src[q]
 
 
 _I = types.int64
@@ -139,6 +183,8 @@ _SIGNATURES = {
     _col2im_nhwc: lambda a4, a2: types.void(a2, a4, *[_I] * 14),
     _im2col_nchw: lambda a4, a2: types.void(a4, *[_I] * 14, jit.INDEX, jit.INDEX, a2),
     _col2im_nchw: lambda a4, a2: types.void(a2, a4, *[_I] * 14, jit.INDEX, jit.INDEX),
+    _pad_planes: lambda a4, a2: types.void(a4, *[_I] * 4, a2),
+    _im2col_flat: lambda a4, a2: types.void(a2.copy(ndim=1), jit.INDEX, *[_I] * 7, a2),
 }
 
 
@@ -170,6 +216,21 @@ class Geometry:
         self.wo = (self.w + self.pl + self.pr - self.dw * (self.kw - 1) - 1) // self.sw + 1
         self.k = self.cin * self.kh * self.kw  # the GEMM's inner dimension, per group
         self.pointwise = (self.kh, self.kw, self.sh, self.sw) == (1, 1, 1, 1) and not any(padding)
+
+    @property
+    def flat(self):
+        """Stride 1: NCHW blocks come from flat padded planes (Note [Flat planes])."""
+        return (self.sh, self.sw) == (1, 1)
+
+    @property
+    def transposable(self):
+        """Stride 1 and padding within the kernel's extent: the input gradient is a
+        forward convolution of grad with the flipped kernel (no col2im)."""
+        return (
+            self.flat
+            and max(self.pt, self.pb) <= self.dh * (self.kh - 1)
+            and max(self.pl, self.pr) <= self.dw * (self.kw - 1)
+        )
 
     def columns(self):
         """(lo, hi) per kernel column: the output columns it reads inside the input."""
@@ -247,6 +308,8 @@ def _forward_nchw(x, w, geo):
         for g, wg in enumerate(weights):
             np.matmul(wg, x3[:, _cols(g, geo.cin)], out=o3[:, _cols(g, geo.cout)])
         return out
+    if geo.flat:
+        return _forward_nchw_flat(x, weights, geo, out)
     im2col, cache = _kernel(_im2col_nchw, x.dtype), [None]
     rows, ranges = geo.nchw_rows(x.itemsize), geo.columns()
     for n in range(geo.n):
@@ -255,6 +318,54 @@ def _forward_nchw(x, w, geo):
             for g, wg in enumerate(weights):
                 im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
                 np.matmul(wg, cols, out=o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
+    return out
+
+
+# Note [Flat planes]: with stride 1, the NCHW im2col row of kernel tap (c, i, j) for
+# output rows [oh0, oh1) is one contiguous run of the zero-padded input plane c,
+# read at (oh0 + i dh) * Wp + j dw, if the output is computed Wp columns wide (the
+# padded width) and its Wp - Wo extra columns are dropped: one copy per row of the
+# block instead of one per (row, output row). Measured on 16x64x56x56, one thread:
+# im2col 19 ms -> ~3 ms for the whole convolution, for 3.5% more GEMM work. The planes
+# end with slack, so the last plane's runs stay inside the buffer; the extra columns
+# read the next plane's first values, which only the dropped columns see.
+
+
+def _flat_planes(x, geo):
+    """(flat buffer of x's zero-padded planes, padded width) of Note [Flat planes]."""
+    hp, wp = geo.h + geo.pt + geo.pb, geo.w + geo.pl + geo.pr
+    size = geo.n * geo.c * hp * wp
+    flat = np.empty(size + (geo.kw - 1) * geo.dw, x.dtype)
+    flat[size:] = 0
+    planes = flat[:size].reshape(geo.n * geo.c, hp * wp)
+    _kernel(_pad_planes, x.dtype)(x, geo.pt, geo.pl, hp, wp, planes)
+    return flat, wp
+
+
+def _flat_blocks(geo, wp, itemsize):
+    """(n, oh0, oh1, base offsets of image n's planes) for every block."""
+    rows = max(1, BLOCK_BYTES // (geo.k * wp * itemsize))
+    plane = (geo.h + geo.pt + geo.pb) * wp
+    for n in range(geo.n):
+        base = (n * geo.c + np.arange(geo.c, dtype=np.int64)) * plane
+        for oh0, oh1 in _blocks(geo.ho, rows):
+            yield n, oh0, oh1, base
+
+
+def _forward_nchw_flat(x, weights, geo, out):
+    flat, wp = _flat_planes(x, geo)
+    im2col, cache, tmp = _kernel(_im2col_flat, x.dtype), [None], [None]
+    args = (geo.kh, geo.kw, geo.dh, geo.dw, wp)
+    for n, oh0, oh1, base in _flat_blocks(geo, wp, x.itemsize):
+        span = (oh1 - oh0) * wp
+        cols = _buffer(geo.k, span, x.dtype, cache)
+        wide = _buffer(geo.cout, span, x.dtype, tmp)
+        for g, wg in enumerate(weights):
+            im2col(flat, base[_cols(g, geo.cin)], *args, oh0, span, cols)
+            np.matmul(wg, cols, out=wide)
+            out[n, _cols(g, geo.cout), oh0:oh1] = wide.reshape(geo.cout, oh1 - oh0, wp)[
+                ..., : geo.wo
+            ]
     return out
 
 
@@ -310,6 +421,31 @@ def _backward_input_nchw(g3, w, geo, dtype):
     return gx
 
 
+def _flipped(w, geo):
+    """The kernel of the transposed convolution: per group, input and output channels
+    swapped and both spatial axes reversed ((C_in, C_out / groups, kh, kw))."""
+    parts = [
+        w[_cols(g, geo.cout)].transpose(1, 0, 2, 3)[:, :, ::-1, ::-1] for g in range(geo.groups)
+    ]
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def _transposed_forward(gk, w, geo, layout):
+    """The input gradient of a stride-1 convolution as the forward convolution of grad
+    with the flipped kernel, padded by the kernel's extent minus the padding: the
+    blocked GEMMs of the forward pass, no col2im scatter."""
+    padding = (
+        geo.dh * (geo.kh - 1) - geo.pt,
+        geo.dh * (geo.kh - 1) - geo.pb,
+        geo.dw * (geo.kw - 1) - geo.pl,
+        geo.dw * (geo.kw - 1) - geo.pr,
+    )
+    shape = (geo.n, geo.c_out, geo.ho, geo.wo)
+    wf = _flipped(w, geo)
+    transposed = Geometry(shape, wf.shape, (1, 1), padding, (geo.dh, geo.dw), geo.groups)
+    return (_forward_nhwc if layout == NHWC else _forward_nchw)(gk, wf, transposed)
+
+
 def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, groups):
     """The gradient in the input's layout: grad is converted to it (once, where the
     layouts differ, as after a flatten)."""
@@ -317,6 +453,8 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
     gk = in_layout(grad._data, layout, unbatched)
     geo = Geometry(input._shape, weight._shape, stride, padding, dilation, groups)
     w, dtype = weight._data, grad._data.dtype
+    if geo.transposable and not geo.pointwise:
+        return from_array(logical(_transposed_forward(gk, w, geo, layout), layout, unbatched))
     if layout == NHWC:
         gx = _backward_input_nhwc(gk.reshape(-1, geo.c_out), w, geo, dtype)
     else:
@@ -358,6 +496,8 @@ def _backward_weight_nchw(g3, x, geo):
             part = np.matmul(g3[:, _cols(g, geo.cout)], x3[:, _cols(g, geo.cin)].transpose(0, 2, 1))
             gw[_cols(g, geo.cout), :, 0, 0] = part.sum(axis=0)
         return gw
+    if geo.flat:
+        return _backward_weight_nchw_flat(g3, x, geo)
     im2col, cache = _kernel(_im2col_nchw, x.dtype), [None]
     rows, ranges = geo.nchw_rows(x.itemsize), geo.columns()
     sums = [np.zeros((geo.cout, geo.k), x.dtype) for _ in range(geo.groups)]
@@ -370,6 +510,29 @@ def _backward_weight_nchw(g3, x, geo):
                 gb = g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo]
                 np.matmul(gb, cols.T, out=part)
                 sums[g] += part
+    return np.concatenate(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+
+
+def _backward_weight_nchw_flat(g3, x, geo):
+    """Note [Flat planes] for the weight gradient: grad's block, widened to the padded
+    width with zeros in the extra columns, times the flat im2col block."""
+    flat, wp = _flat_planes(x, geo)
+    im2col, cache = _kernel(_im2col_flat, x.dtype), [None]
+    args = (geo.kh, geo.kw, geo.dh, geo.dw, wp)
+    sums = [np.zeros((geo.cout, geo.k), x.dtype) for _ in range(geo.groups)]
+    part = np.empty((geo.cout, geo.k), x.dtype)
+    wide = np.zeros((geo.c_out, geo.ho * wp), x.dtype).reshape(geo.c_out, geo.ho, wp)
+    for n, oh0, oh1, base in _flat_blocks(geo, wp, x.itemsize):
+        span = (oh1 - oh0) * wp
+        cols = _buffer(geo.k, span, x.dtype, cache)
+        wide[:, : oh1 - oh0, : geo.wo] = g3[n, :, oh0 * geo.wo : oh1 * geo.wo].reshape(
+            geo.c_out, oh1 - oh0, geo.wo
+        )
+        block = wide[:, : oh1 - oh0].reshape(geo.c_out, span)
+        for g in range(geo.groups):
+            im2col(flat, base[_cols(g, geo.cin)], *args, oh0, span, cols)
+            np.matmul(block[_cols(g, geo.cout)], cols.T, out=part)
+            sums[g] += part
     return np.concatenate(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 

@@ -52,17 +52,36 @@ def less(v, best):
 # ---------------------------------------------------------------- templates
 
 
-def pool_nchw(better, loop):
-    """x (planes, H, W) -> out, idx (planes, Ho, Wo), one output row per job."""
+def pool_nchw(better, with_indices, loop):
+    """x (planes, H, W) -> out (and idx) (planes, Ho, Wo), one output row per job.
+
+    The values and the indices are two passes over the row's taps: a loop that stores
+    both did not vectorize (measured on 16x64x56x56, 3x3 stride 2, one thread: 28 ms,
+    against 6 ms for the values alone and 18 ms for the two passes). The index of a
+    window is its first tap equal to the extreme, or its last NaN (what the one-pass
+    rule of the module docstring gives); a window below ``init`` everywhere keeps its
+    first tap."""
 
     def kernel(x, out, idx, first_h, count_h, dh, lo_w, hi_w, sw, pw, dw, first_w, init):
         w, ho, wo, kw = x.shape[2], out.shape[1], out.shape[2], lo_w.size
         for job in loop(x.shape[0] * ho):
             p, oh = job // ho, job % ho
-            orow, irow, fh = out[p, oh], idx[p, oh], first_h[oh]
+            orow, fh = out[p, oh], first_h[oh]
             for ow in range(wo):
                 orow[ow] = init
-                irow[ow] = fh * w + first_w[ow]
+            for a in range(count_h[oh]):
+                src = x[p, fh + a * dh]
+                for b in range(kw):
+                    off = b * dw - pw
+                    for ow in range(lo_w[b], hi_w[b]):
+                        v = src[ow * sw + off]
+                        cur = orow[ow]
+                        orow[ow] = v if better(v, cur) | (v != v) else cur
+            if not with_indices:
+                continue
+            irow = idx[p, oh]
+            for ow in range(wo):
+                irow[ow] = -1
             for a in range(count_h[oh]):
                 ih = fh + a * dh
                 src = x[p, ih]
@@ -70,15 +89,19 @@ def pool_nchw(better, loop):
                     off = b * dw - pw
                     for ow in range(lo_w[b], hi_w[b]):
                         v = src[ow * sw + off]
-                        if better(v, orow[ow]) or v != v:
-                            orow[ow] = v
-                            irow[ow] = ih * w + ow * sw + off
+                        at = irow[ow]
+                        first = (v == orow[ow]) & (at < 0)
+                        irow[ow] = ih * w + ow * sw + off if first | (v != v) else at
+            for ow in range(wo):
+                if irow[ow] < 0:
+                    irow[ow] = fh * w + first_w[ow]
 
     return kernel
 
 
-def pool_nhwc(better, loop):
-    """x (N, H, W, C) -> out, idx (N, Ho, Wo, C), one output row per job."""
+def pool_nhwc(better, with_indices, loop):
+    """x (N, H, W, C) -> out (and idx) (N, Ho, Wo, C), one output row per job: the
+    loop over channels vectorizes with the indices in it too."""
 
     def kernel(x, out, idx, first_h, count_h, dh, first_w, count_w, dw, init):
         w, c, ho, wo = x.shape[2], x.shape[3], out.shape[1], out.shape[2]
@@ -86,20 +109,28 @@ def pool_nhwc(better, loop):
             n, oh = job // ho, job % ho
             fh = first_h[oh]
             for ow in range(wo):
-                o, ix, fw = out[n, oh, ow], idx[n, oh, ow], first_w[ow]
+                o, fw = out[n, oh, ow], first_w[ow]
                 for k in range(c):
                     o[k] = init
-                    ix[k] = fh * w + fw
+                if with_indices:
+                    ix = idx[n, oh, ow]
+                    for k in range(c):
+                        ix[k] = fh * w + fw
                 for a in range(count_h[oh]):
                     ih = fh + a * dh
                     for b in range(count_w[ow]):
                         iw = fw + b * dw
                         src, at = x[n, ih, iw], ih * w + iw
-                        for k in range(c):
-                            v = src[k]
-                            if better(v, o[k]) or v != v:
-                                o[k] = v
-                                ix[k] = at
+                        if with_indices:
+                            for k in range(c):
+                                v, cur = src[k], o[k]
+                                take = better(v, cur) | (v != v)
+                                o[k] = v if take else cur
+                                ix[k] = at if take else ix[k]
+                        else:
+                            for k in range(c):
+                                v, cur = src[k], o[k]
+                                o[k] = v if better(v, cur) | (v != v) else cur
 
     return kernel
 
@@ -235,7 +266,9 @@ def _as_nhwc(a, layout):
 # ---------------------------------------------------------------- max and min
 
 
-def _index_pool(better, init):
+def _pool(better, init, with_indices):
+    """The kernel of max (better = greater) or min pooling, with or without indices."""
+
     def kernel(ks, input, kernel_size, stride, padding, dilation, ceil_mode):
         x, layout, unbatched = image(input)
         n, c, h, w = input._shape if not unbatched else (1, *input._shape)
@@ -245,28 +278,29 @@ def _index_pool(better, init):
         fh, ch = windows(h, ho, kh, sh, ph, dh)
         fw, cw = windows(w, wo, kw, sw, pw, dw)
         shape = (n, ho, wo, c) if layout == NHWC else (n, c, ho, wo)
-        out, idx = np.empty(shape, x.dtype), np.empty(shape, np.int64)
+        out = np.empty(shape, x.dtype)
+        idx = np.empty(shape if with_indices else (1,) * 4, np.int64)
+        templates = (better, with_indices)
         if layout == NHWC:
             args = (x, out, idx, fh, ch, dh, fw, cw, dw, init)
-            _run(pool_nhwc, (better,), x.dtype, x.size, *args)
+            _run(pool_nhwc, templates, x.dtype, x.size, *args)
         else:
             lo, hi = tap_ranges(w, wo, kw, sw, pw, dw)
-            planes = (
-                x.reshape(n * c, h, w),
-                out.reshape(n * c, ho, wo),
-                idx.reshape(n * c, ho, wo),
-            )
+            planes = [a.reshape(-1, *a.shape[2:]) for a in (x, out, idx)]
             args = (*planes, fh, ch, dh, lo, hi, sw, pw, dw, fw, init)
-            _run(pool_nchw, (better,), x.dtype, x.size, *args)
-        return from_array(logical(out, layout, unbatched)), from_array(
-            logical(idx, layout, unbatched)
-        )
+            _run(pool_nchw, templates, x.dtype, x.size, *args)
+        out = from_array(logical(out, layout, unbatched))
+        if not with_indices:
+            return out
+        return out, from_array(logical(idx, layout, unbatched))
 
     return kernel
 
 
-max_pool2d_with_indices = _index_pool(greater, -math.inf)
-min_pool2d_with_indices = _index_pool(less, math.inf)
+max_pool2d = _pool(greater, -math.inf, False)
+min_pool2d = _pool(less, math.inf, False)
+max_pool2d_with_indices = _pool(greater, -math.inf, True)
+min_pool2d_with_indices = _pool(less, math.inf, True)
 
 
 def _positions(a, layout):
@@ -383,6 +417,8 @@ def adaptive_avg_pool2d_backward(ks, grad, input):
 
 
 KERNELS = {
+    "max_pool2d": max_pool2d,
+    "min_pool2d": min_pool2d,
     "max_pool2d_with_indices": max_pool2d_with_indices,
     "min_pool2d_with_indices": min_pool2d_with_indices,
     "pool2d_scatter": pool2d_scatter,

@@ -185,7 +185,11 @@ def measure(args):
         "w": rng.standard_normal((shape[1], shape[1], 3, 3), dtype=np.float32) * 0.05,
         "g": rng.standard_normal(shape, dtype=np.float32),
     }
-    cases = [c for c in _cases(shape) if args.layout in ("both", c.layout)]
+    cases = [
+        c
+        for c in _cases(shape)
+        if args.layout in ("both", c.layout) and (not args.only or args.only in c.name)
+    ]
     runs = {}
     total = len(cases) * len(libs) * (args.rounds + 1)
     done = 0
@@ -272,6 +276,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shape", type=int, nargs=4, default=[16, 64, 56, 56], metavar=("N", "C", "H", "W")
     )
+    p.add_argument("--only", default="", help="only the primitives whose name contains this")
     p.add_argument(
         "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
     )
