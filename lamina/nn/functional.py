@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lamina.autograd import is_grad_enabled
 from lamina.dispatch import bindings, ops
-from lamina.dispatch.arguments import integer, real
+from lamina.dispatch.arguments import boolean, integer, real
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
@@ -120,8 +120,10 @@ def batch_norm(
     ):
         if not isinstance(t, Tensor) and (t is not None or name == "input"):
             raise TypeError(f"batch_norm: {name} must be a tensor, got {type(t).__name__}")
-    args = (input, weight, bias, running_mean, running_var, bool(training))
-    return _NATIVE_BATCH_NORM(*_NATIVE_BATCH_NORM.check(*args, float(momentum), float(eps)))[0]
+    training = boolean(training, "batch_norm", "training")
+    momentum, eps = real(momentum, "batch_norm", "momentum"), real(eps, "batch_norm", "eps")
+    args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _NATIVE_BATCH_NORM(*_NATIVE_BATCH_NORM.check(*args))[0]
 
 
 def local_response_norm(

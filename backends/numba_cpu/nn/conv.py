@@ -3,23 +3,29 @@
 Note [Convolution]: a convolution is a GEMM over the "im2col" matrix, whose row (NHWC)
 or column (NCHW) for an output pixel holds the kH x kW x C_in input values under the
 kernel. Materializing it whole costs 9x the input's memory for a 3x3 kernel (115 MB
-for 16x64x56x56), so the kernels build it one block of output pixels at a time, small
-enough to stay in the L2 cache (``BLOCK_BYTES``), and hand each block to BLAS through
-NumPy's matmul; padding is written as zeros while copying, never materialized. A 1x1
-convolution with stride 1 and no padding needs no im2col: the input is the matrix.
+for 16x64x56x56), so the kernels build it one block of output pixels at a time
+(``BLOCK_BYTES``) and hand each block to BLAS through NumPy's matmul; padding is
+written as zeros while copying. A 1x1 convolution with stride 1 and no padding needs no
+im2col: the input is the matrix.
 
     NHWC: out[pixels, C_out] = cols[pixels, kH kW C_in] @ W[kH kW C_in, C_out]
     NCHW: out[n][C_out, pixels] = W[C_out, C_in kH kW] @ cols[C_in kH kW, pixels]
 
-Measured on 16x64x56x56 float32, 64 -> 64 channels, 3x3, padding 1, 2 threads (the
-README's table has the full comparison): a direct Numba loop vectorized over output
-channels 70 ms (its accumulators live in memory: 53 GFLOP/s), one whole im2col matrix
-and one GEMM about 4x slower than the blocks, blocked im2col + GEMM ~21 ms in NHWC and
-~25 ms in NCHW (GEMMs at ~190 GFLOP/s, the im2col copies about 10%). The backward
-operators reuse the blocks: the weight gradient is the sum over blocks of
-cols^T @ grad, the input gradient scatters W^T @ grad back through the adjoint of
-im2col (col2im). The im2col blocks are not saved for backward: rebuilding one costs
-about a tenth of its GEMM, keeping them all would cost 9x the input's memory.
+Measured on 16x64x56x56 float32, 64 -> 64 channels, 3x3, padding 1 (the README has the
+comparison with PyTorch): a direct Numba loop vectorized over the output channels took
+70 ms on 2 threads (53 GFLOP/s: its accumulators live in memory, not registers);
+blocked im2col + GEMM takes 42-46 ms on one thread in either layout whatever the block
+size (OpenBLAS's GEMMs at ~95 GFLOP/s, the copies ~3 ms), and on two threads
+NCHW 34 / NHWC 31 ms with 1 MB blocks, 30 / 28 with 2 MB and 25 / 24 with 8 MB: BLAS
+splits a bigger GEMM between its threads better. Copying the blocks on Numba's
+threads as well (prange) gained nothing (27 against 25 ms): each block's launch has to
+wake the pool (Note [Wait policy] in lamina.backends.threads).
+
+The backward operators reuse the blocks: the weight gradient is the sum over blocks of
+cols^T @ grad; the input gradient of a stride-1 convolution is the forward convolution
+of grad with the flipped kernel, and of a strided one W^T @ grad scattered back by the
+adjoint of im2col (col2im). The im2col blocks are not saved for backward: rebuilding
+one costs a few percent of its GEMM, keeping them all 9x the input's memory.
 
 Groups run as one GEMM per group on that group's channels (a column slice of the
 matrices, which BLAS takes as it is).
@@ -34,7 +40,7 @@ from lamina.dispatch.tensor import from_array
 from .layout import NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
-BLOCK_BYTES = 1 << 20  # one im2col block: about half of a core's L2 cache
+BLOCK_BYTES = 8 << 20  # one im2col block (Note [Convolution]): a quarter of the L3 cache
 
 
 # ---------------------------------------------------------------- im2col kernels
@@ -167,13 +173,13 @@ def _pad_planes(x, pt, pl, hp, wp, planes):
 def _im2col_flat(flat, base, kh, kw, dh, dw, wp, oh0, span, cols):
     """cols[(c * kh + i) * kw + j, :span] = flat[base[c] + (oh0 + i dh) wp + j dw ...]:
     one contiguous copy per row of the block (Note [Flat planes])."""
-    for c in range(base.size):
-        for i in range(kh):
-            for j in range(kw):
-                start = base[c] + (oh0 + i * dh) * wp + j * dw
-                src, dst = flat[start : start + span], cols[(c * kh + i) * kw + j]
-                for q in range(span):
-                    dst[q] = src[q]
+    taps = kh * kw
+    for r in range(base.size * taps):
+        c, t = r // taps, r % taps
+        start = base[c] + (oh0 + (t // kw) * dh) * wp + (t % kw) * dw
+        src, dst = flat[start : start + span], cols[r]
+        for q in range(span):
+            dst[q] = src[q]
 
 
 _I = types.int64
@@ -285,8 +291,8 @@ def _forward_nhwc(x, w, geo):
         for g, wg in enumerate(weights):
             np.matmul(a[:, g * geo.cin : (g + 1) * geo.cin], wg, out=o2[:, _cols(g, geo.cout)])
         return out
-    im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     step = geo.block_pixels(x.itemsize)
+    im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
         cols = _buffer(p1 - p0, geo.k, x.dtype, cache)
         for g, wg in enumerate(weights):
@@ -342,9 +348,14 @@ def _flat_planes(x, geo):
     return flat, wp
 
 
+def _flat_rows(geo, wp, itemsize):
+    """Output rows per block of Note [Flat planes]."""
+    return max(1, BLOCK_BYTES // (geo.k * wp * itemsize))
+
+
 def _flat_blocks(geo, wp, itemsize):
     """(n, oh0, oh1, base offsets of image n's planes) for every block."""
-    rows = max(1, BLOCK_BYTES // (geo.k * wp * itemsize))
+    rows = _flat_rows(geo, wp, itemsize)
     plane = (geo.h + geo.pt + geo.pb) * wp
     for n in range(geo.n):
         base = (n * geo.c + np.arange(geo.c, dtype=np.int64)) * plane
@@ -473,8 +484,8 @@ def _backward_weight_nhwc(g2, x, geo):
             part = a[:, _cols(g, geo.cin)].T @ g2[:, _cols(g, geo.cout)]  # (cin, cout)
             gw[_cols(g, geo.cout), :, 0, 0] = part.T
         return gw
-    im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     step = geo.block_pixels(x.itemsize)
+    im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     sums = [np.zeros((geo.k, geo.cout), x.dtype) for _ in range(geo.groups)]
     part = np.empty((geo.k, geo.cout), x.dtype)
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
@@ -557,14 +568,22 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
 
 
 def linear(ks, input, weight, bias):
-    """input @ weight.T + bias over the flattened leading axes."""
-    x = input._data
-    w = weight._data
+    """input @ weight.T + bias over the flattened leading axes.
+
+    Seed 2's transposed product: with fewer rows than output features (a small batch),
+    (weight @ input.T).T puts the long dimension first, where OpenBLAS is faster:
+    measured one thread, batch 64, 4096 -> 1000 float32: 7.9 ms -> 6.4 ms, 9216 -> 4096:
+    73 -> 61 ms (on two threads the gap was wider); with 1024 rows and 256 features it
+    is slower (1.5 -> 2.5 ms), so larger batches keep input @ weight.T."""
+    x, w = input._data, weight._data
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    out = np.matmul(x2, w.T)
+    if x2.shape[0] < w.shape[0]:
+        out = np.ascontiguousarray(np.matmul(w, x2.T).T)
+    else:
+        out = np.matmul(x2, w.T)
     if bias is not None:
         out += bias._data
-    return from_array(np.ascontiguousarray(out.reshape(x.shape[:-1] + (w.shape[0],))))
+    return from_array(out.reshape(x.shape[:-1] + (w.shape[0],)))
 
 
 KERNELS = {
