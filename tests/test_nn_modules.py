@@ -322,3 +322,20 @@ def test_every_public_name_of_lamina_nn_is_documented():
         assert (getattr(nn, name).__doc__ or "").strip(), name
     for name in nn.init.__all__:
         assert (getattr(nn.init, name).__doc__ or "").strip(), name
+
+
+def test_the_readme_convnet_example_runs():
+    """README.md's "Train a convnet" block, shortened (20 steps instead of 200), in a
+    fresh process: it must run as written."""
+    import pathlib
+    import subprocess
+    import sys
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = readme.split("### Train a convnet", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "for step in range(200):" in code and "batch(2000)" in code
+    code = code.replace("range(200)", "range(20)").replace("batch(2000)", "batch(200)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("step 0: loss") and lines[-1].startswith("accuracy ")

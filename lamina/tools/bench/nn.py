@@ -4,7 +4,9 @@ Times conv2d (forward, and forward + backward for data and weight), max and aver
 pooling, local response normalization, batch normalization in training and relu on a
 16 x 64 x 56 x 56 float32 input, in both memory layouts (NCHW and channels-last),
 with lamina and -- when it is importable -- PyTorch on the same number of threads,
-interleaved call by call in the same process; reports medians, lamina / PyTorch, the
+in the same process, round after round (each round runs every case of lamina, then
+of PyTorch, so a slow phase of a shared machine slows both); reports medians, lamina
+/ PyTorch, the
 issue's goal for each row, and GFLOP/s for the convolutions. Without PyTorch it
 reports lamina alone.
 """
@@ -223,16 +225,22 @@ def measure(args):
             _progress(done, total, f"warm-up {case.name} {case.layout} {lib.name}")
     samples = {key: [] for key in runs}
     for r in range(args.rounds):
-        for key, (fn, number) in runs.items():
-            # one untimed call first: the previous call (the other library's) may leave
-            # its threads spinning, which would be charged to this one
-            fn()
-            t = time.perf_counter()
-            for _ in range(number):
+        # Each round runs every case of one library, then of the other: a library's
+        # threads spin for a while after its last call (OpenBLAS's up to ~0.1 s) and
+        # would be charged to the other's next call, so the switch waits --settle
+        # seconds; within a library, each sample starts with an untimed call.
+        for lib in [lib.name for lib in libs]:
+            time.sleep(args.settle)
+            for key, (fn, number) in runs.items():
+                if key[2] != lib:
+                    continue
                 fn()
-            samples[key].append((time.perf_counter() - t) / number)
-            done += 1
-            _progress(done, total, f"round {r + 1}/{args.rounds}: {key[0]} {key[1]} {key[2]}")
+                t = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[key].append((time.perf_counter() - t) / number)
+                done += 1
+                _progress(done, total, f"round {r + 1}/{args.rounds}: {' '.join(key)}")
     results = {}
     for case in cases:
         row = {
@@ -304,6 +312,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", choices=["NCHW", "NHWC", "both"], default="both")
     p.add_argument(
         "--shape", type=int, nargs=4, default=[16, 64, 56, 56], metavar=("N", "C", "H", "W")
+    )
+    p.add_argument(
+        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
     )
     p.add_argument("--only", default="", help="only the primitives whose name contains this")
     p.add_argument(
