@@ -195,6 +195,8 @@ def _apply(node, grads, retain_graph):
             result = ref()
             if result is None:
                 result = _as_output(alias, node)
+        if node.saved_outputs is not None:  # Note [Saved outputs]
+            result = (result, *node.saved_outputs)
     needs = [n is not None for n in node.next_nodes]
     out = d.formula(g, result, needs, *node.saved)
     if not retain_graph and graph.saved_tensors(node):  # nothing to free: reusable
@@ -203,6 +205,7 @@ def _apply(node, grads, retain_graph):
             node.versions = ()
         if node.result is not None:
             node.result = None
+            node.saved_outputs = None
     if node.shapes is None and node.dtypes is None:
         return out
     shapes = node.shapes or (None,) * len(out)

@@ -36,6 +36,7 @@ class Node(core.NodeBase):
     shapes = None  # an input's shape, where it differs from the result's
     dtypes = None  # an input's dtype, where it differs from the result's
     result = None  # (weakref to the output, detached alias) for formulas that use it
+    saved_outputs = None  # detached aliases of outputs 1.. (Note [Saved outputs])
     hooks = None
     n_outputs = 1
 
@@ -229,13 +230,16 @@ def record(derivative, args, outputs):
         # alias of its storage for when the output itself is gone. The alias's version
         # is checked too: the result modified in place is a saved tensor modified.
         node.result = (weakref.ref(out0), out0.detach())
+        if len(outputs) > 1:
+            node.saved_outputs = tuple([o.detach() for o in outputs[1:]])
     if _modified:
         node.versions = tuple([version_of(t) for t in saved_tensors(node)])
     if len(outputs) > 1:
         node.n_outputs = len(outputs)
     out0._ks |= AUTOGRAD
     out0._grad_fn = node
-    for i in range(1, len(outputs)):  # split: output i is gradient slot i
+    marked = len(outputs) if derivative.outputs is None else derivative.outputs
+    for i in range(1, marked):  # split: output i is gradient slot i
         out = outputs[i]
         out._ks |= AUTOGRAD
         out._grad_fn = node
@@ -252,6 +256,8 @@ def saved_tensors(node):
     tensors = [a for a in source if a.__class__ is Tensor]
     if node.result is not None:
         tensors.append(node.result[1])
+        if node.saved_outputs is not None:
+            tensors += node.saved_outputs
     return tensors
 
 

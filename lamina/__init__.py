@@ -38,7 +38,7 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import layers, linalg, optim, random
+from . import layers, linalg, nn, optim, random
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"  # README: what of it is not met yet

@@ -14,11 +14,24 @@ indexing, creation). One module per family of operators:
     sorting.py       sort, argsort, searchsorted, nonzero, unique_*
     lapack.py        lamina.linalg's factorizations and solvers (LAPACK through NumPy)
     layout.py        strided operands of the general path
+    nn/              neural-network primitives: convolution, pooling, normalization,
+                     activations, losses, layout conversion
 """
 
 from lamina.backends.hookspecs import hookimpl
 
-from . import creation, elementwise, lapack, linalg, manipulation, reductions, scan, sorting, views
+from . import (
+    creation,
+    elementwise,
+    lapack,
+    linalg,
+    manipulation,
+    nn,
+    reductions,
+    scan,
+    sorting,
+    views,
+)
 
 
 @hookimpl
@@ -33,5 +46,6 @@ def lamina_register_kernels(registry):
         scan,
         sorting,
         lapack,
+        nn,
     ):
         module.register(registry)
