@@ -11,13 +11,24 @@ with lamina operators, so formulas run on every device and can themselves be
 differentiated (``create_graph=True``). ``n[i] and expr`` skips work nobody needs.
 The engine reduces broadcast gradients to each input's shape and casts them to its
 dtype, so formulas may return broadcast-shaped gradients.
+
+Note [Complex gradients]: as in PyTorch, the gradient of a real loss L with respect to
+a complex z = x + iy is dL/dx + i dL/dy (the conjugate Wirtinger derivative, doubled),
+so ``z -= lr * z.grad`` descends, and a real z gets the real gradient it always had. A
+formula maps g, the gradient of its output, to ``g * conj(f'(z))`` for a holomorphic
+f (``_conj``, which leaves real tensors alone, writes that); the non-holomorphic ones
+(abs, sign, real, imag, conj, vecdot's conjugated x1) are derived one by one. Where a
+real input meets a complex output, the engine keeps the real part (Note [Complex
+dtypes] in dispatch/dtypes.py).
 """
 
+import cmath
 import math
 
+from lamina.dispatch import fft as FFT
 from lamina.dispatch import linalg as LA
 from lamina.dispatch import ops
-from lamina.dispatch.dtypes import bool_
+from lamina.dispatch.dtypes import bool_, real_of
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
@@ -69,6 +80,19 @@ def _zero(g):
     return ops.zeros_like(g)
 
 
+def _conj(x):
+    """conj(x) of a complex tensor or Python complex; anything else as it is (real
+    formulas pay nothing for Note [Complex gradients])."""
+    if isinstance(x, Tensor):
+        return ops.conj(x) if x.dtype.kind == "c" else x
+    return x.conjugate() if isinstance(x, complex) else x
+
+
+def _mH(x):
+    """The conjugate transpose of each matrix (the transpose of a real one)."""
+    return _conj(ops.matrix_transpose(x))
+
+
 def _expand_reduced(g, shape, axis, keepdims):
     """A reduction's gradient broadcast back to the input's shape."""
     if not keepdims:
@@ -86,17 +110,32 @@ def _pow_base(g, a, b):
     """d(a ** b)/da = b * a ** (b - 1), taken as 0 where b == 0 (as PyTorch does: at
     a == 0 the product would be 0 * inf); ``b`` may be a Python scalar."""
     if not isinstance(b, Tensor):
-        return g * (b * a ** (b - 1)) if b != 0 else _zero(g)
-    return g * ops.where(b == 0, 0.0, b * a ** (b - 1))
+        return g * _conj(b * a ** (b - 1)) if b != 0 else _zero(g)
+    return g * _conj(ops.where(b == 0, 0.0, b * a ** (b - 1)))
 
 
 def _pow_exponent(g, a, b):
-    """d(a ** b)/db = a ** b * log(a), taken as 0 where a <= 0; ``a`` may be a Python
-    scalar (``2.0 ** x``)."""
+    """d(a ** b)/db = a ** b * log(a), taken as 0 where a <= 0 (a == 0 for a complex
+    base); ``a`` may be a Python scalar (``2.0 ** x``)."""
+    complex_ = g.dtype.kind == "c"  # a complex power: a negative real base is fine too
     if not isinstance(a, Tensor):
+        if complex_:
+            return g * _conj(a**b * cmath.log(a)) if a != 0 else _zero(g)
         return g * (a**b * math.log(a)) if a > 0 else _zero(g)
-    positive = a > 0
-    return g * ops.where(positive, a**b * ops.log(ops.where(positive, a, 1.0)), 0.0)
+    if complex_ and a.dtype.kind != "c":
+        a = a * (1 + 0j)  # the complex dtype of a's precision
+    defined = a != 0 if complex_ else a > 0
+    return g * _conj(ops.where(defined, a**b * ops.log(ops.where(defined, a, 1.0)), 0.0))
+
+
+def _sign(g, r, n, x):
+    """sign is piecewise constant for reals; for a complex z it is z / |z|, whose
+    gradient is g's part tangent to the unit circle at sign(z), over |z| (0 at 0)."""
+    if x.dtype.kind != "c":
+        return (_zero(g),)
+    m = ops.abs(x)
+    tangent = g - ops.real(g * ops.conj(r)) * r
+    return (ops.where(m == 0, 0.0, tangent / ops.where(m == 0, 1.0, m)),)
 
 
 def _matmul(g, r, n, a, b):
@@ -107,8 +146,8 @@ def _matmul(g, r, n, a, b):
         g2 = ops.expand_dims(g2, axis=-1)
     if a.ndim == 1:
         g2 = ops.expand_dims(g2, axis=-2)
-    ga = n[0] and _sum_to(ops.matmul(g2, ops.matrix_transpose(b2)), a2.shape)
-    gb = n[1] and _sum_to(ops.matmul(ops.matrix_transpose(a2), g2), b2.shape)
+    ga = n[0] and _sum_to(ops.matmul(g2, _mH(b2)), a2.shape)
+    gb = n[1] and _sum_to(ops.matmul(_mH(a2), g2), b2.shape)
     return (n[0] and ops.reshape(ga, a.shape), n[1] and ops.reshape(gb, b.shape))
 
 
@@ -133,11 +172,11 @@ def _tensordot(g, r, n, a, b, axes):
     ga = gb = None
     if n[0]:
         # g (free_a + free_b) . b over free_b -> free_a + b's contracted axes, sorted
-        t = ops.tensordot(g, b, axes=(tuple(range(len(free_a), g.ndim)), tuple(free_b)))
+        t = ops.tensordot(g, _conj(b), axes=(tuple(range(len(free_a), g.ndim)), tuple(free_b)))
         order = free_a + [a_axes[b_axes.index(d)] for d in sorted(b_axes)]
         ga = ops.permute_dims(t, tuple(order.index(d) for d in range(a.ndim)))
     if n[1]:
-        t = ops.tensordot(a, g, axes=(tuple(free_a), tuple(range(len(free_a)))))
+        t = ops.tensordot(_conj(a), g, axes=(tuple(free_a), tuple(range(len(free_a)))))
         order = [b_axes[a_axes.index(d)] for d in sorted(a_axes)] + free_b
         gb = ops.permute_dims(t, tuple(order.index(d) for d in range(b.ndim)))
     return ga, gb
@@ -153,9 +192,9 @@ def _prod(g, r, n, x, axis, dtype, keepdims):
     if is_grad_enabled() and x.requires_grad and ops.max(zeros).item() > 1:
         # create_graph with two zeros in a slice: the gradient is 0 there, but not its
         # derivative (the product of the other elements), which the masks would lose
-        return (g * _prod_others(x, axis),)
+        return (g * _conj(_prod_others(x, axis)),)
     at_zero = ops.where(zeros == 1, nonzero_prod, 0.0)
-    return (g * ops.where(zero, at_zero, r / ops.where(zero, 1.0, x)),)
+    return (g * _conj(ops.where(zero, at_zero, r / ops.where(zero, 1.0, x))),)
 
 
 def _prod_others(x, axis):
@@ -284,14 +323,14 @@ def _cumulative_prod(g, r, n, x, axis, dtype, include_initial):
     g = _without_initial(g, axis, include_initial)
     r = _without_initial(r, axis, include_initial)
     if not ops.any(x == 0).item():
-        return (_reverse_cumsum(g * r, axis) / x,)
+        return (_reverse_cumsum(g * _conj(r), axis) / _conj(x),)
     xs, gs = ops.moveaxis(x, axis, -1), ops.moveaxis(g, axis, -1)
     size = x.shape[axis]
     eye = ops.eye(size, dtype=bool_, device=x.device)
     others = ops.where(eye, 1.0, ops.expand_dims(xs, -2))  # [..., i, k]
     scans = ops.cumulative_prod(others, axis=-1)  # [..., i, j]
     later = ops.triu(ops.ones((size, size), dtype=x.dtype, device=x.device))  # j >= i
-    grad = ops.sum(scans * later * ops.expand_dims(gs, -2), axis=-1)
+    grad = ops.sum(_conj(scans) * later * ops.expand_dims(gs, -2), axis=-1)
     return (ops.moveaxis(grad, -1, axis),)
 
 
@@ -301,12 +340,18 @@ def _sort(g, r, n, x, axis, descending, stable):
 
 
 # ---------------------------------------------------------------- lamina.linalg
-# (issue 15) real matrices; several-output factorizations are recomputed from the
-# saved input (the node keeps only its first output), which a backward pays once.
+# (issue 15) several-output factorizations are recomputed from the saved input (the
+# node keeps only its first output), which a backward pays once. Complex matrices take
+# conjugate transposes (_mH) where real ones take transposes; the eigenvectors and
+# singular vectors of complex matrices have no formula yet (_real_only).
 
 
-def _mT(x):
-    return ops.matrix_transpose(x)
+def _real_only(name, x):
+    if x.dtype.kind == "c":
+        raise NotImplementedError(
+            f"linalg.{name}: the gradient of complex matrices' {name} factors is not "
+            "implemented (eigenvalues and singular values are: eigvalsh, svdvals)"
+        )
 
 
 def _matrix_scalar(t):
@@ -321,36 +366,44 @@ def _off_diagonal_inverse(d):
 
 
 def _det(g, r, n, x):
-    return (_matrix_scalar(g * r) * _mT(LA.inv(x)),)
+    return (_matrix_scalar(g * _conj(r)) * _mH(LA.inv(x)),)
 
 
 def _slogdet(gs, r, n, x):
-    g = gs[1]  # the sign is piecewise constant
-    return (None if g is None else _matrix_scalar(g) * _mT(LA.inv(x)),)
+    """log|det| moves with Re tr(A^-1 dA), a complex sign with its angle, Im tr(A^-1
+    dA): together (g_log + i Im(g_sign conj(sign))) A^-H; a real sign is piecewise
+    constant."""
+    g_sign, g_log = gs
+    coef = g_log
+    if x.dtype.kind == "c" and g_sign is not None:
+        turn = ops.imag(g_sign * ops.conj(LA.slogdet(x).sign)) * 1j
+        coef = turn if coef is None else coef + turn
+    return (None if coef is None else _matrix_scalar(coef) * _mH(LA.inv(x)),)
 
 
 def _solve(g, r, n, a, b):
     vector = b.ndim == 1
-    gb = LA.solve(_mT(a), ops.expand_dims(g, -1) if vector else g)
+    gb = LA.solve(_mH(a), ops.expand_dims(g, -1) if vector else g)
     ga = None
     if n[0]:
         xs = ops.expand_dims(r, -1) if vector else r
-        ga = -ops.matmul(gb, _mT(xs))
+        ga = -ops.matmul(gb, _mH(xs))
     return ga, (gb[..., 0] if vector else gb)
 
 
 def _cholesky(g, r, n, x, upper):
     """gA = L^-T phi(L^T gL) L^-1, symmetrized; phi keeps the lower triangle and
     halves the diagonal (Murray 2016, as PyTorch)."""
-    low, gl = (_mT(r), _mT(g)) if upper else (r, g)
-    p = ops.matmul(_mT(low), gl)
+    low, gl = (_mH(r), _mH(g)) if upper else (r, g)
+    p = ops.matmul(_mH(low), gl)
     phi = ops.tril(p) - 0.5 * ops.tril(ops.triu(p))
     inv = LA.inv(low)
-    s = ops.matmul(ops.matmul(_mT(inv), phi), inv)
-    return (0.5 * (s + _mT(s)),)
+    s = ops.matmul(ops.matmul(_mH(inv), phi), inv)
+    return (0.5 * (s + _mH(s)),)
 
 
 def _qr(gs, r, n, x, mode):
+    _real_only("qr", x)
     m, k = x.shape[-2], x.shape[-1]
     if m < k or (mode == "complete" and m != k):
         raise NotImplementedError(
@@ -360,29 +413,31 @@ def _qr(gs, r, n, x, mode):
     q, rr = LA.qr(x, mode=mode)
     gq = ops.zeros_like(q) if gs[0] is None else gs[0]
     gr = ops.zeros_like(rr) if gs[1] is None else gs[1]
-    qdq = ops.matmul(_mT(q), gq)
-    rdr = ops.matmul(rr, _mT(gr))
-    low = ops.tril(qdq - _mT(qdq) + rdr - _mT(rdr))
-    r_inv_t = _mT(LA.inv(rr))
+    qdq = ops.matmul(_mH(q), gq)
+    rdr = ops.matmul(rr, _mH(gr))
+    low = ops.tril(qdq - _mH(qdq) + rdr - _mH(rdr))
+    r_inv_t = _mH(LA.inv(rr))
     grad = ops.matmul(q, gr + ops.matmul(low, r_inv_t))
     return (grad + ops.matmul(gq - ops.matmul(q, qdq), r_inv_t),)
 
 
 def _eigh(gs, r, n, x):
+    if gs[1] is not None:
+        _real_only("eigh", x)
     w, v = LA.eigh(x)
     inner = 0.0
     if gs[0] is not None:
         inner = ops.expand_dims(gs[0], -2) * ops.eye(w.shape[-1], dtype=w.dtype, device=w.device)
     if gs[1] is not None:
         f = _off_diagonal_inverse(ops.expand_dims(w, -2) - ops.expand_dims(w, -1))
-        inner = inner + f * ops.matmul(_mT(v), gs[1])
-    grad = ops.matmul(ops.matmul(v, inner), _mT(v))
-    return (0.5 * (grad + _mT(grad)),)
+        inner = inner + f * ops.matmul(_mH(v), gs[1])
+    grad = ops.matmul(ops.matmul(v, inner), _mH(v))
+    return (0.5 * (grad + _mH(grad)),)
 
 
 def _eigvalsh(g, r, n, x):
     v = LA.eigh(x).eigenvectors
-    return (ops.matmul(v * ops.expand_dims(g, -2), _mT(v)),)
+    return (ops.matmul(v * ops.expand_dims(g, -2), _mH(v)),)
 
 
 def _svd(gs, r, n, x, full_matrices):
@@ -390,12 +445,14 @@ def _svd(gs, r, n, x, full_matrices):
     of U (rows of Vh) of a non-square x are arbitrary, so only S may carry a gradient."""
     m, k = x.shape[-2], x.shape[-1]
     gu, gsv, gvh = gs
+    if gu is not None or gvh is not None:
+        _real_only("svd", x)
     if full_matrices and m != k and (gu is not None or gvh is not None):
         raise NotImplementedError(
             "linalg.svd: the gradient of U or Vh of a non-square matrix needs full_matrices=False"
         )
     u, s, vh = LA.svd(x, full_matrices=False)
-    v = _mT(vh)
+    v = _mH(vh)
     inner = 0.0
     if gsv is not None:
         inner = ops.expand_dims(gsv, -2) * ops.eye(s.shape[-1], dtype=s.dtype, device=s.device)
@@ -403,18 +460,18 @@ def _svd(gs, r, n, x, full_matrices):
     f = _off_diagonal_inverse(ops.expand_dims(s2, -2) - ops.expand_dims(s2, -1))
     extra = 0.0
     if gu is not None:
-        utgu = ops.matmul(_mT(u), gu)
-        inner = inner + (f * (utgu - _mT(utgu))) * ops.expand_dims(s, -2)
+        utgu = ops.matmul(_mH(u), gu)
+        inner = inner + (f * (utgu - _mH(utgu))) * ops.expand_dims(s, -2)
         if m > k:  # the part of gU outside U's span
             out_of_span = gu - ops.matmul(u, utgu)
             extra = ops.matmul(out_of_span / ops.expand_dims(s, -2), vh)
     if gvh is not None:
-        gv = _mT(gvh)
-        vtgv = ops.matmul(_mT(v), gv)
-        inner = inner + ops.expand_dims(s, -1) * (f * (vtgv - _mT(vtgv)))
+        gv = _mH(gvh)
+        vtgv = ops.matmul(_mH(v), gv)
+        inner = inner + ops.expand_dims(s, -1) * (f * (vtgv - _mH(vtgv)))
         if k > m:
             out_of_span = gv - ops.matmul(v, vtgv)
-            extra = extra + ops.matmul(u / ops.expand_dims(s, -2), _mT(out_of_span))
+            extra = extra + ops.matmul(u / ops.expand_dims(s, -2), _mH(out_of_span))
     return (ops.matmul(ops.matmul(u, inner), vh) + extra,)
 
 
@@ -437,7 +494,11 @@ def _vector_norm(g, r, n, x, axis, keepdims, ord):
     g = _expand_reduced(g, x.shape, axis, keepdims)
     r = _expand_reduced(r, x.shape, axis, keepdims)
     if ord in (math.inf, -math.inf):
-        mask = ops.astype(ops.abs(x) == r, x.dtype)
+        # the extreme |x| recomputed here, not r: a backend's |z| of a complex z may
+        # differ from the kernel's by an ulp (NumPy's SIMD loop against libm's hypot)
+        m = ops.abs(x)
+        extreme = (ops.max if ord > 0 else ops.min)(m, axis=axis, keepdims=True)
+        mask = ops.astype(m == extreme, x.dtype)
         share = mask / ops.sum(mask, axis=axis, keepdims=True)
         return (g * ops.sign(x) * share,)
     if ord == 1:
@@ -447,6 +508,78 @@ def _vector_norm(g, r, n, x, axis, keepdims, ord):
 
 
 _to_device = OPERATORS["to_device"]
+# ---------------------------------------------------------------- lamina.fft
+# (issue 15) a transform with norm N is linear over the reals; its adjoint is the
+# opposite transform with the dual norm (the scale stays: backward <-> forward), then
+# the input's zero-padding or trimming undone (_fit). The real-input transforms keep
+# the real part; the Hermitian-input ones (irfft, hfft) count each interior frequency
+# twice (_hermitian_weights), as their output sees it and its conjugate.
+
+_DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _fit(g, axes, sizes):
+    """g trimmed or zero-padded along each of axes to the sizes (the input's)."""
+    for axis, size in zip(axes, sizes):
+        have = g.shape[axis]
+        if have > size:
+            g = g[(slice(None),) * axis + (slice(0, size),)]
+        elif have < size:
+            shape = g.shape[:axis] + (size - have,) + g.shape[axis + 1 :]
+            g = ops.concat([g, ops.zeros(shape, dtype=g.dtype, device=g.device)], axis=axis)
+    return g
+
+
+def _hermitian_weights(g, axis, n):
+    """1 for frequency 0 (and n / 2 of an even n), 2 for the others: the weights of
+    rfft(g) in the gradient of irfft (PyTorch's fft_c2r_backward)."""
+    weights = [1.0] + [2.0] * (n - n // 2 - 1) + [1.0] * (1 - n % 2)
+    w = ops.asarray(weights, dtype=real_of(g.dtype), device=g.device)
+    return ops.reshape(w, (n // 2 + 1,) + (1,) * (g.ndim - axis - 1))
+
+
+def _c2c(inverse, nd):
+    adjoint = FFT.fftn if inverse else FFT.ifftn  # of ifft(n) is fftn(n), of fft ifft
+
+    def formula(g, r, n, x, size, axes, norm):
+        sizes, axes = (size, axes) if nd else ((size,), (axes,))
+        grad = adjoint(g, s=sizes, axes=axes, norm=_DUAL[norm])
+        return (_fit(grad, axes, [x.shape[a] for a in axes]),)
+
+    return formula
+
+
+def _r2c(conjugate, nd):
+    """rfft, rfftn (and ihfft = conj(rfft) with the dual norm, ``conjugate``): the
+    gradient is the real part of the inverse transform of g padded to s[-1]."""
+
+    def formula(g, r, n, x, size, axes, norm):
+        sizes, axes = (size, axes) if nd else ((size,), (axes,))
+        if conjugate:
+            g, norm = ops.conj(g), _DUAL[norm]
+        full = _fit(g, axes[-1:], sizes[-1:])
+        grad = ops.real(FFT.ifftn(full, s=sizes, axes=axes, norm=_DUAL[norm]))
+        return (_fit(grad, axes, [x.shape[a] for a in axes]),)
+
+    return formula
+
+
+def _c2r(conjugate, nd):
+    """irfft, irfftn (and hfft = irfft(conj(x)) with the dual norm, ``conjugate``):
+    the real transform of g, interior frequencies doubled."""
+
+    def formula(g, r, n, x, size, axes, norm):
+        sizes, axes = (size, axes) if nd else ((size,), (axes,))
+        if conjugate:
+            norm = _DUAL[norm]
+        grad = FFT.rfftn(g, s=sizes, axes=axes, norm=_DUAL[norm])
+        grad = grad * _hermitian_weights(grad, axes[-1], sizes[-1])
+        grad = _fit(grad, axes, [x.shape[a] for a in axes])
+        return (ops.conj(grad) if conjugate else grad,)
+
+    return formula
+
+
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 D = Derivative
@@ -456,10 +589,14 @@ DERIVATIVES = {
         # elementwise, binary
         D("add", lambda g, r, n, a, b: (g, g)),
         D("subtract", lambda g, r, n, a, b: (g, n[1] and -g)),
-        D("multiply", lambda g, r, n, a, b: (n[0] and g * b, n[1] and g * a), saves=(0, 1)),
+        D(
+            "multiply",
+            lambda g, r, n, a, b: (n[0] and g * _conj(b), n[1] and g * _conj(a)),
+            saves=(0, 1),
+        ),
         D(
             "divide",
-            lambda g, r, n, a, b: (n[0] and g / b, n[1] and -g * a / (b * b)),
+            lambda g, r, n, a, b: (n[0] and g / _conj(b), n[1] and -g * _conj(a / (b * b))),
             saves=(0, 1),
         ),
         D(
@@ -519,33 +656,42 @@ DERIVATIVES = {
             uses_result=True,
         ),
         # elementwise, unary
+        # |z| and z / |z| of a complex z: their formulas hold as written (sign(z) is
+        # the unit z / |z|); conj, real and imag are linear over the reals
         D("abs", lambda g, r, n, x: (g * ops.sign(x),), saves=(0,)),
         D("negative", lambda g, r, n, x: (-g,)),
         D("positive", lambda g, r, n, x: (g,)),
-        D("square", lambda g, r, n, x: (2.0 * g * x,), saves=(0,)),
-        *[
-            D(name, lambda g, r, n, x: (_zero(g),))
-            for name in ("sign", "floor", "ceil", "round", "trunc")
-        ],
-        D("exp", lambda g, r, n, x: (g * r,), uses_result=True),
-        D("expm1", lambda g, r, n, x: (g * (r + 1.0),), uses_result=True),
-        D("log", lambda g, r, n, x: (g / x,), saves=(0,)),
-        D("log1p", lambda g, r, n, x: (g / (x + 1.0),), saves=(0,)),
-        D("log2", lambda g, r, n, x: (g / (x * _LN2),), saves=(0,)),
-        D("log10", lambda g, r, n, x: (g / (x * _LN10),), saves=(0,)),
-        D("sqrt", lambda g, r, n, x: (g / (2.0 * r),), uses_result=True),
-        D("sin", lambda g, r, n, x: (g * ops.cos(x),), saves=(0,)),
-        D("cos", lambda g, r, n, x: (-g * ops.sin(x),), saves=(0,)),
-        D("tan", lambda g, r, n, x: (g * (1.0 + r * r),), uses_result=True),
-        D("asin", lambda g, r, n, x: (g / ops.sqrt(1.0 - x * x),), saves=(0,)),
-        D("acos", lambda g, r, n, x: (-g / ops.sqrt(1.0 - x * x),), saves=(0,)),
-        D("atan", lambda g, r, n, x: (g / (1.0 + x * x),), saves=(0,)),
-        D("sinh", lambda g, r, n, x: (g * ops.cosh(x),), saves=(0,)),
-        D("cosh", lambda g, r, n, x: (g * ops.sinh(x),), saves=(0,)),
-        D("tanh", lambda g, r, n, x: (g * (1.0 - r * r),), uses_result=True),
-        D("asinh", lambda g, r, n, x: (g / ops.sqrt(x * x + 1.0),), saves=(0,)),
-        D("acosh", lambda g, r, n, x: (g / ops.sqrt(x * x - 1.0),), saves=(0,)),
-        D("atanh", lambda g, r, n, x: (g / (1.0 - x * x),), saves=(0,)),
+        D("square", lambda g, r, n, x: (2.0 * g * _conj(x),), saves=(0,)),
+        D("conj", lambda g, r, n, x: (_conj(g),)),
+        D("real", lambda g, r, n, x: (g,)),  # the engine makes it complex for complex x
+        D("imag", lambda g, r, n, x: (g * 1j,)),
+        D("sign", _sign, saves=(0,), uses_result=True),
+        *[D(name, lambda g, r, n, x: (_zero(g),)) for name in ("floor", "ceil", "round", "trunc")],
+        D("exp", lambda g, r, n, x: (g * _conj(r),), uses_result=True),
+        D("expm1", lambda g, r, n, x: (g * _conj(r + 1.0),), uses_result=True),
+        D("log", lambda g, r, n, x: (g / _conj(x),), saves=(0,)),
+        D("log1p", lambda g, r, n, x: (g / _conj(x + 1.0),), saves=(0,)),
+        D("log2", lambda g, r, n, x: (g / _conj(x * _LN2),), saves=(0,)),
+        D("log10", lambda g, r, n, x: (g / _conj(x * _LN10),), saves=(0,)),
+        D("sqrt", lambda g, r, n, x: (g / _conj(2.0 * r),), uses_result=True),
+        D("sin", lambda g, r, n, x: (g * _conj(ops.cos(x)),), saves=(0,)),
+        D("cos", lambda g, r, n, x: (-g * _conj(ops.sin(x)),), saves=(0,)),
+        D("tan", lambda g, r, n, x: (g * _conj(1.0 + r * r),), uses_result=True),
+        D("asin", lambda g, r, n, x: (g / _conj(ops.sqrt(1.0 - x * x)),), saves=(0,)),
+        D("acos", lambda g, r, n, x: (-g / _conj(ops.sqrt(1.0 - x * x)),), saves=(0,)),
+        D("atan", lambda g, r, n, x: (g / _conj(1.0 + x * x),), saves=(0,)),
+        D("sinh", lambda g, r, n, x: (g * _conj(ops.cosh(x)),), saves=(0,)),
+        D("cosh", lambda g, r, n, x: (g * _conj(ops.sinh(x)),), saves=(0,)),
+        D("tanh", lambda g, r, n, x: (g * _conj(1.0 - r * r),), uses_result=True),
+        D("asinh", lambda g, r, n, x: (g / _conj(ops.sqrt(x * x + 1.0)),), saves=(0,)),
+        # sqrt(x - 1) sqrt(x + 1), not sqrt(x * x - 1): the two differ in sign off the
+        # real axis, and acosh's branch cut is the first's
+        D(
+            "acosh",
+            lambda g, r, n, x: (g / _conj(ops.sqrt(x - 1.0) * ops.sqrt(x + 1.0)),),
+            saves=(0,),
+        ),
+        D("atanh", lambda g, r, n, x: (g / _conj(1.0 - x * x),), saves=(0,)),
         D("clip", _clip, saves=None),
         D("where", _where, saves=(0,)),
         D("astype", lambda g, r, n, x, dtype, copy: (g,)),
@@ -574,10 +720,10 @@ DERIVATIVES = {
         # linear algebra
         D("matmul", _matmul, saves=(0, 1)),
         D("tensordot", _tensordot, saves=(0, 1)),
-        D(
+        D(  # sum(conj(a) * b): a's gradient is conj(g) * b
             "vecdot",
             lambda g, r, n, a, b, axis: (
-                n[0] and ops.expand_dims(g, axis=axis) * b,
+                n[0] and _conj(ops.expand_dims(g, axis=axis)) * b,
                 n[1] and ops.expand_dims(g, axis=axis) * a,
             ),
             saves=(0, 1),
@@ -607,14 +753,14 @@ DERIVATIVES = {
         D("concat", _concat, saves=None),
         D("stack", _stack, saves=None),
         # Array API 2024.12 (issue 15)
-        D("reciprocal", lambda g, r, n, x: (-g * r * r,), uses_result=True),
+        D("reciprocal", lambda g, r, n, x: (-g * _conj(r * r),), uses_result=True),
         D("cumulative_sum", _cumulative_sum, saves=(1, 3)),
         D("cumulative_prod", _cumulative_prod, saves=None, uses_result=True),
         D("sort", _sort, saves=None),
         # lamina.linalg (issue 15)
         D(
             "inv",
-            lambda g, r, n, x: (-ops.matmul(ops.matmul(_mT(r), g), _mT(r)),),
+            lambda g, r, n, x: (-ops.matmul(ops.matmul(_mH(r), g), _mH(r)),),
             uses_result=True,
         ),
         D("det", _det, saves=(0,), uses_result=True),
@@ -628,6 +774,17 @@ DERIVATIVES = {
         D("svdvals", _svdvals, saves=(0,)),
         D("diagonal", _diagonal, saves=(0, 1)),
         D("vector_norm", _vector_norm, saves=None, uses_result=True),
+        # lamina.fft (issue 15): the formulas read only x's shape
+        D("fft", _c2c(False, False), sizes=(0,)),
+        D("ifft", _c2c(True, False), sizes=(0,)),
+        D("fftn", _c2c(False, True), sizes=(0,)),
+        D("ifftn", _c2c(True, True), sizes=(0,)),
+        D("rfft", _r2c(False, False), sizes=(0,)),
+        D("rfftn", _r2c(False, True), sizes=(0,)),
+        D("ihfft", _r2c(True, False), sizes=(0,)),
+        D("irfft", _c2r(False, False), sizes=(0,)),
+        D("irfftn", _c2r(False, True), sizes=(0,)),
+        D("hfft", _c2r(True, False), sizes=(0,)),
     ]
 }
 

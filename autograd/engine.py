@@ -49,11 +49,14 @@ def _check_versions(node):
 
 
 def _conform(g, shape, dtype):
-    """A formula's gradient reduced to the input's shape and cast to its dtype."""
+    """A formula's gradient reduced to the input's shape and cast to its dtype; a real
+    input keeps the real part of a complex gradient (Note [Complex gradients])."""
     if shape is not None and g.shape != shape:
         g = _sum_to(g, shape)
     if dtype is not None and g.dtype is not dtype:
-        g = ops.astype(g, dtype)
+        if g.dtype.kind == "c" and dtype.kind != "c":
+            g = ops.real(g)
+        g = g if g.dtype is dtype else ops.astype(g, dtype)
     return g
 
 
@@ -253,10 +256,10 @@ def _root_grads(fn, tensors, grads, what):
                 "no_grad, or forget requires_grad=True?)"
             )
         if g is None:
-            if t.size != 1:
+            if t.size != 1 or t.dtype.kind == "c":
                 raise RuntimeError(
-                    f"grad can be implicitly created only for outputs with "
-                    f"one element; this one has shape {t.shape}: pass "
+                    f"grad can be implicitly created only for real outputs with "
+                    f"one element; this one is {t.dtype} of shape {t.shape}: pass "
                     "gradient="
                 )
             g = ops.ones_like(t)

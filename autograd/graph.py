@@ -168,7 +168,7 @@ def record(derivative, args, outputs):
     constants."""
     out0 = outputs[0]
     dtype, shape = out0._dtype, out0._shape
-    if dtype.kind != "f":
+    if dtype.kind not in "fc":
         return None  # an integer or bool result (astype to int) never requires grad
     node = Node()
     node.derivative = derivative

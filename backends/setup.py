@@ -4,9 +4,10 @@ shapes and NumPy operands. Pure Python, no kernels. The dtype and shape rules ar
 schema's (``lamina.dispatch.meta``, re-exported here); the rest turns arguments into
 NumPy arrays the way lamina's CPU kernels do.
 
-Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
-kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float) and
-an integer that does not fit raises OverflowError instead of wrapping.
+Python scalars are *weak* (Array API, NEP 50; Note [Weak scalars] in dispatch/dtypes.py):
+they take the tensor's dtype when their kind fits (``int8_tensor + 1`` is int8;
+``float32_tensor + 1j`` complex64; ``int_tensor + 1.5`` is the default float) and an
+integer that does not fit raises OverflowError instead of wrapping.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def check_clip_bounds(x: Any, *bounds: Any) -> None:
             continue
         v = scalar_value(b)
         kind = weak_kind(v) if v is not None else b._dtype.kind
+        if kind == "c":
+            raise TypeError("clip: complex bounds have no order; clip needs real-valued bounds")
         if (kind == "f" and x._dtype.kind != "f") or (kind == "b" and x._dtype.kind != "b"):
             raise TypeError(
                 f"clip: a bound of kind {'float' if kind == 'f' else 'bool'} "

@@ -33,7 +33,7 @@
 /* set_dtypes(): per dtype index, what the fast path needs of lamina's dtypes */
 static PyObject *dtype_objs[MAX_DTYPES];     /* the DType objects */
 static PyArray_Descr *dtype_descrs[MAX_DTYPES];  /* their NumPy dtypes */
-static char dtype_kinds[MAX_DTYPES];         /* 'b', 'i', 'u', 'f', ... */
+static char dtype_kinds[MAX_DTYPES];         /* 'b', 'i', 'u', 'f', 'c' */
 static int n_dtypes = 0;
 
 static int dtype_index_of(PyObject *dtype) {
@@ -650,6 +650,8 @@ static PyObject *fast_unary(KernelObject *k, PyObject *x) {
     return t;
 }
 
+/* reference.PY_SCALARS; a Python complex is not among them: it takes the reference's
+ * binding and the kernel's general path (Note [Scalar fast path]) */
 #define IS_PY_SCALAR(o) (PyFloat_CheckExact(o) || PyLong_CheckExact(o) || PyBool_Check(o))
 
 /* a strided tensor with a Python scalar that keeps its dtype: the scalar as a 0-d array
@@ -700,7 +702,7 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
                 PyErr_Clear();
                 return NULL;
             }
-        } else if (kind == 'f') {
+        } else if (kind == 'f' || kind == 'c') {
             dv = PyLong_AsDouble(v);
             if (dv == -1.0 && PyErr_Occurred()) {
                 PyErr_Clear();
@@ -710,7 +712,7 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
             return NULL;
         }
     } else if (PyFloat_CheckExact(v)) {
-        if (kind != 'f') return NULL;  /* promotion to the default float */
+        if (kind != 'f' && kind != 'c') return NULL;  /* promotion to the default float */
         dv = PyFloat_AS_DOUBLE(v);
     } else {  /* a bool */
         iv = v == Py_True;
@@ -729,7 +731,7 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
     PyObject *r = new_output(t->shape, out, n, &o);
     if (r == NULL) return NULL;
     void *p = PyArray_DATA(f);
-    if (kind == 'f')
+    if (kind == 'f' || kind == 'c')  /* a complex loop makes v + 0j of the double */
         ((loop_scalar_f)loop)(p, dv, o, (long long)n, first);
     else if (kind == 'u')
         ((loop_scalar_u)loop)(p, uv, o, (long long)n, first);

@@ -7,7 +7,7 @@ from typing import Any
 
 from .tensor import Tensor
 
-Operand = Tensor | bool | int | float
+Operand = Tensor | bool | int | float | complex
 
 class Dunders:
     def __abs__(self) -> Tensor: ...

@@ -44,7 +44,7 @@ def tensor(value: Any, fn: str, name: str) -> Any:
 
 
 def tensor_or_scalar(value: Any, fn: str, name: str) -> Any:
-    if getattr(value, "_ks", None) is None and not isinstance(value, (bool, int, float)):
+    if getattr(value, "_ks", None) is None and not isinstance(value, (bool, int, float, complex)):
         raise TypeError(
             f"{fn}: {name} must be a tensor or a Python scalar, got {_kind_name(value)}"
         )
@@ -198,7 +198,7 @@ KINDS: dict[str, tuple[Callable, bool]] = {
 
 DESCRIPTIONS = {
     "Tensor": "a tensor",
-    "TensorOrScalar": "a tensor or a Python scalar (bool, int, float)",
+    "TensorOrScalar": "a tensor or a Python scalar (bool, int, float, complex)",
     "Tensors": "a non-empty list or tuple of tensors",
     "int": "an int (not a bool)",
     "float": "a real number",

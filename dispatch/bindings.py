@@ -129,7 +129,7 @@ def _comparison(fn: Callable) -> Callable:
                 f"{fn.__name__}: expected a tensor or a Python scalar, got "
                 f"{type(other).__name__} (convert it with lamina.asarray)"
             )
-        if not isinstance(other, (Tensor, bool, int, float, np.generic)):
+        if not isinstance(other, (Tensor, bool, int, float, complex, np.generic)):
             return NotImplemented  # Python then falls back to identity (t == None)
         return fn(self, other)
 

@@ -122,11 +122,15 @@ def asarray(
             raise ValueError(
                 f"asarray: converting {obj.dtype} to {dtype} needs a copy, but copy=False"
             )
+        _check_complex_cast("asarray", obj.dtype, dtype)
         return OPERATORS["astype"](obj, dtype, True)
     if copy is False and not isinstance(obj, np.ndarray) and not hasattr(obj, "__dlpack__"):
         raise ValueError("asarray: copy=False needs an object that exposes its buffer")
-    if dtype is not None and isinstance(obj, np.ndarray):
-        check_cast("asarray", obj, dtype)  # NumPy's cast would give garbage for NaN
+    source = getattr(obj, "dtype", None)  # an ndarray or NumPy scalar (lists raise)
+    if dtype is not None and isinstance(source, np.dtype):
+        if source.kind == "c":  # NumPy would only warn
+            _check_complex_cast("asarray", D.from_numpy(source), dtype)
+        check_cast("asarray", np.asarray(obj), dtype)  # NumPy's cast gives garbage for NaN
     try:
         data = np.array(obj, dtype=None if dtype is None else dtype.np, copy=True if copy else None)
     except (ValueError, TypeError) as exc:
@@ -137,7 +141,7 @@ def asarray(
         raise OverflowError(f"asarray: Python integer {obj} does not fit in 64 bits")
     if data.dtype == np.float16 and dtype is None:
         raise TypeError("asarray: float16 is not supported; pass dtype=lamina.float32")
-    D.from_numpy(data.dtype)  # TypeError for unsupported dtypes (complex, strings, ...)
+    D.from_numpy(data.dtype)  # TypeError for unsupported dtypes (strings, objects, ...)
     if builtins.any(s % data.itemsize for s in data.strides) or not data.dtype.isnative:
         data = np.ascontiguousarray(data, data.dtype.newbyteorder("="))
     if (
@@ -192,9 +196,20 @@ def astype(
     when nothing needs to change."""
     A.tensor(x, "astype", "x")
     dtype = A.dtype(dtype, "astype", "dtype")
+    _check_complex_cast("astype", x.dtype, dtype)
     if device is not None and device != x.device:
         x, copy = x.to_device(device), False  # a move is a copy already
     return OPERATORS["astype"](x, dtype, A.boolean(copy, "astype", "copy"))
+
+
+def _check_complex_cast(fn: str, source: D.DType, dtype: D.DType) -> None:
+    """Array API: a complex tensor does not cast to a real dtype (which part would it
+    keep?); to bool it does (0 + 0j is False)."""
+    if source.kind == "c" and dtype.kind not in "cb":
+        raise TypeError(
+            f"{fn}: casting {source} to {dtype} would drop the imaginary parts; take "
+            "real(x) or imag(x) first"
+        )
 
 
 # ---------------------------------------------------------------- filled
@@ -223,31 +238,30 @@ def ones(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None
     return full(shape, 1, dtype=_float_dtype("ones", dtype), device=device)
 
 
+_DEFAULT_OF_KIND = {"b": D.bool_, "i": D.default_int, "f": D.default_float, "c": D.default_complex}
+
+
 @_requires_grad_option
 @A.checked
 def full(
     shape: ShapeLike,
-    fill_value: bool | int | float,
+    fill_value: bool | int | float | complex,
     *,
     dtype: DTypeLike = None,
     device: DeviceLike = None,
 ) -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value`` (the dtype follows its kind:
-    bool, int64 or float64, unless given)."""
+    bool, int64, float64 or complex128, unless given)."""
     fill_value = _python_scalar(fill_value)
-    if not isinstance(fill_value, (bool, int, float)):
+    if not isinstance(fill_value, D.PY_SCALAR_TYPES):
         raise TypeError(
-            f"full: fill_value must be a bool, int or float, got {type(fill_value).__name__}"
+            "full: fill_value must be a bool, int, float or complex, got "
+            f"{type(fill_value).__name__}"
         )
-    if dtype is None:
-        dtype = (
-            D.bool_
-            if isinstance(fill_value, bool)
-            else D.default_int
-            if isinstance(fill_value, int)
-            else D.default_float
-        )
-    dtype = A.dtype(dtype, "full", "dtype")
+    kind = D.weak_kind(fill_value)
+    dtype = _DEFAULT_OF_KIND[kind] if dtype is None else A.dtype(dtype, "full", "dtype")
+    if kind == "c" and dtype.kind != "c":
+        raise TypeError(f"full: a complex fill_value needs a complex dtype, got {dtype}")
     if not isinstance(fill_value, bool) and dtype.kind in "iu":
         if isinstance(fill_value, float) and not math.isfinite(fill_value):
             raise ValueError(f"full: cannot convert float {fill_value} to {dtype.name}")
@@ -295,7 +309,7 @@ def ones_like(x: Tensor, /, *, dtype: DTypeLike = None, device: DeviceLike = Non
 def full_like(
     x: Tensor,
     /,
-    fill_value: bool | int | float,
+    fill_value: bool | int | float | complex,
     *,
     dtype: DTypeLike = None,
     device: DeviceLike = None,
@@ -334,14 +348,17 @@ def arange(
             if builtins.any(isinstance(v, float) for v in (start, stop, step))
             else D.default_int
         )
-    return _create("arange", start, stop, step, A.dtype(dtype, "arange", "dtype"), device=device)
+    dtype = A.dtype(dtype, "arange", "dtype")
+    if dtype.kind == "c":
+        raise TypeError(f"arange: dtype must be real-valued, got {dtype} (use linspace)")
+    return _create("arange", start, stop, step, dtype, device=device)
 
 
 @_requires_grad_option
 @A.checked
 def linspace(
-    start: int | float,
-    stop: int | float,
+    start: int | float | complex,
+    stop: int | float | complex,
     /,
     num: int,
     *,
@@ -349,16 +366,27 @@ def linspace(
     device: DeviceLike = None,
     endpoint: bool = True,
 ) -> Tensor:
-    """``num`` evenly spaced values from start to stop (included unless endpoint=False)."""
+    """``num`` evenly spaced values from start to stop (included unless endpoint=False);
+    complex bounds give the default complex dtype."""
     num = A.integer(num, "linspace", "num")
     if num < 0:
         raise ValueError(f"linspace: num must be non-negative, got {num}")
+    start, stop = _python_scalar(start), _python_scalar(stop)
+    for name, v in (("start", start), ("stop", stop)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, complex)):
+            raise TypeError(f"linspace: {name} must be a real or complex number, got {v!r}")
+    bounds_complex = isinstance(start, complex) or isinstance(stop, complex)
+    if dtype is None:
+        dtype = D.default_complex if bounds_complex else D.default_float
+    dtype = A.dtype(dtype, "linspace", "dtype")
+    if bounds_complex and dtype.kind != "c":
+        raise TypeError(f"linspace: complex bounds need a complex dtype, got {dtype}")
     return _create(
         "linspace",
         start,
         stop,
         num,
-        _float_dtype("linspace", dtype),
+        dtype,
         A.boolean(endpoint, "linspace", "endpoint"),
         device=device,
     )
@@ -714,11 +742,12 @@ class ArrayNamespaceInfo:
     def default_dtypes(self, *, device: DeviceLike = None) -> dict[str, D.DType]:
         if device is not None:
             A.device(device, "default_dtypes", "device")
-        found = {"real floating": D.default_float, "integral": D.default_int}
-        if getattr(D, "default_complex", None) is not None:
-            found["complex floating"] = D.default_complex
-        found["indexing"] = D.int64
-        return found
+        return {
+            "real floating": D.default_float,
+            "complex floating": D.default_complex,
+            "integral": D.default_int,
+            "indexing": D.int64,
+        }
 
     def dtypes(
         self, *, device: DeviceLike = None, kind: str | tuple[str, ...] | None = None

@@ -1,9 +1,9 @@
-"""lamina's data types, type promotion and dtype introspection (Array API 2023.12).
+"""lamina's data types, type promotion and dtype introspection (Array API 2024.12).
 
 A lamina dtype is a small object that names a NumPy dtype for CPU storage. Promotion
 between two tensors follows the Array API lattice (no value-based casting); where the
-standard leaves mixed kinds open (bool with int, int with float, int64 with uint64) we
-follow NumPy 2, so results match the NumPy reference backend.
+standard leaves mixed kinds open (bool with int, int with float or complex, int64 with
+uint64) we follow NumPy 2, so results match the NumPy reference backend.
 """
 
 import numpy as np
@@ -20,7 +20,8 @@ class DType:
         self.name = name
         self.np = np.dtype(name)
         self.index = index  # position in ALL: kernels keep per-dtype lists indexed by it
-        self.kind = kind  # "b" bool, "i" signed, "u" unsigned, "f" real floating
+        # "b" bool, "i" signed, "u" unsigned, "f" real floating, "c" complex floating
+        self.kind = kind
 
     def __repr__(self):
         return f"lamina.{self.name}"
@@ -45,14 +46,48 @@ _NAMES = [
     ("uint64", "u"),
     ("float32", "f"),
     ("float64", "f"),
+    ("complex64", "c"),
+    ("complex128", "c"),
 ]
 ALL = tuple(DType(name, i, kind) for i, (name, kind) in enumerate(_NAMES))
-(bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64) = ALL
+(
+    bool_,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+    float32,
+    float64,
+    complex64,
+    complex128,
+) = ALL
 BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {d.np: d for d in ALL}
 default_int = int64
 default_uint = uint64
 default_float = float64
+default_complex = complex128
+
+# Note [Complex dtypes]: a complex dtype is a pair of the real floating dtype of its
+# precision; REAL_OF gives that real dtype (abs, real, imag, var, svdvals and eigvalsh
+# of a complex tensor have it), COMPLEX_OF the complex dtype of a floating one (fft,
+# a Python complex scalar with a float32 tensor). Other dtypes map to themselves.
+REAL_OF = {complex64: float32, complex128: float64}
+COMPLEX_OF = {float32: complex64, float64: complex128, complex64: complex64}
+
+
+def real_of(dtype):
+    """The real floating dtype of a complex one's precision (other dtypes unchanged)."""
+    return REAL_OF.get(dtype, dtype)
+
+
+def complex_of(dtype):
+    """The complex dtype of a floating dtype's precision (complex128 for the others)."""
+    return COMPLEX_OF.get(dtype, complex128)
 
 
 def _by_name(name):
@@ -97,14 +132,45 @@ def as_dtype(dtype):
 PROMOTE = [[from_numpy(np.promote_types(a.np, b.np)) for b in ALL] for a in ALL]
 
 
+PY_SCALAR_TYPES = (bool, int, float, complex)
+
+
+def weak_kind(value):
+    """The kind of a Python scalar: "b", "i", "f" or "c"."""
+    if isinstance(value, bool):
+        return "b"
+    return "i" if isinstance(value, int) else "f" if isinstance(value, float) else "c"
+
+
+def promote_weak(dtype, value):
+    """Note [Weak scalars]: a Python scalar takes the dtype it meets when its kind fits
+    (Array API, NEP 50): ``int8 + 1`` is int8, ``float32 + 1.5`` float32, ``float32 +
+    1j`` complex64 (the complex dtype of its precision). Where it does not fit, the
+    kind's default (NumPy 2): ``int + 1.5`` is float64, ``int + 1j`` complex128,
+    ``bool + 1`` int64."""
+    kind = weak_kind(value)
+    if kind == "i" and dtype.kind == "b":
+        return default_int
+    if kind == "f" and dtype.kind not in "fc":
+        return default_float
+    if kind == "c" and dtype.kind != "c":
+        return complex_of(dtype)
+    return dtype
+
+
 def result_type(*arrays_and_dtypes):
-    """Array API ``result_type``: the promoted dtype of tensors and dtypes."""
-    if not arrays_and_dtypes:
+    """Array API ``result_type``: the promoted dtype of tensors and dtypes; Python
+    scalars among them are weak (Note [Weak scalars], 2024.12)."""
+    dtypes = [x for x in arrays_and_dtypes if type(x) not in PY_SCALAR_TYPES]
+    if not dtypes:
         raise ValueError("result_type() needs at least one tensor or dtype")
     result = None
-    for x in arrays_and_dtypes:
+    for x in dtypes:
         d = x.dtype if hasattr(x, "_ks") else as_dtype(x)
         result = d if result is None else PROMOTE[result.index][d.index]
+    for x in arrays_and_dtypes:
+        if type(x) in PY_SCALAR_TYPES:
+            result = promote_weak(result, x)
     return result
 
 
@@ -122,8 +188,8 @@ _KINDS = {
     "unsigned integer": "u",
     "integral": "iu",
     "real floating": "f",
-    "complex floating": "",
-    "numeric": "iuf",
+    "complex floating": "c",
+    "numeric": "iufc",
 }
 
 
@@ -161,10 +227,12 @@ def _dtype_of(type_or_tensor):
 
 
 def finfo(type, /):
-    """Machine limits of a floating dtype (Array API ``finfo``)."""
+    """Machine limits of a floating dtype (Array API ``finfo``); a complex dtype gives
+    those of its real and imaginary parts (``finfo(complex64).dtype`` is float32)."""
     d = _dtype_of(type)
-    if d.kind != "f":
+    if d.kind not in "fc":
         raise TypeError(f"finfo needs a floating dtype, got {d}")
+    d = real_of(d)
     info, r = np.finfo(d.np), finfo_object()
     r.bits, r.eps, r.max, r.min = info.bits, float(info.eps), float(info.max), float(info.min)
     r.smallest_normal, r.dtype = float(info.smallest_normal), d

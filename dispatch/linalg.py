@@ -57,7 +57,13 @@ def _float_matrices(fn: str, x: Any) -> Tensor:
     A.tensor(x, fn, "x")
     if x.ndim < 2:
         raise ValueError(f"linalg.{fn}: needs at least 2 dimensions, got shape {x.shape}")
-    return x if x.dtype.kind == "f" else _op("astype")(x, D.default_float, True)
+    return x if x.dtype.kind in "fc" else _op("astype")(x, D.default_float, True)
+
+
+def _mH(x: Tensor) -> Tensor:
+    """The conjugate transpose of each matrix (the transpose of a real one)."""
+    t = matrix_transpose(x)
+    return _op("conj")(t) if x.dtype.kind == "c" else t
 
 
 def outer(x1: Tensor, x2: Tensor, /) -> Tensor:
@@ -156,11 +162,11 @@ def pinv(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
     x = _float_matrices("pinv", x)
     u, s, vh = svd(x, full_matrices=False)  # noqa: F821
     if s.shape[-1] == 0:
-        return _op("copy")(matrix_transpose(x))
+        return _op("copy")(_mH(x))
     keep = _op("greater")(s, _tolerance("pinv", x, s, rtol))
     inverted = _op("where")(keep, _op("divide")(1.0, _op("where")(keep, s, 1.0)), 0.0)
-    scaled = _op("multiply")(matrix_transpose(vh), _op("expand_dims")(inverted, -2))
-    return matmul(scaled, matrix_transpose(u))
+    scaled = _op("multiply")(_mH(vh), _op("expand_dims")(inverted, -2))
+    return matmul(scaled, _mH(u))
 
 
 _MATRIX_ORDS = ("fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)

@@ -22,30 +22,28 @@ from .schema import OPERATORS, Operator
 Shape = tuple[int, ...]
 
 # ---------------------------------------------------------------- dtype rules
-# Python scalars are *weak* (Array API, NEP 50): they take the tensor's dtype when their
-# kind fits (``int8_tensor + 1`` is int8; ``int_tensor + 1.5`` is the default float).
+# Python scalars are *weak* (Array API, NEP 50; Note [Weak scalars] in dtypes.py): they
+# take the tensor's dtype when their kind fits (``int8_tensor + 1`` is int8;
+# ``float32_tensor + 1j`` complex64; ``int_tensor + 1.5`` is the default float).
 
-_SCALARS = (bool, int, float)
 
-
-def scalar_value(x: Any) -> bool | int | float | None:
+def scalar_value(x: Any) -> bool | int | float | complex | None:
     """A Python scalar for ``x`` (NumPy scalars become Python ones), or None."""
-    if isinstance(x, _SCALARS):
+    if isinstance(x, D.PY_SCALAR_TYPES):
         return x
     if isinstance(x, np.generic) and x.ndim == 0:
         return x.item()
     return None
 
 
-def weak_kind(value: Any) -> str:
-    """The dtype kind of a Python scalar: "b", "i" or "f"."""
-    return "b" if isinstance(value, bool) else "i" if isinstance(value, int) else "f"
+weak_kind = D.weak_kind  # the dtype kind of a Python scalar: "b", "i", "f" or "c"
 
 
 def promote(op: Operator, args: Any) -> D.DType:
     """The computation dtype of an elementwise call -- the tensors' dtypes promoted
-    (``dtypes.PROMOTE``), then the weak Python scalars' kinds -- checked against the
-    operator's ``dtypes`` rule (``check_dtype``). TypeError without a tensor."""
+    (``dtypes.PROMOTE``), then the weak Python scalars' kinds (``dtypes.promote_weak``)
+    -- checked against the operator's ``dtypes`` rule (``check_dtype``). TypeError
+    without a tensor."""
     dtype = None
     for a in args:
         d = getattr(a, "_dtype", None)
@@ -61,41 +59,46 @@ def promote(op: Operator, args: Any) -> D.DType:
         dtype = D.bool_  # Array API 2024.12: only scalars give their kind's default
     for a in args:
         v = scalar_value(a)
-        if v is None:
-            continue
-        kind = weak_kind(v)
-        if kind == "i" and dtype.kind == "b":
-            dtype = D.default_int
-        elif kind == "f" and dtype.kind != "f":
-            dtype = D.default_float
+        if v is not None:
+            dtype = D.promote_weak(dtype, v)
     return check_dtype(op, dtype)
 
 
+# the dtype kinds of each rule of schema.DTYPE_RULES, and how errors name them
 _ACCEPTS = {
-    "any": "biuf",
-    "numeric": "iuf",
-    "float": "f",
+    "any": "biufc",
+    "real": "biuf",
+    "numeric": "iufc",
+    "real_numeric": "iuf",
+    "float": "fc",
+    "real_float": "f",
+    "complex": "c",
     "int": "iu",
     "intbool": "biu",
-    "floating": "f",
+    "floating": "f",  # the nn primitives: real floats only, integers refused
 }
 _DESCRIBE = {
+    "real": "real-valued (not complex)",
     "numeric": "numeric",
+    "real_numeric": "real-valued numeric",
     "float": "floating-point",
-    "floating": "floating-point",
+    "real_float": "real-valued floating-point",
+    "complex": "complex floating-point",
+    "floating": "real floating-point",
     "int": "integer",
     "intbool": "integer or boolean",
 }
+_TO_FLOAT = ("float", "real_float")  # rules that compute ints and bool in the default float
 
 
 def check_dtype(op: Operator, dtype: D.DType) -> D.DType:
     """The computation dtype for inputs of ``dtype`` under the operator's ``dtypes``
     rule (schema.DTYPE_RULES): ``dtype`` itself, the default float for integers and
-    bool under "float", else a TypeError naming the operator."""
+    bool under the float rules, else a TypeError naming the operator."""
     rule = op.dtypes
     if dtype.kind in _ACCEPTS[rule]:
         return dtype
-    if rule == "float" and dtype.kind in "biu":
+    if rule in _TO_FLOAT and dtype.kind in "biu":
         return D.default_float  # as NumPy: exp(int tensor) is float64
     raise TypeError(f"{op.name} needs {_DESCRIBE[rule]} inputs, got {dtype}")
 
@@ -110,6 +113,10 @@ def result_dtype(op: Operator, dtype: D.DType) -> D.DType:
         return D.int64
     if rule == "sum":
         return _SUM_RESULTS.get(dtype.kind, dtype)
+    if rule == "real":
+        return D.real_of(dtype)
+    if rule == "complex":
+        return D.complex_of(dtype)
     return dtype
 
 
@@ -117,9 +124,16 @@ _SUM_RESULTS = {"b": D.int64, "i": D.int64, "u": D.uint64}
 
 
 def sum_dtype(op: Operator, x: Any, dtype: D.DType | None) -> D.DType:
-    """The accumulation/result dtype of sum and prod (Array API defaults)."""
+    """The accumulation/result dtype of sum and prod (Array API defaults); a complex
+    tensor cannot be summed in a real dtype (the imaginary parts would be dropped)."""
     if dtype is not None:
-        return check_dtype(op, D.as_dtype(dtype))
+        dtype = check_dtype(op, D.as_dtype(dtype))
+        if x._dtype.kind == "c" and dtype.kind != "c":
+            raise TypeError(
+                f"{op.name}: a {x._dtype} tensor cannot be accumulated in {dtype} "
+                "(the imaginary parts would be dropped); take real(x) first"
+            )
+        return dtype
     return result_dtype(op, check_dtype(op, x._dtype))
 
 
@@ -404,6 +418,82 @@ def vector_norm(x: Any, axis: tuple[int, ...], keepdims: bool, ord: Any) -> tupl
     return x, axis, keepdims, float(ord)
 
 
+# ---------------------------------------------------------------- Fourier transforms
+# Note [FFT arguments]: the checks of lamina.fft's operators give kernels resolved
+# arguments, so every backend computes the same transform: one-dimensional ones get n
+# (a positive int: the input's length along axis, or 2 * (M - 1) for the transforms of
+# Hermitian input, irfft and hfft) and a non-negative axis; n-dimensional ones get s
+# and axes as tuples of one length (every axis when both are None; s[i] == -1 and s
+# None are the input's sizes, the last one 2 * (M - 1) for irfftn). norm is checked.
+
+_NORMS = ("backward", "ortho", "forward")
+_HERMITIAN_INPUT = ("irfft", "hfft", "irfftn")  # n counts the output: 2 * (M - 1) by default
+
+
+def _fft_norm(name: str, norm: Any) -> str:
+    if norm not in _NORMS:
+        raise ValueError(f"fft.{name}: norm must be one of {', '.join(_NORMS)}, got {norm!r}")
+    return norm
+
+
+def _fft_size(name: str, what: str, n: Any, m: int, hermitian: bool) -> int:
+    if n is None or n == -1:
+        n = 2 * (m - 1) if hermitian else m
+        if n < 1:
+            raise ValueError(
+                f"fft.{name}: the input's length {m} along the transformed axis gives "
+                f"{what} = {n}; pass a positive {what}"
+            )
+        return n
+    n = A.integer(n, name, what)
+    if n < 1:
+        raise ValueError(f"fft.{name}: {what} must be a positive integer, got {n}")
+    return n
+
+
+def fft1(name: str) -> Any:
+    """The check of a one-dimensional transform (fft, ifft, rfft, irfft, hfft, ihfft)."""
+    hermitian = name in _HERMITIAN_INPUT
+
+    def check(x: Any, n: Any, axis: int, norm: Any) -> tuple:
+        axis = A.axis(axis, name, "axis", len(x._shape))
+        n = _fft_size(name, "n", n, x._shape[axis], hermitian)
+        return x, n, axis, _fft_norm(name, norm)
+
+    return check
+
+
+def fftn(name: str) -> Any:
+    """The check of an n-dimensional transform (fftn, ifftn, rfftn, irfftn)."""
+    hermitian = name in _HERMITIAN_INPUT
+
+    def check(x: Any, s: Any, axes: Any, norm: Any) -> tuple:
+        ndim = len(x._shape)
+        if axes is None:
+            if s is not None:
+                raise ValueError(f"fft.{name}: s needs axes (the standard requires both)")
+            axes = tuple(range(ndim))
+        if not isinstance(axes, (tuple, list)):
+            raise TypeError(f"fft.{name}: axes must be a sequence of ints, got {axes!r}")
+        axes = tuple(A.axis(a, name, "axes", ndim) for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"fft.{name}: repeated axis in axes={axes}")
+        if name in ("rfftn", "irfftn") and not axes:
+            raise ValueError(f"fft.{name}: needs at least one axis to transform")
+        if s is None:
+            s = (None,) * len(axes)
+        if not isinstance(s, (tuple, list)) or len(s) != len(axes):
+            raise ValueError(f"fft.{name}: s must be a sequence of one size per axis, got {s!r}")
+        last = len(axes) - 1
+        sizes = tuple(
+            _fft_size(name, "s", n, x._shape[a], hermitian and i == last)
+            for i, (n, a) in enumerate(zip(s, axes))
+        )
+        return x, sizes, axes, _fft_norm(name, norm)
+
+    return check
+
+
 # ---------------------------------------------------------------- neural-network primitives
 # Checks of the nn operators (dispatch/operators.py): every bad input -- a wrong rank,
 # channels that do not match, groups that do not divide them, a kernel larger than the
@@ -413,7 +503,7 @@ def vector_norm(x: Any, axis: tuple[int, ...], keepdims: bool, ord: Any) -> tupl
 
 def _floating(fn: str, name: str, t: Any) -> None:
     if t._dtype.kind != "f":
-        raise TypeError(f"{fn}: {name} must be a floating-point tensor, got {t._dtype.name}")
+        raise TypeError(f"{fn}: {name} must be a real floating-point tensor, got {t._dtype.name}")
 
 
 def _like_input(fn: str, name: str, t: Any, x: Any, shape: Shape | None = None) -> None:

@@ -7,12 +7,16 @@ Python; annotations are argument kinds (``dispatch/arguments.py``); ``check`` na
 the argument rules of ``dispatch/meta.py``.
 
 dtypes (checked on the promoted computation dtype), and result:
-    any      every dtype                  numeric  not bool
-    float    floats; ints and bool are promoted to the default float (as NumPy)
-    int      integers                     intbool  integers and bool
+    any      every dtype                  real          not complex
+    numeric  not bool                     real_numeric  not bool, not complex
+    float    floats, complex included; ints and bool are promoted to the default float
+    real_float  real floats; ints and bool promoted as for float
+    complex  complex floats               int  integers    intbool  integers and bool
     same     the computation dtype        bool     bool
     sum      float as is, signed -> int64, unsigned -> uint64, bool -> int64
     index    int64                        arg      given by an argument
+    real     the real dtype of the precision (complex64 -> float32; reals as they are)
+    complex  the complex dtype of the precision (float32 -> complex64)
 """
 
 from . import meta
@@ -48,8 +52,8 @@ def binary(name, dtypes, doc, *, result="same", tags=DIFF, numpy=None, dunder=No
     )
 
 
-def comparison(name, dunder, doc):
-    return binary(name, "any", doc, result="bool", tags="comparison", dunder=dunder, inplace=False)
+def comparison(name, dunder, doc, dtypes="real"):
+    return binary(name, dtypes, doc, result="bool", tags="comparison", dunder=dunder, inplace=False)
 
 
 # ---------------------------------------------------------------- elementwise, unary
@@ -59,7 +63,8 @@ SIMD = f"{DIFF} simd"  # NumPy has SIMD loops for it (Note [NumPy SIMD loops])
 unary(
     "abs",
     "numeric",
-    "The absolute value of each element.",
+    "The absolute value of each element (the modulus of a complex one, a real result).",
+    result="real",
     tags=ZERO,
     numpy="absolute",
     dunder="abs",
@@ -67,17 +72,37 @@ unary(
 unary("negative", "numeric", "The negation of each element (``-x``).", tags=ZERO, dunder="neg")
 unary("positive", "numeric", "Each element unchanged (``+x``).", tags=ZERO, dunder="pos")
 unary("square", "numeric", "The square of each element.", tags=ZERO)
-unary("sign", "numeric", "-1, 0 or 1 by the sign of each element (NaN stays NaN).", tags=ZERO)
-unary("floor", "numeric", "The largest integer not above each element.", tags=ZERO)
-unary("ceil", "numeric", "The smallest integer not below each element.", tags=ZERO)
+unary("conj", "numeric", "The complex conjugate of each element (a real one unchanged).", tags=ZERO)
+unary(
+    "real",
+    "numeric",
+    "The real part of each element (a real one unchanged), in the real dtype.",
+    result="real",
+    tags=ZERO,
+)
+unary(
+    "imag",
+    "complex",
+    "The imaginary part of each complex element, in the real dtype.",
+    result="real",
+    tags=ZERO,
+)
+unary(
+    "sign",
+    "numeric",
+    "-1, 0 or 1 by the sign of each element (NaN stays NaN); z / |z| for a complex one (0 at 0).",
+    tags=ZERO,
+)
+unary("floor", "real_numeric", "The largest integer not above each element.", tags=ZERO)
+unary("ceil", "real_numeric", "The smallest integer not below each element.", tags=ZERO)
 unary(
     "round",
     "numeric",
-    "Each element rounded to the nearest integer, halves to even.",
+    "Each element rounded to the nearest integer, halves to even (complex: both parts).",
     tags=ZERO,
     numpy="rint",
 )
-unary("trunc", "numeric", "Each element rounded toward zero.", tags=ZERO)
+unary("trunc", "real_numeric", "Each element rounded toward zero.", tags=ZERO)
 unary("exp", "float", "e raised to each element.", tags=SIMD)
 unary("expm1", "float", "exp(x) - 1, accurate for small x.", tags=f"{SIMD} keeps_zero")
 unary("log", "float", "The natural logarithm of each element.", tags=SIMD)
@@ -141,7 +166,7 @@ unary(
 unary("isnan", "any", "True where an element is NaN.", result="bool", tags="")
 unary(
     "signbit",
-    "float",
+    "real_float",
     "True where an element's sign bit is set (-0.0 included).",
     result="bool",
     tags="",
@@ -151,9 +176,12 @@ unary(
 binary("add", "numeric", "The sum of each pair of elements (``x1 + x2``).", dunder="add")
 binary("subtract", "numeric", "The difference of each pair (``x1 - x2``).", dunder="sub")
 binary("multiply", "numeric", "The product of each pair (``x1 * x2``).", dunder="mul")
-binary("floor_divide", "numeric", "x1 / x2 rounded down (``x1 // x2``).", dunder="floordiv")
+binary("floor_divide", "real_numeric", "x1 / x2 rounded down (``x1 // x2``).", dunder="floordiv")
 binary(
-    "remainder", "numeric", "The remainder of x1 // x2, with x2's sign (``x1 % x2``).", dunder="mod"
+    "remainder",
+    "real_numeric",
+    "The remainder of x1 // x2, with x2's sign (``x1 % x2``).",
+    dunder="mod",
 )
 binary(
     "pow",
@@ -162,8 +190,8 @@ binary(
     numpy="power",
     dunder="pow",
 )
-binary("maximum", "numeric", "The larger of each pair (NaN propagates).")
-binary("minimum", "numeric", "The smaller of each pair (NaN propagates).")
+binary("maximum", "real_numeric", "The larger of each pair (NaN propagates).")
+binary("minimum", "real_numeric", "The smaller of each pair (NaN propagates).")
 binary(
     "divide",
     "float",
@@ -171,10 +199,10 @@ binary(
     numpy="true_divide",
     dunder="truediv",
 )
-binary("atan2", "float", "The angle of the point (x2, x1), in radians.", numpy="arctan2")
-binary("copysign", "float", "The magnitude of x1 with the sign of x2.")
-binary("hypot", "float", "sqrt(x1**2 + x2**2), without overflow in the squares.")
-binary("logaddexp", "float", "log(exp(x1) + exp(x2)), without overflow.")
+binary("atan2", "real_float", "The angle of the point (x2, x1), in radians.", numpy="arctan2")
+binary("copysign", "real_float", "The magnitude of x1 with the sign of x2.")
+binary("hypot", "real_float", "sqrt(x1**2 + x2**2), without overflow in the squares.")
+binary("logaddexp", "real_float", "log(exp(x1) + exp(x2)), without overflow.")
 binary(
     "bitwise_and", "intbool", "The bitwise AND of each pair (``x1 & x2``).", tags="", dunder="and"
 )
@@ -198,8 +226,8 @@ binary(
     numpy="right_shift",
     dunder="rshift",
 )
-comparison("equal", "eq", "True where x1 == x2.")
-comparison("not_equal", "ne", "True where x1 != x2.")
+comparison("equal", "eq", "True where x1 == x2.", dtypes="any")
+comparison("not_equal", "ne", "True where x1 != x2.", dtypes="any")
 comparison("greater", "gt", "True where x1 > x2.")
 comparison("greater_equal", "ge", "True where x1 >= x2.")
 comparison("less", "lt", "True where x1 < x2.")
@@ -234,7 +262,7 @@ define(
     "clip(x: Tensor, /, min: TensorOrScalar | None = None, "
     "max: TensorOrScalar | None = None) -> Tensor",
     "elementwise",
-    dtypes="numeric",
+    dtypes="real_numeric",
     tags=DIFF,
     numpy="clip",
     doc="Each element limited to [min, max] (a None bound "
@@ -279,26 +307,31 @@ define(
     "keepdims: bool = False) -> Tensor",
     "reduction",
     dtypes="float",
+    result="real",
     tags=DIFF,
-    doc="The variance over the given axes, divided by N - correction.",
+    doc="The variance over the given axes, divided by N - correction (of a complex "
+    "tensor: the mean squared modulus of the deviations, real, as in NumPy).",
 )
 define(
     "std(x: Tensor, /, *, axis: Axes = None, correction: float = 0.0, "
     "keepdims: bool = False) -> Tensor",
     "reduction",
     dtypes="float",
+    result="real",
     tags=DIFF,
     doc="The standard deviation over the given axes (sqrt of var).",
 )
 define(
     f"max(x: Tensor, /, *, {REDUCED}) -> Tensor",
     "reduction",
+    dtypes="real",
     tags=DIFF,
     doc="The largest element over the given axes (NaN propagates; an empty axis raises).",
 )
 define(
     f"min(x: Tensor, /, *, {REDUCED}) -> Tensor",
     "reduction",
+    dtypes="real",
     tags=DIFF,
     doc="The smallest element over the given axes (NaN propagates; an empty axis raises).",
 )
@@ -317,6 +350,7 @@ define(
 define(
     "argmax(x: Tensor, /, *, axis: OneAxisOrAll = None, keepdims: bool = False) -> Tensor",
     "reduction",
+    dtypes="real",
     result="index",
     doc="The index of the first largest "
     "element along axis (of the flattened tensor when axis is None).",
@@ -324,6 +358,7 @@ define(
 define(
     "argmin(x: Tensor, /, *, axis: OneAxisOrAll = None, keepdims: bool = False) -> Tensor",
     "reduction",
+    dtypes="real",
     result="index",
     doc="The index of the first smallest "
     "element along axis (of the flattened tensor when axis is None).",
@@ -455,7 +490,8 @@ define(
     dtypes="numeric",
     tags=DIFF,
     check=meta.vecdot,
-    doc="The dot product of vectors along axis, broadcast over the other axes.",
+    doc="The dot product of vectors along axis, broadcast over the other axes; x1 is "
+    "conjugated (sum of conj(x1) * x2).",
 )
 
 # ---------------------------------------------------------------- conversion
@@ -885,7 +921,7 @@ define(
 unary("reciprocal", "float", "1 / x for each element.", tags=SIMD)
 binary(
     "nextafter",
-    "float",
+    "real_float",
     "The next representable value after x1 in the direction of x2.",
     tags="",
     inplace=False,
@@ -915,12 +951,14 @@ SORTED = "axis: Axis = -1, descending: bool = False, stable: bool = True"
 define(
     f"sort(x: Tensor, /, *, {SORTED}) -> Tensor",
     "sorting",
+    dtypes="real",
     tags=DIFF,
     doc="x's elements sorted along axis (stably; NaNs last, or first when descending).",
 )
 define(
     f"argsort(x: Tensor, /, *, {SORTED}) -> Tensor",
     "sorting",
+    dtypes="real",
     result="index",
     doc="The indices that sort x along axis (ties keep their order: the sort is stable).",
 )
@@ -928,6 +966,7 @@ define(
     "searchsorted(x1: Tensor, x2: TensorOrScalar, /, *, side: Any = 'left', "
     "sorter: Tensor | None = None) -> Tensor",
     "searching",
+    dtypes="real",
     result="index",
     check=meta.searchsorted,
     doc="Where each element of x2 would be inserted into the sorted 1-D x1 (before "
@@ -1017,6 +1056,7 @@ define(
 )
 define(
     "eigvalsh(x: Tensor, /) -> Tensor",
+    result="real",
     tags=DIFF,
     check=meta.square("eigvalsh"),
     doc="The eigenvalues of each symmetric matrix, ascending.",
@@ -1040,6 +1080,7 @@ define(
 )
 define(
     "svdvals(x: Tensor, /) -> Tensor",
+    result="real",
     tags=DIFF,
     check=meta.at_least_2d("svdvals"),
     doc="The singular values of each matrix, descending.",
@@ -1058,6 +1099,7 @@ define(
     "ord: Any = 2) -> Tensor",
     "reduction",
     dtypes="float",
+    result="real",
     tags=DIFF,
     check=meta.vector_norm,
     namespace="linalg",
@@ -1065,3 +1107,57 @@ define(
     "(sum |x|**ord)**(1/ord); inf and -inf give the largest and smallest |x|, 0 the "
     "number of nonzeros.",
 )
+
+# ---------------------------------------------------------------- lamina.fft
+# (issue 15) the Array API's Fourier transform extension: pocketfft through NumPy on
+# the CPU; the sample frequencies and the shifts are composites in dispatch/fft.py.
+# Complex input for fft, ifft, fftn, ifftn, irfft, irfftn and hfft (real input is
+# promoted to the complex dtype of its precision, as in NumPy); real input for rfft,
+# rfftn and ihfft. The checks resolve n, s and axes (Note [FFT arguments]).
+FFT1 = "(x: Tensor, /, *, n: int | None = None, axis: int = -1, norm: Any = 'backward')"
+FFTN = "(x: Tensor, /, *, s: Any = None, axes: Any = None, norm: Any = 'backward')"
+_FFT_DOCS = {
+    "fft": ("float", "complex", "The one-dimensional discrete Fourier transform along axis."),
+    "ifft": ("float", "complex", "The one-dimensional inverse discrete Fourier transform."),
+    "fftn": ("float", "complex", "The n-dimensional discrete Fourier transform over axes."),
+    "ifftn": ("float", "complex", "The n-dimensional inverse discrete Fourier transform."),
+    "rfft": (
+        "real_float",
+        "complex",
+        "The discrete Fourier transform of real input: the n // 2 + 1 non-negative frequencies.",
+    ),
+    "irfft": (
+        "float",
+        "real",
+        "The inverse of rfft: a real signal of n (default 2 * (M - 1)) samples.",
+    ),
+    "rfftn": (
+        "real_float",
+        "complex",
+        "The n-dimensional transform of real input (the last axis keeps s[-1] // 2 + 1).",
+    ),
+    "irfftn": ("float", "real", "The inverse of rfftn: a real signal of shape s."),
+    "hfft": (
+        "float",
+        "real",
+        "The transform of a signal with Hermitian symmetry (x its first half): real.",
+    ),
+    "ihfft": (
+        "real_float",
+        "complex",
+        "The inverse of hfft: the n // 2 + 1 first frequencies of a real signal's "
+        "inverse transform.",
+    ),
+}
+for _name, (_dtypes, _result, _doc) in _FFT_DOCS.items():
+    _nd = _name.endswith("n")
+    define(
+        f"{_name}{FFTN if _nd else FFT1} -> Tensor",
+        "fft",
+        dtypes=_dtypes,
+        result=_result,
+        tags=DIFF,
+        namespace="fft",
+        check=(meta.fftn if _nd else meta.fft1)(_name),
+        doc=_doc + (" s[i] = -1 keeps axis i's size." if _nd else ""),
+    )

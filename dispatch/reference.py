@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-PY_SCALARS = (float, int, bool)  # exact types: subclasses take the general paths
+# exact types: subclasses take the general paths, and so does a Python complex (Note
+# [Scalar fast path]); scalar_keys accepts it
+PY_SCALARS = (float, int, bool)
 CPU = 1  # the CPU key (dispatch/keys.py), repeated here so the core imports nothing
 IMPLEMENTATION = "python"
 
@@ -93,7 +95,7 @@ def scalar_keys(name: str, *args: Any) -> int:
         k = getattr(a, "_ks", None)
         if k is not None:
             ks |= k
-        elif not isinstance(a, (float, int, np.generic)):  # subclasses: IntEnum, ...
+        elif not isinstance(a, (float, int, complex, np.generic)):  # IntEnum, 1j, ...
             raise TypeError(f"{name}: expected a tensor or a Python scalar, got {type(a).__name__}")
     if not ks:
         raise TypeError(
@@ -301,9 +303,10 @@ class _WithScalar(ElementwiseKernel):
 
     def __call__(self, ks: int, a: Any, b: Any) -> Any:
         """Note [Scalar fast path]: a contiguous tensor and a Python scalar whose weak
-        promotion keeps the tensor's dtype (``x * 2.0`` on floats, ``i + 1`` on ints in
-        range): one loop with the scalar passed as an argument, converted to the dtype
-        by the loop. Anything else takes the general path."""
+        promotion keeps the tensor's dtype (``x * 2.0`` on floats and complex, ``i + 1``
+        on ints in range): one loop with the scalar passed as an argument, converted to
+        the dtype by the loop. Anything else takes the general path, a Python complex
+        included (the C core passes scalars as one double or int)."""
         first = type(a) in PY_SCALARS
         t, v = (b, a) if first else (a, b)
         if type(v) not in PY_SCALARS or t.__class__ is not _tensor_type or t._flat is None:
@@ -315,7 +318,7 @@ class _WithScalar(ElementwiseKernel):
             bounds = self.bounds[dt.index]
             if dt.kind == "b" or (bounds is not None and not bounds[0] <= v <= bounds[1]):
                 return self.general(ks, a, b)
-        elif type(v) is float and dt.kind != "f":
+        elif type(v) is float and dt.kind not in "fc":
             return self.general(ks, a, b)  # promotion to the default float
         out_dt = self.fast_out[dt.index]
         f = t._flat

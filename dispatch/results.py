@@ -163,6 +163,20 @@ def _linalg(op: Operator, args: tuple) -> tuple:
     return dtype, shape
 
 
+def _fft(op: Operator, args: tuple) -> tuple:
+    """The transformed axes take the sizes n or s (meta.fft1, meta.fftn); a real-input
+    transform keeps the last one's n // 2 + 1 non-negative frequencies."""
+    x, sizes, axes, _ = args
+    if not isinstance(axes, tuple):  # the one-dimensional transforms
+        sizes, axes = (sizes,), (axes,)
+    shape = list(x._shape)
+    for n, axis in zip(sizes, axes):
+        shape[axis] = n
+    if op.name in ("rfft", "rfftn", "ihfft"):
+        shape[axes[-1]] = sizes[-1] // 2 + 1
+    return meta.result_dtype(op, meta.check_dtype(op, x._dtype)), tuple(shape)
+
+
 def _diagonal(op: Operator, args: tuple) -> tuple:
     x, offset = args
     rows, cols = x._shape[-2:]
@@ -273,6 +287,7 @@ RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     "reduction": _reduction,
     "view": _view,
     "creation": _creation,
+    "fft": _fft,
     "manipulation": _concat,
     # by operator name
     "getitem": _getitem,

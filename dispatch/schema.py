@@ -59,18 +59,25 @@ CONVENTIONS = {
 
 DTYPE_RULES = {
     "any": "every dtype",
+    "real": "every dtype but the complex ones",
     "numeric": "every dtype but bool",
-    "float": "floating dtypes; integers and bool are computed in the default float",
+    "real_numeric": "integer and real floating dtypes",
+    "float": "floating dtypes, complex included; integers and bool are computed in the "
+    "default float",
+    "real_float": "real floating dtypes; integers and bool are computed in the default float",
+    "complex": "complex floating dtypes",
     "int": "integer dtypes",
     "intbool": "integer and bool dtypes",
-    "floating": "floating dtypes only; integers and bool raise TypeError",
+    "floating": "real floating dtypes only; integers, bool and complex raise TypeError",
 }
 RESULT_RULES = {
     "same": "the computation dtype",
     "bool": "bool",
-    "sum": "the input's float dtype; signed integers and bool give int64, unsigned uint64",
+    "sum": "the input's floating dtype; signed integers and bool give int64, unsigned uint64",
     "index": "int64",
     "arg": "given by an argument (dtype=)",
+    "real": "the real dtype of the computation dtype's precision (complex64 gives float32)",
+    "complex": "the complex dtype of the computation dtype's precision (float32 gives complex64)",
 }
 TAGS = frozenset({"view", "inplace", "keeps_zero", "simd", "comparison", "differentiable"})
 

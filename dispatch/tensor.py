@@ -189,6 +189,11 @@ class Tensor(_Base):
             raise TypeError(
                 f"only 0-d tensors convert to Python {kind.__name__}, got shape {self.shape}"
             )
+        if self._dtype.kind == "c" and kind in (int, float):  # as float(1j): no silent part
+            raise TypeError(
+                f"a {self._dtype} tensor does not convert to {kind.__name__}; take real(x) "
+                "or imag(x) first"
+            )
         return kind(self._host()[()])
 
     def __bool__(self) -> bool:
@@ -289,8 +294,11 @@ class Tensor(_Base):
                 )
             self._ks &= ~keys.AUTOGRAD
             return self
-        if self._dtype.kind != "f":
-            raise TypeError(f"only floating-point tensors can require gradients, got {self._dtype}")
+        if self._dtype.kind not in "fc":
+            raise TypeError(
+                f"only floating-point (real or complex) tensors can require gradients, got "
+                f"{self._dtype}"
+            )
         if not self._ks & keys.AUTOGRAD:
             self._grad_fn = None  # Note [Autograd fields]
             self._ks |= keys.AUTOGRAD

@@ -1,10 +1,11 @@
 """lamina -- a tensor library whose every layer can be switched off and measured.
 
-``import lamina as lm`` gives the Python Array API (2024.12, without complex dtypes and
-lamina.fft yet): tensors, dtypes, creation, elementwise, statistical, manipulation,
-searching, sorting, set and linear-algebra functions (``lamina.linalg``), with autograd
-and sparse COO tensors. The functions are generated from the operator schema
-(``lamina.dispatch``); this module only gathers the public face.
+``import lamina as lm`` gives the Python Array API (2024.12, its extensions included):
+tensors, dtypes (complex64 and complex128 too), creation, elementwise, statistical,
+manipulation, searching, sorting, set, linear-algebra (``lamina.linalg``) and Fourier
+transform (``lamina.fft``) functions, with autograd and sparse COO tensors. The
+functions are generated from the operator schema (``lamina.dispatch``); this module
+only gathers the public face.
 """
 
 import sys
@@ -19,6 +20,8 @@ from lamina.dispatch.devices import Device
 from lamina.dispatch.dtypes import (
     DType,
     can_cast,
+    complex64,
+    complex128,
     finfo,
     float32,
     float64,
@@ -38,10 +41,10 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import layers, linalg, nn, optim, random
+from . import fft, layers, linalg, nn, optim, random
 
 __version__ = "0.1.0"
-__array_api_version__ = "2024.12"  # README: what of it is not met yet
+__array_api_version__ = "2024.12"  # README "Array API conformance"
 
 e = 2.718281828459045
 pi = 3.141592653589793

@@ -13,8 +13,13 @@ independently of lamina's own tables:
   full sweep, and the promotion tests lean on those;
 * ``ref`` -- the NumPy function lamina must agree with;
 * sample pools -- special values per dtype (extremes, signed zeros, infinities, NaN,
-  halves for rounding), restricted per operand where an operator's domain differs
-  from the samples' (integer ``pow`` with a negative exponent raises).
+  halves for rounding; for complex dtypes every pair of a smaller set of them, the
+  standard's complex special cases), restricted per operand where an operator's domain
+  differs from the samples' (integer ``pow`` with a negative exponent raises).
+
+Complex kernels are compiled per dtype too, so most operators that take complex run on
+complex128 only, a few (those the promotion tests and the C core's scalar path lean
+on) on complex64 as well.
 
 Sample *layouts* (contiguous, 0-d, empty, broadcast, transposed, stepped, reversed) are
 built here too, as pairs of (lamina tensor, the same view of the NumPy array), so a
@@ -32,15 +37,29 @@ BOOL = ("bool",)
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 FLOATS = ("float32", "float64")
+COMPLEX = ("complex64", "complex128")
 NUMERIC = SIGNED + UNSIGNED + FLOATS
-ALL_DTYPES = BOOL + NUMERIC
+ALL_DTYPES = BOOL + NUMERIC + COMPLEX
 
 # dtype kinds each rule of dispatch/operators.py accepts (NumPy kind letters)
-ACCEPTS = {"any": "biuf", "numeric": "iuf", "float": "f", "int": "iu", "intbool": "biu"}
+ACCEPTS = {
+    "any": "biufc",
+    "real": "biuf",
+    "numeric": "iufc",
+    "real_numeric": "iuf",
+    "float": "fc",
+    "real_float": "f",
+    "complex": "c",
+    "int": "iu",
+    "intbool": "biu",
+}
+PROMOTES_TO_FLOAT = ("float", "real_float")  # ints and bool are computed in float64
 
 # Float tolerances: numba_cpu calls libm (or LLVM intrinsics), NumPy its own SIMD loops;
-# both are within a few ulp. Integers and bools must be equal.
-RTOL = {"float32": 1e-5, "float64": 1e-12}
+# both are within a few ulp. Complex results are compared by modulus (a part much
+# smaller than the other may differ by more than its own ulps). Integers and bools
+# must be equal.
+RTOL = {"float32": 1e-5, "float64": 1e-12, "complex64": 1e-5, "complex128": 1e-12}
 
 
 def lm_dtype(name):
@@ -93,18 +112,24 @@ def int_specials(name):
     return sorted({int(v) for v in vals if info.min <= v <= info.max})
 
 
+# the parts of the complex special values: every pair of them is one value
+COMPLEX_PARTS = [0.0, -0.0, 0.5, -1.5, 2.0, 0.001, -20.0, np.inf, -np.inf, np.nan]
+
+
 def specials(name):
     """The special values of one dtype, as a 1-D NumPy array of that dtype."""
     if name == "bool":
         return np.array([False, True])
     if name in FLOATS:
         return np.array(FLOAT_SPECIALS, name)
+    if name in COMPLEX:
+        return np.array([complex(a, b) for a in COMPLEX_PARTS for b in COMPLEX_PARTS], name)
     return np.array(int_specials(name), name)
 
 
 def shift_counts(name):
     """Shift counts: in range, at and past the width (NumPy gives 0 / -1), negative."""
-    if name in BOOL + FLOATS:  # promoted to another dtype (bool << int8 is int8)
+    if name in BOOL + FLOATS + COMPLEX:  # promoted to another dtype (bool << int8 is int8)
         return specials(name)
     bits = np.iinfo(name).bits
     vals = [0, 1, 2, 3, bits - 1, bits, bits + 1, 63, 64, 65, -1, -2]
@@ -115,7 +140,7 @@ def shift_counts(name):
 def nonnegative(name):
     """Integer ``pow`` exponents: negative ones raise (tested on their own)."""
     v = specials(name)
-    return v[v >= 0] if name not in FLOATS and name != "bool" else v
+    return v[v >= 0] if name in SIGNED + UNSIGNED else v
 
 
 # ---------------------------------------------------------------- operator database
@@ -125,8 +150,8 @@ def nonnegative(name):
 class OpInfo:
     name: str
     arity: int
-    rule: str  # "any" | "numeric" | "float" | "int" | "intbool"
-    result: str  # "same" | "bool"
+    rule: str  # a key of ACCEPTS
+    result: str  # "same" | "bool" | "real"
     dtypes: tuple  # the dtypes the tests run it on
     ref: object  # the NumPy function
     dunder: object = None  # operator-module function for the Tensor operator, if any
@@ -157,25 +182,35 @@ def _ops():
 
     # Unary numeric (integer variants of floor/ceil/trunc/round are the identity and keep
     # the dtype, as in NumPy 2 and the Array API).
-    unary("abs", "numeric", "int8 uint16 float32 float64", np.abs, dunder=O.abs)
-    unary("negative", "numeric", " ".join(NUMERIC), np.negative, dunder=O.neg)
-    unary("positive", "numeric", "int32 uint64 float32", np.positive, dunder=O.pos)
-    unary("square", "numeric", "int16 uint32 float32 float64", np.square)
-    unary("sign", "numeric", "int64 uint8 float32 float64", np.sign)
-    unary("floor", "numeric", "int16 float32 float64", np.floor)
-    unary("ceil", "numeric", "uint8 float32 float64", np.ceil)
-    unary("trunc", "numeric", "int64 float32 float64", np.trunc)
-    unary("round", "numeric", "int32 float32 float64", np.round)
+    unary(
+        "abs",
+        "numeric",
+        "int8 uint16 float32 float64 complex64 complex128",
+        np.abs,
+        result="real",
+        dunder=O.abs,
+    )
+    unary("negative", "numeric", " ".join(NUMERIC + COMPLEX), np.negative, dunder=O.neg)
+    unary("positive", "numeric", "int32 uint64 float32 complex128", np.positive, dunder=O.pos)
+    unary("square", "numeric", "int16 uint32 float32 float64 complex128", np.square)
+    unary("conj", "numeric", "int8 float64 complex64 complex128", np.conj)
+    unary("real", "numeric", "uint8 float32 complex64 complex128", np.real, result="real")
+    unary("imag", "complex", "complex64 complex128", np.imag, result="real")
+    unary("sign", "numeric", "int64 uint8 float32 float64 complex128", np.sign)
+    unary("floor", "real_numeric", "int16 float32 float64", np.floor)
+    unary("ceil", "real_numeric", "uint8 float32 float64", np.ceil)
+    unary("trunc", "real_numeric", "int64 float32 float64", np.trunc)
+    unary("round", "numeric", "int32 float32 float64 complex128", np.round)
     # Unary float: ints and bool are computed in float64 (the f64 kernel, nothing new
-    # to compile), so one of them rides along with each operator.
+    # to compile), so one of them rides along with each operator; complex128 each.
     floats = [
-        ("exp", np.exp, "int8"),
+        ("exp", np.exp, "int8 complex64"),
         ("expm1", np.expm1, "uint8"),
         ("log", np.log, "int64"),
         ("log1p", np.log1p, "int16"),
         ("log2", np.log2, "uint16"),
         ("log10", np.log10, "bool"),
-        ("sqrt", np.sqrt, "int32"),
+        ("sqrt", np.sqrt, "int32 complex64"),
         ("sin", np.sin, "uint32"),
         ("cos", np.cos, "int8"),
         ("tan", np.tan, "uint64"),
@@ -188,23 +223,24 @@ def _ops():
         ("asinh", np.arcsinh, "int8"),
         ("acosh", np.arccosh, "uint32"),
         ("atanh", np.arctanh, "bool"),
-        ("reciprocal", lambda x: np.divide(1.0, x), "int32"),  # 1.0 is weak: float32 stays
+        # 1.0 is weak: float32 stays; complex takes NumPy's own reciprocal loop
+        ("reciprocal", lambda x: np.reciprocal(x) if x.dtype.kind == "c" else 1.0 / x, "int32"),
     ]
     for name, ref, extra in floats:
-        unary(name, "float", f"float32 float64 {extra}", ref)
+        unary(name, "float", f"float32 float64 complex128 {extra}", ref)
     unary("bitwise_invert", "intbool", "bool int8 uint64", np.invert, dunder=O.invert)
-    unary("logical_not", "any", "bool int16 float64", np.logical_not, result="bool")
-    unary("isfinite", "any", "float32 float64 int64 bool", np.isfinite, result="bool")
-    unary("isinf", "any", "float32 float64 uint8 bool", np.isinf, result="bool")
-    unary("isnan", "any", "float32 float64 bool uint32", np.isnan, result="bool")
-    unary("signbit", "float", "float32 float64 int8", np.signbit, result="bool")
+    unary("logical_not", "any", "bool int16 float64 complex128", np.logical_not, result="bool")
+    unary("isfinite", "any", "float32 float64 int64 bool complex128", np.isfinite, result="bool")
+    unary("isinf", "any", "float32 float64 uint8 bool complex64", np.isinf, result="bool")
+    unary("isnan", "any", "float32 float64 bool uint32 complex128", np.isnan, result="bool")
+    unary("signbit", "real_float", "float32 float64 int8", np.signbit, result="bool")
 
     # Binary numeric
-    binary("add", "numeric", " ".join(NUMERIC), np.add, dunder=O.add, inplace=O.iadd)
+    binary("add", "numeric", " ".join(NUMERIC + COMPLEX), np.add, dunder=O.add, inplace=O.iadd)
     binary(
         "subtract",
         "numeric",
-        "int8 uint8 int64 float32 float64",
+        "int8 uint8 int64 float32 float64 complex128",
         np.subtract,
         dunder=O.sub,
         inplace=O.isub,
@@ -212,14 +248,14 @@ def _ops():
     binary(
         "multiply",
         "numeric",
-        "int16 uint32 float32 float64",
+        "int16 uint32 float32 float64 complex64 complex128",
         np.multiply,
         dunder=O.mul,
         inplace=O.imul,
     )
     binary(
         "floor_divide",
-        "numeric",
+        "real_numeric",
         "int8 int64 uint16 float32 float64",
         np.floor_divide,
         dunder=O.floordiv,
@@ -227,7 +263,7 @@ def _ops():
     )
     binary(
         "remainder",
-        "numeric",
+        "real_numeric",
         "int16 int64 uint8 float32 float64",
         np.remainder,
         dunder=O.mod,
@@ -236,23 +272,28 @@ def _ops():
     binary(
         "pow",
         "numeric",
-        "int32 uint8 int64 float32 float64",
+        "int32 uint8 int64 float32 float64 complex128",
         np.power,
         dunder=O.pow,
         inplace=O.ipow,
         rhs=nonnegative,
     )
-    binary("maximum", "numeric", "int8 uint64 float32 float64", np.maximum)
-    binary("minimum", "numeric", "int32 uint16 float32 float64", np.minimum)
+    binary("maximum", "real_numeric", "int8 uint64 float32 float64", np.maximum)
+    binary("minimum", "real_numeric", "int32 uint16 float32 float64", np.minimum)
     # Binary float
     binary(
-        "divide", "float", "float32 float64 int16", np.divide, dunder=O.truediv, inplace=O.itruediv
+        "divide",
+        "float",
+        "float32 float64 int16 complex64 complex128",
+        np.divide,
+        dunder=O.truediv,
+        inplace=O.itruediv,
     )
-    binary("atan2", "float", "float32 float64 uint8", np.arctan2)
-    binary("copysign", "float", "float32 float64 int32", np.copysign)
-    binary("hypot", "float", "float32 float64 int8", np.hypot)
-    binary("logaddexp", "float", "float32 float64 uint16", np.logaddexp)
-    binary("nextafter", "float", "float32 float64 int8", np.nextafter)
+    binary("atan2", "real_float", "float32 float64 uint8", np.arctan2)
+    binary("copysign", "real_float", "float32 float64 int32", np.copysign)
+    binary("hypot", "real_float", "float32 float64 int8", np.hypot)
+    binary("logaddexp", "real_float", "float32 float64 uint16", np.logaddexp)
+    binary("nextafter", "real_float", "float32 float64 int8", np.nextafter)
     # Bitwise
     binary(
         "bitwise_and", "intbool", "bool int32 uint8", np.bitwise_and, dunder=O.and_, inplace=O.iand
@@ -279,27 +320,32 @@ def _ops():
         inplace=O.irshift,
         rhs=shift_counts,
     )
-    # Comparison and logic
+    # Comparison and logic (complex numbers are equal or not, but have no order)
     binary("equal", "any", " ".join(ALL_DTYPES), np.equal, result="bool", dunder=O.eq)
     binary(
-        "not_equal", "any", "bool int16 uint32 float64", np.not_equal, result="bool", dunder=O.ne
+        "not_equal",
+        "any",
+        "bool int16 uint32 float64 complex128",
+        np.not_equal,
+        result="bool",
+        dunder=O.ne,
     )
-    binary("greater", "any", "bool int8 uint64 float32", np.greater, result="bool", dunder=O.gt)
+    binary("greater", "real", "bool int8 uint64 float32", np.greater, result="bool", dunder=O.gt)
     binary(
         "greater_equal",
-        "any",
+        "real",
         "bool int64 uint8 float64",
         np.greater_equal,
         result="bool",
         dunder=O.ge,
     )
-    binary("less", "any", "bool int32 uint16 float32", np.less, result="bool", dunder=O.lt)
+    binary("less", "real", "bool int32 uint16 float32", np.less, result="bool", dunder=O.lt)
     binary(
-        "less_equal", "any", "bool int16 uint64 float64", np.less_equal, result="bool", dunder=O.le
+        "less_equal", "real", "bool int16 uint64 float64", np.less_equal, result="bool", dunder=O.le
     )
-    binary("logical_and", "any", "bool int8 float32", np.logical_and, result="bool")
-    binary("logical_or", "any", "bool uint16 float64", np.logical_or, result="bool")
-    binary("logical_xor", "any", "bool int64 float32", np.logical_xor, result="bool")
+    binary("logical_and", "any", "bool int8 float32 complex128", np.logical_and, result="bool")
+    binary("logical_or", "any", "bool uint16 float64 complex128", np.logical_or, result="bool")
+    binary("logical_xor", "any", "bool int64 float32 complex128", np.logical_xor, result="bool")
     return {op.name: op for op in ops}
 
 
@@ -312,6 +358,8 @@ BINARY = [op for op in OPS.values() if op.arity == 2]
 # isnan of an int is False): one integer kind covers them. Every other operator is run
 # on a signed and an unsigned integer dtype, and on bool where it takes bool.
 ONE_INTEGER_KIND = {
+    "conj",
+    "real",
     "floor",
     "ceil",
     "trunc",
@@ -341,14 +389,16 @@ def comp_dtype(op, operands):
     raise TypeError. Python scalars are weak (NumPy 2, NEP 50), as in lamina."""
     comp = np.result_type(*[o.dtype if isinstance(o, np.ndarray) else o for o in operands])
     if comp.kind not in ACCEPTS[op.rule]:
-        if op.rule == "float" and comp.kind in "biu":
+        if op.rule in PROMOTES_TO_FLOAT and comp.kind in "biu":
             return np.dtype("float64")  # lamina's default float (NumPy: float16 for int8)
         return None
     return comp
 
 
 def result_dtype(op, comp):
-    return np.dtype(bool) if op.result == "bool" else comp
+    if op.result == "bool":
+        return np.dtype(bool)
+    return np.empty(0, comp).real.dtype if op.result == "real" else comp
 
 
 def expected(op, operands):
@@ -383,8 +433,31 @@ def assert_matches(actual, want, dtype, signed_zero=True, where=""):
             np.testing.assert_array_equal(
                 np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=f"{where}: sign of zero"
             )
+    elif dtype.kind == "c":
+        _assert_complex_matches(got, want, dtype, signed_zero, where)
     else:
         np.testing.assert_array_equal(got, want, err_msg=where, strict=True)
+
+
+def _assert_complex_matches(got, want, dtype, signed_zero, where):
+    """Each part: NaN where NaN, the same infinities, zeros of the same sign; finite
+    values within RTOL of the modulus (a part far smaller than the other is as exact
+    as the larger one's rounding allows)."""
+    for part in (np.real, np.imag):
+        g, w = part(got), part(want)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"{where}: NaN parts")
+        inf = np.isinf(w)
+        np.testing.assert_array_equal(g[inf], w[inf], err_msg=f"{where}: infinite parts")
+        if signed_zero:
+            zeros = (w == 0) & (g == 0)
+            np.testing.assert_array_equal(
+                np.signbit(g[zeros]), np.signbit(w[zeros]), err_msg=f"{where}: sign of zero"
+            )
+    finite = np.isfinite(want)
+    tiny = np.finfo(dtype).tiny
+    error = np.abs(got[finite] - want[finite])
+    bound = RTOL[dtype.name] * np.abs(want[finite]) + tiny
+    assert np.all(error <= bound), f"{where}: off by {np.max(error - bound)} beyond rtol"
 
 
 # ---------------------------------------------------------------- layouts
@@ -488,6 +561,8 @@ def python_scalars(op, dtype, operand):
     they keep the tensor's dtype)."""
     if dtype == "bool":
         return [True, False]
+    if dtype in COMPLEX:  # real scalars too: all keep the complex dtype
+        return [1.5, -0.0, 3, True, 1j, complex(0.5, -2.0), complex(float("nan"), 1.0)]
     if dtype in FLOATS:
         vals = [1.5, -0.0, 2.0, float("nan"), float("inf")]
     else:

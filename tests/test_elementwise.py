@@ -105,14 +105,15 @@ def test_database_covers_the_operator_list():
         if op.inplace is not None:
             assert inplace and name + "_" in OPERATORS, name
         for d in op.dtypes:  # each tested dtype is one the operator accepts (or promotes)
-            assert np.dtype(d).kind in I.ACCEPTS[op.rule] or op.rule == "float", (name, d)
+            kind = np.dtype(d).kind
+            assert kind in I.ACCEPTS[op.rule] or op.rule in I.PROMOTES_TO_FLOAT, (name, d)
     # Every dtype is exercised by many operators, each kind by every operator.
     for d in I.ALL_DTYPES:
         assert sum(d in op.dtypes for op in I.OPS.values()) >= 6, d
     for op in I.OPS.values():
         kinds = {np.dtype(d).kind for d in op.dtypes}
-        if op.rule == "float":  # floats, and one other kind promoted to float64
-            assert "f" in kinds and kinds - {"f"}, op.name
+        if op.rule in I.PROMOTES_TO_FLOAT:  # floats, complex, one kind promoted to float64
+            assert set(I.ACCEPTS[op.rule]) <= kinds and kinds - {"f", "c"}, op.name
             continue
         need = set(I.ACCEPTS[op.rule])
         if op.name in I.ONE_INTEGER_KIND:
@@ -186,6 +187,12 @@ PROMOTIONS = [
     ("int8", "int64", "int64"),
     ("uint16", "uint8", "uint16"),
     ("float64", "int16", "float64"),
+    ("float32", "complex64", "complex64"),
+    ("float64", "complex64", "complex128"),
+    ("int16", "complex64", "complex64"),
+    ("complex64", "complex128", "complex128"),
+    ("bool", "complex128", "complex128"),
+    ("int64", "complex64", "complex128"),
 ]
 
 
@@ -235,6 +242,16 @@ def test_binary_promotion(op, d1, d2, comp, layout):
         ("uint16", 2.0, "float64"),
         ("int16", np.int64(7), "int16"),
         ("float32", np.float64(0.25), "float32"),
+        # a Python complex takes the complex dtype of a float tensor's precision
+        ("float32", 1j, "complex64"),
+        ("float64", 2j, "complex128"),
+        ("int8", 1j, "complex128"),
+        ("bool", 1j, "complex128"),
+        ("complex64", 1.5, "complex64"),
+        ("complex64", 2, "complex64"),
+        ("complex64", True, "complex64"),
+        ("complex64", 1j, "complex64"),
+        ("float32", np.complex128(0.5j), "complex64"),
     ],
 )
 def test_weak_scalar_promotion(dtype, scalar, result):
@@ -351,13 +368,23 @@ def test_float_scalar_on_bitwise_raises(op):
 # ---------------------------------------------------------------- rejected dtypes, errors
 
 
+def _rejected(op, dtype):
+    kind = np.dtype(dtype).kind
+    promoted = op.rule in I.PROMOTES_TO_FLOAT and kind in "biu"
+    return kind not in I.ACCEPTS[op.rule] and not promoted
+
+
 def _rejections():
+    """Per operator the first real dtype it refuses, and complex128 where it refuses
+    complex (floor, less, maximum, atan2, ...: no order, or only real arguments)."""
     params = []
     for op in I.OPS.values():
         for d in ("bool", "float32", "float64"):
-            if np.dtype(d).kind not in I.ACCEPTS[op.rule] and op.rule != "float":
+            if _rejected(op, d):
                 params.append(pytest.param(op, d, id=f"{op.name}-{d}"))
                 break
+        if _rejected(op, "complex128"):
+            params.append(pytest.param(op, "complex128", id=f"{op.name}-complex128"))
     return params
 
 

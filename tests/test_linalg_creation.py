@@ -339,8 +339,6 @@ def test_asarray_from_tensors():
 
 def test_asarray_errors():
     for obj, what in [
-        (1 + 2j, "complex128"),
-        (np.zeros(2, np.complex64), "complex64"),
         ("abc", "<U3"),
         (["a", "b"], "<U1"),
         (object(), "object"),
@@ -351,7 +349,7 @@ def test_asarray_errors():
         TypeError, match="asarray: float16 is not supported; pass dtype=lamina.float32"
     ):
         lm.asarray(np.zeros(2, np.float16))
-    for dtype in ("float16", np.complex128, "foo", "U1"):
+    for dtype in ("float16", np.float16, "foo", "U1"):
         with pytest.raises(TypeError, match="unsupported dtype"):
             lm.asarray([1.0], dtype=dtype)
     with pytest.raises(
@@ -412,7 +410,9 @@ def test_creation_errors():
         lm.full((2,), 300, dtype=lm.int8)
     with pytest.raises(OverflowError, match="fill value -1 is out of bounds for lamina.uint8"):
         lm.full((2,), -1, dtype=lm.uint8)
-    with pytest.raises(TypeError, match="full: fill_value must be a bool, int or float, got str"):
+    with pytest.raises(
+        TypeError, match="full: fill_value must be a bool, int, float or complex, got str"
+    ):
         lm.full((2,), "a")
     with pytest.raises(TypeError, match=r"shape must be a tuple of ints, got \(2.5,\)"):
         lm.zeros((2.5,))
@@ -420,8 +420,8 @@ def test_creation_errors():
         lm.ones("ab")
     with pytest.raises(ValueError, match=r"zeros: shape must not have negative sizes, got \(-1,\)"):
         lm.zeros((-1,))
-    with pytest.raises(TypeError, match="unsupported dtype 'complex64'"):
-        lm.zeros(2, dtype="complex64")
+    with pytest.raises(TypeError, match="unsupported dtype 'float16'"):
+        lm.zeros(2, dtype="float16")
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         lm.ones(2, device="tpu")
 

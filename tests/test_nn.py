@@ -535,7 +535,14 @@ BAD_CONV = [
         (lm.zeros((2, 4, 6, 6), dtype=lm.int64), W),
         {},
         TypeError,
-        "input must be a floating-point tensor, got int64",
+        "input must be a real floating-point tensor, got int64",
+    ),
+    (
+        "complex_input",
+        (lm.zeros((2, 4, 6, 6), dtype=lm.complex64), W),
+        {},
+        TypeError,
+        "input must be a real floating-point tensor, got complex64",
     ),
     ("bool_input", (lm.zeros((2, 4, 6, 6), dtype=lm.bool), W), {}, TypeError, "floating-point"),
     (

@@ -1,12 +1,13 @@
 """Every public function has the signature the Array API 2024.12 writes (parameter
 names, positional-only / keyword-only kinds, defaults), checked against the table in
-tests/data/array_api_2024_12_signatures.txt; what lamina does not have yet is listed
-here, so the list shrinks as it is built and a function added without its exact
-signature fails."""
+tests/data/array_api_2024_12_signatures.txt, and the namespace (top level, linalg, fft)
+has every name of array-api-strict's, the standard's strict reference, but the ones
+of its 2025.12 revision and its own helpers."""
 
 import inspect
 import pathlib
 
+import array_api_strict as xp
 import pytest
 
 import lamina as lm
@@ -17,8 +18,15 @@ SPEC = {
     for line in TABLE.read_text().splitlines()
     if line and not line.startswith("#")
 }
-# complex dtypes and lamina.fft are not built yet (issue 15)
-NOT_YET = {"conj", "real", "imag"} | {name for name in SPEC if name.startswith("fft.")}
+# array-api-strict's names that are not the 2024.12 standard's: its flags, and the
+# functions 2025.12 added
+STRICT_ONLY = {
+    "ArrayAPIStrictFlags",
+    "get_array_api_strict_flags",
+    "reset_array_api_strict_flags",
+    "set_array_api_strict_flags",
+}
+NEWER = {"broadcast_shapes", "isin", "linalg.eig", "linalg.eigvals"}
 
 
 def text(fn):
@@ -45,13 +53,28 @@ def _public(name):
     return getattr(getattr(lm, module, None) if module else lm, short, None)
 
 
-@pytest.mark.parametrize("name", sorted(set(SPEC) - NOT_YET))
+@pytest.mark.parametrize("name", sorted(SPEC))
 def test_signature_is_the_standards(name):
     fn = _public(name)
     assert fn is not None, f"lamina has no {name}"
     assert text(fn) == SPEC[name]
 
 
-def test_what_is_not_built_yet_is_really_missing():
-    assert [name for name in sorted(NOT_YET) if _public(name) is not None] == []
-    assert "cumulative_prod" in SPEC and "linalg.svd" in SPEC  # the table is the 2024.12 one
+def test_the_table_is_the_2024_12_one():
+    assert "cumulative_prod" in SPEC and "linalg.svd" in SPEC and "fft.ihfft" in SPEC
+    assert not NEWER & set(SPEC)
+    assert lm.__array_api_version__ == "2024.12"
+
+
+@pytest.mark.parametrize("module", ["", "linalg", "fft"])
+def test_every_name_of_the_standard_exists(module):
+    """array-api-strict lists the standard's names (dtypes and constants too); lamina
+    has each one of its 2024.12 revision, and every function of the table."""
+    ref = getattr(xp, module) if module else xp
+    names = {f"{module}.{n}" if module else n for n in ref.__all__} - STRICT_ONLY - NEWER
+    namespace = getattr(lm, module) if module else lm
+    missing = sorted(n for n in names if not hasattr(namespace, n.rpartition(".")[2]))
+    assert missing == []
+    prefix = f"{module}." if module else ""
+    in_table = {n for n in SPEC if n.startswith(prefix) and (module or "." not in n)}
+    assert in_table <= names | {"__array_namespace_info__"}

@@ -253,6 +253,12 @@ def test_pattern_keeping_unary_operators(case):
     s, ref = case
     with np.errstate(all="ignore"):
         for name in UNARY:
+            try:
+                getattr(lm, name)(lm.asarray(ref))
+            except TypeError:  # imag of real values: the sparse tensor is refused alike
+                with pytest.raises(TypeError, match=name):
+                    getattr(lm, name)(s)
+                continue
             out = getattr(lm, name)(s)
             assert out.is_sparse, name
             expected = getattr(lm, name)(lm.asarray(ref)).numpy()

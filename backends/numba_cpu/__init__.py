@@ -13,6 +13,7 @@ indexing, creation). One module per family of operators:
     scan.py          cumulative_sum, cumulative_prod
     sorting.py       sort, argsort, searchsorted, nonzero, unique_*
     lapack.py        lamina.linalg's factorizations and solvers (LAPACK through NumPy)
+    fft.py           lamina.fft's transforms (pocketfft through NumPy)
     layout.py        strided operands of the general path
     nn/              neural-network primitives: convolution, pooling, normalization,
                      activations, losses, layout conversion
@@ -23,6 +24,7 @@ from lamina.backends.hookspecs import hookimpl
 from . import (
     creation,
     elementwise,
+    fft,
     lapack,
     linalg,
     manipulation,
@@ -47,5 +49,6 @@ def lamina_register_kernels(registry):
         sorting,
         lapack,
         nn,
+        fft,
     ):
         module.register(registry)

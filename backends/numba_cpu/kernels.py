@@ -13,15 +13,23 @@ per-call type dispatch.
 
 Families (one template each): unary, binary and ternary elementwise (a flat loop for the
 contiguous fast path, a strided loop for everything else), reductions and
-arg-reductions over the rows of a 2-D view, and integer matmul.
+arg-reductions over the rows of a 2-D view, and integer matmul. Complex dtypes use the
+same templates with complex scalar functions (Note [Complex scalar functions]).
 """
 
+import cmath
+import ctypes
+import ctypes.util
 import math
+import platform
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import prange, types
-from numba.extending import register_jitable
+from numba.core import cgutils
+from numba.extending import intrinsic, register_jitable
 
 from lamina.backends import jit
 
@@ -241,6 +249,11 @@ def square(x):
 
 
 @register_jitable
+def abs_square(x):
+    return x.real * x.real + x.imag * x.imag  # |x|**2 of a complex x, without the sqrt
+
+
+@register_jitable
 def sign(x):
     if x > 0:
         return x // x  # a one of x's own type (a literal 1 would turn uint64 into float)
@@ -349,6 +362,245 @@ for _name, _fn in [
     ("trunc", np.trunc),
 ]:
     _math("float_" + _name, _fn)
+
+
+# ---------------------------------------------------------------- complex scalar functions
+# Note [Complex scalar functions]: complex tensors run the same templates as real ones,
+# instantiated with these scalar functions (elementwise.py picks them by dtype kind).
+# The Array API's complex special cases are C99 Annex G's (exp(1e300 + 0j) is inf + 0j,
+# sin(nan j) is nan j); Numba's cmath does not follow them (inf + nan j, nan + nan j),
+# but the C library's complex functions do, and NumPy calls the same ones. So the
+# transcendental functions call libm's cexp, csin, ... (complex128; complex64 is
+# computed in complex128 and rounded once on store, as float32 math is). Arithmetic
+# follows NumPy's own loops: naive products, Smith's quotient, NumPy's power and sign.
+# A platform without them (or whose complex ABI is not two doubles in registers, as on
+# x86-64 and AArch64) gets Numba's cmath, with its special values.
+
+_LIBM_ABI = platform.system() in ("Linux", "Darwin") and platform.machine().lower() in (
+    "x86_64",
+    "amd64",
+    "aarch64",
+    "arm64",
+)
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or None) if _LIBM_ABI else None
+
+
+def _libm_complex(name, arity):
+    """libm's complex128 function ``name`` (cexp, cpow, ...) as a Numba intrinsic, or
+    None where it is missing. A ``double complex`` is passed and returned as two doubles
+    (what clang lowers it to on x86-64 and AArch64), so the call needs no Numba type
+    for C complex numbers."""
+    fn = getattr(_LIBM, name, None) if _LIBM is not None else None
+    if fn is None:
+        return None
+    symbol = "lamina_" + name  # registered once, for this process's JIT linker
+    llvm.add_symbol(symbol, ctypes.cast(fn, ctypes.c_void_p).value)
+    c128 = types.complex128
+
+    def codegen(context, builder, sig, args):
+        f64 = ir.DoubleType()
+        fnty = ir.FunctionType(ir.LiteralStructType([f64, f64]), [f64] * (2 * arity))
+        callee = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+        parts = []
+        for a in args:
+            z = context.make_complex(builder, c128, a)
+            parts += [z.real, z.imag]
+        r = builder.call(callee, parts)
+        out = context.make_complex(builder, c128)
+        out.real, out.imag = builder.extract_value(r, 0), builder.extract_value(r, 1)
+        return out._getvalue()
+
+    # explicit parameters: Numba lowers a typer's *args as a star-argument tuple
+    def unary(typingctx, z):
+        return c128(c128), codegen
+
+    def binary(typingctx, x, y):
+        return c128(c128, c128), codegen
+
+    call = intrinsic(unary if arity == 1 else binary)
+    call.__name__ = call.__qualname__ = "libm_" + name
+    return call
+
+
+for _name, _fallback in [
+    ("exp", cmath.exp),
+    ("log", cmath.log),
+    ("sqrt", cmath.sqrt),
+    ("sin", cmath.sin),
+    ("cos", cmath.cos),
+    ("tan", cmath.tan),
+    ("asin", cmath.asin),
+    ("acos", cmath.acos),
+    ("atan", cmath.atan),
+    ("sinh", cmath.sinh),
+    ("cosh", cmath.cosh),
+    ("tanh", cmath.tanh),
+    ("asinh", cmath.asinh),
+    ("acosh", cmath.acosh),
+    ("atanh", cmath.atanh),
+]:
+    _call = _libm_complex("c" + _name, 1)
+    if _call is not None:
+        globals()["libm_c" + _name] = _call  # module-level: it pickles by name
+    _math("complex_" + _name, _call or _fallback)
+
+_LOG2E, _LOG10E = 1.0 / math.log(2.0), 1.0 / math.log(10.0)
+
+
+# NumPy's own formulas (C has no complex expm1, log1p, log2, log10); a real factor
+# scales each part, as a complex product would turn inf * 0 into nan
+
+
+@register_jitable
+def complex_log2(x):
+    r = complex_log(x)  # noqa: F821 (made by _math above)
+    return complex(r.real * _LOG2E, r.imag * _LOG2E)
+
+
+@register_jitable
+def complex_log10(x):
+    r = complex_log(x)  # noqa: F821
+    return complex(r.real * _LOG10E, r.imag * _LOG10E)
+
+
+@register_jitable
+def complex_expm1(x):
+    a = math.sin(x.imag / 2)
+    return complex(
+        math.expm1(x.real) * math.cos(x.imag) - 2 * a * a, math.exp(x.real) * math.sin(x.imag)
+    )
+
+
+@register_jitable
+def complex_log1p(x):
+    re = x.real + 1.0
+    return complex(math.log(math.hypot(re, x.imag)), math.atan2(x.imag, re))
+
+
+libm_cpow = _libm_complex("cpow", 2)
+if libm_cpow is not None:
+
+    @register_jitable
+    def _cpow(x, y):
+        return libm_cpow(x, y)
+else:
+
+    @register_jitable
+    def _cpow(x, y):
+        return x**y
+
+
+@register_jitable
+def complex_divide(x, y):
+    """NumPy's complex quotient (Smith's algorithm; x / 0 is a complex inf or nan)."""
+    ar, ai, br, bi = x.real, x.imag, y.real, y.imag
+    abs_br, abs_bi = abs(br), abs(bi)
+    if abs_br >= abs_bi:
+        if abs_br == 0 and abs_bi == 0:
+            return complex(ar / abs_br, ai / abs_br)
+        rat = bi / br
+        scl = 1.0 / (br + bi * rat)
+        return complex((ar + ai * rat) * scl, (ai - ar * rat) * scl)
+    rat = br / bi
+    scl = 1.0 / (bi + br * rat)
+    return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
+
+
+@register_jitable
+def complex_reciprocal(x):
+    """NumPy's 1 / x for complex x (Smith's algorithm with a numerator of 1)."""
+    re, im = x.real, x.imag
+    if abs(im) <= abs(re):
+        r = im / re
+        d = re + im * r
+        return complex(1.0 / d, -r / d)
+    r = re / im
+    d = re * r + im
+    return complex(r / d, -1.0 / d)
+
+
+@register_jitable
+def complex_power(x, y):
+    """NumPy's complex power: x**0 is 1, 0**y is 0 for real(y) > 0 (else nan), integer
+    exponents below 100 in magnitude by repeated squaring, libm's cpow otherwise."""
+    one = complex(1.0, 0.0)
+    if y.real == 0 and y.imag == 0:
+        return one
+    if x.real == 0 and x.imag == 0:
+        return complex(0.0, 0.0) if y.real > 0 else complex(np.nan, np.nan)
+    small_integer = y.imag == 0 and abs(y.real) < 100 and y.real == int(y.real)
+    if not small_integer:
+        return _cpow(np.complex128(x), np.complex128(y))
+    n = int(y.real)
+    if n == 1:
+        return np.complex128(x)
+    if n == 2:
+        return np.complex128(x * x)
+    if n == 3:
+        return np.complex128(x * (x * x))
+    m, mask, acc, p = abs(n), 1, one, np.complex128(x)
+    while True:
+        if m & mask:
+            acc = acc * p
+        mask <<= 1
+        if m < mask:
+            break
+        p = p * p
+    return complex_divide(one, acc) if n < 0 else acc
+
+
+@register_jitable
+def complex_sign(x):
+    """NumPy 2's sign: x / |x|, 0 at 0, nan + nan j for nan; an infinite x points along
+    its infinite axis (1j for inf j), nan + nan j when both parts are infinite."""
+    re, im = x.real, x.imag
+    m = abs(x)
+    if m != m:
+        return complex(np.nan, np.nan)
+    if m == np.inf:
+        if math.isinf(re):
+            return (
+                complex(np.nan, np.nan) if math.isinf(im) else complex(math.copysign(1.0, re), 0.0)
+            )
+        return complex(0.0, math.copysign(1.0, im))
+    if m == 0:
+        return x - x
+    return complex(re / m, im / m)
+
+
+@register_jitable
+def complex_isnan(x):
+    return cmath.isnan(x)
+
+
+@register_jitable
+def complex_isinf(x):
+    return cmath.isinf(x)
+
+
+@register_jitable
+def complex_isfinite(x):
+    return cmath.isfinite(x)
+
+
+@register_jitable
+def complex_round(x):
+    return np.round(x)  # each part halves to even
+
+
+@register_jitable
+def conjugate(x):
+    return x.conjugate()
+
+
+@register_jitable
+def real_part(x):
+    return x.real
+
+
+@register_jitable
+def imag_part(x):
+    return x.imag
 
 
 # ---------------------------------------------------------------- templates
@@ -544,19 +796,21 @@ def reduce_columns(step, loop):
     return kernel
 
 
-def moments_rows(loop):
-    """Per row: the mean and the sum of squared deviations (two passes, float64)."""
+def moments_rows(square, loop):
+    """Per row: the mean and the sum of squared deviations, ``square(x - mean)`` (the
+    squared modulus for complex rows), in two passes. ``mean`` and ``m2`` arrive
+    zeroed, of the accumulators' dtypes (float64; complex128 for a complex mean)."""
 
     def kernel(x, mean, m2):
         n = x.shape[1]
         for r in loop(x.shape[0]):
-            s = 0.0
+            s = mean[r]
             for j in range(n):
                 s += x[r, j]
             mu = s / n
-            q = 0.0
+            q = m2[r]
             for j in range(n):
-                q += (x[r, j] - mu) ** 2
+                q += square(x[r, j] - mu)
             mean[r], m2[r] = mu, q
 
     return kernel
@@ -720,10 +974,21 @@ def cast_bool(v):
 
 CASTS = {
     name: _cast(name, getattr(np, name))
-    for name in ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64".split())
+    for name in (
+        "int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64 complex64 "
+        "complex128".split()
+    )
 }
 CASTS["bool"] = cast_bool
-SCALAR_ARGUMENT = {"f": types.float64, "i": types.int64, "u": types.uint64, "b": types.int64}
+# a complex loop gets a real Python scalar as a double (a Python complex takes the
+# general path: Note [Scalar fast path])
+SCALAR_ARGUMENT = {
+    "f": types.float64,
+    "c": types.float64,
+    "i": types.int64,
+    "u": types.uint64,
+    "b": types.int64,
+}
 
 
 def c_loop(template, fn, comp, out, ins):

@@ -1,10 +1,13 @@
 """lamina.linalg on the CPU: LAPACK through NumPy (np.linalg), the well-kept library
 for factorizations, with lamina's dtype rules (integers are computed in the default
-float, float32 stays float32), named results and lamina's LinAlgError."""
+float, float32 stays float32, complex64 complex64; real results of complex matrices,
+as singular values or eigenvalues of Hermitian ones, have the real dtype), named
+results and lamina's LinAlgError."""
 
 import numpy as np
 
 from lamina.backends import setup as S
+from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys, result_types
 from lamina.dispatch.arguments import LinAlgError
 from lamina.dispatch.schema import OPERATORS
@@ -19,7 +22,9 @@ def _operands(name, *xs):
 
 
 def _tensor(a, dtype):
-    return from_array(np.asarray(a, dtype.np))
+    """A result of computation dtype ``dtype``: complex results keep it, real ones of a
+    complex computation take its real dtype (Note [Complex dtypes])."""
+    return from_array(np.asarray(a, dtype.np if np.iscomplexobj(a) else D.real_of(dtype).np))
 
 
 def _lapack(name, fn, *args, **kwargs):

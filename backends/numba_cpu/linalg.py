@@ -36,7 +36,7 @@ def matmul(ks, x1, x2):
             f"matmul: the batch dimensions of shapes {x1._shape} and "
             f"{x2._shape} cannot be broadcast together"
         ) from None
-    if comp.kind == "f":
+    if comp.kind in "fc":
         out = np.matmul(a2, b2)  # BLAS
     else:
         m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
@@ -78,9 +78,10 @@ def tensordot(ks, x1, x2, axes):
 
 def vecdot(ks, x1, x2, axis):
     """The contracted axis (negative, into the broadcast shape) moved last, then one
-    batched matmul of row vectors with column vectors."""
+    batched matmul of row vectors (x1's, conjugated when complex) with column vectors."""
     comp = S.promote(OPERATORS["vecdot"], (x1, x2))
-    a, b = np.broadcast_arrays(S.operand(x1, comp), S.operand(x2, comp))
+    a = S.operand(x1, comp)
+    a, b = np.broadcast_arrays(np.conj(a) if comp.kind == "c" else a, S.operand(x2, comp))
     a, b = np.moveaxis(a, axis, -1)[..., None, :], np.moveaxis(b, axis, -1)[..., :, None]
     out = matmul(ks, from_array(a), from_array(b))._data[..., 0, 0]
     return from_array(np.ascontiguousarray(out) if out.ndim else out.copy())

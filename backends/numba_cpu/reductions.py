@@ -79,7 +79,9 @@ _ARGMIN = Reduction(K.argreduce_rows, K.less_than)
 
 
 def _accumulator(dtype):
-    return {"f": np.float64, "i": np.int64, "u": np.uint64, "b": np.bool_}[dtype.kind]
+    return {"f": np.float64, "c": np.complex128, "i": np.int64, "u": np.uint64, "b": np.bool_}[
+        dtype.kind
+    ]
 
 
 def _finish(acc, x, axis, keepdims, dtype):
@@ -112,6 +114,7 @@ def _fold(reduction, start, result):
     row into it; ``result(x)`` is the result dtype."""
 
     def kernel(ks, x, axis, keepdims):
+        S.check_dtype(OPERATORS[kernel.__name__], x._dtype)  # max of complex: TypeError
         rows = rows_view(x._data, axis)
         acc = start(rows, x)
         if rows.size:
@@ -152,22 +155,30 @@ def _constant(value):
 
 
 def _moments(rows):
+    """Each row's mean (float64, complex128 for complex rows) and sum of squared moduli
+    of the deviations (float64)."""
+    complex_rows = rows.dtype.kind == "c"
+    square = K.abs_square if complex_rows else K.square
+
     def build():
-        a = jit.array(np.float64)
         return K.instantiate(
-            K.moments_rows, (range,), types.void(jit.array(rows.dtype, 2, "A"), a, a)
+            K.moments_rows,
+            (square, range),
+            types.void(jit.array(rows.dtype, 2, "A"), jit.array(mean.dtype), jit.array(np.float64)),
         )
 
-    mean, m2 = np.empty(rows.shape[0]), np.empty(rows.shape[0])
+    mean = np.zeros(rows.shape[0], np.complex128 if complex_rows else np.float64)
+    m2 = np.zeros(rows.shape[0])
     if rows.shape[1]:
-        jit.cached((K.moments_rows, rows.dtype), build)(rows, mean, m2)
+        jit.cached((K.moments_rows, square, rows.dtype), build)(rows, mean, m2)
     else:
         mean[:], m2[:] = np.nan, np.nan
     return mean, m2
 
 
 def _moments_of(which, x, axis, correction, keepdims):
-    dtype = S.check_dtype(OPERATORS[which], x._dtype)
+    op = OPERATORS[which]
+    dtype = S.result_dtype(op, S.check_dtype(op, x._dtype))  # var of complex is real
     rows = rows_view(x._data, axis)
     mean, m2 = _moments(rows)
     if which == "mean":
@@ -251,11 +262,11 @@ def register(registry):
         "prod": _fast(_sum_like(_PROD, 1), FoldSpec("prod", _PROD, 1, _sum_result)),
         "max": _fast(
             _fold(_MAX, _first_value("max"), lambda x: x._dtype),
-            FoldSpec("max", _MAX, "first", lambda op, d: d),
+            FoldSpec("max", _MAX, "first", S.check_dtype),
         ),
         "min": _fast(
             _fold(_MIN, _first_value("min"), lambda x: x._dtype),
-            FoldSpec("min", _MIN, "first", lambda op, d: d),
+            FoldSpec("min", _MIN, "first", S.check_dtype),
         ),
         "all": _fast(
             _fold(_ALL, _constant(True), lambda x: D.bool_),

@@ -22,6 +22,7 @@ def _order(data, axis, descending):
 
 
 def sort(ks, x, axis, descending, stable):
+    S.check_dtype(OPERATORS["sort"], x._dtype)  # complex numbers have no order
     if not descending:
         return from_array(np.sort(x._data, axis=axis, kind="stable"))
     order = _order(x._data, axis, True)
@@ -29,6 +30,7 @@ def sort(ks, x, axis, descending, stable):
 
 
 def argsort(ks, x, axis, descending, stable):
+    S.check_dtype(OPERATORS["argsort"], x._dtype)
     return from_array(_order(x._data, axis, descending).astype(np.int64, copy=False))
 
 

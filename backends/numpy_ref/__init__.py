@@ -22,7 +22,7 @@ from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
-from . import linalg, nn, sorting
+from . import fft, linalg, nn, sorting
 
 PRIORITY = -10  # below numba_cpu: it serves only when selected with lm.backends.use
 # A view keeps its base's device (and sparse) keys but not AUTOGRAD: only the autograd
@@ -39,7 +39,7 @@ def elementwise(op, ufunc):
         res = S.result_dtype(op, comp)
         with np.errstate(all="ignore"):
             out = ufunc(*[S.operand(a, comp) for a in args])
-        return from_array(np.asarray(out, res.np))
+        return from_array(np.array(out, res.np))  # a copy: np.real(x) of a real x is x
 
     kernel.__name__ = kernel.__qualname__ = op.name
     return kernel
@@ -125,15 +125,17 @@ def _sum(npfn, name):
 
 
 def _float_stat(npfn, name):
+    op = OPERATORS[name]
+
     def compute(x, axis, correction, keepdims):
-        dtype = S.check_dtype(OPERATORS[name], x._dtype)
+        dtype = S.check_dtype(op, x._dtype)
         extra = {} if name == "mean" else {"ddof": correction}
         n = math.prod([x._shape[d] for d in axis])
         if n == 0 or n - extra.get("ddof", 0) <= 0:
             return np.full(S.reduced_shape(x._shape, axis, keepdims), np.nan)
         return npfn(x._data.astype(dtype.np), axis=axis, keepdims=keepdims, **extra)
 
-    kernel = _reduce(compute, lambda x: S.check_dtype(OPERATORS[name], x._dtype))
+    kernel = _reduce(compute, lambda x: S.result_dtype(op, S.check_dtype(op, x._dtype)))
     if name == "mean":
         return lambda ks, x, axis, keepdims: kernel(ks, x, axis, 0.0, keepdims)
     return kernel
@@ -141,6 +143,7 @@ def _float_stat(npfn, name):
 
 def _extreme(npfn, name):
     def compute(x, axis, keepdims):
+        S.check_dtype(OPERATORS[name], x._dtype)
         if any(x._shape[d] == 0 for d in axis):
             raise ValueError(
                 f"{name}: cannot reduce a zero-size axis (shape {x._shape}, "
@@ -153,6 +156,7 @@ def _extreme(npfn, name):
 
 def _arg(npfn, name):
     def compute(x, axis, keepdims):
+        S.check_dtype(OPERATORS[name], x._dtype)
         if any(x._shape[d] == 0 for d in axis):  # axis holds every dim when it was None
             raise ValueError(
                 f"{name}: cannot take the {name} of an empty sequence (shape {x._shape})"
@@ -328,7 +332,7 @@ def tensordot(ks, x1, x2, axes):
 def vecdot(ks, x1, x2, axis):
     comp = S.promote(OPERATORS["vecdot"], (x1, x2))
     a, b = np.broadcast_arrays(S.operand(x1, comp), S.operand(x2, comp))
-    return from_array(np.asarray(np.sum(a * b, axis=axis), comp.np))
+    return from_array(np.asarray(np.sum(np.conj(a) * b, axis=axis), comp.np))
 
 
 # ---------------------------------------------------------------- creation
@@ -414,7 +418,7 @@ def lamina_register_kernels(registry):
         randn,
     ):
         register(fn.__name__, fn)
-    for module in (sorting, linalg):
+    for module in (sorting, linalg, fft):
         for name, fn in module.KERNELS.items():
             register(name, fn)
     nn.register(register)

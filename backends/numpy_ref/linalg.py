@@ -4,6 +4,7 @@ norms from their definitions."""
 import numpy as np
 
 from lamina.backends import setup as S
+from lamina.dispatch import dtypes as D
 from lamina.dispatch import keys, result_types
 from lamina.dispatch.arguments import LinAlgError
 from lamina.dispatch.schema import OPERATORS
@@ -23,7 +24,11 @@ def _call(name, fn, *args, **kwargs):
 
 
 def _out(*arrays, dtype):
-    return [from_array(np.asarray(a, dtype.np)) for a in arrays]
+    """Complex results in dtype, real ones in its real dtype (a complex x's S, w)."""
+    return [
+        from_array(np.asarray(a, dtype.np if np.iscomplexobj(a) else D.real_of(dtype).np))
+        for a in arrays
+    ]
 
 
 def _simple(name, fn):

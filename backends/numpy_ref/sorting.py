@@ -37,10 +37,12 @@ def _orders(data, axis, descending):
 
 
 def sort(ks, x, axis, descending, stable):
+    S.check_dtype(OPERATORS["sort"], x._dtype)  # complex numbers have no order
     return from_array(np.take_along_axis(x._data, _orders(x._data, axis, descending), axis))
 
 
 def argsort(ks, x, axis, descending, stable):
+    S.check_dtype(OPERATORS["argsort"], x._dtype)
     return from_array(_orders(x._data, axis, descending))
 
 

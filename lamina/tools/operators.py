@@ -79,7 +79,7 @@ def render() -> str:
 # What each argument kind is to a type checker (dispatch/arguments.py's kinds)
 STUB_TYPES = {
     "Tensor": "Tensor",
-    "TensorOrScalar": "Tensor | bool | int | float",
+    "TensorOrScalar": "Tensor | bool | int | float | complex",
     "Tensors": "Sequence[Tensor]",
     "int": "int",
     "float": "float",
@@ -148,7 +148,7 @@ from typing import Any
 
 from .tensor import Tensor
 
-Operand = Tensor | bool | int | float
+Operand = Tensor | bool | int | float | complex
 
 class Dunders:
 """
