@@ -37,9 +37,18 @@ from .grad_mode import is_grad_enabled
 
 
 class Derivative:
-    __slots__ = ("name", "formula", "saves", "sizes", "uses_result", "list_input", "binary_saves")
+    __slots__ = (
+        "name",
+        "formula",
+        "saves",
+        "sizes",
+        "uses_result",
+        "list_input",
+        "binary_saves",
+        "outputs",
+    )
 
-    def __init__(self, name, formula, saves=(), sizes=(), uses_result=False):
+    def __init__(self, name, formula, saves=(), sizes=(), uses_result=False, outputs=None):
         self.name, self.formula = name, formula
         self.saves = saves  # indices of saved arguments; None saves them all
         # indices of tensor arguments the formula reads only the shape and dtype of: the
@@ -48,7 +57,12 @@ class Derivative:
         # node keeps its base, whose version then catches the base changed under it
         # (lamina does not regenerate a view's graph as PyTorch does)
         self.sizes = sizes
+        # Note [Saved outputs]: with several outputs, ``r`` is the tuple of all of them;
+        # ``outputs`` is how many (the first ones) are differentiable, None for all: the
+        # others are state the kernel computed for backward (pooling argmax indices,
+        # batch-norm mean and inverse std), saved, never requiring grad
         self.uses_result = uses_result
+        self.outputs = outputs
         self.list_input = name in ("concat", "stack")  # gradients per tensor of the list
         # for graph.record_binary: False (saves nothing), True (saves both arguments)
         # or None (anything else: the general record)
@@ -846,3 +860,293 @@ DERIVATIVES = {
         D("hfft", _c2r(True, False), sizes=(0,)),
     ]
 }
+
+
+# ---------------------------------------------------------------- neural-network primitives
+# Note [nn formulas]: each primitive's backward is a dispatched operator with a kernel of
+# its own (conv2d_backward_input, pool2d_scatter, ...), fed with what the forward saved
+# to make it cheap: pooling's argmax indices, batch norm's mean and inverse standard
+# deviation, LRN's scale (Note [Saved outputs]). The backward operators of the linear
+# primitives are differentiable in turn -- convolution's three operators are each
+# other's adjoints, as are scatter and gather through the indices and average pooling
+# and its backward -- so double backward needs nothing more. Batch norm's and LRN's
+# backward kernels are not: under create_graph their formulas use the same gradient
+# written with elementwise operators and reductions instead.
+
+_CONV = OPERATORS["conv2d"]
+_CONV_INPUT = OPERATORS["conv2d_backward_input"]
+_CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+_SCATTER = OPERATORS["pool2d_scatter"]
+_GATHER = OPERATORS["pool2d_gather"]
+_AVG = OPERATORS["avg_pool2d"]
+_AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
+_ADAPTIVE = OPERATORS["adaptive_avg_pool2d"]
+_ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
+_BN_BACKWARD = OPERATORS["native_batch_norm_backward"]
+_LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
+_RELU_BACKWARD = OPERATORS["relu_backward"]
+_LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
+_GELU_BACKWARD = OPERATORS["gelu_backward"]
+_NONE = (None,) * 8
+
+
+def _conv2d(g, r, n, x, w, b, *geometry):
+    gx = n[0] and _CONV_INPUT(g, w, x, *geometry)
+    gw = gb = None
+    if n[1] or n[2]:
+        gw, gb = _CONV_WEIGHT(g, x, w.shape, *geometry)
+    return (gx, n[1] and gw, n[2] and gb, *_NONE[:4])
+
+
+def _conv2d_backward_input(u, r, n, g, w, x, *geometry):
+    """Its adjoint in grad is conv2d; in weight, the weight gradient of grad over u; x
+    gives only its shape and layout (no gradient)."""
+    gg = n[0] and _CONV(u, w, None, *geometry)
+    gw = n[1] and _CONV_WEIGHT(g, u, w.shape, *geometry)[0]
+    return (gg, gw, *_NONE[:5])
+
+
+def _conv2d_backward_weight(us, r, n, g, x, weight_shape, *geometry):
+    """(grad_weight, grad_bias) is adjoint to conv2d(x, u_w, u_b) in grad, and to the
+    input gradient of grad over u_w in x."""
+    uw, ub = us
+    gg = gx = None
+    if n[0]:
+        weight = uw if uw is not None else ops.zeros(weight_shape, dtype=g.dtype, device=g.device)
+        gg = _CONV(x, weight, ub, *geometry)
+    if n[1] and uw is not None:
+        gx = _CONV_INPUT(g, uw, x, *geometry)
+    return (gg, gx, *_NONE[:5])
+
+
+def _index_pool(gs, r, n, x, *window):
+    g, indices = gs[0], r[1]
+    return (None if g is None else _SCATTER(g, indices, x.shape), *_NONE[:5])
+
+
+def _values_pool(with_indices):
+    """max_pool2d and min_pool2d without indices: their backward computes them (the
+    functional form runs the indexed operator whenever a gradient is wanted)."""
+
+    def formula(g, r, n, x, *window):
+        indices = OPERATORS[with_indices](x, *window)[1]
+        return (_SCATTER(g, indices, x.shape), *_NONE[:5])
+
+    return formula
+
+
+def _nn_axes(x):
+    """Every axis but the channels (1), and the shape a (C,) tensor broadcasts in."""
+    axes = tuple(d for d in range(x.ndim) if d != 1)
+    return axes, tuple(-1 if d == 1 else 1 for d in range(x.ndim))
+
+
+def _batch_norm(gs, r, n, x, w, b, running_mean, running_var, training, momentum, eps):
+    g = gs[0]
+    if g is None:
+        return _NONE
+    if is_grad_enabled():  # create_graph: the differentiable form
+        gx, gw, gb = _batch_norm_composite(g, r, x, w, training, eps)
+    else:
+        gx, gw, gb = _BN_BACKWARD(g, x, w, r[1], r[2], training)
+    return (n[0] and gx, n[1] and gw, n[2] and gb, *_NONE[:5])
+
+
+def _batch_norm_composite(g, r, x, w, training, eps):
+    """batch norm's gradient in dispatched operators; in training the statistics are
+    recomputed from x (they depend on it), in evaluation they are the saved constants."""
+    axes, shape = _nn_axes(x)
+    if training:
+        mean = ops.mean(x, axis=axes, keepdims=True)
+        centered = x - mean
+        invstd = 1.0 / ops.sqrt(ops.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    else:
+        centered = x - ops.reshape(r[1], shape)
+        invstd = ops.reshape(r[2], shape)
+    xhat = centered * invstd
+    gw, gb = ops.sum(g * xhat, axis=axes), ops.sum(g, axis=axes)
+    scale = invstd if w is None else ops.reshape(w, shape) * invstd
+    if not training:
+        return g * scale, gw, gb
+    count = float(x.size // x.shape[1])
+    mean_g = ops.reshape(gb, shape) / count
+    mean_gx = ops.reshape(gw, shape) / count
+    return scale * (g - mean_g - xhat * mean_gx), gw, gb
+
+
+def _channel_window_sum(t, before, after):
+    """The sum of t over the channels [c - before, c + after] of each channel c (zeros
+    outside), differentiable: shifted slices of a copy padded with zeros."""
+    c = t.shape[1]
+    pads = [
+        ops.zeros(t.shape[:1] + (k,) + t.shape[2:], dtype=t.dtype, device=t.device)
+        for k in (before, after)
+    ]
+    padded = ops.concat([pads[0], t, pads[1]], axis=1)
+    total = padded[:, 0:c]
+    for d in range(1, before + after + 1):
+        total = total + padded[:, d : d + c]
+    return total
+
+
+def _lrn(gs, r, n, x, size, alpha, beta, k):
+    g = gs[0]
+    if g is None:
+        return _NONE[:5]
+    if is_grad_enabled():  # create_graph: the differentiable form
+        before, after = size // 2, (size - 1) // 2
+        s = k + (alpha / size) * _channel_window_sum(x * x, before, after)
+        inv = s**-beta
+        t = g * (x * inv) / s
+        gx = g * inv - (2.0 * alpha * beta / size) * x * _channel_window_sum(t, after, before)
+    else:
+        gx = _LRN_BACKWARD(g, x, r[0], r[1], size, alpha, beta, k)
+    return (gx, *_NONE[:4])
+
+
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+_TANH_BETA = math.sqrt(2.0 / math.pi)
+_TANH_KAPPA = 0.044715
+
+
+def _gelu_second(x, approximate):
+    """gelu's second derivative, in dispatched operators."""
+    if approximate == "tanh":
+        du = _TANH_BETA * (1.0 + 3.0 * _TANH_KAPPA * x * x)
+        t = ops.tanh(_TANH_BETA * (x + _TANH_KAPPA * x * x * x))
+        return (1.0 - t * t) * (du - x * t * du * du + 3.0 * _TANH_BETA * _TANH_KAPPA * x * x)
+    return ops.exp(-0.5 * x * x) * (2.0 - x * x) / _SQRT_2PI
+
+
+def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
+    """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere."""
+    unbatched = x.ndim == 1
+    c = x.shape[0] if unbatched else x.shape[1]
+    counted = target != ignore_index
+    safe = ops.where(counted, target, 0)
+    w = ops.astype(counted, g.dtype)
+    if weight is not None:
+        w = w * weight[safe]
+    coef = -w * g
+    if reduction == "mean":
+        coef = coef / ops.sum(w)
+    classes = ops.arange(c, device=g.device)
+    if unbatched:
+        return (coef * ops.astype(classes == safe, g.dtype), *_NONE[:4])
+    along = tuple(-1 if d == 1 else 1 for d in range(x.ndim))
+    onehot = ops.reshape(classes, along) == ops.expand_dims(safe, axis=1)
+    return (ops.expand_dims(coef, axis=1) * ops.astype(onehot, g.dtype), *_NONE[:4])
+
+
+def _mse_loss(g, r, n, x, t, reduction):
+    scale = 2.0 / x.size if reduction == "mean" else 2.0
+    grad = (x - t) * (g * scale)
+    return (n[0] and grad, n[1] and -grad, None)
+
+
+def _linear(g, r, n, x, w, b):
+    g2 = ops.reshape(g, (-1, w.shape[0]))
+    gx = n[0] and ops.matmul(g, w)
+    gw = n[1] and ops.matmul(ops.matrix_transpose(g2), ops.reshape(x, (-1, w.shape[1])))
+    gb = n[2] and ops.sum(g2, axis=0)
+    return gx, gw, gb
+
+
+DERIVATIVES.update(
+    {
+        d.name: d
+        for d in [
+            D("conv2d", _conv2d, saves=(0, 1)),
+            D("conv2d_backward_input", _conv2d_backward_input, saves=(0, 1)),
+            D("conv2d_backward_weight", _conv2d_backward_weight, saves=(0, 1)),
+            D("linear", _linear, saves=(0, 1)),
+            D("max_pool2d", _values_pool("max_pool2d_with_indices"), saves=(0,)),
+            D("min_pool2d", _values_pool("min_pool2d_with_indices"), saves=(0,)),
+            D("max_pool2d_with_indices", _index_pool, sizes=(0,), uses_result=True, outputs=1),
+            D("min_pool2d_with_indices", _index_pool, sizes=(0,), uses_result=True, outputs=1),
+            D(
+                "pool2d_scatter",
+                lambda u, r, n, g, indices, shape: (_GATHER(u, indices), None, None),
+                saves=(1,),
+            ),
+            D(
+                "pool2d_gather",
+                lambda u, r, n, x, indices: (_SCATTER(u, indices, x.shape), None),
+                saves=(1,),
+                sizes=(0,),
+            ),
+            D(
+                "avg_pool2d",
+                lambda g, r, n, x, *window: (_AVG_BACKWARD(g, x, *window), *_NONE[:6]),
+                saves=(0,),  # for its shape and layout
+            ),
+            D(
+                "avg_pool2d_backward",
+                lambda u, r, n, g, x, *window: (_AVG(u, *window), *_NONE[:7]),
+            ),
+            D(
+                "adaptive_avg_pool2d",
+                lambda g, r, n, x, size: (_ADAPTIVE_BACKWARD(g, x), None),
+                saves=(0,),
+            ),
+            D(
+                "adaptive_avg_pool2d_backward",
+                lambda u, r, n, g, x: (_ADAPTIVE(u, tuple(g.shape[-2:])), None),
+                sizes=(0,),
+            ),
+            D("native_batch_norm", _batch_norm, saves=(0, 1), uses_result=True, outputs=1),
+            D("native_local_response_norm", _lrn, saves=(0,), uses_result=True, outputs=1),
+            D("relu", lambda g, r, n, x: (_RELU_BACKWARD(g, r),), uses_result=True),
+            D(
+                "relu_backward",
+                lambda u, r, n, g, result: (_RELU_BACKWARD(u, result), None),
+                saves=(1,),
+            ),
+            D(
+                "leaky_relu",
+                lambda g, r, n, x, slope: (_LEAKY_BACKWARD(g, x, slope), None),
+                saves=(0,),
+            ),
+            D(
+                "leaky_relu_backward",
+                lambda u, r, n, g, x, slope: (
+                    n[0] and _LEAKY_BACKWARD(u, x, slope),
+                    n[1] and _zero(u),  # piecewise linear: 0 almost everywhere
+                    None,
+                ),
+                saves=(1,),
+            ),
+            D(
+                "gelu",
+                lambda g, r, n, x, approximate: (_GELU_BACKWARD(g, x, approximate), None),
+                saves=(0,),
+            ),
+            D(
+                "gelu_backward",
+                lambda u, r, n, g, x, approximate: (
+                    n[0] and _GELU_BACKWARD(u, x, approximate),
+                    n[1] and u * g * _gelu_second(x, approximate),
+                    None,
+                ),
+                saves=(0, 1),
+            ),
+            D("sigmoid", lambda g, r, n, x: (g * r * (1.0 - r),), uses_result=True),
+            D(
+                "softmax",
+                lambda g, r, n, x, dim: (r * (g - ops.sum(g * r, axis=dim, keepdims=True)), None),
+                uses_result=True,
+            ),
+            D(
+                "log_softmax",
+                lambda g, r, n, x, dim: (
+                    g - ops.exp(r) * ops.sum(g, axis=dim, keepdims=True),
+                    None,
+                ),
+                uses_result=True,
+            ),
+            D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
+            D("mse_loss", _mse_loss, saves=(0, 1)),
+            D("to_layout", lambda g, r, n, x, layout: (g, None)),
+        ]
+    }
+)

@@ -194,8 +194,10 @@ def _apply(node, grads, retain_graph):
     if node.result is not None:
         if node.n_outputs == 1:
             result = _result(node.result, node, 0)
-        else:
-            result = tuple([_result(pair, node, i) for i, pair in enumerate(node.result)])
+        else:  # Note [Saved outputs]: state outputs past d.outputs stay detached
+            marked = node.n_outputs if d.outputs is None else d.outputs
+            pairs = enumerate(node.result)
+            result = tuple([_result(p, node, i) if i < marked else p[1] for i, p in pairs])
     needs = [n is not None for n in node.next_nodes]
     out = d.formula(g, result, needs, *node.saved)
     if not retain_graph and graph.saved_tensors(node):  # nothing to free: reusable

@@ -233,13 +233,14 @@ def record(derivative, args, outputs):
             node.result = (weakref.ref(out0), out0.detach())
         else:
             node.result = tuple([(weakref.ref(o), o.detach()) for o in outputs])
+    if len(outputs) > 1:
+        node.n_outputs = len(outputs)  # before saved_tensors, which reads it
     if _modified:
         node.versions = tuple([version_of(t) for t in saved_tensors(node)])
-    if len(outputs) > 1:
-        node.n_outputs = len(outputs)
     out0._ks |= AUTOGRAD
     out0._grad_fn = node
-    for i in range(1, len(outputs)):  # split: output i is gradient slot i
+    marked = len(outputs) if derivative.outputs is None else derivative.outputs
+    for i in range(1, marked):  # split: output i is gradient slot i
         out = outputs[i]
         out._ks |= AUTOGRAD
         out._grad_fn = node

@@ -39,9 +39,17 @@ def array(dtype: Any, ndim: int = 1, layout: str = "C") -> types.Array:
     return types.Array(numba.from_dtype(np_dtype), ndim, layout)
 
 
-def compile_kernel(pyfunc: Callable, signature: Any, parallel: bool = False) -> Callable:
+# Floating-point reassociation and FMA contraction, for kernels whose reductions must
+# vectorize (batch-norm statistics, window sums); never the flags that assume no NaN.
+REASSOCIATE = frozenset({"reassoc", "contract"})
+
+
+def compile_kernel(
+    pyfunc: Callable, signature: Any, parallel: bool = False, fastmath: Any = False
+) -> Callable:
     """Compile ``pyfunc`` for one explicit signature; return its entry point."""
-    dispatcher = njit(parallel=parallel, **OPTIONS)(pyfunc)
+    fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
+    dispatcher = njit(parallel=parallel, fastmath=fastmath, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
     entry = dispatcher.overloads[signature.args].entry_point
     return threads.synced(entry) if parallel else entry  # Note [Thread count]

@@ -158,6 +158,22 @@ def anything(value: Any, fn: str, name: str) -> Any:
     return value
 
 
+def pair(value: Any, fn: str, name: str) -> tuple[int, int]:
+    """An int or a pair of ints, as a pair (PyTorch's ``_pair``: ``3`` is ``(3, 3)``)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"{fn}: {name} must be an int or a pair of ints, got {value!r}")
+        return (integer(value[0], fn, name), integer(value[1], fn, name))
+    v = integer(value, fn, name)
+    return (v, v)
+
+
+def string(value: Any, fn: str, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{fn}: {name} must be a str, got {_kind_name(value)}")
+    return value
+
+
 # Note [Argument kinds]: the annotation of a schema parameter -> (its check, whether it
 # needs the tensor's ndim). ``X | None`` lets None through unchecked.
 KINDS: dict[str, tuple[Callable, bool]] = {
@@ -176,6 +192,8 @@ KINDS: dict[str, tuple[Callable, bool]] = {
     "DType": (dtype, False),
     "Device": (device, False),
     "Any": (anything, False),
+    "Pair": (pair, False),
+    "str": (string, False),
 }
 
 DESCRIPTIONS = {
@@ -195,6 +213,8 @@ DESCRIPTIONS = {
     "DType": "a lamina dtype, a NumPy dtype, a name or bool/int/float",
     "Device": "a device or a device name",
     "Any": "anything (passed on as given)",
+    "Pair": "an int or a pair of ints; kernels get a pair",
+    "str": "a str",
 }
 
 

@@ -75,6 +75,7 @@ _ACCEPTS = {
     "complex": "c",
     "int": "iu",
     "intbool": "biu",
+    "floating": "f",  # the nn primitives: real floats only, integers refused
 }
 _DESCRIBE = {
     "real": "real-valued (not complex)",
@@ -83,6 +84,7 @@ _DESCRIBE = {
     "float": "floating-point",
     "real_float": "real-valued floating-point",
     "complex": "complex floating-point",
+    "floating": "real floating-point",
     "int": "integer",
     "intbool": "integer or boolean",
 }
@@ -490,3 +492,324 @@ def fftn(name: str) -> Any:
         return x, sizes, axes, _fft_norm(name, norm)
 
     return check
+
+
+# ---------------------------------------------------------------- neural-network primitives
+# Checks of the nn operators (dispatch/operators.py): every bad input -- a wrong rank,
+# channels that do not match, groups that do not divide them, a kernel larger than the
+# padded input, a zero stride, integer data -- raises here, before any kernel runs, with
+# the argument and the shapes; the kernels get canonical arguments.
+
+
+def _floating(fn: str, name: str, t: Any) -> None:
+    if t._dtype.kind != "f":
+        raise TypeError(f"{fn}: {name} must be a real floating-point tensor, got {t._dtype.name}")
+
+
+def _like_input(fn: str, name: str, t: Any, x: Any, shape: Shape | None = None) -> None:
+    """An optional parameter tensor (weight, bias, statistics) of x's dtype and shape."""
+    if t is None:
+        return
+    if t._dtype is not x._dtype:
+        raise TypeError(
+            f"{fn}: {name} has dtype {t._dtype.name}, but input has dtype {x._dtype.name}"
+        )
+    if shape is not None and t._shape != shape:
+        raise ValueError(f"{fn}: {name} must have shape {shape}, got {t._shape}")
+
+
+def _image(fn: str, x: Any) -> Shape:
+    """(N, C, H, W) of a 4-D input or a 3-D unbatched one (N = 1), as in PyTorch."""
+    _floating(fn, "input", x)
+    if len(x._shape) == 3:
+        return (1, *x._shape)
+    if len(x._shape) != 4:
+        raise ValueError(
+            f"{fn}: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got shape {x._shape}"
+        )
+    return x._shape
+
+
+def _positive(fn: str, name: str, pair: tuple[int, int]) -> tuple[int, int]:
+    if min(pair) <= 0:
+        raise ValueError(f"{fn}: {name} must be positive, got {pair}")
+    return pair
+
+
+def _non_negative(fn: str, name: str, pair: tuple[int, int]) -> tuple[int, int]:
+    if min(pair) < 0:
+        raise ValueError(f"{fn}: {name} must be non-negative, got {pair}")
+    return pair
+
+
+def conv_output_size(size: int, pad: int, kernel: int, stride: int, dilation: int) -> int:
+    """One spatial size of a convolution's output (pad is the sum of both sides)."""
+    return (size + pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _conv_padding(padding: Any, kernel: Shape, stride: Shape, dilation: Shape) -> tuple:
+    """conv2d's padding as (top, bottom, left, right): an int, a pair, 'valid' or 'same'
+    (the extra row or column of an even kernel goes at the bottom or right, as in
+    PyTorch)."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0, 0, 0)
+        if padding != "same":
+            raise ValueError(
+                f"conv2d: padding must be an int, a pair, 'valid' or 'same', got {padding!r}"
+            )
+        if stride != (1, 1):
+            raise ValueError(f"conv2d: padding='same' needs stride 1, got stride={stride}")
+        total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return (total[0] // 2, total[0] - total[0] // 2, total[1] // 2, total[1] - total[1] // 2)
+    ph, pw = _non_negative("conv2d", "padding", A.pair(padding, "conv2d", "padding"))
+    return (ph, ph, pw, pw)
+
+
+def conv2d(
+    input: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, groups: int
+) -> tuple:
+    _, c, h, w = _image("conv2d", input)
+    _like_input("conv2d", "weight", weight, input)
+    if len(weight._shape) != 4:
+        raise ValueError(
+            f"conv2d: weight must be 4-D (C_out, C_in / groups, kH, kW), got shape {weight._shape}"
+        )
+    c_out, c_in, kh, kw = weight._shape
+    if groups < 1:
+        raise ValueError(f"conv2d: groups must be positive, got {groups}")
+    if c % groups or c_out % groups:
+        raise ValueError(
+            f"conv2d: groups={groups} must divide the input channels ({c}) and the output "
+            f"channels ({c_out}) (input {input._shape}, weight {weight._shape})"
+        )
+    if c_in * groups != c:
+        raise ValueError(
+            f"conv2d: input has {c} channels, but weight {weight._shape} with groups={groups} "
+            f"expects {c_in * groups} (input shape {input._shape})"
+        )
+    _like_input("conv2d", "bias", bias, input, (c_out,))
+    stride = _positive("conv2d", "stride", stride)
+    dilation = _positive("conv2d", "dilation", dilation)
+    padding = _conv_padding(padding, (kh, kw), stride, dilation)
+    sizes = (
+        conv_output_size(h, padding[0] + padding[1], kh, stride[0], dilation[0]),
+        conv_output_size(w, padding[2] + padding[3], kw, stride[1], dilation[1]),
+    )
+    if min(sizes) < 1:
+        raise ValueError(
+            f"conv2d: the kernel ({kh} x {kw}, dilation {dilation}) is larger than the padded "
+            f"input ({h + padding[0] + padding[1]} x {w + padding[2] + padding[3]}; input "
+            f"shape {input._shape}, padding {padding})"
+        )
+    return input, weight, bias, stride, padding, dilation, groups
+
+
+def linear(input: Any, weight: Any, bias: Any) -> tuple:
+    _floating("linear", "input", input)
+    _like_input("linear", "weight", weight, input)
+    if len(weight._shape) != 2:
+        raise ValueError(
+            f"linear: weight must be 2-D (out_features, in_features), got shape {weight._shape}"
+        )
+    if not input._shape or input._shape[-1] != weight._shape[1]:
+        raise ValueError(
+            f"linear: input's last dimension must be in_features={weight._shape[1]} "
+            f"(weight {weight._shape}), got input shape {input._shape}"
+        )
+    _like_input("linear", "bias", bias, input, (weight._shape[0],))
+    return input, weight, bias
+
+
+def pool_output_size(size: int, pad: int, kernel: int, stride: int, dilation: int, ceil: bool):
+    """One spatial size of a pooling's output (PyTorch's rule: with ceil_mode the last
+    window must still start inside the input or its left padding)."""
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+def _pool(fn: str, input: Any, kernel: Any, stride: Any, padding: Any, dilation: Any, ceil: bool):
+    """Canonical kernel, stride, padding and dilation of a pooling, its output size."""
+    _, _, h, w = _image(fn, input)
+    kernel = _positive(fn, "kernel_size", kernel)
+    stride = kernel if stride is None else _positive(fn, "stride", stride)
+    dilation = _positive(fn, "dilation", dilation)
+    padding = _non_negative(fn, "padding", padding)
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ValueError(f"{fn}: padding {padding} must be at most half of kernel_size {kernel}")
+    sizes = tuple(
+        pool_output_size(n, p, k, s, d, ceil)
+        for n, p, k, s, d in zip((h, w), padding, kernel, stride, dilation)
+    )
+    if min(sizes) < 1:
+        raise ValueError(
+            f"{fn}: the output would be {sizes[0]} x {sizes[1]}: the kernel {kernel} "
+            f"(dilation {dilation}) is larger than the padded input (shape {input._shape}, "
+            f"padding {padding})"
+        )
+    return kernel, stride, padding, dilation
+
+
+def _index_pool(fn: str) -> Any:
+    def check(input, kernel_size, stride, padding, dilation, ceil_mode):
+        kernel, stride, padding, dilation = _pool(
+            fn, input, kernel_size, stride, padding, dilation, ceil_mode
+        )
+        return input, kernel, stride, padding, dilation, ceil_mode
+
+    return check
+
+
+max_pool2d = _index_pool("max_pool2d")
+min_pool2d = _index_pool("min_pool2d")
+
+
+def avg_pool2d(
+    input: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Any,
+) -> tuple:
+    kernel, stride, padding, _ = _pool(
+        "avg_pool2d", input, kernel_size, stride, padding, (1, 1), ceil_mode
+    )
+    if divisor_override is not None and divisor_override == 0:
+        raise ValueError("avg_pool2d: divisor_override must not be zero")
+    return input, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+
+
+def adaptive_avg_pool2d(input: Any, output_size: Any) -> tuple:
+    _, _, h, w = _image("adaptive_avg_pool2d", input)
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    if len(sizes) != 2:
+        raise ValueError(
+            f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}"
+        )
+    sizes = tuple(
+        n if s is None else A.integer(s, "adaptive_avg_pool2d", "output_size")
+        for s, n in zip(sizes, (h, w))
+    )
+    _positive("adaptive_avg_pool2d", "output_size", sizes)
+    return input, sizes
+
+
+def local_response_norm(input: Any, size: int, alpha: float, beta: float, k: float) -> tuple:
+    _floating("local_response_norm", "input", input)
+    if len(input._shape) < 3:
+        raise ValueError(
+            "local_response_norm: expected an input of 3 or more dimensions (N, C, ...), "
+            f"got shape {input._shape}"
+        )
+    if size < 1:
+        raise ValueError(f"local_response_norm: size must be positive, got {size}")
+    return input, size, alpha, beta, k
+
+
+def batch_norm(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple:
+    _floating("batch_norm", "input", input)
+    if len(input._shape) < 2:
+        raise ValueError(
+            f"batch_norm: expected an input of 2 or more dimensions (N, C, ...), "
+            f"got shape {input._shape}"
+        )
+    c = input._shape[1]
+    for name, t in (
+        ("weight", weight),
+        ("bias", bias),
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+    ):
+        _like_input("batch_norm", name, t, input, (c,))
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError("batch_norm: running_mean and running_var are needed when not training")
+    if training and math.prod(input._shape) // max(c, 1) <= 1:
+        raise ValueError(
+            f"batch_norm: training needs more than one value per channel, got input shape "
+            f"{input._shape}"
+        )
+    if eps < 0:
+        raise ValueError(f"batch_norm: eps must be non-negative, got {eps}")
+    return input, weight, bias, running_mean, running_var, training, momentum, eps
+
+
+def activation(name: str) -> Any:
+    def check(input: Any, *rest: Any) -> tuple:
+        _floating(name, "input", input)
+        return (input, *rest)
+
+    return check
+
+
+def gelu(input: Any, approximate: str) -> tuple:
+    _floating("gelu", "input", input)
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return input, approximate
+
+
+def softmax(name: str) -> Any:
+    def check(input: Any, dim: int) -> tuple:
+        _floating(name, "input", input)
+        return input, dim
+
+    return check
+
+
+def _reduction(fn: str, reduction: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def nll_loss(input: Any, target: Any, weight: Any, ignore_index: int, reduction: str) -> tuple:
+    _floating("nll_loss", "input", input)
+    if target._dtype.kind not in "iu":
+        raise TypeError(
+            f"nll_loss: target must hold integer class indices, got {target._dtype.name}"
+        )
+    shape = input._shape
+    if not shape:
+        raise ValueError("nll_loss: input must be (C,) or (N, C, ...), got a 0-d tensor")
+    expected = () if len(shape) == 1 else shape[:1] + shape[2:]
+    if target._shape != expected:
+        raise ValueError(
+            f"nll_loss: target must have shape {expected} for input shape {shape}, "
+            f"got {target._shape}"
+        )
+    c = shape[0] if len(shape) == 1 else shape[1]
+    _like_input("nll_loss", "weight", weight, input, (c,))
+    _reduction("nll_loss", reduction)
+    return input, target, weight, ignore_index, reduction
+
+
+def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
+    _floating("mse_loss", "input", input)
+    _like_input("mse_loss", "target", target, input)
+    if target._shape != input._shape:
+        raise ValueError(
+            f"mse_loss: target shape {target._shape} differs from input shape {input._shape}"
+        )
+    _reduction("mse_loss", reduction)
+    return input, target, reduction
+
+
+def to_layout(input: Any, layout: str) -> tuple:
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"to_layout: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    if len(input._shape) != 4:
+        raise ValueError(f"to_layout: needs a 4-D (N, C, H, W) tensor, got shape {input._shape}")
+    return input, layout

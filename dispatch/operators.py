@@ -546,6 +546,312 @@ define(
     "gradient of a sparse leaf).",
 )
 
+# ---------------------------------------------------------------- neural-network primitives
+# Seed 2's primitives, public in lamina.nn.functional with PyTorch's names and semantics
+# (lamina.nn.functional adds the composites: max_pool2d, batch_norm, cross_entropy, ...).
+# Logical shapes are NCHW; the memory layout is NCHW or channels-last (NHWC strides) and
+# every kernel keeps its input's (Note [Layouts] in backends/numba_cpu/nn/layout.py).
+# Their checks (dispatch/meta.py) refuse bad input before any kernel runs and give the
+# kernels canonical arguments. The internal operators (namespace None) are the backward
+# kernels; those that are differentiable make double backward work.
+NN = "nn.functional"
+FLOATING = "floating"
+POOL = (
+    "kernel_size: Pair, stride: Pair | None = None, padding: Pair = 0, dilation: Pair = 1, "
+    "ceil_mode: bool = False"
+)
+CONV = "stride: Pair, padding: Any, dilation: Pair, groups: int"
+
+define(
+    "conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Pair = 1, "
+    "padding: Any = 0, dilation: Pair = 1, groups: int = 1) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.conv2d,
+    doc="The 2-D cross-correlation of a (N, C, H, W) or unbatched (C, H, W) input with "
+    "weight (C_out, C / groups, kH, kW), plus bias (C_out,); padding is an int, a pair, "
+    "'valid' or 'same'.",
+)
+define(
+    f"conv2d_backward_input(grad: Tensor, weight: Tensor, input: Tensor, {CONV}) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="conv2d's gradient with respect to its input (the transposed convolution of grad), "
+    "in the input's shape and layout (its values are not read).",
+)
+define(
+    f"conv2d_backward_weight(grad: Tensor, input: Tensor, weight_shape: Shape, {CONV}) "
+    "-> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="conv2d's gradients with respect to its weight and its bias: (grad_weight, grad_bias).",
+)
+define(
+    "linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.linear,
+    doc="input @ weight.T + bias: weight (out_features, in_features), over any leading "
+    "axes of input.",
+)
+define(
+    f"max_pool2d(input: Tensor, {POOL}) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.max_pool2d,
+    doc="max_pool2d_with_indices' values alone: what lamina.nn.functional.max_pool2d runs "
+    "when nothing needs the indices (inference); its backward computes them.",
+)
+define(
+    f"min_pool2d(input: Tensor, {POOL}) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.min_pool2d,
+    doc="min_pool2d_with_indices' values alone (lamina.nn.functional.min_pool2d without "
+    "gradients).",
+)
+define(
+    f"max_pool2d_with_indices(input: Tensor, {POOL}) -> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.max_pool2d,
+    doc="The largest value of each window and its flat index into the H x W plane "
+    "(int64); padding counts as -inf, NaN wins.",
+)
+define(
+    f"min_pool2d_with_indices(input: Tensor, {POOL}) -> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.min_pool2d,
+    doc="The smallest value of each window and its flat index into the H x W plane "
+    "(int64); padding counts as +inf, NaN wins.",
+)
+define(
+    "pool2d_scatter(grad: Tensor, indices: Tensor, input_shape: Shape) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad summed into zeros of input_shape at the pooling indices (max and min "
+    "pooling's backward), in the indices' layout.",
+)
+define(
+    "pool2d_gather(x: Tensor, indices: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="x's values at the pooling indices (pool2d_scatter's adjoint).",
+)
+define(
+    "avg_pool2d(input: Tensor, kernel_size: Pair, stride: Pair | None = None, "
+    "padding: Pair = 0, ceil_mode: bool = False, count_include_pad: bool = True, "
+    "divisor_override: int | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.avg_pool2d,
+    doc="The mean of each window; padding counts as zeros when count_include_pad, and "
+    "divisor_override replaces the window size as the divisor.",
+)
+define(
+    "avg_pool2d_backward(grad: Tensor, input: Tensor, kernel_size: Pair, stride: Pair, "
+    "padding: Pair, ceil_mode: bool, count_include_pad: bool, divisor_override: int | None"
+    ") -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="avg_pool2d's gradient with respect to its input (its adjoint), in the input's "
+    "shape and layout.",
+)
+define(
+    "adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.adaptive_avg_pool2d,
+    doc="Average pooling to output_size (an int or a pair; None keeps the input's size) "
+    "over windows [floor(i H / h), ceil((i + 1) H / h)).",
+)
+define(
+    "adaptive_avg_pool2d_backward(grad: Tensor, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="adaptive_avg_pool2d's gradient with respect to its input (its adjoint), in the "
+    "input's shape and layout.",
+)
+define(
+    "native_local_response_norm(input: Tensor, size: int, alpha: float, beta: float, "
+    "k: float) -> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.local_response_norm,
+    doc="Local response normalization across channels, and the scale "
+    "k + alpha / size * (sum of squares over the channel window) it divided by (to the "
+    "power beta), saved for backward.",
+)
+define(
+    "local_response_norm_backward(grad: Tensor, input: Tensor, result: Tensor, "
+    "scale: Tensor, size: int, alpha: float, beta: float, k: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="local_response_norm's gradient with respect to its input, from the saved scale.",
+)
+define(
+    "native_batch_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, "
+    "running_mean: Tensor | None, running_var: Tensor | None, training: bool, "
+    "momentum: float, eps: float) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.batch_norm,
+    doc="Batch normalization over every axis but 1, and the mean and inverse standard "
+    "deviation it used (saved for backward); training updates the running statistics "
+    "in place.",
+)
+define(
+    "native_batch_norm_backward(grad: Tensor, input: Tensor, weight: Tensor | None, "
+    "mean: Tensor, invstd: Tensor, training: bool) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="batch_norm's gradients with respect to input, weight and bias, from the saved "
+    "mean and inverse standard deviation.",
+)
+define(
+    "relu(input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("relu"),
+    doc="max(input, 0), in the input's layout.",
+)
+define(
+    "relu_backward(grad: Tensor, result: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad where relu's result is positive, 0 elsewhere.",
+)
+define(
+    "leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("leaky_relu"),
+    doc="input where positive, negative_slope * input elsewhere.",
+)
+define(
+    "leaky_relu_backward(grad: Tensor, input: Tensor, negative_slope: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad where input is positive, negative_slope * grad elsewhere.",
+)
+define(
+    "gelu(input: Tensor, approximate: str = 'none') -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.gelu,
+    doc="input * Phi(input) (Phi the standard normal CDF); approximate='tanh' uses "
+    "0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x**3))).",
+)
+define(
+    "gelu_backward(grad: Tensor, input: Tensor, approximate: str) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad times gelu's derivative at input.",
+)
+define(
+    "sigmoid(input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("sigmoid"),
+    doc="1 / (1 + exp(-input)), in the input's layout.",
+)
+define(
+    "softmax(input: Tensor, dim: Axis) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.softmax("softmax"),
+    doc="exp(input) normalized to sum 1 along dim (computed without overflow).",
+)
+define(
+    "log_softmax(input: Tensor, dim: Axis) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.softmax("log_softmax"),
+    doc="input - logsumexp(input) along dim: the log of softmax, without its rounding.",
+)
+define(
+    "nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, "
+    "ignore_index: int = -100, reduction: str = 'mean') -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.nll_loss,
+    doc="-input[n, target[n]] * weight[target[n]] for (N, C, ...) log-probabilities and "
+    "integer targets, reduced by 'mean' (over the weights), 'sum' or 'none'.",
+)
+define(
+    "mse_loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.mse_loss,
+    doc="(input - target) ** 2 reduced by 'mean', 'sum' or 'none' (shapes must match).",
+)
+define(
+    "to_layout(input: Tensor, layout: str) -> Tensor",
+    "view",
+    tags=f"view {DIFF}",
+    namespace=NN,
+    check=meta.to_layout,
+    doc="The 4-D input in memory layout 'NCHW' (contiguous) or 'NHWC' (channels-last "
+    "strides), same logical shape; the input's storage when it is in that layout already.",
+)
+
 # ---------------------------------------------------------------- creation
 # Dispatched on the key of the requested device; the public functions (zeros, full,
 # asarray, ...) are in composites.py.

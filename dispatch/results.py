@@ -204,6 +204,84 @@ def _creation(op: Operator, args: tuple) -> tuple:
     return (rest[1] if name == "full" else rest[0]), shape
 
 
+def _image_sizes(x: Any, sizes: Shape, channels: int | None = None) -> Shape:
+    """x's (N, C, H, W) or unbatched (C, H, W) shape with the spatial sizes replaced
+    (and the channels, for a convolution)."""
+    lead = x._shape[:-2] if channels is None else (*x._shape[:-3], channels)
+    return (*lead, *sizes)
+
+
+def _conv2d(op: Operator, args: tuple) -> tuple:
+    x, weight, _, stride, padding, dilation, _ = args  # padding (top, bottom, left, right)
+    sizes = tuple(
+        meta.conv_output_size(n, pad, k, s, d)
+        for n, pad, k, s, d in zip(
+            x._shape[-2:],
+            (padding[0] + padding[1], padding[2] + padding[3]),
+            weight._shape[2:],
+            stride,
+            dilation,
+        )
+    )
+    return x._dtype, _image_sizes(x, sizes, weight._shape[0])
+
+
+def _pool2d(op: Operator, args: tuple) -> tuple:
+    """max/min_pool2d (input, kernel, stride, padding, dilation, ceil_mode) and
+    avg_pool2d (input, kernel, stride, padding, ceil_mode, ...): dilation 1."""
+    x, kernel, stride, padding, *rest = args
+    dilation, ceil = (rest[0], rest[1]) if op.name != "avg_pool2d" else ((1, 1), rest[0])
+    sizes = tuple(
+        meta.pool_output_size(n, p, k, s, d, ceil)
+        for n, p, k, s, d in zip(x._shape[-2:], padding, kernel, stride, dilation)
+    )
+    return x._dtype, _image_sizes(x, sizes)
+
+
+def _loss(op: Operator, args: tuple) -> tuple:
+    """nll_loss (reduction 'none': the target's shape) and mse_loss (the input's)."""
+    x, target, reduction = args[0], args[1], args[-1]
+    shape = (target if op.name == "nll_loss" else x)._shape
+    return x._dtype, shape if reduction == "none" else ()
+
+
+def _like(i: int) -> Callable[[Operator, tuple], tuple]:
+    """The dtype of the first argument, the shape of argument ``i`` (a backward
+    operator's result has its input's shape)."""
+    return lambda op, args: (args[0]._dtype, args[i]._shape)
+
+
+NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
+    "conv2d": _conv2d,
+    "conv2d_backward_input": _like(2),
+    "linear": lambda op, args: (args[0]._dtype, (*args[0]._shape[:-1], args[1]._shape[0])),
+    **dict.fromkeys(("max_pool2d", "min_pool2d", "avg_pool2d"), _pool2d),
+    "pool2d_scatter": lambda op, args: (args[0]._dtype, args[2]),
+    "pool2d_gather": _like(1),
+    "adaptive_avg_pool2d": lambda op, args: (args[0]._dtype, _image_sizes(args[0], args[1])),
+    # backward operators of (grad, input, ...): the gradient has the input's shape
+    **dict.fromkeys(
+        ("avg_pool2d_backward", "adaptive_avg_pool2d_backward", "local_response_norm_backward"),
+        _like(1),
+    ),
+    **dict.fromkeys(
+        (
+            "relu",
+            "relu_backward",
+            "leaky_relu",
+            "leaky_relu_backward",
+            "gelu",
+            "gelu_backward",
+            "sigmoid",
+            "softmax",
+            "log_softmax",
+        ),
+        _same,
+    ),
+    **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
+}
+
+
 RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     "elementwise": _elementwise,
     "reduction": _reduction,
@@ -230,6 +308,7 @@ RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     "unique_values": _data_dependent,
     "diagonal": _diagonal,
     **dict.fromkeys(("cholesky", "det", "inv", "solve", "eigvalsh", "svdvals"), _linalg),
+    **NN_RULES,
 }
 
 

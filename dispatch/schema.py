@@ -52,6 +52,9 @@ CONVENTIONS = {
     "set": "kernel(ks, x): a tensor, or a named tuple of tensors (dispatch/result_types.py)",
     "fft": "kernel(ks, x, ...): arguments in signature order; axes non-negative, sizes "
     "resolved (n, s), norm one of 'backward', 'ortho', 'forward'",
+    "nn": "kernel(ks, ...): arguments in signature order as the operator's check gives them "
+    "(dispatch/meta.py): pairs (h, w), conv2d's padding as (top, bottom, left, right), the "
+    "input's layout kept (NCHW or channels-last)",
 }
 
 DTYPE_RULES = {
@@ -65,6 +68,7 @@ DTYPE_RULES = {
     "complex": "complex floating dtypes",
     "int": "integer dtypes",
     "intbool": "integer and bool dtypes",
+    "floating": "real floating dtypes only; integers, bool and complex raise TypeError",
 }
 RESULT_RULES = {
     "same": "the computation dtype",

@@ -41,7 +41,7 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import fft, layers, linalg, memory, optim, random
+from . import fft, layers, linalg, memory, nn, optim, random
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"  # README "Array API conformance"

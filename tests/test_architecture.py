@@ -214,3 +214,33 @@ def test_the_state_fixture_sees_what_a_test_leaves_changed():
     with lm.no_grad():
         assert state()["grad mode"] is False
     assert state() == before
+
+
+# ---------------------------------------------------------------- lamina.nn.functional
+
+NN_PUBLIC = list(bindings.public_operators("nn.functional"))
+
+
+def test_the_nn_namespace_has_operators():
+    assert {"conv2d", "max_pool2d_with_indices", "relu", "to_layout"} <= {
+        op.name for op in NN_PUBLIC
+    }
+
+
+@pytest.mark.parametrize("op", NN_PUBLIC, ids=lambda op: op.name)
+def test_nn_functional_operators_have_the_schema_signature_and_a_docstring(op):
+    fn = getattr(lm.nn.functional, op.name)
+    assert inspect.signature(fn) == op.signature
+    assert fn.__doc__ and fn.__doc__.startswith(op.doc)
+    assert fn.__module__ == "lamina.nn.functional"
+    assert not hasattr(lm, op.name) or getattr(lm, op.name) is not fn  # not top level
+
+
+def test_every_nn_functional_function_is_documented_and_typed():
+    for name in lm.nn.functional.__all__:
+        fn = getattr(lm.nn.functional, name)
+        assert (fn.__doc__ or "").strip(), name
+        sig = inspect.signature(fn)
+        untyped = [p for p, v in sig.parameters.items() if v.annotation is inspect.Parameter.empty]
+        assert not untyped, (name, untyped)
+        assert sig.return_annotation is not inspect.Signature.empty, name

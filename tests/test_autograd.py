@@ -396,6 +396,220 @@ SAMPLES = {
     ],
 }
 
+# ---------------------------------------------------------------- neural-network primitives
+# lamina.nn.functional's operators and their backward operators (Note [nn formulas]),
+# on small images in both memory layouts (nhwc: channels-last strides).
+NNF = lm.nn.functional
+CONV_INPUT = OPERATORS["conv2d_backward_input"]
+CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+SCATTER, GATHER = OPERATORS["pool2d_scatter"], OPERATORS["pool2d_gather"]
+AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
+ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
+IMAGE = (1, 2, 5, 5)
+
+
+def nhwc(shape, lo=-1.0, hi=1.0, seed=0):
+    """A channels-last float64 leaf (made on the samples' device)."""
+    x = NNF.to_layout(leaf(shape, lo, hi, seed).detach(), "NHWC")
+    return x.requires_grad_()
+
+
+def _image(*shape, nhwc=False):
+    """A constant image of ``shape`` (made on the samples' device), for the backward
+    operators that read only an input's shape and layout."""
+    x = const(np.zeros(shape))
+    return NNF.to_layout(x, "NHWC") if nhwc else x
+
+
+def _pool_indices():
+    """Max-pooling indices of a fixed image (3x3 windows, stride 2, padding 1)."""
+    x = const(np.random.default_rng(7).uniform(-1, 1, IMAGE))
+    return NNF.max_pool2d(x, 3, 2, padding=1, return_indices=True)[1]
+
+
+SAMPLES.update(
+    {
+        "conv2d": [
+            (
+                "groups_stride_bias",
+                lambda x, w, b: NNF.conv2d(x, w, b, stride=(2, 1), padding=1, groups=2),
+                [leaf((1, 4, 4, 5)), leaf((2, 2, 3, 2), seed=1), leaf((2,), seed=2)],
+            ),
+            (
+                "nhwc_same_dilated",
+                lambda x, w: NNF.conv2d(x, w, padding="same", dilation=(1, 2)),
+                [nhwc((1, 2, 4, 5)), leaf((2, 2, 2, 2), seed=1)],
+            ),
+            ("unbatched_1x1", NNF.conv2d, [leaf((3, 2, 3)), leaf((2, 3, 1, 1), seed=1)]),
+        ],
+        "conv2d_backward_input": [
+            (
+                "stride2",
+                lambda g, w: CONV_INPUT(g, w, _image(1, 2, 5, 4), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+                [leaf((1, 2, 3, 2)), leaf((2, 2, 3, 3), seed=1)],
+            )
+        ],
+        "conv2d_backward_weight": [
+            (
+                "nhwc",
+                lambda g, x: CONV_WEIGHT(g, x, (3, 2, 2, 2), (1, 1), (0, 1, 1, 0), (1, 1), 1),
+                [nhwc((1, 3, 5, 4)), nhwc((1, 2, 5, 4), seed=1)],
+            )
+        ],
+        "linear": [
+            ("batched", NNF.linear, [leaf((2, 3, 4)), leaf((5, 4), seed=1), leaf((5,), seed=2)]),
+            ("vector", NNF.linear, [leaf((4,)), leaf((3, 4), seed=1)]),
+        ],
+        "max_pool2d_with_indices": [
+            ("padded", lambda x: NNF.max_pool2d(x, 3, 2, padding=1), [leaf(IMAGE)]),
+            (
+                "nhwc_dilated_ceil",
+                lambda x: NNF.max_pool2d(x, (2, 3), (2, 1), dilation=(2, 1), ceil_mode=True),
+                [nhwc(IMAGE)],
+            ),
+        ],
+        "max_pool2d": [
+            (
+                "nhwc",
+                lambda x: OPERATORS["max_pool2d"](x, (3, 3), (2, 2), (1, 1), (1, 1), False),
+                [nhwc(IMAGE)],
+            ),
+        ],
+        "min_pool2d": [
+            (
+                "plain",
+                lambda x: OPERATORS["min_pool2d"](x, (2, 2), (1, 1), (0, 0), (1, 1), True),
+                [leaf(IMAGE)],
+            ),
+        ],
+        "min_pool2d_with_indices": [
+            ("nhwc", lambda x: NNF.min_pool2d(x, 2, 1, padding=1), [nhwc(IMAGE)]),
+        ],
+        "pool2d_scatter": [
+            ("plain", lambda g: SCATTER(g, _pool_indices(), IMAGE), [leaf((1, 2, 3, 3))])
+        ],
+        "pool2d_gather": [("plain", lambda x: GATHER(x, _pool_indices()), [leaf(IMAGE)])],
+        "avg_pool2d": [
+            (
+                "ceil_exclude_pad",
+                lambda x: NNF.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                [leaf(IMAGE)],
+            ),
+            (
+                "nhwc_divisor",
+                lambda x: NNF.avg_pool2d(x, (2, 3), padding=(1, 1), divisor_override=4),
+                [nhwc(IMAGE)],
+            ),
+        ],
+        "avg_pool2d_backward": [
+            (
+                "plain",
+                lambda g: AVG_BACKWARD(
+                    g, _image(*IMAGE), (3, 3), (2, 2), (1, 1), True, False, None
+                ),
+                [leaf((1, 2, 3, 3))],
+            )
+        ],
+        "adaptive_avg_pool2d": [
+            ("uneven", lambda x: NNF.adaptive_avg_pool2d(x, (2, 3)), [leaf((1, 2, 5, 7))]),
+            ("nhwc", lambda x: NNF.adaptive_avg_pool2d(x, 2), [nhwc(IMAGE)]),
+        ],
+        "adaptive_avg_pool2d_backward": [
+            (
+                "nhwc",
+                lambda g: ADAPTIVE_BACKWARD(g, _image(1, 2, 5, 7, nhwc=True)),
+                [leaf((1, 2, 2, 3))],
+            )
+        ],
+        "native_batch_norm": [
+            (
+                "training",
+                lambda x, w, b: NNF.batch_norm(x, None, None, w, b, training=True),
+                [leaf((2, 3, 2, 2)), leaf((3,), seed=1), leaf((3,), seed=2)],
+            ),
+            (
+                "nhwc_training",
+                lambda x, w: NNF.batch_norm(x, None, None, w, training=True),
+                [nhwc((2, 3, 2, 2)), leaf((3,), seed=1)],
+            ),
+            (
+                "eval_2d",
+                lambda x, w, b: NNF.batch_norm(
+                    x, const([0.1, -0.2, 0.3]), const([0.5, 1.0, 2.0]), w, b
+                ),
+                [leaf((4, 3)), leaf((3,), seed=1), leaf((3,), seed=2)],
+            ),
+        ],
+        "native_local_response_norm": [
+            ("plain", lambda x: NNF.local_response_norm(x, 3, alpha=0.5, k=1.5), [leaf(IMAGE)]),
+            (
+                "nhwc_even_size",
+                lambda x: NNF.local_response_norm(x, 4, alpha=0.5, beta=0.6, k=1.5),
+                [nhwc((1, 5, 2, 2))],
+            ),
+        ],
+        "relu": [("nhwc", NNF.relu, [nhwc(IMAGE)]), ("plain", NNF.relu, [away_from_zero(S)])],
+        "relu_backward": [
+            (
+                "plain",
+                lambda g: OPERATORS["relu_backward"](g, const([[0.5, 0.0, 2.0]])),
+                [leaf((1, 3))],
+            )
+        ],
+        "leaky_relu": [("plain", lambda x: NNF.leaky_relu(x, 0.2), [away_from_zero(S)])],
+        "leaky_relu_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["leaky_relu_backward"](g, x, 0.2),
+                [leaf(S), away_from_zero(S, seed=1)],
+            )
+        ],
+        "gelu": [
+            ("erf", NNF.gelu, [leaf(S, -3, 3)]),
+            ("tanh_nhwc", lambda x: NNF.gelu(x, approximate="tanh"), [nhwc((1, 2, 2, 2))]),
+        ],
+        "gelu_backward": [
+            (
+                "erf",
+                lambda g, x: OPERATORS["gelu_backward"](g, x, "none"),
+                [leaf(S), leaf(S, seed=1)],
+            ),
+            (
+                "tanh",
+                lambda g, x: OPERATORS["gelu_backward"](g, x, "tanh"),
+                [leaf(S), leaf(S, seed=1)],
+            ),
+        ],
+        "sigmoid": [("plain", NNF.sigmoid, [leaf(S, -3, 3)])],
+        "softmax": [
+            ("last", lambda x: NNF.softmax(x, -1), [leaf(S, -2, 2)]),
+            ("channels", lambda x: NNF.softmax(x, 1), [nhwc((1, 3, 2, 2))]),
+        ],
+        "log_softmax": [("first", lambda x: NNF.log_softmax(x, 0), [leaf(S, -2, 2)])],
+        "nll_loss": [
+            (
+                "weighted_mean_ignore",
+                lambda x: NNF.nll_loss(x, index([2, -100, 0, 1]), const([0.5, 1.0, 2.0])),
+                [leaf((4, 3))],
+            ),
+            (
+                "spatial_none",
+                lambda x: NNF.nll_loss(x, index([[0, 2], [1, 1]]), reduction="none"),
+                [leaf((2, 3, 2))],
+            ),
+            ("unbatched_sum", lambda x: NNF.nll_loss(x, index(1), reduction="sum"), [leaf((3,))]),
+        ],
+        "mse_loss": [
+            ("mean", NNF.mse_loss, [leaf(S), leaf(S, seed=1)]),
+            ("none", lambda a, b: NNF.mse_loss(a, b, "none"), [leaf(S), leaf(S, seed=1)]),
+        ],
+        "to_layout": [
+            ("nhwc", lambda x: NNF.to_layout(x, "NHWC") * 2.0, [leaf((1, 2, 2, 3))]),
+            ("nchw", lambda x: NNF.to_layout(x, "NCHW") * 2.0, [nhwc((1, 2, 2, 3))]),
+        ],
+    }
+)
+
 
 def well_conditioned(shape, seed=0):
     """A float64 leaf whose matrices are the identity plus small noise: invertible,

@@ -168,3 +168,90 @@ def test_mlp_with_a_broken_gradient_does_not_learn():
     first, final, accuracy = _train(150, negate_gradients=True)
     assert final > first and final > 0.5
     assert accuracy < 0.9
+
+
+# ---------------------------------------------------------------- Adam, AdamW
+
+
+def _adam_reference(p, grads, lr, betas, eps, weight_decay, decoupled, amsgrad):
+    """Adam as written in the paper (and PyTorch's docs), in NumPy."""
+    p = np.array(p, dtype=np.float64)
+    m = v = v_max = np.zeros_like(p)
+    for t, g in enumerate(grads, start=1):
+        g = np.asarray(g, dtype=np.float64)
+        if weight_decay and decoupled:
+            p = p * (1 - lr * weight_decay)
+        elif weight_decay:
+            g = g + weight_decay * p
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        v_max = np.maximum(v_max, v)
+        m_hat = m / (1 - betas[0] ** t)
+        v_hat = (v_max if amsgrad else v) / (1 - betas[1] ** t)
+        p = p - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return p
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (lm.optim.Adam, {}),
+        (lm.optim.Adam, dict(lr=0.1, betas=(0.8, 0.9), weight_decay=0.05)),
+        (lm.optim.Adam, dict(lr=0.05, amsgrad=True)),
+        (lm.optim.AdamW, dict(lr=0.1)),
+        (lm.optim.AdamW, dict(lr=0.1, weight_decay=0.3, amsgrad=True, eps=1e-3)),
+    ],
+    ids=["adam", "adam_l2", "amsgrad", "adamw", "adamw_amsgrad"],
+)
+def test_adam_update_rule(cls, kwargs):
+    start = [1.0, -2.0, 0.5]
+    grads = [[0.3, -1.0, 2.0], [0.1, 0.0, -2.0], [-0.5, 1.0, 0.25], [0.3, 0.3, 0.3]]
+    p = param(start)
+    opt = cls([p], **kwargs)
+    for g in grads:
+        set_grad(p, g)
+        opt.step()
+    full = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, amsgrad=False)
+    full["weight_decay"] = 1e-2 if cls is lm.optim.AdamW else 0.0
+    full.update(kwargs)
+    want = _adam_reference(start, grads, decoupled=cls is lm.optim.AdamW, **full)
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-12)
+    assert p.is_leaf and p.grad_fn is None
+
+
+def test_adam_skips_parameters_without_gradients_and_zero_grad():
+    a, b = param([1.0]), param([2.0])
+    opt = lm.optim.Adam([a, b], lr=0.5)
+    set_grad(a, [1.0])
+    opt.step()
+    assert b.numpy().tolist() == [2.0] and a.numpy()[0] == pytest.approx(0.5)
+    opt.zero_grad()
+    assert a.grad is None
+
+
+def test_adam_bad_arguments():
+    p = param([1.0])
+    with pytest.raises(ValueError, match="lr must be positive"):
+        lm.optim.Adam([p], lr=0)
+    with pytest.raises(ValueError, match=r"betas must be two numbers in \[0, 1\)"):
+        lm.optim.AdamW([p], betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="does not require grad"):
+        lm.optim.Adam([lm.ones(2)])
+
+
+def test_adam_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    start = np.array([1.0, -2.0, 0.5])
+    for cls, tcls, kwargs in [
+        (lm.optim.Adam, torch.optim.Adam, dict(lr=0.1, weight_decay=0.01, amsgrad=True)),
+        (lm.optim.AdamW, torch.optim.AdamW, dict(lr=0.1)),
+    ]:
+        p, tp = param(start), torch.tensor(start, requires_grad=True)
+        opt, topt = cls([p], **kwargs), tcls([tp], **kwargs)
+        for i in range(5):
+            g = [0.3, -1.0 + i, 2.0 * (-1) ** i]
+            set_grad(p, g)
+            tp.grad = torch.tensor(g, dtype=torch.float64)
+            opt.step()
+            topt.step()
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-12)

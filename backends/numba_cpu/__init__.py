@@ -15,6 +15,8 @@ indexing, creation). One module per family of operators:
     lapack.py        lamina.linalg's factorizations and solvers (LAPACK through NumPy)
     fft.py           lamina.fft's transforms (pocketfft through NumPy)
     layout.py        strided operands of the general path
+    nn/              neural-network primitives: convolution, pooling, normalization,
+                     activations, losses, layout conversion
 """
 
 from lamina.backends.hookspecs import hookimpl
@@ -26,6 +28,7 @@ from . import (
     lapack,
     linalg,
     manipulation,
+    nn,
     reductions,
     scan,
     sorting,
@@ -45,6 +48,7 @@ def lamina_register_kernels(registry):
         scan,
         sorting,
         lapack,
+        nn,
         fft,
     ):
         module.register(registry)

@@ -22,7 +22,7 @@ from lamina.dispatch.meta import reduced_shape
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
-from . import fft, linalg, sorting
+from . import fft, linalg, nn, sorting
 
 PRIORITY = -10  # below numba_cpu: it serves only when selected with lm.backends.use
 # A view keeps its base's device (and sparse) keys but not AUTOGRAD: only the autograd
@@ -421,3 +421,4 @@ def lamina_register_kernels(registry):
     for module in (sorting, linalg, fft):
         for name, fn in module.KERNELS.items():
             register(name, fn)
+    nn.register(register)

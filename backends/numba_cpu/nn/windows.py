@@ -1,0 +1,53 @@
+"""Window arithmetic of convolution and pooling along one spatial axis, as small int64
+tables the kernels read (computed here in NumPy, once per call, so that no kernel
+tests a bound per element).
+
+Window ``o`` along an axis of ``size`` covers the taps ``t`` in [0, kernel) at input
+positions ``o * stride - pad + t * dilation``; the positions outside [0, size) are
+padding.
+"""
+
+import numpy as np
+
+
+def tap_ranges(size, out, kernel, stride, pad, dilation):
+    """(lo, hi), one entry per tap t: the windows o in [lo[t], hi[t]) whose tap t falls
+    inside the input (an empty range is lo == hi)."""
+    off = np.arange(kernel, dtype=np.int64) * dilation - pad  # position of tap t in window 0
+    lo = np.clip(-(off // stride), 0, out)  # ceil(-off / stride)
+    hi = np.clip((size - 1 - off) // stride + 1, lo, out)
+    return lo, hi
+
+
+def windows(size, out, kernel, stride, pad, dilation):
+    """(first, count), one entry per window: the input position of its first tap
+    inside the input and how many of its taps are (dilation apart)."""
+    start = np.arange(out, dtype=np.int64) * stride - pad
+    t_lo = np.maximum(0, -(start // dilation))
+    t_hi = np.minimum(kernel, (size - 1 - start) // dilation + 1)
+    return start + t_lo * dilation, np.maximum(t_hi - t_lo, 0)
+
+
+def adaptive_windows(size, out):
+    """(first, count) of adaptive pooling's windows [floor(o size / out),
+    ceil((o + 1) size / out))."""
+    o = np.arange(out, dtype=np.int64)
+    first = o * size // out
+    return first, ((o + 1) * size + out - 1) // out - first
+
+
+def avg_scale(h, w, ho, wo, kernel, stride, padding, count_include_pad, divisor_override):
+    """1 / divisor of each window of avg_pool2d (PyTorch's rule: the window clipped to
+    the padded input counts with count_include_pad, else only its part inside the
+    input; divisor_override replaces both)."""
+    if divisor_override is not None:
+        return np.full((ho, wo), 1.0 / divisor_override)
+    sizes = []
+    for size, out, k, s, p in zip((h, w), (ho, wo), kernel, stride, padding):
+        start = np.arange(out) * s - p
+        end = np.minimum(start + k, size + p)
+        if count_include_pad:
+            sizes.append(end - start)
+        else:
+            sizes.append(np.minimum(end, size) - np.maximum(start, 0))
+    return 1.0 / np.outer(sizes[0], sizes[1])

@@ -1,0 +1,535 @@
+"""numpy_ref's neural-network primitives: the oracle of the nn kernels.
+
+Written for obviousness, not speed: padding is materialized with np.pad, every kernel
+tap is one slice and one einsum, pooling windows are visited tap by tap, adaptive
+windows and losses are Python loops, backward passes are the adjoint loops of the
+forward ones. Results are computed in NCHW and returned in the input's memory layout
+(Note [Layouts]: channels-last stays channels-last), like numba_cpu's. Independent of
+numba_cpu: nothing here is shared with it but the operator checks (dispatch/meta.py).
+"""
+
+import math
+
+import numpy as np
+
+from lamina.dispatch.meta import pool_output_size
+from lamina.dispatch.tensor import bump_version, from_array
+
+
+def _channels_last(data):
+    return (
+        data.ndim == 4
+        and not data.flags.c_contiguous
+        and data.transpose(0, 2, 3, 1).flags.c_contiguous
+    )
+
+
+def _result(out, like):
+    """out (logical NCHW values) in the memory layout of the array ``like``."""
+    if _channels_last(like) and out.ndim == 4:
+        return from_array(np.ascontiguousarray(out.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+    return from_array(np.ascontiguousarray(out))
+
+
+def _batched(a):
+    return a[None] if a.ndim == 3 else a
+
+
+def _unbatched(out, like):
+    return out[0] if like.ndim == 3 else out
+
+
+def _taps(size_out, stride, start):
+    """The slice of a padded axis read by one kernel tap at offset ``start``."""
+    return slice(start, start + stride * (size_out - 1) + 1, stride)
+
+
+# ---------------------------------------------------------------- convolution
+
+
+def _conv_setup(x, weight_shape, padding, groups):
+    pt, pb, pl, pr = padding
+    xp = np.pad(_batched(x), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    c_out, cin = weight_shape[:2]
+    return xp, c_out // groups, cin
+
+
+def conv2d(ks, input, weight, bias, stride, padding, dilation, groups):
+    x, w = input._data, weight._data
+    xp, cout, cin = _conv_setup(x, w.shape, padding, groups)
+    (sh, sw), (dh, dw) = stride, dilation
+    kh, kw = w.shape[2:]
+    ho = (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    wo = (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((xp.shape[0], w.shape[0], ho, wo), x.dtype)
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cin : (g + 1) * cin, _taps(ho, sh, i * dh), _taps(wo, sw, j * dw)]
+                wg = w[g * cout : (g + 1) * cout, :, i, j]
+                out[:, g * cout : (g + 1) * cout] += np.einsum("nchw,oc->nohw", patch, wg)
+    if bias is not None:
+        out += bias._data[:, None, None]
+    return _result(_unbatched(out, x), x)
+
+
+def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, groups):
+    g, w = _batched(grad._data), weight._data
+    shape = _batched(input._data).shape
+    pt, pb, pl, pr = padding
+    (sh, sw), (dh, dw) = stride, dilation
+    cout, cin = w.shape[0] // groups, w.shape[1]
+    ho, wo = g.shape[2:]
+    gxp = np.zeros((shape[0], shape[1], shape[2] + pt + pb, shape[3] + pl + pr), g.dtype)
+    for grp in range(groups):
+        for i in range(w.shape[2]):
+            for j in range(w.shape[3]):
+                part = np.einsum(
+                    "nohw,oc->nchw",
+                    g[:, grp * cout : (grp + 1) * cout],
+                    w[grp * cout : (grp + 1) * cout, :, i, j],
+                )
+                gxp[
+                    :, grp * cin : (grp + 1) * cin, _taps(ho, sh, i * dh), _taps(wo, sw, j * dw)
+                ] += part
+    gx = gxp[:, :, pt : pt + shape[2], pl : pl + shape[3]]
+    return _result(_unbatched(gx, input._data), input._data)
+
+
+def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilation, groups):
+    g, x = _batched(grad._data), input._data
+    xp, cout, cin = _conv_setup(x, weight_shape, padding, groups)
+    (sh, sw), (dh, dw) = stride, dilation
+    ho, wo = g.shape[2:]
+    gw = np.zeros(weight_shape, x.dtype)
+    for grp in range(groups):
+        for i in range(weight_shape[2]):
+            for j in range(weight_shape[3]):
+                patch = xp[
+                    :, grp * cin : (grp + 1) * cin, _taps(ho, sh, i * dh), _taps(wo, sw, j * dw)
+                ]
+                gw[grp * cout : (grp + 1) * cout, :, i, j] = np.einsum(
+                    "nohw,nchw->oc", g[:, grp * cout : (grp + 1) * cout], patch
+                )
+    return from_array(gw), from_array(g.sum(axis=(0, 2, 3)))
+
+
+def linear(ks, input, weight, bias):
+    out = input._data @ weight._data.T
+    if bias is not None:
+        out = out + bias._data
+    return from_array(np.ascontiguousarray(out))
+
+
+# ---------------------------------------------------------------- pooling
+
+
+def _index_pool(better, fill):
+    """Taps visited row by row; a strictly better value or any NaN replaces (PyTorch's
+    rule); every window starts at its first tap inside the input."""
+
+    def kernel(ks, input, kernel_size, stride, padding, dilation, ceil_mode):
+        x = _batched(input._data)
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+        ho = pool_output_size(h, ph, kh, sh, dh, ceil_mode)
+        wo = pool_output_size(w, pw, kw, sw, dw, ceil_mode)
+        # padded to cover every window: ceil_mode windows may run past the padding
+        span_h, span_w = (ho - 1) * sh + (kh - 1) * dh + 1, (wo - 1) * sw + (kw - 1) * dw + 1
+        xp = np.full((n, c, max(span_h, ph + h), max(span_w, pw + w)), fill, x.dtype)
+        xp[:, :, ph : ph + h, pw : pw + w] = x
+        best = np.full((n, c, ho, wo), fill, x.dtype)
+        index = np.full((n, c, ho, wo), -1, np.int64)
+        rows = np.arange(ho)[:, None] * sh - ph
+        cols = np.arange(wo)[None, :] * sw - pw
+        for i in range(kh):
+            for j in range(kw):
+                ih, iw = rows + i * dh, cols + j * dw
+                inside = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+                v = xp[:, :, _taps(ho, sh, i * dh), _taps(wo, sw, j * dw)]
+                first = inside & (index == -1)
+                take = inside & (better(v, best) | np.isnan(v))
+                best = np.where(take, v, best)
+                index = np.where(take | first, ih * w + iw, index)
+        return (
+            _result(_unbatched(best, input._data), input._data),
+            _result(_unbatched(index, input._data), input._data),
+        )
+
+    return kernel
+
+
+max_pool2d_with_indices = _index_pool(np.greater, -np.inf)
+min_pool2d_with_indices = _index_pool(np.less, np.inf)
+
+
+def max_pool2d(ks, *args):
+    return max_pool2d_with_indices(ks, *args)[0]
+
+
+def min_pool2d(ks, *args):
+    return min_pool2d_with_indices(ks, *args)[0]
+
+
+def pool2d_scatter(ks, grad, indices, input_shape):
+    g, idx = _batched(grad._data), _batched(indices._data)
+    shape = tuple(input_shape) if len(input_shape) == 4 else (1, *input_shape)
+    gx = np.zeros(shape, g.dtype).reshape(shape[0], shape[1], -1)
+    for n in range(shape[0]):
+        for c in range(shape[1]):
+            np.add.at(gx[n, c], idx[n, c].reshape(-1), g[n, c].reshape(-1))
+    return _result(_unbatched(gx.reshape(shape), indices._data), indices._data)
+
+
+def pool2d_gather(ks, x, indices):
+    data, idx = _batched(x._data), _batched(indices._data)
+    planes = data.reshape(data.shape[0], data.shape[1], -1)
+    flat = idx.reshape(idx.shape[0], idx.shape[1], -1)
+    out = np.take_along_axis(planes, flat, axis=2).reshape(idx.shape)
+    return _result(_unbatched(out, indices._data), indices._data)
+
+
+def _avg_taps(h, w, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor):
+    """Per tap (i, j): its padded slice start and mask of windows it counts in, and each
+    window's divisor: counted tap by tap."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    ho = pool_output_size(h, ph, kh, sh, 1, ceil_mode)
+    wo = pool_output_size(w, pw, kw, sw, 1, ceil_mode)
+    rows, cols = np.arange(ho)[:, None] * sh - ph, np.arange(wo)[None, :] * sw - pw
+    count = np.zeros((ho, wo))
+    for i in range(kh):
+        for j in range(kw):
+            ih, iw = rows + i, cols + j
+            lo_h, hi_h = (-ph, h + ph) if count_include_pad else (0, h)
+            lo_w, hi_w = (-pw, w + pw) if count_include_pad else (0, w)
+            count += (ih >= lo_h) & (ih < hi_h) & (iw >= lo_w) & (iw < hi_w)
+    divisors = np.full((ho, wo), float(divisor)) if divisor is not None else count
+    return ho, wo, divisors
+
+
+def _padded(shape, kernel_size, stride, padding, ho, wo, dtype):
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    n, c, h, w = shape
+    return np.zeros(
+        (n, c, max(h + 2 * ph, (ho - 1) * sh + kh), max(w + 2 * pw, (wo - 1) * sw + kw)), dtype
+    )
+
+
+def avg_pool2d(ks, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor):
+    x = _batched(input._data)
+    h, w = x.shape[2:]
+    ho, wo, divisors = _avg_taps(
+        h, w, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor
+    )
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    xp = _padded(x.shape, kernel_size, stride, padding, ho, wo, x.dtype)
+    xp[:, :, ph : ph + h, pw : pw + w] = x
+    total = np.zeros(x.shape[:2] + (ho, wo), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            total += xp[:, :, _taps(ho, sh, i), _taps(wo, sw, j)]
+    return _result(_unbatched((total / divisors).astype(x.dtype), input._data), input._data)
+
+
+def avg_pool2d_backward(ks, grad, input, kernel_size, stride, padding, ceil_mode, cip, div):
+    g = _batched(grad._data)
+    shape = _batched(input._data).shape
+    h, w = shape[2:]
+    ho, wo, divisors = _avg_taps(h, w, kernel_size, stride, padding, ceil_mode, cip, div)
+    (kh, kw), (sh, sw), (ph, pw) = kernel_size, stride, padding
+    gxp = _padded(shape, kernel_size, stride, padding, ho, wo, g.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            gxp[:, :, _taps(ho, sh, i), _taps(wo, sw, j)] += (g / divisors).astype(g.dtype)
+    gx = gxp[:, :, ph : ph + h, pw : pw + w]
+    return _result(_unbatched(gx, input._data), input._data)
+
+
+def _adaptive_bounds(size, out):
+    return [(o * size // out, -(-(o + 1) * size // out)) for o in range(out)]
+
+
+def adaptive_avg_pool2d(ks, input, output_size):
+    x = _batched(input._data)
+    rows, cols = (
+        _adaptive_bounds(x.shape[2], output_size[0]),
+        _adaptive_bounds(x.shape[3], output_size[1]),
+    )
+    out = np.empty(x.shape[:2] + tuple(output_size), x.dtype)
+    for a, (h0, h1) in enumerate(rows):
+        for b, (w0, w1) in enumerate(cols):
+            out[:, :, a, b] = x[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return _result(_unbatched(out, input._data), input._data)
+
+
+def adaptive_avg_pool2d_backward(ks, grad, input):
+    g = _batched(grad._data)
+    shape = _batched(input._data).shape
+    gx = np.zeros(shape, g.dtype)
+    rows, cols = _adaptive_bounds(shape[2], g.shape[2]), _adaptive_bounds(shape[3], g.shape[3])
+    for a, (h0, h1) in enumerate(rows):
+        for b, (w0, w1) in enumerate(cols):
+            gx[:, :, h0:h1, w0:w1] += g[:, :, a : a + 1, b : b + 1] / ((h1 - h0) * (w1 - w0))
+    return _result(_unbatched(gx, input._data), input._data)
+
+
+# ---------------------------------------------------------------- normalization
+
+
+def _channel_axes(x):
+    return tuple(d for d in range(x.ndim) if d != 1), tuple(
+        -1 if d == 1 else 1 for d in range(x.ndim)
+    )
+
+
+def native_batch_norm(ks, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    x = input._data.astype(np.float64)
+    axes, shape = _channel_axes(x)
+    if training:
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+        count = x.size // x.shape[1]
+        for stat, batch in ((running_mean, mean), (running_var, var * count / (count - 1))):
+            if stat is not None:
+                stat._data[...] = (1 - momentum) * stat._data + momentum * batch
+                bump_version(stat)
+    else:
+        mean, var = running_mean._data.astype(np.float64), running_var._data.astype(np.float64)
+    invstd = 1 / np.sqrt(var + eps)
+    out = (x - mean.reshape(shape)) * invstd.reshape(shape)
+    if weight is not None:
+        out = out * weight._data.reshape(shape)
+    if bias is not None:
+        out = out + bias._data.reshape(shape)
+    dtype = input._data.dtype
+    return (
+        _result(out.astype(dtype), input._data),
+        from_array(mean.astype(dtype)),
+        from_array(invstd.astype(dtype)),
+    )
+
+
+def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
+    x, g = input._data.astype(np.float64), grad._data.astype(np.float64)
+    axes, shape = _channel_axes(x)
+    m, inv = mean._data.reshape(shape), invstd._data.reshape(shape)
+    xhat = (x - m) * inv
+    w = np.ones(x.shape[1]) if weight is None else weight._data
+    gb, gw = g.sum(axis=axes), (g * xhat).sum(axis=axes)
+    if training:
+        gx = (
+            w.reshape(shape)
+            * inv
+            * (
+                g
+                - g.mean(axis=axes, keepdims=True)
+                - xhat * (g * xhat).mean(axis=axes, keepdims=True)
+            )
+        )
+    else:
+        gx = g * w.reshape(shape) * inv
+    dtype = input._data.dtype
+    return (
+        _result(gx.astype(dtype), input._data),
+        from_array(gw.astype(dtype)),
+        from_array(gb.astype(dtype)),
+    )
+
+
+def _window_sum_of_squares(x, size):
+    c = x.shape[1]
+    total = np.zeros_like(x, dtype=np.float64)
+    for ch in range(c):
+        for other in range(ch - size // 2, ch + (size - 1) // 2 + 1):
+            if 0 <= other < c:
+                total[:, ch] += x[:, other].astype(np.float64) ** 2
+    return total
+
+
+def native_local_response_norm(ks, input, size, alpha, beta, k):
+    x = input._data
+    scale = k + alpha / size * _window_sum_of_squares(x, size)
+    out = x * scale**-beta
+    return _result(out.astype(x.dtype), x), _result(scale.astype(x.dtype), x)
+
+
+def local_response_norm_backward(ks, grad, input, result, scale, size, alpha, beta, k):
+    """d out_c / d x_i = [i == c] s_c**-beta - 2 alpha beta / size * x_c x_i s_c**(-beta-1)
+    for every i in channel c's window."""
+    x, g = input._data.astype(np.float64), grad._data.astype(np.float64)
+    s = k + alpha / size * _window_sum_of_squares(x, size)
+    c = x.shape[1]
+    gx = g * s**-beta
+    for ch in range(c):
+        for i in range(ch - size // 2, ch + (size - 1) // 2 + 1):
+            if 0 <= i < c:
+                gx[:, i] -= (
+                    2
+                    * alpha
+                    * beta
+                    / size
+                    * g[:, ch]
+                    * x[:, ch]
+                    * x[:, i]
+                    * s[:, ch] ** (-beta - 1)
+                )
+    return _result(gx.astype(input._data.dtype), input._data)
+
+
+# ---------------------------------------------------------------- activations
+
+
+def _keep_layout(out, like):
+    """An elementwise result with the memory order of ``like``."""
+    res = np.empty_like(like)
+    res[...] = out
+    return from_array(res)
+
+
+def relu(ks, input):
+    return _keep_layout(np.maximum(input._data, 0), input._data)  # NaN propagates
+
+
+def relu_backward(ks, grad, result):
+    return _keep_layout(np.where(result._data > 0, grad._data, 0), result._data)
+
+
+def leaky_relu(ks, input, negative_slope):
+    x = input._data
+    return _keep_layout(np.where(x > 0, x, x * negative_slope), x)
+
+
+def leaky_relu_backward(ks, grad, input, negative_slope):
+    g = grad._data
+    return _keep_layout(np.where(input._data > 0, g, g * negative_slope), input._data)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(ks, input, approximate):
+    x = input._data.astype(np.float64)
+    if approximate == "tanh":
+        out = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    else:
+        out = x * 0.5 * (1 + _erf(x / math.sqrt(2)))
+    return _keep_layout(out, input._data)
+
+
+def gelu_backward(ks, grad, input, approximate):
+    x = input._data.astype(np.float64)
+    if approximate == "tanh":
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+        du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
+        d = 0.5 * (1 + np.tanh(u)) + 0.5 * x * (1 - np.tanh(u) ** 2) * du
+    else:
+        d = 0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
+    return _keep_layout(grad._data * d, input._data)
+
+
+def sigmoid(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore"):
+        return _keep_layout(1 / (1 + np.exp(-x)), input._data)
+
+
+def softmax(ks, input, dim):
+    x = input._data.astype(np.float64)
+    e = np.exp(x - x.max(axis=dim, keepdims=True))
+    return _keep_layout(e / e.sum(axis=dim, keepdims=True), input._data)
+
+
+def log_softmax(ks, input, dim):
+    x = input._data.astype(np.float64)
+    shifted = x - x.max(axis=dim, keepdims=True)
+    out = shifted - np.log(np.exp(shifted).sum(axis=dim, keepdims=True))
+    return _keep_layout(out, input._data)
+
+
+# ---------------------------------------------------------------- losses
+
+
+def nll_loss(ks, input, target, weight, ignore_index, reduction):
+    x = input._data[None] if input._data.ndim == 1 else input._data
+    t = target._data.reshape((x.shape[0],) + x.shape[2:])
+    classes = x.shape[1]
+    logp = np.moveaxis(x, 1, -1).reshape(-1, classes)
+    losses, weights = [], []
+    for row, cls in zip(logp, t.reshape(-1)):
+        if cls == ignore_index:
+            losses.append(0.0)
+            weights.append(0.0)
+            continue
+        if not 0 <= cls < classes:
+            raise ValueError(
+                f"nll_loss: target values must be class indices in [0, {classes}), got {cls}"
+            )
+        wc = 1.0 if weight is None else float(weight._data[cls])
+        losses.append(-row[cls] * wc)
+        weights.append(wc)
+    losses = np.array(losses, dtype=np.float64)
+    if reduction == "none":
+        return from_array(losses.reshape(target._shape).astype(x.dtype))
+    if reduction == "sum":
+        return from_array(np.asarray(losses.sum(), x.dtype))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return from_array(np.asarray(losses.sum() / np.sum(weights), x.dtype))
+
+
+def mse_loss(ks, input, target, reduction):
+    squares = (input._data - target._data) ** 2
+    if reduction == "none":
+        return from_array(np.ascontiguousarray(squares))
+    with np.errstate(invalid="ignore"):
+        total = squares.sum() if reduction == "sum" else squares.mean()
+    return from_array(np.asarray(total, squares.dtype))
+
+
+def to_layout(ks, input, layout):
+    x = input._data
+    if layout == "NHWC":
+        return from_array(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
+    return from_array(np.ascontiguousarray(x))
+
+
+KERNELS = [
+    max_pool2d,
+    min_pool2d,
+    conv2d,
+    conv2d_backward_input,
+    conv2d_backward_weight,
+    linear,
+    max_pool2d_with_indices,
+    min_pool2d_with_indices,
+    pool2d_scatter,
+    pool2d_gather,
+    avg_pool2d,
+    avg_pool2d_backward,
+    adaptive_avg_pool2d,
+    adaptive_avg_pool2d_backward,
+    native_batch_norm,
+    native_batch_norm_backward,
+    native_local_response_norm,
+    local_response_norm_backward,
+    relu,
+    relu_backward,
+    leaky_relu,
+    leaky_relu_backward,
+    gelu,
+    gelu_backward,
+    sigmoid,
+    softmax,
+    log_softmax,
+    nll_loss,
+    mse_loss,
+    to_layout,
+]
+NAMES = {
+    max_pool2d_with_indices: "max_pool2d_with_indices",
+    min_pool2d_with_indices: "min_pool2d_with_indices",
+}
+
+
+def register(register):
+    """Register every kernel with numpy_ref's ``register(name, fn)``."""
+    for fn in KERNELS:
+        register(NAMES.get(fn, fn.__name__), fn)

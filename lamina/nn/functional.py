@@ -1,0 +1,236 @@
+"""``lamina.nn.functional``: the neural-network functions, PyTorch's names, signatures
+and semantics (code ports by changing the import).
+
+The dispatched operators of namespace "nn.functional" (dispatch/operators.py: conv2d,
+linear, the poolings, relu, softmax, the losses, to_layout, ...) are installed here
+from the schema; the functions below are composites of operators, as in PyTorch:
+pooling with ``return_indices``, batch and local response normalization over the
+internal operators that also return what backward needs, cross_entropy, dropout,
+flatten and ``layout_of``.
+"""
+
+from __future__ import annotations
+
+from lamina.autograd import is_grad_enabled
+from lamina.dispatch import bindings, ops
+from lamina.dispatch.arguments import checked
+from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import Tensor
+
+bindings.install(globals(), "nn.functional")
+
+_NATIVE_BATCH_NORM = OPERATORS["native_batch_norm"]
+_NATIVE_LRN = OPERATORS["native_local_response_norm"]
+# the internal pooling operators without indices, behind bindings that check arguments
+_max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
+_min_pool_values = bindings.generated_binding(OPERATORS["min_pool2d"])
+_COMPOSITES = [
+    "adaptive_max_pool2d",
+    "batch_norm",
+    "cross_entropy",
+    "dropout",
+    "flatten",
+    "layout_of",
+    "local_response_norm",
+    "max_pool2d",
+    "min_pool2d",
+]
+__all__ = sorted([op.name for op in bindings.public_operators("nn.functional")] + _COMPOSITES)
+
+Size2 = int | tuple[int, int]
+
+
+@checked
+def max_pool2d(
+    input: Tensor,
+    kernel_size: Size2,
+    stride: Size2 | None = None,
+    padding: Size2 = 0,
+    dilation: Size2 = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The largest value of each kernel_size window (padding counts as -inf); with
+    return_indices also its flat index into the H x W plane (max_pool2d_with_indices).
+    The indices are computed only when returned or needed for a gradient."""
+    args = (input, kernel_size, stride, padding, dilation, ceil_mode)
+    if return_indices or _needs_grad(input):
+        out, indices = max_pool2d_with_indices(*args)  # noqa: F821 (from the schema)
+        return (out, indices) if return_indices else out
+    return _max_pool_values(*args)
+
+
+@checked
+def min_pool2d(
+    input: Tensor,
+    kernel_size: Size2,
+    stride: Size2 | None = None,
+    padding: Size2 = 0,
+    dilation: Size2 = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The smallest value of each window (padding counts as +inf): max_pool2d's mirror
+    image, with the same signature (seed 2's minimum pooling)."""
+    args = (input, kernel_size, stride, padding, dilation, ceil_mode)
+    if return_indices or _needs_grad(input):
+        out, indices = min_pool2d_with_indices(*args)  # noqa: F821 (from the schema)
+        return (out, indices) if return_indices else out
+    return _min_pool_values(*args)
+
+
+def _needs_grad(input: Tensor) -> bool:
+    return is_grad_enabled() and input.requires_grad
+
+
+@checked
+def adaptive_max_pool2d(
+    input: Tensor, output_size: Size2, return_indices: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Max pooling to output_size where the input's size is a multiple of it (windows of
+    equal size, as adaptive pooling makes them then)."""
+    h, w = input.shape[-2:]
+    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    sizes = tuple(n if s is None else s for s, n in zip(sizes, (h, w)))
+    if h % sizes[0] or w % sizes[1]:
+        raise ValueError(
+            f"adaptive_max_pool2d: the input's size {h} x {w} must be a multiple of "
+            f"output_size {sizes} (windows of unequal size are not supported)"
+        )
+    kernel = (h // sizes[0], w // sizes[1])
+    return max_pool2d(input, kernel, kernel, return_indices=return_indices)
+
+
+@checked
+def batch_norm(
+    input: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch normalization over every axis but 1: with ``training`` by the batch's mean
+    and (biased) variance, updating the running statistics in place (the variance
+    unbiased) by ``momentum``; otherwise by the running statistics."""
+    args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _NATIVE_BATCH_NORM(*_NATIVE_BATCH_NORM.check(*args))[0]
+
+
+@checked
+def local_response_norm(
+    input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0
+) -> Tensor:
+    """input / (k + alpha / size * sum of squares over ``size`` neighbouring
+    channels) ** beta (the window [c - size // 2, c + (size - 1) // 2], as PyTorch)."""
+    return _NATIVE_LRN(*_NATIVE_LRN.check(input, size, alpha, beta, k))[0]
+
+
+@checked
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
+    """The cross entropy of logits ``input`` (N, C, ...) with class indices (N, ...)
+    or class probabilities (input's shape): nll_loss of log_softmax over axis 1, with
+    label_smoothing mixing in the uniform distribution (PyTorch's definition)."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    dim = 0 if input.ndim == 1 else 1
+    logp = log_softmax(input, dim)  # noqa: F821 (installed from the schema)
+    classes = input.shape[dim]
+    if target.dtype.kind == "f":  # class probabilities
+        if target.shape != input.shape:
+            raise ValueError(
+                f"cross_entropy: probability targets must have the input's shape "
+                f"{input.shape}, got {target.shape}"
+            )
+        if label_smoothing:
+            target = target * (1.0 - label_smoothing) + label_smoothing / classes
+        terms = logp * target
+        if weight is not None:
+            terms = terms * _along(weight, dim, input.ndim)
+        losses = -ops.sum(terms, axis=dim)
+        if reduction == "none":
+            return losses
+        total = ops.sum(losses)
+        return total / (input.size // classes) if reduction == "mean" else total
+    loss = nll_loss(logp, target, weight, ignore_index, reduction)  # noqa: F821
+    if not label_smoothing:
+        return loss
+    # the uniform part: -sum_c w_c logp_c / C per sample, over the samples that count
+    w = ops.ones((classes,), dtype=input.dtype) if weight is None else weight
+    smooth = -ops.sum(logp * _along(w, dim, input.ndim), axis=dim)
+    counted = ops.astype(target != ignore_index, input.dtype)
+    smooth = smooth * counted
+    if reduction == "sum":
+        smooth = ops.sum(smooth)
+    elif reduction == "mean":
+        picked = ops.sum(counted) if weight is None else _picked_weight_sum(w, target, counted)
+        smooth = ops.sum(smooth) / picked
+    return loss * (1.0 - label_smoothing) + smooth * (label_smoothing / classes)
+
+
+def _along(v: Tensor, dim: int, ndim: int) -> Tensor:
+    """A (C,) tensor shaped to broadcast along axis ``dim`` of an ndim tensor."""
+    return ops.reshape(v, tuple(-1 if d == dim else 1 for d in range(ndim)))
+
+
+def _picked_weight_sum(w: Tensor, target: Tensor, counted: Tensor) -> Tensor:
+    safe = ops.where(counted > 0, target, 0)
+    return ops.sum(w[safe] * counted)
+
+
+@checked
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Each element zeroed with probability p and the rest scaled by 1 / (1 - p) while
+    training (the identity otherwise); the mask comes from lamina.random's generator,
+    so lm.random.seed makes it reproducible."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = ops.rand(input.shape, dtype=input.dtype, device=input.device) >= p
+    out = input * (ops.astype(keep, input.dtype) * (1.0 / (1.0 - p)))
+    if inplace:
+        if is_grad_enabled() and input.requires_grad:
+            raise RuntimeError("dropout: inplace=True on a tensor that requires grad")
+        input[...] = out
+        return input
+    return out
+
+
+@checked
+def flatten(input: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:
+    """input with axes start_dim..end_dim merged into one (a copy in logical order for
+    channels-last memory, as PyTorch's reshape)."""
+    nd = max(input.ndim, 1)
+    start, end = start_dim % nd, end_dim % nd
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    shape = input.shape
+    merged = 1
+    for s in shape[start : end + 1]:
+        merged *= s
+    return ops.reshape(input, shape[:start] + (merged,) + shape[end + 1 :])
+
+
+@checked
+def layout_of(input: Tensor) -> str | None:
+    """The memory layout of a CPU tensor: "NCHW" (C-contiguous), "NHWC" (channels-last
+    strides of a 4-D tensor) or None (any other strides). A tensor that is both (one
+    channel, or 1 x 1 images) is "NCHW"."""
+    data = input.numpy()
+    if data.flags.c_contiguous:
+        return "NCHW"
+    if data.ndim == 4 and data.transpose(0, 2, 3, 1).flags.c_contiguous:
+        return "NHWC"
+    return None

@@ -1,0 +1,857 @@
+"""``lamina.nn`` modules, as PyTorch users know them: ``Module`` with parameters,
+buffers, children, train/eval, state dicts, hooks and ``to``; the layers of seed 2's
+convnets; containers; losses.
+
+Parameters have lamina's default float dtype (float64, like ``lm.randn``'s results)
+unless a layer is given ``dtype=``; ``module.float()`` makes a float32 network, the
+production dtype of the nn kernels.
+
+A ``Parameter`` is a tensor that requires grad and is marked as a parameter (lamina's
+Tensor is not subclassed: its hot paths test the exact class), so ``isinstance(p,
+Parameter)`` holds for exactly the tensors ``Parameter(...)`` made. Assigning one to a
+module attribute registers it, as assigning a module registers a child.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+from lamina.autograd import no_grad
+from lamina.dispatch import ops
+from lamina.dispatch.arguments import checked
+from lamina.dispatch.dtypes import DType, float32, float64
+from lamina.dispatch.tensor import Tensor
+
+from . import functional as F
+from . import init
+
+
+class _ParameterType(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, Tensor) and obj.__dict__.get("_is_parameter", False)
+
+
+class Parameter(metaclass=_ParameterType):
+    """``Parameter(data, requires_grad=True)``: a leaf tensor sharing data's storage,
+    requiring grad and marked as a module parameter."""
+
+    def __new__(cls, data: Tensor, requires_grad: bool = True) -> Tensor:
+        if not isinstance(data, Tensor):
+            raise TypeError(f"Parameter: data must be a tensor, got {type(data).__name__}")
+        p = data.detach()
+        if requires_grad:
+            p.requires_grad_()
+        p._is_parameter = True
+        return p
+
+
+class _Handle:
+    """What ``register_forward_hook`` returns: ``remove()`` takes the hook away."""
+
+    def __init__(self, hooks: dict, hook: Callable) -> None:
+        self.hooks, self.key = hooks, object()
+        hooks[self.key] = hook
+
+    def remove(self) -> None:
+        self.hooks.pop(self.key, None)
+
+
+class IncompatibleKeys(NamedTuple):
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class Module:
+    """The base of every layer: subclasses set parameters and children as attributes in
+    ``__init__`` (after ``super().__init__()``) and define ``forward``."""
+
+    training: bool
+
+    def __init__(self) -> None:
+        d = self.__dict__
+        d["training"] = True
+        d["_parameters"] = OrderedDict()
+        d["_buffers"] = OrderedDict()
+        d["_persistent"] = set()
+        d["_modules"] = OrderedDict()
+        d["_forward_hooks"] = OrderedDict()
+        d["_forward_pre_hooks"] = OrderedDict()
+
+    # ---------------------------------------------------------- attributes
+    def __setattr__(self, name: str, value: Any) -> None:
+        params = self.__dict__.get("_parameters")
+        if params is None:
+            raise AttributeError("call Module.__init__() before assigning attributes")
+        if isinstance(value, Parameter):
+            self._forget(name, params)
+            params[name] = value
+        elif name in params:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as parameter {name!r} "
+                    "(a Parameter or None is expected)"
+                )
+            params[name] = None
+        elif isinstance(value, Module):
+            self._forget(name, self._modules)
+            self._modules[name] = value
+        elif name in self._modules:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} as child module {name!r}")
+            self._modules[name] = None
+        elif name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r}")
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name: str, keep: dict) -> None:
+        """Remove ``name`` from every table but ``keep`` and from the plain attributes."""
+        self.__dict__.pop(name, None)
+        for table in (self._parameters, self._buffers, self._modules):
+            if table is not keep:
+                table.pop(name, None)
+        if keep is not self._buffers:
+            self._persistent.discard(name)
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            if table in d and name in d[table]:
+                return d[table][name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        for table in (self._parameters, self._buffers, self._modules):
+            if name in table:
+                del table[name]
+                self._persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Tensor | None) -> None:
+        """Add a parameter (or None, a declared but absent one) under ``name``."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
+        self.__dict__.pop(name, None)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Add a tensor that is state but not a parameter (batch norm's running
+        statistics); persistent buffers are part of the state dict."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: {name!r} must be a tensor or None")
+        self.__dict__.pop(name, None)
+        self._buffers[name] = tensor
+        if persistent:
+            self._persistent.add(name)
+        else:
+            self._persistent.discard(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Add a child module under ``name``."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module, got {type(module).__name__}")
+        self.__dict__.pop(name, None)
+        self._modules[name] = module
+
+    # ---------------------------------------------------------- traversal
+    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator:
+        """(name, module) for this module and every descendant, each once."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is not None:
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        for name, child in self._modules.items():
+            if child is not None:
+                yield name, child
+
+    def children(self) -> Iterator[Module]:
+        for _, child in self.named_children():
+            yield child
+
+    def _named(self, table: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
+        seen = set()
+        modules = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mod_name, module in modules:
+            for name, t in getattr(module, table).items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                yield (f"{mod_name}.{name}" if mod_name else name), t
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator:
+        """(dotted name, parameter) of this module and (with recurse) its descendants,
+        each parameter once."""
+        return self._named("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator:
+        return self._named("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call ``fn`` on every descendant, then on this module; returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # ---------------------------------------------------------- modes and state
+    def train(self, mode: bool = True) -> Module:
+        """Training mode (batch norm uses batch statistics, dropout drops), recursively."""
+        for m in self.modules():
+            m.__dict__["training"] = bool(mode)
+        return self
+
+    def eval(self) -> Module:
+        """Evaluation mode: ``train(False)``."""
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the parameters' gradients (or fill them with zeros)."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad = ops.zeros_like(p.grad)
+
+    def state_dict(self, prefix: str = "") -> OrderedDict:
+        """Every parameter and persistent buffer by dotted name (detached, sharing
+        storage with the module's tensors)."""
+        state = OrderedDict()
+        for mod_name, module in self.named_modules(prefix.rstrip(".")):
+            dot = f"{mod_name}." if mod_name else ""
+            for name, p in module._parameters.items():
+                if p is not None:
+                    state[dot + name] = p.detach()
+            for name, b in module._buffers.items():
+                if b is not None and name in module._persistent:
+                    state[dot + name] = b.detach()
+        return state
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True) -> IncompatibleKeys:
+        """Copy values into the parameters and buffers of the same names (in place:
+        optimizers holding the parameters keep working). With ``strict``, missing or
+        unexpected keys raise a KeyError; a shape that differs always raises."""
+        own = self.state_dict()
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
+        for key, target in own.items():
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            value = value if isinstance(value, Tensor) else ops.asarray(value)
+            if value.shape != target.shape:
+                raise ValueError(
+                    f"load_state_dict: {key!r} has shape {value.shape} in the state dict "
+                    f"but {target.shape} in the module"
+                )
+            with no_grad():
+                target[...] = ops.astype(value.to(target.device), target.dtype)
+        return IncompatibleKeys(missing, unexpected)
+
+    def to(self, device: Any = None, dtype: Any = None) -> Module:
+        """Every parameter and buffer moved to ``device`` and/or cast to a floating
+        ``dtype`` (``to("cpu")``, ``to(lm.float64)``); returns self. Parameters are
+        replaced by new ones (an optimizer must be made after the move)."""
+        if isinstance(device, DType):  # to(lm.float32)
+            device, dtype = None, device
+        for module in self.modules():
+            for name, p in module._parameters.items():
+                if p is not None:
+                    module._parameters[name] = Parameter(_moved(p, device, dtype), p.requires_grad)
+            for name, b in module._buffers.items():
+                if b is not None:
+                    module._buffers[name] = _moved(
+                        b, device, None if b.dtype.kind != "f" else dtype
+                    )
+        return self
+
+    def float(self) -> Module:
+        """Parameters and floating buffers as float32."""
+        return self.to(dtype=float32)
+
+    def double(self) -> Module:
+        """Parameters and floating buffers as float64."""
+        return self.to(dtype=float64)
+
+    # ---------------------------------------------------------- calls
+    def forward(self, *args: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for hook in list(self._forward_pre_hooks.values()):
+            changed = hook(self, args)
+            if changed is not None:
+                args = changed if isinstance(changed, tuple) else (changed,)
+        out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            changed = hook(self, args, out)
+            if changed is not None:
+                out = changed
+        return out
+
+    def register_forward_hook(self, hook: Callable) -> _Handle:
+        """``hook(module, args, output)`` after every forward; a value it returns
+        replaces the output."""
+        return _Handle(self._forward_hooks, hook)
+
+    def register_forward_pre_hook(self, hook: Callable) -> _Handle:
+        """``hook(module, args)`` before every forward; a value it returns replaces the
+        arguments."""
+        return _Handle(self._forward_pre_hooks, hook)
+
+    # ---------------------------------------------------------- printing
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"({name}): {_indent(repr(m))}" for name, m in self._modules.items()]
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        body = "\n  ".join(([extra] if extra else []) + lines)
+        return f"{type(self).__name__}(\n  {body}\n)"
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n  ")
+
+
+def _moved(t: Tensor, device: Any, dtype: Any) -> Tensor:
+    out = t.detach()
+    if dtype is not None and out.dtype.kind == "f":
+        out = ops.astype(out, dtype)
+    if device is not None:
+        out = out.to(device)
+    return out
+
+
+# ---------------------------------------------------------------- containers
+
+
+class Sequential(Module):
+    """Modules applied one after another: ``Sequential(conv, bn, relu)`` (children
+    named "0", "1", ...) or ``Sequential(OrderedDict(conv=conv, ...))``."""
+
+    def __init__(self, *modules: Module) -> None:
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
+            for name, m in modules[0].items():
+                self.add_module(name, m)
+        else:
+            for i, m in enumerate(modules):
+                self.add_module(str(i), m)
+
+    def forward(self, x: Any) -> Any:
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, index: int | slice) -> Module:
+        items = list(self._modules.values())
+        if isinstance(index, slice):
+            return Sequential(*items[index])
+        return items[index]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> Sequential:
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters are registered (branches of a block)."""
+
+    def __init__(self, modules: Iterable[Module] = ()) -> None:
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module: Module) -> ModuleList:
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def __getitem__(self, index: int) -> Module:
+        return list(self._modules.values())[index]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+
+# ---------------------------------------------------------------- layers
+
+
+def _empty(shape: tuple, dtype: Any, device: Any) -> Tensor:
+    """A parameter's storage: lamina's default float dtype (float64, as for lm.zeros and
+    lm.randn, so that modules and inputs agree) unless ``dtype`` says otherwise."""
+    return ops.empty(shape, dtype=dtype, device=device)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias; weight (out_features, in_features) and bias start in
+    U(-1/sqrt(in_features), 1/sqrt(in_features)), as in PyTorch."""
+
+    @checked
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(_empty((out_features, in_features), dtype, device))
+        self.bias = Parameter(_empty((out_features,), dtype, device)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}"
+        )
+
+
+class Conv2d(Module):
+    """2-D convolution; weight (out, in / groups, kH, kW) and bias start in
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in / groups * kH * kW, as in PyTorch."""
+
+    @checked
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if padding_mode != "zeros":
+            raise ValueError(
+                f"Conv2d: only padding_mode='zeros' is supported, got {padding_mode!r}"
+            )
+        if groups < 1:
+            raise ValueError(f"Conv2d: groups must be positive, got {groups}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"Conv2d: groups={groups} must divide in_channels={in_channels} and "
+                f"out_channels={out_channels}"
+            )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding = padding if isinstance(padding, str) else _pair(padding)
+        self.dilation, self.groups = _pair(dilation), groups
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = Parameter(_empty(shape, dtype, device))
+        self.bias = Parameter(_empty((out_channels,), dtype, device)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = init.fan_in_and_fan_out(self.weight)[0]
+            bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        text = (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}"
+        )
+        if self.padding != (0, 0):
+            text += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            text += f", dilation={self.dilation}"
+        if self.groups != 1:
+            text += f", groups={self.groups}"
+        return text + ("" if self.bias is not None else ", bias=False")
+
+
+class BatchNorm2d(Module):
+    """Batch normalization of (N, C, H, W) inputs over N, H and W: batch statistics in
+    training (updating the running ones by ``momentum``, or their cumulative average
+    when momentum is None), the running statistics in evaluation."""
+
+    @checked
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(init.ones_(_empty((num_features,), dtype, device)))
+            self.bias = Parameter(init.zeros_(_empty((num_features,), dtype, device)))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer(
+                "running_mean", init.zeros_(_empty((num_features,), dtype, device))
+            )
+            self.register_buffer("running_var", init.ones_(_empty((num_features,), dtype, device)))
+            self.register_buffer("num_batches_tracked", ops.zeros((), dtype="int64", device=device))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {x.shape}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked = self.num_batches_tracked + 1
+            if self.momentum is None:  # the cumulative moving average
+                momentum = 1.0 / float(self.num_batches_tracked)
+        batch_stats = self.training or self.running_mean is None
+        use_running = not self.training or self.track_running_stats
+        return F.batch_norm(
+            x,
+            self.running_mean if use_running else None,
+            self.running_var if use_running else None,
+            self.weight,
+            self.bias,
+            batch_stats,
+            momentum,
+            self.eps,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+        )
+
+
+class _Pool(Module):
+    _fn: Callable
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        return_indices: bool = False,
+        ceil_mode: bool = False,
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.padding, self.dilation = kernel_size, padding, dilation
+        self.stride = kernel_size if stride is None else stride
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        fn = type(self)._fn
+        return fn(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.ceil_mode,
+            self.return_indices,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
+
+
+class MaxPool2d(_Pool):
+    """Max pooling (F.max_pool2d)."""
+
+    _fn = staticmethod(F.max_pool2d)
+
+
+class MinPool2d(_Pool):
+    """Min pooling (F.min_pool2d): seed 2's minimum pooling."""
+
+    _fn = staticmethod(F.min_pool2d)
+
+
+class AvgPool2d(Module):
+    """Average pooling (F.avg_pool2d)."""
+
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = kernel_size if stride is None else stride
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling to a fixed output size (F.adaptive_avg_pool2d)."""
+
+    def __init__(self, output_size: int | tuple[int | None, int | None]) -> None:
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class LocalResponseNorm(Module):
+    """Local response normalization across channels (F.local_response_norm)."""
+
+    @checked
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> None:
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class ReLU(Module):
+    """max(x, 0). ``inplace`` is accepted for PyTorch compatibility; lamina's relu
+    always makes a new tensor."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class LeakyReLU(Module):
+    """x where positive, negative_slope * x elsewhere."""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False) -> None:
+        super().__init__()
+        self.negative_slope, self.inplace = negative_slope, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
+
+
+class GELU(Module):
+    """x * Phi(x) (approximate='tanh': PyTorch's tanh approximation)."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x, approximate=self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Sigmoid(Module):
+    """1 / (1 + exp(-x))."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.sigmoid(x)
+
+
+class Softmax(Module):
+    """softmax along ``dim``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, self.dim)
+
+
+class LogSoftmax(Module):
+    """log_softmax along ``dim``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, self.dim)
+
+
+class Dropout(Module):
+    """Zeroes elements with probability p in training mode, scaling the rest by
+    1 / (1 - p); the identity in evaluation mode."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+        self.p, self.inplace = p, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Flatten(Module):
+    """Merges axes start_dim..end_dim (F.flatten)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1) -> None:
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.flatten(x, self.start_dim, self.end_dim)
+
+
+class Identity(Module):
+    """Returns its input."""
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+# ---------------------------------------------------------------- losses
+
+
+class CrossEntropyLoss(Module):
+    """F.cross_entropy of logits and class indices (or probabilities)."""
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.cross_entropy(
+            input, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing
+        )
+
+
+class NLLLoss(Module):
+    """F.nll_loss of log-probabilities and class indices."""
+
+    def __init__(
+        self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"
+    ) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.ignore_index, self.reduction = ignore_index, reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class MSELoss(Module):
+    """F.mse_loss."""
+
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.mse_loss(input, target, self.reduction)

@@ -1,0 +1,35 @@
+"""``python -m lamina.bench``: performance benchmarks that print tables people read.
+
+Subcommands:
+
+    nn        seed 2's primitives on 16x64x56x56 float32, lamina beside PyTorch
+              (lamina.tools.bench.nn)
+
+Every benchmark times lamina and its peers interleaved in the same process and
+reports medians, so a shared, noisy machine slows both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import nn
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m lamina.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    nn.add_arguments(
+        commands.add_parser(
+            "nn",
+            help=nn.__doc__.splitlines()[0],
+            description=nn.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    args = parser.parse_args(argv)
+    {"nn": nn.run}[args.command](args)

@@ -1,0 +1,340 @@
+"""Seed 2's primitives, lamina beside PyTorch (``python -m lamina.bench nn``).
+
+Times conv2d (forward, and forward + backward for data and weight), max and average
+pooling, local response normalization, batch normalization in training and relu on a
+16 x 64 x 56 x 56 float32 input, in both memory layouts (NCHW and channels-last),
+with lamina and -- when it is importable -- PyTorch on the same number of threads,
+in the same process, round after round (each round runs every case of lamina, then
+of PyTorch, so a slow phase of a shared machine slows both); reports medians, lamina
+/ PyTorch, the issue's goal for each row, and GFLOP/s for the convolutions. Without
+PyTorch it reports lamina alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    name: str
+    layout: str
+    goal: float | None  # lamina / PyTorch the issue asks for (None: no goal)
+    flops: float | None  # per call, for GFLOP/s
+    make: Callable  # make(lib, inputs) -> a function running one call
+
+
+def _conv_flops(n, c, h, w, c_out, k):
+    return 2.0 * n * h * w * c_out * c * k * k  # padding 1, stride 1: output h x w
+
+
+def _cases(shape):
+    """The issue's goals: conv2d in the same layout as PyTorch, the other primitives
+    against PyTorch's NCHW figures (its reference table is NCHW)."""
+    n, c, h, w = shape
+    conv = _conv_flops(n, c, h, w, c, 3)
+    cases = []
+    for layout in ("NCHW", "NHWC"):
+        nchw = layout == "NCHW"
+        cases += [
+            Case("conv2d 3x3 pad 1, forward", layout, 1.0, conv, _conv_forward),
+            Case("conv2d forward + backward", layout, 1.2, 3 * conv, _conv_backward),
+            Case(
+                "max_pool2d 3x3 stride 2",
+                layout,
+                0.5 if nchw else None,
+                None,
+                _unary("max_pool2d", 3, 2),
+            ),
+            Case(
+                "avg_pool2d 3x3 stride 2",
+                layout,
+                1.0 if nchw else None,
+                None,
+                _unary("avg_pool2d", 3, 2),
+            ),
+            Case(
+                "local_response_norm 5",
+                layout,
+                0.3 if nchw else None,
+                None,
+                _unary("local_response_norm", 5),
+            ),
+            Case("batch_norm, training", layout, 1.0 if nchw else None, None, _batch_norm),
+            Case("relu", layout, 1.0 if nchw else None, None, _unary("relu")),
+        ]
+    return cases
+
+
+# ---------------------------------------------------------------- the two libraries
+
+
+class Lib:
+    """One library's way of making inputs and calling its functional namespace."""
+
+    def __init__(self, name, functional, tensor, channels_last, backward, zero_grad):
+        self.name, self.F = name, functional
+        self.tensor, self.channels_last = tensor, channels_last
+        self.backward, self.zero_grad = backward, zero_grad
+
+
+def _lamina():
+    import lamina as lm
+
+    def tensor(a, requires_grad=False):
+        return lm.asarray(a, requires_grad=requires_grad)
+
+    def channels_last(t):
+        out = lm.nn.functional.to_layout(t.detach(), "NHWC")
+        return out.requires_grad_() if t.requires_grad else out
+
+    def zero_grad(*ts):
+        for t in ts:
+            t.grad = None
+
+    return Lib(
+        "lamina", lm.nn.functional, tensor, channels_last, lambda y, g: y.backward(g), zero_grad
+    )
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    def tensor(a, requires_grad=False):
+        return torch.tensor(a, requires_grad=requires_grad)
+
+    def channels_last(t):
+        out = t.detach().contiguous(memory_format=torch.channels_last)
+        return out.requires_grad_() if t.requires_grad else out
+
+    def zero_grad(*ts):
+        for t in ts:
+            t.grad = None
+
+    lib = Lib(
+        "torch", torch.nn.functional, tensor, channels_last, lambda y, g: y.backward(g), zero_grad
+    )
+    lib.module = torch
+    return lib
+
+
+def _image(lib, data, layout, requires_grad=False):
+    x = lib.tensor(data, requires_grad)
+    return lib.channels_last(x) if layout == "NHWC" else x
+
+
+def _conv_forward(lib, data, layout):
+    x = _image(lib, data["x"], layout)
+    w = lib.tensor(data["w"])
+    return lambda: lib.F.conv2d(x, w, None, 1, 1)
+
+
+def _conv_backward(lib, data, layout):
+    x = _image(lib, data["x"], layout, requires_grad=True)
+    w = lib.tensor(data["w"], requires_grad=True)
+    g = _image(lib, data["g"], layout)
+
+    def run():
+        lib.zero_grad(x, w)
+        lib.backward(lib.F.conv2d(x, w, None, 1, 1), g)
+
+    return run
+
+
+def _unary(fn_name, *args):
+    def make(lib, data, layout):
+        x, fn = _image(lib, data["x"], layout), getattr(lib.F, fn_name)
+        return lambda: fn(x, *args)
+
+    return make
+
+
+def _batch_norm(lib, data, layout):
+    x = _image(lib, data["x"], layout)
+    c = data["x"].shape[1]
+    mean, var = lib.tensor(np.zeros(c, np.float32)), lib.tensor(np.ones(c, np.float32))
+    weight, bias = lib.tensor(np.ones(c, np.float32)), lib.tensor(np.zeros(c, np.float32))
+    return lambda: lib.F.batch_norm(x, mean, var, weight, bias, True, 0.1, 1e-5)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def _progress(done, total, what):
+    if not sys.stderr.isatty():
+        return
+    width = 30
+    filled = round(width * done / total)
+    bar = "#" * filled + "-" * (width - filled)
+    end = "\n" if done == total else ""
+    print(f"\r[{bar}] {done}/{total} {what:45.45s}", end=end, file=sys.stderr, flush=True)
+
+
+def _calls_per_sample(fn, target=0.02):
+    """Calls per timed sample, so that one sample lasts about ``target`` seconds."""
+    t = time.perf_counter()
+    fn()
+    once = time.perf_counter() - t
+    return max(1, min(50, int(target / max(once, 1e-9))))
+
+
+def measure(args):
+    """{(case name, layout): {library: median seconds per call}}, all cases and
+    libraries interleaved round by round."""
+    import lamina as lm
+
+    lm.set_num_threads(args.threads)
+    libs = [_lamina()]
+    peer = _torch()
+    if peer is not None and not args.no_torch:
+        peer.module.set_num_threads(args.threads)
+        libs.append(peer)
+    rng = np.random.default_rng(0)
+    shape = tuple(args.shape)
+    data = {
+        "x": rng.standard_normal(shape, dtype=np.float32),
+        "w": rng.standard_normal((shape[1], shape[1], 3, 3), dtype=np.float32) * 0.05,
+        "g": rng.standard_normal(shape, dtype=np.float32),
+    }
+    cases = [
+        c
+        for c in _cases(shape)
+        if args.layout in ("both", c.layout) and (not args.only or args.only in c.name)
+    ]
+    runs = {}
+    total = len(cases) * len(libs) * (args.rounds + 1)
+    done = 0
+    for case in cases:
+        for lib in libs:
+            fn = case.make(lib, data, case.layout)
+            fn()  # warm-up: kernels compile or load from the cache
+            runs[case.name, case.layout, lib.name] = (fn, _calls_per_sample(fn))
+            done += 1
+            _progress(done, total, f"warm-up {case.name} {case.layout} {lib.name}")
+    samples = {key: [] for key in runs}
+    for r in range(args.rounds):
+        # Each round runs every case of one library, then of the other: a library's
+        # threads spin for a while after its last call (OpenBLAS's up to ~0.1 s) and
+        # would be charged to the other's next call, so the switch waits --settle
+        # seconds; within a library, each sample starts with an untimed call.
+        for lib in [lib.name for lib in libs]:
+            time.sleep(args.settle)
+            for key, (fn, number) in runs.items():
+                if key[2] != lib:
+                    continue
+                fn()
+                t = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[key].append((time.perf_counter() - t) / number)
+                done += 1
+                _progress(done, total, f"round {r + 1}/{args.rounds}: {' '.join(key)}")
+    results = {}
+    for case in cases:
+        row = {
+            lib.name: statistics.median(samples[case.name, case.layout, lib.name]) for lib in libs
+        }
+        results[case.name, case.layout] = row
+    return cases, results, [lib.name for lib in libs]
+
+
+def report(args, cases, results, names):
+    import lamina as lm
+
+    peer = "torch" in names
+    torch_version = ""
+    if peer:
+        import torch
+
+        torch_version = f" and PyTorch {torch.__version__.split('+')[0]} interleaved"
+    shape = "x".join(map(str, args.shape))
+    lines = [
+        f"seed 2's primitives: float32, input {shape}, {args.threads} thread(s), "
+        f"median of {args.rounds} rounds (lamina{torch_version})",
+        "",
+    ]
+    head = ["primitive", "layout", "lamina ms"]
+    if peer:
+        head += ["torch ms", "lamina/torch", "goal"]
+    head += ["GFLOP/s lamina"] + (["GFLOP/s torch"] if peer else [])
+    rows = []
+    for case in cases:
+        r = results[case.name, case.layout]
+        cells = [case.name, case.layout, f"{r['lamina'] * 1e3:.2f}"]
+        if peer:
+            ratio = r["lamina"] / r["torch"]
+            mark = "" if case.goal is None or ratio <= case.goal else " *"
+            goal = "" if case.goal is None else f"<= {case.goal:.1f}x"
+            cells += [f"{r['torch'] * 1e3:.2f}", f"{ratio:.2f}x{mark}", goal]
+        flops = [
+            case.flops / r[n] / 1e9 if case.flops else None
+            for n in (["lamina", "torch"] if peer else ["lamina"])
+        ]
+        cells += ["" if f is None else f"{f:.0f}" for f in flops]
+        rows.append(cells)
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
+    right = {i for i, h in enumerate(head) if h not in ("primitive", "layout")}
+
+    def line(cells):
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
+
+    lines += [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    if peer:
+        lines += [
+            "",
+            "* above the issue's goal (lamina / PyTorch; conv2d in the same layout, the "
+            "others against PyTorch's NCHW)",
+        ]
+    lines.append(
+        f"(lamina {lm.__version__}; GFLOP/s for conv2d: forward 2 N H W C_out C_in 9, "
+        "forward + backward three times that)"
+    )
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=2, help="threads of both libraries (2)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (7)")
+    p.add_argument("--layout", choices=["NCHW", "NHWC", "both"], default="both")
+    p.add_argument(
+        "--shape", type=int, nargs=4, default=[16, 64, 56, 56], metavar=("N", "C", "H", "W")
+    )
+    p.add_argument(
+        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
+    )
+    p.add_argument("--only", default="", help="only the primitives whose name contains this")
+    p.add_argument(
+        "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
+    )
+    p.add_argument("--json", action="store_true", help="print the medians as JSON")
+
+
+def run(args) -> None:
+    cases, results, names = measure(args)
+    if args.json:
+        out = [
+            {
+                "primitive": c.name,
+                "layout": c.layout,
+                "goal": c.goal,
+                "flops": c.flops,
+                **{f"{n}_seconds": results[c.name, c.layout][n] for n in names},
+            }
+            for c in cases
+        ]
+        print(json.dumps(out, indent=2))
+    else:
+        print(report(args, cases, results, names))

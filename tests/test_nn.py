@@ -1,0 +1,772 @@
+"""lamina.nn.functional (issue 13): every primitive against numpy_ref's plain NumPy
+oracle, forward and backward, in both memory layouts (NCHW and channels-last), over
+stride / padding / dilation / groups / ceil_mode / count_include_pad and odd sizes;
+layouts kept; bad input refused before any kernel runs; the parallel kernels equal the
+serial ones; and, when PyTorch is importable, values and gradients equal PyTorch's.
+
+Gradients against finite differences (gradcheck and gradgradcheck, float64) are
+test_autograd.py's SAMPLES. Shapes are few and small and mostly float64, the dtype the
+rest of the suite compiles kernels for; one sweep runs the production dtype, float32.
+"""
+
+import numpy as np
+import pytest
+
+import lamina as lm
+from lamina.dispatch.schema import OPERATORS
+
+F = lm.nn.functional
+RNG = np.random.default_rng(13)
+
+
+def image(shape=(2, 4, 7, 6), layout="NCHW", dtype=np.float64, seed=0, requires_grad=False):
+    data = np.random.default_rng(seed).uniform(-1.0, 1.0, shape).astype(dtype)
+    x = lm.asarray(data)
+    if layout == "NHWC":
+        x = F.to_layout(x, "NHWC")
+    assert F.layout_of(x) == layout
+    return x.requires_grad_() if requires_grad else x
+
+
+def param(shape, seed=1, dtype=np.float64, lo=-1.0, hi=1.0):
+    data = np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
+    return lm.asarray(data, requires_grad=True)
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _run(fn, inputs):
+    """fn's outputs and the gradients of a weighted sum of them (weights fixed), with
+    fresh leaves made from ``inputs`` (tensors or constants)."""
+    leaves = [
+        x.detach().requires_grad_() if isinstance(x, lm.Tensor) and x.requires_grad else x
+        for x in inputs
+    ]
+    outs = _outputs(fn(*leaves))
+    total = 0.0
+    for k, o in enumerate(outs):
+        if o.dtype.kind == "f" and o.requires_grad:
+            w = np.linspace(0.5, 1.5, o.size).reshape(o.shape) * (k + 1)
+            total = total + lm.sum(o * lm.asarray(w.astype(o.dtype.np)))
+    needs = [x for x in leaves if isinstance(x, lm.Tensor) and x.requires_grad]
+    grads = lm.autograd.grad(total, needs, allow_unused=True) if needs else []
+    return outs, grads
+
+
+def check_against_oracle(fn, inputs, rtol=1e-10, atol=1e-12):
+    """numba_cpu and numpy_ref agree on fn's outputs (values, dtypes, layouts) and on the
+    gradients of every input that requires grad."""
+    outs, grads = _run(fn, inputs)
+    with lm.backends.use("numpy_ref"):
+        want_outs, want_grads = _run(fn, inputs)
+    assert len(outs) == len(want_outs)
+    for got, want in zip(outs, want_outs):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        if got.ndim == 4:
+            assert F.layout_of(got) == F.layout_of(want)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=rtol, atol=atol)
+    for got, want in zip(grads, want_grads):
+        assert (got is None) == (want is None)
+        if got is not None:
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=rtol, atol=atol)
+    return outs
+
+
+def _kw(**kwargs):
+    return kwargs
+
+
+# (id, fn, inputs(layout)): each runs on both backends, in both layouts
+CONV_CASES = [
+    ("plain", _kw(padding=1), (4, 4, 3, 3)),
+    ("stride2_odd", _kw(stride=2, padding=(2, 1)), (3, 4, 3, 2)),
+    ("dilated_groups", _kw(padding=2, dilation=(2, 1), groups=2), (6, 2, 3, 3)),
+    ("same_even_kernel", _kw(padding="same"), (3, 4, 2, 4)),
+    ("valid_depthwise", _kw(padding="valid", groups=4), (4, 1, 3, 3)),
+    ("pointwise", _kw(), (5, 4, 1, 1)),
+    ("pointwise_groups", _kw(groups=2), (4, 2, 1, 1)),
+    ("strided_1x1", _kw(stride=(2, 3)), (3, 4, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv2d_forward_and_backward_match_the_oracle(case, layout):
+    _, kwargs, wshape = case
+    x = image((2, 4, 7, 6), layout, requires_grad=True)
+    w, b = param(wshape), param((wshape[0],), seed=2)
+    outs = check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
+    assert F.layout_of(outs[0]) == layout
+
+
+def test_conv2d_unbatched_and_empty_batch():
+    x, w = image((4, 5, 6), requires_grad=True), param((3, 4, 3, 3))
+    out = check_against_oracle(lambda x, w: F.conv2d(x, w, padding=1), [x, w])[0]
+    assert out.shape == (3, 5, 6)
+    empty = F.conv2d(lm.zeros((0, 4, 5, 6)), w.detach(), padding=1)
+    assert empty.shape == (0, 3, 5, 6)
+
+
+def test_conv2d_on_a_non_contiguous_input():
+    base = image((2, 4, 9, 8))
+    x = base[:, :, 1:8, ::2]  # neither layout: computed on an NCHW copy
+    assert F.layout_of(x) is None
+    w = param((3, 4, 3, 3))
+    out = check_against_oracle(lambda w: F.conv2d(x, w, stride=2, padding=1), [w])[0]
+    want = F.conv2d(lm.asarray(x.numpy().copy()), w.detach(), stride=2, padding=1)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv2d_backward_operators_match_the_oracle(layout):
+    x = image((2, 4, 7, 6), layout, requires_grad=True)
+    w = param((6, 2, 3, 2))
+    args = ((2, 1), (1, 2, 0, 1), (1, 2), 2)
+    g = image((2, 6, 4, 5), layout, seed=3, requires_grad=True)
+    check_against_oracle(lambda g, w: OPERATORS["conv2d_backward_input"](g, w, x, *args), [g, w])
+    check_against_oracle(
+        lambda g, x: OPERATORS["conv2d_backward_weight"](g, x, w.shape, *args), [g, x]
+    )
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5)], ids=["vector", "matrix", "batch"])
+def test_linear_matches_the_oracle(shape):
+    x, w, b = param(shape, seed=0), param((4, 5)), param((4,), seed=2)
+    out = check_against_oracle(F.linear, [x, w, b])[0]
+    assert out.shape == shape[:-1] + (4,)
+    check_against_oracle(lambda x, w: F.linear(x, w), [x, w])
+
+
+POOL_CASES = [
+    ("plain", _kw(kernel_size=2)),
+    ("overlapping_padded", _kw(kernel_size=3, stride=2, padding=1)),
+    ("ceil_mode", _kw(kernel_size=3, stride=2, ceil_mode=True)),
+    ("dilated_rect", _kw(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), dilation=(2, 1))),
+    ("ceil_padded", _kw(kernel_size=(3, 2), stride=2, padding=1, ceil_mode=True)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+@pytest.mark.parametrize("fn", [F.max_pool2d, F.min_pool2d], ids=["max", "min"])
+def test_max_and_min_pool_match_the_oracle(fn, case, layout):
+    x = image((2, 3, 7, 6), layout, requires_grad=True)
+    out, indices = check_against_oracle(lambda x: fn(x, **case[1], return_indices=True), [x])
+    assert F.layout_of(out) == F.layout_of(indices) == layout
+    assert indices.dtype == lm.int64
+    # the values are the input's at the indices
+    planes = x.numpy().reshape(2, 3, -1)
+    picked = np.take_along_axis(planes, indices.numpy().reshape(2, 3, -1), axis=2)
+    np.testing.assert_array_equal(picked.reshape(out.shape), out.numpy())
+
+
+def test_max_pool_ties_and_nans_follow_pytorch():
+    x = lm.asarray(np.array([[[[1.0, 1.0, 0.0], [1.0, 0.5, 2.0], [np.nan, 3.0, 3.0]]]]))
+    out, idx = F.max_pool2d(x, 2, 1, return_indices=True)
+    assert idx.tolist() == [[[[0, 5], [6, 7]]]]  # the first maximum wins ties; NaN wins
+    assert np.isnan(out.numpy()[0, 0, 1, 0]) and out.numpy()[0, 0, 0, 0] == 1.0
+    nans = lm.asarray(np.array([[[[np.nan, 1.0, np.nan, 0.0]]]]))
+    assert F.max_pool2d(nans, (1, 4), return_indices=True)[1].item() == 2  # the last NaN
+    all_inf = lm.full((1, 1, 2, 2), -np.inf)
+    out, idx = F.max_pool2d(all_inf, 2, return_indices=True)
+    assert out.item() == -np.inf and idx.item() == 0  # the window's first position
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pool_scatter_and_gather_match_the_oracle(layout):
+    x = image((2, 3, 7, 6), layout)
+    _, indices = F.max_pool2d(x, 3, 2, padding=1, return_indices=True)
+    g = image((2, 3, 4, 3), layout, seed=5, requires_grad=True)
+    check_against_oracle(lambda g: OPERATORS["pool2d_scatter"](g, indices, x.shape), [g])
+    xs = image((2, 3, 7, 6), layout, seed=6, requires_grad=True)
+    check_against_oracle(lambda x: OPERATORS["pool2d_gather"](x, indices), [xs])
+
+
+AVG_CASES = [
+    ("plain", _kw(kernel_size=2)),
+    ("padded_include", _kw(kernel_size=3, stride=2, padding=1)),
+    (
+        "padded_exclude_ceil",
+        _kw(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    ),
+    ("ceil_include", _kw(kernel_size=(3, 2), stride=(2, 3), padding=(1, 1), ceil_mode=True)),
+    ("divisor", _kw(kernel_size=(2, 3), padding=(1, 1), divisor_override=4)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", AVG_CASES, ids=[c[0] for c in AVG_CASES])
+def test_avg_pool_matches_the_oracle(case, layout):
+    x = image((2, 3, 7, 6), layout, requires_grad=True)
+    out = check_against_oracle(lambda x: F.avg_pool2d(x, **case[1]), [x])[0]
+    assert F.layout_of(out) == layout
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("size", [(3, 4), 1, (None, 2), (7, 6)], ids=str)
+def test_adaptive_avg_pool_matches_the_oracle(size, layout):
+    x = image((2, 3, 7, 6), layout, requires_grad=True)
+    out = check_against_oracle(lambda x: F.adaptive_avg_pool2d(x, size), [x])[0]
+    assert F.layout_of(out) == layout or out.shape[-2:] == (1, 1)
+
+
+def test_adaptive_max_pool_divisible_sizes():
+    x = image((1, 2, 6, 4))
+    np.testing.assert_array_equal(
+        F.adaptive_max_pool2d(x, (3, 2)).numpy(), F.max_pool2d(x, (2, 2)).numpy()
+    )
+    with pytest.raises(ValueError, match="must be a multiple"):
+        F.adaptive_max_pool2d(x, (4, 3))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize(
+    "size, alpha, beta, k", [(5, 1e-4, 0.75, 1.0), (2, 0.5, 0.6, 2.0), (1, 0.3, 1.0, 1.0)]
+)
+def test_local_response_norm_matches_the_oracle(size, alpha, beta, k, layout):
+    x = image((2, 6, 4, 5), layout, requires_grad=True)
+    out = check_against_oracle(lambda x: F.local_response_norm(x, size, alpha, beta, k), [x])[0]
+    assert F.layout_of(out) == layout
+
+
+def test_local_response_norm_on_3d_and_5d_inputs():
+    for shape in ((2, 5, 7), (1, 4, 2, 3, 2)):
+        x = param(shape)
+        check_against_oracle(lambda x: F.local_response_norm(x, 3, 0.5, 0.75, 1.5), [x])
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_batch_norm_matches_the_oracle(training, layout):
+    x = image((3, 4, 5, 3), layout, requires_grad=True)
+    w, b = param((4,)), param((4,), seed=2)
+    stats = []
+
+    def run(x, w, b):
+        rm = lm.asarray(np.array([0.1, -0.2, 0.3, 0.0]))
+        rv = lm.asarray(np.array([0.5, 1.0, 2.0, 1.5]))
+        out = F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.3, eps=1e-3)
+        stats.append((rm.numpy(), rv.numpy()))
+        return out
+
+    out = check_against_oracle(run, [x, w, b])[0]
+    assert F.layout_of(out) == layout
+    (mean, var), (want_mean, want_var) = stats
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-12)  # running statistics updated alike
+    np.testing.assert_allclose(var, want_var, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (2, 3, 2, 2, 2)], ids=["2d", "3d", "5d"])
+def test_batch_norm_of_other_ranks_matches_the_oracle(shape):
+    x, w = param(shape, seed=0), param((3,))
+    check_against_oracle(lambda x, w: F.batch_norm(x, None, None, w, None, training=True), [x, w])
+
+
+def test_batch_norm_running_statistics_by_hand():
+    data = np.arange(8.0).reshape(2, 2, 2, 1)
+    rm, rv = lm.zeros(2), lm.ones(2)
+    F.batch_norm(lm.asarray(data), rm, rv, training=True, momentum=0.5)
+    channel = data.transpose(1, 0, 2, 3).reshape(2, -1)
+    np.testing.assert_allclose(rm.numpy(), 0.5 * channel.mean(axis=1))
+    np.testing.assert_allclose(rv.numpy(), 0.5 + 0.5 * channel.var(axis=1, ddof=1))
+
+
+ACTIVATIONS = [
+    ("relu", F.relu),
+    ("leaky_relu", lambda x: F.leaky_relu(x, 0.2)),
+    ("gelu", F.gelu),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+    ("sigmoid", F.sigmoid),
+    ("softmax", lambda x: F.softmax(x, 1)),
+    ("log_softmax_last", lambda x: F.log_softmax(x, -1)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("fn", [a[1] for a in ACTIVATIONS], ids=[a[0] for a in ACTIVATIONS])
+def test_activations_match_the_oracle_and_keep_the_layout(fn, layout):
+    x = image((2, 3, 4, 5), layout, requires_grad=True)
+    out = check_against_oracle(fn, [x])[0]
+    assert F.layout_of(out) == layout
+
+
+def test_activations_of_special_values():
+    x = lm.asarray(np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1.0, 2.0]))
+    np.testing.assert_array_equal(F.relu(x).numpy(), [np.nan, 0.0, np.inf, 0.0, 0.0, 0.0, 2.0])
+    np.testing.assert_array_equal(F.sigmoid(x).numpy()[1:3], [0.0, 1.0])
+    assert np.isnan(F.softmax(lm.asarray([[np.nan, 1.0], [-np.inf, -np.inf]]), 1).numpy()).all()
+    big = F.softmax(lm.asarray([[1000.0, 1000.0, -1000.0]]), 1).numpy()
+    np.testing.assert_allclose(big, [[0.5, 0.5, 0.0]])
+
+
+def test_activations_on_non_contiguous_inputs():
+    base = param((4, 6), seed=3).detach()
+    x = base[:, ::2].T  # neither contiguous nor a permuted dense block
+    out = F.relu(x)
+    np.testing.assert_array_equal(out.numpy(), np.maximum(x.numpy(), 0))
+    grad = base[:, 1::2].T
+    g = OPERATORS["relu_backward"](grad, out)
+    np.testing.assert_array_equal(g.numpy(), np.where(out.numpy() > 0, grad.numpy(), 0))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_match_the_oracle(reduction):
+    logits = param((5, 4), seed=0)
+    target = lm.asarray([0, 3, -100, 1, 3])
+    weight = lm.asarray(np.array([0.5, 1.0, 2.0, 1.5]))
+    check_against_oracle(
+        lambda x: F.nll_loss(F.log_softmax(x, 1), target, weight, reduction=reduction), [logits]
+    )
+    spatial, target2 = param((2, 3, 2, 2), seed=4), lm.asarray(RNG.integers(0, 3, (2, 2, 2)))
+    check_against_oracle(lambda x: F.nll_loss(x, target2, reduction=reduction), [spatial])
+    a, b = param((3, 4), seed=5), param((3, 4), seed=6)
+    check_against_oracle(lambda a, b: F.mse_loss(a, b, reduction), [a, b])
+
+
+def test_cross_entropy_by_hand():
+    logits = np.array([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]])
+    target = np.array([0, 2])
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    loss = F.cross_entropy(lm.asarray(logits), lm.asarray(target))
+    assert loss.item() == pytest.approx(-logp[[0, 1], target].mean(), rel=1e-12)
+    smooth = F.cross_entropy(lm.asarray(logits), lm.asarray(target), label_smoothing=0.3)
+    want = 0.7 * -logp[[0, 1], target] + 0.3 * -logp.mean(axis=1)
+    assert smooth.item() == pytest.approx(want.mean(), rel=1e-12)
+    probs = np.array([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])
+    soft = F.cross_entropy(lm.asarray(logits), lm.asarray(probs), reduction="none")
+    np.testing.assert_allclose(soft.numpy(), -(probs * logp).sum(axis=1))
+
+
+def test_mean_nll_loss_with_every_target_ignored_is_nan():
+    loss = F.nll_loss(lm.zeros((2, 3)), lm.asarray([-100, -100]))
+    assert np.isnan(loss.item())
+
+
+@pytest.mark.parametrize("source", ["NCHW", "NHWC"])
+def test_to_layout_converts_and_keeps_values(source):
+    x = image((2, 3, 4, 5), source)
+    for target in ("NCHW", "NHWC"):
+        y = F.to_layout(x, target)
+        assert F.layout_of(y) == target and y.shape == x.shape
+        np.testing.assert_array_equal(y.numpy(), x.numpy())
+        assert np.shares_memory(y.numpy(), x.numpy()) == (source == target)
+    check_against_oracle(lambda x: F.to_layout(x, "NHWC"), [x.detach().requires_grad_()])
+
+
+def test_layout_of():
+    assert F.layout_of(lm.zeros((2, 3, 4, 5))) == "NCHW"
+    assert F.layout_of(lm.zeros((2, 3))) == "NCHW"
+    assert F.layout_of(F.to_layout(lm.zeros((2, 1, 4, 5)), "NHWC")) == "NCHW"  # both: NCHW
+    assert F.layout_of(lm.zeros((2, 3, 4, 6))[..., ::2]) is None
+
+
+def test_a_channels_last_network_never_converts():
+    """conv, batch norm, relu, pooling and LRN keep channels-last, forward and backward."""
+    lm.random.seed(0)
+    x = image((2, 3, 8, 8), "NHWC", requires_grad=True)
+    w = param((4, 3, 3, 3))
+    y = F.conv2d(x, w, padding=1)
+    for step in (
+        lambda t: F.batch_norm(t, None, None, training=True),
+        F.relu,
+        lambda t: F.local_response_norm(t, 3),
+        lambda t: F.max_pool2d(t, 2),
+        lambda t: F.avg_pool2d(t, 2),
+    ):
+        y = step(y)
+        assert F.layout_of(y) == "NHWC"
+    seen = []
+    x.register_hook(lambda g: seen.append(F.layout_of(g)))  # the gradient reaching x
+    lm.sum(y * y).backward()
+    assert seen == ["NHWC"]
+
+
+def test_dropout_is_reproducible_and_scaled():
+    x = lm.ones((200, 50))
+    lm.random.seed(3)
+    a = F.dropout(x, 0.3)
+    lm.random.seed(3)
+    b = F.dropout(x, 0.3)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    kept = a.numpy() != 0
+    assert 0.65 < kept.mean() < 0.75
+    np.testing.assert_allclose(a.numpy()[kept], 1 / 0.7)
+    assert F.dropout(x, 0.3, training=False) is x
+    assert not F.dropout(x, 1.0).numpy().any()
+    with pytest.raises(ValueError, match="p must be in"):
+        F.dropout(x, 1.5)
+
+
+def test_flatten():
+    x = image((2, 3, 4, 5), "NHWC")
+    y = F.flatten(x)
+    assert y.shape == (2, 60) and y.is_contiguous
+    np.testing.assert_array_equal(y.numpy(), x.numpy().reshape(2, 60))
+    assert F.flatten(x, 0, 1).shape == (6, 4, 5)
+    with pytest.raises(ValueError, match="comes after"):
+        F.flatten(x, 2, 1)
+
+
+# ---------------------------------------------------------------- float32 (production)
+
+FLOAT32 = [
+    ("conv", lambda x, w: F.conv2d(x, w, stride=2, padding=1)),
+    ("max_pool", lambda x, w: F.max_pool2d(x, 3, 2, padding=1)),
+    ("avg_pool", lambda x, w: F.avg_pool2d(x, 3, 2, padding=1)),
+    ("adaptive", lambda x, w: F.adaptive_avg_pool2d(x, 2)),
+    ("lrn", lambda x, w: F.local_response_norm(x, 5)),
+    ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True)),
+    ("relu", lambda x, w: F.relu(x)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("fn", [f[1] for f in FLOAT32], ids=[f[0] for f in FLOAT32])
+def test_float32_matches_the_oracle(fn, layout):
+    x = image((2, 4, 7, 6), layout, dtype=np.float32, requires_grad=True)
+    w = param((3, 4, 3, 3), dtype=np.float32)
+    check_against_oracle(fn, [x, w], rtol=2e-4, atol=2e-5)
+
+
+# ---------------------------------------------------------------- threads
+
+
+@pytest.fixture
+def two_threads():
+    """Two lamina threads (and two BLAS threads) for the test, both restored after."""
+    blas = lm.backends.threads.blas_num_threads()
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    yield
+    lm.set_num_threads(before)
+    lm.backends.threads._blas_libraries().limit(limits=blas[0])
+
+
+PARALLEL = [
+    ("conv", lambda x, w: F.conv2d(x, w, padding=1)),
+    ("max_pool", lambda x, w: F.max_pool2d(x, 3, 2)),
+    ("avg_pool", lambda x, w: F.avg_pool2d(x, 3, 2)),
+    ("lrn", lambda x, w: F.local_response_norm(x, 5)),
+    ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True)),
+    ("relu", lambda x, w: F.relu(x)),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("fn", [f[1] for f in PARALLEL], ids=[f[0] for f in PARALLEL])
+def test_parallel_kernels_equal_the_serial_ones(fn, layout, two_threads):
+    """Inputs of 2**17 elements run the prange variants (Note [Parallel threshold])."""
+    x = image((2, 16, 64, 64), layout, dtype=np.float32, requires_grad=True)
+    w = param((8, 16, 3, 3), dtype=np.float32)
+    outs, grads = _run(fn, [x, w])
+    lm.set_num_threads(1)
+    want_outs, want_grads = _run(fn, [x, w])
+    lm.set_num_threads(2)
+    for got, want in zip(outs + list(grads), want_outs + list(want_grads)):
+        if got is not None:  # float32 sums of 8192 terms, in another order: 1e-5 of the scale
+            scale = max(1.0, float(np.abs(want.numpy()).max()))
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_set_num_threads_sizes_blas_too(two_threads):
+    assert lm.get_num_threads() == 2
+    assert set(lm.backends.threads.blas_num_threads()) == {2}
+    lm.set_num_threads(1)
+    assert set(lm.backends.threads.blas_num_threads()) == {1}
+    lm.set_num_threads(2)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _raises(exc, match, fn, *args, **kwargs):
+    """The error comes from the operator's check (dispatch/meta.py) or a composite,
+    before any kernel: numpy_ref raises the same."""
+    with pytest.raises(exc, match=match) as info:
+        fn(*args, **kwargs)
+    with lm.backends.use("numpy_ref"), pytest.raises(exc, match=match):
+        fn(*args, **kwargs)
+    return info
+
+
+X = lm.zeros((2, 4, 6, 6))
+W = lm.zeros((6, 4, 3, 3))
+
+BAD_CONV = [
+    ("2d", (lm.zeros((4, 6)), W), {}, ValueError, r"3-D \(C, H, W\) or 4-D .* got shape \(4, 6\)"),
+    ("5d", (lm.zeros((1, 2, 4, 6, 6)), W), {}, ValueError, "got shape"),
+    (
+        "channels",
+        (lm.zeros((2, 3, 6, 6)), W),
+        {},
+        ValueError,
+        r"input has 3 channels, but weight \(6, 4, 3, 3\)",
+    ),
+    (
+        "groups_divide",
+        (X, lm.zeros((6, 1, 3, 3))),
+        _kw(groups=3),
+        ValueError,
+        r"groups=3 must divide the input channels \(4\)",
+    ),
+    ("groups_zero", (X, W), _kw(groups=0), ValueError, "groups must be positive"),
+    (
+        "kernel_too_big",
+        (X, lm.zeros((6, 4, 7, 7))),
+        {},
+        ValueError,
+        r"kernel \(7 x 7.*larger than the padded input \(6 x 6",
+    ),
+    ("stride_zero", (X, W), _kw(stride=0), ValueError, r"stride must be positive, got \(0, 0\)"),
+    ("stride_negative", (X, W), _kw(stride=(1, -1)), ValueError, "stride must be positive"),
+    ("padding_negative", (X, W), _kw(padding=-1), ValueError, "padding must be non-negative"),
+    ("padding_word", (X, W), _kw(padding="full"), ValueError, "'valid' or 'same'"),
+    (
+        "same_strided",
+        (X, W),
+        _kw(padding="same", stride=2),
+        ValueError,
+        "padding='same' needs stride 1",
+    ),
+    (
+        "int_input",
+        (lm.zeros((2, 4, 6, 6), dtype=lm.int64), W),
+        {},
+        TypeError,
+        "input must be a real floating-point tensor, got int64",
+    ),
+    (
+        "complex_input",
+        (lm.zeros((2, 4, 6, 6), dtype=lm.complex64), W),
+        {},
+        TypeError,
+        "input must be a real floating-point tensor, got complex64",
+    ),
+    ("bool_input", (lm.zeros((2, 4, 6, 6), dtype=lm.bool), W), {}, TypeError, "floating-point"),
+    (
+        "dtype_mix",
+        (X, lm.zeros((6, 4, 3, 3), dtype=lm.float32)),
+        {},
+        TypeError,
+        "weight has dtype float32, but input has dtype float64",
+    ),
+    ("weight_rank", (X, lm.zeros((6, 4, 3))), {}, ValueError, "weight must be 4-D"),
+    ("bias_shape", (X, W, lm.zeros(5)), {}, ValueError, r"bias must have shape \(6,\), got \(5,\)"),
+    ("dilation_zero", (X, W), _kw(dilation=0), ValueError, "dilation must be positive"),
+    ("stride_triple", (X, W), _kw(stride=(1, 1, 1)), ValueError, "stride must be an int or a pair"),
+    ("stride_float", (X, W), _kw(stride=1.5), TypeError, "stride must be an int, got float"),
+    (
+        "not_a_tensor",
+        (np.zeros((2, 4, 6, 6)), W),
+        {},
+        TypeError,
+        "input must be a tensor, got ndarray",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD_CONV, ids=[c[0] for c in BAD_CONV])
+def test_conv2d_bad_input(case):
+    _, args, kwargs, exc, match = case
+    info = _raises(exc, match, F.conv2d, *args, **kwargs)
+    assert info.value.args[0].startswith("conv2d:")
+
+
+BAD_POOL = [
+    ("kernel_too_big", (X, 7), {}, ValueError, r"output would be 0 x 0: the kernel \(7, 7\)"),
+    (
+        "padding_over_half",
+        (X, 3),
+        _kw(padding=2),
+        ValueError,
+        r"padding \(2, 2\) must be at most half of kernel_size \(3, 3\)",
+    ),
+    ("stride_zero", (X, 2), _kw(stride=0), ValueError, "stride must be positive"),
+    ("kernel_zero", (X, 0), {}, ValueError, "kernel_size must be positive"),
+    ("rank", (lm.zeros((6, 6)), 2), {}, ValueError, "3-D .* or 4-D"),
+    ("int_input", (lm.zeros((1, 1, 4, 4), dtype=lm.int32), 2), {}, TypeError, "floating-point"),
+]
+
+
+@pytest.mark.parametrize(
+    "fn", [F.max_pool2d, F.min_pool2d, F.avg_pool2d], ids=["max", "min", "avg"]
+)
+@pytest.mark.parametrize("case", BAD_POOL, ids=[c[0] for c in BAD_POOL])
+def test_pooling_bad_input(fn, case):
+    _, args, kwargs, exc, match = case
+    _raises(exc, match, fn, *args, **kwargs)
+
+
+def test_other_bad_input():
+    c = lm.zeros(4)
+    _raises(ValueError, "divisor_override must not be zero", F.avg_pool2d, X, 2, divisor_override=0)
+    _raises(ValueError, "output_size must be positive", F.adaptive_avg_pool2d, X, 0)
+    _raises(ValueError, "an int or a pair", F.adaptive_avg_pool2d, X, (1, 2, 3))
+    _raises(
+        ValueError,
+        r"running_mean must have shape \(4,\), got \(3,\)",
+        F.batch_norm,
+        X,
+        lm.zeros(3),
+        c,
+    )
+    _raises(
+        TypeError,
+        "running_var has dtype float32",
+        F.batch_norm,
+        X,
+        c,
+        lm.zeros(4, dtype=lm.float32),
+    )
+    _raises(ValueError, "needed when not training", F.batch_norm, X, None, None)
+    _raises(
+        ValueError,
+        "more than one value per channel",
+        F.batch_norm,
+        lm.zeros((1, 4)),
+        None,
+        None,
+        training=True,
+    )
+    _raises(
+        ValueError, "2 or more dimensions", F.batch_norm, lm.zeros(4), None, None, training=True
+    )
+    _raises(TypeError, "running_mean must be a tensor", F.batch_norm, X, [0.0] * 4, c)
+    _raises(ValueError, "3 or more dimensions", F.local_response_norm, lm.zeros((2, 4)), 3)
+    _raises(ValueError, "size must be positive", F.local_response_norm, X, 0)
+    _raises(TypeError, "size must be an int", F.local_response_norm, X, 2.5)
+    _raises(
+        ValueError,
+        r"in_features=5 \(weight \(3, 5\)\), got input shape \(2, 4\)",
+        F.linear,
+        lm.zeros((2, 4)),
+        lm.zeros((3, 5)),
+    )
+    _raises(
+        ValueError, r"bias must have shape \(3,\)", F.linear, lm.zeros((2, 5)), lm.zeros((3, 5)), c
+    )
+    _raises(ValueError, "approximate must be 'none' or 'tanh'", F.gelu, X, "erf")
+    _raises(TypeError, "floating-point", F.relu, lm.zeros(3, dtype=lm.int64))
+    _raises(lm.AxisError, "softmax: dim 4 is out of bounds", F.softmax, X, 4)
+    _raises(ValueError, "layout must be 'NCHW' or 'NHWC'", F.to_layout, X, "CHWN")
+    _raises(ValueError, "needs a 4-D", F.to_layout, lm.zeros((4, 6, 6)), "NHWC")
+    _raises(ValueError, "target shape .* differs", F.mse_loss, lm.zeros(3), lm.zeros(4))
+    _raises(ValueError, "reduction must be 'mean', 'sum' or 'none'", F.mse_loss, c, c, "avg")
+
+
+def test_loss_bad_input():
+    logits = lm.zeros((3, 4))
+    _raises(
+        ValueError,
+        r"target values must be class indices in \[0, 4\).*got 4",
+        F.cross_entropy,
+        logits,
+        lm.asarray([0, 4, 1]),
+    )
+    _raises(ValueError, r"in \[0, 4\).*got -1", F.nll_loss, logits, lm.asarray([0, -1, 1]))
+    _raises(
+        TypeError,
+        "target must hold integer class indices, got float64",
+        F.nll_loss,
+        logits,
+        lm.zeros(3),
+    )
+    _raises(
+        ValueError,
+        r"target must have shape \(3,\) for input shape \(3, 4\), got \(2,\)",
+        F.nll_loss,
+        logits,
+        lm.asarray([0, 1]),
+    )
+    _raises(
+        ValueError,
+        r"weight must have shape \(4,\)",
+        F.nll_loss,
+        logits,
+        lm.asarray([0, 1, 2]),
+        lm.zeros(3),
+    )
+    _raises(
+        ValueError,
+        "probability targets must have the input's shape",
+        F.cross_entropy,
+        logits,
+        lm.zeros((3, 5)),
+    )
+    _raises(
+        ValueError,
+        "label_smoothing must be in",
+        F.cross_entropy,
+        logits,
+        lm.asarray([0, 1, 2]),
+        label_smoothing=2.0,
+    )
+
+
+# ---------------------------------------------------------------- PyTorch (optional)
+
+
+def test_values_and_gradients_match_pytorch():
+    torch = pytest.importorskip("torch")
+    tf = torch.nn.functional
+    cases = [
+        lambda f, x, w, b: f.conv2d(x, w, b, (2, 1), (1, 2), (1, 2), 2),
+        lambda f, x, w, b: f.max_pool2d(x, 3, 2, padding=1, ceil_mode=True),
+        lambda f, x, w, b: f.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        lambda f, x, w, b: f.adaptive_avg_pool2d(x, (3, 2)),
+        lambda f, x, w, b: f.local_response_norm(x, 3, alpha=0.1, k=2.0),
+        lambda f, x, w, b: f.batch_norm(x, None, None, b[:4] + 1.0, b[:4], training=True),
+        lambda f, x, w, b: f.gelu(f.leaky_relu(x, 0.1), approximate="tanh"),
+        lambda f, x, w, b: f.log_softmax(f.relu(x), 1),
+    ]
+    rng = np.random.default_rng(0)
+    data = [rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 7, 6), (6, 2, 3, 2), (6,))]
+    for layout in ("NCHW", "NHWC"):
+        for fn in cases:
+            ours = [lm.asarray(d, requires_grad=True) for d in data]
+            if layout == "NHWC":
+                ours[0] = F.to_layout(ours[0].detach(), "NHWC").requires_grad_()
+            theirs = [torch.tensor(d, requires_grad=True) for d in data]
+            if layout == "NHWC":
+                theirs[0] = theirs[0].detach().contiguous(memory_format=torch.channels_last)
+                theirs[0].requires_grad_()
+            out, want = fn(F, *ours), fn(tf, *theirs)
+            np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+            weights = rng.standard_normal(want.shape).astype(np.float32)
+            lm.sum(out * lm.asarray(weights)).backward()
+            (want * torch.tensor(weights)).sum().backward()
+            for a, b in zip(ours, theirs):
+                if b.grad is None:
+                    continue
+                np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-3, atol=1e-4)
+    logits, target = rng.standard_normal((6, 5)), rng.integers(0, 5, 6)
+    target[2] = -100
+    w = rng.random(5)
+    for reduction in ("mean", "sum", "none"):
+        ours = F.cross_entropy(
+            lm.asarray(logits),
+            lm.asarray(target),
+            lm.asarray(w),
+            reduction=reduction,
+            label_smoothing=0.2,
+        )
+        theirs = tf.cross_entropy(
+            torch.tensor(logits),
+            torch.tensor(target),
+            torch.tensor(w),
+            reduction=reduction,
+            label_smoothing=0.2,
+        )
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12)
+
+
+def test_max_pool_computes_indices_only_for_gradients():
+    x = image((1, 2, 5, 5), "NHWC", requires_grad=True)
+    assert F.max_pool2d(x, 2).grad_fn.name == "max_pool2d_with_indices"
+    assert F.min_pool2d(x, 2).grad_fn.name == "min_pool2d_with_indices"
+    with lm.no_grad():
+        values = F.max_pool2d(x, 3, 2, 1)
+    np.testing.assert_array_equal(values.numpy(), F.max_pool2d(x, 3, 2, 1).detach().numpy())
+    assert F.layout_of(values) == "NHWC"
