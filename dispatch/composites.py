@@ -165,9 +165,10 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
     if device is not None:
         device = A.device(device, "from_dlpack", "device")
     try:
-        data = np.from_dlpack(x, copy=copy)  # the producer copies when copy=True
+        data = _from_dlpack_on_cpu(x, copy)
+    except BufferError as exc:  # the producer cannot export (its device, copy=False, ...)
+        raise BufferError(f"from_dlpack: cannot import {type(x).__name__}: {exc}") from None
     except (
-        BufferError,
         RuntimeError,
         TypeError,
         ValueError,
@@ -186,6 +187,18 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
             raise ValueError(f"from_dlpack: moving to {device} needs a copy, but copy=False")
         return asarray(data, device=device)
     return _create("from_host", data, D.from_numpy(data.dtype))
+
+
+def _from_dlpack_on_cpu(x: Any, copy: bool | None) -> np.ndarray:
+    """``x`` as a NumPy array through DLPack: shared where the producer's memory is on
+    the CPU; else (its ``BufferError``), and unless ``copy=False``, a copy the producer
+    makes on the CPU when asked for it (the 2023.12 protocol's ``dl_device``)."""
+    try:
+        return np.from_dlpack(x, copy=copy)  # the producer copies when copy=True
+    except BufferError:
+        if copy is False:
+            raise
+        return np.from_dlpack(x, device="cpu", copy=copy)
 
 
 @A.checked

@@ -33,6 +33,13 @@ class DType:
     def itemsize(self):
         return self.np.itemsize
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype: NumPy reads ``.dtype`` off an object it is given as a dtype,
+        so lamina's dtypes work there too (``np.zeros(3, dtype=lm.float32)``,
+        ``a.astype(x.dtype)``), as their ``kind`` suggests to NumPy-minded code."""
+        return self.np
+
 
 _NAMES = [
     ("bool", "b"),

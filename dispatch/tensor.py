@@ -20,6 +20,8 @@ from .dtypes import BY_NAME, DType, from_numpy
 from .format import format_tensor
 from .schema import OPERATORS
 
+DLPACK_CPU = (1, 0)  # DLPack's (device type, device id) of the CPU: kDLCPU, 0
+
 PY_SCALARS = core.PY_SCALARS  # exact types: subclasses take the general paths
 
 
@@ -148,15 +150,42 @@ class Tensor(_Base):
         dl_device: Any = None,
         copy: bool | None = None,
     ) -> Any:
+        """The storage of a dense CPU tensor as a DLPack capsule (2023.12 protocol). A
+        tensor on another device exports as a copy on the CPU when the consumer asks
+        for the CPU (``dl_device=(1, 0)``, as ``numpy.from_dlpack(x, device="cpu")``
+        does) and allows a copy; anything else that cannot be exported is the
+        protocol's ``BufferError``."""
         kwargs = {} if max_version is None else {"max_version": max_version}
+        if self._ks & keys.SPARSE:
+            raise BufferError("__dlpack__: a sparse tensor has no DLPack form; use to_dense()")
+        if not self._ks & keys.CPU:
+            if dl_device is None or tuple(dl_device) != DLPACK_CPU:
+                raise BufferError(
+                    f"__dlpack__: a tensor on {self.device} exports only as a copy on the "
+                    f"CPU: ask for dl_device={DLPACK_CPU}"
+                )
+            if copy is False:
+                raise BufferError(
+                    f"__dlpack__: exporting a tensor on {self.device} to the CPU needs a "
+                    "copy, but copy=False"
+                )
+            return self._host().__dlpack__(stream=stream, **kwargs)  # a fresh copy
         if dl_device is not None:
             kwargs["dl_device"] = dl_device
         if copy is not None:
             kwargs["copy"] = copy
-        return self.numpy().__dlpack__(stream=stream, **kwargs)
+        return self._data.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return self.numpy().__dlpack_device__()
+        """(1, 0) (kDLCPU) for a dense CPU tensor; DLPack has no name for lamina's other
+        devices (or for sparse storage), which is the protocol's ``BufferError``."""
+        if self._ks & keys.SPARSE or not self._ks & keys.CPU:
+            raise BufferError(
+                f"__dlpack_device__: a {'sparse ' if self._ks & keys.SPARSE else ''}tensor on "
+                f"{self.device} has no DLPack device; __dlpack__(dl_device={DLPACK_CPU}) "
+                "exports a copy on the CPU"
+            )
+        return DLPACK_CPU
 
     @checked
     def to_device(self, device: str | Device, /, *, stream: Any = None) -> Tensor:

@@ -563,6 +563,33 @@ def test_from_dlpack_shares_zero_size_arrays_and_honours_copy_and_device():
     same(lm.from_dlpack(xp.asarray([1, 2])), np.array([1, 2]))
 
 
+def test_a_tensor_on_another_device_exports_a_cpu_copy_when_asked_for_the_cpu():
+    """DLPack 2023.12: dl_device=(kDLCPU, 0) lets the producer copy to the CPU (NumPy's
+    from_dlpack(x, device="cpu"), which scikit-learn uses to bring results home); what
+    cannot be exported is the protocol's BufferError (it was numpy()'s TypeError)."""
+    values = np.arange(6.0).reshape(2, 3)
+    t = lm.asarray(values, device="counting")
+    same(np.from_dlpack(t, device="cpu"), values)
+    same(np.from_dlpack(t[:, ::2], device="cpu", copy=True), values[:, ::2])
+    same(lm.from_dlpack(t).numpy(), values)  # lamina asks for the CPU when it must
+    moved = lm.from_dlpack(t, device="counting")
+    assert moved.device == "counting" and moved.tolist() == values.tolist()
+    with pytest.raises(BufferError, match="on counting exports only as a copy on the CPU"):
+        np.from_dlpack(t)
+    with pytest.raises(BufferError, match="on counting to the CPU needs a copy, but copy=False"):
+        np.from_dlpack(t, device="cpu", copy=False)
+    with pytest.raises(BufferError, match="from_dlpack: cannot import Tensor: __dlpack__"):
+        lm.from_dlpack(t, copy=False)
+    with pytest.raises(BufferError, match="a tensor on counting has no DLPack device"):
+        t.__dlpack_device__()
+    sparse = lm.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,))
+    with pytest.raises(BufferError, match="a sparse tensor has no DLPack form; use to_dense"):
+        np.from_dlpack(sparse)
+    with pytest.raises(BufferError, match="a sparse tensor on cpu has no DLPack device"):
+        sparse.__dlpack_device__()
+    assert lm.asarray(values).__dlpack_device__() == (1, 0)
+
+
 @pytest.mark.parametrize("dtype", [np.float16])
 def test_from_dlpack_of_an_unsupported_dtype_lists_the_supported_ones(dtype):
     with pytest.raises(TypeError, match=r"from_dlpack: unsupported dtype .*lamina supports bool"):

@@ -584,6 +584,16 @@ def test_isdtype():
         lm.isdtype(lm.int8, "foo")
 
 
+def test_numpy_takes_lamina_dtypes():
+    """A lamina dtype has NumPy's kind letter, so code written for NumPy dtypes (as
+    scikit-learn's RidgeCV without array API dispatch, casting NumPy results to
+    X.dtype) hands it to NumPy, which raised "Cannot interpret 'lamina.float32'"."""
+    for dtype in lm.__array_namespace_info__().dtypes().values():
+        assert np.dtype(dtype) == np.dtype(dtype.name)
+        assert np.zeros(2, dtype=dtype).dtype == np.dtype(dtype.name)
+    assert np.arange(3).astype(lm.float32).dtype == np.float32
+
+
 # ---------------------------------------------------------------- the Tensor protocol
 
 
