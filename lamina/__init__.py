@@ -8,7 +8,7 @@ functions are generated from the operator schema (``lamina.dispatch``); this mod
 only gathers the public face.
 """
 
-import sys
+import sys as _sys
 
 from lamina import autograd, backends, dispatch
 from lamina.autograd import enable_grad, no_grad, set_grad_enabled
@@ -54,7 +54,7 @@ newaxis = None
 Array = Tensor
 
 _bindings.install(globals())  # switching the dispatcher layer rebinds them here too
-_tensor.upper.namespace = sys.modules[__name__]  # Tensor.__array_namespace__
+_tensor.upper.namespace = _sys.modules[__name__]  # Tensor.__array_namespace__
 
 # the built-in plugins, then the autograd layer (registered like a backend), then the
 # installed third-party plugins last, so that they see a complete lamina

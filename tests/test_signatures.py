@@ -78,3 +78,25 @@ def test_every_name_of_the_standard_exists(module):
     prefix = f"{module}." if module else ""
     in_table = {n for n in SPEC if n.startswith(prefix) and (module or "." not in n)}
     assert in_table <= names | {"__array_namespace_info__"}
+
+
+def test_the_namespace_exports_no_stray_modules():
+    """Only lamina's own submodules are public module attributes (an ``import sys`` in
+    lamina/__init__.py once showed up as ``lamina.sys``)."""
+    import types
+
+    modules = {
+        n for n in dir(lm) if not n.startswith("_") and isinstance(getattr(lm, n), types.ModuleType)
+    }
+    assert modules == {
+        "autograd",
+        "backends",
+        "dispatch",
+        "fft",
+        "layers",
+        "linalg",
+        "memory",
+        "nn",
+        "optim",
+        "random",
+    }
