@@ -1903,7 +1903,7 @@ static PyObject *mod_time_loop(PyObject *m, PyObject *args) {
  * unmaps large blocks and maps them again on the next call: a training step's buffers
  * then stop costing page faults. The cached bytes never exceed `limit`: a block that
  * would go beyond it is returned at once, and empty_cache() returns them all. Smaller
- * requests go to malloc as before. Every block carries a header saying which class it
+ * requests go to NumPy's default allocator, as before (it caches small blocks itself). Every block carries a header saying which class it
  * is (or that it is not pooled), because an array made while the pool was on may die
  * after it was switched off, and NumPy then still calls this handler's free. The lists
  * and counters are guarded by their own lock: NumPy may allocate and free without
@@ -1941,8 +1941,13 @@ static int pool_class(size_t size, size_t *capacity) {
 static void *pool_block_data(PoolBlock *b) { return (char *)b + POOL_HEADER; }
 static PoolBlock *pool_block_of(void *p) { return (PoolBlock *)((char *)p - POOL_HEADER); }
 
+/* NumPy's default allocator, which small requests keep: it caches small blocks itself */
+static PyDataMemAllocator *numpy_allocator;
+
 static void *pool_plain(size_t size, int zero) {
-    PoolBlock *b = zero ? calloc(1, size + POOL_HEADER) : malloc(size + POOL_HEADER);
+    void *ctx = numpy_allocator->ctx;
+    PoolBlock *b = zero ? numpy_allocator->calloc(ctx, 1, size + POOL_HEADER)
+                        : numpy_allocator->malloc(ctx, size + POOL_HEADER);
     if (b == NULL) return NULL;
     b->capacity = 0;
     b->size = size;
@@ -1988,7 +1993,7 @@ static void pool_put(void *ctx, void *p, size_t size) {
     if (p == NULL) return;
     PoolBlock *b = pool_block_of(p);
     if (b->capacity == 0) {
-        free(b);
+        numpy_allocator->free(numpy_allocator->ctx, b, b->size + POOL_HEADER);
         return;
     }
     PyThread_acquire_lock(pool_lock, WAIT_LOCK);
@@ -2019,7 +2024,7 @@ static void *pool_realloc(void *ctx, void *p, size_t size) {
     if (p == NULL) return pool_malloc(ctx, size);
     PoolBlock *b = pool_block_of(p);
     if (b->capacity == 0 && size < pool_threshold) {  /* small stays small */
-        PoolBlock *moved = realloc(b, (size ? size : 1) + POOL_HEADER);
+        PoolBlock *moved = numpy_allocator->realloc(numpy_allocator->ctx, b, (size ? size : 1) + POOL_HEADER);
         if (moved == NULL) return NULL;
         moved->size = size ? size : 1;
         return pool_block_data(moved);
@@ -2254,7 +2259,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (m == NULL) return NULL;
     pool_lock = PyThread_allocate_lock();
     pool_capsule = PyCapsule_New(&pool_handler, "mem_handler", NULL);
-    if (pool_lock == NULL || pool_capsule == NULL) return NULL;
+    PyDataMem_Handler *numpy_handler = PyCapsule_GetPointer(PyDataMem_DefaultHandler, "mem_handler");
+    if (pool_lock == NULL || pool_capsule == NULL || numpy_handler == NULL) return NULL;
+    numpy_allocator = &numpy_handler->allocator;
     cpu_ks = PyLong_FromLong(1);
     out_kwnames = Py_BuildValue("(s)", "out");
     enabled_str = PyUnicode_InternFromString("enabled");
