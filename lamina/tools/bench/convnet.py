@@ -508,14 +508,17 @@ def plot(path, args, cases, results, libs) -> None:
         raise SystemExit("--plot: nothing was timed, so there is nothing to plot")
     fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):
-        for mode in ("train", "infer"):
+        batches = sorted({c.batch for c in cases if c.model == model})
+        for mode, style in (("train", "-o"), ("infer", "--s")):
             mine = [c for c in cases if c.model == model and c.mode == mode]
             if not mine:
                 continue
-            for lib, style in zip(libs, ("-o", "--s")):
+            for lib, color in zip(libs, ("tab:blue", "tab:orange")):
                 ys = [c.batch / results[c.model, c.mode, c.batch][lib.name] for c in mine]
-                ax.plot([c.batch for c in mine], ys, style, label=f"{lib.name} {mode}")
+                xs = [c.batch for c in mine]
+                ax.plot(xs, ys, style, color=color, label=f"{lib.name} {mode}")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
         ax.set_title(model)
         ax.set_xlabel("batch size")
         ax.set_ylabel("images/s")
