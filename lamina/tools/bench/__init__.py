@@ -2,6 +2,8 @@
 
 Subcommands:
 
+    convnet   seed 2's AlexNet-, VGG- and Inception-like nets, training and
+              inference images/s, lamina beside PyTorch (lamina.tools.bench.convnet)
     nn        seed 2's primitives on 16x64x56x56 float32, lamina beside PyTorch
               (lamina.tools.bench.nn)
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import nn
+from . import convnet, nn
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,13 +25,15 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    nn.add_arguments(
-        commands.add_parser(
-            "nn",
-            help=nn.__doc__.splitlines()[0],
-            description=nn.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+    subcommands = {"convnet": convnet, "nn": nn}
+    for name, module in subcommands.items():
+        module.add_arguments(
+            commands.add_parser(
+                name,
+                help=module.__doc__.splitlines()[0],
+                description=module.__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
         )
-    )
     args = parser.parse_args(argv)
-    {"nn": nn.run}[args.command](args)
+    subcommands[args.command].run(args)

@@ -1,0 +1,569 @@
+"""Three convnets, lamina beside PyTorch (``python -m lamina.bench convnet``).
+
+Seed 2's convnet study scaled to 2 cores: an AlexNet-like net (11 x 11 stride-4
+convolution, local response normalization, max pooling, three linear layers), a
+VGG-like net (3 x 3 convolution stacks with batch normalization, max pooling) and an
+Inception-v1-like net (a stem, then two blocks of parallel 1 x 1 / 3 x 3 / 5 x 5 /
+pool-projection branches joined by concatenation on channels, global average pooling,
+a linear layer), on 64 x 64 RGB images and 100 classes, float32.
+
+Each architecture is written once (``ARCHITECTURES``) and built with lamina.nn and,
+when it is importable, torch.nn; PyTorch gets lamina's initial weights (copied) and
+the same inputs. Before anything is timed, one training step's loss and every
+parameter's gradient must agree with PyTorch's within float32 tolerance
+(``LOSS_TOLERANCE``, ``GRAD_TOLERANCE``); a model that does not is not timed, and the
+report names its worst parameter. Then training steps (forward, cross-entropy loss,
+backward, SGD step) and inference (evaluation mode, no gradients) are timed for every
+batch size, both libraries interleaved round by round, and reported as images per
+second (medians) with lamina / PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .nn import _progress
+
+CLASSES = 100
+IMAGE = (3, 64, 64)
+CHECK_BATCH = 4  # the agreement check's batch (batch norm needs more than one image)
+# |lamina - torch| <= atol + rtol |torch|; a gradient's atol is scaled by the largest
+# |gradient| of its parameter, since gradients of different layers differ by decades.
+LOSS_TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}
+GRAD_TOLERANCE = {"rtol": 1e-3, "atol": 1e-4}  # atol times max |torch gradient|
+
+
+def _vgg_stage(channels: int, convs: int) -> tuple:
+    return (("conv", channels, 3, 1, 1), ("bn",), ("relu",)) * convs + (("maxpool", 2, 2, 0),)
+
+
+# Note [Architecture descriptions]: one tuple per layer, (kind, *arguments), read by
+# ``build`` for both libraries, so the two models cannot drift apart and their
+# parameters get the same dotted names (weights are copied by name).
+#   conv (out_channels, kernel, stride, padding), with a bias unless batch norm
+#   follows (which would cancel it: its gradient is zero up to rounding); bn; relu; lrn (size);
+#   maxpool (kernel, stride, padding); avgpool (global); flatten; linear (out);
+#   inception (1x1, (3x3 reduce, 3x3), (5x5 reduce, 5x5), pool projection).
+# fmt: off
+ARCHITECTURES = {
+    "alexnet": (
+        ("conv", 48, 11, 4, 2), ("relu",), ("lrn", 5), ("maxpool", 3, 2, 0),
+        ("conv", 128, 5, 1, 2), ("relu",), ("lrn", 5), ("maxpool", 3, 2, 0),
+        ("conv", 192, 3, 1, 1), ("relu",),
+        ("conv", 128, 3, 1, 1), ("relu",),
+        ("flatten",),
+        ("linear", 512), ("relu",),
+        ("linear", 512), ("relu",),
+        ("linear", CLASSES),
+    ),
+    "vgg": (
+        _vgg_stage(16, 2)
+        + _vgg_stage(32, 2)
+        + _vgg_stage(64, 2)
+        + _vgg_stage(128, 1)
+        + (("flatten",), ("linear", 256), ("relu",), ("linear", CLASSES))
+    ),
+    "inception": (
+        ("conv", 32, 7, 2, 3), ("relu",), ("maxpool", 3, 2, 1),
+        ("conv", 64, 3, 1, 1), ("relu",), ("maxpool", 3, 2, 1),
+        ("inception", 32, (32, 48), (8, 16), 16),
+        ("inception", 48, (48, 64), (12, 24), 24),
+        ("avgpool",), ("flatten",),
+        ("linear", CLASSES),
+    ),
+}
+# fmt: on
+
+
+# ---------------------------------------------------------------- the two libraries
+
+
+@dataclass
+class Lib:
+    """What a benchmark needs of one library."""
+
+    name: str
+    nn: object  # lamina.nn or torch.nn
+    cat: Callable  # cat(list of tensors) along channels
+    tensor: Callable  # tensor(numpy array) -> tensor
+    to_layout: Callable  # to_layout(images, layout) -> images in that memory layout
+    model_to_layout: Callable  # model_to_layout(model, layout) -> model
+    numpy: Callable  # numpy(tensor) -> numpy array
+    no_grad: Callable
+    sgd: Callable  # sgd(parameters, lr) -> optimizer
+    set_threads: Callable
+    get_threads: Callable
+    version: str
+    inception: type = field(init=False)
+
+    def __post_init__(self):
+        self.inception = _inception_class(self.nn, self.cat)
+
+
+def _lamina() -> Lib:
+    import lamina as lm
+
+    return Lib(
+        "lamina",
+        lm.nn,
+        lambda ts: lm.concat(ts, axis=1),
+        lm.asarray,
+        lambda x, layout: lm.nn.functional.to_layout(x, layout),
+        lambda model, layout: model,  # lamina's kernels follow the input's layout
+        lambda t: t.detach().numpy(),
+        lm.no_grad,
+        lambda params, lr: lm.optim.SGD(params, lr=lr),
+        lm.set_num_threads,
+        lm.get_num_threads,
+        lm.__version__,
+    )
+
+
+def _torch() -> Lib | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    def to_layout(x, layout):
+        return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
+
+    def model_to_layout(model, layout):
+        return model.to(memory_format=torch.channels_last) if layout == "NHWC" else model
+
+    return Lib(
+        "torch",
+        torch.nn,
+        lambda ts: torch.cat(ts, 1),
+        torch.from_numpy,
+        to_layout,
+        model_to_layout,
+        lambda t: t.detach().numpy(),
+        torch.no_grad,
+        lambda params, lr: torch.optim.SGD(params, lr=lr),
+        torch.set_num_threads,
+        torch.get_num_threads,
+        torch.__version__.split("+")[0],
+    )
+
+
+def _inception_class(nn, cat) -> type:
+    """Inception v1's block in library ``nn``: four branches over the same input,
+    their outputs concatenated on channels."""
+
+    def conv_relu(c_in, c_out, k):
+        return [nn.Conv2d(c_in, c_out, k, padding=k // 2), nn.ReLU()]
+
+    class Inception(nn.Module):
+        def __init__(self, c_in, c1, c3, c5, pool_proj):
+            super().__init__()
+            self.branch1 = nn.Sequential(*conv_relu(c_in, c1, 1))
+            self.branch3 = nn.Sequential(*conv_relu(c_in, c3[0], 1), *conv_relu(c3[0], c3[1], 3))
+            self.branch5 = nn.Sequential(*conv_relu(c_in, c5[0], 1), *conv_relu(c5[0], c5[1], 5))
+            self.branch_pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), *conv_relu(c_in, pool_proj, 1))
+            self.out_channels = c1 + c3[1] + c5[1] + pool_proj
+
+        def forward(self, x):
+            branches = (self.branch1, self.branch3, self.branch5, self.branch_pool)
+            return cat([b(x) for b in branches])
+
+    return Inception
+
+
+def _size(n, kernel, stride, padding):
+    return (n + 2 * padding - kernel) // stride + 1
+
+
+def build(arch: tuple, lib: Lib):
+    """The model of an architecture description (Note [Architecture descriptions])
+    in ``lib``, for IMAGE-shaped inputs."""
+    nn = lib.nn
+    c, h, w = IMAGE
+    layers = []
+    for i, (kind, *a) in enumerate(arch):
+        if kind == "conv":
+            out, k, s, p = a
+            normalized = i + 1 < len(arch) and arch[i + 1][0] == "bn"
+            layers.append(nn.Conv2d(c, out, k, s, p, bias=not normalized))
+            c, h, w = out, _size(h, k, s, p), _size(w, k, s, p)
+        elif kind == "maxpool":
+            k, s, p = a
+            layers.append(nn.MaxPool2d(k, s, p))
+            h, w = _size(h, k, s, p), _size(w, k, s, p)
+        elif kind == "bn":
+            layers.append(nn.BatchNorm2d(c))
+        elif kind == "relu":
+            layers.append(nn.ReLU())
+        elif kind == "lrn":
+            layers.append(nn.LocalResponseNorm(a[0]))
+        elif kind == "avgpool":
+            layers.append(nn.AdaptiveAvgPool2d(1))
+            h = w = 1
+        elif kind == "flatten":
+            layers.append(nn.Flatten())
+            c, h, w = c * h * w, 1, 1
+        elif kind == "linear":
+            layers.append(nn.Linear(c, a[0]))
+            c = a[0]
+        elif kind == "inception":
+            layers.append(lib.inception(c, *a))
+            c = layers[-1].out_channels
+        else:
+            raise ValueError(f"unknown layer kind {kind!r} in an architecture description")
+    return nn.Sequential(*layers).float()  # lamina's default dtype is float64
+
+
+def copy_weights(lamina_model, torch_model) -> None:
+    """Every parameter and buffer of the lamina model into the torch model, by name."""
+    import torch
+
+    state = lamina_model.state_dict()
+    with torch.no_grad():
+        for name, t in torch_model.state_dict().items():
+            t.copy_(torch.from_numpy(state[name].numpy().copy()))
+
+
+# ---------------------------------------------------------------- agreement
+
+
+@dataclass
+class Agreement:
+    model: str
+    ok: bool
+    loss: tuple  # (lamina, torch)
+    worst: str  # the parameter whose gradient is farthest from torch's, relative to tolerance
+    worst_ratio: float  # max |difference| / tolerance of that parameter (<= 1: agrees)
+    worst_abs: float  # its largest absolute difference
+
+    def message(self) -> str:
+        if self.ok:
+            return (
+                f"{self.model}: loss and gradients agree with PyTorch "
+                f"(worst: {self.worst}, {self.worst_ratio:.2g} of the tolerance)"
+            )
+        return (
+            f"{self.model}: NOT TIMED -- one training step disagrees with PyTorch: loss "
+            f"{self.loss[0]:.6g} vs {self.loss[1]:.6g}; worst gradient {self.worst!r} off by "
+            f"{self.worst_abs:.3g} ({self.worst_ratio:.3g} times the tolerance)"
+        )
+
+
+def _ratio(mine, ref, rtol, atol) -> float:
+    return float(np.max(np.abs(mine - ref) / (atol + rtol * np.abs(ref)), initial=0.0))
+
+
+def check_agreement(name, models, libs, layout, batch=CHECK_BATCH) -> Agreement:
+    """One training step's loss and gradients, lamina's against torch's."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, *IMAGE), dtype=np.float32)
+    y = rng.integers(0, CLASSES, batch)
+    losses, grads = [], []
+    for lib in libs:
+        model = models[lib.name].train()
+        model.zero_grad()
+        loss = lib.nn.CrossEntropyLoss()(model(lib.to_layout(lib.tensor(x), layout)), lib.tensor(y))
+        loss.backward()
+        losses.append(float(lib.numpy(loss)))
+        grads.append({n: lib.numpy(p.grad) for n, p in model.named_parameters()})
+        model.zero_grad()
+    (loss, loss_ref), (mine, ref) = losses, grads
+    ok = _ratio(np.float64(loss), np.float64(loss_ref), **LOSS_TOLERANCE) <= 1
+    worst, worst_ratio, worst_abs = "", -1.0, 0.0
+    for n, g_ref in ref.items():
+        g = mine.get(n)
+        if g is None or g.shape != g_ref.shape:
+            return Agreement(name, False, (loss, loss_ref), n, float("inf"), float("inf"))
+        atol = GRAD_TOLERANCE["atol"] * max(float(np.max(np.abs(g_ref))), 1e-30)
+        r = _ratio(g, g_ref, GRAD_TOLERANCE["rtol"], atol)
+        if r > worst_ratio:
+            worst, worst_ratio = n, r
+            worst_abs = float(np.max(np.abs(g - g_ref)))
+    return Agreement(name, ok and worst_ratio <= 1, (loss, loss_ref), worst, worst_ratio, worst_abs)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+@dataclass
+class Case:
+    model: str
+    mode: str  # "train" or "infer"
+    batch: int
+
+
+def _step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
+    """A function running one training step or one inference of ``batch`` images."""
+    rng = np.random.default_rng(batch)
+    x = lib.to_layout(lib.tensor(rng.standard_normal((batch, *IMAGE), dtype=np.float32)), layout)
+    if mode == "infer":
+
+        def infer():
+            model.eval()
+            with lib.no_grad():
+                model(x)
+
+        return infer
+    y = lib.tensor(rng.integers(0, CLASSES, batch))
+    loss_fn = lib.nn.CrossEntropyLoss()
+    optimizer = lib.sgd(model.parameters(), 1e-3)
+
+    def train():
+        model.train()
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    return train
+
+
+def _calls_per_sample(fn, target=0.05) -> int:
+    t = time.perf_counter()
+    fn()
+    once = time.perf_counter() - t
+    return max(1, min(20, int(target / max(once, 1e-9))))
+
+
+def _cases(args) -> list[Case]:
+    models = list(ARCHITECTURES) if args.model == "all" else [args.model]
+    modes = ["train", "infer"] if args.mode == "both" else [args.mode]
+    return [Case(m, mode, b) for m in models for mode in modes for b in args.batch]
+
+
+def measure(args):
+    """(cases, {(model, mode, batch): {library: median seconds}}, libraries,
+    {model: Agreement}); models that disagree with PyTorch are left out of the results."""
+    import lamina as lm
+
+    libs = [_lamina()]
+    peer = None if args.no_torch else _torch()
+    if peer is not None:
+        libs.append(peer)
+    saved = [lib.get_threads() for lib in libs]
+    try:
+        for lib in libs:
+            lib.set_threads(args.threads)
+        lm.random.seed(0)
+        return _measure(args, libs)
+    finally:
+        for lib, n in zip(libs, saved):
+            lib.set_threads(n)
+
+
+def _measure(args, libs):
+    cases = _cases(args)
+    names = sorted({c.model for c in cases}, key=list(ARCHITECTURES).index)
+    models, agreements = {}, {}
+    for name in names:
+        models[name] = {libs[0].name: build(ARCHITECTURES[name], libs[0])}
+        if len(libs) > 1:
+            peer = build(ARCHITECTURES[name], libs[1])
+            copy_weights(models[name]["lamina"], peer)
+            models[name]["torch"] = libs[1].model_to_layout(peer, args.layout)
+            agreements[name] = check_agreement(name, models[name], libs, args.layout)
+            print(agreements[name].message(), file=sys.stderr)
+    cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
+    runs = {}
+    total = len(cases) * len(libs) * (args.rounds + 1)
+    done = 0
+    for case in cases:
+        for lib in libs:
+            fn = _step(lib, models[case.model][lib.name], case.mode, case.batch, args.layout)
+            fn()  # warm-up: kernels compile or load from the cache
+            runs[case.model, case.mode, case.batch, lib.name] = (fn, _calls_per_sample(fn))
+            done += 1
+            _progress(done, total, f"warm-up {case.model} {case.mode} {case.batch} {lib.name}")
+    samples = {key: [] for key in runs}
+    for r in range(args.rounds):
+        # as in lamina.tools.bench.nn: one library's cases, then the other's, with a
+        # pause between so that spinning threads of one are not charged to the other
+        for lib in libs:
+            time.sleep(args.settle)
+            for key, (fn, number) in runs.items():
+                if key[3] != lib.name:
+                    continue
+                t = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                samples[key].append((time.perf_counter() - t) / number)
+                done += 1
+                what = f"round {r + 1}/{args.rounds}: {' '.join(map(str, key))}"
+                _progress(done, total, what)
+    results = {
+        (c.model, c.mode, c.batch): {
+            lib.name: statistics.median(samples[c.model, c.mode, c.batch, lib.name]) for lib in libs
+        }
+        for c in cases
+    }
+    return cases, results, libs, agreements
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def _table(head: list[str], rows: list[list[str]], left: int) -> list[str]:
+    """Lines of an aligned table whose first ``left`` columns are text."""
+    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
+
+    def line(cells):
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
+
+    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def report(args, cases, results, libs, agreements) -> str:
+    peer = len(libs) > 1
+    versions = " and ".join(f"{lib.name} {lib.version}" for lib in libs)
+    lines = [
+        f"convnets on {'x'.join(map(str, IMAGE))} float32 images, "
+        f"{CLASSES} classes, layout {args.layout}, {args.threads} thread(s), images/s "
+        f"(median of {args.rounds} rounds; {versions}" + (", interleaved)" if peer else ")"),
+        "",
+    ]
+    head = ["model", "mode", "batch", "lamina img/s"]
+    if peer:
+        head += ["torch img/s", "lamina/torch"]
+    rows = []
+    for c in cases:
+        r = results[c.model, c.mode, c.batch]
+        cells = [c.model, c.mode, str(c.batch), f"{c.batch / r['lamina']:.1f}"]
+        if peer:
+            cells += [f"{c.batch / r['torch']:.1f}", f"{r['torch'] / r['lamina']:.2f}x"]
+        rows.append(cells)
+    if rows:
+        lines += _table(head, rows, left=2)
+    else:
+        lines.append("(nothing timed)")
+    lines.append("")
+    if peer:
+        lines += [a.message() for a in agreements.values()]
+        lines.append(
+            f"(agreement: one training step at batch {CHECK_BATCH}; loss within rtol "
+            f"{LOSS_TOLERANCE['rtol']:g} + atol {LOSS_TOLERANCE['atol']:g}, each gradient "
+            f"within rtol {GRAD_TOLERANCE['rtol']:g} + atol {GRAD_TOLERANCE['atol']:g} x "
+            "its largest |value|)"
+        )
+    else:
+        lines.append("(PyTorch not used: no comparison and no agreement check)")
+    return "\n".join(lines)
+
+
+def _json(args, cases, results, libs, agreements) -> str:
+    rows = []
+    for c in cases:
+        r = results[c.model, c.mode, c.batch]
+        row = {"model": c.model, "mode": c.mode, "batch": c.batch}
+        for lib in libs:
+            row[f"{lib.name}_seconds"] = r[lib.name]
+            row[f"{lib.name}_images_per_second"] = c.batch / r[lib.name]
+        rows.append(row)
+    out = {
+        "threads": args.threads,
+        "layout": args.layout,
+        "rounds": args.rounds,
+        "versions": {lib.name: lib.version for lib in libs},
+        "agreement": {
+            name: {
+                "ok": a.ok,
+                "loss": list(a.loss),
+                "worst_parameter": a.worst,
+                "worst_ratio_to_tolerance": a.worst_ratio,
+                "worst_abs_difference": a.worst_abs,
+            }
+            for name, a in agreements.items()
+        },
+        "tolerance": {"loss": LOSS_TOLERANCE, "gradient": GRAD_TOLERANCE},
+        "results": rows,
+    }
+    return json.dumps(out, indent=2)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit(
+            "--plot needs matplotlib: pip install 'lamina[bench]' (or pip install matplotlib)"
+        ) from None
+    return plt
+
+
+def plot(path, args, cases, results, libs) -> None:
+    """images/s against batch size, one panel per model, a line per library and mode."""
+    plt = _pyplot()
+    models = list(dict.fromkeys(c.model for c in cases))
+    if not models:
+        raise SystemExit("--plot: nothing was timed, so there is nothing to plot")
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        batches = sorted({c.batch for c in cases if c.model == model})
+        for mode, style in (("train", "-o"), ("infer", "--s")):
+            mine = [c for c in cases if c.model == model and c.mode == mode]
+            if not mine:
+                continue
+            for lib, color in zip(libs, ("tab:blue", "tab:orange")):
+                ys = [c.batch / results[c.model, c.mode, c.batch][lib.name] for c in mine]
+                xs = [c.batch for c in mine]
+                ax.plot(xs, ys, style, color=color, label=f"{lib.name} {mode}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.set_title(model)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("images/s")
+        ax.legend()
+    fig.suptitle(f"{args.layout}, {args.threads} thread(s)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        batches = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--batch: expected sizes like 1,8,32, got {text!r}"
+        ) from None
+    if not batches or min(batches) < 1:
+        raise argparse.ArgumentTypeError(f"--batch: sizes must be positive, got {text!r}")
+    return batches
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", choices=[*ARCHITECTURES, "all"], default="all")
+    p.add_argument("--mode", choices=["train", "infer", "both"], default="both")
+    p.add_argument("--batch", type=_batches, default=[8, 32], help="batch sizes (8,32)")
+    p.add_argument("--threads", type=int, default=2, help="threads of both libraries (2)")
+    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    p.add_argument(
+        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
+    )
+    p.add_argument(
+        "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
+    )
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="plot images/s against batch size")
+
+
+def run(args) -> None:
+    if args.threads < 1 or args.rounds < 1:
+        raise SystemExit("--threads and --rounds must be positive")
+    if args.plot:
+        _pyplot()  # fail before measuring, not after
+    measured = measure(args)
+    print(_json(args, *measured) if args.json else report(args, *measured))
+    if args.plot:
+        plot(args.plot, args, *measured[:3])

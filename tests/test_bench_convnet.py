@@ -1,0 +1,90 @@
+"""``python -m lamina.bench convnet``: its three models build, run and learn in lamina;
+with PyTorch installed, the agreement check passes for identical models and catches
+a model whose weights differ; the command prints its table. Timing is left to the
+command itself (no timed tests)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import lamina as lm
+from lamina.tools.bench import convnet, main
+
+MODELS = list(convnet.ARCHITECTURES)
+
+
+def _batch(n, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, *convnet.IMAGE), dtype=np.float32)
+    return lm.asarray(x), lm.asarray(rng.integers(0, convnet.CLASSES, n))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_outputs_class_scores_and_learns_a_batch(name):
+    lm.random.seed(0)
+    model = convnet.build(convnet.ARCHITECTURES[name], convnet._lamina())
+    x, y = _batch(2)
+    assert model(x).shape == (2, convnet.CLASSES)
+    assert model(x).dtype == lm.float32
+    optimizer = lm.optim.SGD(model.parameters(), lr=0.02)
+    losses = []
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = lm.nn.CrossEntropyLoss()(model(x), y)
+        loss.backward()
+        losses.append(float(loss))
+        for pname, p in model.named_parameters():
+            assert p.grad is not None, f"{name}: no gradient for {pname}"
+            assert np.isfinite(p.grad.numpy()).all(), f"{name}: {pname}"
+        optimizer.step()
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0], f"{name}: loss did not decrease: {losses}"
+
+
+def test_conv_before_batch_norm_has_no_bias():
+    model = convnet.build(convnet.ARCHITECTURES["vgg"], convnet._lamina())
+    assert model[0].bias is None and isinstance(model[1], lm.nn.BatchNorm2d)
+    alexnet = convnet.build(convnet.ARCHITECTURES["alexnet"], convnet._lamina())
+    assert alexnet[0].bias is not None
+
+
+def test_agreement_with_pytorch_and_a_mismatch_is_caught():
+    torch = pytest.importorskip("torch")
+    libs = [convnet._lamina(), convnet._torch()]
+    threads = torch.get_num_threads()
+    for name in MODELS:
+        lm.random.seed(1)
+        models = {"lamina": convnet.build(convnet.ARCHITECTURES[name], libs[0])}
+        models["torch"] = convnet.build(convnet.ARCHITECTURES[name], libs[1])
+        convnet.copy_weights(models["lamina"], models["torch"])
+        agreement = convnet.check_agreement(name, models, libs, "NCHW", batch=2)
+        assert agreement.ok, agreement.message()
+        assert abs(agreement.loss[0] - agreement.loss[1]) <= 1e-3 * abs(agreement.loss[1])
+    # the last model with one weight of PyTorch's changed: refused, that weight named
+    with torch.no_grad():
+        models["torch"][0].weight[0, 0, 0, 0] += 0.5
+    agreement = convnet.check_agreement(name, models, libs, "NCHW", batch=2)
+    assert not agreement.ok
+    assert agreement.worst == "0.weight"
+    assert "NOT TIMED" in agreement.message() and name in agreement.message()
+    assert torch.get_num_threads() == threads
+
+
+def test_command_prints_a_table(capsys):
+    main(["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1"]
+         + ["--mode", "infer", "--no-torch", "--settle", "0"])  # fmt: skip
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("model"))
+    assert lines[header].split() == ["model", "mode", "batch", "lamina", "img/s"]
+    row = lines[header + 2].split()
+    assert row[:3] == ["alexnet", "infer", "1"] and float(row[3]) > 0
+    assert "PyTorch not used" in out
+
+
+@pytest.mark.parametrize("bad", ["0", "8,x", ""])
+def test_bad_batch_sizes_are_refused(bad, capsys):
+    with pytest.raises(SystemExit):
+        main(["convnet", "--batch", bad])
+    assert "--batch" in capsys.readouterr().err
