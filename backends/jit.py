@@ -23,7 +23,7 @@ from numba import njit, types
 
 from lamina.dispatch import dtypes as D
 
-from . import threads
+from . import loop_cache, threads
 
 # No nogil: releasing and retaking the GIL costs ~40 ns a call, a tenth of the seed
 # benchmark's budget; parallelism comes from prange instead.
@@ -58,12 +58,26 @@ def compile_kernel(
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses
 
 
-def compile_cfunc(pyfunc: Callable, signature: Any) -> int:
-    """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature``; return its
-    address (Note [C loops] in numba_cpu/kernels.py)."""
-    c = numba.cfunc(signature, **OPTIONS)(pyfunc)
-    _cfuncs.append(c)
-    return c.address
+def compile_cfunc(pyfunc: Callable, signature: Any, cache: bool = True) -> Any:
+    """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature`` (Note [C loops]
+    in numba_cpu/kernels.py); ``cache=False`` skips Numba's cache, keeping the IR."""
+    return numba.cfunc(signature, **{**OPTIONS, "cache": cache})(pyfunc)
+
+
+def c_loop(key: tuple, build: Callable[[bool], Any]) -> int:
+    """The C address of the loop of ``key``, opened from the loop cache (Note [Loop
+    cache]) or compiled by ``build(cache)`` (a cfunc; ``cache``: use Numba's) on first
+    use."""
+    address = _entries.get(key)
+    if address is None:
+        address, library = loop_cache.find(key)
+        if address is None:
+            cfunc = build(library is None)
+            _cfuncs.append(cfunc)
+            stored = library and loop_cache.store(library, cfunc)
+            address = stored or cfunc.address
+        _entries[key] = address
+    return address
 
 
 class _Stub:
@@ -100,7 +114,7 @@ def kernel_family(
     return Family(lambda i: compile_kernel(pyfunc, signature_of(D.ALL[i]), parallel))
 
 
-_entries: dict[Hashable, Callable] = {}
+_entries: dict[Hashable, Any] = {}  # entry points; C addresses of c_loop
 
 
 def cached(key: Hashable, build: Callable[[], Callable]) -> Callable:

@@ -96,9 +96,10 @@ class Elementwise:
         comp = D.ALL[index]
         out = S.result_dtype(self.op, comp)
         template = _C_LOOPS[form, self.arity]
-        return jit.cached(
-            (template, self.scalar_fn(comp), comp, out),
-            lambda: K.c_loop(template, self.scalar_fn(comp), comp, out, self.in_dtypes(comp)),
+        fn, ins = self.scalar_fn(comp), self.in_dtypes(comp)
+        return jit.c_loop(
+            (template, fn, comp, out, tuple(ins)),
+            lambda cache: K.c_loop(template, fn, comp, out, ins, cache),
         )
 
     def _compile(self, family, index, loop):

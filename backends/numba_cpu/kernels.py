@@ -991,28 +991,27 @@ SCALAR_ARGUMENT = {
 }
 
 
-def c_loop(template, fn, comp, out, ins):
-    """The C address of ``template`` instantiated with scalar function ``fn`` for
-    computation dtype ``comp``, inputs ``ins`` and output dtype ``out``."""
+def c_loop(template, fn, comp, out, ins, cache=True):
+    """``template`` instantiated with scalar function ``fn`` for computation dtype
+    ``comp``, inputs ``ins`` and output dtype ``out``, compiled as a cfunc
+    (``jit.c_loop`` builds it and takes its address)."""
 
     def ptr(d):  # a bool element is a byte: Numba stores its i1 booleans into uint8
         return types.CPointer(types.uint8 if d.kind == "b" else numba.from_dtype(d.np))
 
     if template in (fold_rows_cloop, fold_columns_cloop):  # fn: the compiled reduction
-        return jit.compile_cfunc(
-            template(fn), types.void(ptr(ins[0]), ptr(out), types.int64, types.int64)
-        )
-    if template in (unary_strided_cloop, binary_strided_cloop):
+        sig = types.void(ptr(ins[0]), ptr(out), types.int64, types.int64)
+    elif template in (unary_strided_cloop, binary_strided_cloop):
         strides = (types.int64,) * (len(ins) + 1)
-        return jit.compile_cfunc(
-            template(fn), types.void(*map(ptr, ins), ptr(out), types.int64, *strides)
-        )
-    if template is scalar_cloop:
+        sig = types.void(*map(ptr, ins), ptr(out), types.int64, *strides)
+    elif template is scalar_cloop:
         sig = types.void(
             ptr(ins[0]), SCALAR_ARGUMENT[comp.kind], ptr(out), types.int64, types.int32
         )
-        return jit.compile_cfunc(scalar_cloop(fn, CASTS[comp.name]), sig)
-    return jit.compile_cfunc(template(fn), types.void(*map(ptr, ins), ptr(out), types.int64))
+        return jit.compile_cfunc(scalar_cloop(fn, CASTS[comp.name]), sig, cache)
+    else:
+        sig = types.void(*map(ptr, ins), ptr(out), types.int64)
+    return jit.compile_cfunc(template(fn), sig, cache)
 
 
 # ---------------------------------------------------------------- compilation

@@ -235,11 +235,12 @@ class FoldSpec:
         wrapper = K.fold_rows_cloop if form == core.LOOP_ROWS else K.fold_columns_cloop
         d, acc = D.ALL[index], self.accumulators[index]
 
-        def build():
-            kernel = numba.njit(**jit.OPTIONS)(template(self.reduction.fn, range))
-            return K.c_loop(wrapper, kernel, d, acc, [d])
+        def build(cache):
+            options = {**jit.OPTIONS, "cache": cache}
+            kernel = numba.njit(**options)(template(self.reduction.fn, range))
+            return K.c_loop(wrapper, kernel, d, acc, [d], cache)
 
-        return jit.cached((wrapper, template, self.reduction.fn, d, acc), build)
+        return jit.c_loop((wrapper, template, self.reduction.fn, d, acc), build)
 
 
 def _fast(kernel, spec):

@@ -1,0 +1,206 @@
+"""The loop cache: the C core's loops kept on disk as shared libraries, opened without
+Numba.
+
+Note [Loop cache]: a loop of the C core (Note [C loops] in numba_cpu/kernels.py) is a
+plain C function of pointers and lengths; once compiled it needs neither Numba nor
+LLVM to run. Numba's own cache cannot hand it back without both: the first cached
+cfunc a process loads costs ~100 ms of compiler initialization, which was most of the
+time of the first operation after ``import lamina``. So each loop, when Numba has just
+compiled it, is also emitted as position-independent object code (from its optimized
+LLVM IR, for the same CPU), linked into a small shared library by the C compiler, and
+later processes open that library with ctypes in a fraction of a millisecond.
+
+A library is found by its loop's key (``jit.c_loop``'s: templates, scalar functions
+and dtypes, each named by module and qualified name, so only module-level functions
+qualify) in a directory named by a stamp of all that could change the machine code:
+the backends' sources (size and mtime of every .py file under ``backends/``, as Numba
+stamps a source file), the installs of Numba and llvmlite, the Python version and the
+CPU (model and flags). A library is written under a temporary name and renamed, so a
+process running at the same time sees all of it or none. One that cannot be written or
+opened (no C compiler, a read-only directory, a loop that needs Numba's runtime) leaves
+that loop to Numba's cache: slower to start, never wrong.
+
+``LAMINA_CACHE_DIR`` moves the cache (default ``$XDG_CACHE_HOME/lamina``, else
+``~/.cache/lamina``); ``LAMINA_LOOP_CACHE=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_SOURCES = Path(__file__).resolve().parent  # the backends' sources: their edits invalidate
+_SYMBOL = "lamina_loop"  # every library exports its loop under this name too
+
+_directory: Path | bool | None = False  # False: not looked up yet; None: no cache
+_compiler: str | None = None  # "" where there is none
+_machine: Any = None  # llvmlite's target machine for position-independent code
+_libraries: list[ctypes.CDLL] = []  # open libraries stay open: the C core holds addresses
+
+
+def _stamp() -> str:
+    """A digest of everything, besides a loop's key, that its machine code depends on."""
+    parts = [sys.version, sys.platform]
+    for root, dirs, files in sorted(os.walk(_SOURCES)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                parts.append(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    for package in ("numba", "llvmlite"):
+        spec = importlib.util.find_spec(package)  # finds, does not import
+        origin = spec.origin if spec and spec.origin else ""
+        st = os.stat(origin) if origin else None
+        parts.append(f"{package}:{origin}:{st and st.st_mtime_ns}")
+    parts.append(_cpu())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _cpu() -> str:
+    """The CPU's model and flags (Linux's /proc/cpuinfo), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read(1 << 16).split("\n\n", 1)[0]
+        return "\n".join(
+            line for line in first.splitlines() if line.startswith(("model name", "flags"))
+        )
+    except OSError:
+        import platform
+
+        return f"{platform.machine()} {platform.processor()}"
+
+
+def directory() -> Path | None:
+    """The directory of this stamp's libraries, or None when the cache is off."""
+    global _directory
+    if _directory is False:
+        _directory = None
+        if os.environ.get("LAMINA_LOOP_CACHE", "1") != "0":
+            base = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(
+                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lamina"
+            )
+            _directory = Path(base) / "loops" / _stamp()
+    return _directory
+
+
+def _name(part: Any) -> str | None:
+    """A name of one part of a key that is the same in every process, or None."""
+    qualname = getattr(part, "__qualname__", None)
+    if qualname is not None:  # a function: a module-level one is found by its name
+        return None if "<" in qualname else f"{part.__module__}.{qualname}"
+    if isinstance(part, tuple):
+        names = [_name(p) for p in part]
+        return None if None in names else "(" + ",".join(names) + ")"
+    dtype_name = getattr(part, "name", None)  # a lamina DType
+    return dtype_name if isinstance(dtype_name, str) else None
+
+
+def find(key: tuple) -> tuple[int | None, Path | None]:
+    """The address of the loop of ``key`` if its library is here; else None and where
+    to store the library (None where it cannot be stored: leave the loop to Numba's
+    cache)."""
+    root, name = directory(), _name(key)
+    if root is None or name is None or not _has_compiler():
+        return None, None
+    library = root / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".so")
+    if library.exists():
+        address = _open(library)
+        if address is not None:
+            return address, None
+    if library.with_suffix(".numba").exists():  # this loop cannot live here
+        return None, None
+    return None, library
+
+
+def store(library: Path, cfunc: Any) -> int | None:
+    """Write the library of Numba cfunc ``cfunc`` (compiled without Numba's cache, so
+    that its IR is at hand) and return the address of the loop in it, opened; None if
+    it cannot be written or opened (then later processes leave it to Numba)."""
+    address = None
+    with contextlib.suppress(OSError, subprocess.CalledProcessError, AttributeError, RuntimeError):
+        code = _object_code(cfunc)
+        library.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
+            obj, lib = os.path.join(tmp, "loop.o"), os.path.join(tmp, "loop.so")
+            with open(obj, "wb") as f:
+                f.write(code)
+            alias = f"-Wl,--defsym={_SYMBOL}={cfunc.native_name}"
+            link = [_compiler, "-shared", "-o", lib, obj, _runtime(library.parent), alias]
+            subprocess.run(link, check=True, capture_output=True)
+            os.replace(lib, library)
+        address = _open(library)
+        if address is None:
+            library.unlink()
+    if address is None:
+        with contextlib.suppress(OSError):
+            library.with_suffix(".numba").touch()
+    return address
+
+
+# Numba's cfunc wrappers call these two on their error path (a loop that raised): Numba
+# hands its helper library's copies to LLVM at run time instead of exporting them, so a
+# library links its own, the same two lines as Numba's _helperlib.c. A loop that needs
+# more of Numba's runtime (its reference counting, its exceptions) fails to open.
+_RUNTIME = """
+typedef int PyGILState_STATE;
+PyGILState_STATE PyGILState_Ensure(void);
+void PyGILState_Release(PyGILState_STATE);
+void numba_gil_ensure(PyGILState_STATE *state) { *state = PyGILState_Ensure(); }
+void numba_gil_release(PyGILState_STATE *state) { PyGILState_Release(*state); }
+"""
+
+
+def _runtime(root: Path) -> str:
+    """The object file of _RUNTIME in ``root``, compiled once."""
+    runtime = root / "runtime.o"
+    if not runtime.exists():
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            obj = os.path.join(tmp, "runtime.o")
+            compile_ = [_compiler, "-c", "-fPIC", "-O2", "-x", "c", "-", "-o", obj]
+            subprocess.run(compile_, input=_RUNTIME.encode(), check=True, capture_output=True)
+            os.replace(obj, runtime)
+    return str(runtime)
+
+
+def _has_compiler() -> bool:
+    global _compiler
+    if _compiler is None:
+        _compiler = shutil.which(os.environ.get("CC", "cc").split()[0]) or ""
+    return bool(_compiler)
+
+
+def _object_code(cfunc: Any) -> bytes:
+    """Position-independent object code of a cfunc's optimized IR, for the CPU Numba
+    compiled it for (Numba's own object code is not position-independent)."""
+    global _machine
+    import llvmlite.binding as llvm  # loaded already: Numba has just compiled cfunc
+
+    if _machine is None:
+        codegen = cfunc._library.codegen
+        _machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=codegen._get_host_cpu_name(),
+            features=codegen._get_host_cpu_features(),
+            opt=3,
+            reloc="pic",
+            codemodel="default",
+        )
+    return _machine.emit_object(llvm.parse_assembly(cfunc._library.get_llvm_str()))
+
+
+def _open(library: Path) -> int | None:
+    try:
+        handle = ctypes.CDLL(str(library), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        address = ctypes.cast(getattr(handle, _SYMBOL), ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+    _libraries.append(handle)
+    return address

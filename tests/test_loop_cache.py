@@ -1,0 +1,98 @@
+"""The loop cache (Note [Loop cache] in backends/loop_cache.py): the C core's loops kept
+as shared libraries, opened by later processes without compiling."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lamina.backends import loop_cache
+from lamina.backends.numba_cpu import kernels as K
+from lamina.dispatch import core
+from lamina.dispatch import dtypes as D
+
+C_CORE = core.IMPLEMENTATION == "c"
+
+# one process's use of two loops (a flat one and a scalar one), and what it took
+PROGRAM = """
+import json, sys
+import lamina as lm
+from lamina.backends import jit, loop_cache
+x = lm.asarray([1.5, -2.0, 4.0], dtype=lm.float32)
+values = (x * x).tolist() + (x + 1.0).tolist()
+print(json.dumps({"values": values, "compiled": len(jit._cfuncs),
+                  "opened": len(loop_cache._libraries), "numba": "numba" in sys.modules}))
+"""
+
+
+def run(cache_dir, **env):
+    environment = {**os.environ, "LAMINA_CACHE_DIR": str(cache_dir), **env}
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM], env=environment, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def libraries(cache_dir):
+    return sorted(p.name for p in cache_dir.glob("loops/*/*.so"))
+
+
+EXPECTED = [2.25, 4.0, 16.0, 2.5, -1.0, 5.0]
+
+
+def test_a_later_process_opens_the_loops_it_needs_without_compiling(tmp_path):
+    first = run(tmp_path)
+    second = run(tmp_path)
+    assert first["values"] == second["values"] == EXPECTED
+    if not C_CORE:  # the pure-Python core calls Numba entry points, never C loops
+        assert libraries(tmp_path) == []
+        return
+    assert len(libraries(tmp_path)) == 2
+    assert first["compiled"] == 2 and first["opened"] == 2  # it uses what it stored
+    assert second["compiled"] == 0 and second["opened"] == 2
+
+
+def test_a_damaged_library_is_rebuilt(tmp_path):
+    run(tmp_path)
+    for library in tmp_path.glob("loops/*/*.so"):
+        library.write_bytes(b"not a shared library")
+    again = run(tmp_path)
+    assert again["values"] == EXPECTED
+    if C_CORE:
+        assert again["compiled"] == 2 and again["opened"] == 2
+        assert run(tmp_path)["compiled"] == 0
+
+
+def test_switched_off_it_writes_nothing(tmp_path):
+    off = run(tmp_path, LAMINA_LOOP_CACHE="0")
+    assert off["values"] == EXPECTED and off["opened"] == 0
+    assert not (tmp_path / "loops").exists()
+
+
+def test_keys_name_module_level_functions_only():
+    """A closure or lambda has no name that is the same in every process: its loop is
+    left to Numba's cache."""
+    assert loop_cache._name((K.binary_cloop, K.add, D.float32)) == (
+        "(lamina.backends.numba_cpu.kernels.binary_cloop,"
+        "lamina.backends.numba_cpu.kernels.add,float32)"
+    )
+    assert loop_cache._name((K.binary_cloop, lambda x, y: x + y, D.float32)) is None
+    assert loop_cache._name((K.binary_cloop, K.binary_cloop(K.add), D.float32)) is None
+    assert loop_cache._name((K.binary_cloop, object())) is None
+
+
+@pytest.mark.parametrize("edit", ["size", "mtime"])
+def test_an_edited_source_changes_the_stamp(tmp_path, monkeypatch, edit):
+    source = tmp_path / "kernels.py"
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(loop_cache, "_SOURCES", tmp_path)
+    before = loop_cache._stamp()
+    if edit == "size":
+        source.write_text("x = 10\n")
+    else:
+        st = source.stat()
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert loop_cache._stamp() != before
