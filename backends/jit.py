@@ -10,16 +10,26 @@ milliseconds.
 A ``Family`` holds one kernel's entry points indexed by dtype index (a list: no dict
 lookup per call); each compiles on its first call. ``cached`` keeps entry points of
 other shapes of key (layouts, dtype pairs) in one dict.
+
+Note [Lazy Numba]: importing Numba takes ~150 ms, more than NumPy does, so lamina
+imports it when a kernel is first compiled (or loaded from Numba's cache), not with
+``import lamina``: a program whose operations the loop cache serves (Note [Loop cache])
+never imports it. Backend modules reach Numba only through this module (threads.py,
+which sets Numba's thread count, imports it where it does so) and only at compile time: ``jit.numba``, ``jit.types`` and ``jit.prange`` are resolved on first use
+(importing Numba), ``jitable`` marks a scalar function for Numba (``register_jitable``)
+and ``on_load`` runs other setup (intrinsics) once Numba is in. A module-level constant
+made of Numba types would import Numba with its module, so signatures are built in
+functions. tests/test_loop_cache.py checks that ``import lamina`` and an elementwise
+operation served by the loop cache leave ``numba`` out of ``sys.modules``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-import numba
 import numpy as np
-from numba import njit, types
 
 from lamina.dispatch import dtypes as D
 
@@ -29,19 +39,74 @@ from . import loop_cache, threads
 # benchmark's budget; parallelism comes from prange instead.
 OPTIONS = dict(cache=True, error_model="numpy")
 
-INDEX = types.Array(types.int64, 1, "C")
-INDEX_2D = types.Array(types.int64, 2, "C")
-
-
-def array(dtype: Any, ndim: int = 1, layout: str = "C") -> types.Array:
-    """The Numba type of an array of NumPy (or lamina) dtype ``dtype``."""
-    np_dtype = dtype.np if isinstance(dtype, D.DType) else np.dtype(dtype)
-    return types.Array(numba.from_dtype(np_dtype), ndim, layout)
-
-
 # Floating-point reassociation and FMA contraction, for kernels whose reductions must
 # vectorize (batch-norm statistics, window sums); never the flags that assume no NaN.
 REASSOCIATE = frozenset({"reassoc", "contract"})
+
+_numba: Any = None  # the numba module, once loaded
+_jitables: list[Callable] = []
+_on_load: list[Callable[[Any], None]] = []
+_load_lock = threading.RLock()
+
+
+def _load() -> Any:
+    """Numba, imported on first call, with every ``jitable`` and ``on_load`` applied."""
+    global _numba
+    if _numba is None:
+        with _load_lock:
+            if _numba is None:
+                import numba
+                from numba.extending import register_jitable
+
+                for fn in _jitables:  # a list: ones added while loading are seen too
+                    register_jitable(fn)
+                for setup in _on_load:
+                    setup(numba)
+                globals().update(numba=numba, types=numba.types, prange=numba.prange)
+                _numba = numba
+    return _numba
+
+
+def __getattr__(name: str) -> Any:
+    """``jit.numba``, ``jit.types``, ``jit.prange``: Numba's, imported on first use."""
+    if name in ("numba", "types", "prange"):
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def jitable(fn: Callable) -> Callable:
+    """Mark scalar function ``fn`` callable from kernels (Numba's ``register_jitable``,
+    applied when Numba loads); ``fn`` itself is returned, so its name is unchanged."""
+    if _numba is None:
+        with _load_lock:
+            if _numba is None:
+                _jitables.append(fn)
+                return fn
+    from numba.extending import register_jitable
+
+    return register_jitable(fn)
+
+
+def on_load(setup: Callable[[Any], None]) -> None:
+    """Run ``setup(numba)`` once Numba is imported (now, if it is)."""
+    with _load_lock:
+        if _numba is None:
+            _on_load.append(setup)
+            return
+    setup(_numba)
+
+
+def index(ndim: int = 1) -> Any:
+    """The Numba type of a C-contiguous int64 array (indices, shapes, strides)."""
+    return array(np.int64, ndim)
+
+
+def array(dtype: Any, ndim: int = 1, layout: str = "C") -> Any:
+    """The Numba type of an array of NumPy (or lamina) dtype ``dtype``."""
+    numba = _load()
+    np_dtype = dtype.np if isinstance(dtype, D.DType) else np.dtype(dtype)
+    return numba.types.Array(numba.from_dtype(np_dtype), ndim, layout)
 
 
 def compile_kernel(
@@ -49,7 +114,7 @@ def compile_kernel(
 ) -> Callable:
     """Compile ``pyfunc`` for one explicit signature; return its entry point."""
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
-    dispatcher = njit(parallel=parallel, fastmath=fastmath, **OPTIONS)(pyfunc)
+    dispatcher = _load().njit(parallel=parallel, fastmath=fastmath, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
     entry = dispatcher.overloads[signature.args].entry_point
     return threads.synced(entry) if parallel else entry  # Note [Thread count]
@@ -61,7 +126,7 @@ _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their ad
 def compile_cfunc(pyfunc: Callable, signature: Any, cache: bool = True) -> Any:
     """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature`` (Note [C loops]
     in numba_cpu/kernels.py); ``cache=False`` skips Numba's cache, keeping the IR."""
-    return numba.cfunc(signature, **{**OPTIONS, "cache": cache})(pyfunc)
+    return _load().cfunc(signature, **{**OPTIONS, "cache": cache})(pyfunc)
 
 
 def c_loop(key: tuple, build: Callable[[bool], Any]) -> int:

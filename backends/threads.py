@@ -36,8 +36,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numba
-
 PARALLEL_ELEMENTS = 1 << 17
 _count = 1  # the process-wide thread count
 _threshold = float("inf")  # elements from which kernels run in parallel
@@ -68,7 +66,13 @@ def _blas_libraries():
 _pool_started = False
 
 
-def _start_numba_pool() -> None:
+def _numba() -> Any:
+    import numba  # on first use (Note [Lazy Numba] in jit.py): only its threads, here
+
+    return numba
+
+
+def _start_numba_pool(numba: Any) -> None:
     """Numba's thread pool, started once with passive waiting (Note [Wait policy])."""
     global _pool_started
     if _pool_started:
@@ -90,13 +94,14 @@ def set_num_threads(n: int) -> None:
     global _count, _threshold
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
+    numba = _numba()
     if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
         raise ValueError(
             f"num_threads must be between 1 and "
             f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}"
         )
     with _lock:
-        _start_numba_pool()
+        _start_numba_pool(numba)
         numba.set_num_threads(n)
         _blas_libraries().limit(limits=n)
         _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
@@ -112,6 +117,7 @@ def get_num_threads() -> int:
 def synced(entry: Callable) -> Callable:
     """A parallel entry point that first gives the calling thread lamina's thread
     count (Note [Thread count])."""
+    numba = _numba()  # loaded already: the entry point was just compiled
     get, set_ = numba.get_num_threads, numba.set_num_threads
 
     def parallel(*args: Any) -> Any:

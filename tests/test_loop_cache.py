@@ -43,7 +43,7 @@ def libraries(cache_dir):
 EXPECTED = [2.25, 4.0, 16.0, 2.5, -1.0, 5.0]
 
 
-def test_a_later_process_opens_the_loops_it_needs_without_compiling(tmp_path):
+def test_a_later_process_opens_the_loops_it_needs_without_compiling_or_numba(tmp_path):
     first = run(tmp_path)
     second = run(tmp_path)
     assert first["values"] == second["values"] == EXPECTED
@@ -53,6 +53,7 @@ def test_a_later_process_opens_the_loops_it_needs_without_compiling(tmp_path):
     assert len(libraries(tmp_path)) == 2
     assert first["compiled"] == 2 and first["opened"] == 2  # it uses what it stored
     assert second["compiled"] == 0 and second["opened"] == 2
+    assert second["numba"] is False  # Note [Lazy Numba]: nothing needed it
 
 
 def test_a_damaged_library_is_rebuilt(tmp_path):

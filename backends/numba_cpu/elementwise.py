@@ -8,9 +8,7 @@ from Numba's on-disk cache afterwards (Note [Kernel cache]).
 
 import sys
 
-import numba
 import numpy as np
-from numba import prange, types
 
 from lamina.backends import jit, threads
 from lamina.backends import setup as S
@@ -52,7 +50,6 @@ _C_LOOPS = {
 _INT_BOUNDS = [
     (int(np.iinfo(d.np).min), int(np.iinfo(d.np).max)) if d.kind in "iu" else None for d in D.ALL
 ]
-_STRIDED_OPERAND = (types.int64, jit.INDEX)
 
 
 class Elementwise:
@@ -71,11 +68,11 @@ class Elementwise:
         # runs, for those kinds; they skip the fast paths
         self.validate_kinds, self.validate = validate or ("", None)
         self.flat = jit.Family(lambda i: self._compile(_FLAT, i, range))
-        self.flat_parallel = jit.Family(lambda i: self._compile(_FLAT, i, prange))
+        self.flat_parallel = jit.Family(lambda i: self._compile(_FLAT, i, jit.prange))
         self.strided = jit.Family(lambda i: self._compile(_STRIDED, i, range))
-        self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, prange))
+        self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, jit.prange))
         self.scalar = jit.Family(lambda i: self._compile(_SCALAR, i, range))
-        self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, prange))
+        self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, jit.prange))
         # Note [Fast path]: the result dtype of a call whose inputs all have dtype i and
         # need no promotion, or None where dtype i must go through the general path.
         self.fast_out = []
@@ -103,17 +100,17 @@ class Elementwise:
         )
 
     def _compile(self, family, index, loop):
+        types = jit.types
         comp = D.ALL[index]
         out = jit.array(S.result_dtype(self.op, comp).np)
         ins = [jit.array(d.np) for d in self.in_dtypes(comp)]
         if family is _FLAT:
             sig = types.void(*ins, out)
         elif family is _SCALAR:
-            sig = types.void(ins[0], numba.from_dtype(comp.np), out, types.boolean)
+            sig = types.void(ins[0], jit.numba.from_dtype(comp.np), out, types.boolean)
         else:
-            sig = types.void(
-                out, *_STRIDED_OPERAND, *[t for a in ins for t in (a, *_STRIDED_OPERAND)], jit.INDEX
-            )
+            operand = (types.int64, jit.index())  # offset, strides
+            sig = types.void(out, *operand, *[t for a in ins for t in (a, *operand)], jit.index())
         return K.instantiate(family[self.arity], (self.scalar_fn(comp), loop), sig)
 
     def general(self, args, target=None, op=None):

@@ -23,46 +23,41 @@ import ctypes.util
 import math
 import platform
 
-import llvmlite.binding as llvm
-import numba
 import numpy as np
-from llvmlite import ir
-from numba import prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic, register_jitable
 
 from lamina.backends import jit
+from lamina.backends.jit import jitable
 
 # ---------------------------------------------------------------- scalar functions
 # Arithmetic
 
 
-@register_jitable
+@jitable
 def add(x, y):
     return x + y
 
 
-@register_jitable
+@jitable
 def subtract(x, y):
     return x - y
 
 
-@register_jitable
+@jitable
 def multiply(x, y):
     return x * y
 
 
-@register_jitable
+@jitable
 def divide(x, y):
     return x / y
 
 
-@register_jitable
+@jitable
 def floor_divide(x, y):
     return x // y  # ints: x // 0 is 0 under the numpy error model, as in NumPy
 
 
-@register_jitable
+@jitable
 def int_floor_divide(x, y):
     # Signed ints: Numba returns 0 for MIN // -1 (int64); NumPy wraps to MIN, as -x does.
     if y == -1:
@@ -70,17 +65,17 @@ def int_floor_divide(x, y):
     return x // y
 
 
-@register_jitable
+@jitable
 def remainder(x, y):
     return x % y
 
 
-@register_jitable
+@jitable
 def power(x, y):
     return x**y  # floats only: see int_power
 
 
-@register_jitable
+@jitable
 def _power_by_squaring(base, y, r):
     """base ** y for y >= 0, starting from r = 1 of base's type (a literal 1 would
     turn uint64 arithmetic into float64)."""
@@ -92,7 +87,7 @@ def _power_by_squaring(base, y, r):
     return r
 
 
-@register_jitable
+@jitable
 def int_power(x, y):
     # Exponentiation by squaring in 64 bits, truncated on store: wraps like NumPy for
     # every exponent (Numba's ``int ** int`` switches to float pow above 2**16).
@@ -104,37 +99,37 @@ def int_power(x, y):
     return _power_by_squaring(np.int64(x), y, np.int64(1))
 
 
-@register_jitable
+@jitable
 def uint_power(x, y):
     return _power_by_squaring(np.uint64(x), y, np.uint64(1))
 
 
-@register_jitable
+@jitable
 def maximum(x, y):
     return x if x > y or x != x else y  # NaN propagates, as in NumPy and PyTorch
 
 
-@register_jitable
+@jitable
 def minimum(x, y):
     return x if x < y or x != x else y
 
 
-@register_jitable
+@jitable
 def atan2(x, y):
     return math.atan2(x, y)
 
 
-@register_jitable
+@jitable
 def copysign(x, y):
     return math.copysign(x, y)
 
 
-@register_jitable
+@jitable
 def hypot(x, y):
     return math.hypot(x, y)
 
 
-@register_jitable
+@jitable
 def logaddexp(x, y):
     if x == y:  # also the infinities of one sign (x - x would be NaN for them)
         return x + math.log(2.0)
@@ -145,47 +140,47 @@ def logaddexp(x, y):
 # Comparison and logic (the output is bool; the inputs share one dtype)
 
 
-@register_jitable
+@jitable
 def equal(x, y):
     return x == y
 
 
-@register_jitable
+@jitable
 def not_equal(x, y):
     return x != y
 
 
-@register_jitable
+@jitable
 def greater(x, y):
     return x > y
 
 
-@register_jitable
+@jitable
 def greater_equal(x, y):
     return x >= y
 
 
-@register_jitable
+@jitable
 def less(x, y):
     return x < y
 
 
-@register_jitable
+@jitable
 def less_equal(x, y):
     return x <= y
 
 
-@register_jitable
+@jitable
 def logical_and(x, y):
     return bool(x) and bool(y)
 
 
-@register_jitable
+@jitable
 def logical_or(x, y):
     return bool(x) or bool(y)
 
 
-@register_jitable
+@jitable
 def logical_xor(x, y):
     return bool(x) != bool(y)
 
@@ -193,22 +188,22 @@ def logical_xor(x, y):
 # Bitwise (integers and bool)
 
 
-@register_jitable
+@jitable
 def bitwise_and(x, y):
     return x & y
 
 
-@register_jitable
+@jitable
 def bitwise_or(x, y):
     return x | y
 
 
-@register_jitable
+@jitable
 def bitwise_xor(x, y):
     return x ^ y
 
 
-@register_jitable
+@jitable
 def bitwise_left_shift(x, y):
     # Shifting by 64 or more (or a negative count) is undefined in LLVM; NumPy gives 0.
     # Narrower types are computed in 64 bits and truncated on store, which agrees.
@@ -217,7 +212,7 @@ def bitwise_left_shift(x, y):
     return x << y
 
 
-@register_jitable
+@jitable
 def bitwise_right_shift(x, y):
     if y < 0 or y >= 64:
         # ~0, not x - x - 1: a literal 1 would make uint64 results float64 (and lossy)
@@ -228,32 +223,32 @@ def bitwise_right_shift(x, y):
 # Unary
 
 
-@register_jitable
+@jitable
 def identity(x):
     return x
 
 
-@register_jitable
+@jitable
 def negative(x):
     return -x
 
 
-@register_jitable
+@jitable
 def absolute(x):
     return abs(x)  # abs(-0.0) is +0.0 (Array API, NumPy); ints wrap: abs(-128) is -128
 
 
-@register_jitable
+@jitable
 def square(x):
     return x * x
 
 
-@register_jitable
+@jitable
 def abs_square(x):
     return x.real * x.real + x.imag * x.imag  # |x|**2 of a complex x, without the sqrt
 
 
-@register_jitable
+@jitable
 def sign(x):
     if x > 0:
         return x // x  # a one of x's own type (a literal 1 would turn uint64 into float)
@@ -262,7 +257,7 @@ def sign(x):
     return x  # zero
 
 
-@register_jitable
+@jitable
 def float_sign(x):
     # Not x // x: inf // inf is NaN. Both zeros give +0 and NaN gives NaN, as in NumPy.
     if x > 0:
@@ -274,64 +269,64 @@ def float_sign(x):
     return x
 
 
-@register_jitable
+@jitable
 def bitwise_invert(x):
     return ~x
 
 
-@register_jitable
+@jitable
 def logical_not(x):
     return not x
 
 
-@register_jitable
+@jitable
 def isnan(x):
     return x != x
 
 
-@register_jitable
+@jitable
 def isinf(x):
     return math.isinf(x)
 
 
-@register_jitable
+@jitable
 def isfinite(x):
     return math.isfinite(x)
 
 
-@register_jitable
+@jitable
 def always_true(x):
     return True
 
 
-@register_jitable
+@jitable
 def always_false(x):
     return False
 
 
-@register_jitable
+@jitable
 def signbit(x):
     return math.copysign(1.0, x) < 0
 
 
-@register_jitable
+@jitable
 def round_half_even(x):
     return np.round(x)
 
 
-@register_jitable
+@jitable
 def reciprocal(x):
     return 1.0 / x  # float32 x: computed in float64 and rounded once on store
 
 
-@register_jitable
+@jitable
 def nextafter(x, y):
     return np.nextafter(x, y)  # of x's own float type: float32 steps by float32 ulps
 
 
 def _math(name, fn):
     """A float scalar function calling ``fn`` (math.* or np.*), named for the cache."""
-    scalar = register_jitable(lambda x: fn(x))
+    scalar = jitable(lambda x: fn(x))
     scalar.__name__ = scalar.__qualname__ = name
     globals()[name] = scalar  # module-level, so it pickles by name (Note [Kernel cache])
     return scalar
@@ -385,40 +380,68 @@ _LIBM_ABI = platform.system() in ("Linux", "Darwin") and platform.machine().lowe
 _LIBM = ctypes.CDLL(ctypes.util.find_library("m") or None) if _LIBM_ABI else None
 
 
-def _libm_complex(name, arity):
-    """libm's complex128 function ``name`` (cexp, cpow, ...) as a Numba intrinsic, or
-    None where it is missing. A ``double complex`` is passed and returned as two doubles
-    (what clang lowers it to on x86-64 and AArch64), so the call needs no Numba type
-    for C complex numbers."""
+def _libm_complex(name, arity, fallback):
+    """libm's complex128 function ``name`` (cexp, cpow, ...) for kernels, or None where
+    it is missing: a module-level function (it pickles by name) computing ``fallback``
+    in Python, which kernels call as a Numba intrinsic, made when Numba loads (Note
+    [Lazy Numba]). A ``double complex`` is passed and returned as two doubles (what
+    clang lowers it to on x86-64 and AArch64), so the call needs no Numba type for C
+    complex numbers."""
     fn = getattr(_LIBM, name, None) if _LIBM is not None else None
     if fn is None:
         return None
     symbol = "lamina_" + name  # registered once, for this process's JIT linker
-    llvm.add_symbol(symbol, ctypes.cast(fn, ctypes.c_void_p).value)
-    c128 = types.complex128
 
-    def codegen(context, builder, sig, args):
-        f64 = ir.DoubleType()
-        fnty = ir.FunctionType(ir.LiteralStructType([f64, f64]), [f64] * (2 * arity))
-        callee = cgutils.get_or_insert_function(builder.module, fnty, symbol)
-        parts = []
-        for a in args:
-            z = context.make_complex(builder, c128, a)
-            parts += [z.real, z.imag]
-        r = builder.call(callee, parts)
-        out = context.make_complex(builder, c128)
-        out.real, out.imag = builder.extract_value(r, 0), builder.extract_value(r, 1)
-        return out._getvalue()
+    if arity == 1:
 
-    # explicit parameters: Numba lowers a typer's *args as a star-argument tuple
-    def unary(typingctx, z):
-        return c128(c128), codegen
+        def call(z):
+            return fallback(z)
+    else:
 
-    def binary(typingctx, x, y):
-        return c128(c128, c128), codegen
+        def call(x, y):
+            return fallback(x, y)
 
-    call = intrinsic(unary if arity == 1 else binary)
     call.__name__ = call.__qualname__ = "libm_" + name
+
+    def lower(numba):
+        import llvmlite.binding as llvm
+        from llvmlite import ir
+        from numba.core import cgutils
+        from numba.extending import intrinsic, overload
+
+        llvm.add_symbol(symbol, ctypes.cast(fn, ctypes.c_void_p).value)
+        c128 = numba.types.complex128
+
+        def codegen(context, builder, sig, args):
+            f64 = ir.DoubleType()
+            fnty = ir.FunctionType(ir.LiteralStructType([f64, f64]), [f64] * (2 * arity))
+            callee = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+            parts = []
+            for a in args:
+                z = context.make_complex(builder, c128, a)
+                parts += [z.real, z.imag]
+            r = builder.call(callee, parts)
+            out = context.make_complex(builder, c128)
+            out.real, out.imag = builder.extract_value(r, 0), builder.extract_value(r, 1)
+            return out._getvalue()
+
+        # explicit parameters: Numba lowers a typer's *args as a star-argument tuple
+        if arity == 1:
+
+            @intrinsic
+            def unary(typingctx, z):
+                return c128(c128), codegen
+
+            overload(call)(lambda z: lambda z: unary(z))
+        else:
+
+            @intrinsic
+            def binary(typingctx, x, y):
+                return c128(c128, c128), codegen
+
+            overload(call)(lambda x, y: lambda x, y: binary(x, y))
+
+    jit.on_load(lower)
     return call
 
 
@@ -439,7 +462,7 @@ for _name, _fallback in [
     ("acosh", cmath.acosh),
     ("atanh", cmath.atanh),
 ]:
-    _call = _libm_complex("c" + _name, 1)
+    _call = _libm_complex("c" + _name, 1, _fallback)
     if _call is not None:
         globals()["libm_c" + _name] = _call  # module-level: it pickles by name
     _math("complex_" + _name, _call or _fallback)
@@ -451,19 +474,19 @@ _LOG2E, _LOG10E = 1.0 / math.log(2.0), 1.0 / math.log(10.0)
 # scales each part, as a complex product would turn inf * 0 into nan
 
 
-@register_jitable
+@jitable
 def complex_log2(x):
     r = complex_log(x)  # noqa: F821 (made by _math above)
     return complex(r.real * _LOG2E, r.imag * _LOG2E)
 
 
-@register_jitable
+@jitable
 def complex_log10(x):
     r = complex_log(x)  # noqa: F821
     return complex(r.real * _LOG10E, r.imag * _LOG10E)
 
 
-@register_jitable
+@jitable
 def complex_expm1(x):
     a = math.sin(x.imag / 2)
     return complex(
@@ -471,26 +494,26 @@ def complex_expm1(x):
     )
 
 
-@register_jitable
+@jitable
 def complex_log1p(x):
     re = x.real + 1.0
     return complex(math.log(math.hypot(re, x.imag)), math.atan2(x.imag, re))
 
 
-libm_cpow = _libm_complex("cpow", 2)
+libm_cpow = _libm_complex("cpow", 2, lambda x, y: x**y)
 if libm_cpow is not None:
 
-    @register_jitable
+    @jitable
     def _cpow(x, y):
         return libm_cpow(x, y)
 else:
 
-    @register_jitable
+    @jitable
     def _cpow(x, y):
         return x**y
 
 
-@register_jitable
+@jitable
 def complex_divide(x, y):
     """NumPy's complex quotient (Smith's algorithm; x / 0 is a complex inf or nan)."""
     ar, ai, br, bi = x.real, x.imag, y.real, y.imag
@@ -506,7 +529,7 @@ def complex_divide(x, y):
     return complex((ar * rat + ai) * scl, (ai * rat - ar) * scl)
 
 
-@register_jitable
+@jitable
 def complex_reciprocal(x):
     """NumPy's 1 / x for complex x (Smith's algorithm with a numerator of 1)."""
     re, im = x.real, x.imag
@@ -519,7 +542,7 @@ def complex_reciprocal(x):
     return complex(r / d, -1.0 / d)
 
 
-@register_jitable
+@jitable
 def complex_power(x, y):
     """NumPy's complex power: x**0 is 1, 0**y is 0 for real(y) > 0 (else nan), integer
     exponents below 100 in magnitude by repeated squaring, libm's cpow otherwise."""
@@ -549,7 +572,7 @@ def complex_power(x, y):
     return complex_divide(one, acc) if n < 0 else acc
 
 
-@register_jitable
+@jitable
 def complex_sign(x):
     """NumPy 2's sign: x / |x|, 0 at 0, nan + nan j for nan; an infinite x points along
     its infinite axis (1j for inf j), nan + nan j when both parts are infinite."""
@@ -568,37 +591,37 @@ def complex_sign(x):
     return complex(re / m, im / m)
 
 
-@register_jitable
+@jitable
 def complex_isnan(x):
     return cmath.isnan(x)
 
 
-@register_jitable
+@jitable
 def complex_isinf(x):
     return cmath.isinf(x)
 
 
-@register_jitable
+@jitable
 def complex_isfinite(x):
     return cmath.isfinite(x)
 
 
-@register_jitable
+@jitable
 def complex_round(x):
     return np.round(x)  # each part halves to even
 
 
-@register_jitable
+@jitable
 def conjugate(x):
     return x.conjugate()
 
 
-@register_jitable
+@jitable
 def real_part(x):
     return x.real
 
 
-@register_jitable
+@jitable
 def imag_part(x):
     return x.imag
 
@@ -649,7 +672,7 @@ def ternary_flat(fn, loop):
     return kernel
 
 
-@register_jitable
+@jitable
 def _row_start(r, shape, strides, offset):
     """Element offset of row ``r`` (all dims but the last) of one strided operand."""
     rem = np.int64(r)  # a prange index is unsigned: uint64 % int64 would be float64
@@ -666,7 +689,7 @@ def _row_start(r, shape, strides, offset):
 # from turning the prange into a parallel loop (it silently ran serially).
 
 
-@register_jitable
+@jitable
 def _rows(shape):
     """Rows (all dims but the last) of the iteration shape; 0 when it is empty."""
     rows = 1
@@ -741,12 +764,12 @@ def ternary_strided(fn, loop):
 # Ternary scalar functions
 
 
-@register_jitable
+@jitable
 def where(cond, x, y):
     return x if cond else y
 
 
-@register_jitable
+@jitable
 def clip(x, lo, hi):
     # NaN in x propagates; a NaN bound propagates too (as in NumPy).
     if lo != lo or hi != hi:
@@ -829,22 +852,22 @@ def argreduce_rows(better, loop):
     return kernel
 
 
-@register_jitable
+@jitable
 def greater_than(x, y):
     return x > y
 
 
-@register_jitable
+@jitable
 def less_than(x, y):
     return x < y
 
 
-@register_jitable
+@jitable
 def logical_and_reduce(acc, x):
     return acc and bool(x)
 
 
-@register_jitable
+@jitable
 def logical_or_reduce(acc, x):
     return acc or bool(x)
 
@@ -945,7 +968,7 @@ def fold_rows_cloop(kernel):
     argreduce_rows, compiled) over a contiguous (rows, cols) array into rows results."""
 
     def loop(x, out, rows, cols):
-        kernel(numba.carray(x, (rows, cols)), numba.carray(out, rows))
+        kernel(jit.numba.carray(x, (rows, cols)), jit.numba.carray(out, rows))
 
     return loop
 
@@ -954,20 +977,20 @@ def fold_columns_cloop(kernel):
     """reduce_columns over a contiguous (rows, cols) array into cols results."""
 
     def loop(x, out, rows, cols):
-        kernel(numba.carray(x, (rows, cols)), numba.carray(out, cols))
+        kernel(jit.numba.carray(x, (rows, cols)), jit.numba.carray(out, cols))
 
     return loop
 
 
 def _cast(name, fn):
     """A module-level cast to dtype ``name`` (it pickles by name: Note [Kernel cache])."""
-    cast = register_jitable(lambda v: fn(v))
+    cast = jitable(lambda v: fn(v))
     cast.__name__ = cast.__qualname__ = "cast_" + name
     globals()["cast_" + name] = cast
     return cast
 
 
-@register_jitable
+@jitable
 def cast_bool(v):
     return v != 0
 
@@ -982,22 +1005,17 @@ CASTS = {
 CASTS["bool"] = cast_bool
 # a complex loop gets a real Python scalar as a double (a Python complex takes the
 # general path: Note [Scalar fast path])
-SCALAR_ARGUMENT = {
-    "f": types.float64,
-    "c": types.float64,
-    "i": types.int64,
-    "u": types.uint64,
-    "b": types.int64,
-}
+SCALAR_ARGUMENT = {"f": "float64", "c": "float64", "i": "int64", "u": "uint64", "b": "int64"}
 
 
 def c_loop(template, fn, comp, out, ins, cache=True):
     """``template`` instantiated with scalar function ``fn`` for computation dtype
     ``comp``, inputs ``ins`` and output dtype ``out``, compiled as a cfunc
     (``jit.c_loop`` builds it and takes its address)."""
+    types = jit.types
 
     def ptr(d):  # a bool element is a byte: Numba stores its i1 booleans into uint8
-        return types.CPointer(types.uint8 if d.kind == "b" else numba.from_dtype(d.np))
+        return types.CPointer(types.uint8 if d.kind == "b" else jit.numba.from_dtype(d.np))
 
     if template in (fold_rows_cloop, fold_columns_cloop):  # fn: the compiled reduction
         sig = types.void(ptr(ins[0]), ptr(out), types.int64, types.int64)
@@ -1005,9 +1023,8 @@ def c_loop(template, fn, comp, out, ins, cache=True):
         strides = (types.int64,) * (len(ins) + 1)
         sig = types.void(*map(ptr, ins), ptr(out), types.int64, *strides)
     elif template is scalar_cloop:
-        sig = types.void(
-            ptr(ins[0]), SCALAR_ARGUMENT[comp.kind], ptr(out), types.int64, types.int32
-        )
+        scalar = getattr(types, SCALAR_ARGUMENT[comp.kind])
+        sig = types.void(ptr(ins[0]), scalar, ptr(out), types.int64, types.int32)
         return jit.compile_cfunc(scalar_cloop(fn, CASTS[comp.name]), sig, cache)
     else:
         sig = types.void(*map(ptr, ins), ptr(out), types.int64)
@@ -1021,4 +1038,4 @@ def instantiate(template, args, signature):
     """Compile ``template(*args)`` for one explicit signature and return its entry point
     (Note [Kernel signatures] in ``lamina.backends.jit``); a ``prange`` loop argument
     compiles the parallel variant."""
-    return jit.compile_kernel(template(*args), signature, parallel=args[-1] is prange)
+    return jit.compile_kernel(template(*args), signature, parallel=args[-1] is jit.prange)

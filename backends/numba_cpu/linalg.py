@@ -4,7 +4,6 @@ a Numba kernel for integers), tensordot and vecdot built on it."""
 import math
 
 import numpy as np
-from numba import types
 
 from lamina.backends import jit
 from lamina.backends import setup as S
@@ -47,7 +46,7 @@ def matmul(ks, x1, x2):
 
         def build():
             arr = jit.array(comp, 3, "A")
-            return K.instantiate(K.matmul_int, (range,), types.void(arr, arr, arr))
+            return K.instantiate(K.matmul_int, (range,), jit.types.void(arr, arr, arr))
 
         if out.size:
             jit.cached((K.matmul_int, comp), build)(a3, b3, out)

@@ -2,9 +2,7 @@
 argmin (one template each, folded over the rows of a 2-D view) and the moments behind
 mean, var and std."""
 
-import numba
 import numpy as np
-from numba import prange, types
 
 from lamina.backends import jit, threads
 from lamina.backends import setup as S
@@ -49,7 +47,7 @@ class Reduction:
         self.template, self.fn, self.columns = template, fn, columns
 
     def __call__(self, rows, out):
-        loop = range if rows.size < _parallel_min else prange
+        loop = range if rows.size < _parallel_min else jit.prange
         template, flags = self.template, rows.flags
         layout = "C" if flags.c_contiguous else "A"
         if self.columns is not None and loop is range and layout == "A" and flags.f_contiguous:
@@ -58,7 +56,9 @@ class Reduction:
         entry = jit.cached(
             (template, self.fn, rows.dtype, out.dtype, loop, layout),
             lambda: K.instantiate(
-                template, args, types.void(jit.array(rows.dtype, 2, layout), jit.array(out.dtype))
+                template,
+                args,
+                jit.types.void(jit.array(rows.dtype, 2, layout), jit.array(out.dtype)),
             ),
         )
         entry(rows, out)
@@ -164,7 +164,9 @@ def _moments(rows):
         return K.instantiate(
             K.moments_rows,
             (square, range),
-            types.void(jit.array(rows.dtype, 2, "A"), jit.array(mean.dtype), jit.array(np.float64)),
+            jit.types.void(
+                jit.array(rows.dtype, 2, "A"), jit.array(mean.dtype), jit.array(np.float64)
+            ),
         )
 
     mean = np.zeros(rows.shape[0], np.complex128 if complex_rows else np.float64)
@@ -237,7 +239,7 @@ class FoldSpec:
 
         def build(cache):
             options = {**jit.OPTIONS, "cache": cache}
-            kernel = numba.njit(**options)(template(self.reduction.fn, range))
+            kernel = jit.numba.njit(**options)(template(self.reduction.fn, range))
             return K.c_loop(wrapper, kernel, d, acc, [d], cache)
 
         return jit.c_loop((wrapper, template, self.reduction.fn, d, acc), build)

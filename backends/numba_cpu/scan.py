@@ -3,7 +3,6 @@ over the rows of a 2-D view (the scanned axis last), accumulated in the dtype su
 and prod would use."""
 
 import numpy as np
-from numba import types
 
 from lamina.backends import jit
 from lamina.backends import setup as S
@@ -21,7 +20,7 @@ def _run(step, rows, out, init):
         lambda: K.instantiate(
             K.scan_rows,
             (step, range),
-            types.void(
+            jit.types.void(
                 jit.array(rows.dtype, 2, layout), jit.array(out.dtype, 2), jit.array(out.dtype)
             ),
         ),

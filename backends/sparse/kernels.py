@@ -17,12 +17,8 @@ afterwards, so these kernels index without bounds checks.
 """
 
 import numpy as np
-from numba import prange, types
 
 from lamina.backends import jit
-
-I64, I64_2D = jit.INDEX, jit.INDEX_2D
-
 
 # ---------------------------------------------------------------- kernels
 
@@ -137,7 +133,7 @@ def spmm_rows(starts, cols, values, dense, out):
     """out = S @ dense for S with entries sorted by row (coalesced); ``starts[r]`` is
     the first entry of row r. Rows are independent, so this one runs in parallel."""
     n = dense.shape[1]
-    for r in prange(starts.size - 1):
+    for r in jit.prange(starts.size - 1):
         for e in range(starts[r], starts[r + 1]):
             c, v = cols[e], values[e]
             for j in range(n):
@@ -158,44 +154,45 @@ def dense_spmm(dense, rows, cols, values, out):
 
 
 def _by_values(fn, signature_of, parallel=False):
-    return jit.kernel_family(fn, lambda d: signature_of(jit.array(d), jit.array(d, 2)), parallel)
+    """A Family of ``fn`` per values dtype; ``signature_of(types, values, dense, index,
+    index_2d)`` makes its signature from those Numba types."""
+
+    def signature(d):
+        return signature_of(jit.types, jit.array(d), jit.array(d, 2), jit.index(), jit.index(2))
+
+    return jit.kernel_family(fn, signature, parallel)
 
 
-def _index_kernel(fn, signature):
-    """The entry point of a kernel on indices only (one signature)."""
-    return jit.cached(fn, lambda: jit.compile_kernel(fn, signature))
+def _index_kernel(fn, signature_of):
+    """The entry point of a kernel on indices only: ``signature_of(types, index,
+    index_2d)`` makes its one signature."""
+    return jit.cached(
+        fn, lambda: jit.compile_kernel(fn, signature_of(jit.types, jit.index(), jit.index(2)))
+    )
 
 
-_LINEAR_KEYS_SIGNATURE = types.void(I64_2D, I64, I64)
-_IS_SORTED_SIGNATURE = types.boolean(I64)
-
-
-_COALESCE = _by_values(coalesce, lambda v, m: types.intp(I64, I64, I64_2D, v, I64_2D, v))
-_MERGE_ADD = _by_values(
-    merge_add, lambda v, m: types.intp(I64, I64_2D, v, I64, I64_2D, v, I64_2D, v)
-)
-_INTERSECT = _by_values(
-    intersect_multiply, lambda v, m: types.intp(I64, I64_2D, v, I64, v, I64_2D, v)
-)
-_SCATTER_ADD = _by_values(scatter_add, lambda v, m: types.void(v, I64, v))
-_SPMM_COO = _by_values(spmm_coo, lambda v, m: types.void(I64, I64, v, m, m))
-_SPMM_ROWS = _by_values(spmm_rows, lambda v, m: types.void(I64, I64, v, m, m))
+_COALESCE = _by_values(coalesce, lambda t, v, m, i, i2: t.intp(i, i, i2, v, i2, v))
+_MERGE_ADD = _by_values(merge_add, lambda t, v, m, i, i2: t.intp(i, i2, v, i, i2, v, i2, v))
+_INTERSECT = _by_values(intersect_multiply, lambda t, v, m, i, i2: t.intp(i, i2, v, i, v, i2, v))
+_SCATTER_ADD = _by_values(scatter_add, lambda t, v, m, i, i2: t.void(v, i, v))
+_SPMM_COO = _by_values(spmm_coo, lambda t, v, m, i, i2: t.void(i, i, v, m, m))
+_SPMM_ROWS = _by_values(spmm_rows, lambda t, v, m, i, i2: t.void(i, i, v, m, m))
 _SPMM_ROWS_PARALLEL = _by_values(
-    spmm_rows, lambda v, m: types.void(I64, I64, v, m, m), parallel=True
+    spmm_rows, lambda t, v, m, i, i2: t.void(i, i, v, m, m), parallel=True
 )
-_DENSE_SPMM = _by_values(dense_spmm, lambda v, m: types.void(m, I64, I64, v, m))
+_DENSE_SPMM = _by_values(dense_spmm, lambda t, v, m, i, i2: t.void(m, i, i, v, m))
 
 
 def run_linear_keys(indices, strides):
     out = np.empty(indices.shape[1], np.int64)
-    _index_kernel(linear_keys, _LINEAR_KEYS_SIGNATURE)(indices, strides, out)
+    _index_kernel(linear_keys, lambda t, i, i2: t.void(i2, i, i))(indices, strides, out)
     return out
 
 
 def run_coalesce(keys, indices, values):
     """(indices, values) coalesced, as new arrays."""
     # NumPy's stable argsort (timsort) beats Numba's mergesort by about 1.5x here
-    ordered = _index_kernel(is_sorted, _IS_SORTED_SIGNATURE)(keys)
+    ordered = _index_kernel(is_sorted, lambda t, i, i2: t.boolean(i))(keys)
     order = np.arange(keys.size) if ordered else np.argsort(keys, kind="stable")
     out_i = np.empty_like(indices)
     out_v = np.empty_like(values)

@@ -11,12 +11,10 @@ or 0), so the arithmetic stays in float32 for float32 data.
 
 import math
 
-import numba
 import numpy as np
-from numba import prange, types
-from numba.extending import register_jitable
 
 from lamina.backends import jit, threads
+from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import from_array
 
 from .layout import dense, flat_like, flat_output
@@ -40,50 +38,50 @@ _TANH_KAPPA = 0.044715
 # ---------------------------------------------------------------- scalar functions
 
 
-@register_jitable
+@jitable
 def relu(x, zero):
     return x if x > 0 or x != x else zero  # NaN propagates, as in PyTorch
 
 
-@register_jitable
+@jitable
 def relu_backward(g, r, zero):
     return g if r > 0 else zero
 
 
-@register_jitable
+@jitable
 def leaky_relu(x, slope):
     return x if x > 0 else x * slope
 
 
-@register_jitable
+@jitable
 def leaky_relu_backward(g, x, slope):
     return g if x > 0 else g * slope
 
 
-@register_jitable
+@jitable
 def gelu(x, unused):
     return 0.5 * x * (1.0 + math.erf(x * _SQRT_HALF))
 
 
-@register_jitable
+@jitable
 def gelu_backward(g, x, unused):
     cdf = 0.5 * (1.0 + math.erf(x * _SQRT_HALF))
     return g * (cdf + x * _INV_SQRT_2PI * math.exp(-0.5 * x * x))
 
 
-@register_jitable
+@jitable
 def gelu_tanh(x, unused):
     return 0.5 * x * (1.0 + math.tanh(_TANH_BETA * (x + _TANH_KAPPA * x * x * x)))
 
 
-@register_jitable
+@jitable
 def gelu_tanh_backward(g, x, unused):
     t = math.tanh(_TANH_BETA * (x + _TANH_KAPPA * x * x * x))
     du = _TANH_BETA * (1.0 + 3.0 * _TANH_KAPPA * x * x)
     return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
-@register_jitable
+@jitable
 def sigmoid(x, unused):
     return 1.0 / (1.0 + math.exp(-x))
 
@@ -108,13 +106,13 @@ def binary(fn, loop):
 
 
 def _entry(template, fn, dtype, size):
-    loop = range if size < _parallel_min else prange
+    loop = range if size < _parallel_min else jit.prange
 
     def build():
         arr = jit.array(dtype)
         operands = (arr,) * (2 if template is unary else 3)
-        sig = types.void(*operands, numba.from_dtype(dtype))
-        return jit.compile_kernel(template(fn, loop), sig, parallel=loop is prange)
+        sig = jit.types.void(*operands, jit.numba.from_dtype(dtype))
+        return jit.compile_kernel(template(fn, loop), sig, parallel=loop is jit.prange)
 
     return jit.cached((template, fn, dtype, loop), build)
 
@@ -201,12 +199,12 @@ def _softmax(x, dim, log):
     rows = moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, 1)
     out = np.empty_like(rows)
     if rows.size:
-        loop = range if rows.size < _parallel_min else prange
+        loop = range if rows.size < _parallel_min else jit.prange
         arr = jit.array(data.dtype, 2)
         jit.cached(
             (softmax_rows, log, data.dtype, loop),
             lambda: jit.compile_kernel(
-                softmax_rows(log, loop), types.void(arr, arr), parallel=loop is prange
+                softmax_rows(log, loop), jit.types.void(arr, arr), parallel=loop is jit.prange
             ),
         )(rows, out)
     result = np.moveaxis(out.reshape(moved.shape), -1, dim)

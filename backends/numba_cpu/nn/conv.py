@@ -32,7 +32,6 @@ matrices, which BLAS takes as it is).
 """
 
 import numpy as np
-from numba import types
 
 from lamina.backends import jit
 from lamina.dispatch.tensor import from_array
@@ -182,21 +181,21 @@ def _im2col_flat(flat, base, kh, kw, dh, dw, wp, oh0, span, cols):
             dst[q] = src[q]
 
 
-_I = types.int64
 _SIGNATURES = {
     # (x or gx: 4-D, group channels and geometry: 11 ints, then the rest)
-    _im2col_nhwc: lambda a4, a2: types.void(a4, *[_I] * 14, a2),
-    _col2im_nhwc: lambda a4, a2: types.void(a2, a4, *[_I] * 14),
-    _im2col_nchw: lambda a4, a2: types.void(a4, *[_I] * 14, jit.INDEX, jit.INDEX, a2),
-    _col2im_nchw: lambda a4, a2: types.void(a2, a4, *[_I] * 14, jit.INDEX, jit.INDEX),
-    _pad_planes: lambda a4, a2: types.void(a4, *[_I] * 4, a2),
-    _im2col_flat: lambda a4, a2: types.void(a2.copy(ndim=1), jit.INDEX, *[_I] * 7, a2),
+    _im2col_nhwc: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, a2),
+    _col2im_nhwc: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14),
+    _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, x, x, a2),
+    _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14, x, x),
+    _pad_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 4, a2),
+    _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, *[i] * 7, a2),
 }
 
 
 def _kernel(pyfunc, dtype):
     def build():
-        sig = _SIGNATURES[pyfunc](jit.array(dtype, 4), jit.array(dtype, 2))
+        t = jit.types
+        sig = _SIGNATURES[pyfunc](t, jit.array(dtype, 4), jit.array(dtype, 2), t.int64, jit.index())
         return jit.compile_kernel(pyfunc, sig)
 
     return jit.cached((pyfunc, dtype), build)

@@ -23,10 +23,9 @@ vectorized square roots, where a general power calls libm's pow per element.
 import math
 
 import numpy as np
-from numba import prange, types
-from numba.extending import register_jitable
 
 from lamina.backends import jit, threads
+from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import bump_version, from_array
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
@@ -73,13 +72,13 @@ def _same_view(data, like_data, channels_last):
 
 
 def _entry(template, args, dtype, signature, parallel_size, fastmath=jit.REASSOCIATE):
-    loop = range if parallel_size < _parallel_min else prange
+    loop = range if parallel_size < _parallel_min else jit.prange
 
     def build():
         return jit.compile_kernel(
             template(*args, loop),
-            types.void(*signature),
-            parallel=loop is prange,
+            jit.types.void(*signature),
+            parallel=loop is jit.prange,
             fastmath=fastmath,
         )
 
@@ -267,7 +266,7 @@ def native_batch_norm(ks, input, weight, bias, running_mean, running_var, traini
     out = np.empty_like(x)
     if not channels_last:
         a3 = jit.array(data.dtype, 3)
-        sig = (a3, vec, vec, f64, f64, a3, types.boolean, types.float64)
+        sig = (a3, vec, vec, f64, f64, a3, jit.types.boolean, jit.types.float64)
         _entry(bn_forward_cf, (), data.dtype, sig, x.size)(x, w, b, mean, var, out, training, eps)
     else:
         a2 = jit.array(data.dtype, 2)
@@ -316,7 +315,7 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
     if not channels_last:
         a3 = jit.array(data.dtype, 3)
         gw, gb = np.empty(c), np.empty(c)
-        sig = (a3, a3, vec, f64, f64, a3, f64, f64, types.boolean)
+        sig = (a3, a3, vec, f64, f64, a3, f64, f64, jit.types.boolean)
         _entry(bn_backward_cf, (), data.dtype, sig, x.size)(g, x, w, m, inv, gx, gw, gb, training)
     else:
         a2 = jit.array(data.dtype, 2)
@@ -342,12 +341,12 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
 # ---------------------------------------------------------------- local response norm
 
 
-@register_jitable
+@jitable
 def three_quarters(s, beta):
     return 1.0 / (math.sqrt(s) * math.sqrt(math.sqrt(s)))
 
 
-@register_jitable
+@jitable
 def power(s, beta):
     return s**-beta
 
@@ -452,7 +451,7 @@ def native_local_response_norm(ks, input, size, alpha, beta, k):
     x, channels_last = channel_view(data)
     out, scale = np.empty_like(x), np.empty_like(x)
     arr = jit.array(data.dtype, x.ndim)
-    sig = (arr, arr, arr, types.int64, types.float64, types.float64, types.float64)
+    sig = (arr, arr, arr, jit.types.int64, jit.types.float64, jit.types.float64, jit.types.float64)
     template = lrn_forward_cl if channels_last else lrn_forward_cf
     entry = _entry(template, (_lrn_power(beta),), data.dtype, sig, x.size, fastmath=False)
     entry(x, out, scale, size, alpha, beta, k)
@@ -468,7 +467,7 @@ def local_response_norm_backward(ks, grad, input, result, scale, size, alpha, be
     g, y, s = (_same_view(t._data, data, channels_last) for t in (grad, result, scale))
     gx = np.empty_like(x)
     arr = jit.array(data.dtype, x.ndim)
-    sig = (arr, arr, arr, arr, arr, types.int64, types.float64, types.float64)
+    sig = (arr, arr, arr, arr, arr, jit.types.int64, jit.types.float64, jit.types.float64)
     template = lrn_backward_cl if channels_last else lrn_backward_cf
     entry = _entry(template, (_lrn_power(beta),), data.dtype, sig, x.size, fastmath=False)
     entry(g, x, y, s, gx, size, alpha, beta)

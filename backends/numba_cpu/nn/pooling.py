@@ -18,10 +18,9 @@ index is the flat position ``ih * W + iw`` in the input plane, whatever the layo
 import math
 
 import numpy as np
-from numba import prange, types
-from numba.extending import register_jitable
 
 from lamina.backends import jit, threads
+from lamina.backends.jit import jitable
 from lamina.dispatch.meta import pool_output_size
 from lamina.dispatch.tensor import from_array
 
@@ -39,12 +38,12 @@ def _set_threshold(threshold):
 threads.on_change(_set_threshold)
 
 
-@register_jitable
+@jitable
 def greater(v, best):
     return v > best
 
 
-@register_jitable
+@jitable
 def less(v, best):
     return v < best
 
@@ -224,11 +223,8 @@ def gather(loop):
     return kernel
 
 
-_I = types.int64
-_X = jit.INDEX
-
-
 def _signature(template, dtype):
+    _I, _X = jit.types.int64, jit.index()
     a = {d: jit.array(dtype, d) for d in (3, 4)}
     i = {d: jit.array(np.int64, d) for d in (3, 4)}
     scalar = jit.array(dtype, 1).dtype
@@ -246,11 +242,11 @@ def _signature(template, dtype):
 
 def _run(template, fns, dtype, size, *args):
     """Run ``template(*fns, loop)``, compiled once per (functions, dtype, loop)."""
-    loop = range if size < _parallel_min else prange
+    loop = range if size < _parallel_min else jit.prange
 
     def build():
-        sig = types.void(*_signature(template, dtype))
-        return jit.compile_kernel(template(*fns, loop), sig, parallel=loop is prange)
+        sig = jit.types.void(*_signature(template, dtype))
+        return jit.compile_kernel(template(*fns, loop), sig, parallel=loop is jit.prange)
 
     jit.cached((template, fns, dtype, loop), build)(*args)
 
