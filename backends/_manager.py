@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import inspect
 import os
 import pathlib
+import sys
 import traceback
 import warnings
 from builtins import list as _list
@@ -180,6 +180,8 @@ def _warn_registered_nothing(name: str, plugin: Any) -> None:
     elif _HOOK not in hooks and callable(getattr(plugin, _HOOK, None)):
         why = f"its {_HOOK} is not marked with @lamina.backends.hookimpl"
     elif _HOOK not in hooks:
+        import difflib  # only for this message: ~1 ms of import lamina
+
         close = difflib.get_close_matches(_HOOK, dir(plugin), n=1, cutoff=0.75)
         why = f"it has no {_HOOK} hook" + (f" (did you mean {close[0]!r}?)" if close else "")
     else:
@@ -279,10 +281,51 @@ def _unregister(name: str) -> None:
     entries.rebuild()
 
 
+_GROUP = "lamina.backends"
+
+
+def _may_have_entry_points(group: str) -> bool:
+    """False only if no installed distribution can have an entry point in ``group``.
+
+    importlib.metadata imports the email package to parse metadata, ~10 ms of ``import
+    lamina``; most installs have no lamina plugin, so this scan of sys.path's
+    ``*.dist-info`` and ``*.egg-info`` folders for an ``entry_points.txt`` naming the
+    group comes first. Whatever it cannot read (a zip file or an egg on sys.path, a
+    finder of distributions other than the path's) counts as a maybe: then
+    importlib.metadata decides, as it always did."""
+    from importlib.machinery import PathFinder
+
+    if any(
+        getattr(f, "find_distributions", None) is not None and f is not PathFinder
+        for f in sys.meta_path
+    ):
+        return True
+    header = f"[{group}]"
+    for entry in sys.path:
+        folder = entry or "."
+        if folder.endswith(".egg") or os.path.isfile(folder):
+            return True
+        try:
+            names = os.listdir(folder)
+        except OSError:  # a folder that does not exist
+            continue
+        for name in names:
+            if name.endswith((".dist-info", ".egg-info")):
+                try:
+                    with open(os.path.join(folder, name, "entry_points.txt")) as f:
+                        if any(line.strip() == header for line in f):
+                            return True
+                except OSError:
+                    pass
+    return False
+
+
 def _load_entry_points():
+    if not _may_have_entry_points(_GROUP):
+        return
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group="lamina.backends"):
+    for ep in entry_points(group=_GROUP):
         try:
             plugin = ep.load()
         except Exception as exc:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
+from inspect import CO_VARARGS
+from types import FunctionType
+from typing import Any
 
 from lamina.dispatch import devices, keys
 from lamina.dispatch import registry as R
@@ -19,19 +22,35 @@ def check_kernel(what: str, fn: object, priority: object, *calls: str) -> None:
         raise TypeError(f"{what} must be callable, got {type(fn).__name__}")
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {priority!r}")
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a compiled or built-in function: nothing to read
-        return
     for call in calls:
         n = call.count(",") + 1
-        try:
-            signature.bind(*range(n))
-        except TypeError:
+        if _accepts(fn, n) is False:
             raise TypeError(
                 f"{what} is called as {call} ({n} positional arguments), but its "
-                f"signature is {signature}"
-            ) from None
+                f"signature is {inspect.signature(fn)}"
+            )
+
+
+def _accepts(fn: Any, n: int) -> bool | None:
+    """Whether ``fn`` accepts ``n`` positional arguments; None where its signature
+    cannot be read (a compiled or built-in function). A plain function's code object
+    says so directly: ``inspect.signature`` took ~25 us a kernel, 15 ms of ``import
+    lamina`` for the built-in plugins' 600 kernels."""
+    if isinstance(fn, FunctionType) and not hasattr(fn, "__wrapped__"):
+        code = fn.__code__
+        if code.co_kwonlyargcount > len(fn.__kwdefaults__ or ()):
+            return False  # a keyword-only argument without a default
+        required = code.co_argcount - len(fn.__defaults__ or ())
+        return required <= n and (n <= code.co_argcount or bool(code.co_flags & CO_VARARGS))
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*range(n))
+    except TypeError:
+        return False
+    return True
 
 
 MOVE_PRIORITY = -1000  # of the to_device kernel add_device registers for a device

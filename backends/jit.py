@@ -15,7 +15,8 @@ Note [Lazy Numba]: importing Numba takes ~150 ms, more than NumPy does, so lamin
 imports it when a kernel is first compiled (or loaded from Numba's cache), not with
 ``import lamina``: a program whose operations the loop cache serves (Note [Loop cache])
 never imports it. Backend modules reach Numba only through this module (threads.py,
-which sets Numba's thread count, imports it where it does so) and only at compile time: ``jit.numba``, ``jit.types`` and ``jit.prange`` are resolved on first use
+which sets Numba's thread count, imports it where it does so) and only at compile
+time: ``jit.numba``, ``jit.types`` and ``jit.prange`` are resolved on first use
 (importing Numba), ``jitable`` marks a scalar function for Numba (``register_jitable``)
 and ``on_load`` runs other setup (intrinsics) once Numba is in. A module-level constant
 made of Numba types would import Numba with its module, so signatures are built in

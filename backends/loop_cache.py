@@ -26,17 +26,14 @@ that loop to Numba's cache: slower to start, never wrong.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import hashlib
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+# hashlib, shutil, subprocess and tempfile are imported where they are used: together
+# ~5 ms of ``import lamina``, which only a first operation needs
 
 _SOURCES = Path(__file__).resolve().parent  # the backends' sources: their edits invalidate
 _SYMBOL = "lamina_loop"  # every library exports its loop under this name too
@@ -49,6 +46,9 @@ _libraries: list[ctypes.CDLL] = []  # open libraries stay open: the C core holds
 
 def _stamp() -> str:
     """A digest of everything, besides a loop's key, that its machine code depends on."""
+    import hashlib
+    import importlib.util
+
     parts = [sys.version, sys.platform]
     for root, dirs, files in sorted(os.walk(_SOURCES)):
         dirs.sort()
@@ -111,6 +111,8 @@ def find(key: tuple) -> tuple[int | None, Path | None]:
     root, name = directory(), _name(key)
     if root is None or name is None or not _has_compiler():
         return None, None
+    import hashlib
+
     library = root / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".so")
     if library.exists():
         address = _open(library)
@@ -125,6 +127,10 @@ def store(library: Path, cfunc: Any) -> int | None:
     """Write the library of Numba cfunc ``cfunc`` (compiled without Numba's cache, so
     that its IR is at hand) and return the address of the loop in it, opened; None if
     it cannot be written or opened (then later processes leave it to Numba)."""
+    import contextlib
+    import subprocess
+    import tempfile
+
     address = None
     with contextlib.suppress(OSError, subprocess.CalledProcessError, AttributeError, RuntimeError):
         code = _object_code(cfunc)
@@ -161,6 +167,9 @@ void numba_gil_release(PyGILState_STATE *state) { PyGILState_Release(*state); }
 
 def _runtime(root: Path) -> str:
     """The object file of _RUNTIME in ``root``, compiled once."""
+    import subprocess
+    import tempfile
+
     runtime = root / "runtime.o"
     if not runtime.exists():
         with tempfile.TemporaryDirectory(dir=root) as tmp:
@@ -174,6 +183,8 @@ def _runtime(root: Path) -> str:
 def _has_compiler() -> bool:
     global _compiler
     if _compiler is None:
+        import shutil
+
         _compiler = shutil.which(os.environ.get("CC", "cc").split()[0]) or ""
     return bool(_compiler)
 

@@ -22,7 +22,6 @@ reference (``docs/operators.md``) and the tests' operator sweeps derive from it.
 from __future__ import annotations
 
 import ast
-import difflib
 import inspect
 import re
 from collections.abc import Callable
@@ -344,6 +343,8 @@ def get(name: str) -> Operator:
     try:
         return OPERATORS[name]
     except KeyError:
+        import difflib  # only for this message: ~1 ms of import lamina
+
         close = difflib.get_close_matches(str(name), OPERATORS, n=3, cutoff=0.75)
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ValueError(

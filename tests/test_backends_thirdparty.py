@@ -158,6 +158,36 @@ def test_a_fresh_process_discovers_the_example_without_warnings():
     assert "'example'" in rest and "'numba_cpu'" in rest
 
 
+def test_the_entry_point_scan_says_maybe_wherever_importlib_metadata_could_find_one(
+    tmp_path, monkeypatch
+):
+    """``import lamina`` asks importlib.metadata only if this scan finds a maybe; it must
+    never say no where a plugin could be installed."""
+    from lamina.backends._manager import _GROUP, _may_have_entry_points
+
+    assert _may_have_entry_points(_GROUP)  # this environment: the example's dist-info
+    dist = tmp_path / "other-1.0.dist-info"
+    dist.mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "missing")])
+    assert not _may_have_entry_points(_GROUP)  # no entry_points.txt
+    (dist / "entry_points.txt").write_text("[console_scripts]\nx = y:z\n")
+    assert not _may_have_entry_points(_GROUP)  # another group only
+    (dist / "entry_points.txt").write_text("[console_scripts]\nx = y:z\n\n[lamina.backends]\n")
+    assert _may_have_entry_points(_GROUP)
+    (dist / "entry_points.txt").unlink()
+    (tmp_path / "plugins.zip").write_bytes(b"")  # a zip file on sys.path: cannot tell
+    monkeypatch.setattr(sys, "path", [str(tmp_path), str(tmp_path / "plugins.zip")])
+    assert _may_have_entry_points(_GROUP)
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+
+    class Finder:  # a finder of distributions of its own: cannot tell either
+        def find_distributions(self, context=None):
+            return iter(())
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
+    assert _may_have_entry_points(_GROUP)
+
+
 def test_registering_a_device_plugin_rebuilds_the_tables_once(monkeypatch):
     calls = []
     real = entries.rebuild

@@ -654,3 +654,48 @@ def test_an_entry_point_that_fails_to_import_is_reported_at_its_own_line(tmp_pat
         "lamina backend plugin 'broken' (lamina_broken_ep:plugin) failed to import and was "
         "skipped: ImportError: the vendor driver is missing"
     )
+
+
+def test_the_arity_check_agrees_with_inspect_signature():
+    """The registry reads a plain function's arity from its code object (it is faster:
+    Note in backends/_registry.py); for every shape of signature it must answer as
+    ``inspect.signature(fn).bind`` does."""
+    import functools
+    import inspect
+
+    from lamina.backends._registry import _accepts
+
+    def wrapped(ks, x):
+        return x
+
+    @functools.wraps(wrapped)
+    def wrapper(*args):
+        return wrapped(*args)
+
+    class Kernel:
+        def __call__(self, ks, x, y=None):
+            return x
+
+    candidates = [
+        lambda ks, x: x,
+        lambda ks, x, y=1: x,
+        lambda ks, *args: args,
+        lambda ks, x, /, y: x,
+        lambda ks, x, *, out: x,
+        lambda ks, x, *, out=None: x,
+        lambda *args, **kwargs: args,
+        lambda: None,
+        wrapper,
+        Kernel(),
+        functools.partial(lambda a, ks, x: x, 1),
+    ]
+    for fn in candidates:
+        signature = inspect.signature(fn)
+        for n in range(5):
+            try:
+                signature.bind(*range(n))
+                expected = True
+            except TypeError:
+                expected = False
+            assert _accepts(fn, n) is expected, (signature, n)
+    assert _accepts(max, 2) in (True, None)  # a built-in: readable or not, never refused
