@@ -19,8 +19,8 @@ same templates with complex scalar functions (Note [Complex scalar functions]).
 
 import cmath
 import ctypes
-import ctypes.util
 import math
+import operator
 import platform
 
 import numpy as np
@@ -377,19 +377,27 @@ _LIBM_ABI = platform.system() in ("Linux", "Darwin") and platform.machine().lowe
     "aarch64",
     "arm64",
 )
-_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or None) if _LIBM_ABI else None
+_libm = []  # [libm], loaded when Numba is (ctypes.util.find_library runs ldconfig)
+
+
+def _libm_function(name):
+    """libm's function ``name`` (a ctypes function), or None where it is missing."""
+    if not _LIBM_ABI:
+        return None
+    if not _libm:
+        import ctypes.util
+
+        _libm.append(ctypes.CDLL(ctypes.util.find_library("m") or None))
+    return getattr(_libm[0], name, None)
 
 
 def _libm_complex(name, arity, fallback):
-    """libm's complex128 function ``name`` (cexp, cpow, ...) for kernels, or None where
-    it is missing: a module-level function (it pickles by name) computing ``fallback``
-    in Python, which kernels call as a Numba intrinsic, made when Numba loads (Note
-    [Lazy Numba]). A ``double complex`` is passed and returned as two doubles (what
-    clang lowers it to on x86-64 and AArch64), so the call needs no Numba type for C
-    complex numbers."""
-    fn = getattr(_LIBM, name, None) if _LIBM is not None else None
-    if fn is None:
-        return None
+    """libm's complex128 function ``name`` (cexp, cpow, ...) for kernels: a module-level
+    function (it pickles by name) computing ``fallback`` in Python, which kernels call
+    as a Numba intrinsic made when Numba loads (Note [Lazy Numba]), or as ``fallback``
+    (Numba's cmath) where libm lacks it. A ``double complex`` is passed and returned as
+    two doubles (what clang lowers it to on x86-64 and AArch64), so the call needs no
+    Numba type for C complex numbers."""
     symbol = "lamina_" + name  # registered once, for this process's JIT linker
 
     if arity == 1:
@@ -404,10 +412,19 @@ def _libm_complex(name, arity, fallback):
     call.__name__ = call.__qualname__ = "libm_" + name
 
     def lower(numba):
+        from numba.extending import intrinsic, overload
+
+        fn = _libm_function(name)
+        if fn is None:
+            if arity == 1:
+                overload(call)(lambda z: lambda z: fallback(z))
+            else:
+                overload(call)(lambda x, y: lambda x, y: fallback(x, y))
+            return
+
         import llvmlite.binding as llvm
         from llvmlite import ir
         from numba.core import cgutils
-        from numba.extending import intrinsic, overload
 
         llvm.add_symbol(symbol, ctypes.cast(fn, ctypes.c_void_p).value)
         c128 = numba.types.complex128
@@ -462,10 +479,8 @@ for _name, _fallback in [
     ("acosh", cmath.acosh),
     ("atanh", cmath.atanh),
 ]:
-    _call = _libm_complex("c" + _name, 1, _fallback)
-    if _call is not None:
-        globals()["libm_c" + _name] = _call  # module-level: it pickles by name
-    _math("complex_" + _name, _call or _fallback)
+    globals()["libm_c" + _name] = _call = _libm_complex("c" + _name, 1, _fallback)
+    _math("complex_" + _name, _call)  # module-level, above: it pickles by name
 
 _LOG2E, _LOG10E = 1.0 / math.log(2.0), 1.0 / math.log(10.0)
 
@@ -500,17 +515,12 @@ def complex_log1p(x):
     return complex(math.log(math.hypot(re, x.imag)), math.atan2(x.imag, re))
 
 
-libm_cpow = _libm_complex("cpow", 2, lambda x, y: x**y)
-if libm_cpow is not None:
+libm_cpow = _libm_complex("cpow", 2, operator.pow)
 
-    @jitable
-    def _cpow(x, y):
-        return libm_cpow(x, y)
-else:
 
-    @jitable
-    def _cpow(x, y):
-        return x**y
+@jitable
+def _cpow(x, y):
+    return libm_cpow(x, y)
 
 
 @jitable
