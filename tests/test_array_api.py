@@ -614,4 +614,11 @@ def test_precompile_lists_every_elementwise_kernel_and_fills_the_cache():
     from lamina.backends.numba_cpu import elementwise
 
     assert not isinstance(elementwise.BY_NAME["add"].flat[lm.float64.index], elementwise.jit._Stub)
+    from lamina.dispatch import core
+
+    if core.IMPLEMENTATION == "c":  # the C core's loops too (Note [Loop cache])
+        jobs["logical_not bool C loops"]()
+        assert ("where bool C loops" in jobs) is False  # ternary: no C loops
+    else:
+        assert not any(label.endswith("C loops") for label in jobs)
     assert precompile._bar(1, 4, "add").startswith("\r[#######")

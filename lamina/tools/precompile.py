@@ -2,12 +2,14 @@
 
 lamina compiles a kernel the first time a call needs it (one dtype, one variant at a
 time, ~0.1-0.4 s each) and Numba caches it on disk, so later processes load it in
-milliseconds. A fresh machine, a new virtual environment, a container image or a CI
-cache therefore pays those compilations once, spread over the first calls; this
-command pays them all up front, with a progress bar: the elementwise operators
-(contiguous, strided and scalar loops; ``--parallel`` adds the multi-threaded
-variants used from 2**17 elements on), reductions, scans and integer matmul, for every
-dtype each accepts. ``--dtypes float32,int64`` limits it to some dtypes.
+milliseconds; the C core's loops go to the loop cache, which later processes open
+without importing Numba at all (Note [Loop cache] in backends/loop_cache.py). A fresh
+machine, a new virtual environment, a container image or a CI cache therefore pays
+those compilations once, spread over the first calls; this command pays them all up
+front, with a progress bar: the elementwise operators (contiguous, strided and scalar
+loops, and the C core's; ``--parallel`` adds the multi-threaded variants used from
+2**17 elements on), reductions, scans and integer matmul, for every dtype each
+accepts. ``--dtypes float32,int64`` limits it to some dtypes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import lamina as lm
 from lamina.backends import setup as S
 from lamina.backends.numba_cpu import elementwise
+from lamina.dispatch import core
 from lamina.dispatch import dtypes as D
 
 
@@ -41,7 +44,19 @@ def _elementwise_jobs(dtypes: list[D.DType], parallel: bool) -> list[tuple[str, 
             for fam in families:
                 family = getattr(ew, fam)
                 jobs.append((f"{name} {d.name} {fam}", _builder(family, d.index)))
+            if core.IMPLEMENTATION == "c" and ew.arity != 3:
+                jobs.append((f"{name} {d.name} C loops", _c_loops(ew, d.index)))
     return jobs
+
+
+def _c_loops(ew: elementwise.Elementwise, index: int) -> Callable:
+    forms = [core.LOOP_FLAT, core.LOOP_STRIDED] + ([core.LOOP_SCALAR] if ew.arity == 2 else [])
+
+    def build() -> None:
+        for form in forms:
+            ew.address(form, index)
+
+    return build
 
 
 def _builder(family: elementwise.jit.Family, index: int) -> Callable:
