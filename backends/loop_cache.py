@@ -152,16 +152,20 @@ def store(library: Path, cfunc: Any) -> int | None:
     return address
 
 
-# Numba's cfunc wrappers call these two on their error path (a loop that raised): Numba
-# hands its helper library's copies to LLVM at run time instead of exporting them, so a
-# library links its own, the same two lines as Numba's _helperlib.c. A loop that needs
-# more of Numba's runtime (its reference counting, its exceptions) fails to open.
+# What a loop may reference of Numba's runtime, which Numba hands to LLVM at run time
+# instead of exporting, so a library links its own copy. The cfunc wrapper's error path
+# (a loop that raised) calls the first two: the same two lines as Numba's _helperlib.c.
+# NRT_decref's body names the third, reached only for a non-null meminfo; a loop whose
+# arrays are numba.carray views of pointers has none (their meminfo is NULL, and
+# NRT_decref returns first), and a loop that allocates an array needs more of the
+# runtime (NRT_MemInfo_alloc...), which is not here: its library fails to open.
 _RUNTIME = """
 typedef int PyGILState_STATE;
 PyGILState_STATE PyGILState_Ensure(void);
 void PyGILState_Release(PyGILState_STATE);
 void numba_gil_ensure(PyGILState_STATE *state) { *state = PyGILState_Ensure(); }
 void numba_gil_release(PyGILState_STATE *state) { PyGILState_Release(*state); }
+void NRT_MemInfo_call_dtor(void *meminfo) { (void)meminfo; }
 """
 
 

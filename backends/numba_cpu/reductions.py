@@ -238,7 +238,9 @@ class FoldSpec:
         d, acc = D.ALL[index], self.accumulators[index]
 
         def build(cache):
-            options = {**jit.OPTIONS, "cache": cache}
+            # inlined into the loop, the kernel's status checks and raise paths go away:
+            # the loop needs nothing of Numba's runtime (Note [Loop cache])
+            options = {**jit.OPTIONS, "cache": cache, "inline": "always"}
             kernel = jit.numba.njit(**options)(template(self.reduction.fn, range))
             return K.c_loop(wrapper, kernel, d, acc, [d], cache)
 
