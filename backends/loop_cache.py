@@ -109,7 +109,7 @@ def find(key: tuple) -> tuple[int | None, Path | None]:
     to store the library (None where it cannot be stored: leave the loop to Numba's
     cache)."""
     root, name = directory(), _name(key)
-    if root is None or name is None or not _has_compiler():
+    if root is None or name is None:
         return None, None
     import hashlib
 
@@ -118,8 +118,8 @@ def find(key: tuple) -> tuple[int | None, Path | None]:
         address = _open(library)
         if address is not None:
             return address, None
-    if library.with_suffix(".numba").exists():  # this loop cannot live here
-        return None, None
+    if library.with_suffix(".numba").exists() or not _has_compiler():
+        return None, None  # this loop cannot live here
     return None, library
 
 
