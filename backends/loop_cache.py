@@ -26,6 +26,7 @@ that loop to Numba's cache: slower to start, never wrong.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -89,7 +90,23 @@ def directory() -> Path | None:
                 os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lamina"
             )
             _directory = Path(base) / "loops" / _stamp()
+            with contextlib.suppress(OSError):  # in use: _prune keeps the recent ones
+                os.utime(_directory)
     return _directory
+
+
+_KEEP = 8  # stamp directories kept: other installs, other versions of the sources
+
+
+def _prune(loops: Path) -> None:
+    """Remove all but the _KEEP most recently used stamp directories of ``loops``
+    (every edit of the backends' sources starts a new one, ~10 MB once full)."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        stamps = sorted(loops.iterdir(), key=lambda d: d.stat().st_mtime, reverse=True)
+        for old in stamps[_KEEP:]:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _name(part: Any) -> str | None:
@@ -127,14 +144,15 @@ def store(library: Path, cfunc: Any) -> int | None:
     """Write the library of Numba cfunc ``cfunc`` (compiled without Numba's cache, so
     that its IR is at hand) and return the address of the loop in it, opened; None if
     it cannot be written or opened (then later processes leave it to Numba)."""
-    import contextlib
     import subprocess
     import tempfile
 
     address = None
     with contextlib.suppress(OSError, subprocess.CalledProcessError, AttributeError, RuntimeError):
         code = _object_code(cfunc)
-        library.parent.mkdir(parents=True, exist_ok=True)
+        if not library.parent.exists():
+            library.parent.mkdir(parents=True, exist_ok=True)
+            _prune(library.parent.parent)
         with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
             obj, lib = os.path.join(tmp, "loop.o"), os.path.join(tmp, "loop.so")
             with open(obj, "wb") as f:

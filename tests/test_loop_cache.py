@@ -97,3 +97,15 @@ def test_an_edited_source_changes_the_stamp(tmp_path, monkeypatch, edit):
         st = source.stat()
         os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
     assert loop_cache._stamp() != before
+
+
+def test_only_the_most_recently_used_stamp_directories_are_kept(tmp_path):
+    loops = tmp_path / "loops"
+    for i in range(loop_cache._KEEP + 3):
+        stamp = loops / f"stamp{i}"
+        stamp.mkdir(parents=True)
+        (stamp / "x.so").write_bytes(b"")
+        os.utime(stamp, (1000 + i, 1000 + i))
+    loop_cache._prune(loops)
+    kept = sorted(d.name for d in loops.iterdir())
+    assert kept == sorted(f"stamp{i}" for i in range(3, loop_cache._KEEP + 3))
