@@ -470,6 +470,22 @@ def test_parallel_kernels_equal_the_serial_ones(fn, layout, two_threads):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("fn", [F.max_pool2d, F.avg_pool2d], ids=["max_pool values", "avg_pool"])
+def test_parallel_nchw_pooling_without_autograd_equals_the_serial_one(fn, two_threads):
+    """The values-only NCHW kernels (separable: pooling.py) in their prange variants;
+    a NaN and padding included."""
+    data = image((2, 16, 64, 64), "NCHW", dtype=np.float32).numpy()
+    data[0, 3, 11, 11] = np.nan  # in 2 x 2 windows
+    x = lm.asarray(data)
+    with lm.no_grad():
+        got = fn(x, 3, 2, padding=1).numpy()
+        lm.set_num_threads(1)
+        want = fn(x, 3, 2, padding=1).numpy()
+        lm.set_num_threads(2)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[0, 3, 5, 5]) and np.isnan(got).sum() == 4
+
+
 def test_set_num_threads_sizes_blas_too(two_threads):
     assert lm.get_num_threads() == 2
     assert set(lm.backends.threads.blas_num_threads()) == {2}

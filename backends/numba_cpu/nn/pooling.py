@@ -28,6 +28,7 @@ from .layout import NHWC, image, in_layout, logical
 from .windows import adaptive_windows, avg_scale, tap_ranges, windows
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+_CHUNKS = 64  # blocks of output rows a parallel loop shares out, each with a work row
 
 
 def _set_threshold(threshold):
@@ -98,6 +99,48 @@ def pool_nchw(better, with_indices, loop):
     return kernel
 
 
+def extreme_nchw(better, kw, sw, dw, loop):
+    """max (or min) pooling's values without indices, x (planes, H, W) -> out (planes,
+    Ho, Wo), separably as ``avg_nchw``: the window's rows folded into one row, then the
+    ``kw`` taps of it (``sw`` and ``dw`` apart, compile-time constants) per output.
+    The fold is pool_nchw's (a NaN wins), so the values are the same, 2x faster on
+    16 x 64 x 56 x 56 3x3 stride 2. ``rows`` is a (chunks, (Wo - 1) * sw + (kw - 1) * dw
+    + 1) work area filled with ``init``, its columns starting at input column -pw."""
+
+    def kernel(x, out, first_h, count_h, dh, pw, init, rows):
+        planes, w = x.shape[0], x.shape[2]
+        ho, wo = out.shape[1], out.shape[2]
+        chunks, span = rows.shape
+        inside = min(w, span - pw)  # the input columns some window covers
+        jobs = planes * ho
+        for chunk in loop(chunks):
+            row = rows[chunk]
+            for job in range(chunk * jobs // chunks, (chunk + 1) * jobs // chunks):
+                p, oh = job // ho, job % ho
+                fh, count = first_h[oh], count_h[oh]
+                if count == 0:
+                    for j in range(inside):
+                        row[pw + j] = init
+                else:
+                    first = x[p, fh]
+                    for j in range(inside):
+                        row[pw + j] = first[j]
+                for a in range(1, count):
+                    src = x[p, fh + a * dh]
+                    for j in range(inside):
+                        v, cur = src[j], row[pw + j]
+                        row[pw + j] = v if better(v, cur) | (v != v) else cur
+                orow = out[p, oh]
+                for ow in range(wo):
+                    best = row[ow * sw]
+                    for b in range(1, kw):
+                        v = row[ow * sw + b * dw]
+                        best = v if better(v, best) | (v != v) else best
+                    orow[ow] = best
+
+    return kernel
+
+
 def pool_nhwc(better, with_indices, loop):
     """x (N, H, W, C) -> out (and idx) (N, Ho, Wo, C), one output row per job: the
     loop over channels vectorizes with the indices in it too."""
@@ -134,25 +177,44 @@ def pool_nhwc(better, with_indices, loop):
     return kernel
 
 
-def avg_nchw(loop):
-    """Average pooling with a uniform stride, x (planes, H, W) -> out (planes, Ho, Wo)."""
+def avg_nchw(kw, sw, loop):
+    """Average pooling with a uniform stride, x (planes, H, W) -> out (planes, Ho, Wo),
+    separably: each output row from one row of column sums (the window's input rows
+    added, contiguous loops that vectorize), then the ``kw`` taps of it, ``sw`` apart,
+    per output (compile-time constants: the tap loop unrolls). Adding each tap straight
+    into the output row took kh * kw strided passes over it, 2.5x slower on
+    16 x 64 x 56 x 56. ``sums`` is a zeroed (chunks, (Wo - 1) * sw + kw) work area, one
+    row per chunk of output rows; its columns start at input column -pw, and the ones
+    outside the input stay 0."""
 
-    def kernel(x, out, first_h, count_h, lo_w, hi_w, sw, pw, scale):
-        ho, wo, kw = out.shape[1], out.shape[2], lo_w.size
-        for job in loop(x.shape[0] * ho):
-            p, oh = job // ho, job % ho
-            orow, fh = out[p, oh], first_h[oh]
-            for ow in range(wo):
-                orow[ow] = 0
-            for a in range(count_h[oh]):
-                src = x[p, fh + a]
-                for b in range(kw):
-                    off = b - pw
-                    for ow in range(lo_w[b], hi_w[b]):
-                        orow[ow] += src[ow * sw + off]
-            srow = scale[oh]
-            for ow in range(wo):
-                orow[ow] *= srow[ow]
+    def kernel(x, out, first_h, count_h, pw, scale, sums):
+        planes, w = x.shape[0], x.shape[2]
+        ho, wo = out.shape[1], out.shape[2]
+        chunks, span = sums.shape
+        inside = min(w, span - pw)  # the input columns some window covers
+        jobs = planes * ho
+        for chunk in loop(chunks):
+            row = sums[chunk]
+            for job in range(chunk * jobs // chunks, (chunk + 1) * jobs // chunks):
+                p, oh = job // ho, job % ho
+                fh, count = first_h[oh], count_h[oh]
+                if count == 0:
+                    for j in range(inside):
+                        row[pw + j] = 0
+                else:
+                    first = x[p, fh]
+                    for j in range(inside):
+                        row[pw + j] = first[j]
+                for a in range(1, count):
+                    src = x[p, fh + a]
+                    for j in range(inside):
+                        row[pw + j] += src[j]
+                orow, srow = out[p, oh], scale[oh]
+                for ow in range(wo):
+                    total = row[ow * sw]
+                    for b in range(1, kw):
+                        total += row[ow * sw + b]
+                    orow[ow] = total * srow[ow]
 
     return kernel
 
@@ -232,7 +294,8 @@ def _signature(template, dtype):
     return {
         pool_nchw: (a[3], a[3], i[3], _X, _X, _I, _X, _X, _I, _I, _I, _X, scalar),
         pool_nhwc: (a[4], a[4], i[4], _X, _X, _I, _X, _X, _I, scalar),
-        avg_nchw: (a[3], a[3], _X, _X, _X, _X, _I, _I, scale),
+        extreme_nchw: (a[3], a[3], _X, _X, _I, _I, scalar, scale),
+        avg_nchw: (a[3], a[3], _X, _X, _I, scale, scale),
         avg_nhwc: (a[4], a[4], _X, _X, _X, _X, scale),
         avg_backward_nhwc: (a[4], a[4], _X, _X, _X, _X, scale),
         scatter: (a[3], i[3], a[3]),
@@ -241,7 +304,8 @@ def _signature(template, dtype):
 
 
 def _run(template, fns, dtype, size, *args):
-    """Run ``template(*fns, loop)``, compiled once per (functions, dtype, loop)."""
+    """Run ``template(*fns, loop)``, compiled once per (functions and constants, dtype,
+    loop)."""
     loop = range if size < _parallel_min else jit.prange
 
     def build():
@@ -280,6 +344,12 @@ def _pool(better, init, with_indices):
         if layout == NHWC:
             args = (x, out, idx, fh, ch, dh, fw, cw, dw, init)
             _run(pool_nhwc, templates, x.dtype, x.size, *args)
+        elif not with_indices:
+            planes = [a.reshape(-1, *a.shape[2:]) for a in (x, out)]
+            span = max((wo - 1) * sw + (kw - 1) * dw + 1, 1)
+            rows = np.full((max(min(n * c * ho, _CHUNKS), 1), span), init, x.dtype)
+            args = (*planes, fh, ch, dh, pw, init, rows)
+            _run(extreme_nchw, (better, kw, sw, dw), x.dtype, x.size, *args)
         else:
             lo, hi = tap_ranges(w, wo, kw, sw, pw, dw)
             planes = [a.reshape(-1, *a.shape[2:]) for a in (x, out, idx)]
@@ -363,9 +433,10 @@ def avg_pool2d(ks, input, kernel_size, stride, padding, ceil_mode, count_include
         _run(avg_nhwc, (), x.dtype, x.size, x, out, fh, ch, fw, cw, scale)
     else:
         out = np.empty((n, c, ho, wo), x.dtype)
-        lo, hi = tap_ranges(w, wo, kw, sw, pw, 1)
         planes = (x.reshape(n * c, h, w), out.reshape(n * c, ho, wo))
-        _run(avg_nchw, (), x.dtype, x.size, *planes, fh, ch, lo, hi, sw, pw, scale)
+        span = max((wo - 1) * sw + kw, 1)
+        sums = np.zeros((max(min(n * c * ho, _CHUNKS), 1), span), x.dtype)
+        _run(avg_nchw, (kw, sw), x.dtype, x.size, *planes, fh, ch, pw, scale, sums)
     return from_array(logical(out, layout, unbatched))
 
 
