@@ -27,12 +27,20 @@ with passive ones, relu 7.9 ms against 0.74 ms; the convolutions themselves were
 unchanged. So Numba's pool is started with ``OMP_WAIT_POLICY=PASSIVE`` unless the user
 set a policy. Only Numba's own libgomp reads it (it is loaded when the pool starts; the
 variable is restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
+
+Note [LAMINA_NUM_THREADS]: the variable, read once when this module is imported, is a
+``set_num_threads`` call made at import (so it also sets BLAS's pool and starts Numba's).
+A value that is not a whole number, or below 1, raises at import naming the variable (as
+``LAMINA_POOL_BYTES`` does); one above the cores Numba can use is lowered to them with a
+warning, since the same environment may start a script on a smaller machine, and more
+threads than cores would only oversubscribe them.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -125,3 +133,34 @@ def synced(entry: Callable) -> Callable:
 def blas_num_threads() -> list[int]:
     """The thread count of each loaded BLAS library (Note [BLAS threads])."""
     return [lib["num_threads"] for lib in _blas_libraries().info()]
+
+
+def count_from_environment(environ: dict[str, str] = os.environ) -> int | None:
+    """The thread count ``LAMINA_NUM_THREADS`` asks for, None if unset (Note
+    [LAMINA_NUM_THREADS])."""
+    text = environ.get("LAMINA_NUM_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(
+            f"LAMINA_NUM_THREADS must be a whole number of threads, got {text!r}"
+        ) from None
+    if n < 1:
+        raise ValueError(f"LAMINA_NUM_THREADS must be at least 1, got {text!r}")
+    cores = numba.config.NUMBA_NUM_THREADS
+    if n > cores:
+        warnings.warn(
+            f"LAMINA_NUM_THREADS={n} is more than the {cores} cores Numba can use; "
+            f"lamina uses {cores}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        n = cores
+    return n
+
+
+_requested = count_from_environment()
+if _requested is not None:
+    set_num_threads(_requested)

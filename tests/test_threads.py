@@ -8,10 +8,12 @@ import subprocess
 import sys
 import threading
 
+import numba
 import numpy as np
 import pytest
 
 import lamina as lm
+from lamina.backends import threads
 from lamina.dispatch import registry
 
 
@@ -174,6 +176,39 @@ def test_a_worker_thread_uses_the_process_wide_thread_count():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[2, 2]"
+
+
+def test_lamina_num_threads_is_a_set_num_threads_call_at_import():
+    """Note [LAMINA_NUM_THREADS]: Numba's and BLAS's pools get the count."""
+    code = (
+        "import numba, lamina as lm\n"
+        "from lamina.backends import threads\n"
+        "print(lm.get_num_threads(), numba.get_num_threads(), threads.blas_num_threads())\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", LAMINA_NUM_THREADS="3")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    count, numba_count, blas = out.stdout.split(maxsplit=2)
+    assert (count, numba_count) == ("3", "3")
+    assert set(eval(blas)) == {3}
+
+
+@pytest.mark.parametrize("text", ["two", "1.5", "0", "-2"])
+def test_a_bad_lamina_num_threads_is_refused_naming_the_variable(text):
+    with pytest.raises(ValueError, match="LAMINA_NUM_THREADS") as info:
+        threads.count_from_environment({"LAMINA_NUM_THREADS": text})
+    assert repr(text) in str(info.value)
+
+
+def test_lamina_num_threads_above_the_cores_is_lowered_with_a_warning():
+    cores = numba.config.NUMBA_NUM_THREADS
+    with pytest.warns(RuntimeWarning, match=f"LAMINA_NUM_THREADS={cores + 1} .* {cores} cores"):
+        assert threads.count_from_environment({"LAMINA_NUM_THREADS": str(cores + 1)}) == cores
+    assert threads.count_from_environment({"LAMINA_NUM_THREADS": " 1 "}) == 1
+    assert threads.count_from_environment({"LAMINA_NUM_THREADS": ""}) is None
+    assert threads.count_from_environment({}) is None
 
 
 @pytest.mark.parametrize("seconds", [2.0])
