@@ -304,8 +304,10 @@ class Case:
     batch: int
 
 
-def _step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
-    """A function running one training step or one inference of ``batch`` images."""
+def step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
+    """A function running one training step (forward, cross-entropy loss, backward,
+    SGD step) or one inference of ``batch`` images, the same inputs (from the batch
+    size's seed) in every process."""
     rng = np.random.default_rng(batch)
     x = lib.to_layout(lib.tensor(rng.standard_normal((batch, *IMAGE), dtype=np.float32)), layout)
     if mode == "infer":
@@ -365,7 +367,7 @@ class Runner:
     def warm(self, cases: list[Case]):
         """Yields each case's key once it is warm."""
         for c in cases:
-            fn = _step(self.lib, self.models[c.model], c.mode, c.batch, self.layout)
+            fn = step(self.lib, self.models[c.model], c.mode, c.batch, self.layout)
             fn()  # warm-up: kernels compile or load from the cache
             self.runs[c.model, c.mode, c.batch] = (fn, _calls_per_sample(fn))
             yield c.model, c.mode, c.batch
@@ -389,7 +391,7 @@ class Runner:
 # 2 cores lamina's AlexNet training at batch 32 went 343 -> 165 images/s from 1 to 2
 # threads beside PyTorch, 327 -> 341 alone. The children get the models' weights from
 # one .npz the parent writes (the weights the agreement check used) and make the same
-# inputs from the same seeds (``_step``). ``--in-process`` times both in the parent as
+# inputs from the same seeds (``step``). ``--in-process`` times both in the parent as
 # before (``Runner``): quicker to start, distorted at more than one thread.
 
 
