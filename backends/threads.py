@@ -28,6 +28,21 @@ unchanged. So Numba's pool is started with ``OMP_WAIT_POLICY=PASSIVE`` unless th
 set a policy. Only Numba's own libgomp reads it (it is loaded when the pool starts; the
 variable is restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
 
+Note [Split work]: ``split`` runs a kernel's independent parts (the images of a
+convolution's batch) on lamina's threads: the calling thread takes the first part, a
+pool of ``count - 1`` Python threads the others, each part a serial computation with
+single-threaded GEMMs, so that the data a thread writes is the data it reads (seed 2's
+"threads that cooperate": a multi-threaded BLAS splits every small GEMM, and its
+threads then read blocks the calling thread has just written from another core's
+cache, and after a GEMM they spin on their core for ~0.1 s, stealing it from the next
+parallel Numba kernel). BLAS is switched to one thread while any ``split`` runs (a count
+of open splits under the lock; a GEMM another thread starts meanwhile runs on one
+thread, never on more than the count) and back to the count when the last one ends.
+The parts run in the calling thread's context (``contextvars``), so they use its
+allocator (the "allocator" layer is a context variable) and grad mode. The kernels they
+call must release the GIL (Numba ``nogil``; NumPy's matmul does). A ``split`` started
+from a part runs serially, so parts never wait on each other.
+
 Note [LAMINA_NUM_THREADS]: the variable, read once when this module is imported, is a
 ``set_num_threads`` call made at import (so it also sets BLAS's pool and starts Numba's).
 A value that is not a whole number, or below 1, raises at import naming the variable (as
@@ -38,10 +53,12 @@ threads than cores would only oversubscribe them.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numba
@@ -95,7 +112,7 @@ def _start_numba_pool() -> None:
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial), in
     every thread of the process, and for BLAS (Note [BLAS threads])."""
-    global _count, _threshold
+    global _count, _threshold, _workers
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
@@ -106,10 +123,62 @@ def set_num_threads(n: int) -> None:
     with _lock:
         _start_numba_pool()
         numba.set_num_threads(n)
-        _blas_libraries().limit(limits=n)
+        if not _splits:  # else the last split to end sets it (Note [Split work])
+            _blas_libraries().limit(limits=n)
         _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
         for listener in _listeners:
             listener(_threshold)
+        if _workers is not None and _workers._max_workers != n - 1:
+            _workers.shutdown(wait=False)  # its threads end once their parts are done
+            _workers = None
+
+
+_workers: ThreadPoolExecutor | None = None  # count - 1 threads for split's parts
+_splits = 0  # splits running now: BLAS runs on one thread while there are any
+_in_part = threading.local()
+
+
+def _serial_blas(delta: int) -> None:
+    """Open (+1) or close (-1) a split: BLAS on one thread while any is open."""
+    global _splits
+    with _lock:
+        _splits += delta
+        if _splits == (1 if delta > 0 else 0):
+            for lib in _blas_libraries().lib_controllers:
+                lib.set_num_threads(1 if delta > 0 else _count)
+
+
+def _run_part(fn: Callable, start: int, stop: int) -> Any:
+    _in_part.active = True
+    try:
+        return fn(start, stop)
+    finally:
+        _in_part.active = False
+
+
+def split(fn: Callable[[int, int], Any], total: int) -> list:
+    """``[fn(start, stop), ...]`` over contiguous parts of ``range(total)``, one per
+    thread, run in parallel with single-threaded BLAS (Note [Split work])."""
+    parts = min(_count, total)
+    if parts < 2 or getattr(_in_part, "active", False):
+        return [fn(0, total)]
+    global _workers
+    with _lock:
+        if _workers is None:
+            _workers = ThreadPoolExecutor(_count - 1, thread_name_prefix="lamina")
+        workers = _workers
+    bounds = [total * i // parts for i in range(parts + 1)]
+    futures = []
+    _serial_blas(+1)
+    try:
+        for i in range(1, parts):
+            run = contextvars.copy_context().run
+            futures.append(workers.submit(run, _run_part, fn, bounds[i], bounds[i + 1]))
+        results = [_run_part(fn, bounds[0], bounds[1])]
+    finally:
+        wait(futures)  # every part has ended before BLAS gets its threads back
+        _serial_blas(-1)
+    return results + [f.result() for f in futures]
 
 
 def get_num_threads() -> int:

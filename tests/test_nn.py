@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import lamina as lm
+from lamina.backends.numba_cpu.nn import conv
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -468,6 +469,17 @@ def test_parallel_kernels_equal_the_serial_ones(fn, layout, two_threads):
         if got is not None:  # float32 sums of 8192 terms, in another order: 1e-5 of the scale
             scale = max(1.0, float(np.abs(want.numpy()).max()))
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv2d_split_by_images_matches_the_oracle(case, layout, two_threads, monkeypatch):
+    """Note [Split convolutions]: every convolution split, 3 images in 2 parts."""
+    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    _, kwargs, wshape = case
+    x = image((3, 4, 7, 6), layout, requires_grad=True)
+    w, b = param(wshape), param((wshape[0],), seed=2)
+    check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
 
 
 def test_set_num_threads_sizes_blas_too(two_threads):

@@ -3,10 +3,12 @@ process-wide with a safe exit. The switch interval is lowered while the races ru
 the interleavings that lost updates show up in a few hundred iterations."""
 
 import contextlib
+import contextvars
 import os
 import subprocess
 import sys
 import threading
+import time
 
 import numba
 import numpy as np
@@ -209,6 +211,52 @@ def test_lamina_num_threads_above_the_cores_is_lowered_with_a_warning():
     assert threads.count_from_environment({"LAMINA_NUM_THREADS": " 1 "}) == 1
     assert threads.count_from_environment({"LAMINA_NUM_THREADS": ""}) is None
     assert threads.count_from_environment({}) is None
+
+
+@pytest.fixture
+def two_threads():
+    blas = threads.blas_num_threads()
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    yield
+    lm.set_num_threads(before)
+    threads._blas_libraries().limit(limits=blas[0])
+
+
+def test_split_runs_the_parts_in_parallel_with_serial_blas(two_threads):
+    """Note [Split work]: the parts meet at a barrier (so they run at once, in two
+    threads), see BLAS on one thread and the caller's context, and come back in order;
+    BLAS gets its threads back afterwards; a split inside a part runs serially."""
+    barrier = threading.Barrier(2, timeout=30)
+    seen = contextvars.ContextVar("seen", default="no context")
+    seen.set("the caller's")
+
+    def part(start, stop):
+        barrier.wait()
+        inner = threads.split(lambda a, b: (a, b, threading.get_ident()), 10)
+        return start, stop, threads.blas_num_threads(), seen.get(), inner
+
+    results = threads.split(part, 5)
+    assert [r[:2] for r in results] == [(0, 2), (2, 5)]
+    assert all(r[2] == [1] and r[3] == "the caller's" for r in results)
+    assert all(len(r[4]) == 1 and r[4][0][:2] == (0, 10) for r in results)
+    assert set(threads.blas_num_threads()) == {2}
+    assert threads.split(lambda a, b: (a, b), 1) == [(0, 1)]  # fewer items than threads
+
+
+def test_a_failing_part_raises_after_every_part_ended(two_threads):
+    ended = []
+
+    def part(start, stop):
+        if start:
+            raise ValueError("part 2 failed")
+        time.sleep(0.05)
+        ended.append(start)
+
+    with pytest.raises(ValueError, match="part 2 failed"):
+        threads.split(part, 2)
+    assert ended == [0]
+    assert set(threads.blas_num_threads()) == {2}
 
 
 @pytest.mark.parametrize("seconds", [2.0])
