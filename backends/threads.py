@@ -14,10 +14,17 @@ the cores by a default the user did not choose. Parallel kernels run on 2**17 el
 and more, so the check (~0.3 us) is noise there; serial kernels never pay it.
 
 Note [BLAS threads]: float GEMMs (matmul, conv2d, linear) run in the BLAS NumPy links
-(OpenBLAS in NumPy's wheels), which has a thread pool of its own. ``set_num_threads``
-sets that pool's size too, through threadpoolctl, so that no kernel runs more threads
-than the count; the BLAS library is process-wide, so NumPy's own matmul follows it as
-well. Until the first ``set_num_threads`` call BLAS keeps its default.
+(OpenBLAS in NumPy's wheels), which has a thread pool of its own whose idle threads
+spin for ~0.1 s after every call (OpenBLAS's THREAD_TIMEOUT, read once when NumPy loads
+it). Beside Numba's pool and lamina's own threads, those spinning threads take a core
+from whatever runs next: measured on 2 cores, a VGG-like net's training step took 215
+ms on one thread, 196 ms on two with a 2-thread BLAS and 148 ms with a 1-thread BLAS
+(its inference 61.5 -> 44.4 ms only with the latter). So ``set_num_threads`` sets BLAS
+to ONE thread, through threadpoolctl, and lamina's GEMM kernels use the count by
+splitting their work (``split``, Note [Split work]): one pool, lamina's, owns the
+cores. The BLAS library is process-wide, so NumPy's own matmul runs on one thread too
+after ``set_num_threads`` (threadpoolctl can give it more). Until the first
+``set_num_threads`` call BLAS keeps its default (lamina then runs one thread itself).
 
 Note [Wait policy]: Numba's default threading layer on Linux is OpenMP (libgomp), whose
 idle threads spin. Right after a BLAS call, whose threads also spin before they sleep,
@@ -29,19 +36,16 @@ set a policy. Only Numba's own libgomp reads it (it is loaded when the pool star
 variable is restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
 
 Note [Split work]: ``split`` runs a kernel's independent parts (the images of a
-convolution's batch) on lamina's threads: the calling thread takes the first part, a
-pool of ``count - 1`` Python threads the others, each part a serial computation with
-single-threaded GEMMs, so that the data a thread writes is the data it reads (seed 2's
-"threads that cooperate": a multi-threaded BLAS splits every small GEMM, and its
-threads then read blocks the calling thread has just written from another core's
-cache, and after a GEMM they spin on their core for ~0.1 s, stealing it from the next
-parallel Numba kernel). BLAS is switched to one thread while any ``split`` runs (a count
-of open splits under the lock; a GEMM another thread starts meanwhile runs on one
-thread, never on more than the count) and back to the count when the last one ends.
-The parts run in the calling thread's context (``contextvars``), so they use its
-allocator (the "allocator" layer is a context variable) and grad mode. The kernels they
-call must release the GIL (Numba ``nogil``; NumPy's matmul does). A ``split`` started
-from a part runs serially, so parts never wait on each other.
+convolution's batch, the rows of a matmul) on lamina's threads: the calling thread
+takes the first part, a pool of ``count - 1`` Python threads the others, each part a
+serial computation with single-threaded GEMMs (Note [BLAS threads]), so that the data
+a thread writes is the data it reads (seed 2's "threads that cooperate": a
+multi-threaded BLAS splits every small GEMM, and its threads then read blocks the
+calling thread has just written from another core's cache). The parts run in the
+calling thread's context (``contextvars``), so they use its allocator (the "allocator"
+layer is a context variable) and grad mode. The kernels they call must release the GIL
+(Numba ``nogil``; NumPy's matmul does). A ``split`` started from a part runs serially,
+so parts never wait on each other; Python threads wait passively, as Numba's do.
 
 Note [LAMINA_NUM_THREADS]: the variable, read once when this module is imported, is a
 ``set_num_threads`` call made at import (so it also sets BLAS's pool and starts Numba's).
@@ -111,7 +115,8 @@ def _start_numba_pool() -> None:
 
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial), in
-    every thread of the process, and for BLAS (Note [BLAS threads])."""
+    every thread of the process; BLAS gets one, lamina's GEMMs split their work
+    instead (Note [BLAS threads])."""
     global _count, _threshold, _workers
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
@@ -123,8 +128,7 @@ def set_num_threads(n: int) -> None:
     with _lock:
         _start_numba_pool()
         numba.set_num_threads(n)
-        if not _splits:  # else the last split to end sets it (Note [Split work])
-            _blas_libraries().limit(limits=n)
+        _blas_libraries().limit(limits=1)  # Note [BLAS threads]
         _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
         for listener in _listeners:
             listener(_threshold)
@@ -134,18 +138,7 @@ def set_num_threads(n: int) -> None:
 
 
 _workers: ThreadPoolExecutor | None = None  # count - 1 threads for split's parts
-_splits = 0  # splits running now: BLAS runs on one thread while there are any
 _in_part = threading.local()
-
-
-def _serial_blas(delta: int) -> None:
-    """Open (+1) or close (-1) a split: BLAS on one thread while any is open."""
-    global _splits
-    with _lock:
-        _splits += delta
-        if _splits == (1 if delta > 0 else 0):
-            for lib in _blas_libraries().lib_controllers:
-                lib.set_num_threads(1 if delta > 0 else _count)
 
 
 def _run_part(fn: Callable, start: int, stop: int) -> Any:
@@ -158,7 +151,7 @@ def _run_part(fn: Callable, start: int, stop: int) -> Any:
 
 def split(fn: Callable[[int, int], Any], total: int) -> list:
     """``[fn(start, stop), ...]`` over contiguous parts of ``range(total)``, one per
-    thread, run in parallel with single-threaded BLAS (Note [Split work])."""
+    thread, run in parallel (Note [Split work])."""
     parts = min(_count, total)
     if parts < 2 or getattr(_in_part, "active", False):
         return [fn(0, total)]
@@ -169,15 +162,13 @@ def split(fn: Callable[[int, int], Any], total: int) -> list:
         workers = _workers
     bounds = [total * i // parts for i in range(parts + 1)]
     futures = []
-    _serial_blas(+1)
     try:
         for i in range(1, parts):
             run = contextvars.copy_context().run
             futures.append(workers.submit(run, _run_part, fn, bounds[i], bounds[i + 1]))
         results = [_run_part(fn, bounds[0], bounds[1])]
     finally:
-        wait(futures)  # every part has ended before BLAS gets its threads back
-        _serial_blas(-1)
+        wait(futures)  # no part outlives the call, even when one failed
     return results + [f.result() for f in futures]
 
 

@@ -181,7 +181,7 @@ def test_a_worker_thread_uses_the_process_wide_thread_count():
 
 
 def test_lamina_num_threads_is_a_set_num_threads_call_at_import():
-    """Note [LAMINA_NUM_THREADS]: Numba's and BLAS's pools get the count."""
+    """Note [LAMINA_NUM_THREADS]: Numba's pool gets the count, BLAS one thread."""
     code = (
         "import numba, lamina as lm\n"
         "from lamina.backends import threads\n"
@@ -194,7 +194,7 @@ def test_lamina_num_threads_is_a_set_num_threads_call_at_import():
     assert out.returncode == 0, out.stderr
     count, numba_count, blas = out.stdout.split(maxsplit=2)
     assert (count, numba_count) == ("3", "3")
-    assert set(eval(blas)) == {3}
+    assert set(eval(blas)) == {1}  # Note [BLAS threads]
 
 
 @pytest.mark.parametrize("text", ["two", "1.5", "0", "-2"])
@@ -226,7 +226,7 @@ def two_threads():
 def test_split_runs_the_parts_in_parallel_with_serial_blas(two_threads):
     """Note [Split work]: the parts meet at a barrier (so they run at once, in two
     threads), see BLAS on one thread and the caller's context, and come back in order;
-    BLAS gets its threads back afterwards; a split inside a part runs serially."""
+    a split inside a part runs serially."""
     barrier = threading.Barrier(2, timeout=30)
     seen = contextvars.ContextVar("seen", default="no context")
     seen.set("the caller's")
@@ -240,7 +240,6 @@ def test_split_runs_the_parts_in_parallel_with_serial_blas(two_threads):
     assert [r[:2] for r in results] == [(0, 2), (2, 5)]
     assert all(r[2] == [1] and r[3] == "the caller's" for r in results)
     assert all(len(r[4]) == 1 and r[4][0][:2] == (0, 10) for r in results)
-    assert set(threads.blas_num_threads()) == {2}
     assert threads.split(lambda a, b: (a, b), 1) == [(0, 1)]  # fewer items than threads
 
 
@@ -256,7 +255,6 @@ def test_a_failing_part_raises_after_every_part_ended(two_threads):
     with pytest.raises(ValueError, match="part 2 failed"):
         threads.split(part, 2)
     assert ended == [0]
-    assert set(threads.blas_num_threads()) == {2}
 
 
 @pytest.mark.parametrize("seconds", [2.0])

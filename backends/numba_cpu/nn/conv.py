@@ -39,6 +39,7 @@ from numba import types
 from lamina.backends import jit, threads
 from lamina.dispatch.tensor import from_array
 
+from .. import gemm
 from .layout import NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
@@ -289,11 +290,12 @@ def _nchw_weight(w, g, geo):
 # Note [Split convolutions]: with several threads, a convolution big enough
 # (SPLIT_FLOPS) runs its batch's images in parts, one per thread (threads.split, Note
 # [Split work]): each part builds its own im2col blocks (Numba kernels compiled nogil)
-# and runs its GEMMs on one BLAS thread, so a thread reads the blocks it wrote, from
-# its own cache, and no BLAS thread is left spinning. The weight gradient is the sum
-# of the parts'. A batch of one image (or a small convolution) runs in one part on
-# a multi-threaded BLAS, as with one thread. Measured on 2 cores: see the README's
-# "Tuning" section.
+# and runs its GEMMs on the one-thread BLAS (Note [BLAS threads]), so a thread reads
+# the blocks it wrote, from its own cache. The weight gradient is the sum of the
+# parts'. A batch of one image (or a small convolution) runs in one part: serially.
+# Measured on 2 cores, VGG's convolutions at batch 32: forward 1.7-2.5x faster on two
+# threads than on one, forward + backward 1.3-1.9x, where a 2-thread BLAS splitting
+# each block's GEMM gave 0.5-1.15x.
 SPLIT_FLOPS = 1 << 23
 
 
@@ -623,9 +625,9 @@ def linear(ks, input, weight, bias):
     x, w = input._data, weight._data
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
     if x2.shape[0] < w.shape[0]:
-        out = np.ascontiguousarray(np.matmul(w, x2.T).T)
+        out = np.ascontiguousarray(gemm.matmul(w, x2.T).T)
     else:
-        out = np.matmul(x2, w.T)
+        out = gemm.matmul(x2, w.T)
     if bias is not None:
         out += bias._data
     return from_array(out.reshape(x.shape[:-1] + (w.shape[0],)))
