@@ -148,6 +148,15 @@ _workers: ThreadPoolExecutor | None = None  # count - 1 threads for split's part
 _in_part = threading.local()
 
 
+def _forget_workers() -> None:
+    """A forked child has none of the parent's threads: it makes its own pool."""
+    global _workers
+    _workers = None
+
+
+os.register_at_fork(after_in_child=_forget_workers)
+
+
 def _run_part(fn: Callable, start: int, stop: int) -> Any:
     _in_part.active = True
     try:

@@ -5,6 +5,8 @@ the interleavings that lost updates show up in a few hundred iterations."""
 import contextlib
 import contextvars
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -241,6 +243,26 @@ def test_split_runs_the_parts_in_parallel_with_serial_blas(two_threads):
     assert all(r[2] == [1] and r[3] == "the caller's" for r in results)
     assert all(len(r[4]) == 1 and r[4][0][:2] == (0, 10) for r in results)
     assert threads.split(lambda a, b: (a, b), 1) == [(0, 1)]  # fewer items than threads
+
+
+def test_split_works_in_a_forked_child(two_threads):
+    """The child has none of the parent's worker threads; it must not wait on them."""
+    threads.split(lambda a, b: None, 2)  # the parent's pool exists
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the parts' results, then leave at once
+        try:
+            os.write(write, repr(threads.split(lambda a, b: (a, b), 4)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as r:
+        ready, _, _ = select.select([r], [], [], 60)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        assert ready, "the forked child hung in split"
+        assert r.read() == "[(0, 2), (2, 4)]"
 
 
 def test_a_failing_part_raises_after_every_part_ended(two_threads):
