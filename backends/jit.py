@@ -111,11 +111,16 @@ def array(dtype: Any, ndim: int = 1, layout: str = "C") -> Any:
 
 
 def compile_kernel(
-    pyfunc: Callable, signature: Any, parallel: bool = False, fastmath: Any = False
+    pyfunc: Callable,
+    signature: Any,
+    parallel: bool = False,
+    fastmath: Any = False,
+    nogil: bool = False,
 ) -> Callable:
-    """Compile ``pyfunc`` for one explicit signature; return its entry point."""
+    """Compile ``pyfunc`` for one explicit signature; return its entry point. ``nogil``
+    releases the GIL while it runs (for kernels called from ``threads.split``'s parts)."""
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
-    dispatcher = _load().njit(parallel=parallel, fastmath=fastmath, **OPTIONS)(pyfunc)
+    dispatcher = _load().njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
     entry = dispatcher.overloads[signature.args].entry_point
     return threads.synced(entry) if parallel else entry  # Note [Thread count]

@@ -14,10 +14,17 @@ the cores by a default the user did not choose. Parallel kernels run on 2**17 el
 and more, so the check (~0.3 us) is noise there; serial kernels never pay it.
 
 Note [BLAS threads]: float GEMMs (matmul, conv2d, linear) run in the BLAS NumPy links
-(OpenBLAS in NumPy's wheels), which has a thread pool of its own. ``set_num_threads``
-sets that pool's size too, through threadpoolctl, so that no kernel runs more threads
-than the count; the BLAS library is process-wide, so NumPy's own matmul follows it as
-well. Until the first ``set_num_threads`` call BLAS keeps its default.
+(OpenBLAS in NumPy's wheels), which has a thread pool of its own whose idle threads
+spin for ~0.1 s after every call (OpenBLAS's THREAD_TIMEOUT, read once when NumPy loads
+it). Beside Numba's pool and lamina's own threads, those spinning threads take a core
+from whatever runs next: measured on 2 cores, a VGG-like net's training step took 215
+ms on one thread, 196 ms on two with a 2-thread BLAS and 148 ms with a 1-thread BLAS
+(its inference 61.5 -> 44.4 ms only with the latter). So ``set_num_threads`` sets BLAS
+to ONE thread, through threadpoolctl, and lamina's GEMM kernels use the count by
+splitting their work (``split``, Note [Split work]): one pool, lamina's, owns the
+cores. The BLAS library is process-wide, so NumPy's own matmul runs on one thread too
+after ``set_num_threads`` (threadpoolctl can give it more). Until the first
+``set_num_threads`` call BLAS keeps its default (lamina then runs one thread itself).
 
 Note [Wait policy]: Numba's default threading layer on Linux is OpenMP (libgomp), whose
 idle threads spin. Right after a BLAS call, whose threads also spin before they sleep,
@@ -27,13 +34,43 @@ with passive ones, relu 7.9 ms against 0.74 ms; the convolutions themselves were
 unchanged. So Numba's pool is started with ``OMP_WAIT_POLICY=PASSIVE`` unless the user
 set a policy. Only Numba's own libgomp reads it (it is loaded when the pool starts; the
 variable is restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
+The layer is Numba's default choice (TBB when the ``tbb`` package is installed, else
+OpenMP, else workqueue), kept by measurement: 1 -> 2 threads on 2 cores, training steps
+of the convnet bench's VGG at batch 8 / 32, AlexNet and Inception at 32 (one process
+per setting, medians of 5 rounds x 2 runs): OpenMP passive 1.32 / 1.36 / 1.57 / 1.50x,
+OpenMP active 0.86 / 0.98 / 1.00 / 1.03x, workqueue 1.31 / 1.38 / 1.57 / 1.29x, TBB
+1.40 / 1.43 / 1.68 / 1.51x. TBB is a few percent ahead but not a dependency; OpenMP's
+spinning threads lose everything the second thread gains.
+
+Note [Split work]: ``split`` runs a kernel's independent parts (the images of a
+convolution's batch, the rows of a matmul) on lamina's threads: the calling thread
+takes the first part, a pool of ``count - 1`` Python threads the others, each part a
+serial computation with single-threaded GEMMs (Note [BLAS threads]), so that the data
+a thread writes is the data it reads (seed 2's "threads that cooperate": a
+multi-threaded BLAS splits every small GEMM, and its threads then read blocks the
+calling thread has just written from another core's cache). The parts run in the
+calling thread's context (``contextvars``), so they use its allocator (the "allocator"
+layer is a context variable) and grad mode. The kernels they call must release the GIL
+(Numba ``nogil``; NumPy's matmul does). A ``split`` started from a part runs serially,
+so parts never wait on each other; Python threads wait passively, as Numba's do.
+
+Note [LAMINA_NUM_THREADS]: the variable, read once when this module is imported, is a
+``set_num_threads`` call made at import (so it also sets BLAS's pool and starts Numba's,
+which imports Numba with lamina: Note [Lazy Numba] in jit.py).
+A value that is not a whole number, or below 1, raises at import naming the variable (as
+``LAMINA_POOL_BYTES`` does); one above the cores Numba can use is lowered to them with a
+warning, since the same environment may start a script on a smaller machine, and more
+threads than cores would only oversubscribe them.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
+import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 PARALLEL_ELEMENTS = 1 << 17
@@ -90,8 +127,9 @@ def _start_numba_pool(numba: Any) -> None:
 
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial), in
-    every thread of the process, and for BLAS (Note [BLAS threads])."""
-    global _count, _threshold
+    every thread of the process; BLAS gets one, lamina's GEMMs split their work
+    instead (Note [BLAS threads])."""
+    global _count, _threshold, _workers
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     numba = _numba()
@@ -103,10 +141,57 @@ def set_num_threads(n: int) -> None:
     with _lock:
         _start_numba_pool(numba)
         numba.set_num_threads(n)
-        _blas_libraries().limit(limits=n)
+        _blas_libraries().limit(limits=1)  # Note [BLAS threads]
         _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
         for listener in _listeners:
             listener(_threshold)
+        if _workers is not None and _workers._max_workers != n - 1:
+            _workers.shutdown(wait=False)  # its threads end once their parts are done
+            _workers = None
+
+
+_workers: ThreadPoolExecutor | None = None  # count - 1 threads for split's parts
+_in_part = threading.local()
+
+
+def _forget_workers() -> None:
+    """A forked child has none of the parent's threads: it makes its own pool."""
+    global _workers
+    _workers = None
+
+
+os.register_at_fork(after_in_child=_forget_workers)
+
+
+def _run_part(fn: Callable, start: int, stop: int) -> Any:
+    _in_part.active = True
+    try:
+        return fn(start, stop)
+    finally:
+        _in_part.active = False
+
+
+def split(fn: Callable[[int, int], Any], total: int) -> list:
+    """``[fn(start, stop), ...]`` over contiguous parts of ``range(total)``, one per
+    thread, run in parallel (Note [Split work])."""
+    parts = min(_count, total)
+    if parts < 2 or getattr(_in_part, "active", False):
+        return [fn(0, total)]
+    global _workers
+    with _lock:
+        if _workers is None:
+            _workers = ThreadPoolExecutor(_count - 1, thread_name_prefix="lamina")
+        workers = _workers
+    bounds = [total * i // parts for i in range(parts + 1)]
+    futures = []
+    try:
+        for i in range(1, parts):
+            run = contextvars.copy_context().run
+            futures.append(workers.submit(run, _run_part, fn, bounds[i], bounds[i + 1]))
+        results = [_run_part(fn, bounds[0], bounds[1])]
+    finally:
+        wait(futures)  # no part outlives the call, even when one failed
+    return results + [f.result() for f in futures]
 
 
 def get_num_threads() -> int:
@@ -131,3 +216,34 @@ def synced(entry: Callable) -> Callable:
 def blas_num_threads() -> list[int]:
     """The thread count of each loaded BLAS library (Note [BLAS threads])."""
     return [lib["num_threads"] for lib in _blas_libraries().info()]
+
+
+def count_from_environment(environ: dict[str, str] = os.environ) -> int | None:
+    """The thread count ``LAMINA_NUM_THREADS`` asks for, None if unset (Note
+    [LAMINA_NUM_THREADS])."""
+    text = environ.get("LAMINA_NUM_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(
+            f"LAMINA_NUM_THREADS must be a whole number of threads, got {text!r}"
+        ) from None
+    if n < 1:
+        raise ValueError(f"LAMINA_NUM_THREADS must be at least 1, got {text!r}")
+    cores = _numba().config.NUMBA_NUM_THREADS
+    if n > cores:
+        warnings.warn(
+            f"LAMINA_NUM_THREADS={n} is more than the {cores} cores Numba can use; "
+            f"lamina uses {cores}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        n = cores
+    return n
+
+
+_requested = count_from_environment()
+if _requested is not None:
+    set_num_threads(_requested)

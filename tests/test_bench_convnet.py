@@ -71,16 +71,42 @@ def test_agreement_with_pytorch_and_a_mismatch_is_caught():
     assert torch.get_num_threads() == threads
 
 
-def test_command_prints_a_table(capsys):
+@pytest.mark.parametrize("where", ["--in-process", "child"])
+def test_command_prints_a_table(where, capsys):
+    """By default the library is timed in a child process (Note [Separate processes])."""
     main(["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1"]
-         + ["--mode", "infer", "--no-torch", "--settle", "0"])  # fmt: skip
+         + ["--mode", "infer", "--no-torch", "--settle", "0"]
+         + ([where] if where.startswith("--") else []))  # fmt: skip
     out = capsys.readouterr().out
     lines = out.splitlines()
+    assert ("in this process" if where == "--in-process" else "each in its own process") in out
     header = next(i for i, line in enumerate(lines) if line.startswith("model"))
     assert lines[header].split() == ["model", "mode", "batch", "lamina", "img/s"]
     row = lines[header + 2].split()
     assert row[:3] == ["alexnet", "infer", "1"] and float(row[3]) > 0
     assert "PyTorch not used" in out
+
+
+def test_a_runner_gets_the_weights_it_is_given():
+    """What a child process builds from the weights file is the parent's model."""
+    lib = convnet._lamina()
+    lm.random.seed(3)
+    model = convnet.build(convnet.ARCHITECTURES["inception"], lib).eval()
+    states = convnet._states({"inception": {"lamina": model}})
+    lm.random.seed(4)  # the runner's own initialization differs
+    copy = convnet.Runner(lib, states, "NCHW").models["inception"].eval()
+    x, _ = _batch(2)
+    with lm.no_grad():
+        np.testing.assert_array_equal(copy(x).numpy(), model(x).numpy())
+
+
+def test_a_child_process_that_fails_stops_the_command():
+    child = convnet.Child(
+        convnet._lamina(), "/nonexistent/weights.npz", "NCHW", 1, [convnet.Case("vgg", "infer", 1)]
+    )
+    with pytest.raises(SystemExit, match="lamina benchmark process exited with status 1"):
+        list(child.warm([]))
+    child.close()
 
 
 @pytest.mark.parametrize("bad", ["0", "8,x", ""])

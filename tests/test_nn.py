@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import lamina as lm
+from lamina.backends.numba_cpu import gemm
+from lamina.backends.numba_cpu.nn import conv
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -435,7 +437,7 @@ def test_float32_matches_the_oracle(fn, layout):
 
 @pytest.fixture
 def two_threads():
-    """Two lamina threads (and two BLAS threads) for the test, both restored after."""
+    """Two lamina threads (BLAS one) for the test, both restored after."""
     blas = lm.backends.threads.blas_num_threads()
     before = lm.get_num_threads()
     lm.set_num_threads(2)
@@ -486,12 +488,40 @@ def test_parallel_nchw_pooling_without_autograd_equals_the_serial_one(fn, two_th
     assert np.isnan(got[0, 3, 5, 5]) and np.isnan(got).sum() == 4
 
 
-def test_set_num_threads_sizes_blas_too(two_threads):
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv2d_split_by_images_matches_the_oracle(case, layout, two_threads, monkeypatch):
+    """Note [Split convolutions]: every convolution split, 3 images in 2 parts."""
+    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    _, kwargs, wshape = case
+    x = image((3, 4, 7, 6), layout, requires_grad=True)
+    w, b = param(wshape), param((wshape[0],), seed=2)
+    check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
+
+
+def test_set_num_threads_gives_blas_one_thread(two_threads):
+    """Note [BLAS threads]: lamina's GEMMs split their work instead."""
     assert lm.get_num_threads() == 2
-    assert set(lm.backends.threads.blas_num_threads()) == {2}
+    assert set(lm.backends.threads.blas_num_threads()) == {1}
     lm.set_num_threads(1)
     assert set(lm.backends.threads.blas_num_threads()) == {1}
     lm.set_num_threads(2)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((9, 40), (40, 7)), ((3, 5, 40), (40, 7)), ((3, 5, 40), (3, 40, 7)), ((1, 5, 40), (3, 40, 7))],
+    ids=["rows", "batch_by_matrix", "batches", "broadcast_batch"],
+)
+def test_split_matmul_equals_numpy(shapes, two_threads, monkeypatch):
+    """backends/numba_cpu/gemm.py: every product split on the result's first axis."""
+    monkeypatch.setattr(gemm, "SPLIT_FLOPS", 0)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s) for s in shapes)
+    np.testing.assert_allclose((lm.asarray(a) @ lm.asarray(b)).numpy(), a @ b, rtol=1e-12)
+    w = rng.standard_normal((6, 40))
+    got = F.linear(lm.asarray(a), lm.asarray(w)).numpy()
+    np.testing.assert_allclose(got, a @ w.T, rtol=1e-12)
 
 
 # ---------------------------------------------------------------- bad input

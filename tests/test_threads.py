@@ -3,15 +3,19 @@ process-wide with a safe exit. The switch interval is lowered while the races ru
 the interleavings that lost updates show up in a few hundred iterations."""
 
 import contextlib
+import contextvars
 import os
 import subprocess
 import sys
 import threading
+import time
 
+import numba
 import numpy as np
 import pytest
 
 import lamina as lm
+from lamina.backends import threads
 from lamina.dispatch import registry
 
 
@@ -252,3 +256,108 @@ def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
     assert shared.grad.tolist() == pytest.approx((a_np[0] * sum(counts[:3])).tolist()), (
         "the shared leaf's gradient lost updates"
     )
+
+
+# These stay after the stress test above: under LAMINA_PURE_PYTHON=1 it starved its
+# threads (counts like [5187, 1, 0, 0]) in about half the runs when even the quick
+# warning test below ran before it in the same process -- not understood yet, and
+# the same symptom CI showed once before (commit eb47fa4).
+
+
+def test_lamina_num_threads_is_a_set_num_threads_call_at_import():
+    """Note [LAMINA_NUM_THREADS]: Numba's pool gets the count, BLAS one thread."""
+    code = (
+        "import numba, lamina as lm\n"
+        "from lamina.backends import threads\n"
+        "print(lm.get_num_threads(), numba.get_num_threads(), threads.blas_num_threads())\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", LAMINA_NUM_THREADS="3")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    count, numba_count, blas = out.stdout.split(maxsplit=2)
+    assert (count, numba_count) == ("3", "3")
+    assert set(eval(blas)) == {1}  # Note [BLAS threads]
+
+
+@pytest.mark.parametrize("text", ["two", "1.5", "0", "-2"])
+def test_a_bad_lamina_num_threads_is_refused_naming_the_variable(text):
+    with pytest.raises(ValueError, match="LAMINA_NUM_THREADS") as info:
+        threads.count_from_environment({"LAMINA_NUM_THREADS": text})
+    assert repr(text) in str(info.value)
+
+
+def test_lamina_num_threads_above_the_cores_is_lowered_with_a_warning():
+    cores = numba.config.NUMBA_NUM_THREADS
+    with pytest.warns(RuntimeWarning, match=f"LAMINA_NUM_THREADS={cores + 1} .* {cores} cores"):
+        assert threads.count_from_environment({"LAMINA_NUM_THREADS": str(cores + 1)}) == cores
+    assert threads.count_from_environment({"LAMINA_NUM_THREADS": " 1 "}) == 1
+    assert threads.count_from_environment({"LAMINA_NUM_THREADS": ""}) is None
+    assert threads.count_from_environment({}) is None
+
+
+@pytest.fixture
+def two_threads():
+    blas = threads.blas_num_threads()
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    yield
+    lm.set_num_threads(before)
+    threads._blas_libraries().limit(limits=blas[0])
+
+
+def test_split_runs_the_parts_in_parallel_with_serial_blas(two_threads):
+    """Note [Split work]: the parts meet at a barrier (so they run at once, in two
+    threads), see BLAS on one thread and the caller's context, and come back in order;
+    a split inside a part runs serially."""
+    barrier = threading.Barrier(2, timeout=30)
+    seen = contextvars.ContextVar("seen", default="no context")
+    seen.set("the caller's")
+
+    def part(start, stop):
+        barrier.wait()
+        inner = threads.split(lambda a, b: (a, b, threading.get_ident()), 10)
+        return start, stop, threads.blas_num_threads(), seen.get(), inner
+
+    results = threads.split(part, 5)
+    assert [r[:2] for r in results] == [(0, 2), (2, 5)]
+    assert all(r[2] == [1] and r[3] == "the caller's" for r in results)
+    assert all(len(r[4]) == 1 and r[4][0][:2] == (0, 10) for r in results)
+    assert threads.split(lambda a, b: (a, b), 1) == [(0, 1)]  # fewer items than threads
+
+
+def test_split_works_in_a_forked_child():
+    """The child has none of the parent's worker threads; it must not wait on them
+    (forked in a fresh interpreter, not in the test process)."""
+    code = (
+        "import os, lamina as lm\n"
+        "from lamina.backends import threads\n"
+        "lm.set_num_threads(2)\n"
+        "threads.split(lambda a, b: None, 2)\n"  # the parent's pool exists
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    print(threads.split(lambda a, b: (a, b), 4), flush=True)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(0, 2), (2, 4)]"
+
+
+def test_a_failing_part_raises_after_every_part_ended(two_threads):
+    ended = []
+
+    def part(start, stop):
+        if start:
+            raise ValueError("part 2 failed")
+        time.sleep(0.05)
+        ended.append(start)
+
+    with pytest.raises(ValueError, match="part 2 failed"):
+        threads.split(part, 2)
+    assert ended == [0]

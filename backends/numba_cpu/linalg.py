@@ -10,6 +10,7 @@ from lamina.backends import setup as S
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
+from . import gemm
 from . import kernels as K
 
 
@@ -36,7 +37,7 @@ def matmul(ks, x1, x2):
             f"{x2._shape} cannot be broadcast together"
         ) from None
     if comp.kind in "fc":
-        out = np.matmul(a2, b2)  # BLAS
+        out = gemm.matmul(a2, b2)  # BLAS, on lamina's threads
     else:
         m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
         nb = math.prod(batch)  # explicit: reshape(-1, ...) is ambiguous at size 0

@@ -7,8 +7,9 @@ Subcommands:
     nn        seed 2's primitives on 16x64x56x56 float32, lamina beside PyTorch
               (lamina.tools.bench.nn)
 
-Every benchmark times lamina and its peers interleaved in the same process and
-reports medians, so a shared, noisy machine slows both sides alike.
+Every benchmark times lamina and its peers interleaved round by round and reports
+medians, so a shared, noisy machine slows both sides alike; convnet runs each library
+in a process of its own (their thread pools would compete in one), nn in this one.
 """
 
 from __future__ import annotations

@@ -14,16 +14,21 @@ parameter's gradient must agree with PyTorch's within float32 tolerance
 (``LOSS_TOLERANCE``, ``GRAD_TOLERANCE``); a model that does not is not timed, and the
 report names its worst parameter. Then training steps (forward, cross-entropy loss,
 backward, SGD step) and inference (evaluation mode, no gradients) are timed for every
-batch size, both libraries interleaved round by round, and reported as images per
-second (medians) with lamina / PyTorch.
+batch size, each library in a child process of its own (Note [Separate processes];
+``--in-process`` times them in this one), both libraries interleaved round by round,
+and reported as images per second (medians) with lamina / PyTorch.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -299,8 +304,10 @@ class Case:
     batch: int
 
 
-def _step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
-    """A function running one training step or one inference of ``batch`` images."""
+def step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
+    """A function running one training step (forward, cross-entropy loss, backward,
+    SGD step) or one inference of ``batch`` images, the same inputs (from the batch
+    size's seed) in every process."""
     rng = np.random.default_rng(batch)
     x = lib.to_layout(lib.tensor(rng.standard_normal((batch, *IMAGE), dtype=np.float32)), layout)
     if mode == "infer":
@@ -337,6 +344,144 @@ def _cases(args) -> list[Case]:
     return [Case(m, mode, b) for m in models for mode in modes for b in args.batch]
 
 
+def load_weights(model, lib: Lib, state: dict) -> None:
+    """The parameters and buffers of ``state`` (name -> NumPy array) into ``model``."""
+    model.load_state_dict({name: lib.tensor(a.copy()) for name, a in state.items()})
+
+
+class Runner:
+    """Times one library's cases in the calling process: ``warm`` runs each once (its
+    kernels compile or load) and picks the calls per sample, ``round`` then gives one
+    sample per case. ``states`` maps a model name to its parameters and buffers as
+    NumPy arrays (``_states``), the same in every process (Note [Separate processes])."""
+
+    def __init__(self, lib: Lib, states: dict, layout: str):
+        self.lib, self.name, self.layout = lib, lib.name, layout
+        self.models = {}
+        for name, state in states.items():
+            model = build(ARCHITECTURES[name], lib)
+            load_weights(model, lib, state)
+            self.models[name] = lib.model_to_layout(model, layout)
+        self.runs = {}
+
+    def warm(self, cases: list[Case]):
+        """Yields each case's key once it is warm."""
+        for c in cases:
+            fn = step(self.lib, self.models[c.model], c.mode, c.batch, self.layout)
+            fn()  # warm-up: kernels compile or load from the cache
+            self.runs[c.model, c.mode, c.batch] = (fn, _calls_per_sample(fn))
+            yield c.model, c.mode, c.batch
+
+    def round(self):
+        """Yields (key, seconds per call) for every case."""
+        for key, (fn, number) in self.runs.items():
+            t = time.perf_counter()
+            for _ in range(number):
+                fn()
+            yield key, (time.perf_counter() - t) / number
+
+    def close(self) -> None:
+        pass
+
+
+# Note [Separate processes]: by default every library is timed in a child process of
+# its own (``Child``), driven round by round from the parent, which keeps the
+# agreement check, the progress bar and the report. In one process the two libraries'
+# OpenMP pools (Numba's libgomp, PyTorch's) and BLAS pools compete for the cores: on
+# 2 cores lamina's AlexNet training at batch 32 went 343 -> 165 images/s from 1 to 2
+# threads beside PyTorch, 327 -> 341 alone. The children get the models' weights from
+# one .npz the parent writes (the weights the agreement check used) and make the same
+# inputs from the same seeds (``step``). ``--in-process`` times both in the parent as
+# before (``Runner``): quicker to start, distorted at more than one thread.
+
+
+class Child:
+    """A ``Runner`` in a child process (Note [Separate processes]), driven through
+    JSON lines: the parent writes a command on the child's stdin, the child answers
+    one line per case on a private copy of its stdout (its own stdout goes to
+    stderr, so that nothing a library prints can garble the answers)."""
+
+    def __init__(self, lib: Lib, weights: str, layout: str, threads: int, cases):
+        config = {
+            "library": lib.name,
+            "weights": weights,
+            "layout": layout,
+            "threads": threads,
+            "cases": [[c.model, c.mode, c.batch] for c in cases],
+        }
+        self.name = lib.name
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lamina.tools.bench._child", json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def _ask(self, command: str):
+        with contextlib.suppress(BrokenPipeError):  # a child that died: reported below
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                code = self.proc.wait()
+                raise SystemExit(
+                    f"the {self.name} benchmark process exited with status {code} "
+                    "(its error is above)"
+                )
+            answer = json.loads(line)
+            if "done" in answer:
+                return
+            yield tuple(answer["key"]), answer.get("seconds")
+
+    def warm(self, cases):
+        for key, _ in self._ask("warm"):
+            yield key
+
+    def round(self):
+        yield from self._ask("round")
+
+    def close(self) -> None:
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()  # ends the child's command loop
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+
+
+def child_main(config: dict) -> None:
+    """The loop of a ``Child``: build the models from the weights file, then answer
+    ``warm`` and ``round`` commands until stdin closes."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the libraries print goes to stderr
+    lib = _lamina() if config["library"] == "lamina" else _torch()
+    cases = [Case(*c) for c in config["cases"]]
+    with np.load(config["weights"]) as archive:
+        states = {}
+        for key in archive.files:
+            model, name = key.split("/", 1)
+            states.setdefault(model, {})[name] = archive[key]
+    lib.set_threads(config["threads"])
+    runner = Runner(lib, states, config["layout"])
+    for command in sys.stdin:
+        if command.strip() == "warm":
+            results = ((key, None) for key in runner.warm(cases))
+        else:
+            results = runner.round()
+        for key, seconds in results:
+            answers.write(json.dumps({"key": list(key), "seconds": seconds}) + "\n")
+            answers.flush()
+        answers.write('{"done": true}\n')
+        answers.flush()
+
+
+def _states(models: dict) -> dict:
+    """{model name: {parameter or buffer name: NumPy array}} of the lamina models."""
+    return {
+        name: {k: v.numpy().copy() for k, v in m["lamina"].state_dict().items()}
+        for name, m in models.items()
+    }
+
+
 def measure(args):
     """(cases, {(model, mode, batch): {library: median seconds}}, libraries,
     {model: Agreement}); models that disagree with PyTorch are left out of the results."""
@@ -346,56 +491,42 @@ def measure(args):
     peer = None if args.no_torch else _torch()
     if peer is not None:
         libs.append(peer)
-    saved = [lib.get_threads() for lib in libs]
-    try:
-        for lib in libs:
-            lib.set_threads(args.threads)
-        lm.random.seed(0)
-        return _measure(args, libs)
-    finally:
-        for lib, n in zip(libs, saved):
-            lib.set_threads(n)
-
-
-def _measure(args, libs):
     cases = _cases(args)
     names = sorted({c.model for c in cases}, key=list(ARCHITECTURES).index)
+    lm.random.seed(0)
     models, agreements = {}, {}
     for name in names:
         models[name] = {libs[0].name: build(ARCHITECTURES[name], libs[0])}
-        if len(libs) > 1:
-            peer = build(ARCHITECTURES[name], libs[1])
-            copy_weights(models[name]["lamina"], peer)
-            models[name]["torch"] = libs[1].model_to_layout(peer, args.layout)
+    states = _states(models)
+    if peer is not None:
+        for name in names:
+            models[name]["torch"] = build(ARCHITECTURES[name], peer)
+            copy_weights(models[name]["lamina"], models[name]["torch"])
+            models[name]["torch"] = peer.model_to_layout(models[name]["torch"], args.layout)
             agreements[name] = check_agreement(name, models[name], libs, args.layout)
             print(agreements[name].message(), file=sys.stderr)
     cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
-    runs = {}
-    total = len(cases) * len(libs) * (args.rounds + 1)
-    done = 0
-    for case in cases:
-        for lib in libs:
-            fn = _step(lib, models[case.model][lib.name], case.mode, case.batch, args.layout)
-            fn()  # warm-up: kernels compile or load from the cache
-            runs[case.model, case.mode, case.batch, lib.name] = (fn, _calls_per_sample(fn))
-            done += 1
-            _progress(done, total, f"warm-up {case.model} {case.mode} {case.batch} {lib.name}")
-    samples = {key: [] for key in runs}
-    for r in range(args.rounds):
-        # as in lamina.tools.bench.nn: one library's cases, then the other's, with a
-        # pause between so that spinning threads of one are not charged to the other
-        for lib in libs:
-            time.sleep(args.settle)
-            for key, (fn, number) in runs.items():
-                if key[3] != lib.name:
-                    continue
-                t = time.perf_counter()
-                for _ in range(number):
-                    fn()
-                samples[key].append((time.perf_counter() - t) / number)
-                done += 1
-                what = f"round {r + 1}/{args.rounds}: {' '.join(map(str, key))}"
-                _progress(done, total, what)
+    states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
+    with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
+        if args.in_process:
+            runners = [Runner(lib, states, args.layout) for lib in libs]
+        else:
+            weights = os.path.join(tmp, "weights.npz")
+            np.savez(
+                weights,
+                **{f"{m}/{k}": a for m, state in states.items() for k, a in state.items()},
+            )
+            runners = [Child(lib, weights, args.layout, args.threads, cases) for lib in libs]
+        saved = [lib.get_threads() for lib in libs]
+        try:
+            if args.in_process:
+                for lib in libs:
+                    lib.set_threads(args.threads)
+            samples = _time(args, cases, runners)
+        finally:
+            for lib, n, runner in zip(libs, saved, runners):
+                lib.set_threads(n)
+                runner.close()
     results = {
         (c.model, c.mode, c.batch): {
             lib.name: statistics.median(samples[c.model, c.mode, c.batch, lib.name]) for lib in libs
@@ -403,6 +534,28 @@ def _measure(args, libs):
         for c in cases
     }
     return cases, results, libs, agreements
+
+
+def _time(args, cases, runners) -> dict:
+    """{(model, mode, batch, library): [seconds per call, one per round]}."""
+    total = len(cases) * len(runners) * (args.rounds + 1)
+    done = 0
+    for runner in runners:
+        for key in runner.warm(cases):
+            done += 1
+            _progress(done, total, f"warm-up {' '.join(map(str, key))} {runner.name}")
+    samples = {(c.model, c.mode, c.batch, r.name): [] for r in runners for c in cases}
+    for r in range(args.rounds):
+        # as in lamina.tools.bench.nn: one library's cases, then the other's, with a
+        # pause between so that spinning threads of one are not charged to the other
+        for runner in runners:
+            time.sleep(args.settle)
+            for key, seconds in runner.round():
+                samples[(*key, runner.name)].append(seconds)
+                done += 1
+                what = f"round {r + 1}/{args.rounds}: {' '.join(map(str, key))} {runner.name}"
+                _progress(done, total, what)
+    return samples
 
 
 # ---------------------------------------------------------------- reporting
@@ -426,7 +579,9 @@ def report(args, cases, results, libs, agreements) -> str:
     lines = [
         f"convnets on {'x'.join(map(str, IMAGE))} float32 images, "
         f"{CLASSES} classes, layout {args.layout}, {args.threads} thread(s), images/s "
-        f"(median of {args.rounds} rounds; {versions}" + (", interleaved)" if peer else ")"),
+        f"(median of {args.rounds} rounds; {versions}"
+        + (", interleaved" if peer else "")
+        + (", in this process)" if args.in_process else ", each in its own process)"),
         "",
     ]
     head = ["model", "mode", "batch", "lamina img/s"]
@@ -470,6 +625,7 @@ def _json(args, cases, results, libs, agreements) -> str:
         "threads": args.threads,
         "layout": args.layout,
         "rounds": args.rounds,
+        "processes": "one" if args.in_process else "one per library",
         "versions": {lib.name: lib.version for lib in libs},
         "agreement": {
             name: {
@@ -553,6 +709,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="time every library in this process (default: each in a child process of its "
+        "own, so that their thread pools do not compete)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot images/s against batch size")
