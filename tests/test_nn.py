@@ -14,7 +14,7 @@ import pytest
 
 import lamina as lm
 from lamina.backends.numba_cpu import gemm
-from lamina.backends.numba_cpu.nn import conv
+from lamina.backends.numba_cpu.nn import conv, winograd
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -497,6 +497,101 @@ def test_conv2d_split_by_images_matches_the_oracle(case, layout, two_threads, mo
     x = image((3, 4, 7, 6), layout, requires_grad=True)
     w, b = param(wshape), param((wshape[0],), seed=2)
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
+
+
+# Note [Winograd]: 3x3 stride-1 convolutions with 16 or more channels each way.
+# (input shape, output channels, padding): partial tiles both ways, one tile row and
+# no padding, padding beyond the kernel's reach.
+WINOGRAD_CASES = [((2, 16, 9, 11), 24, 1), ((3, 17, 5, 4), 16, 0), ((1, 16, 6, 7), 16, 2)]
+
+
+@pytest.fixture
+def winograd_calls(monkeypatch):
+    """The names of the Winograd drivers conv2d called, in order."""
+    calls = []
+    for name in ("forward", "weight_grad"):
+        real = getattr(winograd, name)
+        monkeypatch.setattr(winograd, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
+    return calls
+
+
+def _close_to_max(got, want, tol):
+    """|got - want| <= tol * max |want| everywhere (Winograd's error scales with the
+    largest output, not with each one), NaN where want is NaN."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    scale = np.abs(want[finite]).max(initial=1.0)
+    assert np.abs(got[finite] - want[finite]).max(initial=0.0) <= tol * scale
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=["partial_tiles", "valid", "wide_pad"])
+def test_winograd_convolution_matches_the_oracle(case, dtype, layout, winograd_calls):
+    shape, c_out, padding = case
+    x = image(shape, layout, dtype, requires_grad=True)
+    w = param((c_out, shape[1], 3, 3), dtype=dtype)
+    b = param((c_out,), seed=2, dtype=dtype)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding)
+    (out,), grads = _run(fn, [x, w, b])
+    assert winograd_calls == ["forward", "forward", "weight_grad"]  # the input grad too
+    assert F.layout_of(out) == layout
+    with lm.backends.use("numpy_ref"):
+        (want,), want_grads = _run(fn, [x, w, b])
+    tol = 1e-13 if dtype == np.float64 else 2e-5  # measured: 5e-15 and 4e-6
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        _close_to_max(got.numpy(), ref.numpy(), tol)
+
+
+def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, winograd_calls):
+    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    x, w = image((3, 16, 6, 5), "NHWC", requires_grad=True), param((16, 16, 3, 3))
+    fn = lambda x, w: F.conv2d(x, w, padding=1)
+    (out,), grads = _run(fn, [x, w])
+    assert winograd_calls == ["forward"] * 4 + ["weight_grad"] * 2  # two parts each
+    lm.set_num_threads(1)
+    (want,), want_grads = _run(fn, [x, w])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monkeypatch):
+    """Note [Winograd and infinities]: a non-finite value would spread over its tiles;
+    the convolution is recomputed by im2col and equals it, finite outputs included."""
+    data = np.random.default_rng(3).uniform(-1, 1, (2, 16, 9, 9))
+    data[0, 2, 4, 4], data[1, 5, 0, 8] = np.inf, np.nan
+    x = F.to_layout(lm.asarray(data), layout).requires_grad_()
+    w = param((16, 16, 3, 3))
+    fn = lambda x, w: F.conv2d(x, w, padding=1)
+    (out,), grads = _run(fn, [x, w])
+    monkeypatch.setattr(winograd, "ENABLED", False)
+    (want,), want_grads = _run(fn, [x, w])
+    got = out.numpy()
+    # every output channel: the 3x3 outputs around the inf, the 2x2 at the NaN's corner
+    assert np.isfinite(got).sum() == got.size - 16 * (9 + 4)
+    for a, b in zip([out, *grads], [want, *want_grads]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "weight, stride, dilation, groups, dtype, suits",
+    [
+        ((16, 16, 3, 3), (1, 1), (1, 1), 1, np.float32, True),
+        ((16, 16, 3, 3), (1, 1), (1, 1), 1, np.float64, True),
+        ((16, 15, 3, 3), (1, 1), (1, 1), 1, np.float32, False),  # too few input channels
+        ((8, 16, 3, 3), (1, 1), (1, 1), 1, np.float32, False),  # too few output channels
+        ((16, 16, 3, 3), (1, 2), (1, 1), 1, np.float32, False),
+        ((16, 16, 3, 3), (1, 1), (2, 2), 1, np.float32, False),
+        ((32, 16, 3, 3), (1, 1), (1, 1), 2, np.float32, False),
+        ((16, 16, 5, 5), (1, 1), (1, 1), 1, np.float32, False),
+        ((16, 16, 3, 3), (1, 1), (1, 1), 1, np.float16, False),
+    ],
+)
+def test_which_convolutions_winograd_takes(weight, stride, dilation, groups, dtype, suits):
+    shape = (2, weight[1] * groups, 12, 12)
+    geo = conv.Geometry(shape, weight, stride, (1, 1, 1, 1), dilation, groups)
+    assert winograd.suits(geo, dtype) is suits
 
 
 def test_set_num_threads_gives_blas_one_thread(two_threads):

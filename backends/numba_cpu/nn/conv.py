@@ -1,4 +1,5 @@
-"""conv2d, its two backward operators, and linear: blocked im2col + BLAS GEMMs.
+"""conv2d, its two backward operators, and linear: blocked im2col + BLAS GEMMs, and
+Winograd's F(4x4, 3x3) for 3x3 stride-1 convolutions (Note [Winograd], winograd.py).
 
 Note [Convolution]: a convolution is a GEMM over the "im2col" matrix, whose row (NHWC)
 or column (NCHW) for an output pixel holds the kH x kW x C_in input values under the
@@ -39,6 +40,7 @@ from lamina.backends import jit, threads
 from lamina.dispatch.tensor import from_array
 
 from .. import gemm
+from . import winograd
 from .layout import NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
@@ -413,13 +415,24 @@ def conv2d(ks, input, weight, bias, stride, padding, dilation, groups):
     geo = Geometry(
         (x.shape[0], *input._shape[-3:]), weight._shape, stride, padding, dilation, groups
     )
-    w = weight._data
     out = empty_image(geo.n, geo.c_out, geo.ho, geo.wo, x.dtype, layout)
-    forward = _forward_nhwc if layout == NHWC else _forward_nchw
-    _by_images(geo, lambda i0, i1, part: forward(x[i0:i1], w, part, out[i0:i1]))
-    if bias is not None:
-        out += bias._data if layout == NHWC else bias._data[:, None, None]
+    _forward(x, weight._data, None if bias is None else bias._data, geo, layout, out)
     return from_array(logical(out, layout, unbatched))
+
+
+def _forward(x, w, bias, geo, layout, out):
+    """out = the convolution of images x (in ``layout``) with w, plus bias: by Winograd
+    (Note [Winograd]) where it suits, else by blocked im2col (Note [Convolution])."""
+    im2col = _forward_nhwc if layout == NHWC else _forward_nchw
+
+    def part(i0, i1, g):
+        if u is None or not winograd.forward(x[i0:i1], u, g, layout, bias, out[i0:i1]):
+            im2col(x[i0:i1], w, g, out[i0:i1])
+            if bias is not None:
+                out[i0:i1] += bias if layout == NHWC else bias[:, None, None]
+
+    u = winograd.filters(w) if winograd.suits(geo, x.dtype) else None
+    _by_images(geo, part)
 
 
 # ---------------------------------------------------------------- backward: input
@@ -469,10 +482,10 @@ def _flipped(w, geo):
     return np.ascontiguousarray(np.concatenate(parts))
 
 
-def _transposed_forward(gk, wf, geo, layout, out):
-    """The input gradient of a stride-1 convolution as the forward convolution of grad
-    with the flipped kernel ``wf`` (``_flipped``), padded by the kernel's extent minus
-    the padding: the blocked GEMMs of the forward pass, no col2im scatter."""
+def _transposed(geo, wf):
+    """The geometry of the input gradient of a stride-1 convolution as the forward
+    convolution of grad with the flipped kernel ``wf`` (``_flipped``), padded by the
+    kernel's extent minus the padding: the forward pass's algorithms, no col2im scatter."""
     padding = (
         geo.dh * (geo.kh - 1) - geo.pt,
         geo.dh * (geo.kh - 1) - geo.pb,
@@ -480,8 +493,7 @@ def _transposed_forward(gk, wf, geo, layout, out):
         geo.dw * (geo.kw - 1) - geo.pr,
     )
     shape = (geo.n, geo.c_out, geo.ho, geo.wo)
-    transposed = Geometry(shape, wf.shape, (1, 1), padding, (geo.dh, geo.dw), geo.groups)
-    (_forward_nhwc if layout == NHWC else _forward_nchw)(gk, wf, transposed, out)
+    return Geometry(shape, wf.shape, (1, 1), padding, (geo.dh, geo.dw), geo.groups)
 
 
 def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, groups):
@@ -493,19 +505,16 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
     w, dtype = weight._data, grad._data.dtype
     if geo.transposable and not geo.pointwise:
         gx, wf = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, layout), _flipped(w, geo)
+        _forward(gk, wf, None, _transposed(geo, wf), layout, gx)
+        return from_array(logical(gx, layout, unbatched))
+    gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, layout)
 
-        def part(i0, i1, geo):
-            _transposed_forward(gk[i0:i1], wf, geo, layout, gx[i0:i1])
-
-    else:
-        gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, layout)
-
-        def part(i0, i1, geo):
-            if layout == NHWC:
-                _backward_input_nhwc(gk[i0:i1].reshape(-1, geo.c_out), w, geo, dtype, gx[i0:i1])
-            else:
-                g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, -1)
-                _backward_input_nchw(g3, w, geo, dtype, gx[i0:i1])
+    def part(i0, i1, geo):
+        if layout == NHWC:
+            _backward_input_nhwc(gk[i0:i1].reshape(-1, geo.c_out), w, geo, dtype, gx[i0:i1])
+        else:
+            g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, -1)
+            _backward_input_nchw(g3, w, geo, dtype, gx[i0:i1])
 
     _by_images(geo, part)
     return from_array(logical(gx, layout, unbatched))
@@ -595,6 +604,10 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     gk = in_layout(grad._data, layout, unbatched)
 
     def part(i0, i1, geo):
+        if winograd.suits(geo, x.dtype):
+            gw = winograd.weight_grad(x[i0:i1], gk[i0:i1], geo, layout)
+            if gw is not None:
+                return gw
         if layout == NHWC:
             return _backward_weight_nhwc(gk[i0:i1].reshape(-1, geo.c_out), x[i0:i1], geo)
         return _backward_weight_nchw(gk[i0:i1].reshape(i1 - i0, geo.c_out, -1), x[i0:i1], geo)

@@ -1,0 +1,343 @@
+"""3x3 stride-1 convolutions by Winograd's minimal filtering, F(4x4, 3x3).
+
+Note [Winograd]: a 4x4 tile of a 3x3 convolution's output is A^T [(G g G^T) * (B^T d B)] A
+(Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015), where d is
+the 6x6 input tile under it, g the 3x3 kernel and * the elementwise product of 6x6
+matrices. Summed over input channels, each of the 36 elementwise positions is one GEMM,
+(tiles x C_in) @ (C_in x C_out): 36 multiplications per output tile and channel pair
+where the direct convolution (and im2col) does 16 x 9 = 144, so the GEMMs do a quarter
+of the work. The transforms B^T d B and A^T m A are additions and multiplications by
+small constants, vectorized over the channels (contiguous in a "slab" of input rows
+both layouts are copied into: NCHW rows are transposed on the way).
+
+Measured on 16x64x56x56 float32, 64 -> 64 channels, padding 1, one thread: the blocked
+im2col + GEMM path takes ~42-46 ms; this one ~18 ms (GEMMs ~8.5 ms at ~110 GFLOP/s,
+input transform ~4.5, output ~2.7); PyTorch's oneDNN 32-35 ms.
+
+Rounding: the transforms' constants (up to 8 and 1/24) make the error grow with the
+channel count: float32 results differ from the direct sum by ~1e-6 of the output's
+largest magnitude on this shape (the im2col GEMM by ~1e-7); float64 by ~1e-15.
+``LAMINA_WINOGRAD=0`` turns the algorithm off.
+
+Note [Winograd and infinities]: the transforms mix a tile's values, so one infinity or
+NaN in the input would make the whole tile's 16 outputs NaN where the direct sum keeps
+the others finite. The kernels return the sum of the values they wrote (non-finite if
+any was, or if an intermediate overflowed), and a convolution that meets one is
+computed again by im2col.
+
+The backward operators reuse the transforms: the input gradient of a stride-1 3x3
+convolution is a stride-1 3x3 convolution (Note [Convolution]), and the weight gradient
+is the adjoint of the filter transform applied to sum over tiles of
+(B^T d B) * (A grad A^T): the input's transform, the output gradient's (4x4 -> 6x6 by
+A) and, per position, one GEMM (C_in x tiles) @ (tiles x C_out).
+
+A block is a range of tile rows of the batch (row r: image r // th, tile row r % th),
+sized so its transformed input and products stay in the L2 cache (BLOCK_BYTES); a tile
+t of it is r's tile column tx at (r - r0) * tw + tx.
+"""
+
+import os
+
+import numpy as np
+
+from lamina.backends import jit
+
+from .layout import NHWC
+
+ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
+MIN_CHANNELS = 16  # below this the GEMMs are too thin to pay for the transforms
+BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
+
+# fmt: off
+G = np.array([
+    [1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+    [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1],
+])
+# fmt: on
+GG = np.kron(G, G)  # (36, 9): vec(G g G^T) = GG vec(g), row-major
+
+
+# Note [Winograd constants]: the transforms multiply by 2, 4 and 8 as additions
+# (exact, like the multiplications), because a Python number times a float32 makes a
+# float64 in Numba and the kernels would compute in double precision.
+
+
+@jit.jitable
+def twice(a):
+    return a + a
+
+
+@jit.jitable
+def input_6(d0, d1, d2, d3, d4, d5):
+    """B^T d for one column of six values (Note [Winograd constants])."""
+    return (
+        twice(twice(d0 - d2)) - d2 + d4,
+        d3 + d4 - twice(twice(d1 + d2)),
+        twice(twice(d1 - d2)) - d3 + d4,
+        twice(d3 - d1) - d2 + d4,
+        twice(d1 - d3) - d2 + d4,
+        twice(twice(d1 - d3)) - d3 + d5,
+    )
+
+
+@jit.jitable
+def output_4(m0, m1, m2, m3, m4, m5):
+    """A^T m: six products to four outputs."""
+    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return (m0 + a + c, b + twice(d), a + twice(twice(c)), b + twice(twice(twice(d))) + m5)
+
+
+@jit.jitable
+def grad_6(e0, e1, e2, e3):
+    """A e: four output gradients to six (the adjoint of ``output_4``)."""
+    a, b = e0 + e2, e1 + e3
+    c, d = e0 + twice(twice(e2)), twice(e1 + twice(twice(e3)))
+    return (e0, a + b, a - b, c + d, c - d, e3)
+
+
+# ---------------------------------------------------------------- kernels
+# Note [Whole-array indexing]: the loops index the whole arrays (slab[i, j, c]), never
+# views made inside them (d = slab[i, j : j + 6]; d[q, c]): with views LLVM did not
+# vectorize the channel loops (measured: the input transform's first pass 4.4 -> 0.65 ms).
+
+
+@jit.jitable
+def store_nhwc(rows, i, wo, out, n, row):
+    """Output row ``row`` of NHWC image n = rows[i, :wo] (Wo, K)."""
+    for w in range(wo):
+        for k in range(rows.shape[2]):
+            out[n, row, w, k] = rows[i, w, k]
+
+
+@jit.jitable
+def store_nchw(rows, i, wo, out, n, row):
+    """Output row ``row`` of NCHW image n = rows[i, :wo] transposed."""
+    for k in range(rows.shape[2]):
+        for w in range(wo):
+            out[n, k, row, w] = rows[i, w, k]
+
+
+def transform_input(x, h, w, pt, pl, r0, r1, th, slab, tmp, V):
+    """V (36, T, C) = B^T d B of every 6x6 tile of NHWC input x in tile rows [r0, r1);
+    ``slab`` (6, 4 tw + 2, C) arrives zeroed: its columns outside the input stay zero.
+    Returns the sum of V (Note [Winograd and infinities])."""
+    tw, channels = (slab.shape[1] - 2) // 4, slab.shape[2]
+    inside, total = min(w, slab.shape[1] - pl), np.zeros(1, tmp.dtype)[0]
+    for r in range(r0, r1):
+        n, ty = r // th, r % th
+        for i in range(6):  # the tile row's input rows, zero outside the input
+            row = 4 * ty - pt + i
+            for j in range(inside):
+                for c in range(channels):
+                    slab[i, pl + j, c] = x[n, row, j, c] if 0 <= row < h else 0
+        for tx in range(tw):
+            t, j = (r - r0) * tw + tx, 4 * tx
+            for i in range(6):
+                for c in range(channels):
+                    e0, e1, e2, e3, e4, e5 = input_6(
+                        slab[i, j, c], slab[i, j + 1, c], slab[i, j + 2, c],
+                        slab[i, j + 3, c], slab[i, j + 4, c], slab[i, j + 5, c],
+                    )  # fmt: skip
+                    tmp[i, 0, c], tmp[i, 1, c], tmp[i, 2, c] = e0, e1, e2
+                    tmp[i, 3, c], tmp[i, 4, c], tmp[i, 5, c] = e3, e4, e5
+            for a in range(6):
+                for c in range(channels):
+                    v0, v1, v2, v3, v4, v5 = input_6(
+                        tmp[0, a, c], tmp[1, a, c], tmp[2, a, c],
+                        tmp[3, a, c], tmp[4, a, c], tmp[5, a, c],
+                    )  # fmt: skip
+                    V[a, t, c], V[6 + a, t, c], V[12 + a, t, c] = v0, v1, v2
+                    V[18 + a, t, c], V[24 + a, t, c], V[30 + a, t, c] = v3, v4, v5
+                    total += v0 + v1 + v2 + v3 + v4 + v5
+    return total
+
+
+def transform_output(store):
+    """The kernel writing the output rows of tile rows [r0, r1) from M (36, T, K):
+    A^T m A + bias per tile, through ``rows`` (4, 4 tw, K). Returns the outputs' sum."""
+
+    def kernel(M, ho, wo, r0, r1, th, bias, tmp, rows, out):
+        tw, channels, total = rows.shape[1] // 4, rows.shape[2], np.zeros(1, tmp.dtype)[0]
+        for r in range(r0, r1):
+            n, ty = r // th, r % th
+            for tx in range(tw):
+                t, j = (r - r0) * tw + tx, 4 * tx
+                for a in range(6):
+                    for k in range(channels):
+                        s0, s1, s2, s3 = output_4(
+                            M[a, t, k], M[6 + a, t, k], M[12 + a, t, k],
+                            M[18 + a, t, k], M[24 + a, t, k], M[30 + a, t, k],
+                        )  # fmt: skip
+                        tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k] = s0, s1, s2, s3
+                for i in range(4):
+                    for k in range(channels):
+                        y0, y1, y2, y3 = output_4(
+                            tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k],
+                            tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k],
+                        )  # fmt: skip
+                        b = bias[k]
+                        rows[i, j, k], rows[i, j + 1, k] = y0 + b, y1 + b
+                        rows[i, j + 2, k], rows[i, j + 3, k] = y2 + b, y3 + b
+                        total += y0 + y1 + y2 + y3
+            for i in range(min(4, ho - 4 * ty)):
+                store(rows, i, wo, out, n, 4 * ty + i)
+        return total
+
+    return kernel
+
+
+def transform_grad(g, ho, wo, r0, r1, th, slab, tmp, Z):
+    """Z (36, T, K) = A e A^T of every 4x4 tile of NHWC output gradient g in tile rows
+    [r0, r1); ``slab`` (4, 4 tw, K) arrives zeroed (its columns past Wo stay zero).
+    Returns the sum of Z."""
+    tw, channels, total = slab.shape[1] // 4, slab.shape[2], np.zeros(1, tmp.dtype)[0]
+    for r in range(r0, r1):
+        n, ty = r // th, r % th
+        for i in range(4):
+            row = 4 * ty + i
+            for j in range(wo):
+                for k in range(channels):
+                    slab[i, j, k] = g[n, row, j, k] if row < ho else 0
+        for tx in range(tw):
+            t, j = (r - r0) * tw + tx, 4 * tx
+            for i in range(4):
+                for k in range(channels):
+                    f0, f1, f2, f3, f4, f5 = grad_6(
+                        slab[i, j, k], slab[i, j + 1, k], slab[i, j + 2, k], slab[i, j + 3, k]
+                    )
+                    tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k] = f0, f1, f2
+                    tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k] = f3, f4, f5
+            for a in range(6):
+                for k in range(channels):
+                    z0, z1, z2, z3, z4, z5 = grad_6(
+                        tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k]
+                    )
+                    Z[a, t, k], Z[6 + a, t, k], Z[12 + a, t, k] = z0, z1, z2
+                    Z[18 + a, t, k], Z[24 + a, t, k], Z[30 + a, t, k] = z3, z4, z5
+                    total += z0 + z1 + z2 + z3 + z4 + z5
+    return total
+
+
+_STORE = {NHWC: store_nhwc, "NCHW": store_nchw}
+
+
+def _signature(template, dtype):
+    t = jit.types
+    a1, a3, a4 = (jit.array(dtype, d) for d in (1, 3, 4))
+    i, x = t.int64, a1.dtype
+    return {
+        transform_input: x(a4, *[i] * 7, a3, a3, a3),
+        transform_output: x(a3, *[i] * 5, a1, a3, a3, a4),
+        transform_grad: x(a4, *[i] * 5, a3, a3, a3),
+    }[template]
+
+
+def _kernel(kernel, dtype, layout=None):
+    """``kernel`` compiled for dtype; transform_output's for the layout it stores in."""
+
+    def build():
+        fn = kernel(_STORE[layout]) if kernel is transform_output else kernel
+        sig = _signature(kernel, dtype)
+        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
+
+    return jit.cached((kernel, np.dtype(dtype), layout), build)
+
+
+def _nhwc(x, layout):
+    """Images in ``layout`` as NHWC: NumPy's strided copy transposes NCHW ones (2.3 ms
+    for 16x64x56x56 float32, where transposing each row into the slab took ~13)."""
+    return x if layout == NHWC else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+# ---------------------------------------------------------------- the convolutions
+
+
+def suits(geo, dtype) -> bool:
+    """Whether conv2d of geometry ``geo`` runs here (Note [Winograd])."""
+    return (
+        ENABLED
+        and (geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) == (3, 3, 1, 1, 1, 1, 1)
+        and min(geo.cin, geo.c_out) >= MIN_CHANNELS
+        and np.dtype(dtype) in (np.float32, np.float64)
+    )
+
+
+def filters(w):
+    """U (36, C_in, C_out) = G g G^T of every (output, input) channel pair of w."""
+    c_out, c_in = w.shape[:2]
+    u = w.reshape(c_out * c_in, 9) @ GG.T.astype(w.dtype)  # (c_out c_in, 36)
+    return np.ascontiguousarray(u.reshape(c_out, c_in, 36).transpose(2, 1, 0))
+
+
+class _Tiles:
+    """The tiling of one convolution: tile rows, columns and rows per block."""
+
+    def __init__(self, geo, channels, itemsize):
+        self.th, self.tw = -(-geo.ho // 4), -(-geo.wo // 4)
+        per_row = 36 * self.tw * channels * itemsize
+        self.rows = max(1, BLOCK_BYTES // per_row)
+        self.total = geo.n * self.th
+
+    def blocks(self):
+        for r0 in range(0, self.total, self.rows):
+            yield r0, min(self.total, r0 + self.rows)
+
+
+def _work(shape, dtype, cache):
+    """A reusable array carved from ``cache``'s one allocation (``cache`` a 1-list)."""
+    size = int(np.prod(shape))
+    if cache[0] is None or cache[0].size < size:
+        cache[0] = np.empty(size, dtype)
+    return cache[0][:size].reshape(shape)
+
+
+def forward(x, u, geo, layout, bias, out) -> bool:
+    """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``);
+    False if a value on the way was not finite (Note [Winograd and infinities])."""
+    x, dtype = _nhwc(x, layout), x.dtype
+    tiles = _Tiles(geo, geo.cin + geo.c_out, x.itemsize)
+    th, tw = tiles.th, tiles.tw
+    transform, finish = _kernel(transform_input, dtype), _kernel(transform_output, dtype, layout)
+    slab = np.zeros((6, 4 * tw + 2, geo.cin), dtype)
+    tmp_in, tmp_out = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
+    rows = np.empty((4, 4 * tw, geo.c_out), dtype)
+    bias = np.zeros(geo.c_out, dtype) if bias is None else bias.astype(dtype, copy=False)
+    v_cache, m_cache = [None], [None]
+    for r0, r1 in tiles.blocks():
+        t = (r1 - r0) * tw
+        v = _work((36, t, geo.cin), dtype, v_cache)
+        m = _work((36, t, geo.c_out), dtype, m_cache)
+        if not np.isfinite(transform(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)):
+            return False
+        np.matmul(v, u, out=m)
+        if not np.isfinite(finish(m, geo.ho, geo.wo, r0, r1, th, bias, tmp_out, rows, out)):
+            return False
+    return True
+
+
+def weight_grad(x, g, geo, layout):
+    """The (C_out, C_in, 3, 3) gradient of the weight from input x and grad g (both in
+    ``layout``); None if a value on the way was not finite."""
+    x, g, dtype = _nhwc(x, layout), _nhwc(g, layout), x.dtype
+    tiles = _Tiles(geo, geo.cin + geo.c_out, x.itemsize)
+    th, tw = tiles.th, tiles.tw
+    transform_x, transform_g = _kernel(transform_input, dtype), _kernel(transform_grad, dtype)
+    slab = np.zeros((6, 4 * tw + 2, geo.cin), dtype)
+    gslab = np.zeros((4, 4 * tw, geo.c_out), dtype)
+    tmp_in, tmp_g = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
+    total = np.zeros((36, geo.cin, geo.c_out), dtype)
+    part = np.empty_like(total)
+    v_cache, z_cache = [None], [None]
+    for r0, r1 in tiles.blocks():
+        t = (r1 - r0) * tw
+        v = _work((36, t, geo.cin), dtype, v_cache)
+        z = _work((36, t, geo.c_out), dtype, z_cache)
+        check = transform_x(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)
+        check += transform_g(g, geo.ho, geo.wo, r0, r1, th, gslab, tmp_g, z)
+        if not np.isfinite(check):
+            return None
+        np.matmul(v.transpose(0, 2, 1), z, out=part)
+        total += part
+    # the adjoint of ``filters``: gw[o, i] = GG^T vec(total[:, i, o])
+    gw = total.transpose(2, 1, 0).reshape(-1, 36) @ GG.astype(dtype)
+    return gw.reshape(geo.c_out, geo.cin, 3, 3)
