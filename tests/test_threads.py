@@ -245,13 +245,24 @@ def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
     switch(3, once=True)
     counts[:] = [0] * 4
     shared.grad = None
-    timer = threading.Timer(seconds, stop.set)
-    timer.start()
+
+    # The window ends after ``seconds`` once every thread has done a round, or at 45 s:
+    # on a loaded machine a thread can wait seconds for the GIL before its first round,
+    # and a fixed window made the test fail without anything being wrong.
+    def stop_when_all_worked():
+        deadline = time.monotonic() + 45
+        time.sleep(seconds)
+        while not all(counts) and time.monotonic() < deadline and not stop.is_set():
+            time.sleep(0.01)
+        stop.set()
+
+    watcher = threading.Thread(target=stop_when_all_worked)
+    watcher.start()
     try:
         run_threads(worker)
     finally:
         stop.set()
-        timer.cancel()
+        watcher.join()
     assert all(counts), counts  # every thread did work
     assert shared.grad.tolist() == pytest.approx((a_np[0] * sum(counts[:3])).tolist()), (
         "the shared leaf's gradient lost updates"
