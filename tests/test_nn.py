@@ -499,10 +499,10 @@ def test_conv2d_split_by_images_matches_the_oracle(case, layout, two_threads, mo
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
 
 
-# Note [Winograd]: 3x3 stride-1 convolutions with 16 or more channels each way.
+# Note [Winograd]: 3x3 stride-1 convolutions with 8 or more channels each way.
 # (input shape, output channels, padding): partial tiles both ways, one tile row and
 # no padding, padding beyond the kernel's reach.
-WINOGRAD_CASES = [((2, 16, 9, 11), 24, 1), ((3, 17, 5, 4), 16, 0), ((1, 16, 6, 7), 16, 2)]
+WINOGRAD_CASES = [((2, 16, 9, 11), 24, 1), ((3, 9, 6, 7), 8, 0), ((1, 16, 6, 7), 16, 2)]
 
 
 @pytest.fixture
@@ -579,8 +579,9 @@ def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monke
     [
         ((16, 16, 3, 3), (1, 1), (1, 1), 1, np.float32, True),
         ((16, 16, 3, 3), (1, 1), (1, 1), 1, np.float64, True),
-        ((16, 15, 3, 3), (1, 1), (1, 1), 1, np.float32, False),  # too few input channels
-        ((8, 16, 3, 3), (1, 1), (1, 1), 1, np.float32, False),  # too few output channels
+        ((8, 8, 3, 3), (1, 1), (1, 1), 1, np.float32, True),
+        ((16, 7, 3, 3), (1, 1), (1, 1), 1, np.float32, False),  # too few input channels
+        ((7, 16, 3, 3), (1, 1), (1, 1), 1, np.float32, False),  # too few output channels
         ((16, 16, 3, 3), (1, 2), (1, 1), 1, np.float32, False),
         ((16, 16, 3, 3), (1, 1), (2, 2), 1, np.float32, False),
         ((32, 16, 3, 3), (1, 1), (1, 1), 2, np.float32, False),
@@ -592,6 +593,14 @@ def test_which_convolutions_winograd_takes(weight, stride, dilation, groups, dty
     shape = (2, weight[1] * groups, 12, 12)
     geo = conv.Geometry(shape, weight, stride, (1, 1, 1, 1), dilation, groups)
     assert winograd.suits(geo, dtype) is suits
+
+
+def test_winograd_leaves_outputs_smaller_than_a_tile_to_im2col():
+    weight = (16, 16, 3, 3)
+    assert winograd.suits(conv.Geometry((2, 16, 4, 9), weight, (1, 1), (1,) * 4, (1, 1), 1), "f4")
+    assert not winograd.suits(
+        conv.Geometry((2, 16, 3, 9), weight, (1, 1), (1,) * 4, (1, 1), 1), "f4"
+    )
 
 
 def test_set_num_threads_gives_blas_one_thread(two_threads):

@@ -42,10 +42,11 @@ import numpy as np
 
 from lamina.backends import jit
 
-from .layout import NHWC
+from .layout import NCHW, NHWC
 
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
-MIN_CHANNELS = 16  # below this the GEMMs are too thin to pay for the transforms
+MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
+MIN_SIZE = 4  # an output narrower than a tile wastes most of it
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
 # fmt: off
@@ -102,6 +103,23 @@ def grad_6(e0, e1, e2, e3):
 
 
 @jit.jitable
+def fetch_nhwc(x, n, row, slab, i, start, count):
+    """slab[i, start : start + count] = columns [0, count) of row ``row`` of NHWC image
+    n, as (W, C)."""
+    for j in range(count):
+        for c in range(slab.shape[2]):
+            slab[i, start + j, c] = x[n, row, j, c]
+
+
+@jit.jitable
+def fetch_nchw(x, n, row, slab, i, start, count):
+    """The same of an NCHW image: transposed on the way."""
+    for c in range(slab.shape[2]):
+        for j in range(count):
+            slab[i, start + j, c] = x[n, c, row, j]
+
+
+@jit.jitable
 def store_nhwc(rows, i, wo, out, n, row):
     """Output row ``row`` of NHWC image n = rows[i, :wo] (Wo, K)."""
     for w in range(wo):
@@ -117,39 +135,51 @@ def store_nchw(rows, i, wo, out, n, row):
             out[n, k, row, w] = rows[i, w, k]
 
 
-def transform_input(x, h, w, pt, pl, r0, r1, th, slab, tmp, V):
-    """V (36, T, C) = B^T d B of every 6x6 tile of NHWC input x in tile rows [r0, r1);
-    ``slab`` (6, 4 tw + 2, C) arrives zeroed: its columns outside the input stay zero.
-    Returns the sum of V (Note [Winograd and infinities])."""
-    tw, channels = (slab.shape[1] - 2) // 4, slab.shape[2]
-    inside, total = min(w, slab.shape[1] - pl), np.zeros(1, tmp.dtype)[0]
-    for r in range(r0, r1):
-        n, ty = r // th, r % th
-        for i in range(6):  # the tile row's input rows, zero outside the input
-            row = 4 * ty - pt + i
-            for j in range(inside):
-                for c in range(channels):
-                    slab[i, pl + j, c] = x[n, row, j, c] if 0 <= row < h else 0
-        for tx in range(tw):
-            t, j = (r - r0) * tw + tx, 4 * tx
-            for i in range(6):
-                for c in range(channels):
-                    e0, e1, e2, e3, e4, e5 = input_6(
-                        slab[i, j, c], slab[i, j + 1, c], slab[i, j + 2, c],
-                        slab[i, j + 3, c], slab[i, j + 4, c], slab[i, j + 5, c],
-                    )  # fmt: skip
-                    tmp[i, 0, c], tmp[i, 1, c], tmp[i, 2, c] = e0, e1, e2
-                    tmp[i, 3, c], tmp[i, 4, c], tmp[i, 5, c] = e3, e4, e5
-            for a in range(6):
-                for c in range(channels):
-                    v0, v1, v2, v3, v4, v5 = input_6(
-                        tmp[0, a, c], tmp[1, a, c], tmp[2, a, c],
-                        tmp[3, a, c], tmp[4, a, c], tmp[5, a, c],
-                    )  # fmt: skip
-                    V[a, t, c], V[6 + a, t, c], V[12 + a, t, c] = v0, v1, v2
-                    V[18 + a, t, c], V[24 + a, t, c], V[30 + a, t, c] = v3, v4, v5
-                    total += v0 + v1 + v2 + v3 + v4 + v5
-    return total
+def transform_input(fetch):
+    """The kernel writing V (36, T, C) = B^T d B of every 6x6 input tile of tile rows
+    [r0, r1), the rows copied into ``slab`` (6, 4 tw + 2, C) by ``fetch``; the slab
+    arrives zeroed: its columns outside the input stay zero. Returns the sum of V
+    (Note [Winograd and infinities])."""
+
+    def kernel(x, h, w, pt, pl, r0, r1, th, slab, tmp, V):
+        tw, channels = (slab.shape[1] - 2) // 4, slab.shape[2]
+        inside, total = min(w, slab.shape[1] - pl), np.zeros(1, tmp.dtype)[0]
+        for r in range(r0, r1):
+            n, ty = r // th, r % th
+            first = 0
+            if r > r0 and ty > 0:  # the last two rows of tile row ty - 1 are its first two
+                for j in range(slab.shape[1]):
+                    for c in range(channels):
+                        slab[0, j, c], slab[1, j, c] = slab[4, j, c], slab[5, j, c]
+                first = 2
+            for i in range(first, 6):
+                row = 4 * ty - pt + i
+                if 0 <= row < h:
+                    fetch(x, n, row, slab, i, pl, inside)
+                else:
+                    slab[i] = 0
+            for tx in range(tw):
+                t, j = (r - r0) * tw + tx, 4 * tx
+                for i in range(6):
+                    for c in range(channels):
+                        e0, e1, e2, e3, e4, e5 = input_6(
+                            slab[i, j, c], slab[i, j + 1, c], slab[i, j + 2, c],
+                            slab[i, j + 3, c], slab[i, j + 4, c], slab[i, j + 5, c],
+                        )  # fmt: skip
+                        tmp[i, 0, c], tmp[i, 1, c], tmp[i, 2, c] = e0, e1, e2
+                        tmp[i, 3, c], tmp[i, 4, c], tmp[i, 5, c] = e3, e4, e5
+                for a in range(6):
+                    for c in range(channels):
+                        v0, v1, v2, v3, v4, v5 = input_6(
+                            tmp[0, a, c], tmp[1, a, c], tmp[2, a, c],
+                            tmp[3, a, c], tmp[4, a, c], tmp[5, a, c],
+                        )  # fmt: skip
+                        V[a, t, c], V[6 + a, t, c], V[12 + a, t, c] = v0, v1, v2
+                        V[18 + a, t, c], V[24 + a, t, c], V[30 + a, t, c] = v3, v4, v5
+                        total += v0 + v1 + v2 + v3 + v4 + v5
+        return total
+
+    return kernel
 
 
 def transform_output(store):
@@ -186,39 +216,45 @@ def transform_output(store):
     return kernel
 
 
-def transform_grad(g, ho, wo, r0, r1, th, slab, tmp, Z):
-    """Z (36, T, K) = A e A^T of every 4x4 tile of NHWC output gradient g in tile rows
-    [r0, r1); ``slab`` (4, 4 tw, K) arrives zeroed (its columns past Wo stay zero).
-    Returns the sum of Z."""
-    tw, channels, total = slab.shape[1] // 4, slab.shape[2], np.zeros(1, tmp.dtype)[0]
-    for r in range(r0, r1):
-        n, ty = r // th, r % th
-        for i in range(4):
-            row = 4 * ty + i
-            for j in range(wo):
-                for k in range(channels):
-                    slab[i, j, k] = g[n, row, j, k] if row < ho else 0
-        for tx in range(tw):
-            t, j = (r - r0) * tw + tx, 4 * tx
+def transform_grad(fetch):
+    """The kernel writing Z (36, T, K) = A e A^T of every 4x4 output-gradient tile of
+    tile rows [r0, r1), through ``slab`` (4, 4 tw, K) as ``transform_input`` (its columns
+    past Wo stay zero). Returns the sum of Z."""
+
+    def kernel(g, ho, wo, r0, r1, th, slab, tmp, Z):
+        tw, channels, total = slab.shape[1] // 4, slab.shape[2], np.zeros(1, tmp.dtype)[0]
+        for r in range(r0, r1):
+            n, ty = r // th, r % th
             for i in range(4):
-                for k in range(channels):
-                    f0, f1, f2, f3, f4, f5 = grad_6(
-                        slab[i, j, k], slab[i, j + 1, k], slab[i, j + 2, k], slab[i, j + 3, k]
-                    )
-                    tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k] = f0, f1, f2
-                    tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k] = f3, f4, f5
-            for a in range(6):
-                for k in range(channels):
-                    z0, z1, z2, z3, z4, z5 = grad_6(
-                        tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k]
-                    )
-                    Z[a, t, k], Z[6 + a, t, k], Z[12 + a, t, k] = z0, z1, z2
-                    Z[18 + a, t, k], Z[24 + a, t, k], Z[30 + a, t, k] = z3, z4, z5
-                    total += z0 + z1 + z2 + z3 + z4 + z5
-    return total
+                row = 4 * ty + i
+                if row < ho:
+                    fetch(g, n, row, slab, i, 0, wo)
+                else:
+                    slab[i] = 0
+            for tx in range(tw):
+                t, j = (r - r0) * tw + tx, 4 * tx
+                for i in range(4):
+                    for k in range(channels):
+                        f0, f1, f2, f3, f4, f5 = grad_6(
+                            slab[i, j, k], slab[i, j + 1, k], slab[i, j + 2, k], slab[i, j + 3, k]
+                        )
+                        tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k] = f0, f1, f2
+                        tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k] = f3, f4, f5
+                for a in range(6):
+                    for k in range(channels):
+                        z0, z1, z2, z3, z4, z5 = grad_6(
+                            tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k]
+                        )
+                        Z[a, t, k], Z[6 + a, t, k], Z[12 + a, t, k] = z0, z1, z2
+                        Z[18 + a, t, k], Z[24 + a, t, k], Z[30 + a, t, k] = z3, z4, z5
+                        total += z0 + z1 + z2 + z3 + z4 + z5
+        return total
+
+    return kernel
 
 
-_STORE = {NHWC: store_nhwc, "NCHW": store_nchw}
+_FETCH = {NHWC: fetch_nhwc, NCHW: fetch_nchw}
+_STORE = {NHWC: store_nhwc, NCHW: store_nchw}
 
 
 def _signature(template, dtype):
@@ -232,21 +268,15 @@ def _signature(template, dtype):
     }[template]
 
 
-def _kernel(kernel, dtype, layout=None):
-    """``kernel`` compiled for dtype; transform_output's for the layout it stores in."""
+def _kernel(template, dtype, layout):
+    """``template``'s kernel for images in ``layout``, compiled for dtype."""
 
     def build():
-        fn = kernel(_STORE[layout]) if kernel is transform_output else kernel
-        sig = _signature(kernel, dtype)
-        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
+        part = (_STORE if template is transform_output else _FETCH)[layout]
+        sig = _signature(template, dtype)
+        return jit.compile_kernel(template(part), sig, fastmath=jit.REASSOCIATE, nogil=True)
 
-    return jit.cached((kernel, np.dtype(dtype), layout), build)
-
-
-def _nhwc(x, layout):
-    """Images in ``layout`` as NHWC: NumPy's strided copy transposes NCHW ones (2.3 ms
-    for 16x64x56x56 float32, where transposing each row into the slab took ~13)."""
-    return x if layout == NHWC else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    return jit.cached((template, np.dtype(dtype), layout), build)
 
 
 # ---------------------------------------------------------------- the convolutions
@@ -258,6 +288,7 @@ def suits(geo, dtype) -> bool:
         ENABLED
         and (geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) == (3, 3, 1, 1, 1, 1, 1)
         and min(geo.cin, geo.c_out) >= MIN_CHANNELS
+        and min(geo.ho, geo.wo) >= MIN_SIZE
         and np.dtype(dtype) in (np.float32, np.float64)
     )
 
@@ -294,10 +325,10 @@ def _work(shape, dtype, cache):
 def forward(x, u, geo, layout, bias, out) -> bool:
     """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``);
     False if a value on the way was not finite (Note [Winograd and infinities])."""
-    x, dtype = _nhwc(x, layout), x.dtype
+    dtype = x.dtype
     tiles = _Tiles(geo, geo.cin + geo.c_out, x.itemsize)
     th, tw = tiles.th, tiles.tw
-    transform, finish = _kernel(transform_input, dtype), _kernel(transform_output, dtype, layout)
+    transform, finish = (_kernel(t, dtype, layout) for t in (transform_input, transform_output))
     slab = np.zeros((6, 4 * tw + 2, geo.cin), dtype)
     tmp_in, tmp_out = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
     rows = np.empty((4, 4 * tw, geo.c_out), dtype)
@@ -318,10 +349,12 @@ def forward(x, u, geo, layout, bias, out) -> bool:
 def weight_grad(x, g, geo, layout):
     """The (C_out, C_in, 3, 3) gradient of the weight from input x and grad g (both in
     ``layout``); None if a value on the way was not finite."""
-    x, g, dtype = _nhwc(x, layout), _nhwc(g, layout), x.dtype
+    dtype = x.dtype
     tiles = _Tiles(geo, geo.cin + geo.c_out, x.itemsize)
     th, tw = tiles.th, tiles.tw
-    transform_x, transform_g = _kernel(transform_input, dtype), _kernel(transform_grad, dtype)
+    transform_x, transform_g = (
+        _kernel(t, dtype, layout) for t in (transform_input, transform_grad)
+    )
     slab = np.zeros((6, 4 * tw + 2, geo.cin), dtype)
     gslab = np.zeros((4, 4 * tw, geo.c_out), dtype)
     tmp_in, tmp_g = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
