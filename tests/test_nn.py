@@ -516,10 +516,19 @@ def test_conv2d_gradients_keep_infinities_and_nans_where_they_reach(layout):
     assert np.isnan(outs[0].numpy()).any()
 
 
-# Note [Winograd]: 3x3 stride-1 convolutions with 8 or more channels each way.
-# (input shape, output channels, padding): partial tiles both ways, one tile row and
-# no padding, padding beyond the kernel's reach.
-WINOGRAD_CASES = [((2, 16, 9, 11), 24, 1), ((3, 9, 6, 7), 8, 0), ((1, 16, 6, 7), 16, 2)]
+# Note [Winograd]: 3x3, 4x4 and 5x5 stride-1 convolutions with 8 or more channels each
+# way. (id, input shape, output channels, kernel size, padding, dtypes): partial tiles
+# both ways, one tile row and no padding, padding beyond the kernel's reach; F(3x3, 4x4)
+# and F(2x2, 5x5) with partial tiles (float64 only for the 4x4, which no bench model has).
+WINOGRAD_CASES = [
+    ("partial_tiles", (2, 16, 9, 11), 24, 3, 1, ("f8", "f4")),
+    ("valid", (3, 9, 6, 7), 8, 3, 0, ("f8", "f4")),
+    ("wide_pad", (1, 16, 6, 7), 16, 3, 2, ("f8", "f4")),
+    ("4x4", (2, 10, 9, 8), 8, 4, 1, ("f8",)),
+    ("5x5", (2, 8, 9, 10), 12, 5, 2, ("f8", "f4")),
+]
+# measured |error| / max |output|: float64 ~5e-15; float32 4e-6 (3x3), 1e-5 (5x5)
+WINOGRAD_TOLERANCE = {"f8": 1e-13, "f4": 4e-5}
 
 
 @pytest.fixture
@@ -542,12 +551,15 @@ def _close_to_max(got, want, tol):
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=["partial_tiles", "valid", "wide_pad"])
+@pytest.mark.parametrize(
+    "case, dtype",
+    [(c[1:5], d) for c in WINOGRAD_CASES for d in c[5]],
+    ids=[f"{c[0]}-{d}" for c in WINOGRAD_CASES for d in c[5]],
+)
 def test_winograd_convolution_matches_the_oracle(case, dtype, layout, winograd_calls):
-    shape, c_out, padding = case
+    shape, c_out, size, padding = case
     x = image(shape, layout, dtype, requires_grad=True)
-    w = param((c_out, shape[1], 3, 3), dtype=dtype)
+    w = param((c_out, shape[1], size, size), dtype=dtype)
     b = param((c_out,), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding)
     (out,), grads = _run(fn, [x, w, b])
@@ -555,9 +567,8 @@ def test_winograd_convolution_matches_the_oracle(case, dtype, layout, winograd_c
     assert F.layout_of(out) == layout
     with lm.backends.use("numpy_ref"):
         (want,), want_grads = _run(fn, [x, w, b])
-    tol = 1e-13 if dtype == np.float64 else 2e-5  # measured: 5e-15 and 4e-6
     for got, ref in zip([out, *grads], [want, *want_grads]):
-        _close_to_max(got.numpy(), ref.numpy(), tol)
+        _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
 
 
 def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, winograd_calls):
@@ -602,22 +613,29 @@ def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monke
         ((16, 16, 3, 3), (1, 2), (1, 1), 1, np.float32, False),
         ((16, 16, 3, 3), (1, 1), (2, 2), 1, np.float32, False),
         ((32, 16, 3, 3), (1, 1), (1, 1), 2, np.float32, False),
-        ((16, 16, 5, 5), (1, 1), (1, 1), 1, np.float32, False),
+        ((16, 16, 5, 5), (1, 1), (1, 1), 1, np.float32, True),
+        ((16, 16, 4, 4), (1, 1), (1, 1), 1, np.float64, True),
+        ((16, 16, 7, 7), (1, 1), (1, 1), 1, np.float32, False),
+        ((16, 16, 3, 5), (1, 1), (1, 1), 1, np.float32, False),
         ((16, 16, 3, 3), (1, 1), (1, 1), 1, np.float16, False),
     ],
 )
 def test_which_convolutions_winograd_takes(weight, stride, dilation, groups, dtype, suits):
     shape = (2, weight[1] * groups, 12, 12)
     geo = conv.Geometry(shape, weight, stride, (1, 1, 1, 1), dilation, groups)
-    assert winograd.suits(geo, dtype) is suits
+    assert (winograd.algorithm(geo, dtype) is not None) is suits
 
 
 def test_winograd_leaves_outputs_smaller_than_a_tile_to_im2col():
-    weight = (16, 16, 3, 3)
-    assert winograd.suits(conv.Geometry((2, 16, 4, 9), weight, (1, 1), (1,) * 4, (1, 1), 1), "f4")
-    assert not winograd.suits(
-        conv.Geometry((2, 16, 3, 9), weight, (1, 1), (1,) * 4, (1, 1), 1), "f4"
-    )
+    def takes(h, w):
+        return (
+            winograd.algorithm(
+                conv.Geometry((2, 16, h, w), (16, 16, 3, 3), (1, 1), (1,) * 4, (1, 1), 1), "f4"
+            )
+            is not None
+        )
+
+    assert takes(4, 9) and not takes(3, 9)
 
 
 def test_set_num_threads_gives_blas_one_thread(two_threads):

@@ -1,5 +1,6 @@
 """conv2d, its two backward operators, and linear: blocked im2col + BLAS GEMMs, and
-Winograd's F(4x4, 3x3) for 3x3 stride-1 convolutions (Note [Winograd], winograd.py).
+Winograd's minimal filtering for 3x3, 4x4 and 5x5 stride-1 convolutions (Note
+[Winograd], winograd.py).
 
 Note [Convolution]: a convolution is a GEMM over the "im2col" matrix, whose row (NHWC)
 or column (NCHW) for an output pixel holds the kH x kW x C_in input values under the
@@ -427,7 +428,7 @@ def _order(geo, layout, dtype):
         layout == NCHW
         and geo.ho * geo.wo <= SMALL_PLANE
         and not geo.pointwise
-        and not winograd.suits(geo, dtype)
+        and winograd.algorithm(geo, dtype) is None
     ):
         return NHWC
     return layout
@@ -458,12 +459,13 @@ def _forward(x, w, bias, geo, layout, out):
     im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
     def part(i0, i1, g):
-        if u is None or not winograd.forward(x[i0:i1], u, g, layout, bias, out[i0:i1]):
+        if alg is None or not winograd.forward(x[i0:i1], u, alg, g, layout, bias, out[i0:i1]):
             im2col(x[i0:i1], w, g, out[i0:i1])
             if bias is not None:
                 out[i0:i1] += bias if layout == NHWC else bias[:, None, None]
 
-    u = winograd.filters(w) if winograd.suits(geo, x.dtype) else None
+    alg = winograd.algorithm(geo, x.dtype)
+    u = None if alg is None else winograd.filters(w, alg)
     _by_images(geo, part)
 
 
@@ -641,9 +643,11 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     x = _reorder(x, layout, order)
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
 
+    alg = winograd.algorithm(geo, x.dtype)
+
     def part(i0, i1, geo):
-        if winograd.suits(geo, x.dtype):
-            gw = winograd.weight_grad(x[i0:i1], gk[i0:i1], geo, order)
+        if alg is not None:
+            gw = winograd.weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order)
             if gw is not None:
                 return gw
         if order == NHWC:

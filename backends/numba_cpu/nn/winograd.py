@@ -46,16 +46,26 @@ from .layout import NCHW, NHWC
 
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
-MIN_SIZE = 4  # an output narrower than a tile wastes most of it
+MIN_SIZE = 4  # a narrower output wastes most of a tile (and a 5x5's tile is 2 wide)
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
-# fmt: off
-G = np.array([
-    [1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-    [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1],
-])
-# fmt: on
-GG = np.kron(G, G)  # (36, 9): vec(G g G^T) = GG vec(g), row-major
+# Note [Winograd family]: F(m x m, r x r) for m + r = 7 all interpolate at the points
+# 0, 1, -1, 2, -2 and infinity and share the 6x6 input transform B^T (``input_6``); the
+# filter transform G (6 x r) and the output transform A^T (m x 6) are the rows of
+# powers of those points (with the scale factors F(4, 3)'s G puts on them). So one set
+# of kernels runs F(4x4, 3x3), F(3x3, 4x4) and F(2x2, 5x5): a 3x3, 4x4 or 5x5 kernel,
+# 36 multiplications per output tile of 16, 9 or 4 outputs (direct: 9, 16, 25 each).
+POINTS, SCALES = (0, 1, -1, 2, -2), (1 / 4, -1 / 6, -1 / 6, 1 / 24, 1 / 24)
+
+
+def _filter_transform(r):
+    """G (6 x r): row j is SCALES[j] times the powers of POINTS[j]; the last, infinity's,
+    picks the kernel's last tap."""
+    g = np.zeros((6, r))
+    for j, (p, scale) in enumerate(zip(POINTS, SCALES)):
+        g[j] = [scale * p**k for k in range(r)]
+    g[5, r - 1] = 1
+    return g
 
 
 # Note [Winograd constants]: the transforms multiply by 2, 4 and 8 as additions
@@ -83,17 +93,60 @@ def input_6(d0, d1, d2, d3, d4, d5):
 
 @jit.jitable
 def output_4(m0, m1, m2, m3, m4, m5):
-    """A^T m: six products to four outputs."""
+    """A^T m of F(4, 3): six products to four outputs (rows 1, p, p^2, p^3 + infinity)."""
     a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
     return (m0 + a + c, b + twice(d), a + twice(twice(c)), b + twice(twice(twice(d))) + m5)
 
 
 @jit.jitable
-def grad_6(e0, e1, e2, e3):
-    """A e: four output gradients to six (the adjoint of ``output_4``)."""
+def output_3(m0, m1, m2, m3, m4, m5):
+    """A^T m of F(3, 4), as ``output_4``, padded to four values."""
+    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return (m0 + a + c, b + twice(d), a + twice(twice(c)) + m5, m5)
+
+
+@jit.jitable
+def output_2(m0, m1, m2, m3, m4, m5):
+    """A^T m of F(2, 5), padded to four values."""
+    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return (m0 + a + c, b + twice(d) + m5, m5, m5)
+
+
+@jit.jitable
+def grad_4(e0, e1, e2, e3):
+    """A e of F(4, 3): four output gradients to six (the adjoint of ``output_4``)."""
     a, b = e0 + e2, e1 + e3
     c, d = e0 + twice(twice(e2)), twice(e1 + twice(twice(e3)))
     return (e0, a + b, a - b, c + d, c - d, e3)
+
+
+@jit.jitable
+def grad_3(e0, e1, e2, e3):
+    """A e of F(3, 4) (e3 unused)."""
+    c = e0 + twice(twice(e2))
+    return (e0, e0 + e1 + e2, e0 - e1 + e2, c + twice(e1), c - twice(e1), e2)
+
+
+@jit.jitable
+def grad_2(e0, e1, e2, e3):
+    """A e of F(2, 5) (e2, e3 unused)."""
+    return (e0, e0 + e1, e0 - e1, e0 + twice(e1), e0 - twice(e1), e1)
+
+
+class Algorithm:
+    """F(m x m, r x r) of Note [Winograd family]: its transforms and tile size."""
+
+    def __init__(self, r, output, grad):
+        self.r, self.m = r, 7 - r
+        self.output, self.grad = output, grad
+        g = _filter_transform(r)
+        self.gg = np.kron(g, g)  # (36, r^2): vec(G k G^T) = gg vec(k), row-major
+
+
+ALGORITHMS = {
+    r: Algorithm(r, *fns)
+    for r, fns in ((3, (output_4, grad_4)), (4, (output_3, grad_3)), (5, (output_2, grad_2)))
+}
 
 
 # ---------------------------------------------------------------- kernels
@@ -135,31 +188,32 @@ def store_nchw(rows, i, wo, out, n, row):
             out[n, k, row, w] = rows[i, w, k]
 
 
-def transform_input(fetch):
-    """The kernel writing V (36, T, C) = B^T d B of every 6x6 input tile of tile rows
-    [r0, r1), the rows copied into ``slab`` (6, 4 tw + 2, C) by ``fetch``; the slab
-    arrives zeroed: its columns outside the input stay zero. Returns the sum of V
-    (Note [Winograd and infinities])."""
+def transform_input(fetch, m):
+    """The kernel writing V (36, T, C) = B^T d B of every 6x6 input tile (m apart) of
+    tile rows [r0, r1), the rows copied into ``slab`` (6, m tw + 6 - m, C) by ``fetch``;
+    the slab arrives zeroed: its columns outside the input stay zero. Returns the sum of
+    V (Note [Winograd and infinities])."""
 
     def kernel(x, h, w, pt, pl, r0, r1, th, slab, tmp, V):
-        tw, channels = (slab.shape[1] - 2) // 4, slab.shape[2]
+        tw, channels = (slab.shape[1] - 6 + m) // m, slab.shape[2]
         inside, total = min(w, slab.shape[1] - pl), np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
             n, ty = r // th, r % th
             first = 0
-            if r > r0 and ty > 0:  # the last two rows of tile row ty - 1 are its first two
-                for j in range(slab.shape[1]):
-                    for c in range(channels):
-                        slab[0, j, c], slab[1, j, c] = slab[4, j, c], slab[5, j, c]
-                first = 2
+            if r > r0 and ty > 0:  # the last 6 - m rows of tile row ty - 1 are its first
+                for i in range(6 - m):
+                    for j in range(slab.shape[1]):
+                        for c in range(channels):
+                            slab[i, j, c] = slab[i + m, j, c]
+                first = 6 - m
             for i in range(first, 6):
-                row = 4 * ty - pt + i
+                row = m * ty - pt + i
                 if 0 <= row < h:
                     fetch(x, n, row, slab, i, pl, inside)
                 else:
                     slab[i] = 0
             for tx in range(tw):
-                t, j = (r - r0) * tw + tx, 4 * tx
+                t, j = (r - r0) * tw + tx, m * tx
                 for i in range(6):
                     for c in range(channels):
                         e0, e1, e2, e3, e4, e5 = input_6(
@@ -182,67 +236,75 @@ def transform_input(fetch):
     return kernel
 
 
-def transform_output(store):
+def transform_output(store, m, output):
     """The kernel writing the output rows of tile rows [r0, r1) from M (36, T, K):
-    A^T m A + bias per tile, through ``rows`` (4, 4 tw, K). Returns the outputs' sum."""
+    A^T p A + bias per tile (``output``: A^T of six values, padded to four), through
+    ``rows`` (m, m tw, K). Returns the outputs' sum."""
 
     def kernel(M, ho, wo, r0, r1, th, bias, tmp, rows, out):
-        tw, channels, total = rows.shape[1] // 4, rows.shape[2], np.zeros(1, tmp.dtype)[0]
+        tw, channels, total = rows.shape[1] // m, rows.shape[2], np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
             n, ty = r // th, r % th
             for tx in range(tw):
-                t, j = (r - r0) * tw + tx, 4 * tx
+                t, j = (r - r0) * tw + tx, m * tx
                 for a in range(6):
                     for k in range(channels):
-                        s0, s1, s2, s3 = output_4(
+                        s0, s1, s2, s3 = output(
                             M[a, t, k], M[6 + a, t, k], M[12 + a, t, k],
                             M[18 + a, t, k], M[24 + a, t, k], M[30 + a, t, k],
                         )  # fmt: skip
                         tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k] = s0, s1, s2, s3
-                for i in range(4):
+                for i in range(m):
                     for k in range(channels):
-                        y0, y1, y2, y3 = output_4(
+                        y0, y1, y2, y3 = output(
                             tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k],
                             tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k],
                         )  # fmt: skip
                         b = bias[k]
                         rows[i, j, k], rows[i, j + 1, k] = y0 + b, y1 + b
-                        rows[i, j + 2, k], rows[i, j + 3, k] = y2 + b, y3 + b
-                        total += y0 + y1 + y2 + y3
-            for i in range(min(4, ho - 4 * ty)):
-                store(rows, i, wo, out, n, 4 * ty + i)
+                        total += y0 + y1
+                        if m > 2:
+                            rows[i, j + 2, k] = y2 + b
+                            total += y2
+                        if m > 3:
+                            rows[i, j + 3, k] = y3 + b
+                            total += y3
+            for i in range(min(m, ho - m * ty)):
+                store(rows, i, wo, out, n, m * ty + i)
         return total
 
     return kernel
 
 
-def transform_grad(fetch):
-    """The kernel writing Z (36, T, K) = A e A^T of every 4x4 output-gradient tile of
-    tile rows [r0, r1), through ``slab`` (4, 4 tw, K) as ``transform_input`` (its columns
-    past Wo stay zero). Returns the sum of Z."""
+def transform_grad(fetch, m, grad):
+    """The kernel writing Z (36, T, K) = A e A^T of every m x m output-gradient tile of
+    tile rows [r0, r1) (``grad``: A e of four values, the ones past m unused), through
+    ``slab`` (4, m tw + 4 - m, K) as ``transform_input`` (its columns past Wo stay
+    zero). Returns the sum of Z."""
 
     def kernel(g, ho, wo, r0, r1, th, slab, tmp, Z):
-        tw, channels, total = slab.shape[1] // 4, slab.shape[2], np.zeros(1, tmp.dtype)[0]
+        tw, channels = (slab.shape[1] - 4 + m) // m, slab.shape[2]
+        total = np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
             n, ty = r // th, r % th
-            for i in range(4):
-                row = 4 * ty + i
+            for i in range(m):
+                row = m * ty + i
                 if row < ho:
                     fetch(g, n, row, slab, i, 0, wo)
                 else:
                     slab[i] = 0
             for tx in range(tw):
-                t, j = (r - r0) * tw + tx, 4 * tx
-                for i in range(4):
+                t, j = (r - r0) * tw + tx, m * tx
+                for i in range(m):
                     for k in range(channels):
-                        f0, f1, f2, f3, f4, f5 = grad_6(
+                        f0, f1, f2, f3, f4, f5 = grad(
                             slab[i, j, k], slab[i, j + 1, k], slab[i, j + 2, k], slab[i, j + 3, k]
                         )
                         tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k] = f0, f1, f2
                         tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k] = f3, f4, f5
                 for a in range(6):
                     for k in range(channels):
-                        z0, z1, z2, z3, z4, z5 = grad_6(
+                        z0, z1, z2, z3, z4, z5 = grad(
                             tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k]
                         )
                         Z[a, t, k], Z[6 + a, t, k], Z[12 + a, t, k] = z0, z1, z2
@@ -268,46 +330,59 @@ def _signature(template, dtype):
     }[template]
 
 
-def _kernel(template, dtype, layout):
-    """``template``'s kernel for images in ``layout``, compiled for dtype."""
+def _kernel(template, algorithm, dtype, layout):
+    """``template``'s kernel for ``algorithm`` and images in ``layout``, for dtype."""
 
     def build():
-        part = (_STORE if template is transform_output else _FETCH)[layout]
+        m = algorithm.m
+        if template is transform_output:
+            fn = template(_STORE[layout], m, algorithm.output)
+        elif template is transform_grad:
+            fn = template(_FETCH[layout], m, algorithm.grad)
+        else:
+            fn = template(_FETCH[layout], m)
         sig = _signature(template, dtype)
-        return jit.compile_kernel(template(part), sig, fastmath=jit.REASSOCIATE, nogil=True)
+        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
 
-    return jit.cached((template, np.dtype(dtype), layout), build)
+    return jit.cached((template, algorithm.r, np.dtype(dtype), layout), build)
 
 
 # ---------------------------------------------------------------- the convolutions
 
 
-def suits(geo, dtype) -> bool:
-    """Whether conv2d of geometry ``geo`` runs here (Note [Winograd])."""
-    return (
-        ENABLED
-        and (geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) == (3, 3, 1, 1, 1, 1, 1)
-        and min(geo.cin, geo.c_out) >= MIN_CHANNELS
-        and min(geo.ho, geo.wo) >= MIN_SIZE
-        and np.dtype(dtype) in (np.float32, np.float64)
-    )
+def algorithm(geo, dtype):
+    """The Winograd algorithm conv2d of geometry ``geo`` runs by (Note [Winograd
+    family]), or None."""
+    alg = ALGORITHMS.get(geo.kh) if ENABLED and geo.kh == geo.kw else None
+    if (
+        alg is None
+        or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
+        or min(geo.cin, geo.c_out) < MIN_CHANNELS
+        or min(geo.ho, geo.wo) < max(alg.m, MIN_SIZE)
+        or np.dtype(dtype) not in (np.float32, np.float64)
+    ):
+        return None
+    return alg
 
 
-def filters(w):
-    """U (36, C_in, C_out) = G g G^T of every (output, input) channel pair of w."""
-    c_out, c_in = w.shape[:2]
-    u = w.reshape(c_out * c_in, 9) @ GG.T.astype(w.dtype)  # (c_out c_in, 36)
+def filters(w, alg):
+    """U (36, C_in, C_out) = G k G^T of every (output, input) channel pair of w."""
+    c_out, c_in, r = w.shape[:3]
+    u = w.reshape(c_out * c_in, r * r) @ alg.gg.T.astype(w.dtype)  # (c_out c_in, 36)
     return np.ascontiguousarray(u.reshape(c_out, c_in, 36).transpose(2, 1, 0))
 
 
 class _Tiles:
-    """The tiling of one convolution: tile rows, columns and rows per block."""
+    """The tiling of one convolution: tile rows and columns, rows per block."""
 
-    def __init__(self, geo, channels, itemsize):
-        self.th, self.tw = -(-geo.ho // 4), -(-geo.wo // 4)
-        per_row = 36 * self.tw * channels * itemsize
+    def __init__(self, geo, alg, itemsize):
+        m = alg.m
+        self.th, self.tw = -(-geo.ho // m), -(-geo.wo // m)
+        per_row = 36 * self.tw * (geo.cin + geo.c_out) * itemsize
         self.rows = max(1, BLOCK_BYTES // per_row)
         self.total = geo.n * self.th
+        self.slab = (6, m * self.tw + 6 - m, geo.cin)  # transform_input's
+        self.grad_slab = (4, m * self.tw + 4 - m, geo.c_out)  # transform_grad's
 
     def blocks(self):
         for r0 in range(0, self.total, self.rows):
@@ -322,16 +397,18 @@ def _work(shape, dtype, cache):
     return cache[0][:size].reshape(shape)
 
 
-def forward(x, u, geo, layout, bias, out) -> bool:
+def forward(x, u, alg, geo, layout, bias, out) -> bool:
     """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``);
     False if a value on the way was not finite (Note [Winograd and infinities])."""
     dtype = x.dtype
-    tiles = _Tiles(geo, geo.cin + geo.c_out, x.itemsize)
+    tiles = _Tiles(geo, alg, x.itemsize)
     th, tw = tiles.th, tiles.tw
-    transform, finish = (_kernel(t, dtype, layout) for t in (transform_input, transform_output))
-    slab = np.zeros((6, 4 * tw + 2, geo.cin), dtype)
+    transform, finish = (
+        _kernel(t, alg, dtype, layout) for t in (transform_input, transform_output)
+    )
+    slab = np.zeros(tiles.slab, dtype)
     tmp_in, tmp_out = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
-    rows = np.empty((4, 4 * tw, geo.c_out), dtype)
+    rows = np.empty((alg.m, alg.m * tw, geo.c_out), dtype)
     bias = np.zeros(geo.c_out, dtype) if bias is None else bias.astype(dtype, copy=False)
     v_cache, m_cache = [None], [None]
     for r0, r1 in tiles.blocks():
@@ -346,17 +423,16 @@ def forward(x, u, geo, layout, bias, out) -> bool:
     return True
 
 
-def weight_grad(x, g, geo, layout):
-    """The (C_out, C_in, 3, 3) gradient of the weight from input x and grad g (both in
+def weight_grad(x, g, alg, geo, layout):
+    """The (C_out, C_in, r, r) gradient of the weight from input x and grad g (both in
     ``layout``); None if a value on the way was not finite."""
     dtype = x.dtype
-    tiles = _Tiles(geo, geo.cin + geo.c_out, x.itemsize)
+    tiles = _Tiles(geo, alg, x.itemsize)
     th, tw = tiles.th, tiles.tw
     transform_x, transform_g = (
-        _kernel(t, dtype, layout) for t in (transform_input, transform_grad)
+        _kernel(t, alg, dtype, layout) for t in (transform_input, transform_grad)
     )
-    slab = np.zeros((6, 4 * tw + 2, geo.cin), dtype)
-    gslab = np.zeros((4, 4 * tw, geo.c_out), dtype)
+    slab, gslab = np.zeros(tiles.slab, dtype), np.zeros(tiles.grad_slab, dtype)
     tmp_in, tmp_g = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
     total = np.zeros((36, geo.cin, geo.c_out), dtype)
     part = np.empty_like(total)
@@ -371,6 +447,6 @@ def weight_grad(x, g, geo, layout):
             return None
         np.matmul(v.transpose(0, 2, 1), z, out=part)
         total += part
-    # the adjoint of ``filters``: gw[o, i] = GG^T vec(total[:, i, o])
-    gw = total.transpose(2, 1, 0).reshape(-1, 36) @ GG.astype(dtype)
-    return gw.reshape(geo.c_out, geo.cin, 3, 3)
+    # the adjoint of ``filters``: gw[o, i] = gg^T vec(total[:, i, o])
+    gw = total.transpose(2, 1, 0).reshape(-1, 36) @ alg.gg.astype(dtype)
+    return gw.reshape(geo.c_out, geo.cin, alg.r, alg.r)
