@@ -571,6 +571,34 @@ def test_winograd_convolution_matches_the_oracle(case, dtype, layout, winograd_c
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
 
 
+# Note [Strided convolutions]: (id, input shape, weight shape, stride, padding)
+STRIDED_CASES = [
+    ("alexnet_11x11_s4", (2, 3, 23, 22), (8, 3, 11, 11), 4, 2),  # a 3x3 on 48 channels
+    ("inception_7x7_s2", (2, 3, 16, 15), (8, 3, 7, 7), 2, 3),  # a 4x4 on 12
+    ("uneven_5x7_s2x3", (1, 4, 13, 17), (9, 4, 5, 7), (2, 3), (1, 2)),  # a 3x3 on 24
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+@pytest.mark.parametrize("case", STRIDED_CASES, ids=[c[0] for c in STRIDED_CASES])
+def test_strided_convolution_by_space_to_depth_matches_the_oracle(
+    case, dtype, layout, winograd_calls
+):
+    _, shape, wshape, stride, padding = case
+    x = image(shape, layout, dtype, requires_grad=True)
+    w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
+    fn = lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=padding)
+    (out,), grads = _run(fn, [x, w, b])
+    assert winograd_calls == ["forward", "forward", "weight_grad"]
+    assert F.layout_of(out) == layout
+    with lm.backends.use("numpy_ref"):
+        (want,), want_grads = _run(fn, [x, w, b])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        assert got.shape == ref.shape
+        _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
+
+
 def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, winograd_calls):
     monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
     x, w = image((3, 16, 6, 5), "NHWC", requires_grad=True), param((16, 16, 3, 3))
