@@ -123,6 +123,7 @@ def test_size_classes_bound_the_waste_and_count_bytes(pool):
     assert s["bytes_in_use"] == 5 * MiB and s["peak_bytes_in_use"] == 5 * MiB
     b = np.empty(5 * MiB + 1, np.uint8)  # -> 6 MiB, at most 25% of an octave more
     assert lm.memory.stats()["bytes_in_use"] == 11 * MiB
+    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0  # cache-line aligned
     del a, b
     s = lm.memory.stats()
     assert s["bytes_in_use"] == 0 and s["bytes_cached"] == 11 * MiB and s["blocks_cached"] == 2
