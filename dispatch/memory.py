@@ -19,7 +19,7 @@ import os
 from . import core
 
 AVAILABLE = core.IMPLEMENTATION == "c"
-DEFAULT_THRESHOLD = 1 << 20
+DEFAULT_THRESHOLD = 1 << 17  # Note [Pool allocator]: glibc's initial mmap threshold
 DEFAULT_LIMIT = 1 << 30
 _STAT_NAMES = (
     "allocations",

@@ -2,13 +2,15 @@
 
 The pool is the "allocator" layer of ``lm.layers`` (on or off like the others; Note
 [Pool allocator] in ``dispatch/_core.c``). While it is on, NumPy allocates every array
-through it: a request of at least ``threshold`` bytes (default 1 MiB) is rounded up to
-one of four size classes per octave and served from a block an earlier array of that
-class freed, so the C library does not unmap large blocks after each use and map them
-again, page fault by page fault, for the next one. At most ``limit`` bytes (default
-1 GiB, ``LAMINA_POOL_BYTES``) stay cached: a freed block beyond that goes back at once,
-and ``empty_cache()`` returns them all. The threshold can also be set from the
-environment (``LAMINA_POOL_THRESHOLD``).
+through it: a request of at least ``threshold`` bytes (default 128 KiB, the size from
+which glibc maps blocks) is rounded up to one of four size classes per octave and
+served from a block an earlier array of that class freed, so the C library does not
+unmap large blocks after each use, or give its heap back, and map them again, page
+fault by page fault, for the next one. At most ``limit`` bytes (default 1 GiB,
+``LAMINA_POOL_BYTES``) stay cached: a freed block beyond that goes back at once, and
+``empty_cache()`` returns them all. The threshold can also be set from the environment
+(``LAMINA_POOL_THRESHOLD``); raising it above 128 KiB brings the faults back (Note
+[Pool allocator]).
 
 Threads: NumPy keeps its allocator in a context variable. Switching the layer sets it
 for the calling thread (threads and tasks started from it later copy its context only

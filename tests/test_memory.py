@@ -3,6 +3,7 @@ dispatch/_core.c): under the C core it serves NumPy's large allocations from cac
 blocks, within its limit, from several threads; under the pure-Python core it cannot be
 switched on."""
 
+import resource
 import threading
 
 import numpy as np
@@ -13,13 +14,15 @@ from lamina.dispatch import core
 
 C_CORE = core.IMPLEMENTATION == "c"
 MiB = 1 << 20
+KiB = 1 << 10
+DEFAULT_THRESHOLD = 128 * KiB  # Note [Pool allocator]: glibc's initial mmap threshold
 
 
 @pytest.fixture
 def pool():
-    """The layer on, a clean cache and default sizes; everything undone afterwards."""
+    """The layer on, a clean cache and the default sizes; everything undone afterwards."""
     lm.memory.empty_cache()
-    lm.memory.configure(threshold=MiB, limit=1 << 30)
+    lm.memory.configure(threshold=DEFAULT_THRESHOLD, limit=1 << 30)
     lm.layers.enable("allocator")
     lm.memory.reset_stats()
     try:
@@ -27,7 +30,7 @@ def pool():
     finally:
         lm.layers.disable("allocator")
         lm.memory.empty_cache()
-        lm.memory.configure(threshold=MiB, limit=1 << 30)
+        lm.memory.configure(threshold=DEFAULT_THRESHOLD, limit=1 << 30)
 
 
 def handler_name():
@@ -80,12 +83,47 @@ def test_freed_blocks_are_reused_and_zeroed_when_asked(pool):
 
 
 @needs_c_core
+def test_a_repeated_step_is_served_from_the_pool_without_page_faults(pool):
+    """A training step's pattern -- the same sizes allocated, written and freed every
+    step, from the default threshold (128 KiB, glibc's initial mmap threshold: Note
+    [Pool allocator]) up -- is all hits after the first step, and the later steps
+    touch only pages the pool already has: (almost) no minor page faults."""
+    sizes = [128 * KiB, 300 * KiB, 700 * KiB, 3 * MiB, 5 * MiB + 1, 300 * KiB, 8 * MiB]
+    pages = sum(sizes) // 4096
+
+    def step():
+        live = [np.ones(n, np.uint8) for n in sizes]  # written: every page touched
+        live.append(np.zeros(MiB, np.uint8))  # calloc of a cached block
+        assert not live[-1].any()
+        return sum(int(a[-1]) for a in live[:-1])
+
+    step()
+    first = lm.memory.stats()
+    assert first["allocations"] == len(sizes) + 1 and first["hits"] == 0  # all live at once
+    assert lm.memory.stats()["threshold"] == DEFAULT_THRESHOLD
+    below = np.ones(DEFAULT_THRESHOLD - 1, np.uint8)  # not the pool's
+    assert lm.memory.stats()["allocations"] == first["allocations"]
+    del below
+    step()  # the first step's calloc got untouched pages, this one writes them
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        assert step() == len(sizes)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    s = lm.memory.stats()
+    assert s["allocations"] - first["allocations"] == 6 * (len(sizes) + 1)
+    assert s["hits"] - first["hits"] == 6 * (len(sizes) + 1) and s["returned"] == 0
+    assert s["bytes_in_use"] == 0 and s["blocks_cached"] == len(sizes) + 1
+    assert faults < 0.05 * 5 * pages, f"{faults} minor faults for 5 steps of {pages} pages"
+
+
+@needs_c_core
 def test_size_classes_bound_the_waste_and_count_bytes(pool):
     a = np.empty(5 * MiB, np.uint8)  # 5 MiB -> the class of 5 MiB (4 + 1 quarter)
     s = lm.memory.stats()
     assert s["bytes_in_use"] == 5 * MiB and s["peak_bytes_in_use"] == 5 * MiB
     b = np.empty(5 * MiB + 1, np.uint8)  # -> 6 MiB, at most 25% of an octave more
     assert lm.memory.stats()["bytes_in_use"] == 11 * MiB
+    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0  # cache-line aligned
     del a, b
     s = lm.memory.stats()
     assert s["bytes_in_use"] == 0 and s["bytes_cached"] == 11 * MiB and s["blocks_cached"] == 2
@@ -154,7 +192,7 @@ def test_threads_share_the_pool_safely(pool):
             lm.layers.enable("allocator")  # NumPy's allocator is per thread (context)
             for i in range(200):
                 a = np.full(MiB // 8 + seed * 1000 + i % 7, float(seed))
-                if not (a == seed).all():
+                if not (a == seed).all():  # a 128 KiB bool array: the pool's too
                     errors.append(seed)
         except Exception as exc:  # reported below, not lost in the thread
             errors.append(exc)
@@ -166,7 +204,7 @@ def test_threads_share_the_pool_safely(pool):
         t.join()
     assert errors == []
     s = lm.memory.stats()
-    assert s["bytes_in_use"] == 0 and s["allocations"] == 800 and s["hits"] > 0
+    assert s["bytes_in_use"] == 0 and s["allocations"] == 1600 and s["hits"] > 0
 
 
 @needs_c_core
@@ -177,4 +215,4 @@ def test_configure_rejects_bad_sizes(pool):
         lm.memory.configure(threshold=0)
     with pytest.raises(ValueError, match="limit must be at least 0"):
         lm.memory.configure(limit=-1)
-    assert lm.memory.stats()["threshold"] == MiB
+    assert lm.memory.stats()["threshold"] == DEFAULT_THRESHOLD
