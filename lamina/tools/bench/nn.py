@@ -47,31 +47,32 @@ def _cases(shape):
     for layout in ("NCHW", "NHWC"):
         nchw = layout == "NCHW"
         cases += [
-            Case("conv2d 3x3 pad 1, forward", layout, 1.0, conv, _conv_forward),
+            Case("conv2d 3x3 pad 1, forward", layout, 1.0, conv, _conv),
             Case("conv2d forward + backward", layout, 1.2, 3 * conv, _conv_backward),
             Case(
                 "max_pool2d 3x3 stride 2",
                 layout,
                 0.5 if nchw else None,
                 None,
-                _unary("max_pool2d", 3, 2),
+                _call("max_pool2d", 3, 2),
             ),
             Case(
                 "avg_pool2d 3x3 stride 2",
                 layout,
                 1.0 if nchw else None,
                 None,
-                _unary("avg_pool2d", 3, 2),
+                _call("avg_pool2d", 3, 2),
             ),
             Case(
                 "local_response_norm 5",
                 layout,
                 0.3 if nchw else None,
                 None,
-                _unary("local_response_norm", 5),
+                _call("local_response_norm", 5),
             ),
             Case("batch_norm, training", layout, 1.0 if nchw else None, None, _batch_norm),
-            Case("relu", layout, 1.0 if nchw else None, None, _unary("relu")),
+            Case("relu", layout, 1.0 if nchw else None, None, _call("relu")),
+            Case("relu forward + backward", layout, None, None, _call("relu", backward=True)),
         ]
     return cases
 
@@ -147,30 +148,30 @@ def _image(lib, data, layout, requires_grad=False):
     return lib.channels_last(x) if layout == "NHWC" else x
 
 
-def _conv_forward(lib, data, layout):
-    x = _image(lib, data["x"], layout)
-    w = lib.tensor(data["w"])
-    return lambda: lib.F.conv2d(x, w, None, 1, 1)
+def _call(fn_name, *args, weight=False, backward=False):
+    """A case calling ``fn_name(image, *args)`` -- ``fn_name(image, weight, *args)`` with
+    ``weight`` -- and, with ``backward``, its backward pass into every input."""
 
-
-def _conv_backward(lib, data, layout):
-    x = _image(lib, data["x"], layout, requires_grad=True)
-    w = lib.tensor(data["w"], requires_grad=True)
-    g = _image(lib, data["g"], layout)
-
-    def run():
-        _zero_grad(x, w)
-        lib.F.conv2d(x, w, None, 1, 1).backward(g)
-
-    return run
-
-
-def _unary(fn_name, *args):
     def make(lib, data, layout):
-        x, fn = _image(lib, data["x"], layout), getattr(lib.F, fn_name)
-        return lambda: fn(x, *args)
+        inputs = [_image(lib, data["x"], layout, requires_grad=backward)]
+        if weight:
+            inputs.append(lib.tensor(data["w"], requires_grad=backward))
+        fn = getattr(lib.F, fn_name)
+        if not backward:
+            return lambda: fn(*inputs, *args)
+        g = _image(lib, data["g"], layout)
+
+        def run():
+            _zero_grad(*inputs)
+            fn(*inputs, *args).backward(g)
+
+        return run
 
     return make
+
+
+_conv = _call("conv2d", None, 1, 1, weight=True)  # 3 x 3, no bias, stride 1, padding 1
+_conv_backward = _call("conv2d", None, 1, 1, weight=True, backward=True)
 
 
 def _batch_norm(lib, data, layout):
