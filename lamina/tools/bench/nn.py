@@ -208,8 +208,7 @@ def runner(library: str, config: dict) -> timing.Runner:
     }
     saved = lib.get_threads()
     lib.set_threads(config["threads"])
-    # Each sample starts with an untimed call: the quick cases would otherwise be
-    # charged for the caches the previous case left.
+    # Each sample follows an untimed run as long as itself (timing.Runner's primed).
     return timing.Runner(
         library, cases, target=0.02, most=50, primed=True, on_close=lambda: lib.set_threads(saved)
     )
