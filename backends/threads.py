@@ -27,20 +27,33 @@ after ``set_num_threads`` (threadpoolctl can give it more). Until the first
 ``set_num_threads`` call BLAS keeps its default (lamina then runs one thread itself).
 
 Note [Wait policy]: Numba's default threading layer on Linux is OpenMP (libgomp), whose
-idle threads spin. Right after a BLAS call, whose threads also spin before they sleep,
-the two pools then fight for the cores: measured on 2 cores, a channels-last batch
-norm right after a convolution took 17.9 ms with spinning OpenMP threads and 2.1 ms
-with passive ones, relu 7.9 ms against 0.74 ms; the convolutions themselves were
-unchanged. So Numba's pool is started with ``OMP_WAIT_POLICY=PASSIVE`` unless the user
-set a policy. Only Numba's own libgomp reads it (it is loaded when the pool starts; the
-variable is restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
+idle threads spin before they sleep: by default ~300,000 turns (milliseconds). Right
+after a BLAS call, whose threads also spun before they slept, the two pools then
+fought for the cores: measured on 2 cores, a channels-last batch norm right after a
+convolution took 17.9 ms with spinning OpenMP threads and 2.1 ms with passive ones,
+relu 7.9 ms against 0.74 ms. But a thread that sleeps at once (``OMP_WAIT_POLICY=
+PASSIVE``) must be woken for every parallel kernel, and in this VM that costs ~45 us:
+relu on 2**17 floats (PARALLEL_ELEMENTS) took 12 us serially, 52 us on two passive
+threads and 8-10 us on two that spin a little, so the threshold only holds for a pool
+that is awake; relu on 16x64x56x56 called back to back took 0.30 against 0.25 ms. So
+Numba's pool spins about as long as a wake-up costs, then sleeps (``GOMP_SPINCOUNT`` =
+``SPIN_COUNT``: ~50 us of CPU here; libgomp's own estimate is 100 turns a us), the
+classic spin-then-block rule, which never wastes more than twice the best choice:
+kernels that follow each other find the pool awake, and an idle pool gives its core
+back within ~0.05 ms. BLAS has one thread now (Note [BLAS threads]): nothing else spins.
+Training steps are unchanged by it (2 cores, lamina alone, batch 32, images/s, medians
+of 5 rounds, two runs each: AlexNet 412 / 403 passive, 413 / 427 spinning; VGG 231 /
+262 against 227 / 258; Inception 552 / 539 against 550 / 547): their time is in GEMMs.
+The user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``, when set, wins. Only
+Numba's own libgomp reads them (it is loaded when the pool starts; the variables are
+restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
 The layer is Numba's default choice (TBB when the ``tbb`` package is installed, else
 OpenMP, else workqueue), kept by measurement: 1 -> 2 threads on 2 cores, training steps
 of the convnet bench's VGG at batch 8 / 32, AlexNet and Inception at 32 (one process
 per setting, medians of 5 rounds x 2 runs): OpenMP passive 1.32 / 1.36 / 1.57 / 1.50x,
 OpenMP active 0.86 / 0.98 / 1.00 / 1.03x, workqueue 1.31 / 1.38 / 1.57 / 1.29x, TBB
 1.40 / 1.43 / 1.68 / 1.51x. TBB is a few percent ahead but not a dependency; OpenMP's
-spinning threads lose everything the second thread gains.
+long-spinning threads lost everything the second thread gained.
 
 Note [Split work]: ``split`` runs a kernel's independent parts (the images of a
 convolution's batch, the rows of a matmul) on lamina's threads: the calling thread
@@ -109,19 +122,22 @@ def _numba() -> Any:
     return numba
 
 
+SPIN_COUNT = 3000  # turns an idle thread of Numba's pool spins (Note [Wait policy])
+
+
 def _start_numba_pool(numba: Any) -> None:
-    """Numba's thread pool, started once with passive waiting (Note [Wait policy])."""
+    """Numba's thread pool, started once with a short spin (Note [Wait policy])."""
     global _pool_started
     if _pool_started:
         return
-    previous = os.environ.get("OMP_WAIT_POLICY")
-    if previous is None:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    chosen = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+    if not chosen:
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     try:
         numba.get_num_threads()  # launches the pool
     finally:
-        if previous is None:
-            del os.environ["OMP_WAIT_POLICY"]
+        if not chosen:
+            del os.environ["GOMP_SPINCOUNT"]
     _pool_started = True
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lamina as lm
-from lamina.tools.bench import convnet, main
+from lamina.tools.bench import convnet, main, timing
 
 MODELS = list(convnet.ARCHITECTURES)
 
@@ -87,25 +87,25 @@ def test_command_prints_a_table(where, capsys):
     assert "PyTorch not used" in out
 
 
-def test_a_runner_gets_the_weights_it_is_given():
+def test_a_runner_gets_the_weights_it_is_given(tmp_path):
     """What a child process builds from the weights file is the parent's model."""
     lib = convnet._lamina()
     lm.random.seed(3)
     model = convnet.build(convnet.ARCHITECTURES["inception"], lib).eval()
-    states = convnet._states({"inception": {"lamina": model}})
+    convnet.save_states(tmp_path / "w.npz", convnet._states({"inception": {"lamina": model}}))
     lm.random.seed(4)  # the runner's own initialization differs
-    copy = convnet.Runner(lib, states, "NCHW").models["inception"].eval()
+    states = convnet.load_states(tmp_path / "w.npz")
+    copy = convnet.models_of(lib, states, "NCHW")["inception"].eval()
     x, _ = _batch(2)
     with lm.no_grad():
         np.testing.assert_array_equal(copy(x).numpy(), model(x).numpy())
 
 
 def test_a_child_process_that_fails_stops_the_command():
-    child = convnet.Child(
-        convnet._lamina(), "/nonexistent/weights.npz", "NCHW", 1, [convnet.Case("vgg", "infer", 1)]
-    )
+    config = {"weights": "/nonexistent/weights.npz", "layout": "NCHW", "threads": 1}
+    child = timing.Child("convnet", "lamina", {**config, "cases": [["vgg", "infer", 1]]})
     with pytest.raises(SystemExit, match="lamina benchmark process exited with status 1"):
-        list(child.warm([]))
+        list(child.warm())
     child.close()
 
 

@@ -275,6 +275,36 @@ def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
 # the same symptom CI showed once before (commit eb47fa4).
 
 
+@pytest.mark.parametrize(
+    "user, seen",
+    [
+        ({}, {"GOMP_SPINCOUNT": str(threads.SPIN_COUNT), "OMP_WAIT_POLICY": None}),
+        ({"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": "PASSIVE"}),
+        ({"GOMP_SPINCOUNT": "7"}, {"GOMP_SPINCOUNT": "7", "OMP_WAIT_POLICY": None}),
+    ],
+)
+def test_numba_pool_starts_with_a_short_spin_unless_the_user_chose(user, seen, monkeypatch):
+    """Note [Wait policy]: what libgomp reads when Numba's pool starts (here a stand-in
+    for Numba), and the environment afterwards as it was."""
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in user.items():
+        monkeypatch.setenv(name, value)
+    before = dict(os.environ)
+    read = {}
+
+    class Numba:
+        def get_num_threads(self):
+            read.update({name: os.environ.get(name) for name in seen})
+            return 1
+
+    monkeypatch.setattr(threads, "_pool_started", False)
+    threads._start_numba_pool(Numba())
+    assert read == seen
+    assert dict(os.environ) == before
+    assert threads._pool_started
+
+
 def test_lamina_num_threads_is_a_set_num_threads_call_at_import():
     """Note [LAMINA_NUM_THREADS]: Numba's pool gets the count, BLAS one thread."""
     code = (

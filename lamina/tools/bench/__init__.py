@@ -8,8 +8,9 @@ Subcommands:
               (lamina.tools.bench.nn)
 
 Every benchmark times lamina and its peers interleaved round by round and reports
-medians, so a shared, noisy machine slows both sides alike; convnet runs each library
-in a process of its own (their thread pools would compete in one), nn in this one.
+medians, so a shared, noisy machine slows both sides alike; each library runs in a
+process of its own (their thread pools would compete in one; ``--in-process`` times
+them in this one), driven by lamina.tools.bench.timing.
 """
 
 from __future__ import annotations

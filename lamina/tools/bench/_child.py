@@ -1,10 +1,11 @@
-"""The process of one library's ``convnet.Child`` (Note [Separate processes] in
-lamina.tools.bench.convnet): ``python -m lamina.tools.bench._child CONFIG``."""
+"""The process of one library's ``timing.Child`` (Note [Separate processes] in
+lamina.tools.bench.timing): ``python -m lamina.tools.bench._child MODULE LIBRARY CONFIG``."""
 
 import json
 import sys
 
-from .convnet import child_main
+from .timing import child_main
 
 if __name__ == "__main__":
-    child_main(json.loads(sys.argv[1]))
+    module, library, config = sys.argv[1:]
+    child_main(module, library, json.loads(config))

@@ -14,28 +14,27 @@ parameter's gradient must agree with PyTorch's within float32 tolerance
 (``LOSS_TOLERANCE``, ``GRAD_TOLERANCE``); a model that does not is not timed, and the
 report names its worst parameter. Then training steps (forward, cross-entropy loss,
 backward, SGD step) and inference (evaluation mode, no gradients) are timed for every
-batch size, each library in a child process of its own (Note [Separate processes];
-``--in-process`` times them in this one), both libraries interleaved round by round,
-and reported as images per second (medians) with lamina / PyTorch.
+batch size, each library in a child process of its own (Note [Separate processes]
+in lamina.tools.bench.timing; ``--in-process`` times them in this one), both libraries
+interleaved round by round, and reported as images per second (medians) with lamina /
+PyTorch.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .nn import _progress
+from . import timing
 
 CLASSES = 100
 IMAGE = (3, 64, 64)
@@ -331,147 +330,54 @@ def step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
     return train
 
 
-def _calls_per_sample(fn, target=0.05) -> int:
-    t = time.perf_counter()
-    fn()
-    once = time.perf_counter() - t
-    return max(1, min(20, int(target / max(once, 1e-9))))
-
-
 def _cases(args) -> list[Case]:
     models = list(ARCHITECTURES) if args.model == "all" else [args.model]
     modes = ["train", "infer"] if args.mode == "both" else [args.mode]
     return [Case(m, mode, b) for m in models for mode in modes for b in args.batch]
 
 
-def load_weights(model, lib: Lib, state: dict) -> None:
-    """The parameters and buffers of ``state`` (name -> NumPy array) into ``model``."""
-    model.load_state_dict({name: lib.tensor(a.copy()) for name, a in state.items()})
+def save_states(path: str, states: dict) -> None:
+    """``states`` ({model: {parameter or buffer name: NumPy array}}) into an .npz file."""
+    np.savez(path, **{f"{m}/{k}": a for m, state in states.items() for k, a in state.items()})
 
 
-class Runner:
-    """Times one library's cases in the calling process: ``warm`` runs each once (its
-    kernels compile or load) and picks the calls per sample, ``round`` then gives one
-    sample per case. ``states`` maps a model name to its parameters and buffers as
-    NumPy arrays (``_states``), the same in every process (Note [Separate processes])."""
-
-    def __init__(self, lib: Lib, states: dict, layout: str):
-        self.lib, self.name, self.layout = lib, lib.name, layout
-        self.models = {}
-        for name, state in states.items():
-            model = build(ARCHITECTURES[name], lib)
-            load_weights(model, lib, state)
-            self.models[name] = lib.model_to_layout(model, layout)
-        self.runs = {}
-
-    def warm(self, cases: list[Case]):
-        """Yields each case's key once it is warm."""
-        for c in cases:
-            fn = step(self.lib, self.models[c.model], c.mode, c.batch, self.layout)
-            fn()  # warm-up: kernels compile or load from the cache
-            self.runs[c.model, c.mode, c.batch] = (fn, _calls_per_sample(fn))
-            yield c.model, c.mode, c.batch
-
-    def round(self):
-        """Yields (key, seconds per call) for every case."""
-        for key, (fn, number) in self.runs.items():
-            t = time.perf_counter()
-            for _ in range(number):
-                fn()
-            yield key, (time.perf_counter() - t) / number
-
-    def close(self) -> None:
-        pass
-
-
-# Note [Separate processes]: by default every library is timed in a child process of
-# its own (``Child``), driven round by round from the parent, which keeps the
-# agreement check, the progress bar and the report. In one process the two libraries'
-# OpenMP pools (Numba's libgomp, PyTorch's) and BLAS pools compete for the cores: on
-# 2 cores lamina's AlexNet training at batch 32 went 343 -> 165 images/s from 1 to 2
-# threads beside PyTorch, 327 -> 341 alone. The children get the models' weights from
-# one .npz the parent writes (the weights the agreement check used) and make the same
-# inputs from the same seeds (``step``). ``--in-process`` times both in the parent as
-# before (``Runner``): quicker to start, distorted at more than one thread.
-
-
-class Child:
-    """A ``Runner`` in a child process (Note [Separate processes]), driven through
-    JSON lines: the parent writes a command on the child's stdin, the child answers
-    one line per case on a private copy of its stdout (its own stdout goes to
-    stderr, so that nothing a library prints can garble the answers)."""
-
-    def __init__(self, lib: Lib, weights: str, layout: str, threads: int, cases):
-        config = {
-            "library": lib.name,
-            "weights": weights,
-            "layout": layout,
-            "threads": threads,
-            "cases": [[c.model, c.mode, c.batch] for c in cases],
-        }
-        self.name = lib.name
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lamina.tools.bench._child", json.dumps(config)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def _ask(self, command: str):
-        with contextlib.suppress(BrokenPipeError):  # a child that died: reported below
-            self.proc.stdin.write(command + "\n")
-            self.proc.stdin.flush()
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                code = self.proc.wait()
-                raise SystemExit(
-                    f"the {self.name} benchmark process exited with status {code} "
-                    "(its error is above)"
-                )
-            answer = json.loads(line)
-            if "done" in answer:
-                return
-            yield tuple(answer["key"]), answer.get("seconds")
-
-    def warm(self, cases):
-        for key, _ in self._ask("warm"):
-            yield key
-
-    def round(self):
-        yield from self._ask("round")
-
-    def close(self) -> None:
-        with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.close()  # ends the child's command loop
-        self.proc.wait(timeout=60)
-        self.proc.stdout.close()
-
-
-def child_main(config: dict) -> None:
-    """The loop of a ``Child``: build the models from the weights file, then answer
-    ``warm`` and ``round`` commands until stdin closes."""
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # whatever the libraries print goes to stderr
-    lib = _lamina() if config["library"] == "lamina" else _torch()
-    cases = [Case(*c) for c in config["cases"]]
-    with np.load(config["weights"]) as archive:
-        states = {}
+def load_states(path: str) -> dict:
+    """The states ``save_states`` wrote."""
+    states = {}
+    with np.load(path) as archive:
         for key in archive.files:
             model, name = key.split("/", 1)
             states.setdefault(model, {})[name] = archive[key]
+    return states
+
+
+def models_of(lib: Lib, states: dict, layout: str) -> dict:
+    """{model name: the model in ``lib`` with the parameters and buffers of
+    ``states``, in ``layout``}."""
+    models = {}
+    for name, state in states.items():
+        model = build(ARCHITECTURES[name], lib)
+        model.load_state_dict({k: lib.tensor(a.copy()) for k, a in state.items()})
+        models[name] = lib.model_to_layout(model, layout)
+    return models
+
+
+def runner(library: str, config: dict) -> timing.Runner:
+    """One library's cases (Note [Separate processes] in lamina.tools.bench.timing):
+    the models of the weights file ``config["weights"]`` (``save_states``), on
+    ``config["threads"]`` threads until the runner closes."""
+    lib = _lamina() if library == "lamina" else _torch()
+    layout = config["layout"]
+    models = models_of(lib, load_states(config["weights"]), layout)
+    cases = {
+        (m, mode, batch): functools.partial(step, lib, models[m], mode, batch, layout)
+        for m, mode, batch in config["cases"]
+    }
+    saved = lib.get_threads()
     lib.set_threads(config["threads"])
-    runner = Runner(lib, states, config["layout"])
-    for command in sys.stdin:
-        if command.strip() == "warm":
-            results = ((key, None) for key in runner.warm(cases))
-        else:
-            results = runner.round()
-        for key, seconds in results:
-            answers.write(json.dumps({"key": list(key), "seconds": seconds}) + "\n")
-            answers.flush()
-        answers.write('{"done": true}\n')
-        answers.flush()
+    return timing.Runner(
+        library, cases, target=0.05, most=20, on_close=lambda: lib.set_threads(saved)
+    )
 
 
 def _states(models: dict) -> dict:
@@ -508,25 +414,16 @@ def measure(args):
     cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
     states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
     with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
-        if args.in_process:
-            runners = [Runner(lib, states, args.layout) for lib in libs]
-        else:
-            weights = os.path.join(tmp, "weights.npz")
-            np.savez(
-                weights,
-                **{f"{m}/{k}": a for m, state in states.items() for k, a in state.items()},
-            )
-            runners = [Child(lib, weights, args.layout, args.threads, cases) for lib in libs]
-        saved = [lib.get_threads() for lib in libs]
-        try:
-            if args.in_process:
-                for lib in libs:
-                    lib.set_threads(args.threads)
-            samples = _time(args, cases, runners)
-        finally:
-            for lib, n, runner in zip(libs, saved, runners):
-                lib.set_threads(n)
-                runner.close()
+        config = {
+            "weights": os.path.join(tmp, "weights.npz"),
+            "layout": args.layout,
+            "threads": args.threads,
+            "cases": [[c.model, c.mode, c.batch] for c in cases],
+        }
+        save_states(config["weights"], states)
+        names = [lib.name for lib in libs]
+        with timing.started("convnet", names, config, args.in_process) as runners:
+            samples = timing.time_rounds(runners, len(cases), args.rounds, args.settle)
     results = {
         (c.model, c.mode, c.batch): {
             lib.name: statistics.median(samples[c.model, c.mode, c.batch, lib.name]) for lib in libs
@@ -534,28 +431,6 @@ def measure(args):
         for c in cases
     }
     return cases, results, libs, agreements
-
-
-def _time(args, cases, runners) -> dict:
-    """{(model, mode, batch, library): [seconds per call, one per round]}."""
-    total = len(cases) * len(runners) * (args.rounds + 1)
-    done = 0
-    for runner in runners:
-        for key in runner.warm(cases):
-            done += 1
-            _progress(done, total, f"warm-up {' '.join(map(str, key))} {runner.name}")
-    samples = {(c.model, c.mode, c.batch, r.name): [] for r in runners for c in cases}
-    for r in range(args.rounds):
-        # as in lamina.tools.bench.nn: one library's cases, then the other's, with a
-        # pause between so that spinning threads of one are not charged to the other
-        for runner in runners:
-            time.sleep(args.settle)
-            for key, seconds in runner.round():
-                samples[(*key, runner.name)].append(seconds)
-                done += 1
-                what = f"round {r + 1}/{args.rounds}: {' '.join(map(str, key))} {runner.name}"
-                _progress(done, total, what)
-    return samples
 
 
 # ---------------------------------------------------------------- reporting

@@ -4,23 +4,25 @@ Times conv2d (forward, and forward + backward for data and weight), max and aver
 pooling, local response normalization, batch normalization in training and relu on a
 16 x 64 x 56 x 56 float32 input, in both memory layouts (NCHW and channels-last),
 with lamina and -- when it is importable -- PyTorch on the same number of threads,
-in the same process, round after round (each round runs every case of lamina, then
-of PyTorch, so a slow phase of a shared machine slows both); reports medians, lamina
-/ PyTorch, the issue's goal for each row, and GFLOP/s for the convolutions. Without
-PyTorch it reports lamina alone.
+each library in a child process of its own (Note [Separate processes] in
+lamina.tools.bench.timing; ``--in-process`` times them in this one), round after round
+(each round runs every case of lamina, then of PyTorch, so a slow phase of a shared
+machine slows both); reports medians, lamina / PyTorch, the issue's goal for each row,
+and GFLOP/s for the convolutions. Without PyTorch it reports lamina alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import timing
 
 
 @dataclass
@@ -45,31 +47,32 @@ def _cases(shape):
     for layout in ("NCHW", "NHWC"):
         nchw = layout == "NCHW"
         cases += [
-            Case("conv2d 3x3 pad 1, forward", layout, 1.0, conv, _conv_forward),
+            Case("conv2d 3x3 pad 1, forward", layout, 1.0, conv, _conv),
             Case("conv2d forward + backward", layout, 1.2, 3 * conv, _conv_backward),
             Case(
                 "max_pool2d 3x3 stride 2",
                 layout,
                 0.5 if nchw else None,
                 None,
-                _unary("max_pool2d", 3, 2),
+                _call("max_pool2d", 3, 2),
             ),
             Case(
                 "avg_pool2d 3x3 stride 2",
                 layout,
                 1.0 if nchw else None,
                 None,
-                _unary("avg_pool2d", 3, 2),
+                _call("avg_pool2d", 3, 2),
             ),
             Case(
                 "local_response_norm 5",
                 layout,
                 0.3 if nchw else None,
                 None,
-                _unary("local_response_norm", 5),
+                _call("local_response_norm", 5),
             ),
             Case("batch_norm, training", layout, 1.0 if nchw else None, None, _batch_norm),
-            Case("relu", layout, 1.0 if nchw else None, None, _unary("relu")),
+            Case("relu", layout, 1.0 if nchw else None, None, _call("relu")),
+            Case("relu forward + backward", layout, None, None, _call("relu", backward=True)),
         ]
     return cases
 
@@ -77,13 +80,22 @@ def _cases(shape):
 # ---------------------------------------------------------------- the two libraries
 
 
+@dataclass
 class Lib:
     """One library's way of making inputs and calling its functional namespace."""
 
-    def __init__(self, name, functional, tensor, channels_last, backward, zero_grad):
-        self.name, self.F = name, functional
-        self.tensor, self.channels_last = tensor, channels_last
-        self.backward, self.zero_grad = backward, zero_grad
+    name: str
+    F: object  # lamina.nn.functional or torch.nn.functional
+    tensor: Callable  # tensor(numpy array, requires_grad=False) -> tensor
+    channels_last: Callable  # channels_last(images) -> the images channels-last
+    set_threads: Callable
+    get_threads: Callable
+    version: str
+
+
+def _zero_grad(*ts):
+    for t in ts:
+        t.grad = None
 
 
 def _lamina():
@@ -96,12 +108,14 @@ def _lamina():
         out = lm.nn.functional.to_layout(t.detach(), "NHWC")
         return out.requires_grad_() if t.requires_grad else out
 
-    def zero_grad(*ts):
-        for t in ts:
-            t.grad = None
-
     return Lib(
-        "lamina", lm.nn.functional, tensor, channels_last, lambda y, g: y.backward(g), zero_grad
+        "lamina",
+        lm.nn.functional,
+        tensor,
+        channels_last,
+        lm.set_num_threads,
+        lm.get_num_threads,
+        lm.__version__,
     )
 
 
@@ -118,15 +132,15 @@ def _torch():
         out = t.detach().contiguous(memory_format=torch.channels_last)
         return out.requires_grad_() if t.requires_grad else out
 
-    def zero_grad(*ts):
-        for t in ts:
-            t.grad = None
-
-    lib = Lib(
-        "torch", torch.nn.functional, tensor, channels_last, lambda y, g: y.backward(g), zero_grad
+    return Lib(
+        "torch",
+        torch.nn.functional,
+        tensor,
+        channels_last,
+        torch.set_num_threads,
+        torch.get_num_threads,
+        torch.__version__.split("+")[0],
     )
-    lib.module = torch
-    return lib
 
 
 def _image(lib, data, layout, requires_grad=False):
@@ -134,30 +148,30 @@ def _image(lib, data, layout, requires_grad=False):
     return lib.channels_last(x) if layout == "NHWC" else x
 
 
-def _conv_forward(lib, data, layout):
-    x = _image(lib, data["x"], layout)
-    w = lib.tensor(data["w"])
-    return lambda: lib.F.conv2d(x, w, None, 1, 1)
+def _call(fn_name, *args, weight=False, backward=False):
+    """A case calling ``fn_name(image, *args)`` -- ``fn_name(image, weight, *args)`` with
+    ``weight`` -- and, with ``backward``, its backward pass into every input."""
 
-
-def _conv_backward(lib, data, layout):
-    x = _image(lib, data["x"], layout, requires_grad=True)
-    w = lib.tensor(data["w"], requires_grad=True)
-    g = _image(lib, data["g"], layout)
-
-    def run():
-        lib.zero_grad(x, w)
-        lib.backward(lib.F.conv2d(x, w, None, 1, 1), g)
-
-    return run
-
-
-def _unary(fn_name, *args):
     def make(lib, data, layout):
-        x, fn = _image(lib, data["x"], layout), getattr(lib.F, fn_name)
-        return lambda: fn(x, *args)
+        inputs = [_image(lib, data["x"], layout, requires_grad=backward)]
+        if weight:
+            inputs.append(lib.tensor(data["w"], requires_grad=backward))
+        fn = getattr(lib.F, fn_name)
+        if not backward:
+            return lambda: fn(*inputs, *args)
+        g = _image(lib, data["g"], layout)
+
+        def run():
+            _zero_grad(*inputs)
+            fn(*inputs, *args).backward(g)
+
+        return run
 
     return make
+
+
+_conv = _call("conv2d", None, 1, 1, weight=True)  # 3 x 3, no bias, stride 1, padding 1
+_conv_backward = _call("conv2d", None, 1, 1, weight=True, backward=True)
 
 
 def _batch_norm(lib, data, layout):
@@ -171,97 +185,73 @@ def _batch_norm(lib, data, layout):
 # ---------------------------------------------------------------- measuring
 
 
-def _progress(done, total, what):
-    if not sys.stderr.isatty():
-        return
-    width = 30
-    filled = round(width * done / total)
-    bar = "#" * filled + "-" * (width - filled)
-    end = "\n" if done == total else ""
-    print(f"\r[{bar}] {done}/{total} {what:45.45s}", end=end, file=sys.stderr, flush=True)
-
-
-def _calls_per_sample(fn, target=0.02):
-    """Calls per timed sample, so that one sample lasts about ``target`` seconds."""
-    t = time.perf_counter()
-    fn()
-    once = time.perf_counter() - t
-    return max(1, min(50, int(target / max(once, 1e-9))))
-
-
-def measure(args):
-    """{(case name, layout): {library: median seconds per call}}, all cases and
-    libraries interleaved round by round."""
-    import lamina as lm
-
-    lm.set_num_threads(args.threads)
-    libs = [_lamina()]
-    peer = _torch()
-    if peer is not None and not args.no_torch:
-        peer.module.set_num_threads(args.threads)
-        libs.append(peer)
+def _data(shape):
+    """The inputs, the same in every process (Note [Separate processes])."""
     rng = np.random.default_rng(0)
-    shape = tuple(args.shape)
-    data = {
+    return {
         "x": rng.standard_normal(shape, dtype=np.float32),
         "w": rng.standard_normal((shape[1], shape[1], 3, 3), dtype=np.float32) * 0.05,
         "g": rng.standard_normal(shape, dtype=np.float32),
     }
+
+
+def runner(library: str, config: dict) -> timing.Runner:
+    """One library's cases ``config["cases"]`` ([name, layout] pairs) on an input of
+    ``config["shape"]``, on ``config["threads"]`` threads until the runner closes."""
+    lib = _lamina() if library == "lamina" else _torch()
+    shape = tuple(config["shape"])
+    data = _data(shape)
+    known = {(c.name, c.layout): c for c in _cases(shape)}
+    cases = {
+        (name, layout): functools.partial(known[name, layout].make, lib, data, layout)
+        for name, layout in config["cases"]
+    }
+    saved = lib.get_threads()
+    lib.set_threads(config["threads"])
+    # Each sample follows an untimed run as long as itself (timing.Runner's primed).
+    return timing.Runner(
+        library, cases, target=0.02, most=50, primed=True, on_close=lambda: lib.set_threads(saved)
+    )
+
+
+def measure(args):
+    """(cases, {(case name, layout): {library: median seconds per call}}, libraries),
+    all cases and libraries interleaved round by round."""
+    libs = [_lamina()]
+    peer = None if args.no_torch else _torch()
+    if peer is not None:
+        libs.append(peer)
     cases = [
         c
-        for c in _cases(shape)
+        for c in _cases(tuple(args.shape))
         if args.layout in ("both", c.layout) and (not args.only or args.only in c.name)
     ]
-    runs = {}
-    total = len(cases) * len(libs) * (args.rounds + 1)
-    done = 0
-    for case in cases:
-        for lib in libs:
-            fn = case.make(lib, data, case.layout)
-            fn()  # warm-up: kernels compile or load from the cache
-            runs[case.name, case.layout, lib.name] = (fn, _calls_per_sample(fn))
-            done += 1
-            _progress(done, total, f"warm-up {case.name} {case.layout} {lib.name}")
-    samples = {key: [] for key in runs}
-    for r in range(args.rounds):
-        # Each round runs every case of one library, then of the other: a library's
-        # threads spin for a while after its last call (OpenBLAS's up to ~0.1 s) and
-        # would be charged to the other's next call, so the switch waits --settle
-        # seconds; within a library, each sample starts with an untimed call.
-        for lib in [lib.name for lib in libs]:
-            time.sleep(args.settle)
-            for key, (fn, number) in runs.items():
-                if key[2] != lib:
-                    continue
-                fn()
-                t = time.perf_counter()
-                for _ in range(number):
-                    fn()
-                samples[key].append((time.perf_counter() - t) / number)
-                done += 1
-                _progress(done, total, f"round {r + 1}/{args.rounds}: {' '.join(key)}")
-    results = {}
-    for case in cases:
-        row = {
-            lib.name: statistics.median(samples[case.name, case.layout, lib.name]) for lib in libs
-        }
-        results[case.name, case.layout] = row
-    return cases, results, [lib.name for lib in libs]
+    config = {
+        "shape": list(args.shape),
+        "threads": args.threads,
+        "cases": [[c.name, c.layout] for c in cases],
+    }
+    names = [lib.name for lib in libs]
+    with timing.started("nn", names, config, args.in_process) as runners:
+        samples = timing.time_rounds(runners, len(cases), args.rounds, args.settle)
+    results = {
+        (c.name, c.layout): {n: statistics.median(samples[c.name, c.layout, n]) for n in names}
+        for c in cases
+    }
+    return cases, results, libs
 
 
-def report(args, cases, results, names):
-    import lamina as lm
-
-    peer = "torch" in names
-    torch_version = ""
-    if peer:
-        import torch
-
-        torch_version = f" and PyTorch {torch.__version__.split('+')[0]} interleaved"
+def report(args, cases, results, libs):
+    peer = len(libs) > 1
+    torch_version = f" and PyTorch {libs[1].version} interleaved" if peer else ""
+    if args.in_process:
+        where = "in this process"
+    else:
+        where = "each in its own process" if peer else "in a process of its own"
     shape = "x".join(map(str, args.shape))
     lines = [
         f"seed 2's primitives: float32, input {shape}, {args.threads} thread(s), "
-        f"median of {args.rounds} rounds (lamina{torch_version})",
+        f"median of {args.rounds} rounds (lamina{torch_version}, {where})",
         "",
     ]
     head = ["primitive", "layout", "lamina ms"]
@@ -299,7 +289,7 @@ def report(args, cases, results, names):
             "others against PyTorch's NCHW)",
         ]
     lines.append(
-        f"(lamina {lm.__version__}; GFLOP/s for conv2d: forward 2 N H W C_out C_in 9, "
+        f"(lamina {libs[0].version}; GFLOP/s for conv2d: forward 2 N H W C_out C_in 9, "
         "forward + backward three times that)"
     )
     return "\n".join(lines)
@@ -319,11 +309,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
     )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="time every library in this process (default: each in a child process of its "
+        "own, so that their thread pools do not compete)",
+    )
     p.add_argument("--json", action="store_true", help="print the medians as JSON")
 
 
 def run(args) -> None:
-    cases, results, names = measure(args)
+    if args.threads < 1 or args.rounds < 1:
+        raise SystemExit("--threads and --rounds must be positive")
+    cases, results, libs = measure(args)
+    names = [lib.name for lib in libs]
     if args.json:
         out = [
             {
@@ -337,4 +336,4 @@ def run(args) -> None:
         ]
         print(json.dumps(out, indent=2))
     else:
-        print(report(args, cases, results, names))
+        print(report(args, cases, results, libs))
