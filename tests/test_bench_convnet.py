@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import lamina as lm
+from lamina.dispatch import memory
 from lamina.tools.bench import convnet, main, timing
 
 MODELS = list(convnet.ARCHITECTURES)
@@ -85,6 +86,21 @@ def test_command_prints_a_table(where, capsys):
     row = lines[header + 2].split()
     assert row[:3] == ["alexnet", "infer", "1"] and float(row[3]) > 0
     assert "PyTorch not used" in out
+
+
+def test_lamina_is_timed_with_its_pool_allocator_unless_told(capsys):
+    """The README's advice for training; the pure-Python core has no pool, and says so."""
+    for setting in ("on", "off"):
+        before = lm.memory.stats()["allocations"]
+        main(["convnet", "--model", "vgg", "--batch", "2", "--rounds", "1", "--mode", "train"]
+             + ["--no-torch", "--settle", "0", "--in-process", "--allocator", setting])  # fmt: skip
+        out, err = capsys.readouterr()
+        pooled = lm.memory.stats()["allocations"] > before
+        if memory.AVAILABLE:
+            assert f"pool allocator {setting})" in out and pooled == (setting == "on")
+        else:
+            assert "pool allocator off)" in out and not pooled
+            assert ("needs the C core" in err) == (setting == "on")
 
 
 def test_a_runner_gets_the_weights_it_is_given(tmp_path):

@@ -17,7 +17,9 @@ backward, SGD step) and inference (evaluation mode, no gradients) are timed for 
 batch size, each library in a child process of its own (Note [Separate processes]
 in lamina.tools.bench.timing; ``--in-process`` times them in this one), both libraries
 interleaved round by round, and reported as images per second (medians) with lamina /
-PyTorch.
+PyTorch. lamina runs with its pool allocator on (``--allocator off`` to measure it
+without), as the README advises for training: without it a training step takes
+thousands of page faults, which two threads then take in turn.
 """
 
 from __future__ import annotations
@@ -375,9 +377,18 @@ def runner(library: str, config: dict) -> timing.Runner:
     }
     saved = lib.get_threads()
     lib.set_threads(config["threads"])
-    return timing.Runner(
-        library, cases, target=0.05, most=20, on_close=lambda: lib.set_threads(saved)
-    )
+    pool = library == "lamina" and config["allocator"]
+    if pool:
+        import lamina as lm
+
+        lm.layers.enable("allocator")
+
+    def close():
+        lib.set_threads(saved)
+        if pool:
+            lm.layers.disable("allocator")
+
+    return timing.Runner(library, cases, target=0.05, most=20, on_close=close)
 
 
 def _states(models: dict) -> dict:
@@ -392,6 +403,7 @@ def measure(args):
     """(cases, {(model, mode, batch): {library: median seconds}}, libraries,
     {model: Agreement}); models that disagree with PyTorch are left out of the results."""
     import lamina as lm
+    from lamina.dispatch import memory
 
     libs = [_lamina()]
     peer = None if args.no_torch else _torch()
@@ -413,11 +425,15 @@ def measure(args):
             print(agreements[name].message(), file=sys.stderr)
     cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
     states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
+    if args.allocator == "on" and not memory.AVAILABLE:
+        print("lamina's pool allocator needs the C core: timing without it", file=sys.stderr)
+        args.allocator = "off"
     with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
         config = {
             "weights": os.path.join(tmp, "weights.npz"),
             "layout": args.layout,
             "threads": args.threads,
+            "allocator": args.allocator == "on",
             "cases": [[c.model, c.mode, c.batch] for c in cases],
         }
         save_states(config["weights"], states)
@@ -456,7 +472,8 @@ def report(args, cases, results, libs, agreements) -> str:
         f"{CLASSES} classes, layout {args.layout}, {args.threads} thread(s), images/s "
         f"(median of {args.rounds} rounds; {versions}"
         + (", interleaved" if peer else "")
-        + (", in this process)" if args.in_process else ", each in its own process)"),
+        + (", in this process" if args.in_process else ", each in its own process")
+        + f"; lamina's pool allocator {args.allocator})",
         "",
     ]
     head = ["model", "mode", "batch", "lamina img/s"]
@@ -501,6 +518,7 @@ def _json(args, cases, results, libs, agreements) -> str:
         "layout": args.layout,
         "rounds": args.rounds,
         "processes": "one" if args.in_process else "one per library",
+        "allocator": args.allocator,
         "versions": {lib.name: lib.version for lib in libs},
         "agreement": {
             name: {
@@ -579,6 +597,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2, help="threads of both libraries (2)")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    p.add_argument(
+        "--allocator",
+        choices=["on", "off"],
+        default="on",
+        help="lamina's pool allocator (on: the README's advice for training)",
+    )
     p.add_argument(
         "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
     )
