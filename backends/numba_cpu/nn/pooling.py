@@ -262,7 +262,8 @@ def _run(template, fns, dtype, size, *args):
 
     def build():
         sig = jit.types.void(*_signature(template, dtype))
-        return jit.compile_kernel(template(*fns, loop), sig, parallel=loop is jit.prange)
+        parallel = loop is jit.prange
+        return jit.compile_kernel(template(*fns, loop), sig, parallel=parallel, nogil=True)
 
     jit.cached((template, fns, dtype, loop), build)(*args)
 
@@ -283,6 +284,8 @@ def _as_nhwc(a, layout):
 # to the extreme), was 6-9x slower than the NHWC one, whose channel loop vectorizes
 # with the index select in it. Measured one thread, forward with indices: 32 x 32 x
 # 32 x 32, 3x3 stride 2, 7.2 -> 3.8 ms (PyTorch 8.2); 16 x 64 x 56 x 56 20.7 -> 6.9 ms.
+# With several threads the batch's images are split over them (threads.split), each
+# part transposing its own images: NumPy's copies run on one thread.
 
 
 def _pool(better, init, with_indices):
@@ -309,11 +312,18 @@ def _pool(better, init, with_indices):
             args = (x, out, idx, fh, ch, dh, fw, cw, dw, init)
             _run(pool_nhwc, templates, x.dtype, x.size, *args)
         else:  # Note [NCHW indices]
-            xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-            out_t, idx_t = (np.empty((n, ho, wo, c), a.dtype) for a in (out, idx))
-            args = (xt, out_t, idx_t, fh, ch, dh, fw, cw, dw, init)
-            _run(pool_nhwc, templates, x.dtype, x.size, *args)
-            out[...], idx[...] = out_t.transpose(0, 3, 1, 2), idx_t.transpose(0, 3, 1, 2)
+
+            def part(i0, i1):
+                xt = np.ascontiguousarray(x[i0:i1].transpose(0, 2, 3, 1))
+                out_t, idx_t = (np.empty((i1 - i0, ho, wo, c), a.dtype) for a in (out, idx))
+                args = (xt, out_t, idx_t, fh, ch, dh, fw, cw, dw, init)
+                _run(pool_nhwc, templates, x.dtype, 0, *args)  # serial: a part of a split
+                out[i0:i1], idx[i0:i1] = out_t.transpose(0, 3, 1, 2), idx_t.transpose(0, 3, 1, 2)
+
+            if x.size < _parallel_min:
+                part(0, n)
+            else:
+                threads.split(part, n)
         out = from_array(logical(out, layout, unbatched))
         if not with_indices:
             return out
