@@ -448,7 +448,8 @@ def _reorder(a, src, dst):
 # same way): the same products summed in another order. Where the stride-1 one is
 # Winograd's (Note [Winograd family]), it runs that way: AlexNet's 11x11 stride 4 on 3
 # channels becomes a 3x3 on 48, Inception's 7x7 stride 2 a 4x4 on 12. Measured one
-# thread, batch 32, forward / weight gradient: AlexNet's 6.1 / 7.6 ms -> see the README.
+# thread, batch 32 of 64 x 64 images, forward / weight gradient: AlexNet's 6.3 / 7.5 ms
+# by im2col -> 4.6 / 4.3 ms, Inception's 9.8 / 10.7 -> 5.9 / 6.0 ms.
 class _SpaceToDepth:
     """The stride-1 convolution equal to a strided one (Note [Strided convolutions]),
     and the maps of its operands and gradients."""

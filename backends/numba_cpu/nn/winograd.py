@@ -1,4 +1,5 @@
-"""3x3 stride-1 convolutions by Winograd's minimal filtering, F(4x4, 3x3).
+"""Stride-1 convolutions by Winograd's minimal filtering: F(4x4, 3x3), F(3x3, 4x4) and
+F(2x2, 5x5) (Note [Winograd family]).
 
 Note [Winograd]: a 4x4 tile of a 3x3 convolution's output is A^T [(G g G^T) * (B^T d B)] A
 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015), where d is
@@ -11,8 +12,9 @@ small constants, vectorized over the channels (contiguous in a "slab" of input r
 both layouts are copied into: NCHW rows are transposed on the way).
 
 Measured on 16x64x56x56 float32, 64 -> 64 channels, padding 1, one thread: the blocked
-im2col + GEMM path takes ~42-46 ms; this one ~18 ms (GEMMs ~8.5 ms at ~110 GFLOP/s,
-input transform ~4.5, output ~2.7); PyTorch's oneDNN 32-35 ms.
+im2col + GEMM path takes ~42-46 ms; this one ~13.5 ms channels-last (GEMMs ~8.4 ms at
+~110 GFLOP/s, input transform ~2.3, output ~1.5) and ~18 ms NCHW (the rows transposed
+into the slab and out of it); PyTorch's oneDNN 32-35 ms.
 
 Rounding: the transforms' constants (up to 8 and 1/24) make the error grow with the
 channel count: float32 results differ from the direct sum by ~1e-6 of the output's
