@@ -48,7 +48,7 @@ from .layout import NCHW, NHWC
 
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
-MIN_SIZE = 4  # a narrower output wastes most of a tile (and a 5x5's tile is 2 wide)
+MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
 # Note [Winograd family]: F(m x m, r x r) for m + r = 7 all interpolate at the points
@@ -360,7 +360,7 @@ def algorithm(geo, dtype):
         alg is None
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
         or min(geo.cin, geo.c_out) < MIN_CHANNELS
-        or min(geo.ho, geo.wo) < max(alg.m, MIN_SIZE)
+        or min(geo.ho, geo.wo) < MIN_SIZE
         or np.dtype(dtype) not in (np.float32, np.float64)
     ):
         return None
