@@ -42,7 +42,7 @@ from lamina.dispatch.tensor import from_array
 
 from .. import gemm
 from . import winograd
-from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, zeros_image
+from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, scratch, zeros_image
 from .windows import tap_ranges
 
 BLOCK_BYTES = 8 << 20  # one im2col block (Note [Convolution]): a quarter of the L3 cache
@@ -270,14 +270,6 @@ class Geometry:
         return max(1, self.block_pixels(itemsize) // self.wo)
 
 
-def _buffer(rows, cols, dtype, cache):
-    """A C-contiguous (rows, cols) array carved from one reusable allocation."""
-    size = rows * cols
-    if cache[0] is None or cache[0].size < size:
-        cache[0] = np.empty(size, dtype)
-    return cache[0][:size].reshape(rows, cols)
-
-
 def _nhwc_weight(w, g, geo):
     """Group g's weight as the NHWC GEMM's (kh kw c_in, c_out) matrix."""
     wg = w[g * geo.cout : (g + 1) * geo.cout]
@@ -329,7 +321,7 @@ def _forward_nhwc(x, w, geo, out):
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
-        cols = _buffer(p1 - p0, geo.k, x.dtype, cache)
+        cols = scratch((p1 - p0, geo.k), x.dtype, cache)
         for g, wg in enumerate(weights):
             im2col(x, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1, cols)
             np.matmul(cols, wg, out=o2[p0:p1, _cols(g, geo.cout)])
@@ -353,7 +345,7 @@ def _forward_nchw(x, w, geo, out):
     rows, ranges = geo.nchw_rows(x.itemsize), geo.columns()
     for n in range(geo.n):
         for oh0, oh1 in _blocks(geo.ho, rows):
-            cols = _buffer(geo.k, (oh1 - oh0) * geo.wo, x.dtype, cache)
+            cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g, wg in enumerate(weights):
                 im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
                 np.matmul(wg, cols, out=o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
@@ -401,8 +393,8 @@ def _forward_nchw_flat(x, weights, geo, out):
     args = (geo.kh, geo.kw, geo.dh, geo.dw, wp)
     for n, oh0, oh1, base in _flat_blocks(geo, wp, x.itemsize):
         span = (oh1 - oh0) * wp
-        cols = _buffer(geo.k, span, x.dtype, cache)
-        wide = _buffer(geo.cout, span, x.dtype, tmp)
+        cols = scratch((geo.k, span), x.dtype, cache)
+        wide = scratch((geo.cout, span), x.dtype, tmp)
         for g, wg in enumerate(weights):
             im2col(flat, base[_cols(g, geo.cin)], *args, oh0, span, cols)
             np.matmul(wg, cols, out=wide)
@@ -577,7 +569,7 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
     col2im, cache = _kernel(_col2im_nhwc, dtype), [None]
     step = geo.block_pixels(np.dtype(dtype).itemsize)
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
-        cols = _buffer(p1 - p0, geo.k, dtype, cache)
+        cols = scratch((p1 - p0, geo.k), dtype, cache)
         for g, wg in enumerate(weights):
             np.matmul(g2[p0:p1, _cols(g, geo.cout)], wg.T, out=cols)
             col2im(cols, gx, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1)
@@ -595,7 +587,7 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
     rows, ranges = geo.nchw_rows(np.dtype(dtype).itemsize), geo.columns()
     for n in range(geo.n):
         for oh0, oh1 in _blocks(geo.ho, rows):
-            cols = _buffer(geo.k, (oh1 - oh0) * geo.wo, dtype, cache)
+            cols = scratch((geo.k, (oh1 - oh0) * geo.wo), dtype, cache)
             for g, wg in enumerate(weights):
                 np.matmul(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], out=cols)
                 col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges)
@@ -683,7 +675,7 @@ def _backward_weight_nhwc(g2, x, geo):
     sums = [np.zeros((geo.k, geo.cout), x.dtype) for _ in range(geo.groups)]
     part = np.empty((geo.k, geo.cout), x.dtype)
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
-        cols = _buffer(p1 - p0, geo.k, x.dtype, cache)
+        cols = scratch((p1 - p0, geo.k), x.dtype, cache)
         for g in range(geo.groups):
             im2col(x, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1, cols)
             np.dot(cols.T, g2[p0:p1, _cols(g, geo.cout)], out=part)  # Note [dot, not matmul]
@@ -709,7 +701,7 @@ def _backward_weight_nchw(g3, x, geo):
     part = np.empty((geo.cout, geo.k), x.dtype)
     for n in range(geo.n):
         for oh0, oh1 in _blocks(geo.ho, rows):
-            cols = _buffer(geo.k, (oh1 - oh0) * geo.wo, x.dtype, cache)
+            cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g in range(geo.groups):
                 im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
                 gb = g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo]
@@ -729,7 +721,7 @@ def _backward_weight_nchw_flat(g3, x, geo):
     wide = np.zeros((geo.c_out, geo.ho * wp), x.dtype).reshape(geo.c_out, geo.ho, wp)
     for n, oh0, oh1, base in _flat_blocks(geo, wp, x.itemsize):
         span = (oh1 - oh0) * wp
-        cols = _buffer(geo.k, span, x.dtype, cache)
+        cols = scratch((geo.k, span), x.dtype, cache)
         wide[:, : oh1 - oh0, : geo.wo] = g3[n, :, oh0 * geo.wo : oh1 * geo.wo].reshape(
             geo.c_out, oh1 - oh0, geo.wo
         )

@@ -45,6 +45,15 @@ def image(x):
     return np.ascontiguousarray(data), NCHW, unbatched
 
 
+def scratch(shape, dtype, cache):
+    """A C-contiguous array of ``shape`` carved from ``cache``'s one allocation (a
+    1-list, grown when too small): the work buffers a kernel reuses block after block."""
+    size = int(np.prod(shape))
+    if cache[0] is None or cache[0].size < size:
+        cache[0] = np.empty(size, dtype)
+    return cache[0][:size].reshape(shape)
+
+
 def empty_image(n, c, h, w, dtype, layout):
     """An uninitialized (N, C, H, W) result in a kernel order."""
     return np.empty((n, h, w, c) if layout == NHWC else (n, c, h, w), dtype)

@@ -44,7 +44,7 @@ import numpy as np
 
 from lamina.backends import jit
 
-from .layout import NCHW, NHWC
+from .layout import NCHW, NHWC, scratch
 
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
@@ -391,14 +391,6 @@ class _Tiles:
             yield r0, min(self.total, r0 + self.rows)
 
 
-def _work(shape, dtype, cache):
-    """A reusable array carved from ``cache``'s one allocation (``cache`` a 1-list)."""
-    size = int(np.prod(shape))
-    if cache[0] is None or cache[0].size < size:
-        cache[0] = np.empty(size, dtype)
-    return cache[0][:size].reshape(shape)
-
-
 def forward(x, u, alg, geo, layout, bias, out) -> bool:
     """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``);
     False if a value on the way was not finite (Note [Winograd and infinities])."""
@@ -415,8 +407,8 @@ def forward(x, u, alg, geo, layout, bias, out) -> bool:
     v_cache, m_cache = [None], [None]
     for r0, r1 in tiles.blocks():
         t = (r1 - r0) * tw
-        v = _work((36, t, geo.cin), dtype, v_cache)
-        m = _work((36, t, geo.c_out), dtype, m_cache)
+        v = scratch((36, t, geo.cin), dtype, v_cache)
+        m = scratch((36, t, geo.c_out), dtype, m_cache)
         if not np.isfinite(transform(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)):
             return False
         np.matmul(v, u, out=m)
@@ -441,8 +433,8 @@ def weight_grad(x, g, alg, geo, layout):
     v_cache, z_cache = [None], [None]
     for r0, r1 in tiles.blocks():
         t = (r1 - r0) * tw
-        v = _work((36, t, geo.cin), dtype, v_cache)
-        z = _work((36, t, geo.c_out), dtype, z_cache)
+        v = scratch((36, t, geo.cin), dtype, v_cache)
+        z = scratch((36, t, geo.c_out), dtype, z_cache)
         check = transform_x(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)
         check += transform_g(g, geo.ho, geo.wo, r0, r1, th, gslab, tmp_g, z)
         if not np.isfinite(check):
