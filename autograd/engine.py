@@ -3,13 +3,14 @@
 into it have arrived."""
 
 import itertools
+import sys
 import threading
 from collections import deque
 
 from lamina.dispatch import keys, ops
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.schema import OPERATORS
-from lamina.dispatch.tensor import Tensor, version_of, versions
+from lamina.dispatch.tensor import Tensor, sole_storage, version_of, versions
 
 from . import grad_mode, graph
 from .derivatives import _sum_to
@@ -121,42 +122,74 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                     if (node, nr) in capture and grads[nr] is not None:
                         capture[node, nr] = grads[nr]
             if isinstance(node, AccumulateGrad):
-                if capture is None:
-                    leaf, g = node.variable, grads[0]
-                    if leaf is None:  # nobody holds the leaf: no one can read .grad
-                        continue
-                    _accumulate_grad(leaf, g if create_graph else g.detach())
+                # nobody holds a leaf that is gone: no one can read its .grad
+                if capture is None and node.variable is not None:
+                    # pop: grads must not hold g (Note [Taking gradients over])
+                    _accumulate_grad(node.variable, grads.pop(), create_graph)
                 continue
-            nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
-            for nxt, nr, g in zip(node.next_nodes, nrs, _apply(node, grads, retain_graph)):
-                if nxt is None:
-                    continue
-                if g is not None and g is not False:
-                    _accumulate(buffers, nxt, nxt.n_outputs, nr, g)
-                deps[nxt] -= 1
-                if deps[nxt] == 0:
-                    if nxt in buffers:
-                        ready.append(nxt)
-                    else:
-                        _skip(nxt, deps, buffers, ready)
+            _send(node, _apply(node, grads, retain_graph), deps, buffers, ready)
+
+
+def _send(node, input_grads, deps, buffers, ready):
+    """Pass a node's input gradients on to the nodes that made its inputs. (A function
+    of its own: no local of run's may still hold a gradient, Note [Taking gradients
+    over].)"""
+    nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
+    for nxt, nr, g in zip(node.next_nodes, nrs, input_grads):
+        if nxt is None:
+            continue
+        if g is not None and g is not False:
+            _accumulate(buffers, nxt, nxt.n_outputs, nr, g)
+        deps[nxt] -= 1
+        if deps[nxt] == 0:
+            if nxt in buffers:
+                ready.append(nxt)
+            else:
+                _skip(nxt, deps, buffers, ready)
 
 
 _grad_lock = threading.Lock()
 
 
-def _accumulate_grad(leaf, g):
+def _temporary_refs(obj):
+    return sys.getrefcount(obj)
+
+
+# What getrefcount says of an argument no one else holds, called as _accumulate_grad
+# calls it (the count differs between Python versions).
+_SOLE_REFS = _temporary_refs(object())
+
+
+# Note [Taking gradients over]: a leaf's first gradient becomes its .grad. It is copied
+# when anything else could see it change (an in-place step, zero_grad(set_to_none=
+# False) or a later accumulation would write into both): the caller's gradient=, the
+# same tensor passed on to two leaves (add's backward), a view of either (reshape's),
+# a tensor a hook kept. Otherwise, a gradient a backward formula just made, it is
+# taken over, as PyTorch does when the gradient's use count says no one else holds
+# it: copying a 16 x 64 x 56 x 56 relu gradient took 0.85 ms of a 2.7 ms forward +
+# backward. Nothing may hold the gradient here but the argument (the engine pops it
+# from its buffer), and dispatch.tensor.sole_storage checks its storage. A gradient
+# for create_graph is always copied: by the differentiable copy operator, so the
+# copy stays in the graph. Copies keep the gradient's memory layout.
+
+
+def _accumulate_grad(leaf, g, create_graph):
     """``leaf.grad += g``, under a lock: backward passes in several threads may reach
     one leaf at once, and a read-modify-write of ``.grad`` would lose updates (as
     PyTorch, which accumulates under a lock)."""
     if leaf.is_sparse and not g.is_sparse:
         g = _on_pattern(g, leaf)  # a new tensor: nothing to copy
     with _grad_lock:
-        if leaf.grad is None and not g.is_sparse:
-            # The first gradient is copied: g may be the caller's gradient=, be shared
-            # with another leaf (add passes g on to both inputs) or be a read-only
-            # broadcast view; .grad must own its storage.
-            g = ops.asarray(g, copy=True)
-        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        if leaf.grad is not None:
+            leaf.grad = leaf.grad + (g if create_graph else g.detach())
+        elif g.is_sparse:
+            leaf.grad = g if create_graph else g.detach()
+        elif create_graph:
+            leaf.grad = OPERATORS["copy"](g)
+        elif sys.getrefcount(g) == _SOLE_REFS and sole_storage(g):
+            leaf.grad = g.detach()
+        else:
+            leaf.grad = OPERATORS["copy"](g.detach())
 
 
 def _on_pattern(g, leaf):

@@ -508,7 +508,7 @@ define(
     "conversion",
     tags=DIFF,
     namespace=None,
-    doc="A tensor owning a copy of x's values.",
+    doc="A tensor owning a copy of x's values, in x's memory layout (as np.copy).",
 )
 define(
     "to_device(x: Tensor, device: Device, /) -> Tensor",

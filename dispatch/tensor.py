@@ -8,6 +8,7 @@ once, when the tensor is made (Note [Tensor fields]).
 from __future__ import annotations
 
 import copy
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -515,6 +516,36 @@ def _root(data: np.ndarray) -> np.ndarray:
     while isinstance(data.base, np.ndarray):
         data = data.base
     return data
+
+
+def sole_storage(t: Tensor) -> bool:
+    """Whether ``t``'s storage is a NumPy array that nothing but ``t`` refers to -- no
+    other tensor, view or caller's array can see a write to it -- and that ``t`` uses
+    whole. So the backward engine may keep a gradient as a leaf's ``.grad`` without
+    copying it (Note [Taking gradients over] in autograd/engine.py). The caller checks
+    that nothing else holds ``t`` itself.
+
+    It counts references, as PyTorch's AccumulateGrad counts uses: NumPy collapses
+    chains of views, so every view of the storage holds the owning array (``root``)
+    as its ``base``, and every other tensor sharing ``t``'s arrays holds them."""
+    data, flat = t._data, t._flat
+    if type(data) is not np.ndarray:
+        return False  # another device's storage, or an array subclass
+    root = data if data.base is None else data.base
+    if type(root) is not np.ndarray or root.base is not None or root.size != data.size:
+        return False  # memory NumPy does not own (a buffer, DLPack), or a part of it
+    # The references to root from t's fields and from here: t._data, t._flat and the
+    # locals data and flat, each when it is root itself, or its base; the local root;
+    # getrefcount's argument. To data and flat, when not root: t's field, the local,
+    # getrefcount's argument.
+    own = 2 * (data is root) + 2 * (flat is root) + 2
+    own += (data.base is root) + (flat is not None and flat.base is root)
+    return (
+        root.flags.writeable
+        and sys.getrefcount(root) == own
+        and (data is root or sys.getrefcount(data) == 3)
+        and (flat is None or flat is root or sys.getrefcount(flat) == 3)
+    )
 
 
 def bump_version(t: Tensor) -> None:

@@ -22,6 +22,7 @@ import pytest
 import lamina as lm
 from lamina.autograd import DERIVATIVES, gradcheck
 from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import sole_storage
 
 INDEX_ADD = OPERATORS["index_add"]  # getitem's backward (not a public function)
 
@@ -1170,6 +1171,82 @@ def test_grad_owns_its_storage():
     lm.sum(x).backward()  # the formula's gradient is a broadcast view
     x.grad *= 2.0
     assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def _copies(monkeypatch):
+    """Counts the copies the engine makes of first gradients (it calls the copy
+    operator through OPERATORS at each use)."""
+    made = []
+    copy = OPERATORS["copy"]
+
+    def counted(x):
+        made.append(x.shape)
+        return copy(x)
+
+    monkeypatch.setitem(OPERATORS, "copy", counted)
+    return made
+
+
+def test_sole_storage_sees_every_other_holder():
+    """dispatch.tensor.sole_storage, which the engine relies on: a view, a detached
+    tensor or the caller's array sharing the storage makes it not sole."""
+    fresh = [lm.ones((3, 4)), lm.ones(5), lm.ones((0, 3)), lm.asarray(2.0), lm.ones((2, 3)).T]
+    for t in fresh:
+        assert sole_storage(t)
+    t = fresh[0]
+    for other in (lambda: lm.reshape(t, (12,)), t.detach, lambda: t[1:], lambda: t.numpy()):
+        held = other()
+        assert not sole_storage(t)
+        del held
+        assert sole_storage(t)
+    arr = np.ones(3)
+    assert not sole_storage(lm.asarray(arr))  # arr is the storage
+    assert not sole_storage(lm.broadcast_to(lm.ones(1), (4,)))  # a part-view of one value
+
+
+def test_a_fresh_first_gradient_is_taken_over_not_copied(monkeypatch):
+    """Note [Taking gradients over]: exp's gradient is a new tensor nothing else holds."""
+    made = _copies(monkeypatch)
+    x = leaf((4, 3))
+    lm.exp(x).backward(const(np.ones((4, 3))))
+    assert made == []
+    assert np.allclose(x.grad.numpy(), np.exp(x.numpy()))
+    x.grad += 1.0  # the next step's accumulation: no one else sees it
+    assert np.allclose(x.grad.numpy(), np.exp(x.numpy()) + 1.0)
+
+
+def test_a_first_gradient_others_can_see_is_copied(monkeypatch):
+    made = _copies(monkeypatch)
+    # the caller's gradient, passed through unchanged by add
+    x = leaf((3,))
+    v = const([1.0, 2.0, 3.0])
+    (x + 1.0).backward(v)
+    # a view of it (reshape's backward)
+    y = leaf((6,))
+    w = const(np.arange(6.0).reshape(2, 3))
+    lm.reshape(y, (2, 3)).backward(w)
+    # a fresh gradient that a hook keeps
+    z, kept = leaf((3,)), []
+    z.register_hook(lambda g: kept.append(g))
+    lm.exp(z).backward(const(np.ones(3)))
+    # a fresh gradient (multiply's) that add passes on to two leaves: the first to
+    # arrive is copied, the second, then alone, is taken over
+    a, b = leaf((3,)), leaf((3,), seed=1)
+    ((a + b) * 2.0).backward(const(np.ones(3)))
+    assert len(made) == 4
+    for grad, other in ((x.grad, v), (y.grad, w), (z.grad, kept[0]), (a.grad, b.grad)):
+        assert not np.shares_memory(grad.numpy(), other.numpy())
+
+
+def test_a_taken_or_copied_gradient_keeps_the_leafs_layout():
+    x = lm.nn.functional.to_layout(const(np.ones((2, 3, 4, 5))), "NHWC").requires_grad_()
+    g = lm.nn.functional.to_layout(const(np.ones((2, 3, 4, 5))), "NHWC")
+    lm.nn.functional.relu(x).backward(g)  # a fresh gradient, taken over
+    assert lm.nn.functional.layout_of(x.grad) == "NHWC"
+    x.grad = None
+    (x + 0.0).backward(g)  # g itself reaches the leaf: copied
+    assert lm.nn.functional.layout_of(x.grad) == "NHWC"
+    assert not np.shares_memory(x.grad.numpy(), g.numpy())
 
 
 def test_grad_fn_and_is_leaf():

@@ -137,7 +137,7 @@ def astype(ks, x, dtype, copy):
 
 
 def copy(ks, x):
-    return from_array(x._data.copy())
+    return from_array(x._data.copy(order="K"))  # keeping the memory layout, as np.copy
 
 
 def to_device(ks, x, device):
