@@ -5,6 +5,8 @@ to the command itself (no timed tests)."""
 
 import pytest
 
+import lamina as lm
+from lamina.dispatch import memory
 from lamina.tools.bench import main, nn, timing
 
 TINY = ["--shape", "1", "2", "6", "6", "--rounds", "1", "--settle", "0"]
@@ -46,9 +48,27 @@ def test_beside_pytorch_each_in_its_own_process(capsys):
 
 
 def test_a_runner_times_the_cases_it_is_given():
-    config = {"shape": [1, 2, 6, 6], "threads": 1, "cases": [["relu", "NHWC"], ["relu", "NCHW"]]}
+    cases = [["relu", "NHWC"], ["relu", "NCHW"]]
+    config = {"shape": [1, 2, 6, 6], "threads": 1, "allocator": False, "cases": cases}
     with timing.started("nn", ["lamina"], config, in_process=True) as (runner,):
         assert list(runner.warm()) == [("relu", "NHWC"), ("relu", "NCHW")]
         samples = dict(runner.round())
     assert list(samples) == [("relu", "NHWC"), ("relu", "NCHW")]
     assert all(s > 0 for s in samples.values())
+
+
+def test_lamina_is_timed_with_its_pool_allocator_unless_told(capsys):
+    """As in bench convnet; the pure-Python core has no pool, and says so. The forward +
+    backward cases need an input past the pool's 128 KiB threshold."""
+    shape = ["--shape", "2", "16", "32", "32", "--rounds", "1", "--settle", "0"]
+    for setting in ("on", "off"):
+        before = lm.memory.stats()["allocations"]
+        main(["nn", *shape, "--only", "relu", "--layout", "NCHW", "--no-torch", "--in-process"]
+             + ["--allocator", setting])  # fmt: skip
+        out, err = capsys.readouterr()
+        pooled = lm.memory.stats()["allocations"] > before
+        if memory.AVAILABLE:
+            assert f"pool allocator {setting})" in out and pooled == (setting == "on")
+        else:
+            assert "pool allocator off)" in out and not pooled
+            assert ("needs the C core" in err) == (setting == "on")

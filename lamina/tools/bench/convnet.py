@@ -377,16 +377,11 @@ def runner(library: str, config: dict) -> timing.Runner:
     }
     saved = lib.get_threads()
     lib.set_threads(config["threads"])
-    pool = library == "lamina" and config["allocator"]
-    if pool:
-        import lamina as lm
-
-        lm.layers.enable("allocator")
+    unpool = timing.pool(library, config)
 
     def close():
         lib.set_threads(saved)
-        if pool:
-            lm.layers.disable("allocator")
+        unpool()
 
     return timing.Runner(library, cases, target=0.05, most=20, on_close=close)
 
@@ -403,7 +398,6 @@ def measure(args):
     """(cases, {(model, mode, batch): {library: median seconds}}, libraries,
     {model: Agreement}); models that disagree with PyTorch are left out of the results."""
     import lamina as lm
-    from lamina.dispatch import memory
 
     libs = [_lamina()]
     peer = None if args.no_torch else _torch()
@@ -425,15 +419,13 @@ def measure(args):
             print(agreements[name].message(), file=sys.stderr)
     cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
     states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
-    if args.allocator == "on" and not memory.AVAILABLE:
-        print("lamina's pool allocator needs the C core: timing without it", file=sys.stderr)
-        args.allocator = "off"
+    allocator = timing.allocator_wanted(args)
     with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
         config = {
             "weights": os.path.join(tmp, "weights.npz"),
             "layout": args.layout,
             "threads": args.threads,
-            "allocator": args.allocator == "on",
+            "allocator": allocator,
             "cases": [[c.model, c.mode, c.batch] for c in cases],
         }
         save_states(config["weights"], states)
@@ -597,12 +589,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=2, help="threads of both libraries (2)")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
-    p.add_argument(
-        "--allocator",
-        choices=["on", "off"],
-        default="on",
-        help="lamina's pool allocator (on: the README's advice for training)",
-    )
+    timing.add_allocator_option(p)
     p.add_argument(
         "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
     )

@@ -8,7 +8,10 @@ each library in a child process of its own (Note [Separate processes] in
 lamina.tools.bench.timing; ``--in-process`` times them in this one), round after round
 (each round runs every case of lamina, then of PyTorch, so a slow phase of a shared
 machine slows both); reports medians, lamina / PyTorch, the issue's goal for each row,
-and GFLOP/s for the convolutions. Without PyTorch it reports lamina alone.
+and GFLOP/s for the convolutions. Without PyTorch it reports lamina alone. lamina
+runs with its pool allocator on (``--allocator off`` to measure without), as in
+``bench convnet``: without it, a forward + backward call's fresh 12.8 MB gradients
+took ~1,100 page faults (relu: 3.6-7.7 ms a call instead of 1.2).
 """
 
 from __future__ import annotations
@@ -208,10 +211,14 @@ def runner(library: str, config: dict) -> timing.Runner:
     }
     saved = lib.get_threads()
     lib.set_threads(config["threads"])
+    unpool = timing.pool(library, config)
+
+    def close():
+        lib.set_threads(saved)
+        unpool()
+
     # Each sample follows an untimed run as long as itself (timing.Runner's primed).
-    return timing.Runner(
-        library, cases, target=0.02, most=50, primed=True, on_close=lambda: lib.set_threads(saved)
-    )
+    return timing.Runner(library, cases, target=0.02, most=50, primed=True, on_close=close)
 
 
 def measure(args):
@@ -229,6 +236,7 @@ def measure(args):
     config = {
         "shape": list(args.shape),
         "threads": args.threads,
+        "allocator": timing.allocator_wanted(args),
         "cases": [[c.name, c.layout] for c in cases],
     }
     names = [lib.name for lib in libs]
@@ -251,7 +259,8 @@ def report(args, cases, results, libs):
     shape = "x".join(map(str, args.shape))
     lines = [
         f"seed 2's primitives: float32, input {shape}, {args.threads} thread(s), "
-        f"median of {args.rounds} rounds (lamina{torch_version}, {where})",
+        f"median of {args.rounds} rounds (lamina{torch_version}, {where}; "
+        f"lamina's pool allocator {args.allocator})",
         "",
     ]
     head = ["primitive", "layout", "lamina ms"]
@@ -305,6 +314,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
     )
+    timing.add_allocator_option(p)
     p.add_argument("--only", default="", help="only the primitives whose name contains this")
     p.add_argument(
         "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"

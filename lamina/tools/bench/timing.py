@@ -109,6 +109,37 @@ class Runner:
         self.on_close()
 
 
+def add_allocator_option(p) -> None:
+    p.add_argument(
+        "--allocator",
+        choices=["on", "off"],
+        default="on",
+        help="lamina's pool allocator (on: the README's advice for training)",
+    )
+
+
+def allocator_wanted(args) -> bool:
+    """``--allocator on`` where the core has the pool (the pure-Python one has none:
+    then it says so, and ``args.allocator`` becomes "off" for the report)."""
+    from lamina.dispatch import memory
+
+    if args.allocator == "on" and not memory.AVAILABLE:
+        print("lamina's pool allocator needs the C core: timing without it", file=sys.stderr)
+        args.allocator = "off"
+    return args.allocator == "on"
+
+
+def pool(library: str, config: dict) -> Callable[[], None]:
+    """Switches lamina's pool allocator on in a lamina runner whose ``config["allocator"]``
+    asks for it; returns what switches it back."""
+    if library != "lamina" or not config["allocator"]:
+        return lambda: None
+    import lamina as lm
+
+    lm.layers.enable("allocator")
+    return lambda: lm.layers.disable("allocator")
+
+
 class Child:
     """A ``Runner`` in a child process (Note [Separate processes]), made there by
     ``lamina.tools.bench.<module>.runner(library, config)`` and driven through JSON
