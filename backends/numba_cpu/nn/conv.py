@@ -307,6 +307,15 @@ def _blocks(total, step):
         yield p0, min(total, p0 + step)
 
 
+def _gemm(a, b, out):
+    """out = a @ b for 2-D operands: by np.dot where out is C-contiguous (Note [dot,
+    not matmul]), else np.matmul (np.dot only writes C-contiguous outputs)."""
+    if out.flags.c_contiguous:
+        np.dot(a, b, out=out)
+    else:
+        np.matmul(a, b, out=out)
+
+
 # ---------------------------------------------------------------- forward
 
 
@@ -316,7 +325,7 @@ def _forward_nhwc(x, w, geo, out):
     if geo.pointwise:
         a = x.reshape(-1, geo.c)
         for g, wg in enumerate(weights):
-            np.matmul(a[:, g * geo.cin : (g + 1) * geo.cin], wg, out=o2[:, _cols(g, geo.cout)])
+            _gemm(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
@@ -324,7 +333,7 @@ def _forward_nhwc(x, w, geo, out):
         cols = scratch((p1 - p0, geo.k), x.dtype, cache)
         for g, wg in enumerate(weights):
             im2col(x, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1, cols)
-            np.matmul(cols, wg, out=o2[p0:p1, _cols(g, geo.cout)])
+            _gemm(cols, wg, o2[p0:p1, _cols(g, geo.cout)])
 
 
 def _cols(g, per_group):
@@ -348,7 +357,7 @@ def _forward_nchw(x, w, geo, out):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g, wg in enumerate(weights):
                 im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
-                np.matmul(wg, cols, out=o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
+                _gemm(wg, cols, o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
 
 
 # Note [Flat planes]: with stride 1, the NCHW im2col row of kernel tap (c, i, j) for
@@ -397,7 +406,7 @@ def _forward_nchw_flat(x, weights, geo, out):
         wide = scratch((geo.cout, span), x.dtype, tmp)
         for g, wg in enumerate(weights):
             im2col(flat, base[_cols(g, geo.cin)], *args, oh0, span, cols)
-            np.matmul(wg, cols, out=wide)
+            _gemm(wg, cols, wide)
             out[n, _cols(g, geo.cout), oh0:oh1] = wide.reshape(geo.cout, oh1 - oh0, wp)[
                 ..., : geo.wo
             ]
@@ -564,14 +573,14 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
     if geo.pointwise:
         gx2 = gx.reshape(-1, geo.c)
         for g, wg in enumerate(weights):
-            np.matmul(g2[:, _cols(g, geo.cout)], wg.T, out=gx2[:, _cols(g, geo.cin)])
+            _gemm(g2[:, _cols(g, geo.cout)], wg.T, gx2[:, _cols(g, geo.cin)])
         return
     col2im, cache = _kernel(_col2im_nhwc, dtype), [None]
     step = geo.block_pixels(np.dtype(dtype).itemsize)
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
         cols = scratch((p1 - p0, geo.k), dtype, cache)
         for g, wg in enumerate(weights):
-            np.matmul(g2[p0:p1, _cols(g, geo.cout)], wg.T, out=cols)
+            _gemm(g2[p0:p1, _cols(g, geo.cout)], wg.T, cols)
             col2im(cols, gx, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1)
 
 
@@ -589,7 +598,7 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
         for oh0, oh1 in _blocks(geo.ho, rows):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), dtype, cache)
             for g, wg in enumerate(weights):
-                np.matmul(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], out=cols)
+                _gemm(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], cols)
                 col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges)
 
 
@@ -659,7 +668,9 @@ def _input_grad(gk, w, geo, order, dtype):
 # threads each doing the same work took 2.05x one thread's time; np.dot 1.2x, and 2x
 # faster per call), so a split weight gradient (Note [Split convolutions]) ran its
 # parts one after the other: VGG's first layer at batch 64, 11.3 ms on one thread and
-# 11.6 on two. np.dot is the same BLAS call.
+# 11.6 on two. np.dot is the same BLAS call. The forward's (16 x 27) @ (27 x 4224) was
+# held up too (two threads 1.30x one's time; np.dot 1.03x), so every 2-D product of
+# a part goes through _gemm: np.dot where it can write the output.
 
 
 def _backward_weight_nhwc(g2, x, geo):
@@ -752,25 +763,35 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     alg = winograd.algorithm(geo, x.dtype)
 
     def part(i0, i1, geo):
-        if alg is not None:
-            gw = winograd.weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order)
-            if gw is not None:
-                return gw
-        if order == NHWC:
-            return _backward_weight_nhwc(gk[i0:i1].reshape(-1, geo.c_out), x[i0:i1], geo)
-        return _backward_weight_nchw(gk[i0:i1].reshape(i1 - i0, geo.c_out, -1), x[i0:i1], geo)
+        return _weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order), _bias_grad(gk[i0:i1], order)
 
-    gw, *rest = _by_images(geo, part)
-    for other in rest:
-        gw += other
+    (gw, gb), *rest = _by_images(geo, part)
+    for other_gw, other_gb in rest:
+        gw += other_gw
+        gb += other_gb
     if s2d is not None:
         gw = s2d.weight_grad(gw)
-    gb = (
-        gk.reshape(-1, geo.c_out).sum(axis=0)
-        if order == NHWC
-        else gk.reshape(geo.n, geo.c_out, -1).sum(axis=(0, 2))
-    )
     return from_array(gw), from_array(gb)
+
+
+def _weight_grad(x, gk, alg, geo, order):
+    if alg is not None:
+        gw = winograd.weight_grad(x, gk, alg, geo, order)
+        if gw is not None:
+            return gw
+    if order == NHWC:
+        return _backward_weight_nhwc(gk.reshape(-1, geo.c_out), x, geo)
+    return _backward_weight_nchw(gk.reshape(gk.shape[0], geo.c_out, -1), x, geo)
+
+
+def _bias_grad(gk, order):
+    """grad summed over every axis but the channels: in each part of a split weight
+    gradient, beside its GEMMs (serially after them it took 0.66 ms of VGG's first
+    layer at batch 64, NCHW); einsum's sum was 2.7x NumPy's sum over axes (0, 2)."""
+    n, c = gk.shape[0], gk.shape[-1 if order == NHWC else 1]
+    if order == NHWC:
+        return np.einsum("pc->c", gk.reshape(-1, c))
+    return np.einsum("ncp->c", gk.reshape(n, c, -1))
 
 
 # ---------------------------------------------------------------- linear
