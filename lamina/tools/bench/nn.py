@@ -217,8 +217,7 @@ def runner(library: str, config: dict) -> timing.Runner:
         lib.set_threads(saved)
         unpool()
 
-    # Each sample follows an untimed run as long as itself (timing.Runner's primed).
-    return timing.Runner(library, cases, target=0.02, most=50, primed=True, on_close=close)
+    return timing.Runner(library, cases, target=0.02, most=50, on_close=close)
 
 
 def measure(args):

@@ -64,13 +64,15 @@ class Runner:
     tuple of JSON scalars) to a function making the function to time (so that inputs
     are made as each case warms up); ``warm`` runs each once (its kernels compile or
     load) and picks its calls per sample, ``round`` then gives one sample per case.
-    With ``primed``, each sample follows an untimed run of as many calls, for cases
-    quick enough that the state the previous case or the pause between libraries left
-    would show: the caches, and the CPUs waking from ``time_rounds``' ``settle`` pause
-    (measured on 2 cores, lamina's relu on 16x64x56x56 float32 took 0.72-0.76 ms per
-    call in samples of ~3 ms right after a 0.3 s pause, 0.25-0.28 ms without one).
-    ``close`` calls ``on_close`` (restoring what the runner changed, such as thread
-    counts)."""
+    Each sample follows an untimed run of as many calls, so that it measures calls
+    made back to back, not the state the previous case or the pause between
+    libraries left: the caches, and the CPUs waking from ``time_rounds``' ``settle``
+    pause. Measured on 2 cores: lamina's relu on 16x64x56x56 float32 took 0.72-0.76
+    ms per call in samples of ~3 ms right after a 0.3 s pause, 0.25-0.28 ms without
+    one; even a whole training step, the convnet bench's VGG at batch 32 on two
+    threads, took 106-110 ms right after the pause and 79-83 back to back (on one
+    thread 126 and 125: the idle second CPU is slow to come back). ``close`` calls
+    ``on_close`` (restoring what the runner changed, such as thread counts)."""
 
     def __init__(
         self,
@@ -79,11 +81,10 @@ class Runner:
         *,
         target: float,
         most: int,
-        primed: bool = False,
         on_close: Callable[[], None] = lambda: None,
     ):
         self.name, self.cases = name, cases
-        self.target, self.most, self.primed = target, most, primed
+        self.target, self.most = target, most
         self.on_close = on_close
         self.runs = {}
 
@@ -98,7 +99,7 @@ class Runner:
     def round(self) -> Iterator[tuple[tuple, float]]:
         """Yields (key, seconds per call) for every case."""
         for key, (fn, number) in self.runs.items():
-            for _ in range(number if self.primed else 0):
+            for _ in range(number):
                 fn()
             t = time.perf_counter()
             for _ in range(number):
