@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import math
 import os
@@ -59,19 +60,24 @@ def calls_per_sample(fn: Callable, target: float, most: int) -> int:
     return max(1, min(most, int(target / max(quickest, 1e-9))))
 
 
+PRIME_SECONDS = 0.1  # the untimed run before each sample lasts at least this (Runner)
+
+
 class Runner:
     """Times one library's cases in the calling process. ``cases`` maps a key (a
     tuple of JSON scalars) to a function making the function to time (so that inputs
     are made as each case warms up); ``warm`` runs each once (its kernels compile or
     load) and picks its calls per sample, ``round`` then gives one sample per case.
-    Each sample follows an untimed run of as many calls, so that it measures calls
-    made back to back, not the state the previous case or the pause between
-    libraries left: the caches, and the CPUs waking from ``time_rounds``' ``settle``
-    pause. Measured on 2 cores: lamina's relu on 16x64x56x56 float32 took 0.72-0.76
-    ms per call in samples of ~3 ms right after a 0.3 s pause, 0.25-0.28 ms without
-    one; even a whole training step, the convnet bench's VGG at batch 32 on two
-    threads, took 106-110 ms right after the pause and 79-83 back to back (on one
-    thread 126 and 125: the idle second CPU is slow to come back). ``close`` calls
+    Each sample follows an untimed run of as many calls, and of at least
+    PRIME_SECONDS, so that it measures calls made back to back, not the state the
+    previous case or the pause between libraries left: the caches, and the CPUs
+    waking from ``time_rounds``' ``settle`` pause. Measured on 2 cores: lamina's relu
+    on 16x64x56x56 float32 took 0.72-0.76 ms per call in samples of ~3 ms right after
+    a 0.3 s pause, 0.25-0.28 ms without one; even a whole training step, the convnet
+    bench's VGG at batch 32 on two threads, took 106-110 ms right after the pause and
+    79-83 back to back (on one thread 126 and 125: the idle second CPU is slow to come
+    back), and bench nn's first case, the NCHW convolution, 18-21 ms after one untimed
+    call against 10.6-10.9 back to back. ``close`` calls
     ``on_close`` (restoring what the runner changed, such as thread counts)."""
 
     def __init__(
@@ -99,8 +105,11 @@ class Runner:
     def round(self) -> Iterator[tuple[tuple, float]]:
         """Yields (key, seconds per call) for every case."""
         for key, (fn, number) in self.runs.items():
-            for _ in range(number):
+            primed = time.perf_counter() + PRIME_SECONDS
+            for i in itertools.count():
                 fn()
+                if i + 1 >= number and time.perf_counter() >= primed:
+                    break
             t = time.perf_counter()
             for _ in range(number):
                 fn()
