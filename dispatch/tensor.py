@@ -527,7 +527,13 @@ def sole_storage(t: Tensor) -> bool:
 
     It counts references, as PyTorch's AccumulateGrad counts uses: NumPy collapses
     chains of views, so every view of the storage holds the owning array (``root``)
-    as its ``base``, and every other tensor sharing ``t``'s arrays holds them."""
+    as its ``base``, and every other tensor sharing ``t``'s arrays holds them. The
+    counts are CPython's; where this interpreter counts otherwise (checked once, at
+    import, on tensors whose holders are known) it says False: a copy, never a guess."""
+    return _COUNTS_AS_EXPECTED and _counted_sole(t)
+
+
+def _counted_sole(t: Tensor) -> bool:
     data, flat = t._data, t._flat
     if type(data) is not np.ndarray:
         return False  # another device's storage, or an array subclass
@@ -565,3 +571,27 @@ def version_of(t: Tensor) -> int:
 
 
 core.set_tensor_type(Tensor)
+
+
+def _counts_as_expected() -> bool:
+    """Whether _counted_sole is right on tensors of every shape of storage, alone and
+    beside another holder (a detached tensor, a view, the storage itself)."""
+    f64 = from_numpy(np.dtype(np.float64))
+    fresh = [
+        from_flat(np.zeros(6), (6,), f64),
+        from_flat(np.zeros(6), (2, 3), f64),
+        from_array(np.zeros((2, 3))),
+        from_array(np.zeros((3, 2)).T),
+    ]
+    for t in fresh:
+        if not _counted_sole(t):
+            return False
+        for holder in (t.detach, lambda t=t: t._data[:1], lambda t=t: _root(t._data)):
+            held = holder()
+            if _counted_sole(t):
+                return False
+            del held
+    return True
+
+
+_COUNTS_AS_EXPECTED = _counts_as_expected()

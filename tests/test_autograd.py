@@ -21,6 +21,7 @@ import pytest
 
 import lamina as lm
 from lamina.autograd import DERIVATIVES, gradcheck
+from lamina.dispatch import tensor
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import sole_storage
 
@@ -1202,6 +1203,15 @@ def test_sole_storage_sees_every_other_holder():
     arr = np.ones(3)
     assert not sole_storage(lm.asarray(arr))  # arr is the storage
     assert not sole_storage(lm.broadcast_to(lm.ones(1), (4,)))  # a part-view of one value
+    assert tensor._counts_as_expected()  # the import-time check, on this interpreter
+
+
+def test_sole_storage_says_false_where_references_count_otherwise(monkeypatch):
+    monkeypatch.setattr(tensor, "_COUNTS_AS_EXPECTED", False)
+    assert not sole_storage(lm.ones(3))
+    x = leaf((3,))
+    lm.exp(x).backward(const(np.ones(3)))  # copied, still right
+    assert np.allclose(x.grad.numpy(), np.exp(x.numpy()))
 
 
 def test_a_fresh_first_gradient_is_taken_over_not_copied(monkeypatch):
