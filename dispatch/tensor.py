@@ -538,8 +538,10 @@ def _counted_sole(t: Tensor) -> bool:
     if type(data) is not np.ndarray:
         return False  # another device's storage, or an array subclass
     root = data if data.base is None else data.base
-    if type(root) is not np.ndarray or root.base is not None or root.size != data.size:
+    if type(root) is not np.ndarray or root.base is not None or root.nbytes != data.nbytes:
         return False  # memory NumPy does not own (a buffer, DLPack), or a part of it
+    if not (data.flags.writeable and root.flags.writeable):
+        return False  # a read-only view (broadcast_to's, sum's gradient) must stay one
     # The references to root from t's fields and from here: t._data, t._flat and the
     # locals data and flat, each when it is root itself, or its base; the local root;
     # getrefcount's argument. To data and flat, when not root: t's field, the local,
@@ -547,8 +549,7 @@ def _counted_sole(t: Tensor) -> bool:
     own = 2 * (data is root) + 2 * (flat is root) + 2
     own += (data.base is root) + (flat is not None and flat.base is root)
     return (
-        root.flags.writeable
-        and sys.getrefcount(root) == own
+        sys.getrefcount(root) == own
         and (data is root or sys.getrefcount(data) == 3)
         and (flat is None or flat is root or sys.getrefcount(flat) == 3)
     )

@@ -1248,6 +1248,16 @@ def test_a_first_gradient_others_can_see_is_copied(monkeypatch):
         assert not np.shares_memory(grad.numpy(), other.numpy())
 
 
+def test_a_read_only_gradient_is_copied_writable():
+    """sum's gradient is a broadcast view, read-only; over size-1 axes it is as big as
+    its storage, but must not become .grad (found by review)."""
+    for shape in ((), (1,), (1, 3)):
+        x = leaf(shape)
+        lm.sum(lm.sum(x, axis=0) * 2.0 if shape == (1, 3) else x * 2.0).backward()
+        x.grad += 1.0
+        assert np.allclose(x.grad.numpy(), 3.0)
+
+
 def test_a_taken_or_copied_gradient_keeps_the_leafs_layout():
     x = lm.nn.functional.to_layout(const(np.ones((2, 3, 4, 5))), "NHWC").requires_grad_()
     g = lm.nn.functional.to_layout(const(np.ones((2, 3, 4, 5))), "NHWC")
