@@ -5,8 +5,6 @@ to the command itself (no timed tests)."""
 
 import pytest
 
-import lamina as lm
-from lamina.dispatch import memory
 from lamina.tools.bench import main, nn, timing
 
 TINY = ["--shape", "1", "2", "6", "6", "--rounds", "1", "--settle", "0"]
@@ -55,20 +53,3 @@ def test_a_runner_times_the_cases_it_is_given():
         samples = dict(runner.round())
     assert list(samples) == [("relu", "NHWC"), ("relu", "NCHW")]
     assert all(s > 0 for s in samples.values())
-
-
-def test_lamina_is_timed_with_its_pool_allocator_unless_told(capsys):
-    """As in bench convnet; the pure-Python core has no pool, and says so. The forward +
-    backward cases need an input past the pool's 128 KiB threshold."""
-    shape = ["--shape", "2", "16", "32", "32", "--rounds", "1", "--settle", "0"]
-    for setting in ("on", "off"):
-        before = lm.memory.stats()["allocations"]
-        main(["nn", *shape, "--only", "relu", "--layout", "NCHW", "--no-torch", "--in-process"]
-             + ["--allocator", setting])  # fmt: skip
-        out, err = capsys.readouterr()
-        pooled = lm.memory.stats()["allocations"] > before
-        if memory.AVAILABLE:
-            assert f"pool allocator {setting})" in out and pooled == (setting == "on")
-        else:
-            assert "pool allocator off)" in out and not pooled
-            assert ("needs the C core" in err) == (setting == "on")
