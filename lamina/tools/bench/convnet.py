@@ -375,15 +375,8 @@ def runner(library: str, config: dict) -> timing.Runner:
         (m, mode, batch): functools.partial(step, lib, models[m], mode, batch, layout)
         for m, mode, batch in config["cases"]
     }
-    saved = lib.get_threads()
-    lib.set_threads(config["threads"])
-    unpool = timing.pool(library, config)
-
-    def close():
-        lib.set_threads(saved)
-        unpool()
-
-    return timing.Runner(library, cases, target=0.05, most=20, on_close=close)
+    undo = timing.apply_settings(library, config, lib.get_threads, lib.set_threads)
+    return timing.Runner(library, cases, target=0.05, most=20, on_close=undo)
 
 
 def _states(models: dict) -> dict:

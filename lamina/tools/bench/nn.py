@@ -209,15 +209,8 @@ def runner(library: str, config: dict) -> timing.Runner:
         (name, layout): functools.partial(known[name, layout].make, lib, data, layout)
         for name, layout in config["cases"]
     }
-    saved = lib.get_threads()
-    lib.set_threads(config["threads"])
-    unpool = timing.pool(library, config)
-
-    def close():
-        lib.set_threads(saved)
-        unpool()
-
-    return timing.Runner(library, cases, target=0.02, most=50, on_close=close)
+    undo = timing.apply_settings(library, config, lib.get_threads, lib.set_threads)
+    return timing.Runner(library, cases, target=0.02, most=50, on_close=undo)
 
 
 def measure(args):

@@ -139,15 +139,26 @@ def allocator_wanted(args) -> bool:
     return args.allocator == "on"
 
 
-def pool(library: str, config: dict) -> Callable[[], None]:
-    """Switches lamina's pool allocator on in a lamina runner whose ``config["allocator"]``
-    asks for it; returns what switches it back."""
-    if library != "lamina" or not config["allocator"]:
-        return lambda: None
-    import lamina as lm
+def apply_settings(
+    library: str, config: dict, get_threads: Callable[[], int], set_threads: Callable
+) -> Callable[[], None]:
+    """Gives a runner's library ``config["threads"]`` threads and, for lamina when
+    ``config["allocator"]`` asks for it, its pool allocator; returns what undoes both
+    (the runner's ``on_close``)."""
+    saved = get_threads()
+    set_threads(config["threads"])
+    pooled = library == "lamina" and config["allocator"]
+    if pooled:
+        import lamina as lm
 
-    lm.layers.enable("allocator")
-    return lambda: lm.layers.disable("allocator")
+        lm.layers.enable("allocator")
+
+    def undo():
+        set_threads(saved)
+        if pooled:
+            lm.layers.disable("allocator")
+
+    return undo
 
 
 class Child:
