@@ -785,13 +785,13 @@ def _weight_grad(x, gk, alg, geo, order):
 
 
 def _bias_grad(gk, order):
-    """grad summed over every axis but the channels: in each part of a split weight
-    gradient, beside its GEMMs (serially after them it took 0.66 ms of VGG's first
-    layer at batch 64, NCHW); einsum's sum was 2.7x NumPy's sum over axes (0, 2)."""
-    n, c = gk.shape[0], gk.shape[-1 if order == NHWC else 1]
+    """grad summed over every axis but the channels, in each part of a split weight
+    gradient (serially after the split it took 0.66 ms of VGG's first layer at batch
+    64, NCHW). By einsum: 2.7x faster than NumPy's sum over axes (0, 2) in NCHW, 4.6x
+    than its sum over rows in NHWC, as accurate."""
     if order == NHWC:
-        return np.einsum("pc->c", gk.reshape(-1, c))
-    return np.einsum("ncp->c", gk.reshape(n, c, -1))
+        return np.einsum("pc->c", gk.reshape(-1, gk.shape[-1]))
+    return np.einsum("ncp->c", gk.reshape(gk.shape[0], gk.shape[1], -1))
 
 
 # ---------------------------------------------------------------- linear
