@@ -14,7 +14,7 @@ import pytest
 
 import lamina as lm
 from lamina.backends.numba_cpu import gemm
-from lamina.backends.numba_cpu.nn import conv, winograd
+from lamina.backends.numba_cpu.nn import conv, pooling, winograd
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -150,10 +150,24 @@ POOL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.fixture(params=["transposed", "direct"])
+def nchw_indices(request, monkeypatch):
+    """Either NCHW kernel of pooling with indices (Note [NCHW indices]), whatever the
+    windows and widths."""
+    monkeypatch.setattr(pooling, "_direct_nchw", lambda *window: request.param == "direct")
+    return request.param
+
+
+POOL_KERNELS = [("NCHW", "transposed"), ("NCHW", "direct"), ("NHWC", "transposed")]
+
+
+@pytest.mark.parametrize(
+    "layout, nchw_kernel", POOL_KERNELS, ids=["-".join(k) for k in POOL_KERNELS]
+)
 @pytest.mark.parametrize("case", POOL_CASES, ids=[c[0] for c in POOL_CASES])
 @pytest.mark.parametrize("fn", [F.max_pool2d, F.min_pool2d], ids=["max", "min"])
-def test_max_and_min_pool_match_the_oracle(fn, case, layout):
+def test_max_and_min_pool_match_the_oracle(fn, case, layout, nchw_kernel, monkeypatch):
+    monkeypatch.setattr(pooling, "_direct_nchw", lambda *window: nchw_kernel == "direct")
     x = image((2, 3, 7, 6), layout, requires_grad=True)
     out, indices = check_against_oracle(lambda x: fn(x, **case[1], return_indices=True), [x])
     assert F.layout_of(out) == F.layout_of(indices) == layout
@@ -164,7 +178,7 @@ def test_max_and_min_pool_match_the_oracle(fn, case, layout):
     np.testing.assert_array_equal(picked.reshape(out.shape), out.numpy())
 
 
-def test_max_pool_ties_and_nans_follow_pytorch():
+def test_max_pool_ties_and_nans_follow_pytorch(nchw_indices):
     x = lm.asarray(np.array([[[[1.0, 1.0, 0.0], [1.0, 0.5, 2.0], [np.nan, 3.0, 3.0]]]]))
     out, idx = F.max_pool2d(x, 2, 1, return_indices=True)
     assert idx.tolist() == [[[[0, 5], [6, 7]]]]  # the first maximum wins ties; NaN wins
@@ -488,6 +502,29 @@ def test_parallel_nchw_pooling_without_autograd_equals_the_serial_one(fn, two_th
         lm.set_num_threads(2)
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[0, 3, 5, 5]) and np.isnan(got).sum() == 4
+
+
+@pytest.mark.parametrize("window", [(2, 2, 0), (2, 2, 1), (3, 3, 0)], ids=str)
+def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_threads):
+    """Note [NCHW indices]: pool_nchw, chosen by itself here (non-overlapping windows,
+    rows at least DIRECT_COLUMNS wide), serial and in parallel, against the NHWC
+    kernel on the same values: ties, a NaN, -inf windows and padding included."""
+    kernel, stride = window[:2]
+    data = np.round(image((2, 8, 70, 66), "NCHW", dtype=np.float32).numpy() * 2) / 2
+    data[0, 3, 11, 11], data[1, 5, :6, :6] = np.nan, -np.inf
+    assert pooling._direct_nchw((kernel,) * 2, (stride,) * 2, 66 // stride)
+    with lm.no_grad():
+        want = F.max_pool2d(F.to_layout(lm.asarray(data), "NHWC"), *window, return_indices=True)
+        for threads in (2, 1):
+            lm.set_num_threads(threads)
+            for fn in (F.max_pool2d, F.min_pool2d):
+                got = fn(lm.asarray(data), *window, return_indices=True)
+                ref = fn(F.to_layout(lm.asarray(data), "NHWC"), *window, return_indices=True)
+                assert F.layout_of(got[0]) == "NCHW"
+                for g, r in zip(got, ref):
+                    np.testing.assert_array_equal(g.numpy(), r.numpy())
+    assert np.isnan(want[0].numpy()).sum() == 1
+    assert want[1].numpy().max() < 70 * 66  # the -inf windows keep an input position
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
