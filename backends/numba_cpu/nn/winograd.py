@@ -38,6 +38,7 @@ sized so its transformed input and products stay in the L2 cache (BLOCK_BYTES); 
 t of it is r's tile column tx at (r - r0) * tw + tx.
 """
 
+import math
 import os
 
 import numpy as np
@@ -420,10 +421,11 @@ def forward(x, u, alg, geo, layout, bias, out) -> bool:
         t = (r1 - r0) * tw
         v = scratch((36, t, geo.cin), dtype, v_cache)
         m = scratch((36, t, geo.c_out), dtype, m_cache)
-        if not np.isfinite(transform(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)):
+        check = transform(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)
+        if not math.isfinite(check):  # math's: a block's Python time is held under the GIL
             return False
         np.matmul(v, u, out=m)
-        if not np.isfinite(finish(m, geo.ho, geo.wo, r0, r1, th, bias, tmp_out, rows, out)):
+        if not math.isfinite(finish(m, geo.ho, geo.wo, r0, r1, th, bias, tmp_out, rows, out)):
             return False
     return True
 
@@ -448,7 +450,7 @@ def weight_grad(x, g, alg, geo, layout):
         z = scratch((36, t, geo.c_out), dtype, z_cache)
         check = transform_x(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)
         check += transform_g(g, geo.ho, geo.wo, r0, r1, th, gslab, tmp_g, z)
-        if not np.isfinite(check):
+        if not math.isfinite(check):
             return None
         np.matmul(v.transpose(0, 2, 1), z, out=part)
         total += part
