@@ -154,7 +154,7 @@ POOL_CASES = [
 def nchw_indices(request, monkeypatch):
     """Either NCHW kernel of pooling with indices (Note [NCHW indices]), whatever the
     windows and widths."""
-    monkeypatch.setattr(pooling, "_direct_nchw", lambda *window: request.param == "direct")
+    monkeypatch.setattr(pooling, "_direct_nchw", lambda plane_bytes: request.param == "direct")
     return request.param
 
 
@@ -167,7 +167,7 @@ POOL_KERNELS = [("NCHW", "transposed"), ("NCHW", "direct"), ("NHWC", "transposed
 @pytest.mark.parametrize("case", POOL_CASES, ids=[c[0] for c in POOL_CASES])
 @pytest.mark.parametrize("fn", [F.max_pool2d, F.min_pool2d], ids=["max", "min"])
 def test_max_and_min_pool_match_the_oracle(fn, case, layout, nchw_kernel, monkeypatch):
-    monkeypatch.setattr(pooling, "_direct_nchw", lambda *window: nchw_kernel == "direct")
+    monkeypatch.setattr(pooling, "_direct_nchw", lambda plane_bytes: nchw_kernel == "direct")
     x = image((2, 3, 7, 6), layout, requires_grad=True)
     out, indices = check_against_oracle(lambda x: fn(x, **case[1], return_indices=True), [x])
     assert F.layout_of(out) == F.layout_of(indices) == layout
@@ -504,15 +504,14 @@ def test_parallel_nchw_pooling_without_autograd_equals_the_serial_one(fn, two_th
     assert np.isnan(got[0, 3, 5, 5]) and np.isnan(got).sum() == 4
 
 
-@pytest.mark.parametrize("window", [(2, 2, 0), (2, 2, 1), (3, 3, 0)], ids=str)
+@pytest.mark.parametrize("window", [(2, 2, 0), (2, 2, 1), (3, 3, 0), (3, 2, 1), (3, 1, 1)], ids=str)
 def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_threads):
-    """Note [NCHW indices]: pool_nchw, chosen by itself here (non-overlapping windows,
-    rows at least DIRECT_COLUMNS wide), serial and in parallel, against the NHWC
-    kernel on the same values: ties, a NaN, -inf windows and padding included."""
-    kernel, stride = window[:2]
+    """Note [NCHW indices]: pool_nchw, chosen by itself here (planes of more than 4
+    KB), serial and in parallel, against the NHWC kernel on the same values: ties, a
+    NaN, -inf windows, overlapping windows and padding included."""
     data = np.round(image((2, 8, 70, 66), "NCHW", dtype=np.float32).numpy() * 2) / 2
     data[0, 3, 11, 11], data[1, 5, :6, :6] = np.nan, -np.inf
-    assert pooling._direct_nchw((kernel,) * 2, (stride,) * 2, 66 // stride)
+    assert pooling._direct_nchw(70 * 66 * 4)
     with lm.no_grad():
         want = F.max_pool2d(F.to_layout(lm.asarray(data), "NHWC"), *window, return_indices=True)
         for threads in (2, 1):
@@ -523,7 +522,9 @@ def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_thr
                 assert F.layout_of(got[0]) == "NCHW"
                 for g, r in zip(got, ref):
                     np.testing.assert_array_equal(g.numpy(), r.numpy())
-    assert np.isnan(want[0].numpy()).sum() == 1
+    kernel, stride, padding = window
+    covering = [o for o in range(want[0].shape[-1]) if 0 <= 11 + padding - o * stride < kernel]
+    assert np.isnan(want[0].numpy()).sum() == len(covering) ** 2  # the windows around it
     assert want[1].numpy().max() < 70 * 66  # the -inf windows keep an input position
 
 

@@ -342,19 +342,22 @@ def _as_nhwc(a, layout):
 # 32 x 32, 3x3 stride 2, 7.2 -> 3.8 ms (PyTorch 8.2); 16 x 64 x 56 x 56 20.7 -> 6.9 ms.
 # With several threads the batch's images are split over them (threads.split), each
 # part transposing its own images: NumPy's copies run on one thread.
-# Windows that do not overlap (kernel = stride, VGG's 2x2 stride 2) on planes at least
-# DIRECT_COLUMNS outputs wide run pool_nchw instead, with no copies: each input value
-# is read once, and the transposed copies were most of the time. Measured on VGG's
-# pools at batch 32, float32: 16 x 64 x 64 planes 5.0 -> 1.85 ms on one thread, 3.6 ->
-# 1.2 on two; 32 x 32 x 32 3.0 -> 1.2 and 1.6 -> 0.62. It is slower elsewhere: 3x3
-# stride 2 on 16 x 64 x 56 x 56 (windows overlap, rows are folded again) 5.9 -> 7.6
-# ms, 2x2 on 16 x 16 planes (8 outputs a row: the loops' setup) 0.73 -> 2.0 ms.
-DIRECT_COLUMNS = 16
+# On big planes pool_nchw runs instead, with no copies: a transposition reads each
+# channel's plane in turn, so once a plane is a page (4 KB) or more every read of it is
+# on another page, and the copies took most of the time. Measured one thread, float32,
+# 32 images of 32 channels, transposed -> pool_nchw, ms: 32 x 32 planes 3.42 -> 2.20
+# (3x3 stride 2 padding 1), 8.04 -> 4.25 (3x3 stride 1), 3.04 -> 1.25 (2x2 stride 2);
+# 64 x 64: 14.9 -> 8.1, 33.2 -> 13.5, 13.9 -> 3.8; 48 x 48 and 56 x 56 alike but
+# for 3x3 stride 2 on 56 x 56, 7.37 -> 8.55. On smaller planes the transposed copies
+# stay in the cache and pool_nchw's short rows cost more (28 x 28: 1.14 -> 5.48, 4.55
+# -> 5.32, 0.86 -> 2.99). On two threads, VGG's first pool (16 x 64 x 64 planes, 2x2)
+# 3.6 -> 1.2 ms.
+DIRECT_BYTES = 4096
 
 
-def _direct_nchw(kernel_size, stride, wo):
+def _direct_nchw(plane_bytes):
     """Whether NCHW pooling with indices runs pool_nchw (Note [NCHW indices])."""
-    return tuple(kernel_size) == tuple(stride) and wo >= DIRECT_COLUMNS
+    return plane_bytes >= DIRECT_BYTES
 
 
 def _pool(better, init, with_indices):
@@ -380,7 +383,7 @@ def _pool(better, init, with_indices):
         elif layout == NHWC:
             args = (x, out, idx, fh, ch, dh, fw, cw, dw, init)
             _run(pool_nhwc, templates, x.dtype, x.size, *args)
-        elif _direct_nchw(kernel_size, stride, wo):  # Note [NCHW indices]
+        elif _direct_nchw(h * w * x.itemsize):  # Note [NCHW indices]
             rows = _work_rows(n * c * ho, wo, kw, sw, dw, init, x.dtype)
             vals, cols = (np.empty((len(rows), wo), t) for t in (x.dtype, np.int64))
             planes = (a.reshape(n * c, *a.shape[2:]) for a in (x, out, idx))
