@@ -15,6 +15,7 @@ import pytest
 import lamina as lm
 from lamina.backends.numba_cpu import gemm
 from lamina.backends.numba_cpu.nn import conv, pooling, winograd
+from lamina.backends.threads import PARALLEL_ELEMENTS
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -147,6 +148,8 @@ POOL_CASES = [
     ("ceil_mode", _kw(kernel_size=3, stride=2, ceil_mode=True)),
     ("dilated_rect", _kw(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), dilation=(2, 1))),
     ("ceil_padded", _kw(kernel_size=(3, 2), stride=2, padding=1, ceil_mode=True)),
+    ("dilated_columns", _kw(kernel_size=3, padding=1, dilation=(1, 3))),
+    ("gaps_padded", _kw(kernel_size=3, stride=3, padding=1)),  # a last column no window covers
 ]
 
 
@@ -185,6 +188,8 @@ def test_max_pool_ties_and_nans_follow_pytorch(nchw_indices):
     assert np.isnan(out.numpy()[0, 0, 1, 0]) and out.numpy()[0, 0, 0, 0] == 1.0
     nans = lm.asarray(np.array([[[[np.nan, 1.0, np.nan, 0.0]]]]))
     assert F.max_pool2d(nans, (1, 4), return_indices=True)[1].item() == 2  # the last NaN
+    rows = lm.asarray(np.array([[[[0.0, np.nan], [np.nan, 1.0]]]]))
+    assert F.max_pool2d(rows, 2, return_indices=True)[1].item() == 2  # in the last row too
     all_inf = lm.full((1, 1, 2, 2), -np.inf)
     out, idx = F.max_pool2d(all_inf, 2, return_indices=True)
     assert out.item() == -np.inf and idx.item() == 0  # the window's first position
@@ -509,9 +514,10 @@ def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_thr
     """Note [NCHW indices]: pool_nchw, chosen by itself here (planes of more than 4
     KB), serial and in parallel, against the NHWC kernel on the same values: ties, a
     NaN, -inf windows, overlapping windows and padding included."""
-    data = np.round(image((2, 8, 70, 66), "NCHW", dtype=np.float32).numpy() * 2) / 2
+    data = np.round(image((4, 8, 70, 66), "NCHW", dtype=np.float32).numpy() * 2) / 2
     data[0, 3, 11, 11], data[1, 5, :6, :6] = np.nan, -np.inf
     assert pooling._direct_nchw(70 * 66 * 4)
+    assert data.size >= PARALLEL_ELEMENTS  # the prange variant on two threads
     with lm.no_grad():
         want = F.max_pool2d(F.to_layout(lm.asarray(data), "NHWC"), *window, return_indices=True)
         for threads in (2, 1):
