@@ -836,6 +836,21 @@ def test_parallel_kernels(two_threads):
         I.assert_matches(-x, -a, "float64")  # unary flat_parallel
         c = lm.asarray(a > 0)
         I.assert_matches(lm.where(c.T, x.T, 0.0), np.where(a.T > 0, a.T, 0.0), "float64")
+        # a tensor with a scalar (scalar_parallel), on either side, a Python number or a
+        # size-1 tensor broadcast over it
+        I.assert_matches(x * 0.5, a * 0.5, "float64")
+        I.assert_matches(2.0 - x, 2.0 - a, "float64")
+        I.assert_matches(x / lm.asarray([[4.0]]), a / 4.0, "float64")
+        I.assert_matches(lm.asarray(3.0) - x, 3.0 - a, "float64")
+        # in place on a contiguous target (inplace_parallel, Note [In-place loops]): a
+        # tensor of its shape, itself, a scalar, a size-1 tensor
+        t = lm.asarray(a.copy())
+        t -= x
+        t += lm.asarray(a[::-1].copy())
+        t *= t
+        t /= 4.0
+        t -= lm.asarray([[0.25]])
+        I.assert_matches(t, (a - a + a[::-1]) ** 2 / 4.0 - 0.25, "float64")
     with lm.backends.use("numpy_ref"):
         I.assert_matches(x[:, ::-1] + y, a[:, ::-1] + b, "float64")
 

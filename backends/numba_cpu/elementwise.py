@@ -39,6 +39,7 @@ threads.on_change(_set_threshold)
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar}
+_INPLACE = {2: K.binary_inplace}
 # the C core's loops by form (reference.LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED) and arity
 _C_LOOPS = {
     (core.LOOP_FLAT, 1): K.unary_cloop,
@@ -73,6 +74,8 @@ class Elementwise:
         self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, jit.prange))
         self.scalar = jit.Family(lambda i: self._compile(_SCALAR, i, range))
         self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, jit.prange))
+        self.inplace = jit.Family(lambda i: self._compile(_INPLACE, i, range))
+        self.inplace_parallel = jit.Family(lambda i: self._compile(_INPLACE, i, jit.prange))
         # Note [Fast path]: the result dtype of a call whose inputs all have dtype i and
         # need no promotion, or None where dtype i must go through the general path.
         self.fast_out = []
@@ -108,6 +111,8 @@ class Elementwise:
             sig = types.void(*ins, out)
         elif family is _SCALAR:
             sig = types.void(ins[0], jit.numba.from_dtype(comp.np), out, types.boolean)
+        elif family is _INPLACE:
+            sig = types.void(out, ins[1])
         else:
             operand = (types.int64, jit.index())  # offset, strides
             sig = types.void(out, *operand, *[t for a in ins for t in (a, *operand)], jit.index())
@@ -146,15 +151,27 @@ class Elementwise:
         if n >= self.simd_min and comp.kind == "f":
             self.run_simd(out, *arrays)
             return
-        i = comp.index
-        if out.flags.c_contiguous and all(
-            a.shape == out.shape and a.flags.c_contiguous for a in arrays
-        ):
-            flat = self.flat if n < _parallel_min else self.flat_parallel
-            flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))
-        else:
-            strided = self.strided if n < _parallel_min else self.strided_parallel
-            strided[i](*strided_args(out.shape, [out, *arrays]))
+        i, parallel = comp.index, n >= _parallel_min
+        if out.flags.c_contiguous:
+            dense = [a.shape == out.shape and a.flags.c_contiguous for a in arrays]
+            if self.arity == 2 and (dense[0] or dense[1]):
+                a, b = arrays
+                if a is out and (dense[1] or b.size == 1):  # Note [In-place loops]
+                    inplace = self.inplace_parallel if parallel else self.inplace
+                    inplace[i](out.reshape(-1), b.reshape(-1))
+                    return
+                if not all(dense) and (a.size == 1 or b.size == 1):  # a tensor and a scalar
+                    scalar = self.scalar_parallel if parallel else self.scalar
+                    first = not dense[0]
+                    tensor, v = (b, a) if first else (a, b)
+                    scalar[i](tensor.reshape(-1), v.reshape(-1)[0], out.reshape(-1), first)
+                    return
+            if all(dense):
+                flat = self.flat_parallel if parallel else self.flat
+                flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))
+                return
+        strided = self.strided_parallel if parallel else self.strided
+        strided[i](*strided_args(out.shape, [out, *arrays]))
 
     def run_simd(self, out, *arrays):
         with np.errstate(all="ignore"):  # lamina never warns on inf/nan results

@@ -674,6 +674,29 @@ def binary_scalar(fn, loop):
     return kernel
 
 
+# Note [In-place loops]: ``x1 op= x2`` reads and writes x1 at the same index, which
+# is safe to vectorize, but passed to binary_flat as both an input and the output, x1
+# fails LLVM's runtime overlap check and the loop runs one element at a time: measured
+# on 589,824 float32, ``p -= g`` took 235 us that way against 68 us for binary_inplace,
+# ``p -= 0.5`` 184 against 48 (``a - b`` into a new array: 96 us).
+
+
+def binary_inplace(fn, loop):
+    """``out = fn(out, b)`` elementwise on a contiguous ``out``: ``b`` has its size, or
+    one element (a scalar, or a size-1 tensor broadcast over ``out``)."""
+
+    def kernel(out, b):
+        if b.size == 1:
+            v = b[0]
+            for i in loop(out.size):
+                out[i] = fn(out[i], v)
+        else:
+            for i in loop(out.size):
+                out[i] = fn(out[i], b[i])
+
+    return kernel
+
+
 def ternary_flat(fn, loop):
     def kernel(a, b, c, out):
         for i in loop(out.size):
