@@ -437,6 +437,7 @@ FLOAT32 = [
     ("max_pool", lambda x, w: F.max_pool2d(x, 3, 2, padding=1)),
     ("avg_pool", lambda x, w: F.avg_pool2d(x, 3, 2, padding=1)),
     ("adaptive", lambda x, w: F.adaptive_avg_pool2d(x, 2)),
+    ("global_avg", lambda x, w: F.adaptive_avg_pool2d(x, 1)),
     ("lrn", lambda x, w: F.local_response_norm(x, 5)),
     ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True)),
     ("relu", lambda x, w: F.relu(x)),

@@ -491,10 +491,28 @@ def _adaptive_tables(h, w, ho, wo, dtype):
     return fh, ch, fw, cw, (1.0 / np.outer(ch, cw)).astype(dtype)
 
 
+# Note [Global average pooling]: adaptive pooling to 1 x 1 (the head of Inception and
+# ResNet) is each plane's mean: einsum's sum over the plane's pixels, and for the
+# backward a broadcast. The window kernels run NCHW planes as images of one channel
+# (Note [Pooling kernels]), one pixel at a time: measured on 64 x 128 x 8 x 8 float32,
+# one thread, NCHW, forward 2.0 ms -> 0.05 ms (PyTorch 0.055 ms), backward 2.3 -> 0.07.
+
+
+def _plane_sums(x, layout, n, c, h, w):
+    """(n, c): the sum of each image's plane of each channel."""
+    if layout == NHWC:
+        return np.einsum("npc->nc", x.reshape(n, h * w, c))
+    return np.einsum("ncp->nc", x.reshape(n, c, h * w))
+
+
 def adaptive_avg_pool2d(ks, input, output_size):
     x, layout, unbatched = image(input)
     n, c, h, w = input._shape if not unbatched else (1, *input._shape)
     ho, wo = output_size
+    if (ho, wo) == (1, 1):  # Note [Global average pooling]
+        means = _plane_sums(x, layout, n, c, h, w) * x.dtype.type(1 / (h * w))
+        shape = (n, 1, 1, c) if layout == NHWC else (n, c, 1, 1)
+        return from_array(logical(means.reshape(shape), layout, unbatched))
     out = np.empty((n, ho, wo, c) if layout == NHWC else (n, c, ho, wo), x.dtype)
     tables = _adaptive_tables(h, w, ho, wo, x.dtype)
     _run(avg_nhwc, (), x.dtype, x.size, _as_nhwc(x, layout), _as_nhwc(out, layout), *tables)
@@ -525,6 +543,13 @@ def avg_pool2d_backward(ks, grad, input, kernel_size, stride, padding, ceil_mode
 def adaptive_avg_pool2d_backward(ks, grad, input):
     h, w = input._shape[-2:]
     ho, wo = grad._shape[-2:]
+    if (ho, wo) == (1, 1):  # Note [Global average pooling]: every pixel gets g / (h w)
+        _, layout, unbatched = image(input)
+        g = in_layout(grad._data, layout, unbatched)  # (n, c, 1, 1) or NHWC's (n, 1, 1, c)
+        n, c = g.shape[0], g.shape[3 if layout == NHWC else 1]
+        gx = np.empty((n, h, w, c) if layout == NHWC else (n, c, h, w), g.dtype)
+        np.multiply(g, g.dtype.type(1 / (h * w)), out=gx)
+        return from_array(logical(gx, layout, unbatched))
     return _avg_backward(grad, input, _adaptive_tables(h, w, ho, wo, grad._data.dtype))
 
 
