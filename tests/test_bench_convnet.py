@@ -3,6 +3,8 @@ with PyTorch installed, the agreement check passes for identical models and catc
 a model whose weights differ; the command prints its table. Timing is left to the
 command itself (no timed tests)."""
 
+import argparse
+import json
 import math
 
 import numpy as np
@@ -86,6 +88,32 @@ def test_command_prints_a_table(where, capsys):
     row = lines[header + 2].split()
     assert row[:3] == ["alexnet", "infer", "1"] and float(row[3]) > 0
     assert "PyTorch not used" in out
+
+
+def test_several_thread_counts_give_a_column_each_and_the_scaling(capsys):
+    main(["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1", "--mode", "infer"]
+         + ["--no-torch", "--settle", "0", "--threads", "1,2", "--json"])  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [(r["model"], r["batch"], r["threads"]) for r in rows] == [
+        ("alexnet", 1, 1),
+        ("alexnet", 1, 2),
+    ]
+    assert all(r["lamina_images_per_second"] > 0 for r in rows)
+    args = convnet_args(["--threads", "1,2"])
+    results = {("alexnet", "infer", 1): {("lamina", 1): 0.5, ("lamina", 2): 0.25}}
+    cases = [convnet.Case("alexnet", "infer", 1)]
+    table = convnet.report(args, cases, results, [convnet._lamina()], {}).splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("model"))
+    assert table[header].split()[3:] == ["lamina", "1t", "lamina", "2t", "lamina", "2t/1t"]
+    assert table[header + 2].split()[3:] == ["2.0", "4.0", "2.00x"]
+    with pytest.raises(SystemExit, match="one thread count"):
+        main(["convnet", "--threads", "1,2", "--in-process"])
+
+
+def convnet_args(argv):
+    parser = argparse.ArgumentParser()
+    convnet.add_arguments(parser)
+    return parser.parse_args(argv)
 
 
 # both benches (bench nn's forward + backward arrays must pass the pool's 128 KiB)

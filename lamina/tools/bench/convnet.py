@@ -25,6 +25,7 @@ thousands of page faults, which two threads then take in turn.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -388,8 +389,11 @@ def _states(models: dict) -> dict:
 
 
 def measure(args):
-    """(cases, {(model, mode, batch): {library: median seconds}}, libraries,
-    {model: Agreement}); models that disagree with PyTorch are left out of the results."""
+    """(cases, {(model, mode, batch): {(library, threads): median seconds}}, libraries,
+    {model: Agreement}); models that disagree with PyTorch are left out of the results.
+    Every thread count of ``args.threads`` has runners of its own, and all of them are
+    interleaved round by round, so that the scaling columns compare samples taken
+    side by side."""
     import lamina as lm
 
     libs = [_lamina()]
@@ -413,21 +417,29 @@ def measure(args):
     cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
     states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
     allocator = timing.allocator_wanted(args)
-    with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
-        config = {
-            "weights": os.path.join(tmp, "weights.npz"),
-            "layout": args.layout,
-            "threads": args.threads,
-            "allocator": allocator,
-            "cases": [[c.model, c.mode, c.batch] for c in cases],
-        }
-        save_states(config["weights"], states)
-        names = [lib.name for lib in libs]
-        with timing.started("convnet", names, config, args.in_process) as runners:
-            samples = timing.time_rounds(runners, len(cases), args.rounds, args.settle)
+    names = [lib.name for lib in libs]
+    with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp, contextlib.ExitStack() as on:
+        weights = os.path.join(tmp, "weights.npz")
+        save_states(weights, states)
+        runners = []
+        for threads in args.threads:
+            config = {
+                "weights": weights,
+                "layout": args.layout,
+                "threads": threads,
+                "allocator": allocator,
+                "cases": [[c.model, c.mode, c.batch] for c in cases],
+            }
+            tag = f" {threads}t"
+            runners += on.enter_context(
+                timing.started("convnet", names, config, args.in_process, tag)
+            )
+        samples = timing.time_rounds(runners, len(cases), args.rounds, args.settle)
     results = {
         (c.model, c.mode, c.batch): {
-            lib.name: statistics.median(samples[c.model, c.mode, c.batch, lib.name]) for lib in libs
+            (n, t): statistics.median(samples[c.model, c.mode, c.batch, f"{n} {t}t"])
+            for n in names
+            for t in args.threads
         }
         for c in cases
     }
@@ -449,28 +461,54 @@ def _table(head: list[str], rows: list[list[str]], left: int) -> list[str]:
     return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def _columns(args, peer: bool) -> list[tuple[str, Callable]]:
+    """(heading, cell(batch, one case's results)) of the table's measured columns: per
+    thread count lamina's images/s, and PyTorch's with lamina / PyTorch; with several
+    thread counts, then each library's scaling from the first count to the last."""
+    counts, libs = args.threads, ["lamina", "torch"] if peer else ["lamina"]
+    several = len(counts) > 1
+
+    def rate(lib, t):
+        return lambda b, r: f"{b / r[lib, t]:.1f}"
+
+    def ratio(t):
+        return lambda b, r: f"{r['torch', t] / r['lamina', t]:.2f}x"
+
+    def scaling(lib):
+        return lambda b, r: f"{r[lib, counts[0]] / r[lib, counts[-1]]:.2f}x"
+
+    columns = []
+    for t in counts:
+        at = f" {t}t" if several else " img/s"
+        columns.append((f"lamina{at}", rate("lamina", t)))
+        if peer:
+            columns.append((f"torch{at}", rate("torch", t)))
+            columns.append((f"lamina/torch{f' {t}t' if several else ''}", ratio(t)))
+    if several:
+        for lib in libs:
+            columns.append((f"{lib} {counts[-1]}t/{counts[0]}t", scaling(lib)))
+    return columns
+
+
 def report(args, cases, results, libs, agreements) -> str:
     peer = len(libs) > 1
     versions = " and ".join(f"{lib.name} {lib.version}" for lib in libs)
+    threads = ", ".join(map(str, args.threads))
     lines = [
         f"convnets on {'x'.join(map(str, IMAGE))} float32 images, "
-        f"{CLASSES} classes, layout {args.layout}, {args.threads} thread(s), images/s "
+        f"{CLASSES} classes, layout {args.layout}, {threads} thread(s), images/s "
         f"(median of {args.rounds} rounds; {versions}"
         + (", interleaved" if peer else "")
         + (", in this process" if args.in_process else ", each in its own process")
         + f"; lamina's pool allocator {args.allocator})",
         "",
     ]
-    head = ["model", "mode", "batch", "lamina img/s"]
-    if peer:
-        head += ["torch img/s", "lamina/torch"]
+    columns = _columns(args, peer)
+    head = ["model", "mode", "batch"] + [name for name, _ in columns]
     rows = []
     for c in cases:
         r = results[c.model, c.mode, c.batch]
-        cells = [c.model, c.mode, str(c.batch), f"{c.batch / r['lamina']:.1f}"]
-        if peer:
-            cells += [f"{c.batch / r['torch']:.1f}", f"{r['torch'] / r['lamina']:.2f}x"]
-        rows.append(cells)
+        rows.append([c.model, c.mode, str(c.batch)] + [cell(c.batch, r) for _, cell in columns])
     if rows:
         lines += _table(head, rows, left=2)
     else:
@@ -493,11 +531,12 @@ def _json(args, cases, results, libs, agreements) -> str:
     rows = []
     for c in cases:
         r = results[c.model, c.mode, c.batch]
-        row = {"model": c.model, "mode": c.mode, "batch": c.batch}
-        for lib in libs:
-            row[f"{lib.name}_seconds"] = r[lib.name]
-            row[f"{lib.name}_images_per_second"] = c.batch / r[lib.name]
-        rows.append(row)
+        for t in args.threads:
+            row = {"model": c.model, "mode": c.mode, "batch": c.batch, "threads": t}
+            for lib in libs:
+                row[f"{lib.name}_seconds"] = r[lib.name, t]
+                row[f"{lib.name}_images_per_second"] = c.batch / r[lib.name, t]
+            rows.append(row)
     out = {
         "threads": args.threads,
         "layout": args.layout,
@@ -535,7 +574,9 @@ def _pyplot():
 
 
 def plot(path, args, cases, results, libs) -> None:
-    """images/s against batch size, one panel per model, a line per library and mode."""
+    """images/s against batch size, one panel per model, a line per library, mode and
+    thread count (a colour per library, a line style per mode, fainter for fewer
+    threads)."""
     plt = _pyplot()
     models = list(dict.fromkeys(c.model for c in cases))
     if not models:
@@ -548,38 +589,52 @@ def plot(path, args, cases, results, libs) -> None:
             if not mine:
                 continue
             for lib, color in zip(libs, ("tab:blue", "tab:orange")):
-                ys = [c.batch / results[c.model, c.mode, c.batch][lib.name] for c in mine]
-                xs = [c.batch for c in mine]
-                ax.plot(xs, ys, style, color=color, label=f"{lib.name} {mode}")
+                for t in args.threads:
+                    ys = [c.batch / results[c.model, c.mode, c.batch][lib.name, t] for c in mine]
+                    xs = [c.batch for c in mine]
+                    alpha = 1.0 if t == max(args.threads) else 0.45
+                    label = f"{lib.name} {mode}" + (f" {t}t" if len(args.threads) > 1 else "")
+                    ax.plot(xs, ys, style, color=color, alpha=alpha, label=label)
         ax.set_xscale("log", base=2)
         ax.set_xticks(batches, [str(b) for b in batches])
         ax.set_title(model)
         ax.set_xlabel("batch size")
         ax.set_ylabel("images/s")
         ax.legend()
-    fig.suptitle(f"{args.layout}, {args.threads} thread(s)")
+    fig.suptitle(f"{args.layout}, {', '.join(map(str, args.threads))} thread(s)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def _batches(text: str) -> list[int]:
-    try:
-        batches = [int(b) for b in text.split(",") if b.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--batch: expected sizes like 1,8,32, got {text!r}"
-        ) from None
-    if not batches or min(batches) < 1:
-        raise argparse.ArgumentTypeError(f"--batch: sizes must be positive, got {text!r}")
-    return batches
+def _counts(option: str, example: str) -> Callable[[str], list[int]]:
+    """The parser of a comma-separated list of positive whole numbers."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            counts = [int(b) for b in text.split(",") if b.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{option}: expected numbers like {example}, got {text!r}"
+            ) from None
+        if not counts or min(counts) < 1:
+            raise argparse.ArgumentTypeError(f"{option}: numbers must be positive, got {text!r}")
+        return counts
+
+    return parse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=[*ARCHITECTURES, "all"], default="all")
     p.add_argument("--mode", choices=["train", "infer", "both"], default="both")
-    p.add_argument("--batch", type=_batches, default=[8, 32], help="batch sizes (8,32)")
-    p.add_argument("--threads", type=int, default=2, help="threads of both libraries (2)")
+    p.add_argument("--batch", type=_counts("--batch", "1,8,32"), default=[8, 32],
+                   help="batch sizes (8,32)")  # fmt: skip
+    p.add_argument(
+        "--threads",
+        type=_counts("--threads", "1,2"),
+        default=[2],
+        help="threads of both libraries (2); several (1,2) add each library's scaling",
+    )
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     timing.add_allocator_option(p)
@@ -600,8 +655,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> None:
-    if args.threads < 1 or args.rounds < 1:
-        raise SystemExit("--threads and --rounds must be positive")
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be positive")
+    if args.in_process and len(args.threads) > 1:
+        raise SystemExit("--in-process times one thread count: a library's is process-wide")
     if args.plot:
         _pyplot()  # fail before measuring, not after
     measured = measure(args)

@@ -233,9 +233,10 @@ def child_main(module: str, library: str, config: dict) -> None:
 
 
 @contextlib.contextmanager
-def started(module: str, libraries: list[str], config: dict, in_process: bool):
+def started(module: str, libraries: list[str], config: dict, in_process: bool, tag: str = ""):
     """One runner per library of benchmark ``module``, in child processes or (with
-    ``in_process``) in this one; closed on exit."""
+    ``in_process``) in this one, named after its library with ``tag`` added (the
+    libraries' samples in ``time_rounds``); closed on exit."""
     runners = []
     try:
         for library in libraries:
@@ -243,6 +244,7 @@ def started(module: str, libraries: list[str], config: dict, in_process: bool):
                 runners.append(_runner(module, library, config))
             else:
                 runners.append(Child(module, library, config))
+            runners[-1].name = library + tag
         yield runners
     finally:
         for runner in runners:
