@@ -161,7 +161,7 @@ def test_a_child_process_that_fails_stops_the_command():
     child.close()
 
 
-@pytest.mark.parametrize("bad", ["0", "8,x", ""])
+@pytest.mark.parametrize("bad", ["0", "8,x", "", "8,8"])
 def test_bad_batch_sizes_are_refused(bad, capsys):
     with pytest.raises(SystemExit):
         main(["convnet", "--batch", bad])

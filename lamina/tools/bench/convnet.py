@@ -619,6 +619,8 @@ def _counts(option: str, example: str) -> Callable[[str], list[int]]:
             ) from None
         if not counts or min(counts) < 1:
             raise argparse.ArgumentTypeError(f"{option}: numbers must be positive, got {text!r}")
+        if len(set(counts)) < len(counts):
+            raise argparse.ArgumentTypeError(f"{option}: each number once, got {text!r}")
         return counts
 
     return parse
@@ -627,8 +629,9 @@ def _counts(option: str, example: str) -> Callable[[str], list[int]]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=[*ARCHITECTURES, "all"], default="all")
     p.add_argument("--mode", choices=["train", "infer", "both"], default="both")
-    p.add_argument("--batch", type=_counts("--batch", "1,8,32"), default=[8, 32],
-                   help="batch sizes (8,32)")  # fmt: skip
+    p.add_argument(
+        "--batch", type=_counts("--batch", "1,8,32"), default=[8, 32], help="batch sizes (8,32)"
+    )
     p.add_argument(
         "--threads",
         type=_counts("--threads", "1,2"),
