@@ -56,7 +56,7 @@ def _load() -> Any:
     if _numba is None:
         with _load_lock:
             if _numba is None:
-                import numba
+                numba = threads._numba()  # Note [Numba's first compile] in threads.py
                 from numba.extending import register_jitable
 
                 for fn in _jitables:  # a list: ones added while loading are seen too

@@ -84,14 +84,15 @@ def directory() -> Path | None:
     """The directory of this stamp's libraries, or None when the cache is off."""
     global _directory
     if _directory is False:
-        _directory = None
+        found = None  # set once: a thread racing this one must not see "no cache"
         if os.environ.get("LAMINA_LOOP_CACHE", "1") != "0":
             base = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(
                 os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lamina"
             )
-            _directory = Path(base) / "loops" / _stamp()
+            found = Path(base) / "loops" / _stamp()
             with contextlib.suppress(OSError):  # in use: _prune keeps the recent ones
-                os.utime(_directory)
+                os.utime(found)
+        _directory = found
     return _directory
 
 

@@ -117,9 +117,22 @@ _pool_started = False
 
 
 def _numba() -> Any:
-    import numba  # on first use (Note [Lazy Numba] in jit.py): only its threads, here
+    """Numba, imported on first use (Note [Lazy Numba] in jit.py), its CPU target context
+    made before anything compiles (Note [Numba's first compile])."""
+    import numba
+    from numba.core.registry import cpu_target
 
+    cpu_target.target_context  # noqa: B018 -- made on first read, then cached
     return numba
+
+
+# Note [Numba's first compile]: Numba makes its CPU target context on first use, under
+# the lock of a cached property, and the context's constructor takes Numba's compiler
+# lock; compiling a cfunc takes the compiler lock first and then reads the property. So
+# a first njit kernel in one thread and a first cfunc in another waited on each other for
+# ever (tests/test_threads.py's four threads hung in ~1 run of 16 here, and in most runs
+# with warm caches). Every path to Numba goes through ``_numba`` (jit.py's ``_load``
+# too), which makes the context before anything can compile.
 
 
 SPIN_COUNT = 3000  # turns an idle thread of Numba's pool spins (Note [Wait policy])
