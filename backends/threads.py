@@ -16,56 +16,71 @@ and more, so the check (~0.3 us) is noise there; serial kernels never pay it.
 Note [BLAS threads]: float GEMMs (matmul, conv2d, linear) run in the BLAS NumPy links
 (OpenBLAS in NumPy's wheels), which has a thread pool of its own whose idle threads
 spin for ~0.1 s after every call (OpenBLAS's THREAD_TIMEOUT, read once when NumPy loads
-it). Beside Numba's pool and lamina's own threads, those spinning threads take a core
+it). Beside Numba's pool, those spinning threads take a core
 from whatever runs next: measured on 2 cores, a VGG-like net's training step took 215
 ms on one thread, 196 ms on two with a 2-thread BLAS and 148 ms with a 1-thread BLAS
 (its inference 61.5 -> 44.4 ms only with the latter). So ``set_num_threads`` sets BLAS
 to ONE thread, through threadpoolctl, and lamina's GEMM kernels use the count by
-splitting their work (``split``, Note [Split work]): one pool, lamina's, owns the
+splitting their work (``split``, Note [Split work]): one pool, Numba's, owns the
 cores. The BLAS library is process-wide, so NumPy's own matmul runs on one thread too
 after ``set_num_threads`` (threadpoolctl can give it more). Until the first
 ``set_num_threads`` call BLAS keeps its default (lamina then runs one thread itself).
 
 Note [Wait policy]: Numba's default threading layer on Linux is OpenMP (libgomp), whose
-idle threads spin before they sleep: by default ~300,000 turns (milliseconds). Right
-after a BLAS call, whose threads also spun before they slept, the two pools then
-fought for the cores: measured on 2 cores, a channels-last batch norm right after a
-convolution took 17.9 ms with spinning OpenMP threads and 2.1 ms with passive ones,
-relu 7.9 ms against 0.74 ms. But a thread that sleeps at once (``OMP_WAIT_POLICY=
-PASSIVE``) must be woken for every parallel kernel, and in this VM that costs ~45 us:
-relu on 2**17 floats (PARALLEL_ELEMENTS) took 12 us serially, 52 us on two passive
-threads and 8-10 us on two that spin a little, so the threshold only holds for a pool
-that is awake; relu on 16x64x56x56 called back to back took 0.30 against 0.25 ms. So
-Numba's pool spins about as long as a wake-up costs, then sleeps (``GOMP_SPINCOUNT`` =
-``SPIN_COUNT``: ~50 us of CPU here; libgomp's own estimate is 100 turns a us), the
-classic spin-then-block rule, which never wastes more than twice the best choice:
-kernels that follow each other find the pool awake, and an idle pool gives its core
-back within ~0.05 ms. BLAS has one thread now (Note [BLAS threads]): nothing else spins.
-Training steps are unchanged by it (2 cores, lamina alone, batch 32, images/s, medians
-of 5 rounds, two runs each: AlexNet 412 / 403 passive, 413 / 427 spinning; VGG 231 /
-262 against 227 / 258; Inception 552 / 539 against 550 / 547): their time is in GEMMs.
-The user's ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``, when set, wins. Only
-Numba's own libgomp reads them (it is loaded when the pool starts; the variables are
-restored at once, so a libgomp loaded later, PyTorch's, keeps its default).
-The layer is Numba's default choice (TBB when the ``tbb`` package is installed, else
-OpenMP, else workqueue), kept by measurement: 1 -> 2 threads on 2 cores, training steps
-of the convnet bench's VGG at batch 8 / 32, AlexNet and Inception at 32 (one process
-per setting, medians of 5 rounds x 2 runs): OpenMP passive 1.32 / 1.36 / 1.57 / 1.50x,
-OpenMP active 0.86 / 0.98 / 1.00 / 1.03x, workqueue 1.31 / 1.38 / 1.57 / 1.29x, TBB
-1.40 / 1.43 / 1.68 / 1.51x. TBB is a few percent ahead but not a dependency; OpenMP's
-long-spinning threads lost everything the second thread gained.
+idle threads spin ``GOMP_SPINCOUNT`` turns before they sleep (libgomp's default,
+300,000, is ~8 ms here). Spinning wins when nothing else wants the core: a sleeping
+thread must be woken for the next parallel kernel or split, ~120 us in this VM (its
+idle CPUs halt at once: README, "Tuning"), and a training step runs hundreds of
+kernels with a little Python between them. It loses when another pool's thread wants
+the core: while BLAS had threads of its own and splits ran on a pool of Python threads,
+a channels-last batch norm right after a convolution took 17.9 ms with spinning
+OpenMP threads and 2.1 ms with passive ones, and ``OMP_WAIT_POLICY=ACTIVE`` made a
+second thread worth 0.86-1.03x in training against 1.32-1.57x passive. Now BLAS has one
+thread (Note [BLAS threads]) and splits run on Numba's pool (Note [Split work]): its
+threads are the only ones, and they spin ~1 ms (``SPIN_COUNT`` turns), then sleep, so
+an idle process gives its cores back within a millisecond. Measured on 2 cores, the
+worker's CPU time after each kernel of an otherwise idle loop: 0.15 / 0.9 / 2.9 / 7.7
+ms with 3,000 / 30,000 / 100,000 / 300,000 turns; training steps at batch 32 on two
+threads (images/s, medians of 4-5 processes, the settings alternating): VGG 248 /
+277 / 277 / 288, Inception 667 / 692 / - / 694. The user's ``OMP_WAIT_POLICY`` or
+``GOMP_SPINCOUNT``, when set, wins. Only Numba's own libgomp reads them (it is loaded
+when the pool starts; the variables are restored at once, so a libgomp loaded later,
+PyTorch's, keeps its default). The layer is Numba's default choice (TBB when the
+``tbb`` package is installed, else OpenMP, else workqueue, which cannot run kernels
+launched from two threads at once), kept by measurement before splits moved to it: 1
+-> 2 threads on 2 cores, training steps of the convnet bench's VGG at batch 8 / 32,
+AlexNet and Inception at 32: OpenMP passive 1.32 / 1.36 / 1.57 / 1.50x, workqueue 1.31
+/ 1.38 / 1.57 / 1.29x, TBB 1.40 / 1.43 / 1.68 / 1.51x. TBB was a few percent ahead
+but is not a dependency.
 
 Note [Split work]: ``split`` runs a kernel's independent parts (the images of a
-convolution's batch, the rows of a matmul) on lamina's threads: the calling thread
-takes the first part, a pool of ``count - 1`` Python threads the others, each part a
-serial computation with single-threaded GEMMs (Note [BLAS threads]), so that the data
-a thread writes is the data it reads (seed 2's "threads that cooperate": a
+convolution's batch, the rows of a matmul) on Numba's pool, the threads of the parallel
+loops: ``_parts_kernel`` is a prange over the parts whose body calls ``_run_part`` back
+in Python through a ctypes callback, which takes the GIL for the part's Python and
+gives it up in the kernels the part calls (they must release it: Numba ``nogil``,
+NumPy's matmul). The calling thread takes the first part. Each part is a serial
+computation with single-threaded GEMMs (Note [BLAS threads]), so that the data a
+thread writes is the data it reads (seed 2's "threads that cooperate": a
 multi-threaded BLAS splits every small GEMM, and its threads then read blocks the
-calling thread has just written from another core's cache). The parts run in the
-calling thread's context (``contextvars``), so they use its allocator (the "allocator"
-layer is a context variable) and grad mode. The kernels they call must release the GIL
-(Numba ``nogil``; NumPy's matmul does). A ``split`` started from a part runs serially,
-so parts never wait on each other; Python threads wait passively, as Numba's do.
+calling thread has just written from another core's cache). The parts run in copies
+of the calling thread's context (``contextvars``), so they use its allocator (the
+"allocator" layer is a context variable) and grad mode. A ``split`` started from a
+part runs serially, so parts never wait on each other; a part's exception is raised
+by ``split`` once every part has ended. One pool for both kinds of work is what lets
+its threads spin (Note [Wait policy]): the parts used to run on a second pool, of
+Python threads waiting on a condition, and each kernel then found one of the two pools
+asleep or the other's thread spinning in its way. Measured on 2 cores: a split of 1 ms
+of serial work costs 43 us more than half of it back to back (was 126) and 131 us
+after 1 ms idle (was 491); two-thread training steps (medians of 4-8 processes, old
+and new alternating) VGG at batch 32 / 64 +24% / +10%, Inception at 32 +24%, AlexNet
+at 32 -4%, within this host's noise. Claiming parts piece by piece (work stealing) did
+not gain: each piece repeats its part's setup.
+
+Note [Fork]: GNU OpenMP cannot run a parallel region in a process forked from one that
+ran a region: Numba terminates the child ("fork() called from a process already using
+GNU OpenMP"). So a child forked after ``set_num_threads(n > 1)`` runs on one thread, as
+PyTorch's forked children do, and refuses ``set_num_threads(n > 1)`` naming the reason;
+children started by ``spawn`` or ``forkserver``, or forked before, are unaffected.
 
 Note [LAMINA_NUM_THREADS]: the variable, read once when this module is imported, is a
 ``set_num_threads`` call made at import (so it also sets BLAS's pool and starts Numba's,
@@ -79,11 +94,12 @@ threads than cores would only oversubscribe them.
 from __future__ import annotations
 
 import contextvars
+import ctypes
+import itertools
 import os
 import threading
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 PARALLEL_ELEMENTS = 1 << 17
@@ -135,11 +151,11 @@ def _numba() -> Any:
 # too), which makes the context before anything can compile.
 
 
-SPIN_COUNT = 3000  # turns an idle thread of Numba's pool spins (Note [Wait policy])
+SPIN_COUNT = 30_000  # turns an idle thread of Numba's pool spins (Note [Wait policy])
 
 
 def _start_numba_pool(numba: Any) -> None:
-    """Numba's thread pool, started once with a short spin (Note [Wait policy])."""
+    """Numba's thread pool, started once with a ~1 ms spin (Note [Wait policy])."""
     global _pool_started
     if _pool_started:
         return
@@ -158,7 +174,6 @@ def set_num_threads(n: int) -> None:
     """Use ``n`` threads for big kernels (from 2**17 elements; 1 means serial), in
     every thread of the process; BLAS gets one, lamina's GEMMs split their work
     instead (Note [BLAS threads])."""
-    global _count, _threshold, _workers
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__}")
     numba = _numba()
@@ -167,37 +182,80 @@ def set_num_threads(n: int) -> None:
             f"num_threads must be between 1 and "
             f"{numba.config.NUMBA_NUM_THREADS} (the cores Numba can use), got {n}"
         )
+    if n > 1 and _forked_from_parallel:
+        raise RuntimeError(
+            f"set_num_threads({n}): this process was forked from one that ran lamina "
+            f"on several threads, and GNU OpenMP (Numba's thread pool) cannot run in "
+            f"such a child, so lamina runs on one thread here; start worker processes "
+            f"with multiprocessing's 'spawn' or 'forkserver' method to use threads in "
+            f"them (Note [Fork])"
+        )
+    global _went_parallel
     with _lock:
         _start_numba_pool(numba)
         numba.set_num_threads(n)
         _blas_libraries().limit(limits=1)  # Note [BLAS threads]
-        _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
-        for listener in _listeners:
-            listener(_threshold)
-        if _workers is not None and _workers._max_workers != n - 1:
-            _workers.shutdown(wait=False)  # its threads end once their parts are done
-            _workers = None
+        _went_parallel |= n > 1 and numba.threading_layer() == "omp"
+        _set_count(n)
 
 
-_workers: ThreadPoolExecutor | None = None  # count - 1 threads for split's parts
+def _set_count(n: int) -> None:
+    global _count, _threshold
+    _count, _threshold = n, float("inf") if n == 1 else PARALLEL_ELEMENTS
+    for listener in _listeners:
+        listener(_threshold)
+
+
+_went_parallel = False  # this process may have run an OpenMP parallel region
+_forked_from_parallel = False  # ... and this one is a child forked from it (Note [Fork])
+
+
+def _one_thread_after_fork() -> None:
+    global _forked_from_parallel
+    if _went_parallel:
+        _forked_from_parallel = True
+        _set_count(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_after_fork)
+
+
+# Note [Split work]'s machinery: a prange over the parts whose body calls back into
+# Python. The trampoline is a ctypes callback (it takes the GIL itself); it finds its
+# split's arguments by the id the prange passes it.
+_splits: dict[int, tuple] = {}
+_split_ids = itertools.count()
 _in_part = threading.local()
+_parts = None  # the prange kernel, compiled on the first split
 
 
-def _forget_workers() -> None:
-    """A forked child has none of the parent's threads: it makes its own pool."""
-    global _workers
-    _workers = None
-
-
-os.register_at_fork(after_in_child=_forget_workers)
-
-
-def _run_part(fn: Callable, start: int, stop: int) -> Any:
+def _run_part(split_id: int, i: int) -> None:
+    fn, bounds, contexts, results, errors = _splits[split_id]
     _in_part.active = True
     try:
-        return fn(start, stop)
+        results[i] = contexts[i].run(fn, bounds[i], bounds[i + 1])
+    except BaseException as error:  # raised by split, in the caller
+        errors[i] = error
     finally:
         _in_part.active = False
+
+
+_trampoline = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(_run_part)
+
+
+def _parts_kernel() -> Callable[[int, int], None]:
+    global _parts
+    if _parts is None:
+        numba = _numba()
+        run_part = _trampoline  # a global of the kernel: Numba calls it by address
+
+        def parts(split_id, count):
+            for i in numba.prange(count):
+                run_part(split_id, i)
+
+        kernel = numba.njit("void(int64, int64)", parallel=True, nogil=True)(parts)
+        _parts = synced(kernel)
+    return _parts
 
 
 def split(fn: Callable[[int, int], Any], total: int) -> list:
@@ -206,21 +264,20 @@ def split(fn: Callable[[int, int], Any], total: int) -> list:
     parts = min(_count, total)
     if parts < 2 or getattr(_in_part, "active", False):
         return [fn(0, total)]
-    global _workers
-    with _lock:
-        if _workers is None:
-            _workers = ThreadPoolExecutor(_count - 1, thread_name_prefix="lamina")
-        workers = _workers
     bounds = [total * i // parts for i in range(parts + 1)]
-    futures = []
+    contexts = [contextvars.copy_context() for _ in range(parts)]
+    results: list = [None] * parts
+    errors: list[BaseException | None] = [None] * parts
+    split_id = next(_split_ids)
+    _splits[split_id] = (fn, bounds, contexts, results, errors)
     try:
-        for i in range(1, parts):
-            run = contextvars.copy_context().run
-            futures.append(workers.submit(run, _run_part, fn, bounds[i], bounds[i + 1]))
-        results = [_run_part(fn, bounds[0], bounds[1])]
+        _parts_kernel()(split_id, parts)
     finally:
-        wait(futures)  # no part outlives the call, even when one failed
-    return results + [f.result() for f in futures]
+        del _splits[split_id]
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
 
 
 def get_num_threads() -> int:

@@ -283,7 +283,7 @@ def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
         ({"GOMP_SPINCOUNT": "7"}, {"GOMP_SPINCOUNT": "7", "OMP_WAIT_POLICY": None}),
     ],
 )
-def test_numba_pool_starts_with_a_short_spin_unless_the_user_chose(user, seen, monkeypatch):
+def test_numba_pool_starts_with_lamina_spin_count_unless_the_user_chose(user, seen, monkeypatch):
     """Note [Wait policy]: what libgomp reads when Numba's pool starts (here a stand-in
     for Numba), and the environment afterwards as it was."""
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
@@ -368,26 +368,45 @@ def test_split_runs_the_parts_in_parallel_with_serial_blas(two_threads):
     assert threads.split(lambda a, b: (a, b), 1) == [(0, 1)]  # fewer items than threads
 
 
-def test_split_works_in_a_forked_child():
-    """The child has none of the parent's worker threads; it must not wait on them
-    (forked in a fresh interpreter, not in the test process)."""
+def test_a_child_forked_after_parallel_work_runs_on_one_thread():
+    """Note [Fork]: a child forked before any parallel work may use threads; one forked
+    after it runs on one thread and refuses more, naming the reason, where GNU OpenMP
+    would have terminated it (forked in a fresh interpreter, not in the test process)."""
     code = (
-        "import os, lamina as lm\n"
+        "import os, numpy as np, lamina as lm\n"
         "from lamina.backends import threads\n"
-        "lm.set_num_threads(2)\n"
-        "threads.split(lambda a, b: None, 2)\n"  # the parent's pool exists
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    print(threads.split(lambda a, b: (a, b), 4), flush=True)\n"
+        "x = lm.asarray(np.ones(1 << 18, np.float32))\n"
+        "def child():\n"
+        "    try:\n"
+        "        lm.set_num_threads(2)\n"
+        "        refused = ''\n"
+        "    except RuntimeError as e:\n"
+        "        refused = 'forked' in str(e) and 'spawn' in str(e)\n"
+        "    parts = threads.split(lambda a, b: (a, b), 4)\n"
+        "    print(lm.get_num_threads(), parts, float(lm.sum(x * 2.0)), refused, flush=True)\n"
         "    os._exit(0)\n"
-        "os.waitpid(pid, 0)\n"
+        "for parallel in (False, True):\n"
+        "    if parallel:\n"
+        "        lm.set_num_threads(2)\n"
+        "        threads.split(lambda a, b: None, 2)\n"  # the parent's pool runs a region
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        child()\n"
+        "    print(os.waitpid(pid, 0)[1], flush=True)\n"
+        "print(lm.get_num_threads(), threads.split(lambda a, b: (a, b), 4))\n"
     )
     env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    env.pop("LAMINA_NUM_THREADS", None)
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[(0, 2), (2, 4)]"
+    free, status_free, one, status_one, parent = out.stdout.strip().splitlines()
+    assert free.split(" ", 1)[0] == "2" and "[(0, 2), (2, 4)]" in free and status_free == "0"
+    assert one.split(" ", 1)[0] == "1" and "[(0, 4)]" in one and one.endswith("True")
+    assert status_one == "0"
+    assert float(one.split()[-2]) == 2 << 18  # a parallel-sized kernel ran, serially
+    assert parent == "2 [(0, 2), (2, 4)]"  # the parent keeps its threads
 
 
 def test_a_failing_part_raises_after_every_part_ended(two_threads):
