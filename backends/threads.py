@@ -247,11 +247,10 @@ def _parts_kernel() -> Callable[[int, int], None]:
     global _parts
     if _parts is None:
         numba = _numba()
-        run_part = _trampoline  # a global of the kernel: Numba calls it by address
 
         def parts(split_id, count):
             for i in numba.prange(count):
-                run_part(split_id, i)
+                _trampoline(split_id, i)  # a ctypes function: Numba calls its address
 
         kernel = numba.njit("void(int64, int64)", parallel=True, nogil=True)(parts)
         _parts = synced(kernel)
