@@ -45,7 +45,7 @@ OPTIONS = dict(cache=True, error_model="numpy")
 REASSOCIATE = frozenset({"reassoc", "contract"})
 
 _numba: Any = None  # the numba module, once loaded
-_jitables: list[Callable] = []
+_jitables: list[tuple[Callable, dict]] = []
 _on_load: list[Callable[[Any], None]] = []
 _load_lock = threading.RLock()
 
@@ -59,8 +59,8 @@ def _load() -> Any:
                 numba = threads._numba()  # Note [Numba's first compile] in threads.py
                 from numba.extending import register_jitable
 
-                for fn in _jitables:  # a list: ones added while loading are seen too
-                    register_jitable(fn)
+                for fn, options in _jitables:  # a list: ones added while loading are seen too
+                    _register(register_jitable, fn, options)
                 for setup in _on_load:
                     setup(numba)
                 globals().update(numba=numba, types=numba.types, prange=numba.prange)
@@ -76,17 +76,24 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def jitable(fn: Callable) -> Callable:
-    """Mark scalar function ``fn`` callable from kernels (Numba's ``register_jitable``,
-    applied when Numba loads); ``fn`` itself is returned, so its name is unchanged."""
+def jitable(fn: Callable, fastmath: Any = False) -> Callable:
+    """Mark function ``fn`` callable from kernels (Numba's ``register_jitable``, applied
+    when Numba loads), compiled with ``fastmath`` (as in ``compile_kernel``: a caller's
+    flags do not reach it); ``fn`` itself is returned, so its name is unchanged."""
+    options = {"fastmath": set(fastmath)} if fastmath else {}
     if _numba is None:
         with _load_lock:
             if _numba is None:
-                _jitables.append(fn)
+                _jitables.append((fn, options))
                 return fn
     from numba.extending import register_jitable
 
-    return register_jitable(fn)
+    return _register(register_jitable, fn, options)
+
+
+def _register(register_jitable: Callable, fn: Callable, options: dict) -> Callable:
+    # register_jitable(fn), or register_jitable(**options)(fn): it takes no empty options
+    return register_jitable(**options)(fn) if options else register_jitable(fn)
 
 
 def on_load(setup: Callable[[Any], None]) -> None:

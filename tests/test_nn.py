@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import lamina as lm
-from lamina.backends.numba_cpu import gemm
+from lamina.backends.numba_cpu import blas, gemm
 from lamina.backends.numba_cpu.nn import conv, pooling, winograd
 from lamina.backends.threads import PARALLEL_ELEMENTS
 from lamina.dispatch.schema import OPERATORS
@@ -654,6 +654,22 @@ def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, win
     (want,), want_grads = _run(fn, [x, w])
     for got, ref in zip([out, *grads], [want, *want_grads]):
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+def test_winograd_block_loops_in_python_equal_the_kernels(dtype, layout, monkeypatch):
+    """Note [GEMM in kernels]: without a BLAS kernels can call, the same block loops run
+    from Python; several blocks each (a small BLOCK_BYTES), the last one shorter."""
+    monkeypatch.setattr(winograd, "BLOCK_BYTES", 40_000)  # 2 (f8) or 4 (f4) of 9 tile rows
+    x = image((3, 8, 10, 9), layout, dtype, requires_grad=True)
+    w, b = param((12, 8, 3, 3), dtype=dtype), param((12,), seed=2, dtype=dtype)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=1)
+    (out,), grads = _run(fn, [x, w, b])
+    monkeypatch.setattr(blas, "available", lambda: False)
+    (want,), want_grads = _run(fn, [x, w, b])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype] / 10)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

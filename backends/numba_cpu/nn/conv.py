@@ -285,8 +285,10 @@ def _nchw_weight(w, g, geo):
 # (SPLIT_FLOPS) runs its batch's images in parts, one per thread (threads.split, Note
 # [Split work]): each part builds its own im2col blocks (Numba kernels compiled nogil)
 # and runs its GEMMs on the one-thread BLAS (Note [BLAS threads]), so a thread reads
-# the blocks it wrote, from its own cache. The weight gradient is the sum of the
-# parts'. A batch of one image (or a small convolution) runs in one part: serially.
+# the blocks it wrote, from its own cache. A Winograd part is one kernel calling the
+# BLAS itself, so it holds the GIL only to start (Note [GEMM in kernels]); an im2col
+# part runs its block loop in Python. The weight gradient is the sum of the parts'. A
+# batch of one image (or a small convolution) runs in one part: serially.
 # Measured on 2 cores, VGG's convolutions at batch 32: forward 1.7-2.5x faster on two
 # threads than on one, forward + backward 1.3-1.9x, where a 2-thread BLAS splitting
 # each block's GEMM gave 0.5-1.15x.

@@ -45,7 +45,8 @@ import numpy as np
 
 from lamina.backends import jit
 
-from .layout import NCHW, NHWC, scratch
+from .. import blas
+from .layout import NCHW, NHWC
 
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
@@ -318,14 +319,73 @@ def transform_grad(fetch, m, grad):
     return kernel
 
 
+def forward_blocks(transform, finish):
+    """The block loop of ``forward``: each block's input tiles transformed (``transform``,
+    a ``transform_input`` kernel), multiplied by the filters u position by position, and
+    transformed into the output (``finish``, a ``transform_output`` kernel). One kernel
+    where it can call the BLAS, else Python calling the kernels (Note [GEMM in
+    kernels]). False if a value on the way was not finite."""
+
+    def run(x, u, bias, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, out):
+        slab, tmp_in, tmp_out, rows, v_buf, m_buf = buffers
+        total, cin, cout = x.shape[0] * th, u.shape[1], u.shape[2]
+        for r0 in range(0, total, rows_per_block):
+            r1 = min(total, r0 + rows_per_block)
+            t = (r1 - r0) * tw
+            v = v_buf[: 36 * t * cin].reshape(36, t, cin)
+            m = m_buf[: 36 * t * cout].reshape(36, t, cout)
+            if not math.isfinite(transform(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)):
+                return False
+            blas.gemms(v, u, m, False, False, 0)
+            if not math.isfinite(finish(m, ho, wo, r0, r1, th, bias, tmp_out, rows, out)):
+                return False
+        return True
+
+    return run
+
+
+def weight_grad_blocks(transform_x, transform_g):
+    """The block loop of ``weight_grad``: total (36, C_in, C_out) += V^T Z of each
+    block, position by position, V and Z the transforms of its input tiles
+    (``transform_x``) and output-gradient tiles (``transform_g``); as
+    ``forward_blocks``."""
+
+    def run(x, g, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, total):
+        slab, gslab, tmp_in, tmp_g, v_buf, z_buf = buffers
+        rows, cin, cout = x.shape[0] * th, total.shape[1], total.shape[2]
+        for r0 in range(0, rows, rows_per_block):
+            r1 = min(rows, r0 + rows_per_block)
+            t = (r1 - r0) * tw
+            v = v_buf[: 36 * t * cin].reshape(36, t, cin)
+            z = z_buf[: 36 * t * cout].reshape(36, t, cout)
+            check = transform_x(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)
+            check += transform_g(g, ho, wo, r0, r1, th, gslab, tmp_g, z)
+            if not math.isfinite(check):
+                return False
+            blas.gemms(v, z, total, True, False, 1)
+        return True
+
+    return run
+
+
 _FETCH = {NHWC: fetch_nhwc, NCHW: fetch_nchw}
 _STORE = {NHWC: store_nhwc, NCHW: store_nchw}
+_STEPS = {  # the transforms a block loop calls
+    forward_blocks: (transform_input, transform_output),
+    weight_grad_blocks: (transform_input, transform_grad),
+}
 
 
 def _signature(template, dtype):
     t = jit.types
     a1, a3, a4 = (jit.array(dtype, d) for d in (1, 3, 4))
     i, x = t.int64, a1.dtype
+    if template is forward_blocks:
+        buffers = t.Tuple((a3, a3, a3, a3, a1, a1))
+        return t.boolean(a4, a3, a1, *[i] * 9, buffers, a4)
+    if template is weight_grad_blocks:
+        buffers = t.Tuple((a3, a3, a3, a3, a1, a1))
+        return t.boolean(a4, a4, *[i] * 9, buffers, a3)
     return {
         transform_input: x(a4, *[i] * 7, a3, a3, a3),
         transform_output: x(a3, *[i] * 5, a1, a3, a3, a4),
@@ -333,21 +393,37 @@ def _signature(template, dtype):
     }[template]
 
 
+def _step(template, algorithm, layout):
+    """The Python function of transform ``template`` for ``algorithm`` and ``layout``."""
+    m = algorithm.m
+    if template is transform_output:
+        return template(_STORE[layout], m, algorithm.output)
+    if template is transform_grad:
+        return template(_FETCH[layout], m, algorithm.grad)
+    return template(_FETCH[layout], m)
+
+
 def _kernel(template, algorithm, dtype, layout):
-    """``template``'s kernel for ``algorithm`` and images in ``layout``, for dtype."""
+    """The block loop ``template`` (``forward_blocks``, ``weight_grad_blocks``) for
+    ``algorithm``, dtype and images in ``layout``: one kernel, without the GIL, calling
+    the BLAS where kernels can (Note [GEMM in kernels]), else the loop in Python over
+    the transforms' kernels."""
+    native = blas.available()
 
     def build():
-        m = algorithm.m
-        if template is transform_output:
-            fn = template(_STORE[layout], m, algorithm.output)
-        elif template is transform_grad:
-            fn = template(_FETCH[layout], m, algorithm.grad)
-        else:
-            fn = template(_FETCH[layout], m)
-        sig = _signature(template, dtype)
-        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
+        steps = [_step(t, algorithm, layout) for t in _STEPS[template]]
+        if native:
+            steps = [jit.jitable(s, fastmath=jit.REASSOCIATE) for s in steps]
+            return jit.compile_kernel(
+                template(*steps), _signature(template, dtype), fastmath=jit.REASSOCIATE, nogil=True
+            )
+        entries = [
+            jit.compile_kernel(s, _signature(t, dtype), fastmath=jit.REASSOCIATE, nogil=True)
+            for s, t in zip(steps, _STEPS[template])
+        ]
+        return template(*entries)
 
-    return jit.cached((template, algorithm.r, np.dtype(dtype), layout), build)
+    return jit.cached((template, algorithm.r, np.dtype(dtype), layout, native), build)
 
 
 # ---------------------------------------------------------------- the convolutions
@@ -393,14 +469,13 @@ class _Tiles:
         m = alg.m
         self.th, self.tw = -(-geo.ho // m), -(-geo.wo // m)
         per_row = 36 * self.tw * (geo.cin + geo.c_out) * itemsize
-        self.rows = max(1, BLOCK_BYTES // per_row)
-        self.total = geo.n * self.th
+        self.rows = max(1, min(geo.n * self.th, BLOCK_BYTES // per_row))
         self.slab = (6, m * self.tw + 6 - m, geo.cin)  # transform_input's
         self.grad_slab = (4, m * self.tw + 4 - m, geo.c_out)  # transform_grad's
 
-    def blocks(self):
-        for r0 in range(0, self.total, self.rows):
-            yield r0, min(self.total, r0 + self.rows)
+    def transformed(self, channels, dtype):
+        """A buffer for one block's transformed tiles of ``channels`` channels."""
+        return np.empty(36 * self.rows * self.tw * channels, dtype)
 
 
 def forward(x, u, alg, geo, layout, bias, out) -> bool:
@@ -408,26 +483,18 @@ def forward(x, u, alg, geo, layout, bias, out) -> bool:
     False if a value on the way was not finite (Note [Winograd and infinities])."""
     dtype = x.dtype
     tiles = _Tiles(geo, alg, x.itemsize)
-    th, tw = tiles.th, tiles.tw
-    transform, finish = (
-        _kernel(t, alg, dtype, layout) for t in (transform_input, transform_output)
+    buffers = (
+        np.zeros(tiles.slab, dtype),
+        np.empty((6, 6, geo.cin), dtype),
+        np.empty((4, 6, geo.c_out), dtype),
+        np.empty((alg.m, alg.m * tiles.tw, geo.c_out), dtype),  # output rows
+        tiles.transformed(geo.cin, dtype),
+        tiles.transformed(geo.c_out, dtype),
     )
-    slab = np.zeros(tiles.slab, dtype)
-    tmp_in, tmp_out = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
-    rows = np.empty((alg.m, alg.m * tw, geo.c_out), dtype)
-    bias = np.zeros(geo.c_out, dtype) if bias is None else bias.astype(dtype, copy=False)
-    v_cache, m_cache = [None], [None]
-    for r0, r1 in tiles.blocks():
-        t = (r1 - r0) * tw
-        v = scratch((36, t, geo.cin), dtype, v_cache)
-        m = scratch((36, t, geo.c_out), dtype, m_cache)
-        check = transform(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)
-        if not math.isfinite(check):  # math's: a block's Python time is held under the GIL
-            return False
-        np.matmul(v, u, out=m)
-        if not math.isfinite(finish(m, geo.ho, geo.wo, r0, r1, th, bias, tmp_out, rows, out)):
-            return False
-    return True
+    bias = np.zeros(geo.c_out, dtype) if bias is None else np.ascontiguousarray(bias, dtype)
+    run = _kernel(forward_blocks, alg, dtype, layout)
+    args = (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, tiles.th, tiles.tw, tiles.rows)
+    return run(x, u, bias, *args, buffers, out)
 
 
 def weight_grad(x, g, alg, geo, layout):
@@ -435,25 +502,19 @@ def weight_grad(x, g, alg, geo, layout):
     ``layout``); None if a value on the way was not finite."""
     dtype = x.dtype
     tiles = _Tiles(geo, alg, x.itemsize)
-    th, tw = tiles.th, tiles.tw
-    transform_x, transform_g = (
-        _kernel(t, alg, dtype, layout) for t in (transform_input, transform_grad)
+    buffers = (
+        np.zeros(tiles.slab, dtype),
+        np.zeros(tiles.grad_slab, dtype),
+        np.empty((6, 6, geo.cin), dtype),
+        np.empty((4, 6, geo.c_out), dtype),
+        tiles.transformed(geo.cin, dtype),
+        tiles.transformed(geo.c_out, dtype),
     )
-    slab, gslab = np.zeros(tiles.slab, dtype), np.zeros(tiles.grad_slab, dtype)
-    tmp_in, tmp_g = np.empty((6, 6, geo.cin), dtype), np.empty((4, 6, geo.c_out), dtype)
     total = np.zeros((36, geo.cin, geo.c_out), dtype)
-    part = np.empty_like(total)
-    v_cache, z_cache = [None], [None]
-    for r0, r1 in tiles.blocks():
-        t = (r1 - r0) * tw
-        v = scratch((36, t, geo.cin), dtype, v_cache)
-        z = scratch((36, t, geo.c_out), dtype, z_cache)
-        check = transform_x(x, geo.h, geo.w, geo.pt, geo.pl, r0, r1, th, slab, tmp_in, v)
-        check += transform_g(g, geo.ho, geo.wo, r0, r1, th, gslab, tmp_g, z)
-        if not math.isfinite(check):
-            return None
-        np.matmul(v.transpose(0, 2, 1), z, out=part)
-        total += part
+    run = _kernel(weight_grad_blocks, alg, dtype, layout)
+    args = (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, tiles.th, tiles.tw, tiles.rows)
+    if not run(x, g, *args, buffers, total):
+        return None
     # the adjoint of ``filters`` (Note [Filter transforms]): gw[o, i] = gg^T total[:, i, o]
     gw = np.dot(alg.gg.T.astype(dtype), total.reshape(36, -1))
     return np.ascontiguousarray(gw.reshape(alg.r, alg.r, geo.cin, geo.c_out).transpose(3, 2, 0, 1))

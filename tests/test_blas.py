@@ -1,0 +1,76 @@
+"""lamina.backends.numba_cpu.blas (Note [GEMM in kernels]): the BLAS GEMM called from
+Python and from inside a Numba kernel, against NumPy's matmul."""
+
+import numpy as np
+import pytest
+
+from lamina.backends import jit
+from lamina.backends.numba_cpu import blas
+
+RNG = np.random.default_rng(7)
+
+
+def test_kernels_can_call_the_blas_of_numpys_wheels():
+    """NumPy's PyPI wheels link scipy-openblas64, whose 64-bit-integer GEMM kernels call."""
+    config = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    if config["name"] == "scipy-openblas":
+        assert blas.available()
+
+
+def _in_kernel(name):
+    """blas.gemm or blas.gemms called from a nogil Numba kernel."""
+    if not blas.available():
+        pytest.fail("no 64-bit-integer BLAS GEMM for kernels (see the test above)")
+    fn = getattr(blas, name)
+
+    def call(a, b, c, trans_a, trans_b, beta):
+        fn(a, b, c, trans_a, trans_b, beta)
+
+    return jit.numba.njit(nogil=True)(call)
+
+
+def _operands(shape_a, shape_b, dtype, strided):
+    """a, b of the given shapes: C-contiguous, or views with longer rows (lda > columns)."""
+    if not strided:
+        return RNG.random(shape_a).astype(dtype), RNG.random(shape_b).astype(dtype)
+    a = RNG.random((*shape_a[:-1], shape_a[-1] + 3)).astype(dtype)[..., 1 : 1 + shape_a[-1]]
+    b = RNG.random((*shape_b[:-1], shape_b[-1] + 5)).astype(dtype)[..., 2 : 2 + shape_b[-1]]
+    return a, b
+
+
+CASES = [
+    (trans_a, trans_b, dtype, strided)
+    for trans_a in (False, True)
+    for trans_b in (False, True)
+    for dtype in (np.float32, np.float64)
+    for strided in (False, True)
+]
+
+
+@pytest.mark.parametrize("where", ["python", "kernel"])
+@pytest.mark.parametrize("trans_a, trans_b, dtype, strided", CASES)
+def test_gemm_matches_numpy(where, trans_a, trans_b, dtype, strided):
+    gemm = blas.gemm if where == "python" else _in_kernel("gemm")
+    m, n, k = 5, 7, 4
+    a, b = _operands((k, m) if trans_a else (m, k), (n, k) if trans_b else (k, n), dtype, strided)
+    want = (a.T if trans_a else a) @ (b.T if trans_b else b)
+    c = np.full((m, n), np.nan, dtype)  # beta 0 ignores c, NaNs too
+    gemm(a, b, c, trans_a, trans_b, 0)
+    np.testing.assert_allclose(c, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    start = RNG.random((m, n)).astype(dtype)
+    c = start.copy()
+    gemm(a, b, c, trans_a, trans_b, 1)
+    np.testing.assert_allclose(c, start + want, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("where", ["python", "kernel"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemms_multiplies_each_pair_of_a_batch(where, dtype):
+    gemms = blas.gemms if where == "python" else _in_kernel("gemms")
+    a, b = RNG.random((6, 9, 3)).astype(dtype), RNG.random((6, 9, 4)).astype(dtype)
+    c = np.ones((6, 3, 4), dtype)
+    gemms(a, b, c, True, False, 1)  # the Winograd weight gradient's accumulation
+    np.testing.assert_allclose(c, 1 + a.transpose(0, 2, 1) @ b, rtol=1e-5)
+    c = np.empty((6, 9, 9), dtype)
+    gemms(a, a, c, False, True, 0)
+    np.testing.assert_allclose(c, a @ a.transpose(0, 2, 1), rtol=1e-5)
