@@ -16,6 +16,7 @@ import lamina as lm
 from lamina.backends.numba_cpu import blas, gemm
 from lamina.backends.numba_cpu.nn import conv, pooling, winograd
 from lamina.backends.threads import PARALLEL_ELEMENTS
+from lamina.dispatch import memory
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -203,6 +204,41 @@ def test_pool_scatter_and_gather_match_the_oracle(layout):
     check_against_oracle(lambda g: OPERATORS["pool2d_scatter"](g, indices, x.shape), [g])
     xs = image((2, 3, 7, 6), layout, seed=6, requires_grad=True)
     check_against_oracle(lambda x: OPERATORS["pool2d_gather"](x, indices), [xs])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pool_scatter_zeroes_its_result_and_refuses_indices_outside_the_input(
+    layout, threads, two_threads
+):
+    """The scatter kernel zeroes each image of the result itself and counts the
+    indices it skips (pooling.scatter); 4 x 16 x 48 x 48 runs its prange variant. With
+    the pool allocator (the C core), the result gets a buffer left full of NaNs."""
+    lm.set_num_threads(threads)
+    x = image((4, 16, 96, 96), layout, dtype=np.float32)
+    _, indices = F.max_pool2d(x, 2, return_indices=True)
+    g = image((4, 16, 48, 48), layout, dtype=np.float32, seed=3)
+    if memory.AVAILABLE:
+        lm.layers.enable("allocator")
+        np.full(x.shape, np.nan, np.float32)  # back in the pool at once
+        hits = lm.memory.stats()["hits"]
+    try:
+        got = OPERATORS["pool2d_scatter"](g, indices, x.shape).numpy()
+        if memory.AVAILABLE:
+            assert lm.memory.stats()["hits"] > hits
+    finally:
+        if memory.AVAILABLE:
+            lm.layers.disable("allocator")
+    want = np.zeros((4 * 16, 96 * 96), np.float32)
+    rows = np.arange(4 * 16)[:, None]
+    np.add.at(want, (rows, indices.numpy().reshape(64, -1)), g.numpy().reshape(64, -1))
+    np.testing.assert_array_equal(got, want.reshape(x.shape))
+    for bad in (-1, 96 * 96):
+        data = indices.numpy().copy()
+        data[3, 15, 47, 47] = bad
+        wrong = lm.asarray(data) if layout == "NCHW" else F.to_layout(lm.asarray(data), "NHWC")
+        with pytest.raises(ValueError, match=r"indices must be in \[0, 9216\)"):
+            OPERATORS["pool2d_scatter"](g, wrong, x.shape)
 
 
 AVG_CASES = [

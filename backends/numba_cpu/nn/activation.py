@@ -200,13 +200,13 @@ def _softmax(x, dim, log):
     out = np.empty_like(rows)
     if rows.size:
         loop = range if rows.size < _parallel_min else jit.prange
-        arr = jit.array(data.dtype, 2)
-        jit.cached(
-            (softmax_rows, log, data.dtype, loop),
-            lambda: jit.compile_kernel(
-                softmax_rows(log, loop), jit.types.void(arr, arr), parallel=loop is jit.prange
-            ),
-        )(rows, out)
+
+        def build():
+            arr = jit.array(data.dtype, 2)
+            sig = jit.types.void(arr, arr)
+            return jit.compile_kernel(softmax_rows(log, loop), sig, parallel=loop is jit.prange)
+
+        jit.cached((softmax_rows, log, data.dtype, loop), build)(rows, out)
     result = np.moveaxis(out.reshape(moved.shape), -1, dim)
     like = np.empty_like(data)  # the input's memory order: kept, as by the activations
     if like.strides == result.strides:

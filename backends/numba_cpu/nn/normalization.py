@@ -71,13 +71,13 @@ def _same_view(data, like_data, channels_last):
     return np.ascontiguousarray(data).reshape(like_data.shape[0], like_data.shape[1], -1)
 
 
-def _entry(template, args, dtype, signature, parallel_size, fastmath=jit.REASSOCIATE):
+def _entry(template, args, dtype, parallel_size, fastmath=jit.REASSOCIATE):
     loop = range if parallel_size < _parallel_min else jit.prange
 
     def build():
         return jit.compile_kernel(
             template(*args, loop),
-            jit.types.void(*signature),
+            jit.types.void(*_signature(template, dtype)),
             parallel=loop is jit.prange,
             fastmath=fastmath,
         )
@@ -243,8 +243,26 @@ def bn_grad_cl(loop):
     return kernel
 
 
-def _vector(dtype):
-    return jit.array(dtype)
+def _signature(template, dtype):
+    """The argument types of ``template``'s kernel for data of ``dtype``: made only when
+    it compiles (making Numba types took ~50 us a call, serially between the parallel
+    kernels)."""
+    t, f64, f64_2 = jit.types, jit.array(np.float64), jit.array(np.float64, 2)
+    vec, a2, a3 = (jit.array(dtype, d) for d in (1, 2, 3))
+    lrn_forward = (t.int64, t.float64, t.float64, t.float64)
+    lrn_backward = (t.int64, t.float64, t.float64)
+    return {
+        bn_forward_cf: (a3, vec, vec, f64, f64, a3, t.boolean, t.float64),
+        bn_sums_cl: (a2, f64, f64_2, f64_2),
+        affine_cl: (a2, vec, vec, a2),
+        bn_backward_cf: (a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
+        bn_grad_sums_cl: (a2, a2, f64, f64_2, f64_2),
+        bn_grad_cl: (a2, a2, vec, vec, vec, vec, a2),
+        lrn_forward_cf: (a3, a3, a3, *lrn_forward),
+        lrn_forward_cl: (a2, a2, a2, *lrn_forward),
+        lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
+        lrn_backward_cl: (a2, a2, a2, a2, a2, *lrn_backward),
+    }[template]
 
 
 def _params(t, c, fill, dtype):
@@ -257,7 +275,6 @@ def native_batch_norm(ks, input, weight, bias, running_mean, running_var, traini
     c = data.shape[1]
     count = data.size // c if c else 0
     w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
-    f64, vec = jit.array(np.float64), _vector(data.dtype)
     if training:
         mean, var = np.empty(c), np.empty(c)
     else:
@@ -265,23 +282,19 @@ def native_batch_norm(ks, input, weight, bias, running_mean, running_var, traini
         var = running_var._data.astype(np.float64)
     out = np.empty_like(x)
     if not channels_last:
-        a3 = jit.array(data.dtype, 3)
-        sig = (a3, vec, vec, f64, f64, a3, jit.types.boolean, jit.types.float64)
-        _entry(bn_forward_cf, (), data.dtype, sig, x.size)(x, w, b, mean, var, out, training, eps)
+        _entry(bn_forward_cf, (), data.dtype, x.size)(x, w, b, mean, var, out, training, eps)
     else:
-        a2 = jit.array(data.dtype, 2)
         if training:
             chunks = _threads() if x.size >= _parallel_min else 1
             shift = x[0].astype(np.float64)
             sums, squares = np.empty((chunks, c)), np.empty((chunks, c))
-            sig = (a2, f64, jit.array(np.float64, 2), jit.array(np.float64, 2))
-            _entry(bn_sums_cl, (), data.dtype, sig, x.size)(x, shift, sums, squares)
+            _entry(bn_sums_cl, (), data.dtype, x.size)(x, shift, sums, squares)
             s, q = sums.sum(axis=0) / count, squares.sum(axis=0) / count
             mean[:], var[:] = shift + s, np.maximum(q - s * s, 0.0)
         inv = 1.0 / np.sqrt(var + eps)
         scale = (w * inv).astype(data.dtype)
         offset = (b - mean * w * inv).astype(data.dtype)
-        _entry(affine_cl, (), data.dtype, (a2, vec, vec, a2), x.size)(x, scale, offset, out)
+        _entry(affine_cl, (), data.dtype, x.size)(x, scale, offset, out)
     if training and running_mean is not None:
         _update_running(running_mean, mean, momentum)
     if training and running_var is not None:
@@ -311,26 +324,20 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
     w = _params(weight, c, 1, data.dtype)
     m, inv = mean._data.astype(np.float64), invstd._data.astype(np.float64)
     gx = np.empty_like(x)
-    f64, vec = jit.array(np.float64), _vector(data.dtype)
     if not channels_last:
-        a3 = jit.array(data.dtype, 3)
         gw, gb = np.empty(c), np.empty(c)
-        sig = (a3, a3, vec, f64, f64, a3, f64, f64, jit.types.boolean)
-        _entry(bn_backward_cf, (), data.dtype, sig, x.size)(g, x, w, m, inv, gx, gw, gb, training)
+        _entry(bn_backward_cf, (), data.dtype, x.size)(g, x, w, m, inv, gx, gw, gb, training)
     else:
-        a2 = jit.array(data.dtype, 2)
         chunks = _threads() if x.size >= _parallel_min else 1
         sums, products = np.empty((chunks, c)), np.empty((chunks, c))
-        sig = (a2, a2, f64, jit.array(np.float64, 2), jit.array(np.float64, 2))
-        _entry(bn_grad_sums_cl, (), data.dtype, sig, x.size)(g, x, m, sums, products)
+        _entry(bn_grad_sums_cl, (), data.dtype, x.size)(g, x, m, sums, products)
         gb, sgx = sums.sum(axis=0), products.sum(axis=0)
         gw = sgx * inv
         a = w * inv
         b = -a * inv * inv * sgx / count if training else np.zeros(c)
         cc = -a * gb / count if training else np.zeros(c)
         coefficients = [v.astype(data.dtype) for v in (m, a, b, cc)]
-        sig = (a2, a2, vec, vec, vec, vec, a2)
-        _entry(bn_grad_cl, (), data.dtype, sig, x.size)(g, x, *coefficients, gx)
+        _entry(bn_grad_cl, (), data.dtype, x.size)(g, x, *coefficients, gx)
     return (
         from_array(from_channel_view(gx, data, channels_last)),
         from_array(gw.astype(data.dtype)),
@@ -450,10 +457,8 @@ def native_local_response_norm(ks, input, size, alpha, beta, k):
     data = input._data
     x, channels_last = channel_view(data)
     out, scale = np.empty_like(x), np.empty_like(x)
-    arr = jit.array(data.dtype, x.ndim)
-    sig = (arr, arr, arr, jit.types.int64, jit.types.float64, jit.types.float64, jit.types.float64)
     template = lrn_forward_cl if channels_last else lrn_forward_cf
-    entry = _entry(template, (_lrn_power(beta),), data.dtype, sig, x.size, fastmath=False)
+    entry = _entry(template, (_lrn_power(beta),), data.dtype, x.size, fastmath=False)
     entry(x, out, scale, size, alpha, beta, k)
     return (
         from_array(from_channel_view(out, data, channels_last)),
@@ -466,10 +471,8 @@ def local_response_norm_backward(ks, grad, input, result, scale, size, alpha, be
     x, channels_last = channel_view(data)
     g, y, s = (_same_view(t._data, data, channels_last) for t in (grad, result, scale))
     gx = np.empty_like(x)
-    arr = jit.array(data.dtype, x.ndim)
-    sig = (arr, arr, arr, arr, arr, jit.types.int64, jit.types.float64, jit.types.float64)
     template = lrn_backward_cl if channels_last else lrn_backward_cf
-    entry = _entry(template, (_lrn_power(beta),), data.dtype, sig, x.size, fastmath=False)
+    entry = _entry(template, (_lrn_power(beta),), data.dtype, x.size, fastmath=False)
     entry(g, x, y, s, gx, size, alpha, beta)
     return from_array(from_channel_view(gx, data, channels_last))
 
