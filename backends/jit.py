@@ -45,7 +45,7 @@ OPTIONS = dict(cache=True, error_model="numpy")
 REASSOCIATE = frozenset({"reassoc", "contract"})
 
 _numba: Any = None  # the numba module, once loaded
-_jitables: list[tuple[Callable, dict]] = []
+_jitables: list[Callable] = []
 _on_load: list[Callable[[Any], None]] = []
 _load_lock = threading.RLock()
 
@@ -59,8 +59,8 @@ def _load() -> Any:
                 numba = threads._numba()  # Note [Numba's first compile] in threads.py
                 from numba.extending import register_jitable
 
-                for fn, options in _jitables:  # a list: ones added while loading are seen too
-                    _register(register_jitable, fn, options)
+                for fn in _jitables:  # a list: ones added while loading are seen too
+                    register_jitable(fn)
                 for setup in _on_load:
                     setup(numba)
                 globals().update(numba=numba, types=numba.types, prange=numba.prange)
@@ -76,24 +76,17 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def jitable(fn: Callable, fastmath: Any = False) -> Callable:
-    """Mark function ``fn`` callable from kernels (Numba's ``register_jitable``, applied
-    when Numba loads), compiled with ``fastmath`` (as in ``compile_kernel``: a caller's
-    flags do not reach it); ``fn`` itself is returned, so its name is unchanged."""
-    options = {"fastmath": set(fastmath)} if fastmath else {}
+def jitable(fn: Callable) -> Callable:
+    """Mark scalar function ``fn`` callable from kernels (Numba's ``register_jitable``,
+    applied when Numba loads); ``fn`` itself is returned, so its name is unchanged."""
     if _numba is None:
         with _load_lock:
             if _numba is None:
-                _jitables.append((fn, options))
+                _jitables.append(fn)
                 return fn
     from numba.extending import register_jitable
 
-    return _register(register_jitable, fn, options)
-
-
-def _register(register_jitable: Callable, fn: Callable, options: dict) -> Callable:
-    # register_jitable(fn), or register_jitable(**options)(fn): it takes no empty options
-    return register_jitable(**options)(fn) if options else register_jitable(fn)
+    return register_jitable(fn)
 
 
 def on_load(setup: Callable[[Any], None]) -> None:
@@ -126,11 +119,28 @@ def compile_kernel(
 ) -> Callable:
     """Compile ``pyfunc`` for one explicit signature; return its entry point. ``nogil``
     releases the GIL while it runs (for kernels called from ``threads.split``'s parts)."""
+    entry = (
+        compile_dispatcher(pyfunc, signature, parallel, fastmath, nogil)
+        .overloads[signature.args]
+        .entry_point
+    )
+    return threads.synced(entry) if parallel else entry  # Note [Thread count]
+
+
+def compile_dispatcher(
+    pyfunc: Callable,
+    signature: Any,
+    parallel: bool = False,
+    fastmath: Any = False,
+    nogil: bool = False,
+) -> Any:
+    """``compile_kernel``'s Numba dispatcher, compiled for ``signature``: for a kernel
+    another kernel calls, which then links this compiled code instead of compiling
+    ``pyfunc`` again (``compile_kernel`` gives Python its entry point)."""
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
     dispatcher = _load().njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
-    entry = dispatcher.overloads[signature.args].entry_point
-    return threads.synced(entry) if parallel else entry  # Note [Thread count]
+    return dispatcher
 
 
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses

@@ -403,25 +403,31 @@ def _step(template, algorithm, layout):
     return template(_FETCH[layout], m)
 
 
+def _transform(template, algorithm, dtype, layout):
+    """Transform ``template``'s compiled kernel (a Numba dispatcher) for ``algorithm``,
+    dtype and ``layout``, shared by both block loops and by Python."""
+
+    def build():
+        fn, sig = _step(template, algorithm, layout), _signature(template, dtype)
+        return jit.compile_dispatcher(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
+
+    return jit.cached(("dispatcher", template, algorithm.r, np.dtype(dtype), layout), build)
+
+
 def _kernel(template, algorithm, dtype, layout):
     """The block loop ``template`` (``forward_blocks``, ``weight_grad_blocks``) for
     ``algorithm``, dtype and images in ``layout``: one kernel, without the GIL, calling
-    the BLAS where kernels can (Note [GEMM in kernels]), else the loop in Python over
-    the transforms' kernels."""
+    the transforms' compiled code and the BLAS where kernels can (Note [GEMM in
+    kernels]), else the loop in Python over the transforms' entry points."""
     native = blas.available()
 
     def build():
-        steps = [_step(t, algorithm, layout) for t in _STEPS[template]]
+        steps = [_transform(t, algorithm, dtype, layout) for t in _STEPS[template]]
         if native:
-            steps = [jit.jitable(s, fastmath=jit.REASSOCIATE) for s in steps]
-            return jit.compile_kernel(
-                template(*steps), _signature(template, dtype), fastmath=jit.REASSOCIATE, nogil=True
-            )
-        entries = [
-            jit.compile_kernel(s, _signature(t, dtype), fastmath=jit.REASSOCIATE, nogil=True)
-            for s, t in zip(steps, _STEPS[template])
-        ]
-        return template(*entries)
+            sig = _signature(template, dtype)
+            return jit.compile_kernel(template(*steps), sig, nogil=True)
+        signatures = [_signature(t, dtype).args for t in _STEPS[template]]
+        return template(*(s.overloads[a].entry_point for s, a in zip(steps, signatures)))
 
     return jit.cached((template, algorithm.r, np.dtype(dtype), layout, native), build)
 
