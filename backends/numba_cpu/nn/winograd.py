@@ -319,6 +319,21 @@ def transform_grad(fetch, m, grad):
     return kernel
 
 
+@jit.jitable
+def block(r0, rows, rows_per_block, tw, in_buf, out_buf, channels):
+    """The block of tile rows from r0 of a block loop: (its end r1, the (36, T, C_in)
+    and (36, T, C_out) views of in_buf and out_buf for its T tiles), ``channels``
+    being (C_in, C_out)."""
+    r1 = min(rows, r0 + rows_per_block)
+    t = (r1 - r0) * tw
+    cin, cout = channels
+    return (
+        r1,
+        in_buf[: 36 * t * cin].reshape(36, t, cin),
+        out_buf[: 36 * t * cout].reshape(36, t, cout),
+    )
+
+
 def forward_blocks(transform, finish):
     """The block loop of ``forward``: each block's input tiles transformed (``transform``,
     a ``transform_input`` kernel), multiplied by the filters u position by position, and
@@ -328,12 +343,9 @@ def forward_blocks(transform, finish):
 
     def run(x, u, bias, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, out):
         slab, tmp_in, tmp_out, rows, v_buf, m_buf = buffers
-        total, cin, cout = x.shape[0] * th, u.shape[1], u.shape[2]
+        total = x.shape[0] * th
         for r0 in range(0, total, rows_per_block):
-            r1 = min(total, r0 + rows_per_block)
-            t = (r1 - r0) * tw
-            v = v_buf[: 36 * t * cin].reshape(36, t, cin)
-            m = m_buf[: 36 * t * cout].reshape(36, t, cout)
+            r1, v, m = block(r0, total, rows_per_block, tw, v_buf, m_buf, u.shape[1:])
             if not math.isfinite(transform(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)):
                 return False
             blas.gemms(v, u, m, False, False, 0)
@@ -352,12 +364,9 @@ def weight_grad_blocks(transform_x, transform_g):
 
     def run(x, g, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, total):
         slab, gslab, tmp_in, tmp_g, v_buf, z_buf = buffers
-        rows, cin, cout = x.shape[0] * th, total.shape[1], total.shape[2]
+        rows = x.shape[0] * th
         for r0 in range(0, rows, rows_per_block):
-            r1 = min(rows, r0 + rows_per_block)
-            t = (r1 - r0) * tw
-            v = v_buf[: 36 * t * cin].reshape(36, t, cin)
-            z = z_buf[: 36 * t * cout].reshape(36, t, cout)
+            r1, v, z = block(r0, rows, rows_per_block, tw, v_buf, z_buf, total.shape[1:])
             check = transform_x(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)
             check += transform_g(g, ho, wo, r0, r1, th, gslab, tmp_g, z)
             if not math.isfinite(check):
