@@ -119,11 +119,8 @@ def compile_kernel(
 ) -> Callable:
     """Compile ``pyfunc`` for one explicit signature; return its entry point. ``nogil``
     releases the GIL while it runs (for kernels called from ``threads.split``'s parts)."""
-    entry = (
-        compile_dispatcher(pyfunc, signature, parallel, fastmath, nogil)
-        .overloads[signature.args]
-        .entry_point
-    )
+    dispatcher = compile_dispatcher(pyfunc, signature, parallel, fastmath, nogil)
+    entry = entry_point(dispatcher, signature)
     return threads.synced(entry) if parallel else entry  # Note [Thread count]
 
 
@@ -141,6 +138,12 @@ def compile_dispatcher(
     dispatcher = _load().njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
     return dispatcher
+
+
+def entry_point(dispatcher: Any, signature: Any) -> Callable:
+    """The compiled entry point of a dispatcher's overload for ``signature``, called
+    without Numba's argument typing (Note [Kernel signatures])."""
+    return dispatcher.overloads[signature.args].entry_point
 
 
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses

@@ -26,6 +26,7 @@ threads: lamina gives it one (Note [BLAS threads] in lamina.backends.threads).
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import numpy as np
@@ -57,16 +58,15 @@ def _find() -> dict[str, int] | None:
     return None
 
 
-_addresses: dict[str, int] | None = None
-_looked = False
+@functools.cache
+def _addresses() -> dict[str, int] | None:
+    """``_find``'s answer, looked up once (threadpoolctl takes ~10 ms)."""
+    return _find()
 
 
 def available() -> bool:
-    """Whether kernels can call ``gemm`` (looked up once: threadpoolctl takes ~10 ms)."""
-    global _addresses, _looked
-    if not _looked:
-        _addresses, _looked = _find(), True
-    return _addresses is not None
+    """Whether kernels can call ``gemm``."""
+    return _addresses() is not None
 
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, trans_a: bool, trans_b: bool, beta):
@@ -99,7 +99,7 @@ def _lower(numba: Any) -> None:
     from numba.core import cgutils
     from numba.extending import intrinsic, overload
 
-    for name, address in _addresses.items():
+    for name, address in _addresses().items():
         llvm.add_symbol(name, address)
     types = numba.types
 

@@ -306,19 +306,21 @@ def gather(loop):
 
 
 def _signature(template, dtype):
-    _I, _X = jit.types.int64, jit.index()
+    """``template``'s kernel signature: every kernel returns nothing but ``scatter``,
+    which returns the count of indices it skipped."""
+    _I, _X, void = jit.types.int64, jit.index(), jit.types.void
     a = {d: jit.array(dtype, d) for d in (3, 4)}
     i = {d: jit.array(np.int64, d) for d in (2, 3, 4)}
     scalar = jit.array(dtype, 1).dtype
     scale = jit.array(dtype, 2)
     return {
-        pool_nhwc: (a[4], a[4], i[4], _X, _X, _I, _X, _X, _I, scalar),
-        separable_nchw: (a[3], a[3], _X, _X, _I, _I, scalar, scale, scale),
-        pool_nchw: (a[3], a[3], i[3], _X, _X, _I, _X, _I, scalar, scale, scale, i[2]),
-        avg_nhwc: (a[4], a[4], _X, _X, _X, _X, scale),
-        avg_backward_nhwc: (a[4], a[4], _X, _X, _X, _X, scale),
-        scatter: (a[3], i[3], a[3]),
-        gather: (a[3], i[3], a[3]),
+        pool_nhwc: void(a[4], a[4], i[4], _X, _X, _I, _X, _X, _I, scalar),
+        separable_nchw: void(a[3], a[3], _X, _X, _I, _I, scalar, scale, scale),
+        pool_nchw: void(a[3], a[3], i[3], _X, _X, _I, _X, _I, scalar, scale, scale, i[2]),
+        avg_nhwc: void(a[4], a[4], _X, _X, _X, _X, scale),
+        avg_backward_nhwc: void(a[4], a[4], _X, _X, _X, _X, scale),
+        scatter: _I(a[3], i[3], a[3]),
+        gather: void(a[3], i[3], a[3]),
     }[template]
 
 
@@ -328,8 +330,7 @@ def _run(template, fns, dtype, size, *args):
     loop = range if size < _parallel_min else jit.prange
 
     def build():
-        result = jit.types.int64 if template is scatter else jit.types.void
-        sig = result(*_signature(template, dtype))
+        sig = _signature(template, dtype)
         parallel = loop is jit.prange
         return jit.compile_kernel(template(*fns, loop), sig, parallel=parallel, nogil=True)
 

@@ -389,13 +389,10 @@ def _signature(template, dtype):
     t = jit.types
     a1, a3, a4 = (jit.array(dtype, d) for d in (1, 3, 4))
     i, x = t.int64, a1.dtype
-    if template is forward_blocks:
-        buffers = t.Tuple((a3, a3, a3, a3, a1, a1))
-        return t.boolean(a4, a3, a1, *[i] * 9, buffers, a4)
-    if template is weight_grad_blocks:
-        buffers = t.Tuple((a3, a3, a3, a3, a1, a1))
-        return t.boolean(a4, a4, *[i] * 9, buffers, a3)
+    buffers = t.Tuple((a3, a3, a3, a3, a1, a1))
     return {
+        forward_blocks: t.boolean(a4, a3, a1, *[i] * 9, buffers, a4),
+        weight_grad_blocks: t.boolean(a4, a4, *[i] * 9, buffers, a3),
         transform_input: x(a4, *[i] * 7, a3, a3, a3),
         transform_output: x(a3, *[i] * 5, a1, a3, a3, a4),
         transform_grad: x(a4, *[i] * 5, a3, a3, a3),
@@ -435,8 +432,8 @@ def _kernel(template, algorithm, dtype, layout):
         if native:
             sig = _signature(template, dtype)
             return jit.compile_kernel(template(*steps), sig, nogil=True)
-        signatures = [_signature(t, dtype).args for t in _STEPS[template]]
-        return template(*(s.overloads[a].entry_point for s, a in zip(steps, signatures)))
+        signatures = [_signature(t, dtype) for t in _STEPS[template]]
+        return template(*(jit.entry_point(s, sig) for s, sig in zip(steps, signatures)))
 
     return jit.cached((template, algorithm.r, np.dtype(dtype), layout, native), build)
 
