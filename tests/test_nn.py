@@ -708,6 +708,35 @@ def test_winograd_block_loops_in_python_equal_the_kernels(dtype, layout, monkeyp
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype] / 10)
 
 
+FLAT_CASES = [c for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same_even_kernel")]
+
+
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+@pytest.mark.parametrize("case", FLAT_CASES, ids=[c[0] for c in FLAT_CASES])
+def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(case, dtype, monkeypatch):
+    """Note [Flat block loops]: NCHW stride-1 im2col with several blocks per image (a
+    small BLOCK_BYTES), the last one shorter; the kernels against the oracle, then the
+    same loops run from Python (no BLAS kernels can call) against the kernels."""
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows
+    loops, real = [], conv._flat_loop
+    monkeypatch.setattr(conv, "_flat_loop", lambda t, d: loops.append(t.__name__) or real(t, d))
+    _, kwargs, wshape = case
+    x = image((2, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
+    w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
+    fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
+    (out,), grads = _run(fn, [x, w, b])
+    assert sorted(set(loops)) == ["flat_forward_blocks", "flat_weight_grad_blocks"]
+    with lm.backends.use("numpy_ref"):
+        (want,), want_grads = _run(fn, [x, w, b])
+    tol = {"f8": 1e-13, "f4": 1e-5}[dtype]
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        _close_to_max(got.numpy(), ref.numpy(), tol)
+    monkeypatch.setattr(blas, "available", lambda: False)
+    (again,), again_grads = _run(fn, [x, w, b])
+    for got, ref in zip([again, *again_grads], [out, *grads]):
+        _close_to_max(got.numpy(), ref.numpy(), tol / 10)
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monkeypatch):
     """Note [Winograd and infinities]: a non-finite value would spread over its tiles;
