@@ -111,15 +111,12 @@ def array(dtype: Any, ndim: int = 1, layout: str = "C") -> Any:
 
 
 def compile_kernel(
-    pyfunc: Callable,
-    signature: Any,
-    parallel: bool = False,
-    fastmath: Any = False,
-    nogil: bool = False,
+    pyfunc: Callable, signature: Any, parallel: bool = False, **options: Any
 ) -> Callable:
-    """Compile ``pyfunc`` for one explicit signature; return its entry point. ``nogil``
-    releases the GIL while it runs (for kernels called from ``threads.split``'s parts)."""
-    dispatcher = compile_dispatcher(pyfunc, signature, parallel, fastmath, nogil)
+    """Compile ``pyfunc`` for one explicit signature; return its entry point. ``options``
+    are ``compile_dispatcher``'s (``nogil`` releases the GIL while it runs, for kernels
+    called from ``threads.split``'s parts)."""
+    dispatcher = compile_dispatcher(pyfunc, signature, parallel, **options)
     entry = entry_point(dispatcher, signature)
     return threads.synced(entry) if parallel else entry  # Note [Thread count]
 

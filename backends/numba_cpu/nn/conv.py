@@ -355,7 +355,7 @@ def _forward_nchw(x, w, geo, out):
             np.matmul(wg, x3[:, _cols(g, geo.cin)], out=o3[:, _cols(g, geo.cout)])
         return
     if geo.flat:
-        return _forward_nchw_flat(x, weights, geo, out)
+        return _forward_nchw_flat(x, w, geo, out)
     im2col, cache = _kernel(_im2col_nchw, x.dtype), [None]
     rows, ranges = geo.nchw_rows(x.itemsize), geo.columns()
     for n in range(geo.n):
@@ -490,13 +490,13 @@ def _flat_rows(geo, wp, itemsize):
     return max(1, BLOCK_BYTES // (geo.k * wp * itemsize))
 
 
-def _forward_nchw_flat(x, weights, geo, out):
+def _forward_nchw_flat(x, w, geo, out):
     flat, hp, wp = _flat_planes(x, geo)
     rows = _flat_rows(geo, wp, x.itemsize)
     cols, wide = (np.empty(c * rows * wp, x.dtype) for c in (geo.k, geo.cout))
+    weights = np.ascontiguousarray(w).reshape(geo.groups, geo.cout, geo.k)  # _nchw_weight's
     loop = _flat_loop(flat_forward_blocks, x.dtype)
-    taps = (geo.kh, geo.kw, geo.dh, geo.dw)
-    loop(flat, np.stack(weights), taps, hp, wp, rows, cols, wide, out)
+    loop(flat, weights, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, out)
 
 
 # Note [Small NCHW planes]: NCHW im2col blocks hold one image's output rows, so a

@@ -489,6 +489,10 @@ class _Tiles:
         """A buffer for one block's transformed tiles of ``channels`` channels."""
         return np.empty(36 * self.rows * self.tw * channels, dtype)
 
+    def geometry(self, geo):
+        """The block loops' geometry arguments, after their operands."""
+        return (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, self.th, self.tw, self.rows)
+
 
 def forward(x, u, alg, geo, layout, bias, out) -> bool:
     """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``);
@@ -505,8 +509,7 @@ def forward(x, u, alg, geo, layout, bias, out) -> bool:
     )
     bias = np.zeros(geo.c_out, dtype) if bias is None else np.ascontiguousarray(bias, dtype)
     run = _kernel(forward_blocks, alg, dtype, layout)
-    args = (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, tiles.th, tiles.tw, tiles.rows)
-    return run(x, u, bias, *args, buffers, out)
+    return run(x, u, bias, *tiles.geometry(geo), buffers, out)
 
 
 def weight_grad(x, g, alg, geo, layout):
@@ -524,8 +527,7 @@ def weight_grad(x, g, alg, geo, layout):
     )
     total = np.zeros((36, geo.cin, geo.c_out), dtype)
     run = _kernel(weight_grad_blocks, alg, dtype, layout)
-    args = (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, tiles.th, tiles.tw, tiles.rows)
-    if not run(x, g, *args, buffers, total):
+    if not run(x, g, *tiles.geometry(geo), buffers, total):
         return None
     # the adjoint of ``filters`` (Note [Filter transforms]): gw[o, i] = gg^T total[:, i, o]
     gw = np.dot(alg.gg.T.astype(dtype), total.reshape(36, -1))
