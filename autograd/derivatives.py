@@ -941,15 +941,18 @@ def _nn_axes(x):
     return axes, tuple(-1 if d == 1 else 1 for d in range(x.ndim))
 
 
-def _batch_norm(gs, r, n, x, w, b, running_mean, running_var, training, momentum, eps):
+def _batch_norm(gs, r, n, x, w, b, running_mean, running_var, training, momentum, eps, relu):
+    """With relu, grad counts where the result is positive (Note [Fused batch norm and
+    relu])."""
     g = gs[0]
     if g is None:
         return _NONE
     if is_grad_enabled():  # create_graph: the differentiable form
-        gx, gw, gb = _batch_norm_composite(g, r, x, w, training, eps)
+        gated = _RELU_BACKWARD(g, r[0]) if relu else g
+        gx, gw, gb = _batch_norm_composite(gated, r, x, w, training, eps)
     else:
-        gx, gw, gb = _BN_BACKWARD(g, x, w, r[1], r[2], training)
-    return (n[0] and gx, n[1] and gw, n[2] and gb, *_NONE[:5])
+        gx, gw, gb = _BN_BACKWARD(g, x, w, r[1], r[2], training, r[0] if relu else None)
+    return (n[0] and gx, n[1] and gw, n[2] and gb, *_NONE[:6])
 
 
 def _batch_norm_composite(g, r, x, w, training, eps):

@@ -720,6 +720,7 @@ def batch_norm(
     training: bool,
     momentum: float,
     eps: float,
+    relu: bool = False,
 ) -> tuple:
     _floating("batch_norm", "input", input)
     if len(input._shape) < 2:
@@ -744,7 +745,7 @@ def batch_norm(
         )
     if eps < 0:
         raise ValueError(f"batch_norm: eps must be non-negative, got {eps}")
-    return input, weight, bias, running_mean, running_var, training, momentum, eps
+    return input, weight, bias, running_mean, running_var, training, momentum, eps, relu
 
 
 def activation(name: str) -> Any:

@@ -724,7 +724,7 @@ define(
 define(
     "native_batch_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, "
     "running_mean: Tensor | None, running_var: Tensor | None, training: bool, "
-    "momentum: float, eps: float) -> tuple[Tensor, Tensor, Tensor]",
+    "momentum: float, eps: float, relu: bool = False) -> tuple[Tensor, Tensor, Tensor]",
     "nn",
     dtypes=FLOATING,
     tags=DIFF,
@@ -732,16 +732,19 @@ define(
     check=meta.batch_norm,
     doc="Batch normalization over every axis but 1, and the mean and inverse standard "
     "deviation it used (saved for backward); training updates the running statistics "
-    "in place.",
+    "in place. With relu, max(result, 0) in the same pass (Note [Fused batch norm and "
+    "relu]).",
 )
 define(
     "native_batch_norm_backward(grad: Tensor, input: Tensor, weight: Tensor | None, "
-    "mean: Tensor, invstd: Tensor, training: bool) -> tuple[Tensor, Tensor, Tensor]",
+    "mean: Tensor, invstd: Tensor, training: bool, result: Tensor | None = None) "
+    "-> tuple[Tensor, Tensor, Tensor]",
     "nn",
     dtypes=FLOATING,
     namespace=None,
     doc="batch_norm's gradients with respect to input, weight and bias, from the saved "
-    "mean and inverse standard deviation.",
+    "mean and inverse standard deviation; given the result of a batch norm with relu, "
+    "grad counts only where that result is positive.",
 )
 define(
     "relu(input: Tensor) -> Tensor",

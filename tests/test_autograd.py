@@ -541,6 +541,18 @@ SAMPLES.update(
                 ),
                 [leaf((4, 3)), leaf((3,), seed=1), leaf((3,), seed=2)],
             ),
+            (
+                "relu_training",
+                lambda x, w, b: NNF.batch_norm(x, None, None, w, b, training=True, relu=True),
+                [leaf((2, 3, 2, 2)), leaf((3,), seed=1), leaf((3,), seed=2)],
+            ),
+            (
+                "relu_nhwc_eval",
+                lambda x, w: NNF.batch_norm(
+                    x, const([0.1, -0.2, 0.3]), const([0.5, 1.0, 2.0]), w, relu=True
+                ),
+                [nhwc((2, 3, 2, 2)), leaf((3,), seed=1)],
+            ),
         ],
         "native_local_response_norm": [
             ("plain", lambda x: NNF.local_response_norm(x, 3, alpha=0.5, k=1.5), [leaf(IMAGE)]),

@@ -315,6 +315,48 @@ def test_batch_norm_matches_the_oracle(training, layout):
     np.testing.assert_allclose(var, want_var, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_batch_norm_with_relu_is_relu_of_batch_norm_bit_for_bit(training, layout, dtype):
+    """Note [Fused batch norm and relu]: outputs, all three gradients and the running
+    statistics equal the two calls', on both backends; a NaN propagates as relu's."""
+    data = np.random.default_rng(0).standard_normal((3, 4, 5, 6)).astype(dtype)
+    data[1, 2, 3, 4] = np.nan
+    x = F.to_layout(lm.asarray(data), layout)
+    w, b = param((4,), dtype=dtype), param((4,), seed=2, dtype=dtype)
+    g = np.random.default_rng(3).standard_normal(data.shape).astype(dtype)
+
+    def run(fused):
+        leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+        rm, rv = lm.asarray(np.array([0.1, -0.2, 0.3, 0.0], dtype)), lm.asarray(np.ones(4, dtype))
+        args = (leaves[0], rm, rv, *leaves[1:], training, 0.3, 1e-3)
+        out = F.batch_norm(*args, relu=True) if fused else F.relu(F.batch_norm(*args))
+        out.backward(lm.asarray(g))
+        return [out, *(t.grad for t in leaves), rm, rv]
+
+    for backend in ("numba_cpu", "numpy_ref"):
+        with lm.backends.use(backend):
+            got, want = run(True), run(False)
+        assert F.layout_of(got[0]) == layout
+        assert np.isnan(got[0].numpy()[1, 2, 3, 4])
+        assert (got[0].numpy()[~np.isnan(got[0].numpy())] >= 0).all()
+        for a, b_ in zip(got, want):
+            np.testing.assert_array_equal(a.numpy(), b_.numpy())
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_with_relu_matches_the_oracle(layout):
+    x = image((3, 4, 5, 3), layout, requires_grad=True)
+    w, b = param((4,)), param((4,), seed=2)
+
+    def fn(x, w, b):
+        return F.batch_norm(x, None, None, w, b, training=True, relu=True)
+
+    out = check_against_oracle(fn, [x, w, b])[0]
+    assert 0 < (out.numpy() == 0).mean() < 1  # some values clipped, some kept
+
+
 @pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (2, 3, 2, 2, 2)], ids=["2d", "3d", "5d"])
 def test_batch_norm_of_other_ranks_matches_the_oracle(shape):
     x, w = param(shape, seed=0), param((3,))
@@ -476,6 +518,7 @@ FLOAT32 = [
     ("global_avg", lambda x, w: F.adaptive_avg_pool2d(x, 1)),
     ("lrn", lambda x, w: F.local_response_norm(x, 5)),
     ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True)),
+    ("batch_norm_relu", lambda x, w: F.batch_norm(x, None, None, training=True, relu=True)),
     ("relu", lambda x, w: F.relu(x)),
 ]
 
@@ -510,6 +553,11 @@ PARALLEL = [
     ("avg_pool", lambda x, w: F.avg_pool2d(x, 3, 2), 1e-5),
     ("lrn", lambda x, w: F.local_response_norm(x, 5), 1e-5),
     ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True), 1e-5),
+    (
+        "batch_norm_relu",
+        lambda x, w: F.batch_norm(x, None, None, training=True, relu=True),
+        1e-5,
+    ),
     ("relu", lambda x, w: F.relu(x), 1e-5),
 ]
 

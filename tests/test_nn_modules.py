@@ -130,6 +130,42 @@ def test_train_and_eval_change_batch_norm_and_dropout():
     np.testing.assert_array_equal(drop(ones).numpy(), ones.numpy())
 
 
+def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch):
+    """Note [Fused batch norm and relu]: a BatchNorm2d then a ReLU run as one call, in
+    training and evaluation, with the outputs, gradients and running statistics of
+    the two modules; not where a hook would see the value between, nor for a subclass
+    or when switched off."""
+    relu_calls = []
+    forward = nn.ReLU.forward
+    monkeypatch.setattr(nn.ReLU, "forward", lambda m, x: relu_calls.append(m) or forward(m, x))
+    x = lm.asarray(np.random.default_rng(0).standard_normal((4, 3, 5, 5)))
+    results = {}
+    for fuse in (True, False):
+        lm.random.seed(1)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2))
+        model.fuse_batch_norm_relu = fuse
+        relu_calls.clear()
+        out = model(x)
+        lm.sum(out * out).backward()
+        model.eval()
+        results[fuse] = [out, model(x), *(p.grad for p in model.parameters()), *model.buffers()]
+        assert len(relu_calls) == (0 if fuse else 2)
+    for got, want in zip(results[True], results[False]):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+    class Norm(nn.BatchNorm2d):
+        pass
+
+    hooked = nn.Sequential(nn.BatchNorm2d(3), nn.ReLU())
+    seen = []
+    hooked[0].register_forward_hook(lambda m, args, out: seen.append(out))
+    for model in (hooked, nn.Sequential(Norm(3), nn.ReLU())):
+        relu_calls.clear()
+        model(x)
+        assert len(relu_calls) == 1
+    assert (seen[0].numpy() < 0).any()  # the hook saw batch norm's output, before relu
+
+
 def test_batch_norm_momentum_none_is_the_cumulative_average():
     bn = nn.BatchNorm2d(1, momentum=None)
     batches = [

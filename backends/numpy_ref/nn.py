@@ -282,7 +282,9 @@ def _channel_axes(x):
     )
 
 
-def native_batch_norm(ks, input, weight, bias, running_mean, running_var, training, momentum, eps):
+def native_batch_norm(
+    ks, input, weight, bias, running_mean, running_var, training, momentum, eps, relu=False
+):
     x = input._data.astype(np.float64)
     axes, shape = _channel_axes(x)
     if training:
@@ -301,14 +303,17 @@ def native_batch_norm(ks, input, weight, bias, running_mean, running_var, traini
     if bias is not None:
         out = out + bias._data.reshape(shape)
     dtype = input._data.dtype
+    out = np.maximum(out, 0).astype(dtype) if relu else out.astype(dtype)  # NaN propagates
     return (
-        _result(out.astype(dtype), input._data),
+        _result(out, input._data),
         from_array(mean.astype(dtype)),
         from_array(invstd.astype(dtype)),
     )
 
 
-def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
+def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, result=None):
+    if result is not None:  # batch norm with relu: relu's backward first
+        grad = relu_backward(ks, grad, result)
     x, g = input._data.astype(np.float64), grad._data.astype(np.float64)
     axes, shape = _channel_axes(x)
     m, inv = mean._data.reshape(shape), invstd._data.reshape(shape)

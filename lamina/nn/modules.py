@@ -362,7 +362,13 @@ def _moved(t: Tensor, device: Any, dtype: Any) -> Tensor:
 
 class Sequential(Module):
     """Modules applied one after another: ``Sequential(conv, bn, relu)`` (children
-    named "0", "1", ...) or ``Sequential(OrderedDict(conv=conv, ...))``."""
+    named "0", "1", ...) or ``Sequential(OrderedDict(conv=conv, ...))``.
+
+    A BatchNorm2d followed by a ReLU, neither with hooks, runs as one fused call with
+    the same results (Note [Fused batch norm and relu]); ``fuse_batch_norm_relu =
+    False``, on the class or one instance, runs them one by one."""
+
+    fuse_batch_norm_relu = True
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()
@@ -374,8 +380,15 @@ class Sequential(Module):
                 self.add_module(str(i), m)
 
     def forward(self, x: Any) -> Any:
-        for m in self._modules.values():
-            x = m(x)
+        modules = list(self._modules.values())
+        i = 0
+        while i < len(modules):
+            if self.fuse_batch_norm_relu and _fusable(modules[i : i + 2]):
+                x = modules[i].forward(x, relu=True)
+                i += 2
+            else:
+                x = modules[i](x)
+                i += 1
         return x
 
     def __getitem__(self, index: int | slice) -> Module:
@@ -393,6 +406,17 @@ class Sequential(Module):
     def append(self, module: Module) -> Sequential:
         self.add_module(str(len(self._modules)), module)
         return self
+
+
+def _fusable(pair: list[Module]) -> bool:
+    """Whether ``pair`` is a BatchNorm2d and a ReLU (exactly: a subclass may change
+    forward) that Sequential may run as one call: no hook would see the value between."""
+    return (
+        len(pair) == 2
+        and type(pair[0]) is BatchNorm2d
+        and type(pair[1]) is ReLU
+        and not any(m._forward_hooks or m._forward_pre_hooks for m in pair)
+    )
 
 
 class ModuleList(Module):
@@ -566,7 +590,9 @@ class BatchNorm2d(Module):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, relu: bool = False) -> Tensor:
+        """``relu``: relu(self(x)) in one call, for Sequential (Note [Fused batch norm
+        and relu])."""
         if x.ndim != 4:
             raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {x.shape}")
         momentum = 0.0 if self.momentum is None else self.momentum
@@ -585,6 +611,7 @@ class BatchNorm2d(Module):
             batch_stats,
             momentum,
             self.eps,
+            relu=relu,
         )
 
     def extra_repr(self) -> str:

@@ -14,6 +14,16 @@ the normalization a second pass. Backward has the same structure: the two sums o
 grad and of grad * (x - mean) per channel, then one elementwise pass. The mean and the
 inverse standard deviation are saved for backward (Note [Saved outputs]).
 
+Note [Fused batch norm and relu]: native_batch_norm(..., relu=True) writes max(y, 0)
+for each normalized value y in the pass that computes y (oneDNN's fuse_norm_relu), and
+its backward, given that result, zeroes grad where the result is not positive as it
+reads it. Against batch norm then relu this saves relu's two passes over the
+activation forward (read, write) and its three backward (grad, result, gradient),
+and two allocations. The arithmetic is the same, so are the results, bit for bit:
+y is rounded to the data's dtype before or after the max, which commutes with it, and
+the masked gradient is summed in the same order. lamina.nn.Sequential fuses a
+BatchNorm2d followed by a ReLU when neither has hooks.
+
 Local response normalization sums squares over a window of channels; the scale
 k + alpha / size * sum is saved for backward, which then needs no window of squares
 again. scale ** -beta for the usual beta = 0.75 is 1 / (sqrt(s) sqrt(sqrt(s))): two
@@ -72,6 +82,8 @@ def _same_view(data, like_data, channels_last):
 
 
 def _entry(template, args, dtype, parallel_size, fastmath=jit.REASSOCIATE):
+    """The kernel of ``template(*args, loop)`` for ``dtype``, parallel from
+    ``parallel_size`` elements (Note [Parallel threshold])."""
     loop = range if parallel_size < _parallel_min else jit.prange
 
     def build():
@@ -89,19 +101,50 @@ def _threads():
     return 1 if _parallel_min == float("inf") else max(1, threads.get_num_threads())
 
 
+# ---------------------------------------------------------------- scalar functions
+# (Note [Kernel cache]: beside the templates; Note [Fused batch norm and relu])
+
+
+@jitable
+def identity(y, zero):
+    return y
+
+
+@jitable
+def relu(y, zero):
+    return y if y > 0 or y != y else zero  # activation.py's relu, NaN propagating
+
+
+@jitable
+def ungated(g, result, zero):
+    return g
+
+
+@jitable
+def relu_gated(g, result, zero):
+    return g if result > 0 else zero
+
+
+def _activation(fused_relu):
+    """(the forward's scalar function, the backward's) for a batch norm with or
+    without relu."""
+    return (relu, relu_gated) if fused_relu else (identity, ungated)
+
+
 # ---------------------------------------------------------------- batch norm templates
 
 ROWS = 64  # rows summed in the data's dtype before a float64 accumulation
 
 
-def bn_forward_cf(loop):
+def bn_forward_cf(activation, loop):
     """Per channel k of x (N, C, S): with ``training`` the mean and biased variance
-    into mean[k], var[k] (else they are given), then out = x * a + b where a, b fold
-    the normalization, weight and bias."""
+    into mean[k], var[k] (else they are given), then out = activation(x * a + b)
+    where a, b fold the normalization, weight and bias."""
 
     def kernel(x, weight, bias, mean, var, out, training, eps):
         n, c, s = x.shape
         count = n * s
+        zero = x.dtype.type(0)
         for k in loop(c):
             if training:
                 acc = 0.0
@@ -123,7 +166,7 @@ def bn_forward_cf(loop):
             for i in range(n):
                 row, res = x[i, k], out[i, k]
                 for j in range(s):
-                    res[j] = row[j] * a + b
+                    res[j] = activation(row[j] * a + b, zero)
 
     return kernel
 
@@ -160,55 +203,59 @@ def bn_sums_cl(loop):
     return kernel
 
 
-def affine_cl(loop):
-    """out[i, k] = x[i, k] * a[k] + b[k] over the rows of x (M, C)."""
+def affine_cl(activation, loop):
+    """out[i, k] = activation(x[i, k] * a[k] + b[k]) over the rows of x (M, C)."""
 
     def kernel(x, a, b, out):
+        zero = x.dtype.type(0)
         for i in loop(x.shape[0]):
             row, res = x[i], out[i]
             for k in range(x.shape[1]):
-                res[k] = row[k] * a[k] + b[k]
+                res[k] = activation(row[k] * a[k] + b[k], zero)
 
     return kernel
 
 
-def bn_backward_cf(loop):
-    """Per channel k of x, g (N, C, S): gb[k] = sum g, gw[k] = invstd * sum g (x -
-    mean), and gx = g * a + (x - mean) * b + c for the coefficients of batch norm's
-    gradient (training) or gx = g * a (evaluation)."""
+def bn_backward_cf(gate, loop):
+    """Per channel k of x, g (N, C, S), with g gated by the result r (``gate``): gb[k]
+    = sum g, gw[k] = invstd * sum g (x - mean), and gx = g * a + (x - mean) * b + c for
+    the coefficients of batch norm's gradient (training) or gx = g * a (evaluation)."""
 
-    def kernel(g, x, weight, mean, invstd, gx, gw, gb, training):
+    def kernel(g, x, r, weight, mean, invstd, gx, gw, gb, training):
         n, c, s = x.shape
         count = n * s
+        zero = x.dtype.type(0)
         for k in loop(c):
             m = mean[k]
             sg = 0.0
             sgx = 0.0
             for i in range(n):
-                grow, xrow = g[i, k], x[i, k]
+                grow, xrow, rrow = g[i, k], x[i, k], r[i, k]
                 for j in range(s):
-                    sg += grow[j]
-                    sgx += grow[j] * (xrow[j] - m)
+                    gj = gate(grow[j], rrow[j], zero)
+                    sg += gj
+                    sgx += gj * (xrow[j] - m)
             inv = invstd[k]
             gb[k], gw[k] = sg, sgx * inv
             a = weight[k] * inv
             b = -a * inv * inv * sgx / count if training else 0.0
             cc = -a * sg / count if training else 0.0
             for i in range(n):
-                grow, xrow, res = g[i, k], x[i, k], gx[i, k]
+                grow, xrow, rrow, res = g[i, k], x[i, k], r[i, k], gx[i, k]
                 for j in range(s):
-                    res[j] = grow[j] * a + (xrow[j] - m) * b + cc
+                    res[j] = gate(grow[j], rrow[j], zero) * a + (xrow[j] - m) * b + cc
 
     return kernel
 
 
-def bn_grad_sums_cl(loop):
-    """Partial per-channel sums of g and g * (x - mean) over chunks of rows, in runs of
-    ROWS rows in x's dtype as bn_sums_cl."""
+def bn_grad_sums_cl(gate, loop):
+    """Partial per-channel sums of g and g * (x - mean), g gated by the result r, over
+    chunks of rows, in runs of ROWS rows in x's dtype as bn_sums_cl."""
 
-    def kernel(g, x, mean, sums, products):
+    def kernel(g, x, r, mean, sums, products):
         m, c = x.shape
         chunks = sums.shape[0]
+        zero = x.dtype.type(0)
         size = (m + chunks - 1) // chunks
         for t in loop(chunks):
             s, p = sums[t], products[t]
@@ -219,10 +266,11 @@ def bn_grad_sums_cl(loop):
             end = min(m, (t + 1) * size)
             for i0 in range(t * size, end, ROWS):
                 for i in range(i0, min(end, i0 + ROWS)):
-                    grow, xrow = g[i], x[i]
+                    grow, xrow, rrow = g[i], x[i], r[i]
                     for k in range(c):
-                        ps[k] += grow[k]
-                        pp[k] += grow[k] * (xrow[k] - mu[k])
+                        gk = gate(grow[k], rrow[k], zero)
+                        ps[k] += gk
+                        pp[k] += gk * (xrow[k] - mu[k])
                 for k in range(c):
                     s[k] += ps[k]
                     p[k] += pp[k]
@@ -231,14 +279,16 @@ def bn_grad_sums_cl(loop):
     return kernel
 
 
-def bn_grad_cl(loop):
-    """gx[i, k] = g[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k]."""
+def bn_grad_cl(gate, loop):
+    """gx[i, k] = g[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k], g gated by the
+    result r."""
 
-    def kernel(g, x, mean, a, b, c, gx):
+    def kernel(g, x, r, mean, a, b, c, gx):
+        zero = x.dtype.type(0)
         for i in loop(x.shape[0]):
-            grow, xrow, res = g[i], x[i], gx[i]
+            grow, xrow, rrow, res = g[i], x[i], r[i], gx[i]
             for k in range(x.shape[1]):
-                res[k] = grow[k] * a[k] + (xrow[k] - mean[k]) * b[k] + c[k]
+                res[k] = gate(grow[k], rrow[k], zero) * a[k] + (xrow[k] - mean[k]) * b[k] + c[k]
 
     return kernel
 
@@ -255,9 +305,9 @@ def _signature(template, dtype):
         bn_forward_cf: (a3, vec, vec, f64, f64, a3, t.boolean, t.float64),
         bn_sums_cl: (a2, f64, f64_2, f64_2),
         affine_cl: (a2, vec, vec, a2),
-        bn_backward_cf: (a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
-        bn_grad_sums_cl: (a2, a2, f64, f64_2, f64_2),
-        bn_grad_cl: (a2, a2, vec, vec, vec, vec, a2),
+        bn_backward_cf: (a3, a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
+        bn_grad_sums_cl: (a2, a2, a2, f64, f64_2, f64_2),
+        bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
         lrn_forward_cl: (a2, a2, a2, *lrn_forward),
         lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
@@ -269,8 +319,11 @@ def _params(t, c, fill, dtype):
     return np.full(c, fill, dtype) if t is None else np.ascontiguousarray(t._data)
 
 
-def native_batch_norm(ks, input, weight, bias, running_mean, running_var, training, momentum, eps):
+def native_batch_norm(
+    ks, input, weight, bias, running_mean, running_var, training, momentum, eps, relu=False
+):
     data = input._data
+    activation = _activation(relu)[0]
     x, channels_last = channel_view(data)
     c = data.shape[1]
     count = data.size // c if c else 0
@@ -282,7 +335,8 @@ def native_batch_norm(ks, input, weight, bias, running_mean, running_var, traini
         var = running_var._data.astype(np.float64)
     out = np.empty_like(x)
     if not channels_last:
-        _entry(bn_forward_cf, (), data.dtype, x.size)(x, w, b, mean, var, out, training, eps)
+        forward = _entry(bn_forward_cf, (activation,), data.dtype, x.size)
+        forward(x, w, b, mean, var, out, training, eps)
     else:
         if training:
             chunks = _threads() if x.size >= _parallel_min else 1
@@ -294,7 +348,7 @@ def native_batch_norm(ks, input, weight, bias, running_mean, running_var, traini
         inv = 1.0 / np.sqrt(var + eps)
         scale = (w * inv).astype(data.dtype)
         offset = (b - mean * w * inv).astype(data.dtype)
-        _entry(affine_cl, (), data.dtype, x.size)(x, scale, offset, out)
+        _entry(affine_cl, (activation,), data.dtype, x.size)(x, scale, offset, out)
     if training and running_mean is not None:
         _update_running(running_mean, mean, momentum)
     if training and running_var is not None:
@@ -315,10 +369,13 @@ def _update_running(stat, batch, momentum):
     bump_version(stat)  # Note [Version counters]: the statistic changed in place
 
 
-def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
+def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, result=None):
     data = input._data
     x, channels_last = channel_view(data)
     g = _same_view(grad._data, data, channels_last)
+    gate = _activation(result is not None)[1]
+    # without a result the kernels take g in its place and never read it (ungated)
+    r = g if result is None else _same_view(result._data, data, channels_last)
     c = data.shape[1]
     count = data.size // c if c else 0
     w = _params(weight, c, 1, data.dtype)
@@ -326,18 +383,19 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training):
     gx = np.empty_like(x)
     if not channels_last:
         gw, gb = np.empty(c), np.empty(c)
-        _entry(bn_backward_cf, (), data.dtype, x.size)(g, x, w, m, inv, gx, gw, gb, training)
+        backward = _entry(bn_backward_cf, (gate,), data.dtype, x.size)
+        backward(g, x, r, w, m, inv, gx, gw, gb, training)
     else:
         chunks = _threads() if x.size >= _parallel_min else 1
         sums, products = np.empty((chunks, c)), np.empty((chunks, c))
-        _entry(bn_grad_sums_cl, (), data.dtype, x.size)(g, x, m, sums, products)
+        _entry(bn_grad_sums_cl, (gate,), data.dtype, x.size)(g, x, r, m, sums, products)
         gb, sgx = sums.sum(axis=0), products.sum(axis=0)
         gw = sgx * inv
         a = w * inv
         b = -a * inv * inv * sgx / count if training else np.zeros(c)
         cc = -a * gb / count if training else np.zeros(c)
         coefficients = [v.astype(data.dtype) for v in (m, a, b, cc)]
-        _entry(bn_grad_cl, (), data.dtype, x.size)(g, x, *coefficients, gx)
+        _entry(bn_grad_cl, (gate,), data.dtype, x.size)(g, x, r, *coefficients, gx)
     return (
         from_array(from_channel_view(gx, data, channels_last)),
         from_array(gw.astype(data.dtype)),
