@@ -946,7 +946,7 @@ def _batch_norm(gs, r, n, x, w, b, running_mean, running_var, training, momentum
     relu])."""
     g = gs[0]
     if g is None:
-        return _NONE
+        return (None,) * 9
     if is_grad_enabled():  # create_graph: the differentiable form
         gated = _RELU_BACKWARD(g, r[0]) if relu else g
         gx, gw, gb = _batch_norm_composite(gated, r, x, w, training, eps)

@@ -150,6 +150,7 @@ def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch)
         model.eval()
         results[fuse] = [out, model(x), *(p.grad for p in model.parameters()), *model.buffers()]
         assert len(relu_calls) == (0 if fuse else 2)
+        assert model[1:].fuse_batch_norm_relu is fuse  # a slice keeps the setting
     for got, want in zip(results[True], results[False]):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
@@ -159,7 +160,13 @@ def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch)
     hooked = nn.Sequential(nn.BatchNorm2d(3), nn.ReLU())
     seen = []
     hooked[0].register_forward_hook(lambda m, args, out: seen.append(out))
-    for model in (hooked, nn.Sequential(Norm(3), nn.ReLU())):
+    own_forward = nn.ReLU()
+    own_forward.forward = lambda x: relu_calls.append(own_forward) or F.relu(x)
+    for model in (
+        hooked,
+        nn.Sequential(Norm(3), nn.ReLU()),
+        nn.Sequential(nn.BatchNorm2d(3), own_forward),
+    ):
         relu_calls.clear()
         model(x)
         assert len(relu_calls) == 1

@@ -283,7 +283,7 @@ def _channel_axes(x):
 
 
 def native_batch_norm(
-    ks, input, weight, bias, running_mean, running_var, training, momentum, eps, relu=False
+    ks, input, weight, bias, running_mean, running_var, training, momentum, eps, relu
 ):
     x = input._data.astype(np.float64)
     axes, shape = _channel_axes(x)
@@ -311,7 +311,7 @@ def native_batch_norm(
     )
 
 
-def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, result=None):
+def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, result):
     if result is not None:  # batch norm with relu: relu's backward first
         grad = relu_backward(ks, grad, result)
     x, g = input._data.astype(np.float64), grad._data.astype(np.float64)

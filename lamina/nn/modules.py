@@ -364,9 +364,10 @@ class Sequential(Module):
     """Modules applied one after another: ``Sequential(conv, bn, relu)`` (children
     named "0", "1", ...) or ``Sequential(OrderedDict(conv=conv, ...))``.
 
-    A BatchNorm2d followed by a ReLU, neither with hooks, runs as one fused call with
-    the same results (Note [Fused batch norm and relu]); ``fuse_batch_norm_relu =
-    False``, on the class or one instance, runs them one by one."""
+    A BatchNorm2d followed by a ReLU (exactly those classes, neither with hooks nor
+    an instance's own forward) runs as one fused call with the same results (Note
+    [Fused batch norm and relu]); ``fuse_batch_norm_relu = False``, on the class or
+    one instance (its slices keep it), runs them one by one."""
 
     fuse_batch_norm_relu = True
 
@@ -394,7 +395,10 @@ class Sequential(Module):
     def __getitem__(self, index: int | slice) -> Module:
         items = list(self._modules.values())
         if isinstance(index, slice):
-            return Sequential(*items[index])
+            part = Sequential(*items[index])
+            if "fuse_batch_norm_relu" in self.__dict__:
+                part.fuse_batch_norm_relu = self.fuse_batch_norm_relu
+            return part
         return items[index]
 
     def __len__(self) -> int:
@@ -409,13 +413,16 @@ class Sequential(Module):
 
 
 def _fusable(pair: list[Module]) -> bool:
-    """Whether ``pair`` is a BatchNorm2d and a ReLU (exactly: a subclass may change
-    forward) that Sequential may run as one call: no hook would see the value between."""
+    """Whether ``pair`` is a BatchNorm2d and a ReLU that Sequential may run as one call:
+    exactly those classes, with their own forward (a subclass or an instance may
+    change it), and no hook to see the value between."""
     return (
         len(pair) == 2
         and type(pair[0]) is BatchNorm2d
         and type(pair[1]) is ReLU
-        and not any(m._forward_hooks or m._forward_pre_hooks for m in pair)
+        and not any(
+            m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ for m in pair
+        )
     )
 
 

@@ -17,12 +17,16 @@ inverse standard deviation are saved for backward (Note [Saved outputs]).
 Note [Fused batch norm and relu]: native_batch_norm(..., relu=True) writes max(y, 0)
 for each normalized value y in the pass that computes y (oneDNN's fuse_norm_relu), and
 its backward, given that result, zeroes grad where the result is not positive as it
-reads it. Against batch norm then relu this saves relu's two passes over the
-activation forward (read, write) and its three backward (grad, result, gradient),
-and two allocations. The arithmetic is the same, so are the results, bit for bit:
-y is rounded to the data's dtype before or after the max, which commutes with it, and
-the masked gradient is summed in the same order. lamina.nn.Sequential fuses a
-BatchNorm2d followed by a ReLU when neither has hooks.
+reads it. Against batch norm then relu this saves relu's forward pass (a read and a
+write of the activation) and an allocation; backward reads the result where relu's
+backward did, so it saves the gradient relu wrote and batch norm read again (each of
+batch norm's two backward passes now reads the result: channels-first that is one
+pass less than before, channels-last none). The arithmetic is the same, and so are the
+results, bit for bit: y is rounded to the data's dtype before or after the max, which
+commutes with it, and the gated gradient is summed by the same loops (which holds
+while LLVM vectorizes the gated and the plain loop alike; the tests compare the two
+on the machine that runs them). lamina.nn.Sequential fuses a BatchNorm2d followed by
+a ReLU, exactly those classes, when neither has hooks.
 
 Local response normalization sums squares over a window of channels; the scale
 k + alpha / size * sum is saved for backward, which then needs no window of squares
@@ -106,13 +110,13 @@ def _threads():
 
 
 @jitable
-def identity(y, zero):
+def unchanged(y, zero):
     return y
 
 
 @jitable
-def relu(y, zero):
-    return y if y > 0 or y != y else zero  # activation.py's relu, NaN propagating
+def rectified(y, zero):
+    return y if y > 0 or y != y else zero  # activation.py's relu (copied: Note [Kernel cache])
 
 
 @jitable
@@ -121,14 +125,13 @@ def ungated(g, result, zero):
 
 
 @jitable
-def relu_gated(g, result, zero):
-    return g if result > 0 else zero
+def gated(g, result, zero):
+    return g if result > 0 else zero  # activation.py's relu_backward
 
 
-def _activation(fused_relu):
-    """(the forward's scalar function, the backward's) for a batch norm with or
-    without relu."""
-    return (relu, relu_gated) if fused_relu else (identity, ungated)
+# by whether relu is fused: the forward's scalar function, the backward's gate
+_ACTIVATION = {False: unchanged, True: rectified}
+_GATE = {False: ungated, True: gated}
 
 
 # ---------------------------------------------------------------- batch norm templates
@@ -320,10 +323,10 @@ def _params(t, c, fill, dtype):
 
 
 def native_batch_norm(
-    ks, input, weight, bias, running_mean, running_var, training, momentum, eps, relu=False
+    ks, input, weight, bias, running_mean, running_var, training, momentum, eps, relu
 ):
     data = input._data
-    activation = _activation(relu)[0]
+    activation = _ACTIVATION[relu]
     x, channels_last = channel_view(data)
     c = data.shape[1]
     count = data.size // c if c else 0
@@ -369,11 +372,11 @@ def _update_running(stat, batch, momentum):
     bump_version(stat)  # Note [Version counters]: the statistic changed in place
 
 
-def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, result=None):
+def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, result):
     data = input._data
     x, channels_last = channel_view(data)
     g = _same_view(grad._data, data, channels_last)
-    gate = _activation(result is not None)[1]
+    gate = _GATE[result is not None]
     # without a result the kernels take g in its place and never read it (ungated)
     r = g if result is None else _same_view(result._data, data, channels_last)
     c = data.shape[1]
