@@ -2,7 +2,7 @@
 primitives and their composites), ``init`` (PyTorch's initializations) and modules
 (``Module``, ``Parameter``, layers, containers, losses)."""
 
-from . import functional, init
+from . import functional, init, utils
 from .modules import (
     GELU,
     AdaptiveAvgPool2d,
@@ -57,4 +57,5 @@ __all__ = [
     "Softmax",
     "functional",
     "init",
+    "utils",
 ]
