@@ -87,7 +87,16 @@ def source(name: str) -> str:
         if tensors[0].type == "Tensor"
         else f"len({tensors[0].name}[0]._shape)"
     )
+    aliases = torch_aliases(op)
+    plain = with_aliases(plain, aliases)
     lines = [f"def {op.name}{plain}:"]
+    defaults = {p.name: p.default for p in params}
+    for alias, name in aliases.items():  # Note [Two spellings] in pytorch.py
+        lines += [
+            f"    if {alias} is not None:",
+            f"        {name} = _alias({alias}, {name} != {defaults[name]!r}, {op.name!r}, "
+            f"{alias!r}, {name!r})",
+        ]
     for p in params:
         _, needs_ndim = arguments.KINDS[p.type]
         extra = f", {ndim}" if needs_ndim else ""
@@ -112,11 +121,39 @@ def source(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# PyTorch's names of the Array API's arguments, accepted keyword-only beside them
+TORCH_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
+
+
+def torch_aliases(op: Operator) -> dict[str, str]:
+    """The PyTorch spellings (``dim``, ``keepdim``) an operator's binding accepts: those
+    of its optional arguments (a required one is positional already: ``expand_dims(x,
+    1)``)."""
+    names = {p.name for p in op.params if p.default is not inspect.Parameter.empty}
+    return {alias: name for alias, name in TORCH_ALIASES.items() if name in names}
+
+
+def with_aliases(signature: inspect.Signature, aliases: dict) -> inspect.Signature:
+    """``signature`` with the PyTorch spellings appended, keyword-only, default None."""
+    extra = [inspect.Parameter(a, inspect.Parameter.KEYWORD_ONLY, default=None) for a in aliases]
+    return signature.replace(parameters=[*signature.parameters.values(), *extra])
+
+
+def _alias(value: object, both: bool, fn: str, alias: str, name: str) -> object:
+    """``value``, given as PyTorch's ``alias`` of argument ``name``; ``both``: ``name``
+    was given too (it differs from its default), an error."""
+    if both:
+        raise TypeError(f"{fn}: got both {alias}= and {name}=; pass one")
+    return tuple(value) if isinstance(value, list) else value
+
+
 def generated_binding(op: Operator) -> Callable:
     namespace = {f"_{kind}": check for kind, (check, _) in arguments.KINDS.items()}
-    namespace.update(_op=op, _table=op.table, _check=op.check, _keyset=keyset)
+    namespace.update(_op=op, _table=op.table, _check=op.check, _keyset=keyset, _alias=_alias)
     exec(compile(source(op.name), f"<binding of {op.name}>", "exec"), namespace)
-    return _named(namespace[op.name], op)
+    fn = _named(namespace[op.name], op)
+    fn.__signature__ = with_aliases(op.signature, torch_aliases(op))
+    return fn
 
 
 # ---------------------------------------------------------------- dunders

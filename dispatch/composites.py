@@ -142,6 +142,13 @@ def asarray(
     if data.dtype == np.float16 and dtype is None:
         raise TypeError("asarray: float16 is not supported; pass dtype=lamina.float32")
     D.from_numpy(data.dtype)  # TypeError for unsupported dtypes (strings, objects, ...)
+    python_floats = isinstance(obj, (list, tuple, float, complex)) and not isinstance(
+        obj, np.generic
+    )
+    if dtype is None and python_floats and data.dtype.kind in "fc":
+        # Python floats take the default dtype (Note [Default dtype]), NumPy's own keep theirs
+        default = D.default_float if data.dtype.kind == "f" else D.default_complex
+        data = data.astype(default.np, copy=False)
     if builtins.any(s % data.itemsize for s in data.strides) or not data.dtype.isnative:
         data = np.ascontiguousarray(data, data.dtype.newbyteorder("="))
     if (
@@ -231,7 +238,7 @@ def _check_complex_cast(fn: str, source: D.DType, dtype: D.DType) -> None:
 @_requires_grad_option
 @A.checked
 def empty(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
-    """A tensor of ``shape`` with uninitialized values (default dtype float64)."""
+    """A tensor of ``shape`` with uninitialized values (default dtype: get_default_dtype())."""
     return _create(
         "empty", A.shape(shape, "empty", "shape"), _float_dtype("empty", dtype), device=device
     )
@@ -240,18 +247,19 @@ def empty(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = Non
 @_requires_grad_option
 @A.checked
 def zeros(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
-    """A tensor of ``shape`` filled with 0 (default dtype float64)."""
+    """A tensor of ``shape`` filled with 0 (default dtype: get_default_dtype())."""
     return full(shape, 0, dtype=_float_dtype("zeros", dtype), device=device)
 
 
 @_requires_grad_option
 @A.checked
 def ones(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
-    """A tensor of ``shape`` filled with 1 (default dtype float64)."""
+    """A tensor of ``shape`` filled with 1 (default dtype: get_default_dtype())."""
     return full(shape, 1, dtype=_float_dtype("ones", dtype), device=device)
 
 
-_DEFAULT_OF_KIND = {"b": D.bool_, "i": D.default_int, "f": D.default_float, "c": D.default_complex}
+def _default_of_kind(kind: str) -> D.DType:
+    return {"b": D.bool_, "i": D.default_int, "f": D.default_float, "c": D.default_complex}[kind]
 
 
 @_requires_grad_option
@@ -264,7 +272,7 @@ def full(
     device: DeviceLike = None,
 ) -> Tensor:
     """A tensor of ``shape`` filled with ``fill_value`` (the dtype follows its kind:
-    bool, int64, float64 or complex128, unless given)."""
+    bool, int64, the default float or complex dtype, unless given)."""
     fill_value = _python_scalar(fill_value)
     if not isinstance(fill_value, D.PY_SCALAR_TYPES):
         raise TypeError(
@@ -272,7 +280,7 @@ def full(
             f"{type(fill_value).__name__}"
         )
     kind = D.weak_kind(fill_value)
-    dtype = _DEFAULT_OF_KIND[kind] if dtype is None else A.dtype(dtype, "full", "dtype")
+    dtype = _default_of_kind(kind) if dtype is None else A.dtype(dtype, "full", "dtype")
     if kind == "c" and dtype.kind != "c":
         raise TypeError(f"full: a complex fill_value needs a complex dtype, got {dtype}")
     if not isinstance(fill_value, bool) and dtype.kind in "iu":
@@ -429,24 +437,33 @@ def eye(
 # ---------------------------------------------------------------- random
 
 
-def _random(name: str, shape: tuple, dtype: DTypeLike, device: DeviceLike) -> Tensor:
+def _random(
+    name: str, shape: tuple, dtype: DTypeLike, device: DeviceLike, generator: Any
+) -> Tensor:
     dtype = _float_dtype(name, dtype)
     if dtype.kind != "f":
         raise TypeError(f"{name}: needs a floating dtype, got {dtype}")
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-    return _create(name, A.sizes(shape, name, "shape"), dtype, random.generator(), device=device)
+    stream = random.generator(generator)  # the stream is an explicit input of the operator
+    return _create(name, A.sizes(shape, name, "shape"), dtype, stream, device=device)
 
 
 @_requires_grad_option
-def rand(*shape: int, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
-    """Uniform samples in [0, 1): ``lm.rand(2, 3)`` or ``lm.rand((2, 3))``."""
-    return _random("rand", shape, dtype, device)
+def rand(
+    *shape: int, generator: Any = None, dtype: DTypeLike = None, device: DeviceLike = None
+) -> Tensor:
+    """Uniform samples in [0, 1): ``lm.rand(2, 3)`` or ``lm.rand((2, 3))``; from
+    ``generator`` (a ``lm.Generator``) or the default stream."""
+    return _random("rand", shape, dtype, device, generator)
 
 
 @_requires_grad_option
-def randn(*shape: int, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
-    """Standard normal samples: ``lm.randn(2, 3)`` or ``lm.randn((2, 3))``."""
-    return _random("randn", shape, dtype, device)
+def randn(
+    *shape: int, generator: Any = None, dtype: DTypeLike = None, device: DeviceLike = None
+) -> Tensor:
+    """Standard normal samples: ``lm.randn(2, 3)`` or ``lm.randn((2, 3))``; from
+    ``generator`` (a ``lm.Generator``) or the default stream."""
+    return _random("randn", shape, dtype, device, generator)
 
 
 # ---------------------------------------------------------------- manipulation

@@ -76,15 +76,35 @@ BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {d.np: d for d in ALL}
 default_int = int64
 default_uint = uint64
+# Note [Default dtype]: the default floating dtype (Python floats in lm.asarray, lm.zeros,
+# lm.randn, integers promoted to floating, module parameters) is float64, NumPy's;
+# set_default_dtype(float32) gives PyTorch's, and the default complex dtype follows.
+# Readers look these globals up at call time, never keep a copy.
 default_float = float64
 default_complex = complex128
+
+
+def set_default_dtype(dtype):
+    """Make ``dtype`` (float32 or float64) the default floating dtype, as PyTorch's
+    ``torch.set_default_dtype``; the default complex dtype follows its precision."""
+    global default_float, default_complex
+    dtype = as_dtype(dtype)
+    if dtype not in (float32, float64):
+        raise TypeError(f"set_default_dtype: only float32 or float64, got {dtype}")
+    default_float, default_complex = dtype, COMPLEX_OF[dtype]
+
+
+def get_default_dtype():
+    """The default floating dtype (float64 unless set_default_dtype said otherwise)."""
+    return default_float
+
 
 # Note [Complex dtypes]: a complex dtype is a pair of the real floating dtype of its
 # precision; REAL_OF gives that real dtype (abs, real, imag, var, svdvals and eigvalsh
 # of a complex tensor have it), COMPLEX_OF the complex dtype of a floating one (fft,
 # a Python complex scalar with a float32 tensor). Other dtypes map to themselves.
 REAL_OF = {complex64: float32, complex128: float64}
-COMPLEX_OF = {float32: complex64, float64: complex128, complex64: complex64}
+COMPLEX_OF = {float32: complex64, float64: complex128, complex64: complex64, complex128: complex128}
 
 
 def real_of(dtype):
@@ -93,8 +113,9 @@ def real_of(dtype):
 
 
 def complex_of(dtype):
-    """The complex dtype of a floating dtype's precision (complex128 for the others)."""
-    return COMPLEX_OF.get(dtype, complex128)
+    """The complex dtype of a floating dtype's precision (the default complex dtype for
+    the others)."""
+    return COMPLEX_OF.get(dtype, default_complex)
 
 
 def _by_name(name):

@@ -36,14 +36,14 @@ def _frequencies(fn: str, n: Any, d: Any, dtype: Any, device: Any, positive_only
     if not positive_only:  # 0, 1, ..., (n - 1) // 2, then -(n // 2), ..., -1
         k = OPERATORS["where"](OPERATORS["less"](k, (n + 1) // 2), k, OPERATORS["subtract"](k, n))
     # integers times 1 / (d n) in float64, as NumPy computes them, then the dtype
-    f = OPERATORS["multiply"](k, 1.0 / (d * n))
+    f = OPERATORS["multiply"](OPERATORS["astype"](k, D.float64, False), 1.0 / (d * n))
     return f if dtype is D.float64 else OPERATORS["astype"](f, dtype, False)
 
 
 def fftfreq(n: int, /, *, d: float = 1.0, dtype: Any = None, device: Any = None) -> Tensor:
     """The sample frequencies of a transform of length n with sample spacing d:
     [0, 1, ..., n/2 - 1, -n/2, ..., -1] / (d n) for even n, [0, ..., (n-1)/2,
-    -(n-1)/2, ..., -1] / (d n) for odd n (default float64)."""
+    -(n-1)/2, ..., -1] / (d n) for odd n (the default float dtype)."""
     return _frequencies("fftfreq", n, d, dtype, device, positive_only=False)
 
 

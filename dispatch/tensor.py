@@ -81,6 +81,8 @@ class Tensor(_Base):
         )
 
     # ---------------------------------------------------------- attributes
+    # PyTorch's methods and ``size`` (an element count that, called, gives the shape)
+    # are installed from dispatch/pytorch.py (Note [Two spellings]).
     @property
     def dtype(self) -> DType:
         return self._dtype
@@ -94,19 +96,8 @@ class Tensor(_Base):
         return len(self._shape)
 
     @property
-    def size(self) -> int:
-        n = 1
-        for s in self._shape:
-            n *= s
-        return n
-
-    @property
     def device(self) -> Device:
         return device_of_key(self._ks)
-
-    @property
-    def is_contiguous(self) -> bool:
-        return self._flat is not None
 
     @property
     def mT(self) -> Tensor:
@@ -196,11 +187,6 @@ class Tensor(_Base):
         if device == self.device:
             return self
         return OPERATORS["to_device"](self, device)  # differentiable
-
-    @checked
-    def to(self, device: str | Device, /) -> Tensor:
-        """``t.to("name")``: the same as ``to_device`` (PyTorch spelling)."""
-        return self.to_device(device)
 
     def _host(self) -> np.ndarray:
         """The values as a NumPy array: the storage for CPU tensors, a copy otherwise."""

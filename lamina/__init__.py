@@ -15,6 +15,7 @@ from lamina.autograd import enable_grad, no_grad, set_grad_enabled
 from lamina.backends.sparse import sparse_coo_tensor
 from lamina.backends.threads import get_num_threads, set_num_threads
 from lamina.dispatch import bindings as _bindings
+from lamina.dispatch import pytorch as _pytorch
 from lamina.dispatch import tensor as _tensor
 from lamina.dispatch.devices import Device
 from lamina.dispatch.dtypes import (
@@ -41,7 +42,8 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import fft, layers, linalg, memory, nn, optim, random
+from . import fft, layers, linalg, memory, nn, optim, random, utils
+from .serialization import load, save
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"  # README "Array API conformance"
@@ -54,6 +56,7 @@ newaxis = None
 Array = Tensor
 
 _bindings.install(globals())  # switching the dispatcher layer rebinds them here too
+_pytorch.install(globals())  # PyTorch's spelling beside the Array API's (float, long, ...)
 _tensor.upper.namespace = _sys.modules[__name__]  # Tensor.__array_namespace__
 
 # the built-in plugins, then the autograd layer (registered like a backend), then the

@@ -388,11 +388,24 @@ def comp_dtype(op, operands):
     """NumPy's computation dtype for ``op`` on these operands, or None where lamina must
     raise TypeError. Python scalars are weak (NumPy 2, NEP 50), as in lamina."""
     comp = np.result_type(*[o.dtype if isinstance(o, np.ndarray) else o for o in operands])
+    if (
+        comp.kind in "fc"
+        and any(isinstance(o, (float, complex)) for o in operands)
+        and not any(isinstance(o, np.ndarray) and o.dtype.kind in "fc" for o in operands)
+    ):
+        comp = default_dtype(comp.kind)  # a Python float or complex meeting integers
     if comp.kind not in ACCEPTS[op.rule]:
         if op.rule in PROMOTES_TO_FLOAT and comp.kind in "biu":
-            return np.dtype("float64")  # lamina's default float (NumPy: float16 for int8)
+            return default_dtype("f")  # (NumPy: float64, or float16 for int8)
         return None
     return comp
+
+
+def default_dtype(kind):
+    """lamina's default float ("f") or complex ("c") dtype, as a NumPy dtype (Note
+    [Default dtype]: where NumPy makes float64 of integers, lamina makes the default)."""
+    real = np.dtype(lm.get_default_dtype().name)
+    return real if kind == "f" else np.result_type(real, np.complex64)
 
 
 def result_dtype(op, comp):
@@ -500,7 +513,7 @@ def make(pool, base_shape, view, rng):
     t, a = lv(t), nv(base)
     assert t.shape == a.shape
     if view != "contiguous" and a.size > 1:
-        assert not t.is_contiguous, f"layout {view} should not be contiguous"
+        assert not t.is_contiguous(), f"layout {view} should not be contiguous"
     return t, a
 
 

@@ -155,11 +155,18 @@ NAMESPACES = ("", "linalg")  # the top level and the Array API extensions
 PUBLIC = [op for ns in NAMESPACES for op in bindings.public_operators(ns)]
 
 
+TORCH_SPELLINGS = {"dim", "keepdim", "unbiased", "torch_args"}
+
+
 @pytest.mark.parametrize("op", PUBLIC, ids=lambda op: f"{op.namespace or 'lamina'}.{op.name}")
 def test_public_functions_have_the_schema_signature_and_a_docstring(op):
     module = getattr(lm, op.namespace) if op.namespace else lm
     fn = getattr(module, op.name)
-    assert inspect.signature(fn) == op.signature
+    # the Array API's arguments first, then PyTorch's spellings (Note [Two spellings])
+    params = inspect.signature(fn).parameters.values()
+    spelled = lambda ps: [(p.name, p.kind, p.default) for p in ps]
+    standard = [p for p in params if p.name not in TORCH_SPELLINGS]
+    assert spelled(standard) == spelled(op.signature.parameters.values())
     assert fn.__doc__ and fn.__doc__.startswith(op.doc)
     assert fn.__module__ == ("lamina." + op.namespace if op.namespace else "lamina")
 
@@ -176,13 +183,18 @@ def test_every_public_function_has_a_docstring():
     assert missing == []
 
 
-def test_sum_exposes_its_dtype_keyword():
-    assert list(inspect.signature(lm.sum).parameters) == ["x", "axis", "dtype", "keepdims"]
+def test_sum_exposes_its_dtype_keyword_and_pytorchs_spellings():
+    assert list(inspect.signature(lm.sum).parameters) == [
+        "x", "axis", "dtype", "keepdims", "dim", "keepdim"
+    ]  # fmt: skip
 
 
 def test_generated_bindings_show_their_source():
     text = bindings.source("sum")
-    assert text.startswith("def sum(x, /, *, axis=None, dtype=None, keepdims=False):")
+    assert text.startswith(
+        "def sum(x, /, *, axis=None, dtype=None, keepdims=False, dim=None, keepdim=None):"
+    )
+    assert "axis = _alias(dim, axis != None, 'sum', 'dim', 'axis')" in text
     assert "_Axes(axis, 'sum', 'axis', len(x._shape))" in text
 
 

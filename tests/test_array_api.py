@@ -68,21 +68,24 @@ def inputs(dtype=np.float64, shape=(3, 4)):
 def lamina_view(data):
     """A lamina tensor with data's strides (asarray keeps a NumPy view's layout)."""
     t = lm.asarray(data)
-    assert t.is_contiguous == data.flags.c_contiguous
+    assert t.is_contiguous() == data.flags.c_contiguous
     return t
 
 
 # ---------------------------------------------------------------- inspection
 
 
-def test_namespace_info_lists_every_device_and_the_defaults():
+def test_namespace_info_lists_every_device_and_the_default_dtypes_pytorchs():
     info = lm.__array_namespace_info__()
     assert info.default_device() == "cpu"
     assert [str(d) for d in info.devices()][:1] == ["cpu"]
     assert "counting" in [str(d) for d in info.devices()]  # the example plugin's device
+    # the default floating dtype is lm.get_default_dtype() (float32 unless set, as
+    # PyTorch's) and the default complex dtype is of its precision
+    complex_of = {lm.float32: lm.complex64, lm.float64: lm.complex128}
     assert info.default_dtypes() == {
-        "real floating": lm.float64,
-        "complex floating": lm.complex128,
+        "real floating": lm.get_default_dtype(),
+        "complex floating": complex_of[lm.get_default_dtype()],
         "integral": lm.int64,
         "indexing": lm.int64,
     }
@@ -310,14 +313,21 @@ def test_reciprocal_and_nextafter_match_numpy_in_float32():
     with np.errstate(divide="ignore"):
         same(lm.reciprocal(t), np.reciprocal(data))
     same(lm.nextafter(t, lm.asarray(np.full(4, 10, np.float32))), np.nextafter(data, 10))
-    same(lm.nextafter(lm.asarray([1.0]), 2.0), np.nextafter(np.array([1.0]), 2.0))
-    same(lm.reciprocal(lm.asarray([2, 4])), np.array([0.5, 0.25]))  # ints: default float
+    df = lm.get_default_dtype()  # Python floats and promoted ints: the default float
+    one, two = np.array([1.0], df), df.np.type(2.0)
+    same(lm.nextafter(lm.asarray([1.0]), 2.0), np.nextafter(one, two))
+    same(lm.reciprocal(lm.asarray([2, 4])), np.array([0.5, 0.25], df))  # ints: default float
 
 
 def test_where_and_clip_take_python_scalars_and_broadcast_bounds():
     x = lm.asarray([[1.0, 5.0], [-2.0, 3.0]])
-    same(lm.where(x > 2, 1.0, 0.0), np.where(x.numpy() > 2, 1.0, 0.0))
-    same(lm.clip(x, lm.asarray([0.0, 4.0]), 4.5), np.clip(x.numpy(), [0.0, 4.0], 4.5))
+    df = lm.get_default_dtype()  # x's dtype; Python float scalars keep it
+    assert x.dtype == df
+    same(lm.where(x > 2, 1.0, 0.0), np.where(x.numpy() > 2, df.np.type(1.0), df.np.type(0.0)))
+    same(
+        lm.clip(x, lm.asarray([0.0, 4.0]), 4.5),
+        np.clip(x.numpy(), np.array([0.0, 4.0], df), df.np.type(4.5)),
+    )
 
 
 GRADS = [
@@ -468,10 +478,10 @@ def test_cross_outer_vecdot_tensordot_match_array_api_strict():
     same(LA.vecdot(lm.asarray(a), lm.asarray(b)), lm.vecdot(lm.asarray(a), lm.asarray(b)))
 
 
-def test_float32_stays_float32_and_ints_become_float64():
+def test_float32_stays_float32_and_ints_become_the_default_float():
     a = lm.asarray(_matrices((3, 3)), dtype=lm.float32)
     assert LA.inv(a).dtype == lm.float32 and LA.svd(a).S.dtype == lm.float32
-    assert LA.det(lm.asarray([[2, 0], [0, 3]])).dtype == lm.float64
+    assert LA.det(lm.asarray([[2, 0], [0, 3]])).dtype == lm.get_default_dtype()
     assert LA.det(lm.asarray([[2, 0], [0, 3]])).item() == pytest.approx(6.0)
 
 

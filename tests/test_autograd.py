@@ -52,7 +52,7 @@ def strided(shape, lo=-1.0, hi=1.0, seed=0, kind="T"):
         base = rng.uniform(lo, hi, shape[:-1] + (2 * shape[-1],))
         data = base[..., ::2]
     t = lm.asarray(data)
-    assert not t.is_contiguous
+    assert not t.is_contiguous()
     return t.requires_grad_()
 
 

@@ -47,6 +47,17 @@ def same(got, want, rtol=1e-12):
     np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12)
 
 
+def default_complex():
+    """lamina's default complex dtype, read at call time (Note [Default dtype]): the
+    complex dtype of lm.get_default_dtype()'s precision."""
+    return {lm.float32: lm.complex64, lm.float64: lm.complex128}[lm.get_default_dtype()]
+
+
+def default_complex_np():
+    """NumPy's dtype of lamina's default complex dtype."""
+    return np.dtype(default_complex().name)
+
+
 def cdata(shape, seed=0, dtype=np.complex128):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
@@ -90,10 +101,12 @@ def test_promotion_matches_array_api_strict_and_numpy(a, b):
         ("complex64", 3, "complex64"),
         ("complex64", True, "complex64"),
         ("complex64", 1j, "complex64"),
-        ("int16", 1j, "complex128"),
+        ("int16", 1j, "default complex"),  # integers with a Python complex: the default
     ],
 )
 def test_result_type_takes_weak_python_scalars(dtype, scalar, want):
+    if want == "default complex":
+        want = default_complex().name
     assert lm.result_type(getattr(lm, dtype), scalar).name == want
     assert lm.result_type(lm.ones(2, dtype=getattr(lm, dtype)), scalar, scalar).name == want
     if not dtype.startswith("int") and scalar is not True:  # array-api-strict refuses those
@@ -116,7 +129,9 @@ def test_isdtype_finfo_and_namespace_info_know_complex():
             g.smallest_normal,
         )
         assert f.dtype is lm.real(lm.ones(1, dtype=d)).dtype  # the real dtype of its parts
-    assert lm.__array_namespace_info__().default_dtypes()["complex floating"] is lm.complex128
+    defaults = lm.__array_namespace_info__().default_dtypes()
+    assert defaults["complex floating"] is default_complex()
+    assert defaults["real floating"] is lm.get_default_dtype()
     with pytest.raises(TypeError, match="iinfo needs an integer dtype, got lamina.complex64"):
         lm.iinfo(lm.complex64)
     assert pickle.loads(pickle.dumps(lm.complex64)) is lm.complex64
@@ -126,17 +141,23 @@ def test_isdtype_finfo_and_namespace_info_know_complex():
 
 
 def test_creation_of_complex_tensors_matches_array_api_strict():
-    same(lm.asarray([1 + 2j, 3]), xp.asarray([1 + 2j, 3]))
-    same(lm.asarray(2j), xp.asarray(2j))
+    # Python complex scalars make lamina's default complex dtype; array-api-strict's
+    # default is complex128, so it is told lamina's default explicitly
+    dc = getattr(xp, default_complex().name)
+    same(lm.asarray([1 + 2j, 3]), xp.asarray([1 + 2j, 3], dtype=dc))
+    same(lm.asarray(2j), xp.asarray(2j, dtype=dc))
+    same(lm.asarray([1 + 2j, 3], dtype=lm.complex128), xp.asarray([1 + 2j, 3]))
     same(lm.asarray([[1, 2]], dtype=lm.complex64), xp.asarray([[1, 2]], dtype=xp.complex64))
-    same(lm.full((2, 2), 1 - 1j), xp.full((2, 2), 1 - 1j))
+    same(lm.full((2, 2), 1 - 1j), xp.full((2, 2), 1 - 1j, dtype=dc))
+    same(lm.full((2, 2), 1 - 1j, dtype=lm.complex128), xp.full((2, 2), 1 - 1j))
     same(lm.full((3,), 2, dtype=lm.complex64), xp.full((3,), 2, dtype=xp.complex64))
     for fn in ("zeros", "ones", "empty"):
         t = getattr(lm, fn)((2, 3), dtype=lm.complex64)
         assert t.dtype == lm.complex64 and t.shape == (2, 3)
-    same(lm.zeros_like(lm.asarray([1j])), xp.zeros_like(xp.asarray([1j])))
+    same(lm.zeros_like(lm.asarray([1j])), xp.zeros_like(xp.asarray([1j], dtype=dc)))
     same(lm.eye(3, k=1, dtype=lm.complex128), xp.eye(3, k=1, dtype=xp.complex128))
-    same(lm.linspace(0, 1 + 2j, 5), xp.linspace(0, 1 + 2j, 5))
+    same(lm.linspace(0, 1 + 2j, 5), xp.linspace(0, 1 + 2j, 5, dtype=dc))  # exact in both
+    same(lm.linspace(0, 1 + 2j, 5, dtype=lm.complex128), xp.linspace(0, 1 + 2j, 5))
     same(
         lm.linspace(1j, 2, 4, endpoint=False, dtype=lm.complex64),
         xp.linspace(1j, 2, 4, endpoint=False, dtype=xp.complex64),
@@ -182,7 +203,10 @@ CREATION_ERRORS = [
     (lambda: lm.arange(3, dtype=lm.complex64), "arange: dtype must be real-valued"),
     (lambda: lm.linspace(0, 1j, 3, dtype=lm.float32), "linspace: complex bounds need a complex"),
     (lambda: lm.rand(2, dtype=lm.complex64), "rand: needs a floating dtype"),
-    (lambda: float(lm.asarray(1j)), "complex128 tensor does not convert to float"),
+    (
+        lambda: float(lm.asarray(1j, dtype=lm.complex128)),
+        "complex128 tensor does not convert to float",
+    ),
     (lambda: int(lm.asarray(1j)), "does not convert to int"),
     (lambda: lm.sparse_coo_tensor([[0]], [1j], (2,)), "values"),
 ]
@@ -205,8 +229,10 @@ def test_tensor_api_of_complex_tensors():
     t[0, 1] = 2.5  # a real value into a complex tensor
     assert t.tolist() == [[1 + 2j, 2.5]]
     x = lm.ones(2)
+    with pytest.raises(TypeError, match=f"setitem: cannot store {default_complex()} values"):
+        x[0] = 1j  # a Python complex is of the default complex dtype
     with pytest.raises(TypeError, match="setitem: cannot store lamina.complex128 values"):
-        x[0] = 1j
+        x[0] = lm.asarray(1j, dtype=lm.complex128)
     with pytest.raises(TypeError, match="less needs real-valued"):
         t < t  # noqa: B015
     with pytest.raises(TypeError, match="floor_divide needs real-valued numeric"):
@@ -235,8 +261,9 @@ def test_python_scalars_with_complex_tensors_on_both_sides(dtype):
             same(got, want, rtol)
     f = lm.asarray(np.arange(3, dtype=np.float32))
     same(f * 1j, np.arange(3, dtype=np.float32) * 1j)
-    same(1j + lm.arange(3), 1j + np.arange(3))
-    same(lm.where(lm.asarray([True, False]), 1j, 2.0), np.array([1j, 2.0]))
+    # an integer tensor (or none) with a Python complex gives the default complex dtype
+    same(1j + lm.arange(3), (1j + np.arange(3)).astype(default_complex_np()))
+    same(lm.where(lm.asarray([True, False]), 1j, 2.0), np.array([1j, 2.0], default_complex_np()))
 
 
 # ---------------------------------------------------------------- reductions
@@ -246,7 +273,7 @@ def test_python_scalars_with_complex_tensors_on_both_sides(dtype):
 def test_reductions_match_array_api_strict_and_numpy(layout):
     data = layouts(cdata((3, 4)))[layout]
     t, s = lm.asarray(data), xp.asarray(np.ascontiguousarray(data))
-    assert t.is_contiguous == (layout == 0)
+    assert t.is_contiguous() == (layout == 0)
     for axis in (None, 0, 1, (0, 1)):
         for fn in ("sum", "prod", "mean"):
             same(getattr(lm, fn)(t, axis=axis), getattr(xp, fn)(s, axis=axis))
@@ -300,7 +327,10 @@ REFUSED = [
     (lambda z: lm.maximum(z, 1.0), "maximum needs real-valued numeric"),
     (lambda z: lm.atan2(z, z), "atan2 needs real-valued floating-point"),
     (lambda z: lm.signbit(z), "signbit needs real-valued floating-point"),
-    (lambda z: lm.imag(lm.ones(2)), "imag needs complex floating-point inputs, got lamina.float64"),
+    (
+        lambda z: lm.imag(lm.ones(2, dtype=lm.float64)),
+        "imag needs complex floating-point inputs, got lamina.float64",
+    ),
     (lambda z: lm.bitwise_and(z, z), "bitwise_and needs integer or boolean"),
     (lambda z: lm.sum(z, dtype=lm.float64), "sum: a lamina.complex128 tensor cannot be accum"),
     (
@@ -430,7 +460,10 @@ def test_manipulation_and_indexing_of_complex_tensors():
     same(lm.tril(t), xp.tril(s))
     same(lm.take(t, lm.asarray([1, 1]), axis=1), xp.take(s, xp.asarray([1, 1]), axis=1))
     same(lm.diff(t, axis=0), xp.diff(s, axis=0))
-    same(lm.unique_values(lm.asarray([2, 1j, 1j])), np.unique(np.array([2, 1j, 1j])))  # sorted
+    same(  # sorted; a list with Python complex values is of the default complex dtype
+        lm.unique_values(lm.asarray([2, 1j, 1j])),
+        np.unique(np.array([2, 1j, 1j], default_complex_np())),
+    )
     same(lm.nonzero(lm.asarray([0j, 1j, 0])), xp.nonzero(xp.asarray([0j, 1j, 0])))
 
 

@@ -87,12 +87,14 @@ def x():
 
 
 def marker_kernel(tag):
-    """A kernel returning zeros of its first tensor argument's shape (float64: the
-    dtype of every call it serves here), marked with (tag, ks) -- see ``marked``."""
+    """A kernel returning zeros of its first tensor argument's shape and dtype (the
+    result dtype of every call it serves here: the fixture ``x``, whatever the default
+    floating dtype, with itself or a Python int), marked with (tag, ks) -- see
+    ``marked``."""
 
     def fake_add(ks, *args):
         x = next(a for a in args if isinstance(a, lm.Tensor))
-        t = lm.backends.new_tensor(np.zeros(x.shape))
+        t = lm.backends.new_tensor(np.zeros(x.shape, x.dtype.np))
         t.marker = (tag, ks)
         return t
 

@@ -1,7 +1,8 @@
-"""docs/backends.md cannot drift from lamina: every ``python`` block on it runs, in
-order, in one namespace, in a fresh process (``>>>`` blocks as doctests, comparing
-their output; a plain block followed by a ``text`` block must print that text), and its
-tables of helpers and registry methods give the real signatures."""
+"""docs/backends.md and docs/from_pytorch.md cannot drift from lamina: every ``python``
+block on them runs, in order, in one namespace, in a fresh process (``>>>`` blocks as
+doctests, comparing their output; a plain block followed by a ``text`` block must print
+that text), and the backend page's tables of helpers and registry methods give the
+real signatures."""
 
 import inspect
 import pathlib
@@ -9,10 +10,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import lamina as lm
 from lamina.backends import setup
 
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "backends.md"
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+DOC = DOCS / "backends.md"
 
 RUNNER = r"""
 import contextlib, doctest, io, pathlib, re, sys
@@ -49,9 +53,10 @@ sys.exit(1 if failures else 0)
 """
 
 
-def test_every_code_block_of_the_backend_docs_runs_and_shows_what_lamina_does():
+@pytest.mark.parametrize("page", ["backends.md", "from_pytorch.md"])
+def test_every_code_block_of_the_docs_runs_and_shows_what_lamina_does(page):
     out = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(DOC)],
+        [sys.executable, "-c", RUNNER, str(DOCS / page)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -20,6 +20,23 @@ F = lm.fft
 NORMS = ["backward", "ortho", "forward"]
 
 
+def default_np():
+    """NumPy's dtype of lamina's default float, read at call time (Note [Default dtype])."""
+    return np.dtype(lm.get_default_dtype().name)
+
+
+def default_complex_np():
+    """NumPy's dtype of lamina's default complex dtype (of the default float's precision)."""
+    return np.result_type(default_np(), np.complex64)
+
+
+def default_rtol():
+    """The tolerance of a result in the default dtype against a float64 reference: the
+    usual 1e-10 in double precision; in single, float32's eps (1.2e-7) grown by the
+    log2(n) butterfly passes and the rounding of the input, so 1e-5 of the values' scale."""
+    return 1e-10 if lm.get_default_dtype() == lm.float64 else 1e-5
+
+
 def cdata(shape, seed=0, dtype=np.complex128):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
@@ -109,9 +126,14 @@ def test_real_input_transforms_match_array_api_strict(name, kwargs):
 def test_real_and_integer_input_is_promoted_as_numpy_does(name):
     """The standard asks complex input of these; real input is what NumPy and PyTorch
     users pass, so it is promoted to the complex dtype of its precision."""
-    for data in (rdata((2, 5)), np.arange(10).reshape(2, 5)):
-        got = getattr(F, name)(lm.asarray(data))
-        same(got, getattr(np.fft, name)(data))
+    got = getattr(F, name)(lm.asarray(rdata((2, 5))))
+    same(got, getattr(np.fft, name)(rdata((2, 5))))
+    # integers are promoted to the default float (its complex dtype for fft, ifft, ...)
+    ints = np.arange(10).reshape(2, 5)
+    got = getattr(F, name)(lm.asarray(ints))
+    want = getattr(np.fft, name)(ints)
+    want = want.astype(default_np() if name in ("irfft", "hfft") else default_complex_np())
+    same(got, want, rtol=default_rtol())
     got = getattr(F, name)(lm.asarray(rdata((2, 5), dtype=np.float32)))
     assert got.dtype == (lm.float32 if name in ("irfft", "hfft") else lm.complex64)
 
@@ -153,12 +175,19 @@ def test_zero_size_batches_and_one_element_transforms():
 def test_frequencies_match_array_api_strict_and_numpy():
     for n in (1, 4, 7):
         for d in (1.0, 0.25):
-            same(F.fftfreq(n, d=d), xp.fft.fftfreq(n, d=d), rtol=0)
-            same(F.rfftfreq(n, d=d), xp.fft.rfftfreq(n, d=d), rtol=0)
+            # array-api-strict's default is float64, so both are told the dtype
+            for dtype in ("float32", "float64"):
+                ours, theirs = getattr(lm, dtype), getattr(xp, dtype)
+                same(F.fftfreq(n, d=d, dtype=ours), xp.fft.fftfreq(n, d=d, dtype=theirs), rtol=0)
+                same(F.rfftfreq(n, d=d, dtype=ours), xp.fft.rfftfreq(n, d=d, dtype=theirs), rtol=0)
+            # without a dtype: lamina's default float
+            dflt = getattr(xp, default_np().name)
+            same(F.fftfreq(n, d=d), xp.fft.fftfreq(n, d=d, dtype=dflt), rtol=0)
+            same(F.rfftfreq(n, d=d), xp.fft.rfftfreq(n, d=d, dtype=dflt), rtol=0)
     same(F.fftfreq(5, dtype=lm.float32), np.fft.fftfreq(5).astype(np.float32), rtol=0)
     on = F.rfftfreq(6, d=2.0, device="counting")
     assert on.device == "counting"
-    same(on.to("cpu"), np.fft.rfftfreq(6, d=2.0), rtol=0)
+    same(on.to("cpu"), np.fft.rfftfreq(6, d=2.0).astype(default_np()), rtol=0)
 
 
 @pytest.mark.parametrize("axes", [None, 0, (1,), (0, 1), (-1, 0)])

@@ -38,6 +38,12 @@ def ints(shape, dtype, low=-5, high=6):
     return RNG.integers(low, high, shape).astype(dtype)
 
 
+def default():
+    """The default floating dtype (Note [Default dtype]), read at call time: float32
+    unless lm.set_default_dtype changed it."""
+    return lm.get_default_dtype()
+
+
 # ---------------------------------------------------------------- matmul
 
 MATMUL_SHAPES = [
@@ -190,7 +196,7 @@ def test_tensordot_ints_mixed_and_empty():
     got = lm.tensordot(lm.asarray(i8), lm.asarray(u8), axes=1)
     assert_tensor(got, i8.astype(np.int16) @ u8.astype(np.int16), lm.int16)
     e = lm.tensordot(lm.zeros((2, 0)), lm.zeros((0, 3)), axes=1)  # empty contraction
-    assert_tensor(e, np.zeros((2, 3)), lm.float64)
+    assert_tensor(e, np.zeros((2, 3)), default())
     s = lm.tensordot(lm.asarray(2.0), lm.asarray(3.0), axes=0)
     assert s.shape == () and s.item() == 6.0
 
@@ -262,14 +268,15 @@ def test_vecdot_errors():
 
 def test_asarray_from_python_objects():
     assert_tensor(lm.asarray([1, 2, 3]), np.array([1, 2, 3]), lm.int64)
-    assert_tensor(lm.asarray([[1.0, 2.0], [3.0, 4.0]]), [[1.0, 2.0], [3.0, 4.0]], lm.float64)
+    # Python floats (and an empty list) take the default floating dtype
+    assert_tensor(lm.asarray([[1.0, 2.0], [3.0, 4.0]]), [[1.0, 2.0], [3.0, 4.0]], default())
     assert_tensor(lm.asarray([True, False]), [True, False], lm.bool)
-    assert_tensor(lm.asarray([1, 2.5]), [1.0, 2.5], lm.float64)
+    assert_tensor(lm.asarray([1, 2.5]), [1.0, 2.5], default())
     assert_tensor(lm.asarray(3), np.int64(3), lm.int64)
-    assert_tensor(lm.asarray(2.5), np.float64(2.5), lm.float64)
+    assert_tensor(lm.asarray(2.5), np.float64(2.5), default())
     assert_tensor(lm.asarray(np.float32(2)), np.float32(2), lm.float32)
-    assert_tensor(lm.asarray([]), np.array([]), lm.float64)
-    assert_tensor(lm.asarray([lm.asarray(1.0), lm.asarray(2.0)]), [1.0, 2.0], lm.float64)
+    assert_tensor(lm.asarray([]), np.array([]), default())
+    assert_tensor(lm.asarray([lm.asarray(1.0), lm.asarray(2.0)]), [1.0, 2.0], default())
     assert_tensor(lm.asarray(2**63), np.uint64(2**63), lm.uint64)
 
 
@@ -278,7 +285,7 @@ def test_asarray_dtype_argument():
     assert_tensor(lm.asarray([1, 2], dtype="float32"), [1.0, 2.0], lm.float32)
     assert_tensor(lm.asarray([1, 2], dtype=np.int16), [1, 2], lm.int16)
     assert_tensor(lm.asarray([0, 3], dtype=bool), [False, True], lm.bool)
-    assert_tensor(lm.asarray([1], dtype=float), [1.0], lm.float64)
+    assert_tensor(lm.asarray([1], dtype=float), [1.0], default())  # float: the default
     assert_tensor(lm.asarray([1], dtype=int), [1], lm.int64)
     assert_tensor(lm.asarray(np.zeros(2, np.float16), dtype=lm.float32), [0.0, 0.0], lm.float32)
     with pytest.raises(OverflowError, match="300"):
@@ -288,7 +295,7 @@ def test_asarray_dtype_argument():
 def test_asarray_from_numpy_shares_memory():
     n = np.arange(12.0).reshape(3, 4)
     x = lm.asarray(n)
-    assert np.shares_memory(x.numpy(), n) and x.is_contiguous
+    assert np.shares_memory(x.numpy(), n) and x.is_contiguous()
     n[0, 0] = 99.0
     assert x.numpy()[0, 0] == 99.0
     assert np.shares_memory(lm.asarray(n, copy=False).numpy(), n)
@@ -302,7 +309,7 @@ def test_asarray_from_non_contiguous_numpy():
     for view in (n[::-1, ::2], n.T, n[:, 1:5:3], np.broadcast_to(n[0], (3, 6))):
         x = lm.asarray(view)
         assert_tensor(x, view, lm.float64)
-        assert not x.is_contiguous
+        assert not x.is_contiguous()
         assert_tensor(lm.sum(x, axis=0), view.sum(0), lm.float64)
         assert_tensor(lm.asarray(view, copy=True), view, lm.float64)
     # a field of a structured array: a stride that is not a multiple of the itemsize
@@ -322,7 +329,7 @@ def test_asarray_non_native_byte_order():
 
 
 def test_asarray_from_tensors():
-    x = lm.asarray([1.0, 2.0])
+    x = lm.asarray([1.0, 2.0], dtype=lm.float64)
     assert lm.asarray(x) is x
     assert lm.asarray(x, dtype=lm.float64) is x
     assert lm.asarray(x, device="cpu") is x
@@ -370,19 +377,19 @@ def test_asarray_errors():
 
 
 def test_zeros_ones_empty_full():
-    assert_tensor(lm.zeros((2, 3)), np.zeros((2, 3)), lm.float64)
+    assert_tensor(lm.zeros((2, 3)), np.zeros((2, 3)), default())
     assert_tensor(lm.zeros(3, dtype=lm.int8), np.zeros(3, np.int8), lm.int8)
     assert_tensor(lm.ones([2], dtype=lm.bool), [True, True], lm.bool)
     assert_tensor(lm.ones((), dtype=lm.uint32), np.uint32(1), lm.uint32)
     e = lm.empty((2, 0, 3), dtype=lm.float32)
     assert e.shape == (2, 0, 3) and e.dtype == lm.float32 and e.size == 0
-    assert lm.empty(4).dtype == lm.float64 and lm.empty(4).shape == (4,)
+    assert lm.empty(4).dtype == default() and lm.empty(4).shape == (4,)
     assert_tensor(lm.full((2,), 3), [3, 3], lm.int64)
     assert_tensor(lm.full((2,), True), [True, True], lm.bool)
-    assert_tensor(lm.full((2,), 2.5), [2.5, 2.5], lm.float64)
+    assert_tensor(lm.full((2,), 2.5), [2.5, 2.5], default())
     assert_tensor(lm.full((2, 1), 7, dtype=lm.uint8), [[7], [7]], lm.uint8)
     assert_tensor(lm.full(2, np.float32(1.5), dtype=lm.float32), [1.5, 1.5], lm.float32)
-    assert_tensor(lm.full((2,), -np.inf), [-np.inf, -np.inf], lm.float64)
+    assert_tensor(lm.full((2,), -np.inf), [-np.inf, -np.inf], default())
 
 
 def test_like_functions():
@@ -439,7 +446,7 @@ def test_arange():
     ]:
         got = lm.arange(*args, **kwargs)
         dtype = kwargs.get(
-            "dtype", lm.float64 if any(isinstance(a, float) for a in args) else lm.int64
+            "dtype", default() if any(isinstance(a, float) for a in args) else lm.int64
         )
         assert_tensor(got, np.arange(*args, dtype=dtype.np), dtype)
     with pytest.raises(ValueError, match="arange: step must not be zero"):
@@ -447,11 +454,11 @@ def test_arange():
 
 
 def test_linspace():
-    assert_tensor(lm.linspace(0, 1, 5), np.linspace(0, 1, 5), lm.float64)
-    assert_tensor(lm.linspace(0, 1, 4, endpoint=False), [0.0, 0.25, 0.5, 0.75], lm.float64)
+    assert_tensor(lm.linspace(0, 1, 5), np.linspace(0, 1, 5), default())
+    assert_tensor(lm.linspace(0, 1, 4, endpoint=False), [0.0, 0.25, 0.5, 0.75], default())
     assert_tensor(lm.linspace(2, -2, 3, dtype=lm.float32), [2.0, 0.0, -2.0], lm.float32)
-    assert_tensor(lm.linspace(0, 1, 0), np.zeros(0), lm.float64)
-    assert_tensor(lm.linspace(3, 9, 1), [3.0], lm.float64)
+    assert_tensor(lm.linspace(0, 1, 0), np.zeros(0), default())
+    assert_tensor(lm.linspace(3, 9, 1), [3.0], default())
     with pytest.raises(ValueError, match="linspace: num must be non-negative, got -1"):
         lm.linspace(0, 1, -1)
     with pytest.raises(TypeError, match="linspace: num must be an int, got float"):
@@ -459,9 +466,9 @@ def test_linspace():
 
 
 def test_eye():
-    assert_tensor(lm.eye(3), np.eye(3), lm.float64)
+    assert_tensor(lm.eye(3), np.eye(3), default())
     for n, m, k in [(3, 4, 1), (3, 4, -2), (4, 2, 0), (3, 3, 5), (3, 3, -3), (0, 2, 0)]:
-        assert_tensor(lm.eye(n, m, k=k), np.eye(n, m, k), lm.float64)
+        assert_tensor(lm.eye(n, m, k=k), np.eye(n, m, k), default())
     assert_tensor(lm.eye(2, dtype=lm.int32), np.eye(2, dtype=np.int32), lm.int32)
     assert_tensor(lm.eye(2, dtype=lm.bool), np.eye(2, dtype=bool), lm.bool)
     with pytest.raises(ValueError, match="eye: sizes must be non-negative, got -1 x -1"):
@@ -507,7 +514,7 @@ def test_rand_randn_seed_reproducibility():
     lm.random.seed(42)
     a2 = lm.rand((3, 2))  # a shape tuple is the same as separate ints
     b2 = lm.randn(4)
-    assert a.shape == (3, 2) and a.dtype == lm.float64
+    assert a.shape == (3, 2) and a.dtype == default() and b.dtype == default()
     np.testing.assert_array_equal(a.numpy(), a2.numpy())
     np.testing.assert_array_equal(b.numpy(), b2.numpy())
     assert not np.array_equal(lm.rand(3, 2).numpy(), a.numpy())  # the stream moves on
@@ -569,7 +576,7 @@ def test_result_type_and_can_cast():
     assert lm.can_cast(lm.bool, lm.int8) and not lm.can_cast(lm.int8, lm.bool)
     assert not lm.can_cast(lm.uint8, lm.int8) and lm.can_cast(lm.uint8, lm.int16)
     assert lm.can_cast(lm.float32, lm.float64) and not lm.can_cast(lm.float64, lm.float32)
-    assert not lm.can_cast(lm.zeros(1), lm.float32)
+    assert not lm.can_cast(lm.zeros(1, dtype=lm.float64), lm.float32)
 
 
 def test_isdtype():
@@ -612,13 +619,17 @@ def test_repr():
         repr(lm.asarray(np.array([1.0, 2.0], np.float32)))
         == "tensor([1., 2.], dtype=lamina.float32)"
     )
-    assert repr(lm.asarray([1.0, 2.0])) == "tensor([1., 2.])"
+    # float64 is implied by the printed values (as NumPy's); the default float, when it
+    # is float32, is not
+    assert repr(lm.asarray([1.0, 2.0], dtype=lm.float64)) == "tensor([1., 2.])"
+    shown = "" if default() == lm.float64 else f", dtype={default()!r}"
+    assert repr(lm.asarray([1.0, 2.0])) == f"tensor([1., 2.]{shown})"
     assert repr(lm.asarray([1, 2])) == "tensor([1, 2])"
     assert repr(lm.asarray(np.array([1, 2], np.int8))) == "tensor([1, 2], dtype=lamina.int8)"
     assert repr(lm.asarray([True, False])) == "tensor([ True, False])"
-    assert repr(lm.asarray(1.5)) == "tensor(1.5)"
+    assert repr(lm.asarray(1.5, dtype=lm.float64)) == "tensor(1.5)"
     assert repr(lm.asarray([[1, 2], [3, 4]])) == "tensor([[1, 2],\n        [3, 4]])"
-    assert repr(lm.zeros((0,))) == "tensor([])"
+    assert repr(lm.zeros((0,), dtype=lm.float64)) == "tensor([])"
     assert repr(lm.zeros((0,), dtype=lm.int64)) == "tensor([], dtype=lamina.int64)"
     assert repr(lm.zeros((0, 3), dtype=lm.int32)) == "tensor([], shape=(0, 3), dtype=lamina.int32)"
     assert repr(lm.arange(2000)) == "tensor([   0,    1,    2, ..., 1997, 1998, 1999])"
@@ -678,7 +689,7 @@ def test_scalar_conversions():
     with pytest.raises(TypeError, match="only 0-d tensors convert to Python float"):
         float(lm.zeros((1, 1)))
     with pytest.raises(
-        TypeError, match="only integer tensors can be used as an index, got lamina.float64"
+        TypeError, match=f"only integer tensors can be used as an index, got {default()!r}"
     ):
         [1, 2][lm.asarray(1.0)]
 
@@ -698,7 +709,7 @@ def test_creation_takes_numpy_scalars_and_0d_tensors_by_their_kind():
     """NumPy scalars and 0-d tensors infer dtypes and check ranges as the Python
     scalars they hold; a Python int beyond 64 bits is an OverflowError."""
     assert lm.arange(0, 1, np.float32(0.25)).tolist() == [0.0, 0.25, 0.5, 0.75]
-    assert lm.arange(lm.asarray(2.5)).dtype == lm.float64
+    assert lm.arange(lm.asarray(2.5)).dtype == default()
     assert lm.arange(np.int32(3)).tolist() == [0, 1, 2]
     assert lm.full((2,), np.int32(5)).dtype == lm.int64
     assert lm.full((2,), np.bool_(True)).dtype == lm.bool

@@ -501,7 +501,7 @@ def test_dropout_is_reproducible_and_scaled():
 def test_flatten():
     x = image((2, 3, 4, 5), "NHWC")
     y = F.flatten(x)
-    assert y.shape == (2, 60) and y.is_contiguous
+    assert y.shape == (2, 60) and y.is_contiguous()
     np.testing.assert_array_equal(y.numpy(), x.numpy().reshape(2, 60))
     assert F.flatten(x, 0, 1).shape == (6, 4, 5)
     with pytest.raises(ValueError, match="comes after"):

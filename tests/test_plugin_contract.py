@@ -603,10 +603,10 @@ def test_the_fast_constructors_and_the_dtype_mapping():
     with pytest.raises(TypeError, match="unsupported dtype float16"):
         lm.backends.dtype_from_numpy(np.dtype(np.float16))
     t = lm.backends.from_flat(np.arange(6.0), (2, 3), lm.float64)
-    assert t.shape == (2, 3) and t.is_contiguous and t.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert t.shape == (2, 3) and t.is_contiguous() and t.tolist() == [[0, 1, 2], [3, 4, 5]]
     a = np.zeros((3, 2), np.int32)[::2]
     u = lm.backends.from_array(a)
-    assert u.dtype is lm.int32 and u.shape == (2, 2) and not u.is_contiguous
+    assert u.dtype is lm.int32 and u.shape == (2, 2) and not u.is_contiguous()
     assert np.shares_memory(u.numpy(), a)
 
 

@@ -29,9 +29,15 @@ STRICT_ONLY = {
 NEWER = {"broadcast_shapes", "isin", "linalg.eig", "linalg.eigvals"}
 
 
+# PyTorch's spellings lamina adds (Note [Two spellings]): keyword-only arguments after the
+# standard's, which the standard allows, and max/min's positional dim
+TORCH_SPELLINGS = {"dim", "keepdim", "unbiased", "torch_args"}
+
+
 def text(fn):
-    """A signature as the table writes it: no annotations, ``*`` and ``/`` markers."""
-    params = list(inspect.signature(fn).parameters.values())
+    """A signature as the table writes it: no annotations, ``*`` and ``/`` markers; the
+    PyTorch spellings left out."""
+    params = [p for p in inspect.signature(fn).parameters.values() if p.name not in TORCH_SPELLINGS]
     parts, star = [], False
     for i, p in enumerate(params):
         if p.kind is p.KEYWORD_ONLY and not star:
