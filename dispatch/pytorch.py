@@ -457,6 +457,8 @@ def _m_to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
             dtype, device = a.dtype, a.device
         elif isinstance(a, (str, Device)):
             device = A.device(a, "to", "device")
+        elif not isinstance(a, D.DType) and type(a).__name__ in ("int", "float", "bool"):
+            raise TypeError(f"to: device must be a device or a device name, got {type(a).__name__}")
         else:
             dtype = D.as_dtype(a)
     if device is not None:
@@ -467,6 +469,9 @@ def _m_to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
     elif copy and out is self:
         out = ops.asarray(self, copy=True)
     return out
+
+
+_m_to.__name__ = _m_to.__qualname__ = "to"
 
 
 def _cast(dtype: D.DType) -> Callable:
