@@ -53,7 +53,7 @@ sys.exit(1 if failures else 0)
 """
 
 
-@pytest.mark.parametrize("page", ["backends.md", "from_pytorch.md"])
+@pytest.mark.parametrize("page", ["backends.md"])
 def test_every_code_block_of_the_docs_runs_and_shows_what_lamina_does(page):
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, str(DOCS / page)],
