@@ -22,10 +22,27 @@ and ``on_load`` runs other setup (intrinsics) once Numba is in. A module-level c
 made of Numba types would import Numba with its module, so signatures are built in
 functions. tests/test_loop_cache.py checks that ``import lamina`` and an elementwise
 operation served by the loop cache leave ``numba`` out of ``sys.modules``.
+
+Note [Closure cells]: Numba keys a cached kernel by its signature, its code and the
+pickle of its closure cells (Note [Kernel cache] in numba_cpu/kernels.py), so that key
+is the same in the next process only if every cell pickles the same there. Module-level
+functions (by name), numbers, modules and closures made of these do; a Numba dispatcher
+or intrinsic does not: its pickle carries a uuid drawn per process. A kernel capturing
+one missed the cache in every process, compiled again (~1 s for a convolution's block
+loop) and appended one more entry to the cache's index, which grew without bound. So a
+kernel calls another one's code through its Python function marked ``jitable`` (compiled
+into the caller), never through a dispatcher it captured; and what varies per process
+(an address: the BLAS's, a ctypes callback's) is a symbol registered with LLVM before
+the kernel compiles or loads, which the cached code names, never a constant it bakes in
+(Numba does not cache a kernel that calls a ctypes function: its address is baked in).
+``compile_kernel`` and ``compile_cfunc`` refuse a cell that breaks this
+(``_check_cells``); tests/test_compile_once.py checks that a second process compiles
+nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -40,12 +57,15 @@ from . import loop_cache, threads
 # benchmark's budget; parallelism comes from prange instead.
 OPTIONS = dict(cache=True, error_model="numpy")
 
+# A function that kernels call (``jitable``) compiled as a kernel of its own would be.
+CALLEE = dict(error_model=OPTIONS["error_model"])
+
 # Floating-point reassociation and FMA contraction, for kernels whose reductions must
 # vectorize (batch-norm statistics, window sums); never the flags that assume no NaN.
 REASSOCIATE = frozenset({"reassoc", "contract"})
 
 _numba: Any = None  # the numba module, once loaded
-_jitables: list[Callable] = []
+_jitables: list[tuple[Callable, dict[str, Any]]] = []
 _on_load: list[Callable[[Any], None]] = []
 _load_lock = threading.RLock()
 
@@ -57,12 +77,11 @@ def _load() -> Any:
         with _load_lock:
             if _numba is None:
                 numba = threads._numba()  # Note [Numba's first compile] in threads.py
-                from numba.extending import register_jitable
-
-                for fn in _jitables:  # a list: ones added while loading are seen too
-                    register_jitable(fn)
+                for fn, options in _jitables:  # a list: ones added while loading are seen too
+                    _register(fn, options)
                 for setup in _on_load:
                     setup(numba)
+                loop_cache.prune_numba_cache()  # Note [Numba's cache files]
                 globals().update(numba=numba, types=numba.types, prange=numba.prange)
                 _numba = numba
     return _numba
@@ -76,17 +95,32 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def jitable(fn: Callable) -> Callable:
-    """Mark scalar function ``fn`` callable from kernels (Numba's ``register_jitable``,
-    applied when Numba loads); ``fn`` itself is returned, so its name is unchanged."""
+def jitable(fn: Callable | None = None, **options: Any) -> Any:
+    """Mark function ``fn`` callable from kernels (Numba's ``register_jitable``, applied
+    when Numba loads), compiled into each kernel that calls it with Numba's jit
+    ``options`` (``fastmath`` may be a frozenset; ``CALLEE`` gives a kernel's error
+    model); ``fn`` itself is returned, so its name is unchanged. Without ``fn``, the
+    decorator with these options."""
+    if fn is None:
+        return functools.partial(jitable, **options)
+    if "fastmath" in options:  # Numba takes a set, not a frozenset
+        options["fastmath"] = set(options["fastmath"]) if options["fastmath"] else False
     if _numba is None:
         with _load_lock:
             if _numba is None:
-                _jitables.append(fn)
+                _jitables.append((fn, options))
                 return fn
+    _register(fn, options)
+    return fn
+
+
+def _register(fn: Callable, options: dict[str, Any]) -> None:
     from numba.extending import register_jitable
 
-    return register_jitable(fn)
+    if options:  # register_jitable takes options only as a decorator factory
+        register_jitable(**options)(fn)
+    else:
+        register_jitable(fn)
 
 
 def on_load(setup: Callable[[Any], None]) -> None:
@@ -111,36 +145,43 @@ def array(dtype: Any, ndim: int = 1, layout: str = "C") -> Any:
 
 
 def compile_kernel(
-    pyfunc: Callable, signature: Any, parallel: bool = False, **options: Any
-) -> Callable:
-    """Compile ``pyfunc`` for one explicit signature; return its entry point. ``options``
-    are ``compile_dispatcher``'s (``nogil`` releases the GIL while it runs, for kernels
-    called from ``threads.split``'s parts)."""
-    dispatcher = compile_dispatcher(pyfunc, signature, parallel, **options)
-    entry = entry_point(dispatcher, signature)
-    return threads.synced(entry) if parallel else entry  # Note [Thread count]
-
-
-def compile_dispatcher(
     pyfunc: Callable,
     signature: Any,
     parallel: bool = False,
     fastmath: Any = False,
     nogil: bool = False,
-) -> Any:
-    """``compile_kernel``'s Numba dispatcher, compiled for ``signature``: for a kernel
-    another kernel calls, which then links this compiled code instead of compiling
-    ``pyfunc`` again (``compile_kernel`` gives Python its entry point)."""
+) -> Callable:
+    """Compile ``pyfunc`` for one explicit signature; return its entry point, called
+    without Numba's argument typing (Note [Kernel signatures]). ``nogil`` releases the
+    GIL while it runs, for kernels called from ``threads.split``'s parts."""
+    numba = _load()
+    _check_cells(pyfunc)
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
-    dispatcher = _load().njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
+    dispatcher = numba.njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
-    return dispatcher
+    entry = dispatcher.overloads[signature.args].entry_point
+    return threads.synced(entry) if parallel else entry  # Note [Thread count]
 
 
-def entry_point(dispatcher: Any, signature: Any) -> Callable:
-    """The compiled entry point of a dispatcher's overload for ``signature``, called
-    without Numba's argument typing (Note [Kernel signatures])."""
-    return dispatcher.overloads[signature.args].entry_point
+def _check_cells(pyfunc: Callable) -> None:
+    """Refuse a kernel whose closure cells pickle differently in every process (Note
+    [Closure cells]): it would compile again in each one."""
+    from numba.core.serialize import ReduceMixin  # dispatchers' and intrinsics' base
+
+    def per_process(value: Any) -> bool:
+        if isinstance(value, ReduceMixin):
+            return True
+        if isinstance(value, tuple):
+            return any(map(per_process, value))
+        cells = getattr(value, "__closure__", None) or ()
+        return any(per_process(cell.cell_contents) for cell in cells)
+
+    if per_process(pyfunc):
+        raise TypeError(
+            f"{pyfunc.__qualname__} captures a Numba dispatcher or intrinsic, whose "
+            f"pickle differs per process, so Numba's cache would never find it: call "
+            f"a jitable Python function instead (Note [Closure cells] in backends/jit.py)"
+        )
 
 
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses
@@ -149,7 +190,10 @@ _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their ad
 def compile_cfunc(pyfunc: Callable, signature: Any, cache: bool = True) -> Any:
     """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature`` (Note [C loops]
     in numba_cpu/kernels.py); ``cache=False`` skips Numba's cache, keeping the IR."""
-    return _load().cfunc(signature, **{**OPTIONS, "cache": cache})(pyfunc)
+    numba = _load()
+    if cache:
+        _check_cells(pyfunc)
+    return numba.cfunc(signature, **{**OPTIONS, "cache": cache})(pyfunc)
 
 
 def c_loop(key: tuple, build: Callable[[bool], Any]) -> int:

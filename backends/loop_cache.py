@@ -22,6 +22,12 @@ that loop to Numba's cache: slower to start, never wrong.
 
 ``LAMINA_CACHE_DIR`` moves the cache (default ``$XDG_CACHE_HOME/lamina``, else
 ``~/.cache/lamina``); ``LAMINA_LOOP_CACHE=0`` turns it off.
+
+A loop stored here is compiled without Numba's cache, so it is on disk once; every
+other kernel, and a loop that cannot live here, is in Numba's cache. Both stay bounded:
+this cache keeps _KEEP stamp directories, and a new stamp makes the next process that
+loads Numba prune Numba's cache of what the current sources cannot load (Note [Numba's
+cache files]).
 """
 
 from __future__ import annotations
@@ -238,3 +244,101 @@ def _open(library: Path) -> int | None:
         return None
     _libraries.append(handle)
     return address
+
+
+# ---------------------------------------------------------------- Numba's cache
+
+# Note [Numba's cache files]: Numba keeps a kernel in the cache directory of its source
+# file (``__pycache__`` beside it, or under NUMBA_CACHE_DIR): one index per function,
+# ``<module>.<qualname>-<first line>.py311.nbi``, stamped with its source (a hash of the
+# source's content) and naming one data file per compiled variant, ``<same>.<n>.nbc``.
+# Numba ignores an index whose stamp is stale and rewrites it at its next save, but
+# deletes nothing: the index of a function that moved to another line stays for ever,
+# and so do the data files numbered past the rewritten index's count. So the first
+# process that loads Numba after the backends' sources changed (``_stamp``, recorded in
+# the _PRUNED file) removes, in the cache directories of those sources, every index of
+# this Python that is stale, names a module that is gone or was written by another
+# Numba, with its data files, and every data file no fresh index names. Between changes
+# nothing accumulates: a kernel's key is the same in every process (Note [Closure cells]
+# in jit.py), so an index grows only by the variants programs compile. A process saving
+# a kernel while another prunes may lose its data file; the next process that needs it
+# compiles it again (never wrong).
+
+_PRUNED = "lamina-pruned"  # in the cache directory of backends/: the stamp last pruned for
+
+
+def prune_numba_cache() -> None:
+    """Remove Numba's stale cache files of the backends' kernels, once per change of
+    their sources (Note [Numba's cache files]); Numba is loaded."""
+    stamp, here = _stamp(), _numba_locator(_SOURCES / "jit.py")
+    if here is None:
+        return
+    marker = Path(here.get_cache_path()) / _PRUNED
+    with contextlib.suppress(OSError):
+        if marker.read_text() == stamp:
+            return
+    sources: dict[Path, dict[str, Any]] = {}  # cache directory -> {module: locator}
+    for root, dirs, files in os.walk(_SOURCES):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                locator = _numba_locator(Path(root) / name)
+                if locator is not None:
+                    modules = sources.setdefault(Path(locator.get_cache_path()), {})
+                    modules[name[:-3]] = locator
+    for directory, modules in sources.items():
+        _prune_numba_directory(directory, modules)
+    with contextlib.suppress(OSError):
+        marker.write_text(stamp)
+
+
+def _numba_locator(source: Path) -> Any:
+    """Numba's cache locator for the kernels of ``source`` (where they are cached, the
+    source's stamp), or None where Numba cannot cache them."""
+    import types
+
+    from numba.core.caching import CompileResultCacheImpl
+
+    stand_in = types.FunctionType((lambda: None).__code__.replace(co_filename=str(source)), {})
+    try:
+        return CompileResultCacheImpl(stand_in).locator
+    except RuntimeError:  # no directory Numba can write
+        return None
+
+
+def _prune_numba_directory(directory: Path, modules: dict[str, Any]) -> None:
+    """Note [Numba's cache files] in one cache directory, whose sources' modules are
+    ``modules`` ({name: locator})."""
+    import pickle
+
+    import numba
+
+    tag = f".py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    ours = [
+        n
+        for n in names
+        if n.endswith(tag + ".nbi") or (n.endswith(".nbc") and n.rsplit(".", 2)[0].endswith(tag))
+    ]
+    keep = set()
+    for name in ours:
+        locator = modules.get(name.split(".", 1)[0])
+        if not name.endswith(".nbi") or locator is None:
+            continue
+        try:
+            with open(directory / name, "rb") as f:
+                version = pickle.load(f)
+                stamp, overloads = pickle.loads(f.read())
+            fresh = version == numba.__version__ and stamp == locator.get_source_stamp()
+        except Exception:  # unreadable (damaged, another Numba's types), source gone: stale
+            continue
+        if fresh:
+            keep.add(name)
+            keep.update(overloads.values())
+    for name in ours:
+        if name not in keep:
+            with contextlib.suppress(OSError):
+                os.unlink(directory / name)

@@ -222,11 +222,15 @@ os.register_at_fork(after_in_child=_one_thread_after_fork)
 
 # Note [Split work]'s machinery: a prange over the parts whose body calls back into
 # Python. The trampoline is a ctypes callback (it takes the GIL itself); it finds its
-# split's arguments by the id the prange passes it.
+# split's arguments by the id the prange passes it. The kernel calls it by a symbol
+# registered with LLVM, not by its address, which differs per process: so the kernel is
+# loaded from Numba's cache (Note [Closure cells] in jit.py).
 _splits: dict[int, tuple] = {}
 _split_ids = itertools.count()
 _in_part = threading.local()
 _parts = None  # the prange kernel, compiled on the first split
+_PART_SYMBOL = "lamina_run_part"
+_kernel_trampoline = None  # _trampoline as the kernel calls it: a Numba ExternalFunction
 
 
 def _run_part(split_id: int, i: int) -> None:
@@ -244,15 +248,22 @@ _trampoline = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(_run_part)
 
 
 def _parts_kernel() -> Callable[[int, int], None]:
-    global _parts
+    global _parts, _kernel_trampoline
     if _parts is None:
+        import llvmlite.binding as llvm
+
         numba = _numba()
+        llvm.add_symbol(_PART_SYMBOL, ctypes.cast(_trampoline, ctypes.c_void_p).value)
+        i64 = numba.types.int64
+        # a global, not a closure cell: a cell is in the cache key, and this type's
+        # pickle differs per process
+        _kernel_trampoline = numba.types.ExternalFunction(_PART_SYMBOL, numba.types.void(i64, i64))
 
         def parts(split_id, count):
             for i in numba.prange(count):
-                _trampoline(split_id, i)  # a ctypes function: Numba calls its address
+                _kernel_trampoline(split_id, i)
 
-        kernel = numba.njit("void(int64, int64)", parallel=True, nogil=True)(parts)
+        kernel = numba.njit("void(int64, int64)", parallel=True, nogil=True, cache=True)(parts)
         _parts = synced(kernel)
     return _parts
 

@@ -998,7 +998,7 @@ def scalar_cloop(fn, cast):
 
 def fold_rows_cloop(kernel):
     """A reduction of the C core's (Note [C loops]): ``kernel`` (reduce_rows or
-    argreduce_rows, compiled) over a contiguous (rows, cols) array into rows results."""
+    argreduce_rows, jitable) over a contiguous (rows, cols) array into rows results."""
 
     def loop(x, out, rows, cols):
         kernel(jit.numba.carray(x, (rows, cols)), jit.numba.carray(out, rows))

@@ -239,9 +239,9 @@ class FoldSpec:
 
         def build(cache):
             # inlined into the loop, the kernel's status checks and raise paths go away:
-            # the loop needs nothing of Numba's runtime (Note [Loop cache])
-            options = {**jit.OPTIONS, "cache": cache, "inline": "always"}
-            kernel = jit.numba.njit(**options)(template(self.reduction.fn, range))
+            # the loop needs nothing of Numba's runtime (Note [Loop cache]); a jitable
+            # function, not a dispatcher, so the loop is cached (Note [Closure cells])
+            kernel = jit.jitable(template(self.reduction.fn, range), inline="always")
             return K.c_loop(wrapper, kernel, d, acc, [d], cache)
 
         return jit.c_loop((wrapper, template, self.reduction.fn, d, acc), build)

@@ -175,6 +175,7 @@ def _pad_planes(x, pt, pl, hp, wp, planes):
                 seg[k] = 0
 
 
+@jit.jitable(**jit.CALLEE)  # called by the flat block loops (Note [Closure cells])
 def _im2col_flat(flat, base, kh, kw, dh, dw, wp, oh0, span, cols):
     """cols[(c * kh + i) * kw + j, :span] = flat[base[c] + (oh0 + i dh) wp + j dw ...]:
     one contiguous copy per row of the block (Note [Flat planes])."""
@@ -471,16 +472,10 @@ def _flat_loop(template, dtype):
     native = blas.available()
 
     def build():
-        sig = _signature(_im2col_flat, dtype)
-        im2col = jit.cached(
-            ("dispatcher", _im2col_flat, np.dtype(dtype)),
-            lambda: jit.compile_dispatcher(_im2col_flat, sig, nogil=True),
-        )
         if native:
-            return jit.compile_kernel(
-                template(im2col), _flat_signature(template, dtype), nogil=True
-            )
-        return template(jit.entry_point(im2col, sig))
+            sig = _flat_signature(template, dtype)
+            return jit.compile_kernel(template(_im2col_flat), sig, nogil=True)
+        return template(_kernel(_im2col_flat, dtype))
 
     return jit.cached((template, np.dtype(dtype), native), build)
 

@@ -336,10 +336,10 @@ def block(r0, rows, rows_per_block, tw, in_buf, out_buf, channels):
 
 def forward_blocks(transform, finish):
     """The block loop of ``forward``: each block's input tiles transformed (``transform``,
-    a ``transform_input`` kernel), multiplied by the filters u position by position, and
-    transformed into the output (``finish``, a ``transform_output`` kernel). One kernel
-    where it can call the BLAS, else Python calling the kernels (Note [GEMM in
-    kernels]). False if a value on the way was not finite."""
+    a ``transform_input`` function), multiplied by the filters u position by position,
+    and transformed into the output (``finish``, a ``transform_output`` function). One
+    kernel where it can call the BLAS, else Python calling the transforms' kernels (Note
+    [GEMM in kernels]). False if a value on the way was not finite."""
 
     def run(x, u, bias, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, out):
         slab, tmp_in, tmp_out, rows, v_buf, m_buf = buffers
@@ -400,40 +400,46 @@ def _signature(template, dtype):
 
 
 def _step(template, algorithm, layout):
-    """The Python function of transform ``template`` for ``algorithm`` and ``layout``."""
-    m = algorithm.m
-    if template is transform_output:
-        return template(_STORE[layout], m, algorithm.output)
-    if template is transform_grad:
-        return template(_FETCH[layout], m, algorithm.grad)
-    return template(_FETCH[layout], m)
+    """Transform ``template``'s Python function for ``algorithm`` and ``layout``, made
+    once and jitable: the block loops compile it into themselves, as the cache needs
+    (Note [Closure cells] in backends/jit.py)."""
+
+    def build():
+        m = algorithm.m
+        if template is transform_output:
+            fn = template(_STORE[layout], m, algorithm.output)
+        elif template is transform_grad:
+            fn = template(_FETCH[layout], m, algorithm.grad)
+        else:
+            fn = template(_FETCH[layout], m)
+        return jit.jitable(fn, fastmath=jit.REASSOCIATE, **jit.CALLEE)
+
+    return jit.cached(("step", template, algorithm.r, layout), build)
 
 
 def _transform(template, algorithm, dtype, layout):
-    """Transform ``template``'s compiled kernel (a Numba dispatcher) for ``algorithm``,
-    dtype and ``layout``, shared by both block loops and by Python."""
+    """Transform ``template``'s kernel for ``algorithm``, dtype and ``layout``, shared
+    by both block loops run from Python."""
 
     def build():
         fn, sig = _step(template, algorithm, layout), _signature(template, dtype)
-        return jit.compile_dispatcher(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
+        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
 
-    return jit.cached(("dispatcher", template, algorithm.r, np.dtype(dtype), layout), build)
+    return jit.cached((template, algorithm.r, np.dtype(dtype), layout), build)
 
 
 def _kernel(template, algorithm, dtype, layout):
     """The block loop ``template`` (``forward_blocks``, ``weight_grad_blocks``) for
     ``algorithm``, dtype and images in ``layout``: one kernel, without the GIL, calling
-    the transforms' compiled code and the BLAS where kernels can (Note [GEMM in
-    kernels]), else the loop in Python over the transforms' entry points."""
+    the transforms and the BLAS where kernels can (Note [GEMM in kernels]), else the loop
+    in Python over the transforms' kernels."""
     native = blas.available()
 
     def build():
-        steps = [_transform(t, algorithm, dtype, layout) for t in _STEPS[template]]
         if native:
-            sig = _signature(template, dtype)
-            return jit.compile_kernel(template(*steps), sig, nogil=True)
-        signatures = [_signature(t, dtype) for t in _STEPS[template]]
-        return template(*(jit.entry_point(s, sig) for s, sig in zip(steps, signatures)))
+            steps = [_step(t, algorithm, layout) for t in _STEPS[template]]
+            return jit.compile_kernel(template(*steps), _signature(template, dtype), nogil=True)
+        return template(*(_transform(t, algorithm, dtype, layout) for t in _STEPS[template]))
 
     return jit.cached((template, algorithm.r, np.dtype(dtype), layout, native), build)
 

@@ -1,0 +1,159 @@
+"""Nothing compiles twice (Note [Closure cells] in backends/jit.py): a training step of
+a small convnet compiles its kernels in a first process and a second process sharing
+the caches compiles none, every kernel coming from Numba's cache or the loop cache; and
+stale files of Numba's cache are pruned (Note [Numba's cache files] in
+backends/loop_cache.py), so that nothing accumulates across runs.
+
+The first process compiles cold, in a fresh cache directory (~12 s on 2 cores, the
+second under 1 s), so the model is as small as still takes the convolutions' block-loop
+kernels (Winograd's and the flat im2col one's) and a split over two threads (Note
+[Split work])."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from lamina.backends import loop_cache
+
+# one training step; prints what it compiled and what it ran
+PROGRAM = """
+import collections, json, sys
+from numba.core import event
+
+compiled = collections.Counter()
+
+
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        compiled[ev.data["dispatcher"].py_func.__qualname__] += 1
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", Compiles())
+
+import numba
+import numpy as np
+
+import lamina as lm
+from lamina import nn
+from lamina.backends import jit, loop_cache, threads
+
+lm.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+lm.random.seed(0)
+rng = np.random.default_rng(0)
+model = nn.Sequential(
+    nn.Conv2d(1, 8, 3, padding=1),  # 1 -> 8 channels, NCHW, 12 x 12: flat im2col blocks
+    nn.BatchNorm2d(8),
+    nn.ReLU(),
+    nn.MaxPool2d(2),
+    nn.Conv2d(8, 8, 3, padding=1),  # 8 -> 8 on 6 x 6: Winograd
+    nn.Flatten(),
+    nn.Linear(8 * 6 * 6, 4),
+).float()
+x = lm.asarray(rng.normal(size=(4, 1, 12, 12)).astype(np.float32))
+y = lm.asarray(rng.integers(0, 4, 4))
+loss = nn.CrossEntropyLoss()(model(x), y)
+loss.backward()
+parts = threads.split(lambda i0, i1: i1 - i0, 2)  # the split kernel, on two threads
+lm.set_num_threads(1)
+block_loops = {  # the convolutions' (conv.py's and winograd.py's) this step ran
+    key[0].__name__
+    for key in jit._entries
+    if isinstance(key, tuple) and getattr(key[0], "__name__", "").endswith("_blocks")
+}
+print(json.dumps({
+    "loss": loss.item(),
+    "parts": parts,
+    "compiled": compiled,
+    "cfuncs compiled": sum(c.cache_hits == 0 for c in jit._cfuncs),
+    "loops opened": len(loop_cache._libraries),
+    "block loops": sorted(block_loops),
+}))
+"""
+
+# the kernels that missed Numba's cache in every process (conv.py's and winograd.py's)
+BLOCK_LOOPS = {
+    "flat_forward_blocks",
+    "flat_weight_grad_blocks",
+    "forward_blocks",
+    "weight_grad_blocks",
+}
+
+
+def run(tmp_path):
+    numba_dir, lamina_dir = tmp_path / "numba", tmp_path / "lamina"
+    environment = {
+        **os.environ,
+        "NUMBA_CACHE_DIR": str(numba_dir),
+        "LAMINA_CACHE_DIR": str(lamina_dir),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRAM], env=environment, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def cache_files(tmp_path):
+    return sorted(
+        p.relative_to(tmp_path).as_posix()
+        for p in tmp_path.rglob("*")
+        if p.suffix in (".nbi", ".nbc", ".so")
+    )
+
+
+def plant_stale_files(numba_dir):
+    """A stale index (another version of its source) with its data file, and a data
+    file no index names, beside the fresh ones; and the record of the last prune made
+    to look older, as after an edit of the sources."""
+    import numba
+
+    directory = next(p.parent for p in numba_dir.rglob("conv.*.nbi"))
+    tag = f".py{sys.version_info[0]}{sys.version_info[1]}{sys.abiflags}"
+    with open(directory / f"conv.moved-1{tag}.nbi", "wb") as f:
+        pickle.dump(numba.__version__, f)
+        f.write(pickle.dumps((b"an older source", {})))
+    (directory / f"conv.moved-1{tag}.1.nbc").write_bytes(b"")
+    fresh = next(directory.glob("conv.*.nbi")).name[: -len(".nbi")]
+    (directory / f"{fresh}.99.nbc").write_bytes(b"")
+    planted = [f"conv.moved-1{tag}.nbi", f"conv.moved-1{tag}.1.nbc", f"{fresh}.99.nbc"]
+    for marker in numba_dir.rglob(loop_cache._PRUNED):
+        marker.write_text("an older stamp")
+    return [directory / name for name in planted]
+
+
+def test_a_second_process_compiles_nothing_and_the_cache_does_not_grow(tmp_path):
+    first = run(tmp_path)
+    assert first["compiled"], "the first process compiles cold"
+    assert set(first["block loops"]) == BLOCK_LOOPS, first["block loops"]
+    files = cache_files(tmp_path)
+    planted = plant_stale_files(tmp_path / "numba")
+
+    second = run(tmp_path)
+    assert second["compiled"] == {}
+    assert second["cfuncs compiled"] == 0
+    assert second["loss"] == first["loss"] and second["parts"] == first["parts"]
+    assert sum(first["parts"]) == 2
+    assert second["block loops"] == first["block loops"]
+    assert second["loops opened"] == first["loops opened"]
+    assert not any(p.exists() for p in planted)  # pruned
+    assert cache_files(tmp_path) == files  # and nothing else removed or added
+
+
+def test_a_kernel_capturing_a_dispatcher_is_refused():
+    """Its cache key would differ in every process (Note [Closure cells])."""
+    from lamina.backends import jit
+
+    inner = jit.numba.njit(lambda v: v + 1)
+
+    def kernel(v):
+        return inner(v)
+
+    with pytest.raises(TypeError, match="Closure cells"):
+        jit.compile_kernel(kernel, jit.types.int64(jit.types.int64))
