@@ -167,7 +167,8 @@ class Optimizer:
     ``params`` is an iterable of tensors, of ``(name, tensor)`` pairs (as
     ``named_parameters()`` yields) or of dicts (parameter groups: ``{"params": [...],
     "lr": ...}``, each option a group leaves out taken from ``defaults``). Each
-    parameter must be a leaf tensor that requires grad, in one group only.
+    parameter must be a leaf tensor, in one group only; a frozen one (that does not
+    require grad) is kept and skipped while it has no gradient, as in PyTorch.
 
     Attributes, as PyTorch's: ``defaults``, ``param_groups`` (a list of dicts holding
     ``params`` and every option), ``state`` (a dict from parameter to its state dict).
@@ -392,8 +393,6 @@ def _check_parameter(p: Any, i: int, fn: str, complex_ok: bool) -> None:
             f"{fn}: can't optimize a non-leaf tensor (parameter {i} is the output of "
             f"{p.grad_fn.name}); optimize the leaf tensors it is computed from"
         )
-    if not p.requires_grad:
-        raise ValueError(f"{fn}: a parameter of shape {p.shape} does not require grad")
 
 
 def _check_like(p: Tensor, t: Tensor, what: str, fn: str) -> None:
