@@ -76,12 +76,13 @@ BY_NAME = {d.name: d for d in ALL}
 _FROM_NUMPY = {d.np: d for d in ALL}
 default_int = int64
 default_uint = uint64
-# Note [Default dtype]: the default floating dtype (Python floats in lm.asarray, lm.zeros,
-# lm.randn, integers promoted to floating, module parameters) is float64, NumPy's;
-# set_default_dtype(float32) gives PyTorch's, and the default complex dtype follows.
-# Readers look these globals up at call time, never keep a copy.
-default_float = float64
-default_complex = complex128
+# Note [Default dtype]: the default floating dtype is float32, as PyTorch's, so that
+# lm.randn, lm.zeros, Python floats in lm.asarray, integers promoted to floating and
+# module parameters agree with float32 data and the float32 kernels; set_default_dtype
+# changes it (and the default complex dtype with it). Readers look these globals up at
+# call time, never keep a copy.
+default_float = float32
+default_complex = complex64
 
 
 def set_default_dtype(dtype):
@@ -95,7 +96,7 @@ def set_default_dtype(dtype):
 
 
 def get_default_dtype():
-    """The default floating dtype (float64 unless set_default_dtype said otherwise)."""
+    """The default floating dtype (float32 unless set_default_dtype said otherwise)."""
     return default_float
 
 

@@ -5,7 +5,11 @@ import numpy as np
 
 from . import dtypes as D
 
-_IMPLIED = (D.float64, D.int64, D.bool_)  # dtypes the printed values already imply
+
+def _implied(dtype):
+    """Whether the printed values imply ``dtype``: the default float (PyTorch's rule,
+    Note [Default dtype]), int64 and bool."""
+    return dtype is D.default_float or dtype is D.int64 or dtype is D.bool_
 
 
 def format_sparse(t):
@@ -18,7 +22,7 @@ def format_sparse(t):
         for name, a in (("indices", c.indices), ("values", c.values))
     ]
     extras = [f"size={t.shape}", f"nnz={c.values.size}"]
-    if t.dtype not in _IMPLIED:
+    if not _implied(t.dtype):
         extras.append(f"dtype={t.dtype!r}")
     return (
         f"tensor(indices=tensor({text[0]}),\n{pad}values=tensor({text[1]}),\n"
@@ -35,7 +39,7 @@ def format_tensor(t):
     extras = []
     if data.size == 0 and data.shape != (0,):
         extras.append(f"shape={t.shape}")
-    if t.dtype not in _IMPLIED or (data.size == 0 and t.dtype is not D.float64):
+    if not _implied(t.dtype) or (data.size == 0 and t.dtype is not D.default_float):
         extras.append(f"dtype={t.dtype!r}")
     if t.device != "cpu":
         extras.append(f"device={str(t.device)!r}")

@@ -51,7 +51,7 @@ def strided(shape, lo=-1.0, hi=1.0, seed=0, kind="T"):
     else:  # every other element of the last axis
         base = rng.uniform(lo, hi, shape[:-1] + (2 * shape[-1],))
         data = base[..., ::2]
-    t = lm.asarray(data)
+    t = lm.asarray(data, dtype=F64)
     assert not t.is_contiguous()
     return t.requires_grad_()
 
@@ -752,7 +752,7 @@ def _node_names(outputs):
 
 
 def _eye(n):
-    return lm.eye(n, device=DEVICE[0])
+    return lm.eye(n, dtype=F64, device=DEVICE[0])  # gradcheck's float64, not the default
 
 
 def _hermitian(fn):

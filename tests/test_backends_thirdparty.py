@@ -203,7 +203,7 @@ def test_registering_a_device_plugin_rebuilds_the_tables_once(monkeypatch):
 
 def test_creation_functions_make_tensors_on_the_new_device():
     made = {
-        "asarray": lm.asarray([[1.0, 2.0]], dtype=lm.float64, device="counting"),
+        "asarray": lm.asarray([[1.0, 2.0]], device="counting"),
         "zeros": lm.zeros((2, 3), device="counting"),
         "ones": lm.ones(3, dtype=lm.int32, device="counting"),
         "full": lm.full((2,), 7, device="counting"),
@@ -225,7 +225,9 @@ def test_creation_functions_make_tensors_on_the_new_device():
     assert made["arange"].tolist() == [0, 1, 2, 3, 4]
     assert made["eye"].to("cpu").numpy().tolist() == np.eye(3).tolist()
     assert made["zeros"].shape == (2, 3) and made["zeros"].ndim == 2
-    assert repr(made["asarray"]) == "tensor([[1., 2.]], device='counting')"  # float64: implied
+    assert (
+        repr(made["asarray"]) == "tensor([[1., 2.]], device='counting')"
+    )  # default float: implied
     assert example.plugin.calls["from_host"] == 2  # asarray and from_dlpack: native
     assert example.plugin.fallback_calls["full"] >= 3  # zeros, ones, full, zeros_like
 

@@ -112,7 +112,7 @@ def test_database_covers_the_operator_list():
         assert sum(d in op.dtypes for op in I.OPS.values()) >= 6, d
     for op in I.OPS.values():
         kinds = {np.dtype(d).kind for d in op.dtypes}
-        if op.rule in I.PROMOTES_TO_FLOAT:  # floats, complex, one kind promoted to float64
+        if op.rule in I.PROMOTES_TO_FLOAT:  # floats, complex, one kind promoted to default float
             assert set(I.ACCEPTS[op.rule]) <= kinds and kinds - {"f", "c"}, op.name
             continue
         need = set(I.ACCEPTS[op.rule])
@@ -224,13 +224,17 @@ def test_binary_promotion(op, d1, d2, comp, layout):
 
 # ---------------------------------------------------------------- weak Python scalars
 
+# Expected results that are lamina's default float / complex dtype, whichever is set
+# (Note [Default dtype]); NumPy gives float64 / complex128 there.
+DEFAULT_FLOAT, DEFAULT_COMPLEX = "default_float", "default_complex"
+
 
 @pytest.mark.parametrize(
     "dtype, scalar, result",
     [
         ("int8", 1, "int8"),
         ("int8", True, "int8"),
-        ("int8", 1.5, "float64"),
+        ("int8", 1.5, DEFAULT_FLOAT),
         ("uint8", 255, "uint8"),
         ("uint64", 2**64 - 1, "uint64"),
         ("int64", -(2**63), "int64"),
@@ -238,15 +242,15 @@ def test_binary_promotion(op, d1, d2, comp, layout):
         ("float32", 1, "float32"),
         ("float32", True, "float32"),
         ("bool", 1, "int64"),
-        ("bool", 1.5, "float64"),
-        ("uint16", 2.0, "float64"),
+        ("bool", 1.5, DEFAULT_FLOAT),
+        ("uint16", 2.0, DEFAULT_FLOAT),
         ("int16", np.int64(7), "int16"),
         ("float32", np.float64(0.25), "float32"),
         # a Python complex takes the complex dtype of a float tensor's precision
         ("float32", 1j, "complex64"),
         ("float64", 2j, "complex128"),
-        ("int8", 1j, "complex128"),
-        ("bool", 1j, "complex128"),
+        ("int8", 1j, DEFAULT_COMPLEX),
+        ("bool", 1j, DEFAULT_COMPLEX),
         ("complex64", 1.5, "complex64"),
         ("complex64", 2, "complex64"),
         ("complex64", True, "complex64"),
@@ -255,24 +259,24 @@ def test_binary_promotion(op, d1, d2, comp, layout):
     ],
 )
 def test_weak_scalar_promotion(dtype, scalar, result):
-    """int8 tensor + 1 stays int8 (and wraps like NumPy: 127 + 1 == -128); an int tensor
-    plus a float gives float64. NumPy scalars count as Python scalars here (lamina's
-    setup.scalar_value; NumPy 2 would treat np.int64(7) as a strong int64)."""
+    """int8 tensor + 1 stays int8 (and wraps like NumPy: 127 + 1 == -128); an int or
+    bool tensor plus a float gives the default float, plus a complex the default complex
+    (where NumPy gives float64 / complex128). NumPy scalars count as Python scalars here
+    (lamina's setup.scalar_value; NumPy 2 would treat np.int64(7) as a strong int64)."""
+    numpy_result = {DEFAULT_FLOAT: "float64", DEFAULT_COMPLEX: "complex128"}.get(result, result)
+    if result in (DEFAULT_FLOAT, DEFAULT_COMPLEX):
+        result = I.default_dtype("f" if result == DEFAULT_FLOAT else "c").name
     a = I.specials(dtype)
     t = lm.asarray(a.copy())
     py = scalar.item() if isinstance(scalar, np.generic) else scalar
-    want = np.asarray(
-        np.add(a, np.asarray(py, result))
-        if dtype != "bool"
-        else np.add(a.astype(result), np.asarray(py, result))
-    )
+    want = np.asarray(np.add(a.astype(result), np.asarray(py, result)))
     for got in (t + scalar, scalar + t, lm.add(t, scalar), numpy_ref(lm.add, scalar, t)):
         I.assert_matches(got, want.astype(result), result, where=f"{dtype} + {scalar!r}")
     eq = t == scalar
     I.assert_matches(
         eq, np.equal(a.astype(result), np.asarray(py, result)), bool, where=f"{dtype} == {scalar!r}"
     )
-    assert np.result_type(a.dtype, py) == np.dtype(result)
+    assert np.result_type(a.dtype, py) == np.dtype(numpy_result)
 
 
 def test_weak_int_wraps_like_numpy():
@@ -340,9 +344,11 @@ def test_weak_int_out_of_range_comparison_raises(fn):
 
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "uint64"])
 def test_weak_float_scalar_on_int_tensor(dtype):
-    """int tensor + 1.5 computes in float64 (and so do -, *, maximum)."""
+    """int tensor + 1.5 computes in the default float (and so do -, *, maximum); the
+    reference computes in float64 and is cast to it."""
     a = I.specials(dtype)
     t = lm.asarray(a)
+    df = I.default_dtype("f")
     for fn, ref in (
         (O.add, np.add),
         (O.sub, np.subtract),
@@ -350,10 +356,10 @@ def test_weak_float_scalar_on_int_tensor(dtype):
         (lm.maximum, np.maximum),
     ):
         for got, want in (
-            (fn(t, 1.5), ref(a.astype(np.float64), 1.5)),
-            (fn(-0.5, t), ref(-0.5, a.astype(np.float64))),
+            (fn(t, 1.5), ref(a.astype(np.float64), 1.5).astype(df)),
+            (fn(-0.5, t), ref(-0.5, a.astype(np.float64)).astype(df)),
         ):
-            I.assert_matches(got, want, "float64", where=f"{dtype} {fn}")
+            I.assert_matches(got, want, df, where=f"{dtype} {fn}")
 
 
 @pytest.mark.parametrize("op", ["bitwise_and", "bitwise_left_shift", "bitwise_xor"])
@@ -554,10 +560,10 @@ def test_inplace_errors(backend):
         x = lm.asarray(np.zeros(3, np.int16))
         with pytest.raises(TypeError, match="int16"):
             x /= 2
+        with pytest.raises(TypeError, match=I.default_dtype("f").name):
+            x += 1.5  # int16 with a Python float: the default float
         with pytest.raises(TypeError, match="float64"):
-            x += 1.5
-        with pytest.raises(TypeError, match="float64"):
-            x *= lm.asarray(np.ones(3))
+            x *= lm.asarray(np.ones(3))  # a NumPy float64 array keeps its dtype
         f = lm.asarray(np.zeros(3))
         with pytest.raises(TypeError, match="bitwise_and_"):
             f &= 1
@@ -995,8 +1001,9 @@ def test_mixed_sign_comparisons_are_exact(name, backend):
 def test_simd_loops_on_large_inputs(name):
     """From SIMD_MIN elements the transcendental functions run NumPy's SIMD loops
     (Note [NumPy SIMD loops]) on operands lamina sets up: contiguous, strided and
-    reversed float inputs, integer inputs promoted to float64, special values, and no
-    warnings for inf/nan results."""
+    reversed float inputs, integer inputs promoted to the default float, special values,
+    and no warnings for inf/nan results. The reference is NumPy's own loop in the
+    result dtype (the integers cast to the default float first, as lamina does)."""
     ref = getattr(
         np,
         {
@@ -1018,7 +1025,7 @@ def test_simd_loops_on_large_inputs(name):
             warnings.simplefilter("error")
             got = fn(lm.asarray(view))
         with np.errstate(all="ignore"):
-            want = ref(view.astype(np.float64) if view.dtype.kind == "i" else view)
+            want = ref(view.astype(dtype.np))
         assert got.dtype == dtype
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, equal_nan=True)
 
@@ -1026,7 +1033,7 @@ def test_simd_loops_on_large_inputs(name):
         n = base.astype(dtype.np)
         for view in (n, n[::2], n[::-1].reshape(-1, 4)):
             check(view, dtype)
-    check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.float64)
+    check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.get_default_dtype())
 
 
 @pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])

@@ -63,7 +63,7 @@ def test_sparse_tensors_copy_and_pickle(how):
     """TypeError: numpy() needs a dense CPU tensor -- from __getstate__."""
     s = lm.sparse_coo_tensor([[0, 1, 1], [1, 0, 0]], [3.0, 4.0, 5.0], (2, 2))  # a duplicate
     c = how(s)
-    assert c.is_sparse and c.shape == (2, 2) and c.dtype is lm.float64
+    assert c.is_sparse and c.shape == (2, 2) and c.dtype is lm.get_default_dtype()
     assert c.is_coalesced() == s.is_coalesced() and c.nnz == 3
     assert c.to_dense().tolist() == [[0.0, 3.0], [9.0, 0.0]]
     assert not np.shares_memory(c.values().numpy(), s.values().numpy())
@@ -109,7 +109,7 @@ def test_a_hook_returning_a_gradient_of_another_shape_is_refused():
     ):
         lm.sum(y).backward()
     assert w.grad is None
-    v = lm.ones(2, requires_grad=True)
+    v = lm.ones(2, dtype=lm.float64, requires_grad=True)  # the hook narrows to float32
     v.register_hook(lambda g: lm.astype(g, lm.float32))
     with pytest.raises(RuntimeError, match="changed the dtype of the gradient"):
         lm.sum(v * 1.0).backward()
@@ -334,18 +334,18 @@ def test_there_is_one_layer_state():
 def test_assigning_a_gradient_of_another_shape_dtype_or_device_is_refused():
     """w.grad = lm.ones(3) for a (2,) leaf was kept, and the next backward broadcast into
     it; as in PyTorch, the assignment raises."""
-    w = lm.ones(2, requires_grad=True)
+    w = lm.ones(2, dtype=lm.float64, requires_grad=True)  # float64: the float32 grad differs
     with pytest.raises(
         RuntimeError, match=r"cannot assign a gradient of shape \(3,\) to a tensor of shape \(2,\)"
     ):
-        w.grad = lm.ones(3)
+        w.grad = lm.ones(3, dtype=lm.float64)
     with pytest.raises(RuntimeError, match="gradient of dtype lamina.float32"):
         w.grad = lm.ones(2, dtype=lm.float32)
     with pytest.raises(RuntimeError, match="gradient of device counting to a tensor of device cpu"):
-        w.grad = lm.ones(2, device="counting")
+        w.grad = lm.ones(2, dtype=lm.float64, device="counting")
     with pytest.raises(TypeError, match="grad must be a tensor or None, got str"):
         w.grad = "a"
-    w.grad = lm.full(2, 3.0)
+    w.grad = lm.full(2, 3.0, dtype=lm.float64)
     lm.sum(w * 1.0).backward()
     assert w.grad.tolist() == [4.0, 4.0]
     w.grad = None
@@ -359,7 +359,7 @@ def test_a_backward_gradient_on_another_device_is_refused_and_another_dtype_cast
     with pytest.raises(ValueError, match="the gradient of an output on cpu is on counting"):
         y.backward(lm.ones(2, device="counting"), retain_graph=True)
     y.backward(lm.ones(2, dtype=lm.int64))  # cast to the output's dtype, as in PyTorch
-    assert w.grad.tolist() == [2.0, 2.0] and w.grad.dtype is lm.float64
+    assert w.grad.tolist() == [2.0, 2.0] and w.grad.dtype is y.dtype is lm.get_default_dtype()
 
 
 @pytest.mark.parametrize(
@@ -402,8 +402,8 @@ def test_a_narrowing_setitem_is_refused_with_a_message_that_fits():
     with pytest.raises(
         TypeError, match="float64 values into a lamina.float32 tensor without a narrowing cast"
     ):
-        lm.ones(2, dtype=lm.float32)[0] = lm.asarray(2.5)
+        lm.ones(2, dtype=lm.float32)[0] = lm.asarray(2.5, dtype=lm.float64)
     with pytest.raises(
         TypeError, match="float64 values into a lamina.int8 tensor without changing their kind"
     ):
-        lm.zeros(2, dtype=lm.int8)[0] = lm.asarray(2.5)
+        lm.zeros(2, dtype=lm.int8)[0] = lm.asarray(2.5, dtype=lm.float64)

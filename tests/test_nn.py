@@ -109,8 +109,8 @@ def test_conv2d_unbatched_and_empty_batch():
     x, w = image((4, 5, 6), requires_grad=True), param((3, 4, 3, 3))
     out = check_against_oracle(lambda x, w: F.conv2d(x, w, padding=1), [x, w])[0]
     assert out.shape == (3, 5, 6)
-    empty = F.conv2d(lm.zeros((0, 4, 5, 6)), w.detach(), padding=1)
-    assert empty.shape == (0, 3, 5, 6)
+    empty = F.conv2d(lm.zeros((0, 4, 5, 6), dtype=w.dtype), w.detach(), padding=1)
+    assert empty.shape == (0, 3, 5, 6) and empty.dtype == w.dtype
 
 
 def test_conv2d_on_a_non_contiguous_input():
@@ -364,8 +364,8 @@ def test_batch_norm_of_other_ranks_matches_the_oracle(shape):
 
 
 def test_batch_norm_running_statistics_by_hand():
-    data = np.arange(8.0).reshape(2, 2, 2, 1)
-    rm, rv = lm.zeros(2), lm.ones(2)
+    data = np.arange(8.0).reshape(2, 2, 2, 1)  # float64, kept by lm.asarray
+    rm, rv = lm.zeros(2, dtype=lm.float64), lm.ones(2, dtype=lm.float64)
     F.batch_norm(lm.asarray(data), rm, rv, training=True, momentum=0.5)
     channel = data.transpose(1, 0, 2, 3).reshape(2, -1)
     np.testing.assert_allclose(rm.numpy(), 0.5 * channel.mean(axis=1))
@@ -933,11 +933,11 @@ BAD_CONV = [
     ),
     ("bool_input", (lm.zeros((2, 4, 6, 6), dtype=lm.bool), W), {}, TypeError, "floating-point"),
     (
-        "dtype_mix",
-        (X, lm.zeros((6, 4, 3, 3), dtype=lm.float32)),
+        "dtype_mix",  # explicit dtypes: X and W have the default dtype, whichever it is
+        (lm.zeros((2, 4, 6, 6), dtype=lm.float32), lm.zeros((6, 4, 3, 3), dtype=lm.float64)),
         {},
         TypeError,
-        "weight has dtype float32, but input has dtype float64",
+        "weight has dtype float64, but input has dtype float32",
     ),
     ("weight_rank", (X, lm.zeros((6, 4, 3))), {}, ValueError, "weight must be 4-D"),
     ("bias_shape", (X, W, lm.zeros(5)), {}, ValueError, r"bias must have shape \(6,\), got \(5,\)"),
@@ -999,13 +999,13 @@ def test_other_bad_input():
         lm.zeros(3),
         c,
     )
-    _raises(
+    _raises(  # explicit dtypes: X and c have the default dtype, whichever it is
         TypeError,
-        "running_var has dtype float32",
+        "running_var has dtype float64, but input has dtype float32",
         F.batch_norm,
-        X,
-        c,
+        lm.zeros((2, 4, 6, 6), dtype=lm.float32),
         lm.zeros(4, dtype=lm.float32),
+        lm.zeros(4, dtype=lm.float64),
     )
     _raises(ValueError, "needed when not training", F.batch_norm, X, None, None)
     _raises(
@@ -1053,12 +1053,13 @@ def test_loss_bad_input():
         lm.asarray([0, 4, 1]),
     )
     _raises(ValueError, r"in \[0, 4\).*got -1", F.nll_loss, logits, lm.asarray([0, -1, 1]))
+    float_target = lm.zeros(3)  # the default float dtype
     _raises(
         TypeError,
-        "target must hold integer class indices, got float64",
+        f"target must hold integer class indices, got {float_target.dtype.name}",
         F.nll_loss,
         logits,
-        lm.zeros(3),
+        float_target,
     )
     _raises(
         ValueError,

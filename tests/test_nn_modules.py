@@ -138,7 +138,8 @@ def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch)
     relu_calls = []
     forward = nn.ReLU.forward
     monkeypatch.setattr(nn.ReLU, "forward", lambda m, x: relu_calls.append(m) or forward(m, x))
-    x = lm.asarray(np.random.default_rng(0).standard_normal((4, 3, 5, 5)))
+    data = np.random.default_rng(0).standard_normal((4, 3, 5, 5))
+    x = lm.asarray(data, dtype=lm.get_default_dtype())  # the modules' dtype
     results = {}
     for fuse in (True, False):
         lm.random.seed(1)
@@ -219,7 +220,10 @@ def test_to_a_device_and_a_dtype():
     got = net(x.to("counting"))
     assert got.device == "counting"
     np.testing.assert_allclose(got.to("cpu").numpy(), want, rtol=1e-12)
-    net.to("cpu").float()
+    net.to("cpu").double()  # then float: one of the two converts, whichever the default
+    assert net.head.weight.dtype == lm.float64 and net.head.weight.device == "cpu"
+    assert net.features[0].bn.running_var.dtype == lm.float64
+    net.float()
     assert net.head.weight.dtype == lm.float32 and net.head.weight.device == "cpu"
     assert net.features[0].bn.running_var.dtype == lm.float32
     assert net.features[0].bn.num_batches_tracked.dtype == lm.int64
@@ -231,8 +235,9 @@ def test_default_initializations_follow_pytorch():
     bound = 1 / np.sqrt(50)
     for t in (lin.weight, lin.bias):
         assert np.abs(t.numpy()).max() <= bound and np.abs(t.numpy()).max() > 0.9 * bound
-    assert lin.weight.dtype == lm.float64  # lamina's default float
-    assert nn.Linear(2, 2, dtype=lm.float32).weight.dtype == lm.float32
+    assert lin.weight.dtype == lin.bias.dtype == lm.get_default_dtype()
+    other = lm.float64 if lm.get_default_dtype() == lm.float32 else lm.float32
+    assert nn.Linear(2, 2, dtype=other).weight.dtype == other  # not the default
     conv = nn.Conv2d(6, 4, (3, 2), groups=2)
     bound = 1 / np.sqrt(3 * 3 * 2)
     assert np.abs(conv.weight.numpy()).max() <= bound

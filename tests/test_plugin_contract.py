@@ -277,7 +277,7 @@ def test_an_override_declines_what_it_does_not_handle(register):
         lambda r: r.register("multiply", "cpu", float64_multiply, 5, declines=True)
     )
     assert not caught
-    f64, i32 = lm.asarray([1.0, 2.0]), lm.asarray([1, 2], dtype=lm.int32)
+    f64, i32 = lm.asarray([1.0, 2.0], dtype=lm.float64), lm.asarray([1, 2], dtype=lm.int32)
     assert (f64 * f64).tolist() == [1.0, 4.0] and served == [(2,)]
     assert (i32 * i32).tolist() == [1, 4] and (i32 * i32).dtype == lm.int32
     assert (f64 * 2.0).tolist() == [2.0, 4.0]  # a scalar: declined too, numba_cpu serves
@@ -303,7 +303,8 @@ def test_a_device_kernel_declines_to_the_fallback(register):
 
     register(lambda r: r.register("exp", "counting", only_2d, declines=True))
     before = example.plugin.fallback_calls["exp"]
-    c1, c2 = lm.ones(2, device="counting"), lm.ones((1, 2), device="counting")
+    c1 = lm.ones(2, dtype=lm.float64, device="counting")
+    c2 = lm.ones((1, 2), dtype=lm.float64, device="counting")
     assert lm.exp(c1).tolist() == lm.exp(c2)[0].tolist() == [np.e, np.e]
     assert example.plugin.fallback_calls["exp"] == before + 1  # only the 1-D call
 
@@ -387,10 +388,14 @@ def test_a_cpu_override_returning_an_array_is_an_error_naming_it(register):
     _, name, _ = register(lambda r: r.register("square", "cpu", square, 1))
     with pytest.raises(lm.backends.KernelResultError) as info:
         lm.square(x)
+    array = {
+        lm.float64: "array([1., 4., 9.])",
+        lm.float32: "array([1., 4., 9.], dtype=float32)",
+    }[lm.get_default_dtype()]  # x has the default dtype
     assert str(info.value) == (
         "square: the kernel test_plugin_contract.test_a_cpu_override_returning_an_array_is_an_"
         f"error_naming_it.<locals>.square (plugin {name!r}), serving square on CPU, returned "
-        "ndarray array([1., 4., 9.]), not a lamina tensor (wrap arrays with new_tensor)"
+        f"ndarray {array}, not a lamina tensor (wrap arrays with new_tensor)"
     )
 
 
@@ -401,7 +406,7 @@ def test_a_cpu_override_returning_an_array_is_an_error_naming_it(register):
         (lambda x: [1.0], "returned list [1.0], not a lamina tensor"),
         (
             lambda x: x.to("cpu"),
-            "returned a tensor on cpu of dtype float64 and shape (2,), not a tensor on counting",
+            "returned a tensor on cpu of dtype {default} and shape (2,), not a tensor on counting",
         ),
         (
             lambda x: NotImplemented,
@@ -422,7 +427,8 @@ def test_a_device_kernel_result_is_checked_on_every_call(register, bad, why):
     assert -c is c
     with pytest.raises(
         lm.backends.KernelResultError,
-        match=f"\\(plugin {name!r}\\), serving negative on counting, {re.escape(why)}",
+        match=f"\\(plugin {name!r}\\), serving negative on counting, "
+        + re.escape(why.format(default=lm.get_default_dtype().name)),
     ):
         lm.negative(c)
 
@@ -434,11 +440,12 @@ def test_the_first_result_of_a_cpu_override_is_checked_against_the_rules(registe
         return lm.backends.new_tensor(np.zeros(7, np.int8))
 
     register(lambda r: r.register("square", "cpu", square, 1))
+    default = lm.get_default_dtype().name  # of ones(3)
     with pytest.raises(
         lm.backends.KernelResultError,
         match=re.escape(
             "returned a tensor on cpu of dtype int8 and shape (7,), but the operator's rules "
-            "give dtype float64 and shape (3,) for these arguments (float64 (3,))"
+            f"give dtype {default} and shape (3,) for these arguments ({default} (3,))"
         ),
     ):
         lm.square(lm.ones(3))
@@ -468,7 +475,8 @@ def test_check_kernels_checks_every_call_and_names_the_link_that_broke(register)
         "subtract: the kernel test_plugin_contract.test_check_kernels_checks_every_call_and_"
         f"names_the_link_that_broke.<locals>.sometimes_wrong (plugin {name!r}), serving"
     ), message
-    assert "shape (1,), but the operator's rules give dtype float64 and shape (3,)" in message
+    default = lm.get_default_dtype().name  # x's dtype
+    assert f"shape (1,), but the operator's rules give dtype {default} and shape (3,)" in message
     with pytest.raises(lm.backends.KernelResultError):  # leaving it rebuilt the tables,
         x - x  # so the next call is a first call again
 
@@ -537,8 +545,8 @@ def test_gradcheck_checks_a_device_where_it_runs(register):
     def f(t):
         return lm.sin(t) * 2.0
 
-    cpu = lm.asarray([0.1, 0.7, -0.4], requires_grad=True)
-    dev = lm.asarray([0.1, 0.7, -0.4], device="counting", requires_grad=True)
+    cpu = lm.asarray([0.1, 0.7, -0.4], dtype=lm.float64, requires_grad=True)
+    dev = lm.asarray([0.1, 0.7, -0.4], dtype=lm.float64, device="counting", requires_grad=True)
     assert lm.autograd.gradcheck(f, [cpu]) and lm.autograd.gradcheck(f, [dev])
     register(lambda r: r.register("sin", "counting", sin, 1))
     assert lm.autograd.gradcheck(f, [cpu])

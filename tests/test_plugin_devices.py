@@ -40,15 +40,16 @@ print(lm.dispatch.dump_table("add")[0][1:4])
 devices = ["cpu", "counting", "remote", "pinned"]
 for a in devices:
     for b in devices:
-        w = lm.asarray([0.5, 1.5, -2.0], device=a, requires_grad=True)
+        w = lm.asarray([0.5, 1.5, -2.0], dtype=lm.float64, device=a, requires_grad=True)
         y = lm.sum(lm.exp(w.to(b)) * w.to(b))
         y.backward()
         assert y.device == b and w.grad.device == a, (a, b)
         want = [math.exp(v) * (1 + v) for v in (0.5, 1.5, -2.0)]
         assert all(abs(g - e) < 1e-12 for g, e in zip(w.grad.tolist(), want)), (a, b)
 print("moves ok")
-f32 = lm.ones(3, dtype=lm.float32)
-lm.exp(f32), lm.exp(lm.ones(3)), lm.ones((2, 2)) @ lm.ones((2, 2)), lm.ones(2) + 1
+f32, f64 = lm.ones(3, dtype=lm.float32), lm.ones(3, dtype=lm.float64)
+m64 = lm.ones((2, 2), dtype=lm.float64)
+lm.exp(f32), lm.exp(f64), m64 @ m64, lm.ones(2) + 1
 print(dict(vendor.CALLS))
 before = len(remote.STORE)
 t = lm.ones(1000, device="remote")

@@ -159,11 +159,12 @@ def test_empty_sum_prod_identities():
 
 
 def test_empty_mean_var_std_are_nan():
-    e = lm.zeros((0, 3))
+    e = lm.zeros((0, 3))  # the default float (Note [Default dtype])
+    d = lm.get_default_dtype()
     for fn in (lm.mean, lm.var, lm.std):
-        assert_tensor(fn(e), np.float64("nan"), lm.float64)
-        assert_tensor(fn(e, axis=0), np.full(3, np.nan), lm.float64)
-        assert_tensor(fn(e, axis=1), np.zeros(0), lm.float64)
+        assert_tensor(fn(e), np.float64("nan").astype(d.np), d)
+        assert_tensor(fn(e, axis=0), np.full(3, np.nan, d.np), d)
+        assert_tensor(fn(e, axis=1), np.zeros(0, d.np), d)
         same(fn(e, axis=0), ref(fn, e, axis=0))
 
 
@@ -177,10 +178,11 @@ def test_empty_axis_without_identity_raises(name):
             backend_call(e)
         with pytest.raises(ValueError, match=rf"{name}:.*\(0, 3\)"):
             backend_call(e, axis=0)
-    # reducing a non-empty axis of an empty tensor is fine: an empty result
-    want = getattr(np, name)(np.zeros((3, 0)), axis=0)
+    # reducing a non-empty axis of an empty tensor is fine: an empty result, of e's
+    # dtype (the default float) for max and min
+    dtype = lm.int64 if name.startswith("arg") else lm.get_default_dtype()
+    want = getattr(np, name)(np.zeros((3, 0)), axis=0).astype(dtype.np)
     for t, axis in [(e, 1), (lm.zeros((3, 0)), 0)]:
-        dtype = lm.int64 if name.startswith("arg") else lm.float64
         assert_tensor(fn(t, axis=axis), want, dtype)
         assert_tensor(ref(fn, t, axis=axis), want, dtype)
 
@@ -194,7 +196,7 @@ def test_empty_all_any():
 
 
 def test_zero_dimensional_reductions():
-    x = lm.asarray(5.0)
+    x = lm.asarray(5.0)  # a Python float: the default float (Note [Default dtype])
     for fn, want in [
         (lm.sum, 5.0),
         (lm.prod, 5.0),
@@ -205,7 +207,7 @@ def test_zero_dimensional_reductions():
         (lm.std, 0.0),
     ]:
         got = fn(x)
-        assert got.shape == () and got.dtype == lm.float64 and got.item() == want
+        assert got.shape == () and got.dtype == lm.get_default_dtype() and got.item() == want
         assert fn(x, axis=(), keepdims=True).shape == ()
     for fn in (lm.sum, lm.prod, lm.max, lm.mean, lm.var, lm.argmax, lm.argmin, lm.all):
         same(fn(x), ref(fn, x))
@@ -321,13 +323,17 @@ def test_argmax_extreme_values():
 def test_mean_var_std(dtype):
     n = data(dtype.np, low=-50, high=50)
     x = lm.asarray(n)
-    result = lm.float32 if dtype is lm.float32 else lm.float64
-    nf = n.astype(np.float64)
-    rtol = 1e-5 if dtype is lm.float32 else 1e-12
+    # a float keeps its dtype; integers become the default float (Note [Default dtype])
+    result = dtype if dtype.kind == "f" else lm.get_default_dtype()
+    nf = n.astype(np.float64)  # the references in float64, cast to the result dtype
+    # float32 data carries its own rounding; integers are exact, and a float32 default
+    # only rounds their result (std: var rounded, then its sqrt), a few ulps of 1.2e-7
+    rtol = 1e-5 if dtype is lm.float32 else 1e-6 if result is lm.float32 else 1e-12
     for axis in AXES:
         for keepdims in (False, True):
             got = lm.mean(x, axis=axis, keepdims=keepdims)
-            assert_tensor(got, np.mean(nf, axis=axis, keepdims=keepdims), result, rtol)
+            want = np.mean(nf, axis=axis, keepdims=keepdims).astype(result.np)
+            assert_tensor(got, want, result, rtol)
             same(got, ref(lm.mean, x, axis=axis, keepdims=keepdims), rtol)
             for fn, npfn in [(lm.var, np.var), (lm.std, np.std)]:
                 for correction in (0, 1, 0.5):
@@ -335,6 +341,7 @@ def test_mean_var_std(dtype):
                         continue
                     got = fn(x, axis=axis, keepdims=keepdims, correction=correction)
                     want = npfn(nf, axis=axis, keepdims=keepdims, ddof=correction)
+                    want = want.astype(result.np)
                     assert_tensor(got, want, result, rtol, atol=1e-12)
                     same(got, ref(fn, x, axis=axis, keepdims=keepdims, correction=correction), rtol)
 
@@ -355,9 +362,19 @@ def test_var_correction_edge_cases():
     assert abs(lm.var(c).item()) < 1e-6
 
 
-def test_mean_of_bool_and_ints_is_float64():
-    assert_tensor(lm.mean(lm.asarray([True, False, True, True])), np.float64(0.75), lm.float64)
-    assert_tensor(lm.mean(lm.asarray([1, 2, 4])), np.float64(7 / 3), lm.float64)
+def test_mean_of_bool_and_ints_is_the_default_float():
+    """Bool and integer tensors promoted to floating give the default float, under
+    either default (Note [Default dtype])."""
+    before = lm.get_default_dtype()
+    try:
+        for d in (lm.float32, lm.float64):
+            lm.set_default_dtype(d)
+            b = lm.asarray([True, False, True, True])
+            assert_tensor(lm.mean(b), np.float64(0.75).astype(d.np), d)
+            i = lm.asarray([1, 2, 4])
+            assert_tensor(lm.mean(i), np.float64(7 / 3).astype(d.np), d)
+    finally:
+        lm.set_default_dtype(before)
 
 
 # ---------------------------------------------------------------- all and any

@@ -77,6 +77,11 @@ def dense_array(shape, dtype="float64", seed=0):
     )
 
 
+def default_np():
+    """The NumPy dtype of lamina's default floating dtype (Note [Default dtype])."""
+    return np.dtype(lm.get_default_dtype().name)
+
+
 def as_dense(t):
     assert isinstance(t, lm.Tensor)
     return t.to_dense().numpy() if t.is_sparse else t.numpy()
@@ -232,12 +237,12 @@ def test_sparse_times_sparse_is_the_intersection(pair):
 def test_promotion_follows_the_dense_rules(pair):
     (a, ra), (b, rb) = pair
     assert a.dtype == lm.int32 and b.dtype == lm.float32
-    # int32 with float32 is float64 (NumPy 2); a Python float makes ints float64
+    # int32 with float32 is float64 (NumPy 2); a Python float makes ints the default float
     for out, expected in (
         (a + b, ra + rb),
         (a * b, ra * rb),
         (a + lm.asarray(rb), ra + rb),
-        (a * 1.5, ra * 1.5),
+        (a * 1.5, (ra * 1.5).astype(default_np())),  # exact: small multiples of 0.75
         (a * 2, ra * 2),
         (-a, -ra),
     ):
@@ -273,7 +278,8 @@ def test_unary_on_int_values():
     same(abs(s), np.array([2, 0, 4, 0]))
     same(-s, np.array([2, 0, -4, 0]))
     same(lm.sign(s), np.array([-1, 0, 1, 0]))
-    same(lm.sqrt(abs(s)), np.sqrt(np.array([2.0, 0, 4, 0])))
+    # an int tensor promoted to floating gives the default float
+    same(lm.sqrt(abs(s)), np.sqrt(np.array([2.0, 0, 4, 0], default_np())))
 
 
 # ---------------------------------------------------------------- sum, transpose
@@ -406,12 +412,13 @@ def test_elementwise_shape_errors():
 
 def test_dense_plus_equals_sparse_and_sparse_is_not_updated_in_place():
     s = lm.sparse_coo_tensor([[0, 1, 1], [2, 0, 0]], [1.0, 2.0, 3.0], (2, 3))
-    x = lm.zeros((2, 3))
+    # the dense targets take s's dtype: the subject is the in-place update, not promotion
+    x = lm.zeros((2, 3), dtype=s.dtype)
     x += s
     same(x, s.to_dense().numpy())
     x -= s
-    same(x, np.zeros((2, 3)))
-    big = lm.zeros((3, 2))
+    same(x, np.zeros((2, 3), s.to_dense().numpy().dtype))
+    big = lm.zeros((3, 2), dtype=s.dtype)
     view = big.T  # a strided target
     view += s
     same(big, s.to_dense().numpy().T)
@@ -441,8 +448,10 @@ def test_accessors_and_repr():
         "       values=tensor([9, 4, 5]),\n"
         "       size=(2, 3), nnz=3, layout=sparse_coo)"
     )
-    f = lm.sparse_coo_tensor([[1]], [0.5], (3,), dtype=lm.float32)
-    assert "dtype=lamina.float32" in repr(f) and "size=(3,), nnz=1" in repr(f)
+    other = lm.float64 if lm.get_default_dtype() is lm.float32 else lm.float32
+    f = lm.sparse_coo_tensor([[1]], [0.5], (3,), dtype=other)
+    assert f"dtype={other!r}" in repr(f) and "size=(3,), nnz=1" in repr(f)
+    assert "dtype" not in repr(lm.sparse_coo_tensor([[1]], [0.5], (3,)))  # the default
     assert "nnz=0" in repr(lm.sparse_coo_tensor([[], []], [], (2, 2)))
     dense = lm.ones((2,))
     assert not dense.is_sparse
@@ -569,7 +578,7 @@ def test_dense_calls_never_enter_the_layer():
 
     lm.backends.register(Spy(), "sparse_spy")
     try:
-        x = lm.ones((2, 2))
+        x = lm.ones((2, 2), dtype=lm.float64)  # the spy's results are float64
         x + x, x + 1, 1 + x, lm.sum(x), x @ x
         assert seen == []
         s = x.to_sparse()

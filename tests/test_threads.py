@@ -189,7 +189,8 @@ def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
     sparse) -- none of which may change a result. Bounded by ``seconds``."""
     rng = np.random.default_rng(0)
     a_np, b_np = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
-    shared = lm.zeros(3, requires_grad=True)
+    # float64 throughout, as the NumPy references (the default dtype is not the subject)
+    shared = lm.zeros(3, dtype=lm.float64, requires_grad=True)
     stop, counts = threading.Event(), [0] * 4
 
     def compute(i, once=False):
@@ -209,7 +210,7 @@ def test_mixed_work_and_switches_from_four_threads_give_right_results(seconds):
             assert np.allclose(a.grad.numpy(), ga), "a.grad"
             assert np.allclose(b.grad.numpy(), a_np.T @ dt), "b.grad"
             a.grad = b.grad = None
-            z = lm.zeros((4, 3))
+            z = lm.zeros((4, 3), dtype=lm.float64)
             z += lm.asarray(a_np)
             z[1:3] = 7.0
             assert z.numpy()[1:3].tolist() == [[7.0] * 3] * 2 and lm.max(z).item() == 7.0

@@ -109,6 +109,8 @@ def _check_values(obj, nnz, dtype):
         vals = vals.astype(D.as_dtype(dtype).np)
     elif vals.size == 0 and vals.dtype.kind not in "iuf":
         vals = vals.astype(D.default_float.np)
+    elif isinstance(obj, (list, tuple)) and vals.dtype.kind == "f":
+        vals = vals.astype(D.default_float.np)  # Python floats: Note [Default dtype]
     if vals.ndim != 1:
         raise ValueError(
             f"sparse_coo_tensor: values must be 1-D, shape (nnz,), got shape {vals.shape}"

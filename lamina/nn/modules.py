@@ -2,9 +2,9 @@
 buffers, children, train/eval, state dicts, hooks and ``to``; the layers of seed 2's
 convnets; containers; losses.
 
-Parameters have lamina's default float dtype (float64, like ``lm.randn``'s results)
-unless a layer is given ``dtype=``; ``module.float()`` makes a float32 network, the
-production dtype of the nn kernels.
+Parameters have lamina's default float dtype (float32, the production dtype of the nn
+kernels, like ``lm.randn``'s results; Note [Default dtype]) unless a layer is given
+``dtype=``; ``module.double()`` makes a float64 network.
 
 A ``Parameter`` is a tensor that requires grad and is marked as a parameter (lamina's
 Tensor is not subclassed: its hot paths test the exact class), so ``isinstance(p,
@@ -452,8 +452,8 @@ class ModuleList(Module):
 
 
 def _empty(shape: tuple, dtype: Any, device: Any) -> Tensor:
-    """A parameter's storage: lamina's default float dtype (float64, as for lm.zeros and
-    lm.randn, so that modules and inputs agree) unless ``dtype`` says otherwise."""
+    """A parameter's storage: lamina's default float dtype (as for lm.zeros and lm.randn,
+    so that modules and inputs agree) unless ``dtype`` says otherwise."""
     return ops.empty(shape, dtype=dtype, device=device)
 
 
