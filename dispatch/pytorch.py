@@ -119,6 +119,8 @@ def with_dim(fn: Callable) -> Callable:
     def call(*args: Any, dim: Any = None, keepdim: Any = None, **kwargs: Any) -> Any:
         for alias, value in (("dim", dim), ("keepdim", keepdim)):
             if value is not None:
+                if alias not in aliases:
+                    raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {alias!r}")
                 name = aliases[alias]
                 if kwargs.get(name) is not None:
                     raise TypeError(f"{fn.__name__}: got both {alias}= and {name}=; pass one")
@@ -136,9 +138,6 @@ class _Default(float):
     """A default that reads as the Array API's (``correction=0.0``) but can be told from
     one a caller passed, so that ``dim=`` can give PyTorch's default instead."""
 
-    def __repr__(self) -> str:
-        return float.__repr__(self)
-
 
 _NO_CORRECTION = _Default(0.0)
 
@@ -152,7 +151,7 @@ def _reduce_with_index(name: str, arg: str) -> Callable:
     def reduce(x, /, *torch_args, axis=None, keepdims=False, dim=None, keepdim=None):
         if torch_args:
             if isinstance(torch_args[0], Tensor):
-                return getattr(ops, elementwise)(x, *torch_args)
+                return getattr(ops, elementwise)(x, torch_args[0])
             dim, keepdim = (*torch_args, keepdim)[:2]
         if dim is None:
             return getattr(ops, name)(x, axis=axis, keepdims=bool(keepdim or keepdims))
@@ -276,8 +275,12 @@ def _creation(fn: Callable) -> Callable:
     ``f(2, 3)``."""
 
     @functools.wraps(fn)
-    def create(*size, dtype=None, device=None, requires_grad=False):
-        shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else _shape(size, name)
+    def create(*size, shape=None, dtype=None, device=None, requires_grad=False):
+        if shape is None:
+            one = len(size) == 1 and not isinstance(size[0], int)
+            shape = size[0] if one else _shape(size, name)
+        elif size:
+            raise TypeError(f"{name}: got sizes and shape=; pass one")
         return fn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
     name = fn.__name__
@@ -452,13 +455,13 @@ def _m_contiguous(self):
 
 
 def _m_to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
+    """PyTorch's ``to``: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``,
+    ``to(other_tensor)`` or keywords; ``self`` when nothing changes, unless ``copy``."""
     for a in args:
         if isinstance(a, Tensor):
             dtype, device = a.dtype, a.device
-        elif isinstance(a, (str, Device)):
-            device = A.device(a, "to", "device")
-        elif not isinstance(a, D.DType) and type(a).__name__ in ("int", "float", "bool"):
-            raise TypeError(f"to: device must be a device or a device name, got {type(a).__name__}")
+        elif isinstance(a, (str, Device, int, float)):  # a number: a device index
+            device = a
         else:
             dtype = D.as_dtype(a)
     if device is not None:
@@ -531,8 +534,8 @@ def _m_std(name: str) -> Callable:
 def _m_extremum(name: str) -> Callable:
     function = _reduce_with_index(name, "arg" + name)
 
-    def extremum(self, dim=None, keepdim=False):
-        return function(self, dim=dim, keepdim=keepdim if dim is not None else None)
+    def extremum(self, dim=None, keepdim=False):  # dim may be a tensor: x.max(y)
+        return function(self) if dim is None else function(self, dim, keepdim)
 
     return extremum
 
@@ -626,7 +629,8 @@ def _scatter_key(self, dim: int, index: Tensor) -> tuple:
 
 
 def _m_gather(self, dim, index):
-    return ops.take_along_axis(self, index, axis=_dim(dim, self.ndim, "gather"))
+    # not take_along_axis: PyTorch's index may be smaller than the tensor in every dim
+    return self[_scatter_key(self, dim, index)]
 
 
 def _m_scatter(self, dim, index, src=None, *, value=None, reduce=None):

@@ -14,14 +14,6 @@ import lamina as lm
 RECORD = json.loads((pathlib.Path(__file__).parent / "data" / "pytorch_idioms.json").read_text())
 
 
-@pytest.fixture(autouse=True)
-def pytorchs_default_dtype():
-    """PyTorch's default floating dtype, float32, which the record was made with."""
-    lm.set_default_dtype(lm.float32)
-    yield
-    lm.set_default_dtype(lm.float64)
-
-
 RANDOM = ("m.randn", "m.rand(", "m.randint", "m.randperm(4)")  # only their dtype/shape is compared
 
 
@@ -118,8 +110,7 @@ def test_inplace_methods_record_the_gradient_of_what_they_compute():
     assert leaf.tolist() == [2.0, 2.0]
 
 
-def test_the_default_dtype_switches_everything_that_reads_it():
-    """Under the fixture, PyTorch's float32; the fixture restores lamina's float64."""
+def test_the_default_dtype_is_pytorchs_and_switches_everything_that_reads_it():
     assert lm.get_default_dtype() is lm.float32
     assert lm.__array_namespace_info__().default_dtypes()["real floating"] is lm.float32
     assert lm.asarray([1.5]).dtype is lm.float32 and lm.asarray([1j]).dtype is lm.complex64
@@ -127,9 +118,14 @@ def test_the_default_dtype_switches_everything_that_reads_it():
     assert lm.asarray(np.float64(2.5)).dtype is lm.float64  # NumPy scalars too
     assert (lm.arange(3) / 2).dtype is lm.float32 and lm.exp(lm.arange(2)).dtype is lm.float32
     assert lm.zeros(2, 3).dtype is lm.float32 and lm.nn.Linear(2, 2).weight.dtype is lm.float32
-    lm.set_default_dtype(lm.float64)
-    assert lm.zeros(2).dtype is lm.float64 and lm.nn.Linear(2, 2).weight.dtype is lm.float64
-    assert lm.asarray([1j]).dtype is lm.complex128 and lm.randn(2).dtype is lm.float64
+    try:
+        lm.set_default_dtype(lm.float64)
+        assert lm.zeros(2).dtype is lm.float64 and lm.nn.Linear(2, 2).weight.dtype is lm.float64
+        assert lm.asarray([1j]).dtype is lm.complex128 and lm.randn(2).dtype is lm.float64
+    finally:
+        lm.set_default_dtype(lm.float32)
+    with pytest.raises(TypeError, match="only float32 or float64"):
+        lm.set_default_dtype(lm.int32)
     with pytest.raises(TypeError, match="only float32 or float64"):
         lm.set_default_dtype(lm.int32)
 
