@@ -88,15 +88,30 @@ def source(name: str) -> str:
         else f"len({tensors[0].name}[0]._shape)"
     )
     aliases = torch_aliases(op)
+    empty = inspect.Parameter.empty
+    required = {name for name in aliases.values() if plain.parameters[name].default is empty}
     plain = with_aliases(plain, aliases)
+    if required:  # either spelling may give it: the binding checks that one did
+        plain = plain.replace(
+            parameters=[
+                p.replace(default=None) if p.name in required else p
+                for p in plain.parameters.values()
+            ]
+        )
     lines = [f"def {op.name}{plain}:"]
-    defaults = {p.name: p.default for p in params}
+    defaults = {p.name: None if p.name in required else p.default for p in params}
     for alias, name in aliases.items():  # Note [Two spellings] in pytorch.py
+        given = f"{name} is not None" if defaults[name] is None else f"{name} != {defaults[name]!r}"
         lines += [
             f"    if {alias} is not None:",
-            f"        {name} = _alias({alias}, {name} != {defaults[name]!r}, {op.name!r}, "
-            f"{alias!r}, {name!r})",
+            f"        {name} = _alias({alias}, {given}, {op.name!r}, {alias!r}, {name!r})",
         ]
+        if name in required:
+            lines += [
+                f"    elif {name} is None:",
+                f'        raise TypeError("{op.name}() missing required argument: '
+                f"'{name}' (or {alias}=)\")",
+            ]
     for p in params:
         _, needs_ndim = arguments.KINDS[p.type]
         extra = f", {ndim}" if needs_ndim else ""
@@ -123,19 +138,34 @@ def source(name: str) -> str:
 
 # PyTorch's names of the Array API's arguments, accepted keyword-only beside them
 TORCH_ALIASES = {"dim": "axis", "keepdim": "keepdims"}
+# and the reverse in nn.functional, whose operators are spelled as PyTorch's
+ARRAY_API_ALIASES = {"axis": "dim", "keepdims": "keepdim"}
 
 
 def torch_aliases(op: Operator) -> dict[str, str]:
-    """The PyTorch spellings (``dim``, ``keepdim``) an operator's binding accepts: those
-    of its optional arguments (a required one is positional already: ``expand_dims(x,
-    1)``)."""
+    """The other spelling's names an operator's binding accepts, keyword-only: PyTorch's
+    (``dim``, ``keepdim``) for the optional arguments of the Array API's operators (a
+    required one is positional already: ``expand_dims(x, 1)``), the Array API's
+    (``axis``) for nn.functional's (``F.softmax(x, axis=1)``)."""
+    if op.namespace == "nn.functional":
+        names = {p.name for p in op.params}
+        return {alias: name for alias, name in ARRAY_API_ALIASES.items() if name in names}
     names = {p.name for p in op.params if p.default is not inspect.Parameter.empty}
     return {alias: name for alias, name in TORCH_ALIASES.items() if name in names}
 
 
 def with_aliases(signature: inspect.Signature, aliases: dict) -> inspect.Signature:
-    """``signature`` with the PyTorch spellings appended, keyword-only, default None."""
-    extra = [inspect.Parameter(a, inspect.Parameter.KEYWORD_ONLY, default=None) for a in aliases]
+    """``signature`` with the other spelling's names appended, keyword-only, default
+    None, each of its argument's kind."""
+    extra = [
+        inspect.Parameter(
+            alias,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=signature.parameters[name].annotation,
+        )
+        for alias, name in aliases.items()
+    ]
     return signature.replace(parameters=[*signature.parameters.values(), *extra])
 
 
