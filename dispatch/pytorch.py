@@ -675,7 +675,6 @@ def _inplace(method: Callable) -> Callable:
         self[...] = method(source, *args, **kwargs)
         return self
 
-    inplace.__doc__ = f"In place: {method.__name__}"
     return inplace
 
 
@@ -721,19 +720,27 @@ def _m_set_data(self, value):
 
 def _nn(name: str) -> Callable:
     """A method calling ``lamina.nn.functional.name`` (Note [Upper layers])."""
-    return lambda self, *args, **kwargs: getattr(upper.namespace.nn.functional, name)(
-        self, *args, **kwargs
-    )
+
+    def method(self, *args, **kwargs):
+        return getattr(upper.namespace.nn.functional, name)(self, *args, **kwargs)
+
+    method.__doc__ = f"``x.{name}(...)`` is ``lamina.nn.functional.{name}(x, ...)``."
+    return method
 
 
-def _fn(name: str, *fixed: Any) -> Callable:
+def _fn(name: str) -> Callable:
     """A method calling the public function ``name`` with ``self`` first."""
-    return lambda self, *args, **kwargs: getattr(ops, name)(self, *fixed, *args, **kwargs)
+
+    def method(self, *args, **kwargs):
+        return getattr(ops, name)(self, *args, **kwargs)
+
+    method.__doc__ = f"``x.method(...)`` is ``lamina.{name}(x, ...)``."
+    return method
 
 
 _ELEMENTWISE = (
     "abs exp expm1 log log1p log2 log10 sqrt sin cos tan sinh cosh asin acos atan "
-    "asinh acosh atanh floor ceil trunc sign square reciprocal logical_not isnan isinf "
+    "asinh acosh atanh tanh floor ceil trunc sign square reciprocal logical_not isnan isinf "
     "isfinite signbit conj real imag maximum minimum matmul remainder floor_divide atan2 "
     "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor logaddexp "
     "hypot copysign"
@@ -826,7 +833,6 @@ def _methods() -> dict[str, Any]:
         divide=_m_div,
         round=lambda self, decimals=0: ops.round(self) if decimals == 0 else _round(self, decimals),
         rsqrt=lambda self: ops.reciprocal(ops.sqrt(self)),
-        tanh=_fn("tanh"),
         clamp=_m_clamp,
         clip=_m_clamp,
         clamp_min=lambda self, min: ops.clip(self, min, None),
@@ -851,7 +857,6 @@ def _methods() -> dict[str, Any]:
         uniform_=_m_uniform_,
         normal_=_m_normal_,
         data=property(_m_data, _m_set_data, doc="The tensor without autograd history"),
-        ndims=property(lambda self: len(self._shape)),
     )
     for name in (
         "add sub mul div pow clamp clamp_min clamp_max neg abs exp log sqrt sigmoid relu tanh "
@@ -859,7 +864,9 @@ def _methods() -> dict[str, Any]:
         "lerp remainder"
     ).split():
         methods[name + "_"] = _inplace(methods[name])
-    del methods["ndims"]
+        methods[
+            name + "_"
+        ].__doc__ = f"In place: ``x.{name}_(...)`` writes ``x.{name}(...)`` into x."
     return methods
 
 
@@ -948,5 +955,11 @@ def install(namespace: dict) -> None:
     PyTorch's names (Note [Two spellings])."""
     _METHODS.update(_methods())
     for name, method in _METHODS.items():
+        if callable(method) and not method.__name__.startswith("_m_"):  # one per entry:
+            # the table's lambdas and factories' closures, named for tracebacks and docs
+            method.__name__ = name
+            method.__qualname__ = f"Tensor.{name}"
+            if method.__doc__ and "x.method(" in method.__doc__:
+                method.__doc__ = method.__doc__.replace("x.method(", f"x.{name}(")
         setattr(Tensor, name, method)
     namespace.update(_functions())
