@@ -1,20 +1,31 @@
 """``python -m lamina.bench convnet``: its three models build, run and learn in lamina;
 with PyTorch installed, the agreement check passes for identical models and catches
-a model whose weights differ; the command prints its table. Timing is left to the
-command itself (no timed tests)."""
+a model whose weights differ; the command prints its table, in words a user knows,
+says when PyTorch is missing, and plots. Timing is left to the command itself (no
+timed tests)."""
 
 import argparse
+import contextlib
+import io
 import json
 import math
+import re
+import struct
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import lamina as lm
 from lamina.dispatch import memory
-from lamina.tools.bench import convnet, main, timing
+from lamina.tools.bench import convnet, main, output, timing
 
 MODELS = list(convnet.ARCHITECTURES)
+QUICK = ["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1", "--mode", "infer",
+         "--settle", "0"]  # fmt: skip
+# words of the project's own documents, which mean nothing to a user
+INTERNAL = re.compile(r"seed|issue|\.\./shared", re.IGNORECASE)
 
 
 def _batch(n, seed=0):
@@ -59,6 +70,7 @@ def test_agreement_with_pytorch_and_a_mismatch_is_caught():
     for name in MODELS:
         lm.random.seed(1)
         models = {"lamina": convnet.build(convnet.ARCHITECTURES[name], libs[0])}
+        assert all(p.dtype == lm.float32 for p in models["lamina"].parameters())
         models["torch"] = convnet.build(convnet.ARCHITECTURES[name], libs[1])
         convnet.copy_weights(models["lamina"], models["torch"])
         agreement = convnet.check_agreement(name, models, libs, "NCHW", batch=2)
@@ -77,22 +89,21 @@ def test_agreement_with_pytorch_and_a_mismatch_is_caught():
 @pytest.mark.parametrize("where", ["--in-process", "child"])
 def test_command_prints_a_table(where, capsys):
     """By default the library is timed in a child process (Note [Separate processes])."""
-    main(["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1"]
-         + ["--mode", "infer", "--no-torch", "--settle", "0"]
-         + ([where] if where.startswith("--") else []))  # fmt: skip
+    main([*QUICK, "--no-torch"] + ([where] if where.startswith("--") else []))
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert ("in this process" if where == "--in-process" else "each in its own process") in out
+    assert lines[0] == "PyTorch not used (--no-torch): lamina alone is timed"
+    assert lines[1].startswith("AlexNet-like convnet on 3x64x64 float32 images")
+    assert not INTERNAL.findall(out), INTERNAL.findall(out)
     header = next(i for i, line in enumerate(lines) if line.startswith("model"))
     assert lines[header].split() == ["model", "mode", "batch", "lamina", "img/s"]
     row = lines[header + 2].split()
     assert row[:3] == ["alexnet", "infer", "1"] and float(row[3]) > 0
-    assert "PyTorch not used" in out
 
 
 def test_several_thread_counts_give_a_column_each_and_the_scaling(capsys):
-    main(["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1", "--mode", "infer"]
-         + ["--no-torch", "--settle", "0", "--threads", "1,2", "--json"])  # fmt: skip
+    main([*QUICK, "--no-torch", "--threads", "1,2", "--json"])
     rows = json.loads(capsys.readouterr().out)["results"]
     assert [(r["model"], r["batch"], r["threads"]) for r in rows] == [
         ("alexnet", 1, 1),
@@ -166,3 +177,56 @@ def test_bad_batch_sizes_are_refused(bad, capsys):
     with pytest.raises(SystemExit):
         main(["convnet", "--batch", bad])
     assert "--batch" in capsys.readouterr().err
+
+
+def test_help_names_the_workloads():
+    texts = []
+    for argv in (["--help"], ["convnet", "--help"]):
+        with pytest.raises(SystemExit) as exited, contextlib.redirect_stdout(io.StringIO()) as f:
+            main(argv)
+        assert exited.value.code == 0
+        texts.append(f.getvalue())
+    assert "AlexNet-, VGG- and Inception-v1-like convnets" in texts[0] + texts[1]
+    assert "convolution, pooling, LRN, batch norm and activation primitives" in texts[0]
+    assert not INTERNAL.findall("".join(texts)), INTERNAL.findall("".join(texts))
+
+
+def test_without_pytorch_the_report_says_so(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails, as uninstalled
+    main([*QUICK, "--in-process"])
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == (
+        "PyTorch not found: lamina alone is timed; "
+        f"`pip install torch=={output.TORCH_VERSION}` adds it as a peer"
+    )
+    header = next(line for line in lines if line.startswith("model"))
+    assert header.split() == ["model", "mode", "batch", "lamina", "img/s"]
+    assert "agree" not in out + err  # no agreement check without PyTorch
+
+
+def test_plot_without_matplotlib_names_the_bench_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit, match=re.escape("pip install 'lamina[bench]'")):
+        main([*QUICK, "--plot", "unused.png"])
+
+
+def _assert_png(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+    assert width >= 600 and height >= 300 and len(data) > 20_000
+
+
+def test_plot_draws_bars_per_model_mode_and_thread_count(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    main([*QUICK, "--no-torch", "--in-process", "--plot", str(tmp_path / "alone.png")])
+    _assert_png(tmp_path / "alone.png")
+    # both libraries, every model and mode, two batch sizes and two thread counts
+    args = convnet_args(["--batch", "1,8", "--threads", "1,2"])
+    cases = convnet._cases(args)
+    libs = [SimpleNamespace(name=n, version="1.0") for n in ("lamina", "torch")]
+    seconds = {(lib.name, t): 0.01 / t for lib in libs for t in (1, 2)}
+    results = {(c.model, c.mode, c.batch): seconds for c in cases}
+    convnet.plot(tmp_path / "both.png", args, cases, results, libs)
+    _assert_png(tmp_path / "both.png")

@@ -2,15 +2,18 @@
 
 Subcommands:
 
-    convnet   seed 2's AlexNet-, VGG- and Inception-like nets, training and
-              inference images/s, lamina beside PyTorch (lamina.tools.bench.convnet)
-    nn        seed 2's primitives on 16x64x56x56 float32, lamina beside PyTorch
-              (lamina.tools.bench.nn)
+    convnet   AlexNet-, VGG- and Inception-v1-like convnets: training and inference
+              images/s, lamina beside PyTorch (lamina.tools.bench.convnet)
+    nn        convolution, pooling, LRN, batch norm and activation primitives on
+              AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), lamina beside
+              PyTorch (lamina.tools.bench.nn)
 
 Every benchmark times lamina and its peers interleaved round by round and reports
 medians, so a shared, noisy machine slows both sides alike; each library runs in a
 process of its own (their thread pools would compete in one; ``--in-process`` times
-them in this one), driven by lamina.tools.bench.timing.
+them in this one), driven by lamina.tools.bench.timing. Without PyTorch lamina is
+timed alone. ``--plot FILE.png`` draws the results (matplotlib, from the bench extra:
+pip install 'lamina[bench]').
 """
 
 from __future__ import annotations

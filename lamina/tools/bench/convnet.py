@@ -1,6 +1,6 @@
-"""Three convnets, lamina beside PyTorch (``python -m lamina.bench convnet``).
+"""AlexNet-, VGG- and Inception-v1-like convnets, lamina beside PyTorch.
 
-Seed 2's convnet study scaled to 2 cores: an AlexNet-like net (11 x 11 stride-4
+Three convnets sized for 2 cores: an AlexNet-like net (11 x 11 stride-4
 convolution, local response normalization, max pooling, three linear layers), a
 VGG-like net (3 x 3 convolution stacks with batch normalization, max pooling) and an
 Inception-v1-like net (a stem, then two blocks of parallel 1 x 1 / 3 x 3 / 5 x 5 /
@@ -17,9 +17,10 @@ backward, SGD step) and inference (evaluation mode, no gradients) are timed for 
 batch size, each library in a child process of its own (Note [Separate processes]
 in lamina.tools.bench.timing; ``--in-process`` times them in this one), both libraries
 interleaved round by round, and reported as images per second (medians) with lamina /
-PyTorch. lamina runs with its pool allocator on (``--allocator off`` to measure it
-without), as the README advises for training: without it a training step takes
-thousands of page faults, which two threads then take in turn.
+PyTorch (``--plot`` draws them as bars). lamina runs with its pool allocator on
+(``--allocator off`` to measure it without), as the README advises for training:
+without it a training step takes thousands of page faults, which two threads then take
+in turn.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import timing
+from . import output, timing
 
 CLASSES = 100
 IMAGE = (3, 64, 64)
@@ -225,7 +226,7 @@ def build(arch: tuple, lib: Lib):
             c = layers[-1].out_channels
         else:
             raise ValueError(f"unknown layer kind {kind!r} in an architecture description")
-    return nn.Sequential(*layers).float()  # lamina's default dtype is float64
+    return nn.Sequential(*layers).float()  # whatever the default dtype is
 
 
 def copy_weights(lamina_model, torch_model) -> None:
@@ -268,19 +269,24 @@ def _ratio(mine, ref, rtol, atol) -> float:
 
 
 def check_agreement(name, models, libs, layout, batch=CHECK_BATCH) -> Agreement:
-    """One training step's loss and gradients, lamina's against torch's."""
+    """One training step's loss and gradients, lamina's against torch's, in float64: in
+    float32 a batch-norm output within ~1e-6 of zero may round to either side in the two
+    libraries and flip a relu mask, which backward spreads far beyond any tolerance (the
+    float32 kernels are checked alone, against NumPy, by the test suite). The models are
+    float32 again afterwards (float32 -> float64 -> float32 is exact)."""
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((batch, *IMAGE), dtype=np.float32)
+    x = rng.standard_normal((batch, *IMAGE))
     y = rng.integers(0, CLASSES, batch)
     losses, grads = [], []
     for lib in libs:
-        model = models[lib.name].train()
+        model = models[lib.name].double().train()
         model.zero_grad()
         loss = lib.nn.CrossEntropyLoss()(model(lib.to_layout(lib.tensor(x), layout)), lib.tensor(y))
         loss.backward()
         losses.append(float(lib.numpy(loss)))
         grads.append({n: lib.numpy(p.grad) for n, p in model.named_parameters()})
         model.zero_grad()
+        model.float()
     (loss, loss_ref), (mine, ref) = losses, grads
     ok = _ratio(np.float64(loss), np.float64(loss_ref), **LOSS_TOLERANCE) <= 1
     worst, worst_ratio, worst_abs = "", -1.0, 0.0
@@ -308,8 +314,8 @@ class Case:
 
 def step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
     """A function running one training step (forward, cross-entropy loss, backward,
-    SGD step) or one inference of ``batch`` images, the same inputs (from the batch
-    size's seed) in every process."""
+    SGD step) or one inference of ``batch`` images, the same inputs in every process
+    (the random generator starts from the batch size)."""
     rng = np.random.default_rng(batch)
     x = lib.to_layout(lib.tensor(rng.standard_normal((batch, *IMAGE), dtype=np.float32)), layout)
     if mode == "infer":
@@ -449,18 +455,6 @@ def measure(args):
 # ---------------------------------------------------------------- reporting
 
 
-def _table(head: list[str], rows: list[list[str]], left: int) -> list[str]:
-    """Lines of an aligned table whose first ``left`` columns are text."""
-    widths = [max(len(c) for c in col) for col in zip(head, *rows)]
-
-    def line(cells):
-        return "  ".join(
-            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        )
-
-    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
-
-
 def _columns(args, peer: bool) -> list[tuple[str, Callable]]:
     """(heading, cell(batch, one case's results)) of the table's measured columns: per
     thread count lamina's images/s, and PyTorch's with lamina / PyTorch; with several
@@ -490,12 +484,26 @@ def _columns(args, peer: bool) -> list[tuple[str, Callable]]:
     return columns
 
 
+# the models' names in titles (ARCHITECTURES' keys are what --model takes)
+TITLES = {"alexnet": "AlexNet", "vgg": "VGG", "inception": "Inception-v1"}
+
+
+def _models_title(args) -> str:
+    """The models asked for, as titles name them: "AlexNet-like convnet", or for all
+    three "AlexNet-, VGG- and Inception-v1-like convnets"."""
+    names = [TITLES[m] for m in (ARCHITECTURES if args.model == "all" else [args.model])]
+    if len(names) == 1:
+        return f"{names[0]}-like convnet"
+    return f"{'-, '.join(names[:-1])}- and {names[-1]}-like convnets"
+
+
 def report(args, cases, results, libs, agreements) -> str:
     peer = len(libs) > 1
     versions = " and ".join(f"{lib.name} {lib.version}" for lib in libs)
     threads = ", ".join(map(str, args.threads))
-    lines = [
-        f"convnets on {'x'.join(map(str, IMAGE))} float32 images, "
+    lines = [] if peer else [output.without_torch(args)]
+    lines += [
+        f"{_models_title(args)} on {'x'.join(map(str, IMAGE))} float32 images, "
         f"{CLASSES} classes, layout {args.layout}, {threads} thread(s), images/s "
         f"(median of {args.rounds} rounds; {versions}"
         + (", interleaved" if peer else "")
@@ -510,11 +518,11 @@ def report(args, cases, results, libs, agreements) -> str:
         r = results[c.model, c.mode, c.batch]
         rows.append([c.model, c.mode, str(c.batch)] + [cell(c.batch, r) for _, cell in columns])
     if rows:
-        lines += _table(head, rows, left=2)
+        lines += output.table(head, rows, left=2)
     else:
         lines.append("(nothing timed)")
-    lines.append("")
     if peer:
+        lines.append("")
         lines += [a.message() for a in agreements.values()]
         lines.append(
             f"(agreement: one training step at batch {CHECK_BATCH}; loss within rtol "
@@ -522,8 +530,6 @@ def report(args, cases, results, libs, agreements) -> str:
             f"within rtol {GRAD_TOLERANCE['rtol']:g} + atol {GRAD_TOLERANCE['atol']:g} x "
             "its largest |value|)"
         )
-    else:
-        lines.append("(PyTorch not used: no comparison and no agreement check)")
     return "\n".join(lines)
 
 
@@ -560,50 +566,59 @@ def _json(args, cases, results, libs, agreements) -> str:
     return json.dumps(out, indent=2)
 
 
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit(
-            "--plot needs matplotlib: pip install 'lamina[bench]' (or pip install matplotlib)"
-        ) from None
-    return plt
-
-
 def plot(path, args, cases, results, libs) -> None:
-    """images/s against batch size, one panel per model, a line per library, mode and
-    thread count (a colour per library, a line style per mode, fainter for fewer
-    threads)."""
-    plt = _pyplot()
-    models = list(dict.fromkeys(c.model for c in cases))
-    if not models:
+    """images/s as grouped bars: a group per model and mode, in it a bar per library and
+    batch size (a colour per library, darker for larger batches), a panel per thread
+    count."""
+    plt = output.pyplot()
+    groups = list(dict.fromkeys((c.model, c.mode) for c in cases))
+    if not groups:
         raise SystemExit("--plot: nothing was timed, so there is nothing to plot")
-    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        batches = sorted({c.batch for c in cases if c.model == model})
-        for mode, style in (("train", "-o"), ("infer", "--s")):
-            mine = [c for c in cases if c.model == model and c.mode == mode]
-            if not mine:
-                continue
-            for lib, color in zip(libs, ("tab:blue", "tab:orange")):
-                for t in args.threads:
-                    ys = [c.batch / results[c.model, c.mode, c.batch][lib.name, t] for c in mine]
-                    xs = [c.batch for c in mine]
-                    alpha = 1.0 if t == max(args.threads) else 0.45
-                    label = f"{lib.name} {mode}" + (f" {t}t" if len(args.threads) > 1 else "")
-                    ax.plot(xs, ys, style, color=color, alpha=alpha, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.set_title(model)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("images/s")
-        ax.legend()
-    fig.suptitle(f"{args.layout}, {', '.join(map(str, args.threads))} thread(s)")
+    batches = args.batch
+    maps = {"lamina": plt.cm.Blues, "torch": plt.cm.Oranges}
+    names = {
+        lib.name: f"{'PyTorch' if lib.name == 'torch' else lib.name} {lib.version}" for lib in libs
+    }
+    bars = [(lib.name, b) for b in batches for lib in libs]
+    width = 0.8 / len(bars)
+    fig, axes = plt.subplots(
+        len(args.threads),
+        1,
+        figsize=(max(7.0, 0.3 * len(groups) * len(bars) + 3), 1.2 + 3.6 * len(args.threads)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    rates = [c.batch / s for c in cases for s in results[c.model, c.mode, c.batch].values()]
+    for ax, t in zip(axes[:, 0], args.threads):
+        for i, (lib, b) in enumerate(bars):
+            shade = 0.45 + 0.45 * batches.index(b) / max(1, len(batches) - 1)
+            xs = [g + (i - (len(bars) - 1) / 2) * width for g in range(len(groups))]
+            ys = [b / results[m, mode, b][lib, t] for m, mode in groups]
+            drawn = ax.bar(xs, ys, width, color=maps[lib](shade), label=f"{names[lib]}, batch {b}")
+            ax.bar_label(drawn, [f"{y:.0f}" for y in ys], fontsize=7, rotation=90, padding=2)
+        # a log scale keeps equal ratios equally tall across models whose rates differ by
+        # decades; its bottom is set below the lowest bar, which would otherwise vanish,
+        # its top leaves room for the value labels
+        ax.set_yscale("log")
+        ax.set_ylim(min(rates) / 3, max(rates) * 4)
+        # 50, 100, 200, 500 ...: a decade alone leaves two labels on a narrow range
+        ax.yaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(lambda v, _: f"{v:g}")  # 100, not 10^2
+        ax.set_ylabel("images/s (log scale)")
+        ax.set_title(f"{t} thread{'s' if t > 1 else ''}")
+        ax.grid(axis="y", which="major", alpha=0.3)
+    axes[-1, 0].set_xticks(range(len(groups)), [f"{m}\n{mode}" for m, mode in groups])
+    axes[-1, 0].set_xlabel("model and mode (train: forward, backward, SGD step; infer: forward)")
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    peer = " beside ".join(names[lib.name] for lib in libs)
+    fig.suptitle(
+        f"{_models_title(args)}: images/s, {peer}\n"
+        f"{'x'.join(map(str, IMAGE))} float32 images, layout {args.layout}, "
+        f"median of {args.rounds} rounds"
+    )
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
@@ -654,7 +669,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "own, so that their thread pools do not compete)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="plot images/s against batch size")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw images/s per model and mode as bars, lamina beside PyTorch",
+    )
 
 
 def run(args) -> None:
@@ -663,8 +682,13 @@ def run(args) -> None:
     if args.in_process and len(args.threads) > 1:
         raise SystemExit("--in-process times one thread count: a library's is process-wide")
     if args.plot:
-        _pyplot()  # fail before measuring, not after
+        output.pyplot()  # fail before measuring, not after
     measured = measure(args)
-    print(_json(args, *measured) if args.json else report(args, *measured))
+    if args.json:
+        if len(measured[2]) == 1:
+            print(output.without_torch(args), file=sys.stderr)  # stdout stays JSON
+        print(_json(args, *measured))
+    else:
+        print(report(args, *measured))
     if args.plot:
         plot(args.plot, args, *measured[:3])

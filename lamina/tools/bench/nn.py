@@ -1,17 +1,19 @@
-"""Seed 2's primitives, lamina beside PyTorch (``python -m lamina.bench nn``).
+"""Convolution, pooling, LRN, batch norm and activation primitives beside PyTorch.
 
-Times conv2d (forward, and forward + backward for data and weight), max and average
-pooling, local response normalization, batch normalization in training and relu on a
-16 x 64 x 56 x 56 float32 input, in both memory layouts (NCHW and channels-last),
-with lamina and -- when it is importable -- PyTorch on the same number of threads,
-each library in a child process of its own (Note [Separate processes] in
+Times the primitives of AlexNet-, VGG- and Inception-v1-like convnets -- conv2d
+(forward, and forward + backward for data and weight), max and average pooling, local
+response normalization, batch normalization in training and relu -- on an
+Inception-v1-sized 16 x 64 x 56 x 56 float32 input, in both memory layouts (NCHW and
+channels-last), with lamina and -- when it is importable -- PyTorch on the same number
+of threads, each library in a child process of its own (Note [Separate processes] in
 lamina.tools.bench.timing; ``--in-process`` times them in this one), round after round
 (each round runs every case of lamina, then of PyTorch, so a slow phase of a shared
-machine slows both); reports medians, lamina / PyTorch, the issue's goal for each row,
-and GFLOP/s for the convolutions. Without PyTorch it reports lamina alone. lamina
-runs with its pool allocator on (``--allocator off`` to measure without), as in
-``bench convnet``: without it, a forward + backward call's fresh 12.8 MB gradients
-took ~1,100 page faults (relu: 3.6-7.7 ms a call instead of 1.2).
+machine slows both); reports medians, lamina / PyTorch, lamina's goal for each row,
+and GFLOP/s for the convolutions; ``--plot`` draws lamina / PyTorch per primitive.
+Without PyTorch it reports lamina alone. lamina runs with its pool allocator on
+(``--allocator off`` to measure without), as in ``bench convnet``: without it, a
+forward + backward call's fresh 12.8 MB gradients took ~1,100 page faults (relu:
+3.6-7.7 ms a call instead of 1.2).
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ import argparse
 import functools
 import json
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import timing
+from . import output, timing
 
 
 @dataclass
 class Case:
     name: str
     layout: str
-    goal: float | None  # lamina / PyTorch the issue asks for (None: no goal)
+    goal: float | None  # the lamina / PyTorch time lamina aims for (None: no goal)
     flops: float | None  # per call, for GFLOP/s
     make: Callable  # make(lib, inputs) -> a function running one call
 
@@ -42,8 +45,8 @@ def _conv_flops(n, c, h, w, c_out, k):
 
 
 def _cases(shape):
-    """The issue's goals: conv2d in the same layout as PyTorch, the other primitives
-    against PyTorch's NCHW figures (its reference table is NCHW)."""
+    """The cases, with lamina's goals: conv2d against PyTorch in the same layout, the
+    other primitives against PyTorch's NCHW figures, the table the goals were set by."""
     n, c, h, w = shape
     conv = _conv_flops(n, c, h, w, c, 3)
     cases = []
@@ -225,6 +228,9 @@ def measure(args):
         for c in _cases(tuple(args.shape))
         if args.layout in ("both", c.layout) and (not args.only or args.only in c.name)
     ]
+    if not cases:
+        names = "; ".join(dict.fromkeys(c.name for c in _cases(tuple(args.shape))))
+        raise SystemExit(f"--only {args.only!r}: no primitive's name contains it ({names})")
     config = {
         "shape": list(args.shape),
         "threads": args.threads,
@@ -243,16 +249,19 @@ def measure(args):
 
 def report(args, cases, results, libs):
     peer = len(libs) > 1
-    torch_version = f" and PyTorch {libs[1].version} interleaved" if peer else ""
+    versions = f"lamina {libs[0].version}" + (f" and PyTorch {libs[1].version}" if peer else "")
     if args.in_process:
         where = "in this process"
     else:
         where = "each in its own process" if peer else "in a process of its own"
     shape = "x".join(map(str, args.shape))
-    lines = [
-        f"seed 2's primitives: float32, input {shape}, {args.threads} thread(s), "
-        f"median of {args.rounds} rounds (lamina{torch_version}, {where}; "
-        f"lamina's pool allocator {args.allocator})",
+    lines = [] if peer else [output.without_torch(args)]
+    lines += [
+        "convolution, pooling, LRN, batch norm and activation primitives of AlexNet-, "
+        f"VGG- and Inception-v1-like convnets: float32, input {shape}, "
+        f"{args.threads} thread(s), median of {args.rounds} rounds ({versions}"
+        + (" interleaved" if peer else "")
+        + f", {where}; lamina's pool allocator {args.allocator})",
         "",
     ]
     head = ["primitive", "layout", "lamina ms"]
@@ -274,26 +283,70 @@ def report(args, cases, results, libs):
         ]
         cells += ["" if f is None else f"{f:.0f}" for f in flops]
         rows.append(cells)
-    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    right = {i for i, h in enumerate(head) if h not in ("primitive", "layout")}
-
-    def line(cells):
-        return "  ".join(
-            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    lines += output.table(head, rows, left=2)
+    notes = []
+    if peer and any(c.goal is not None for c in cases):
+        notes.append(
+            "* above lamina's goal for lamina / PyTorch (conv2d against PyTorch in the same "
+            "layout, the other primitives against PyTorch's NCHW)"
         )
+    if any(c.flops for c in cases):
+        notes.append(
+            "GFLOP/s for conv2d: forward 2 N H W C_out C_in 9, forward + backward three times that"
+        )
+    return "\n".join(lines + ([""] + notes if notes else []))
 
-    lines += [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+def plot(path, args, cases, results, libs) -> None:
+    """lamina / PyTorch time per primitive as horizontal bars beside the 1.0 line, or,
+    without PyTorch, lamina's milliseconds per call."""
+    plt = output.pyplot()
+    peer = len(libs) > 1
+    r = [results[c.name, c.layout] for c in cases]
     if peer:
-        lines += [
-            "",
-            "* above the issue's goal (lamina / PyTorch; conv2d in the same layout, the "
-            "others against PyTorch's NCHW)",
+        values = [t["lamina"] / t["torch"] for t in r]
+        series = [
+            ("lamina faster", "tab:green", lambda v: v <= 1),
+            ("lamina slower", "tab:red", lambda v: v > 1),
         ]
-    lines.append(
-        f"(lamina {libs[0].version}; GFLOP/s for conv2d: forward 2 N H W C_out C_in 9, "
-        "forward + backward three times that)"
+        text = "{:.3g}x"
+        xlabel = "lamina time / PyTorch time, ratio (log scale)"
+        what = f"lamina {libs[0].version} / PyTorch {libs[1].version}, time per call"
+    else:
+        values = [t["lamina"] * 1e3 for t in r]
+        series = [(f"lamina {libs[0].version}", "tab:blue", lambda v: True)]
+        text = "{:.3g} ms"
+        xlabel = "lamina time per call, ms (log scale)"
+        what = f"lamina {libs[0].version}, time per call (PyTorch not timed)"
+    # ratios start from the 1.0 line, so a bar shows how far from PyTorch's time, either way
+    base = 1.0 if peer else 0.0
+    fig, ax = plt.subplots(figsize=(11, 1.6 + 0.38 * len(cases)))
+    for label, color, belongs in series:
+        ys = [i for i, v in enumerate(values) if belongs(v)]
+        if ys:
+            widths = [values[i] - base for i in ys]
+            bars = ax.barh(ys, widths, left=base, color=color, label=label)
+            ax.bar_label(bars, [text.format(values[i]) for i in ys], padding=3, fontsize=8)
+    ax.set_yticks(range(len(cases)), [f"{c.name} ({c.layout})" for c in cases])
+    ax.invert_yaxis()  # the table's order, top to bottom
+    ax.set_xscale("log")
+    # 0.2, 0.5, 1, 2 ...: a decade alone leaves two labels on a narrow range
+    ax.xaxis.set_major_locator(plt.LogLocator(subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")  # 0.01, not 10^-2
+    span = values + ([1.0] if peer else [])
+    if peer:
+        ax.axvline(1.0, color="black", linewidth=1, label="same time as PyTorch")
+    # the log scale's room for the value labels beyond the longest bar
+    ax.set_xlim(min(span) / 3, max(span) * 3)
+    ax.set_xlabel(xlabel)
+    shape = "x".join(map(str, args.shape))
+    ax.set_title(
+        f"{what}\nfloat32 input {shape}, {args.threads} thread(s), median of {args.rounds} rounds"
     )
-    return "\n".join(lines)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # off the bars
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -318,14 +371,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "own, so that their thread pools do not compete)",
     )
     p.add_argument("--json", action="store_true", help="print the medians as JSON")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw lamina / PyTorch time per primitive (lamina's time without PyTorch)",
+    )
 
 
 def run(args) -> None:
     if args.threads < 1 or args.rounds < 1:
         raise SystemExit("--threads and --rounds must be positive")
+    if args.plot:
+        output.pyplot()  # fail before measuring, not after
     cases, results, libs = measure(args)
     names = [lib.name for lib in libs]
     if args.json:
+        if len(libs) == 1:
+            print(output.without_torch(args), file=sys.stderr)  # stdout stays JSON
         out = [
             {
                 "primitive": c.name,
@@ -339,3 +401,5 @@ def run(args) -> None:
         print(json.dumps(out, indent=2))
     else:
         print(report(args, cases, results, libs))
+    if args.plot:
+        plot(args.plot, args, cases, results, libs)

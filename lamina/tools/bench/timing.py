@@ -15,8 +15,9 @@ training at batch 32 went 343 -> 165 images/s from 1 to 2 threads beside PyTorch
 (``python -m lamina.tools.bench._child MODULE CONFIG``, which calls the module's
 ``runner`` there), driven round by round from the parent, which keeps the progress
 bar and the report; the children make their inputs from the config (file names,
-seeds), so every process times the same thing. ``in_process`` times all libraries in
-the parent: quicker to start, distorted at more than one thread.
+random generators' starting points), so every process times the same thing.
+``in_process`` times all libraries in the parent: quicker to start, distorted at more
+than one thread.
 """
 
 from __future__ import annotations
