@@ -1,7 +1,8 @@
 """A two-minute tour: ``python -m lamina.demo``.
 
 Creates tensors, runs a few operators through the dispatcher, prints a dispatch table
-and the plugin list, and times seed 1's ``output = output + x`` loop next to NumPy.
+and the plugin list, and times the per-operator overhead loop ``output = output + x``
+next to NumPy.
 """
 
 import statistics
@@ -50,7 +51,7 @@ def main():
     data = np.random.default_rng(0).standard_normal(100).astype(np.float32)
     ours = _ns_per_op(lm.zeros_like, lm.asarray(data))
     numpy = _ns_per_op(np.zeros_like, data.copy())
-    print("seed 1 benchmark, output = output + x, 100 float32, 1 thread (median ns/op):")
+    print("per-operator overhead, output = output + x, 100 float32, 1 thread (median ns/op):")
     print(f"  lamina {ours:7.0f}\n  numpy  {numpy:7.0f}\n  ratio  {ours / numpy:7.2f}x")
 
 

@@ -1,6 +1,7 @@
 """Where does the time of one operator go?  ``python -m lamina.overhead``
 
-Reproduces seed 1's benchmark (``output = output + x`` for ``k`` iterations) with the
+Runs the per-operator framework overhead benchmark (``output = output + x`` for ``k``
+iterations, from the PyTorch study of framework overhead) with the
 layers switched off one after another, from the full stack down to the raw Numba kernel
 on preallocated arrays, and attributes the full-stack time to buckets: binding,
 dispatcher, autograd, sparse check, operator setup (incl. allocation), computation.
@@ -74,7 +75,7 @@ def _inputs(args):
 
 
 def _step(args):
-    """The loop body: ``out = out + x`` (through Tensor.__add__, as in the seed), or
+    """The loop body: ``out = out + x`` (through Tensor.__add__, as in the study), or
     ``out = op(out, x)`` for another --op."""
     import lamina as lm
 
@@ -289,7 +290,7 @@ def _control(*flags):
 
 def _child(args):
     """Under callgrind: every configuration's loop at k and at 2k iterations, with the
-    instrumentation on only around each loop and a dump after it (the seed's
+    instrumentation on only around each loop and a dump after it (the study's
     _valgrind_toggle, done with callgrind_control), so one process (one import, one
     JIT compilation) serves every row. A configuration that cannot run dumps nothing
     and is announced on stdout."""
