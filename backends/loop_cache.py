@@ -18,7 +18,8 @@ stamps a source file), the installs of Numba and llvmlite, the Python version an
 CPU (model and flags). A library is written under a temporary name and renamed, so a
 process running at the same time sees all of it or none. One that cannot be written or
 opened (no C compiler, a read-only directory, a loop that needs Numba's runtime) leaves
-that loop to Numba's cache: slower to start, never wrong.
+that loop to Numba's cache: slower to start, never wrong. A library on disk is
+untrusted input, checked before it is opened (Note [Checked libraries]).
 
 ``LAMINA_CACHE_DIR`` moves the cache (default ``$XDG_CACHE_HOME/lamina``, else
 ``~/.cache/lamina``); ``LAMINA_LOOP_CACHE=0`` turns it off.
@@ -138,10 +139,9 @@ def find(key: tuple) -> tuple[int | None, Path | None]:
     import hashlib
 
     library = root / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".so")
-    if library.exists():
-        address = _open(library)
-        if address is not None:
-            return address, None
+    address = _load(library)
+    if address is not None:
+        return address, None
     if library.with_suffix(".numba").exists() or not _has_compiler():
         return None, None  # this loop cannot live here
     return None, library
@@ -165,16 +165,155 @@ def store(library: Path, cfunc: Any) -> int | None:
             with open(obj, "wb") as f:
                 f.write(code)
             alias = f"-Wl,--defsym={_SYMBOL}={cfunc.native_name}"
-            link = [_compiler, "-shared", "-o", lib, obj, _runtime(library.parent), alias]
-            subprocess.run(link, check=True, capture_output=True)
-            os.replace(lib, library)
-        address = _open(library)
-        if address is None:
-            library.unlink()
+            try:
+                link = [_compiler, "-shared", "-o", lib, obj, _runtime(library.parent), alias]
+                subprocess.run(link, check=True, capture_output=True)
+            except subprocess.CalledProcessError:  # runtime.o may be the damaged part
+                with contextlib.suppress(OSError):
+                    (library.parent / "runtime.o").unlink()
+                link[5] = _runtime(library.parent)
+                subprocess.run(link, check=True, capture_output=True)
+            # opened under its temporary name: the loader takes a second library of a
+            # name it has loaded (a damaged one that failed to open) for the first
+            address = _open(lib)
+            if address is not None:
+                with open(lib, "rb") as f:
+                    data = f.read()
+                record = os.path.join(tmp, "record")
+                with open(record, "w") as f:
+                    f.write(_record(data))
+                os.replace(record, _record_path(library))
+                os.replace(lib, library)
     if address is None:
         with contextlib.suppress(OSError):
             library.with_suffix(".numba").touch()
     return address
+
+
+# Note [Checked libraries]: a cached library is untrusted input. A user may delete or
+# edit it, a disk may damage it, and a damaged shared object does not fail to open: the
+# dynamic loader maps what its headers promise, so a truncated file dies of SIGBUS on
+# first touch of a missing page and a corrupted one of SIGSEGV, long after dlopen
+# returned. So each library ``<key>.so`` has a record ``<key>.sum`` beside it, written
+# once the library is complete (each under a temporary name, then renamed, the record
+# first: a record without its library is a plain miss, a library without its record a
+# doubt): the record's format, the library's size and its sha256. A process opens a
+# library only if the size, the ELF header (class, byte order and machine of this
+# Python's own executable) and the checksum of its bytes agree with the record. On any
+# doubt (no record, a mismatch, an unreadable file, a library that still fails to
+# open) it deletes the library (only the very file it read), compiles the loop and
+# writes the library again, with one warning per process naming the first such file.
+# Only complete libraries, each opened by its writer first, are ever renamed into
+# place, so the file that a process opens after checking is the one it checked or
+# another good one; what no loader survives is a file edited in place while mapped
+# (a private copy of the checked bytes would survive it, at ~250 us per library).
+# A process reading between another's two renames of a library over an old one sees
+# the new record and the old library: if they differ, it rebuilds too (wasted time,
+# never a crash); but libraries of the same loop are the same bytes, so they agree.
+# The warning is a LoopCacheWarning, not a RuntimeWarning, which test suites (ours)
+# turn into errors: a damaged cache must cost time, not fail an operation.
+
+
+class LoopCacheWarning(UserWarning):
+    """A cached loop library was damaged or unverifiable, and is being rebuilt."""
+
+
+_FORMAT = "lamina-loop-1"  # the record's first word: a record of another format is doubt
+_warned = False  # one warning per process: a damaged cache would give one per library
+_elf: bytes | bool | None = False  # False: not read yet; None: this Python is not ELF
+
+
+def _record_path(library: Path) -> Path:
+    return library.with_suffix(".sum")
+
+
+def _record(data: bytes) -> str:
+    import hashlib
+
+    return f"{_FORMAT} {len(data)} {hashlib.sha256(data).hexdigest()}\n"
+
+
+def _own_elf() -> bytes | None:
+    """The ELF class, byte order and machine of this Python's executable (the bytes a
+    library it can open must have), or None where it is not ELF."""
+    global _elf
+    if _elf is False:
+        found = None
+        with contextlib.suppress(OSError):
+            with open(sys.executable, "rb") as f:
+                header = f.read(20)
+            if header[:4] == b"\x7fELF" and len(header) == 20:
+                found = header[4:6] + header[18:20]
+        _elf = found
+    return _elf
+
+
+def _doubt(data: bytes, record: str) -> str | None:
+    """Why the bytes ``data`` of a library are not the library its record describes, or
+    None when they are."""
+    fields = record.split()
+    if len(fields) != 3 or fields[0] != _FORMAT:
+        return "its checksum record is unreadable"
+    if fields[1] != str(len(data)):
+        return f"it is {len(data)} bytes long, but {fields[1]} were written"
+    own = _own_elf()
+    if own is not None and (data[:4] != b"\x7fELF" or data[4:6] + data[18:20] != own):
+        return "it is not a shared library for this machine"
+    if _record(data) != record:
+        return "its contents differ from what was written (checksum mismatch)"
+    return None
+
+
+def _load(library: Path) -> int | None:
+    """The address of the loop in ``library`` if it is there and is what was written
+    (Note [Checked libraries]); else None, having removed a damaged one."""
+    try:
+        with open(library, "rb") as f:
+            identity = os.fstat(f.fileno())  # the file read, for _reject
+            data = f.read()
+    except FileNotFoundError:
+        return None  # not written yet, or deleted: a plain miss
+    except OSError as error:
+        _reject(library, None, f"it cannot be read ({error.strerror})")
+        return None
+    try:
+        with open(_record_path(library)) as r:
+            record = r.read(256)
+    except FileNotFoundError:
+        _reject(library, identity, "it has no checksum record")
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        _reject(library, identity, f"its checksum record cannot be read ({error})")
+        return None
+    reason = _doubt(data, record)
+    if reason is None:
+        address = _open(library)
+        if address is not None:
+            return address
+        reason = "it fails to open"
+    _reject(library, identity, reason)
+    return None
+
+
+def _reject(library: Path, identity: os.stat_result | None, reason: str) -> None:
+    """Delete a library in doubt (only the very file that was read: another process may
+    have just renamed a good one into its place) and say so, once per process."""
+    global _warned
+    with contextlib.suppress(OSError):
+        now = os.stat(library)
+        if identity is not None and (now.st_dev, now.st_ino) == (identity.st_dev, identity.st_ino):
+            library.unlink()
+    if not _warned:
+        _warned = True
+        import warnings
+
+        warnings.warn(
+            f"lamina's loop cache: ignoring {library}: {reason}. Lamina compiles the loop "
+            "again and rewrites the library (this once, for each such library); if this "
+            "repeats, delete the directory or set LAMINA_CACHE_DIR elsewhere.",
+            LoopCacheWarning,
+            stacklevel=2,
+        )
 
 
 # What a loop may reference of Numba's runtime, which Numba hands to LLVM at run time
@@ -236,9 +375,11 @@ def _object_code(cfunc: Any) -> bytes:
     return _machine.emit_object(llvm.parse_assembly(cfunc._library.get_llvm_str()))
 
 
-def _open(library: Path) -> int | None:
+def _open(path: str | Path) -> int | None:
+    """The address of the loop in the library at ``path``, opened; None where it fails
+    to open."""
     try:
-        handle = ctypes.CDLL(str(library), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        handle = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
         address = ctypes.cast(getattr(handle, _SYMBOL), ctypes.c_void_p).value
     except (OSError, AttributeError):
         return None
