@@ -388,8 +388,11 @@ class Tensor(_Base):
     # non-leaf that requires grad raises (the copy would be a leaf of no graph). pickle
     # goes through the CPU for a device tensor (rebuilt on its device at load, which
     # must be registered then); deepcopy copies on the device, and copies .grad and the
-    # attributes a user set.
+    # attributes a user set. Both keep an nn.Parameter's mark (``_is_parameter``), so a
+    # copied Parameter is still one, as in PyTorch.
     def __reduce_ex__(self, protocol: Any) -> tuple:
+        if self.__dict__.get("_is_parameter"):  # an nn.Parameter stays one (its mark)
+            return (_rebuild, _parts(self), {"_is_parameter": True})
         return (_rebuild, _parts(self))
 
     def __deepcopy__(self, memo: dict) -> Tensor:
@@ -410,7 +413,7 @@ class Tensor(_Base):
         if self._ks & keys.AUTOGRAD:
             new.requires_grad_()
         for name, value in self.__dict__.items():  # .grad and a user's attributes
-            if name == "grad" or not name.startswith("_"):
+            if name in ("grad", "_is_parameter") or not name.startswith("_"):
                 setattr(new, name, copy.deepcopy(value, memo))
         return new
 

@@ -9,12 +9,16 @@ kernels, like ``lm.randn``'s results; Note [Default dtype]) unless a layer is gi
 A ``Parameter`` is a tensor that requires grad and is marked as a parameter (lamina's
 Tensor is not subclassed: its hot paths test the exact class), so ``isinstance(p,
 Parameter)`` holds for exactly the tensors ``Parameter(...)`` made. Assigning one to a
-module attribute registers it, as assigning a module registers a child.
+module attribute registers it, as assigning a module registers a child. As in PyTorch,
+``copy.deepcopy`` and pickle keep a model's Parameters (the mark travels with the
+tensor, Note [Copies]) and its tied weights (one object in the copy), and ``to`` /
+``float`` / ``double`` move each distinct parameter once, so ties survive moves too.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
@@ -133,19 +137,42 @@ class Module:
                 return
         object.__delattr__(self, name)
 
+    def _check_name(self, kind: str, name: Any, table: dict) -> None:
+        """Refuse, as PyTorch does, a ``kind`` ("parameter", "buffer", "module") name
+        that is not a string, is empty, has a dot (named_parameters and state_dict keys
+        would be ambiguous) or is already another attribute (a method, a plain
+        attribute, or an entry of another table): only ``table``'s own entry may be
+        replaced."""
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+        if name == "":
+            raise KeyError(f'{kind} name can\'t be empty string ""')
+        if "." in name:
+            raise KeyError(f'{kind} name can\'t contain ".", got: {name!r}')
+        if name not in table and hasattr(self, name):
+            raise KeyError(f"attribute {name!r} already exists")
+
     def register_parameter(self, name: str, param: Tensor | None) -> None:
         """Add a parameter (or None, a declared but absent one) under ``name``."""
+        self._check_name("parameter", name, self.__dict__.get("_parameters", {}))
         if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None")
-        self.__dict__.pop(name, None)
+            raise TypeError(
+                f"cannot assign {type(param).__name__!r} object to parameter {name!r} "
+                "(a Parameter or None is required)"
+            )
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         """Add a tensor that is state but not a parameter (batch norm's running
         statistics); persistent buffers are part of the state dict."""
+        self._check_name("buffer", name, self.__dict__.get("_buffers", {}))
         if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"register_buffer: {name!r} must be a tensor or None")
-        self.__dict__.pop(name, None)
+            raise TypeError(
+                f"cannot assign {type(tensor).__name__!r} object to buffer {name!r} "
+                "(a Tensor or None is required)"
+            )
         self._buffers[name] = tensor
         if persistent:
             self._persistent.add(name)
@@ -156,7 +183,7 @@ class Module:
         """Add a child module under ``name``."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module, got {type(module).__name__}")
-        self.__dict__.pop(name, None)
+        self._check_name("module", name, self.__dict__.get("_modules", {}))
         self._modules[name] = module
 
     # ---------------------------------------------------------- traversal
@@ -283,18 +310,26 @@ class Module:
     def to(self, device: Any = None, dtype: Any = None) -> Module:
         """Every parameter and buffer moved to ``device`` and/or cast to a floating
         ``dtype`` (``to("cpu")``, ``to(lm.float64)``); returns self. Parameters are
-        replaced by new ones (an optimizer must be made after the move)."""
+        replaced by new ones (an optimizer must be made after the move). Each distinct
+        parameter (and buffer) is moved once and its new tensor put everywhere the old
+        one was, so tied weights stay tied."""
         if isinstance(device, DType):  # to(lm.float32)
             device, dtype = None, device
+        moved: dict[int, Tensor] = {}  # id of an old tensor -> its new one
+        keep = []  # the old tensors, alive while ``moved`` holds their ids
         for module in self.modules():
             for name, p in module._parameters.items():
                 if p is not None:
-                    module._parameters[name] = Parameter(_moved(p, device, dtype), p.requires_grad)
+                    if id(p) not in moved:
+                        keep.append(p)
+                        moved[id(p)] = Parameter(_moved(p, device, dtype), p.requires_grad)
+                    module._parameters[name] = moved[id(p)]
             for name, b in module._buffers.items():
                 if b is not None:
-                    module._buffers[name] = _moved(
-                        b, device, None if b.dtype.kind != "f" else dtype
-                    )
+                    if id(b) not in moved:
+                        keep.append(b)
+                        moved[id(b)] = _moved(b, device, None if b.dtype.kind != "f" else dtype)
+                    module._buffers[name] = moved[id(b)]
         return self
 
     def float(self) -> Module:
@@ -393,13 +428,15 @@ class Sequential(Module):
         return x
 
     def __getitem__(self, index: int | slice) -> Module:
-        items = list(self._modules.values())
+        """A child by position (negative counts from the end), or for a slice a
+        Sequential of those children under their own names (``seq[1:3]`` has children
+        "1" and "2"), as in PyTorch."""
         if isinstance(index, slice):
-            part = Sequential(*items[index])
+            part = Sequential(OrderedDict(list(self._modules.items())[index]))
             if "fuse_batch_norm_relu" in self.__dict__:
                 part.fuse_batch_norm_relu = self.fuse_batch_norm_relu
             return part
-        return items[index]
+        return list(self._modules.values())[_position(index, len(self._modules))]
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -410,6 +447,20 @@ class Sequential(Module):
     def append(self, module: Module) -> Sequential:
         self.add_module(str(len(self._modules)), module)
         return self
+
+
+def _position(index: Any, size: int) -> int:
+    """``index`` (an int, or any object with ``__index__``) as a position in a container
+    of ``size``; an IndexError naming it when out of range, as PyTorch's containers."""
+    try:
+        i = operator.index(index)
+    except TypeError:
+        raise TypeError(
+            f"container indices must be integers or slices, not {type(index).__name__}"
+        ) from None
+    if not -size <= i < size:
+        raise IndexError(f"index {i} is out of range")
+    return i % size
 
 
 def _fusable(pair: list[Module]) -> bool:
@@ -438,8 +489,12 @@ class ModuleList(Module):
         self.add_module(str(len(self._modules)), module)
         return self
 
-    def __getitem__(self, index: int) -> Module:
-        return list(self._modules.values())[index]
+    def __getitem__(self, index: int | slice) -> Module | ModuleList:
+        """A module by position (negative counts from the end), or for a slice a
+        ModuleList of those modules (numbered from "0"), as in PyTorch."""
+        if isinstance(index, slice):
+            return ModuleList(list(self._modules.values())[index])
+        return list(self._modules.values())[_position(index, len(self._modules))]
 
     def __len__(self) -> int:
         return len(self._modules)
