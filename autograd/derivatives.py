@@ -1042,7 +1042,10 @@ def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
 
 
 def _mse_loss(g, r, n, x, t, reduction):
-    scale = 2.0 / x.size if reduction == "mean" else 2.0
+    if reduction == "mean":  # an empty batch: no elements, an empty gradient
+        scale = 2.0 / x.size if x.size else 0.0
+    else:
+        scale = 2.0
     grad = (x - t) * (g * scale)
     return (n[0] and grad, n[1] and -grad, None)
 

@@ -21,6 +21,7 @@ from . import core
 AVAILABLE = core.IMPLEMENTATION == "c"
 DEFAULT_THRESHOLD = 1 << 17  # Note [Pool allocator]: glibc's initial mmap threshold
 DEFAULT_LIMIT = 1 << 30
+MAX_BYTES = (1 << 63) - 1  # the largest threshold or limit: the C core's counters are 64-bit
 _STAT_NAMES = (
     "allocations",
     "hits",
@@ -44,10 +45,18 @@ def _env_bytes(name: str, default: int) -> int:
         raise ValueError(f"{name} must be a number of bytes, got {text!r}") from None
     if value < 0:
         raise ValueError(f"{name} must not be negative, got {value}")
+    if value > MAX_BYTES:
+        raise ValueError(
+            f"{name}={text} is too large; the largest accepted value is {MAX_BYTES} "
+            "(2**63 - 1) bytes"
+        )
     return value
 
 
 def configure(threshold: int, limit: int) -> None:
+    for name, value in (("threshold", threshold), ("limit", limit)):
+        if not 0 <= value <= MAX_BYTES:  # the C core would wrap it around silently
+            raise OverflowError(f"pool {name} {value} is outside [0, {MAX_BYTES}]")
     if AVAILABLE:
         core._core.pool_configure(threshold, limit)
 

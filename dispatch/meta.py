@@ -530,16 +530,60 @@ def _image(fn: str, x: Any) -> Shape:
     return x._shape
 
 
+# Note [Numeric settings]: every integer setting of an nn operator (a stride, a padding,
+# a kernel size, groups, ...) reaches the kernels as a 64-bit integer, and the sizes
+# computed from it must fit too: a larger one is an OverflowError naming the argument
+# here, not one from Numba or NumPy without it. Real settings (eps, momentum, slopes)
+# must be finite numbers.
+INT64_MAX = 2**63 - 1
+
+
+def fits_int64(fn: str, name: str, value: Any) -> None:
+    """OverflowError naming ``name`` unless every int of ``value`` fits a C int64."""
+    for v in value if isinstance(value, (tuple, list)) else (value,):
+        if not -INT64_MAX - 1 <= v <= INT64_MAX:
+            raise OverflowError(
+                f"{fn}: {name}={value!r} does not fit a 64-bit integer (the largest "
+                f"accepted value is {INT64_MAX})"
+            )
+
+
+def finite(fn: str, name: str, value: Any) -> float:
+    """A finite real ``value``, or a ValueError naming ``name``."""
+    value = A.real(value, fn, name)
+    if not math.isfinite(value):
+        raise ValueError(f"{fn}: {name} must be a finite number, got {value}")
+    return value
+
+
 def _positive(fn: str, name: str, pair: tuple[int, int]) -> tuple[int, int]:
     if min(pair) <= 0:
         raise ValueError(f"{fn}: {name} must be positive, got {pair}")
+    fits_int64(fn, name, pair)
     return pair
 
 
 def _non_negative(fn: str, name: str, pair: tuple[int, int]) -> tuple[int, int]:
     if min(pair) < 0:
         raise ValueError(f"{fn}: {name} must be non-negative, got {pair}")
+    fits_int64(fn, name, pair)
     return pair
+
+
+def _spans_fit(fn: str, sizes: Shape, pads: Shape, kernel: Shape, dilation: Shape) -> None:
+    """The padded input and the dilated kernel must fit an int64 too (Note [Numeric
+    settings]); pads are the sums of both sides."""
+    for n, p, k, d in zip(sizes, pads, kernel, dilation):
+        if n + p > INT64_MAX:
+            raise OverflowError(
+                f"{fn}: padding {p} makes the padded input larger than the largest "
+                f"64-bit integer {INT64_MAX}"
+            )
+        if d * (k - 1) + 1 > INT64_MAX:
+            raise OverflowError(
+                f"{fn}: dilation {d} with kernel size {k} spans more than the largest "
+                f"64-bit integer {INT64_MAX}"
+            )
 
 
 def conv_output_size(size: int, pad: int, kernel: int, stride: int, dilation: int) -> int:
@@ -578,6 +622,16 @@ def conv2d(
     c_out, c_in, kh, kw = weight._shape
     if groups < 1:
         raise ValueError(f"conv2d: groups must be positive, got {groups}")
+    fits_int64("conv2d", "groups", groups)
+    if c_out < 1:
+        raise ValueError(
+            f"conv2d: weight must have at least one output channel, got shape {weight._shape}"
+        )
+    if min(kh, kw) < 1:
+        raise ValueError(
+            f"conv2d: the kernel size must be positive, got {kh} x {kw} (weight shape "
+            f"{weight._shape})"
+        )
     if c % groups or c_out % groups:
         raise ValueError(
             f"conv2d: groups={groups} must divide the input channels ({c}) and the output "
@@ -592,6 +646,8 @@ def conv2d(
     stride = _positive("conv2d", "stride", stride)
     dilation = _positive("conv2d", "dilation", dilation)
     padding = _conv_padding(padding, (kh, kw), stride, dilation)
+    pads = (padding[0] + padding[1], padding[2] + padding[3])
+    _spans_fit("conv2d", (h, w), pads, (kh, kw), dilation)
     sizes = (
         conv_output_size(h, padding[0] + padding[1], kh, stride[0], dilation[0]),
         conv_output_size(w, padding[2] + padding[3], kw, stride[1], dilation[1]),
@@ -640,6 +696,7 @@ def _pool(fn: str, input: Any, kernel: Any, stride: Any, padding: Any, dilation:
     padding = _non_negative(fn, "padding", padding)
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ValueError(f"{fn}: padding {padding} must be at most half of kernel_size {kernel}")
+    _spans_fit(fn, (h, w), tuple(2 * p for p in padding), kernel, dilation)
     sizes = tuple(
         pool_output_size(n, p, k, s, d, ceil)
         for n, p, k, s, d in zip((h, w), padding, kernel, stride, dilation)
@@ -679,8 +736,11 @@ def avg_pool2d(
     kernel, stride, padding, _ = _pool(
         "avg_pool2d", input, kernel_size, stride, padding, (1, 1), ceil_mode
     )
-    if divisor_override is not None and divisor_override == 0:
-        raise ValueError("avg_pool2d: divisor_override must not be zero")
+    if divisor_override is not None:
+        divisor_override = A.integer(divisor_override, "avg_pool2d", "divisor_override")
+        if divisor_override == 0:
+            raise ValueError("avg_pool2d: divisor_override must not be zero")
+        fits_int64("avg_pool2d", "divisor_override", divisor_override)
     return input, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
 
 
@@ -696,6 +756,11 @@ def adaptive_avg_pool2d(input: Any, output_size: Any) -> tuple:
         for s, n in zip(sizes, (h, w))
     )
     _positive("adaptive_avg_pool2d", "output_size", sizes)
+    if min(h, w) < 1:  # PyTorch: no windows to average over
+        raise ValueError(
+            f"adaptive_avg_pool2d: the input's height and width must be positive, got "
+            f"shape {input._shape}"
+        )
     return input, sizes
 
 
@@ -708,6 +773,9 @@ def local_response_norm(input: Any, size: int, alpha: float, beta: float, k: flo
         )
     if size < 1:
         raise ValueError(f"local_response_norm: size must be positive, got {size}")
+    fits_int64("local_response_norm", "size", size)
+    for name, value in (("alpha", alpha), ("beta", beta), ("k", k)):
+        finite("local_response_norm", name, value)
     return input, size, alpha, beta, k
 
 
@@ -738,22 +806,39 @@ def batch_norm(
         _like_input("batch_norm", name, t, input, (c,))
     if not training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm: running_mean and running_var are needed when not training")
-    if training and math.prod(input._shape) // max(c, 1) <= 1:
+    # PyTorch's rule: one value per channel has no variance; an empty batch (or no
+    # channels) gives an empty result and leaves the running statistics as they are
+    if training and input._shape[0] * math.prod(input._shape[2:]) == 1:
         raise ValueError(
-            f"batch_norm: training needs more than one value per channel, got input shape "
-            f"{input._shape}"
+            f"batch_norm: expected more than 1 value per channel when training (a batch "
+            f"norm needs more than one value per channel), got input shape {input._shape}"
         )
-    if eps < 0:
-        raise ValueError(f"batch_norm: eps must be non-negative, got {eps}")
+    eps = finite("batch_norm", "eps", eps)
+    if eps < 0 or (training and eps == 0):
+        raise ValueError(
+            f"batch_norm: eps must be positive{'' if training else ' or zero'}"
+            f"{' when training' if training else ''}, got {eps}"
+        )
+    momentum = finite("batch_norm", "momentum", momentum)
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"batch_norm: momentum must be in [0, 1], got {momentum}")
     return input, weight, bias, running_mean, running_var, training, momentum, eps, relu
 
 
 def activation(name: str) -> Any:
+    if name == "leaky_relu":  # its slope is a setting (Note [Numeric settings])
+        return leaky_relu
+
     def check(input: Any, *rest: Any) -> tuple:
         _floating(name, "input", input)
         return (input, *rest)
 
     return check
+
+
+def leaky_relu(input: Any, negative_slope: float) -> tuple:
+    _floating("leaky_relu", "input", input)
+    return input, finite("leaky_relu", "negative_slope", negative_slope)
 
 
 def gelu(input: Any, approximate: str) -> tuple:
@@ -780,8 +865,12 @@ def nll_loss(input: Any, target: Any, weight: Any, ignore_index: int, reduction:
     _floating("nll_loss", "input", input)
     if target._dtype.kind not in "iu":
         raise TypeError(
-            f"nll_loss: target must hold integer class indices, got {target._dtype.name}"
+            f"nll_loss: target must hold integer class indices, got {target._dtype.name} "
+            "(int64, PyTorch's Long, or uint8, its Byte)"
         )
+    if target._dtype is not D.int64:  # uint8 (PyTorch's Byte) and the other integers
+        target = OPERATORS["astype"](target, D.int64, True)  # as int64 class indices
+    fits_int64("nll_loss", "ignore_index", ignore_index)
     shape = input._shape
     if not shape:
         raise ValueError("nll_loss: input must be (C,) or (N, C, ...), got a 0-d tensor")

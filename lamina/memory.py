@@ -64,6 +64,11 @@ def configure(*, threshold: int | None = None, limit: int | None = None) -> None
         least = 1 if name == "threshold" else 0
         if value < least:
             raise ValueError(f"configure: {name} must be at least {least}, got {value}")
+        if value > _pool.MAX_BYTES:  # the C core holds it in 64 bits (and reports it signed)
+            raise OverflowError(
+                f"configure: {name}={value} is too large; the largest accepted value is "
+                f"{_pool.MAX_BYTES} (2**63 - 1) bytes"
+            )
         values[name] = value
     _pool.configure(values["threshold"], values["limit"])
     if current["bytes_cached"] > values["limit"]:

@@ -12,7 +12,7 @@ flatten and ``layout_of``.
 from __future__ import annotations
 
 from lamina.autograd import is_grad_enabled
-from lamina.dispatch import bindings, ops
+from lamina.dispatch import arguments, bindings, dtypes, ops
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
@@ -91,7 +91,19 @@ def adaptive_max_pool2d(
     equal size, as adaptive pooling makes them then)."""
     h, w = input.shape[-2:]
     sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
-    sizes = tuple(n if s is None else s for s, n in zip(sizes, (h, w)))
+    if len(sizes) != 2:
+        raise ValueError(
+            f"adaptive_max_pool2d: output_size must be an int or a pair, got {output_size!r}"
+        )
+    sizes = tuple(
+        n if s is None else arguments.integer(s, "adaptive_max_pool2d", "output_size")
+        for s, n in zip(sizes, (h, w))
+    )
+    if min(sizes) < 1 or min(h, w) < 1:
+        raise ValueError(
+            f"adaptive_max_pool2d: output_size {sizes} and the input's height and width "
+            f"({h} x {w}) must be positive"
+        )
     if h % sizes[0] or w % sizes[1]:
         raise ValueError(
             f"adaptive_max_pool2d: the input's size {h} x {w} must be a multiple of "
@@ -146,6 +158,8 @@ def cross_entropy(
     label_smoothing mixing in the uniform distribution (PyTorch's definition)."""
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if target.dtype.kind in "iu" and target.dtype != dtypes.int64:
+        target = ops.astype(target, dtypes.int64)  # uint8 (PyTorch's Byte): class indices
     dim = 0 if input.ndim == 1 else 1
     logp = log_softmax(input, dim)  # noqa: F821 (installed from the schema)
     classes = input.shape[dim]
@@ -216,8 +230,9 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 def flatten(input: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:
     """input with axes start_dim..end_dim merged into one (a copy in logical order for
     channels-last memory, as PyTorch's reshape)."""
-    nd = max(input.ndim, 1)
-    start, end = start_dim % nd, end_dim % nd
+    nd = max(input.ndim, 1)  # a 0-d tensor flattens to (1,), dims 0 and -1 (PyTorch)
+    start = arguments.axis(start_dim, "flatten", "start_dim", nd)
+    end = arguments.axis(end_dim, "flatten", "end_dim", nd)
     if start > end:
         raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     shape = input.shape

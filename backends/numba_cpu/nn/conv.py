@@ -623,7 +623,10 @@ def conv2d(ks, input, weight, bias, stride, padding, dilation, groups):
     order = _order(geo, layout, x.dtype)
     out = empty_image(geo.n, geo.c_out, geo.ho, geo.wo, x.dtype, order)
     b = None if bias is None else bias._data
-    _forward(_reorder(x, layout, order), weight._data, b, geo, order, out)
+    if not geo.k:  # no input channels: every output is the bias (PyTorch's result)
+        out[...] = 0 if b is None else (b if order == NHWC else b[:, None, None])
+    else:
+        _forward(_reorder(x, layout, order), weight._data, b, geo, order, out)
     return from_array(logical(_reorder(out, order, layout), layout, unbatched))
 
 
@@ -716,7 +719,9 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
     order = _order(geo, layout, dtype)
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
     s2d = _space_to_depth(geo, dtype)
-    if s2d is None:
+    if not geo.k:  # no input channels: an empty gradient
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+    elif s2d is None:
         gx = _input_grad(gk, w, geo, order, dtype)
     else:
         gx = s2d.input_grad(_input_grad(gk, s2d.weight(w), s2d.geo, order, dtype), order)
@@ -735,7 +740,7 @@ def _input_grad(gk, w, geo, order, dtype):
         if order == NHWC:
             _backward_input_nhwc(gk[i0:i1].reshape(-1, geo.c_out), w, geo, dtype, gx[i0:i1])
         else:
-            g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, -1)
+            g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, geo.ho * geo.wo)
             _backward_input_nchw(g3, w, geo, dtype, gx[i0:i1])
 
     _by_images(geo, part)
@@ -780,7 +785,7 @@ def _backward_weight_nhwc(g2, x, geo):
 
 def _backward_weight_nchw(g3, x, geo):
     if geo.pointwise:
-        x3 = x.reshape(geo.n, geo.c, -1)
+        x3 = x.reshape(geo.n, geo.c, geo.h * geo.w)
         gw = np.empty((geo.c_out, geo.cin, 1, 1), x.dtype)
         for g in range(geo.groups):
             part = np.matmul(g3[:, _cols(g, geo.cout)], x3[:, _cols(g, geo.cin)].transpose(0, 2, 1))
@@ -825,6 +830,8 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     order = _order(geo, layout, x.dtype)
     x = _reorder(x, layout, order)
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
+    if not geo.k:  # no input channels: an empty weight gradient, the bias's still counts
+        return from_array(np.zeros(weight_shape, x.dtype)), from_array(_bias_grad(gk, order))
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
         x, geo = s2d.input(x, order), s2d.geo
@@ -849,7 +856,8 @@ def _weight_grad(x, gk, alg, geo, order):
             return gw
     if order == NHWC:
         return _backward_weight_nhwc(gk.reshape(-1, geo.c_out), x, geo)
-    return _backward_weight_nchw(gk.reshape(gk.shape[0], geo.c_out, -1), x, geo)
+    g3 = gk.reshape(gk.shape[0], geo.c_out, gk.shape[2] * gk.shape[3])
+    return _backward_weight_nchw(g3, x, geo)
 
 
 def _bias_grad(gk, order):
@@ -859,7 +867,7 @@ def _bias_grad(gk, order):
     than its sum over rows in NHWC, as accurate."""
     if order == NHWC:
         return np.einsum("pc->c", gk.reshape(-1, gk.shape[-1]))
-    return np.einsum("ncp->c", gk.reshape(gk.shape[0], gk.shape[1], -1))
+    return np.einsum("ncp->c", gk.reshape(gk.shape[0], gk.shape[1], gk.shape[2] * gk.shape[3]))
 
 
 # ---------------------------------------------------------------- linear

@@ -62,7 +62,7 @@ def channel_view(data):
         if nhwc.flags.c_contiguous:
             return nhwc.reshape(-1, data.shape[1]), True
     data = np.ascontiguousarray(data)
-    return data.reshape(data.shape[0], data.shape[1], -1), False
+    return data.reshape(data.shape[0], data.shape[1], math.prod(data.shape[2:])), False
 
 
 def from_channel_view(a, like, channels_last):
@@ -82,7 +82,9 @@ def _same_view(data, like_data, channels_last):
         return a.reshape(-1, like_data.shape[1])
     if channels_last:
         return np.ascontiguousarray(data)
-    return np.ascontiguousarray(data).reshape(like_data.shape[0], like_data.shape[1], -1)
+    return np.ascontiguousarray(data).reshape(
+        like_data.shape[0], like_data.shape[1], math.prod(like_data.shape[2:])
+    )
 
 
 def _entry(template, args, dtype, parallel_size, fastmath=jit.REASSOCIATE):
@@ -331,6 +333,10 @@ def native_batch_norm(
     c = data.shape[1]
     count = data.size // c if c else 0
     w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
+    if training and not count:  # an empty batch (or no channels): PyTorch's empty result,
+        out = from_channel_view(np.empty_like(x), data, channels_last)  # stats untouched
+        stat = np.zeros(c, data.dtype)
+        return from_array(out), from_array(stat), from_array(stat + 1)
     if training:
         mean, var = np.empty(c), np.empty(c)
     else:
@@ -384,6 +390,9 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
     w = _params(weight, c, 1, data.dtype)
     m, inv = mean._data.astype(np.float64), invstd._data.astype(np.float64)
     gx = np.empty_like(x)
+    if not count:  # an empty batch: an empty input gradient, zero parameter gradients
+        gw, gb = (from_array(np.zeros(c, data.dtype)) for _ in range(2))
+        return from_array(from_channel_view(gx, data, channels_last)), gw, gb
     if not channels_last:
         gw, gb = np.empty(c), np.empty(c)
         backward = _entry(bn_backward_cf, (gate,), data.dtype, x.size)

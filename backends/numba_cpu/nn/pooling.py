@@ -432,7 +432,7 @@ min_pool2d_with_indices = _pool(less, math.inf, True)
 def _positions(a, layout):
     """A kernel-order 4-D array as the (N, positions, C) view of the index kernels."""
     a = _as_nhwc(a, layout)
-    return a.reshape(a.shape[0], -1, a.shape[3])
+    return a.reshape(a.shape[0], a.shape[1] * a.shape[2], a.shape[3])
 
 
 def pool2d_scatter(ks, grad, indices, input_shape):
