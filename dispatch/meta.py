@@ -744,24 +744,27 @@ def avg_pool2d(
     return input, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
 
 
-def adaptive_avg_pool2d(input: Any, output_size: Any) -> tuple:
-    _, _, h, w = _image("adaptive_avg_pool2d", input)
+def adaptive_output_size(fn: str, input: Any, output_size: Any) -> tuple[int, int]:
+    """An adaptive pooling's output size (an int or a pair, None keeping the input's
+    size), checked: positive, and an input with positive height and width (PyTorch: no
+    windows to pool over otherwise)."""
+    _, _, h, w = _image(fn, input)
     sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
     if len(sizes) != 2:
-        raise ValueError(
-            f"adaptive_avg_pool2d: output_size must be an int or a pair, got {output_size!r}"
-        )
+        raise ValueError(f"{fn}: output_size must be an int or a pair, got {output_size!r}")
     sizes = tuple(
-        n if s is None else A.integer(s, "adaptive_avg_pool2d", "output_size")
-        for s, n in zip(sizes, (h, w))
+        n if s is None else A.integer(s, fn, "output_size") for s, n in zip(sizes, (h, w))
     )
-    _positive("adaptive_avg_pool2d", "output_size", sizes)
-    if min(h, w) < 1:  # PyTorch: no windows to average over
+    _positive(fn, "output_size", sizes)
+    if min(h, w) < 1:
         raise ValueError(
-            f"adaptive_avg_pool2d: the input's height and width must be positive, got "
-            f"shape {input._shape}"
+            f"{fn}: the input's height and width must be positive, got shape {input._shape}"
         )
-    return input, sizes
+    return sizes
+
+
+def adaptive_avg_pool2d(input: Any, output_size: Any) -> tuple:
+    return input, adaptive_output_size("adaptive_avg_pool2d", input, output_size)
 
 
 def local_response_norm(input: Any, size: int, alpha: float, beta: float, k: float) -> tuple:

@@ -462,7 +462,7 @@ BAD_SETTINGS = [
         "adaptive_max output 0",
         lambda: F.adaptive_max_pool2d(image(), 0),
         ValueError,
-        r"adaptive_max_pool2d: output_size \(0, 0\)",
+        r"adaptive_max_pool2d: output_size must be positive, got \(0, 0\)",
     ),
     (
         "adaptive_max output float",

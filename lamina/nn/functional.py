@@ -12,7 +12,7 @@ flatten and ``layout_of``.
 from __future__ import annotations
 
 from lamina.autograd import is_grad_enabled
-from lamina.dispatch import arguments, bindings, dtypes, ops
+from lamina.dispatch import arguments, bindings, dtypes, meta, ops
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
@@ -90,20 +90,7 @@ def adaptive_max_pool2d(
     """Max pooling to output_size where the input's size is a multiple of it (windows of
     equal size, as adaptive pooling makes them then)."""
     h, w = input.shape[-2:]
-    sizes = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
-    if len(sizes) != 2:
-        raise ValueError(
-            f"adaptive_max_pool2d: output_size must be an int or a pair, got {output_size!r}"
-        )
-    sizes = tuple(
-        n if s is None else arguments.integer(s, "adaptive_max_pool2d", "output_size")
-        for s, n in zip(sizes, (h, w))
-    )
-    if min(sizes) < 1 or min(h, w) < 1:
-        raise ValueError(
-            f"adaptive_max_pool2d: output_size {sizes} and the input's height and width "
-            f"({h} x {w}) must be positive"
-        )
+    sizes = meta.adaptive_output_size("adaptive_max_pool2d", input, output_size)
     if h % sizes[0] or w % sizes[1]:
         raise ValueError(
             f"adaptive_max_pool2d: the input's size {h} x {w} must be a multiple of "
