@@ -117,7 +117,7 @@ def register(plugin: Any, name: str | None = None, source: str = "runtime") -> b
     had registered is dropped). A plugin that registers nothing (a misspelled hook
     name, a hook without ``@hookimpl``) is kept, with a warning saying why."""
     name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-    with R.lock:  # Note [Thread safety] (README): one registration at a time
+    with R.lock:  # Note [Thread safety] in dispatch/registry.py: one at a time
         return _register(plugin, name, source)
 
 

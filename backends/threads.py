@@ -30,7 +30,7 @@ Note [Wait policy]: Numba's default threading layer on Linux is OpenMP (libgomp)
 idle threads spin ``GOMP_SPINCOUNT`` turns before they sleep (libgomp's default,
 300,000, is ~8 ms here). Spinning wins when nothing else wants the core: a sleeping
 thread must be woken for the next parallel kernel or split, ~120 us in this VM (its
-idle CPUs halt at once: README, "Tuning"), and a training step runs hundreds of
+idle CPUs halt at once: docs/performance.md, "Tuning"), and a training step runs hundreds of
 kernels with a little Python between them. It loses when another pool's thread wants
 the core: while BLAS had threads of its own and splits ran on a pool of Python threads,
 a channels-last batch norm right after a convolution took 17.9 ms with spinning

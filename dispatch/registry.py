@@ -57,7 +57,12 @@ fallbacks: dict[int, list[Kernel]] = {}  # device key bit -> [Kernel] (Note [Bac
 _order = 0
 preferred_plugin: str | None = None  # lm.backends.use
 builtin: set[str] = set()  # lamina's own plugins (lamina.backends registers them)
-# held while registrations or tables change (Note [Thread safety] in lamina.backends)
+# Note [Thread safety]: registrations, layer switches and table rebuilds take this one
+# lock, so two threads never rebuild at once; calls take no lock: a rebuild computes an
+# operator's whole table first and stores it with one slice assignment (atomic under
+# the GIL), so a call in another thread sees the old entries or the new, never a mix
+# (Note [Rebuild order] in entries.py).
+# The user-facing contract: docs/guide/threads.md.
 lock = threading.RLock()
 
 

@@ -18,7 +18,7 @@ checks         The operator-setup validation of the fast path (same shape, same 
                are still compared, so memory is never read out of bounds).
 allocator      The pool allocator (``lamina.memory``): NumPy allocates with its default
                allocator, large blocks go back to the C library when their array dies.
-               OFF BY DEFAULT (see the README's "Tuning"); needs the C core; set per
+               OFF BY DEFAULT (see docs/performance.md, "Tuning"); needs the C core; set per
                thread (NumPy's allocator is a context variable, ``lamina.memory``).
 =============  ==========================================================================
 

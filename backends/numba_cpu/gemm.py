@@ -3,7 +3,7 @@ lamina.backends.threads): BLAS runs on one thread once ``set_num_threads`` was c
 so a product big enough is split -- the rows of a 2-D result, the first batch axis of
 a batched one -- into one single-threaded BLAS call per thread (``threads.split``).
 
-Measured on 2 cores: see the README's "Tuning" section (``x @ w.T``).
+Measured on 2 cores: see docs/performance.md, "Tuning" (``x @ w.T``).
 """
 
 import math
