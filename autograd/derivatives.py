@@ -291,10 +291,12 @@ def _clip(g, r, n, x, lo, hi):
     from_lo = (
         below if above is None or below is None else ops.logical_and(below, ops.logical_not(above))
     )
+    # the result has the broadcast shape of x and the bounds: each gradient is summed
+    # back to its input's shape
     return (
-        g * ops.astype(inside, g.dtype),
-        n[1] and g * ops.astype(from_lo, g.dtype),
-        n[2] and g * ops.astype(above, g.dtype),
+        n[0] and _sum_to(g * ops.astype(inside, g.dtype), x.shape),
+        n[1] and _sum_to(g * ops.astype(from_lo, g.dtype), lo.shape),
+        n[2] and _sum_to(g * ops.astype(above, g.dtype), hi.shape),
     )
 
 
@@ -1022,7 +1024,9 @@ def _gelu_second(x, approximate):
 
 
 def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
-    """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere."""
+    """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere: 0 at
+    an ignored target and off the target's class even where the coefficient is NaN (a
+    'mean' over zero total weight: 0 / 0 where counted, as PyTorch's)."""
     unbatched = x.ndim == 1
     c = x.shape[0] if unbatched else x.shape[1]
     counted = target != ignore_index
@@ -1032,13 +1036,13 @@ def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
         w = w * weight[safe]
     coef = -w * g
     if reduction == "mean":
-        coef = coef / ops.sum(w)
+        coef = ops.where(counted, coef / ops.sum(w), 0.0)
     classes = ops.arange(c, device=g.device)
     if unbatched:
-        return (coef * ops.astype(classes == safe, g.dtype), *_NONE[:4])
+        return (ops.where(classes == safe, coef, 0.0), *_NONE[:4])
     along = tuple(-1 if d == 1 else 1 for d in range(x.ndim))
     onehot = ops.reshape(classes, along) == ops.expand_dims(safe, axis=1)
-    return (ops.expand_dims(coef, axis=1) * ops.astype(onehot, g.dtype), *_NONE[:4])
+    return (ops.where(onehot, ops.expand_dims(coef, axis=1), 0.0), *_NONE[:4])
 
 
 def _mse_loss(g, r, n, x, t, reduction):

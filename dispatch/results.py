@@ -39,8 +39,8 @@ def _shape(a: Any) -> Shape:
 
 
 def _elementwise(op: Operator, args: tuple) -> tuple:
-    if op.name == "clip":
-        return args[0]._dtype, args[0]._shape
+    if op.name == "clip":  # x's dtype; the broadcast shape of x and the bounds
+        return args[0]._dtype, meta.broadcast_shapes(op.name, *map(_shape, args))
     operands = args[1:] if op.name == "where" else args
     shape = meta.broadcast_shapes(op.name, *map(_shape, args))
     return meta.result_dtype(op, meta.promote(op, operands)), shape

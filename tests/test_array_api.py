@@ -330,6 +330,91 @@ def test_where_and_clip_take_python_scalars_and_broadcast_bounds():
     )
 
 
+CLIP_BROADCASTS = [  # (x, min, max): the result has the broadcast shape, x's dtype
+    ("0d_x_1d_min", np.float64(1.5), np.array([0.0, 1.0, 2.0]), 3.0),
+    ("0d_x_1d_max", np.float32(1.5), None, np.array([0.0, 1.0, 2.0], np.float32)),
+    ("0d_x_1d_both", np.int16(5), np.array([1, 6, 2], np.int16), np.array([[7], [9]], np.int16)),
+    (
+        "col_x_row_bounds",
+        np.arange(3.0).reshape(3, 1),
+        np.array([[0.5, 1.0, 1.5, 2.5]]),
+        np.array([[1.0, 2.0, 2.0, 9.0]]),
+    ),
+    (
+        "col_x_row_min_none",
+        np.arange(-1, 2, dtype=np.int8).reshape(3, 1),
+        np.array([[0, 1, -2, 3]], np.int8),
+        None,
+    ),
+    ("col_x_none_row_max", np.arange(3.0).reshape(3, 1), None, np.array([[0.5, 1.0, 1.5, 2.5]])),
+    ("col_x_scalar_and_row", np.arange(3.0).reshape(3, 1), 0.5, np.array([[0.5, 1.0, 1.5, 2.5]])),
+    ("scalars", np.arange(-2.0, 3.0).reshape(5, 1), -1.0, 1.5),
+    ("int_scalars", np.arange(-3, 4, dtype=np.int32), -1, 2),
+    ("none_none", np.arange(3.0).reshape(3, 1), None, None),
+    ("0d_none_none", np.float64(2.5), None, None),
+]
+
+
+@pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])
+@pytest.mark.parametrize("name, x, lo, hi", CLIP_BROADCASTS, ids=[c[0] for c in CLIP_BROADCASTS])
+def test_clip_broadcasts_bounds_like_array_api_strict(backend, name, x, lo, hi):
+    """clip's result has the broadcast shape of x, min and max -- larger than x's when
+    a bound is -- and x's dtype, as array-api-strict (conformance-suite bug: bounds
+    broadcasting past x's shape were refused)."""
+
+    def arg(b, mod):
+        return mod.asarray(b) if isinstance(b, np.ndarray) else b
+
+    want = xp.clip(xp.asarray(x), arg(lo, xp), arg(hi, xp))
+    with lm.backends.use(backend):
+        got = lm.clip(lm.asarray(x), arg(lo, lm), arg(hi, lm))
+    same(got, want)
+
+
+def test_clip_example_from_the_conformance_suite():
+    got = lm.clip(lm.asarray(1.5), lm.asarray([0.0, 1.0, 2.0]), 3.0)
+    assert got.shape == (3,) and got.dtype == lm.get_default_dtype()
+    assert got.tolist() == [1.5, 1.5, 2.0]
+
+
+CLIP_GRADS = [  # float64, values kept 0.05 or more from each bound (no kink in reach)
+    (
+        "0d_x_1d_bounds",
+        np.array(0.4),
+        np.array([0.0, 0.5, 1.0, 0.2]),
+        np.array([0.9, 0.8, 1.5, 0.3]),
+    ),
+    (
+        "col_x_row_bounds",
+        np.array([[-0.8], [0.1], [0.9]]),
+        np.array([[-0.5, 0.3, -1.0, 0.2]]),
+        np.array([[0.6, 0.7, 0.0, 0.15]]),  # last column: max < min, max wins
+    ),
+    (
+        "row_x_col_bounds",
+        np.array([-0.8, 0.1, 0.9]),
+        np.array([[-0.5], [0.3]]),
+        np.array([[0.6], [0.7]]),
+    ),
+]
+
+
+@pytest.mark.parametrize("name, x, lo, hi", CLIP_GRADS, ids=[c[0] for c in CLIP_GRADS])
+def test_clip_gradients_when_bounds_broadcast_past_x(name, x, lo, hi):
+    """The gradients of x and of tensor bounds are summed back to each one's shape."""
+    t, tlo, thi = (lm.asarray(a, requires_grad=True) for a in (x, lo, hi))
+    assert gradcheck(lm.clip, [t, tlo, thi])
+    assert gradcheck(lambda a, b: lm.clip(a, b, None) * 2.0, [t, tlo])
+    assert gradcheck(lambda a, b: lm.clip(a, None, b), [t, thi])
+    assert gradcheck(lambda a: lm.clip(a, lm.asarray(lo), 0.95), [t])
+    out = lm.clip(t, tlo, thi)
+    lm.sum(out).backward()
+    assert (t.grad.shape, tlo.grad.shape, thi.grad.shape) == (x.shape, lo.shape, hi.shape)
+    # each output element's gradient goes to exactly one of x, min and max
+    total = t.grad.numpy().sum() + tlo.grad.numpy().sum() + thi.grad.numpy().sum()
+    assert total == out.size
+
+
 GRADS = [
     ("tril", lambda x: lm.tril(x, k=-1)),
     ("triu", lambda x: lm.triu(x) * 2.0),

@@ -751,7 +751,8 @@ CLIP_DTYPES = ["int8", "uint8", "int64", "float32", "float64"]
 @pytest.mark.parametrize("dtype", CLIP_DTYPES)
 def test_clip(dtype):
     """clip keeps x's dtype; a None bound is no bound; a NaN bound gives NaN (NumPy);
-    lo > hi gives hi (NumPy: min(max(x, lo), hi)); bounds broadcast to x."""
+    lo > hi gives hi (NumPy: min(max(x, lo), hi)); the result has the broadcast shape
+    of x and the bounds (Array API), which may be larger than x's."""
     a = I.specials(dtype)
     is_float = dtype in I.FLOATS
     lo_s, hi_s = (-1.0, 2.5) if is_float else (2, 100)
@@ -778,6 +779,12 @@ def test_clip(dtype):
         cases += [(t, x, float("nan"), None), (t, x, None, float("nan"))]
     e, ea = I.make(a, (0, 4), "contiguous", rng)
     cases += [(e, ea, lo, None)]
+    # bounds broadcasting to a larger shape than x's: the result has the larger shape
+    col, xc = I.make(a, (3, 1), "contiguous", rng)
+    scalar, xs = I.make(a, (), "contiguous", rng)
+    lo5, _ = I.make(a, (5, 4), "transposed", rng)
+    cases += [(col, xc, lo, None), (col, xc, None, lo), (col, xc, lo, hi), (col, xc, lo5[:3], hi)]
+    cases += [(scalar, xs, lo, hi), (scalar, xs, lo_s, lo), (scalar, xs, hi, None)]
     wants = []
     for t, x, lo, hi in cases:
         np_lo, np_hi = (b.numpy() if isinstance(b, lm.Tensor) else b for b in (lo, hi))
@@ -798,8 +805,10 @@ def test_clip(dtype):
 def test_clip_errors():
     x = lm.asarray(np.arange(4, dtype=np.uint8))
     for fn in (lm.clip, lambda *a: numpy_ref(lm.clip, *a)):
-        with pytest.raises(ValueError, match=r"\(4,\)"):
-            fn(x, lm.asarray(np.zeros((2, 4), np.uint8)), None)
+        with pytest.raises(ValueError, match=r"\(4,\) and \(3,\)"):  # not broadcastable
+            fn(x, lm.asarray(np.zeros(3, np.uint8)), None)
+        with pytest.raises(ValueError, match=r"\(4,\) and \(\) and \(2, 3\)"):
+            fn(x, 1, lm.asarray(np.zeros((2, 3), np.uint8)))
         with pytest.raises(TypeError, match="clip"):
             fn(lm.asarray(np.array([True])), 0, 1)
         with pytest.raises(OverflowError):

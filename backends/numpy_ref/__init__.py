@@ -63,17 +63,15 @@ def clip(ks, x, min=None, max=None):
     S.check_clip_bounds(x, min, max)
     lo = None if min is None else S.clip_bound(min, x._dtype)
     hi = None if max is None else S.clip_bound(max, x._dtype)
-    out = x._data.copy()
+    # the result has the broadcast shape of x and the bounds (Array API); x's dtype
+    shape = S.broadcast_shapes("clip", x._shape, *(S.shape_of(b) for b in (min, max)))
+    out = np.broadcast_to(x._data, shape).copy()
     if lo is not None:
         out = np.where(np.isnan(lo) if x._dtype.kind == "f" else False, lo, np.maximum(out, lo))
     if hi is not None:
         out = np.where(np.isnan(hi) if x._dtype.kind == "f" else False, hi, np.minimum(out, hi))
-    if out.shape != x._shape:
-        raise ValueError(
-            f"clip: the bounds must broadcast to x's shape {x._shape}, got a "
-            f"result shape {out.shape}"
-        )
-    return from_array(np.ascontiguousarray(out, x._dtype.np))
+    # asarray, not ascontiguousarray: that makes a 0-d result 1-d
+    return from_array(np.asarray(out, x._dtype.np, order="C"))
 
 
 def where(ks, condition, x1, x2):

@@ -303,7 +303,8 @@ def native_batch_norm(
     if bias is not None:
         out = out + bias._data.reshape(shape)
     dtype = input._data.dtype
-    out = np.maximum(out, 0).astype(dtype) if relu else out.astype(dtype)  # NaN propagates
+    out = np.where(out < 0, 0.0, out) if relu else out  # NaN and -0.0 pass (as relu)
+    out = out.astype(dtype)
     return (
         _result(out, input._data),
         from_array(mean.astype(dtype)),
@@ -391,11 +392,13 @@ def _keep_layout(out, like):
 
 
 def relu(ks, input):
-    return _keep_layout(np.maximum(input._data, 0), input._data)  # NaN propagates
+    x = input._data  # NaN and -0.0 pass unchanged (PyTorch's clamp_min)
+    return _keep_layout(np.where(x < 0, x.dtype.type(0), x), x)
 
 
 def relu_backward(ks, grad, result):
-    return _keep_layout(np.where(result._data > 0, grad._data, 0), result._data)
+    # PyTorch's threshold_backward: grad passes where the result is NaN
+    return _keep_layout(np.where(result._data <= 0, 0, grad._data), result._data)
 
 
 def leaky_relu(ks, input, negative_slope):

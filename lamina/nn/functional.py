@@ -172,8 +172,11 @@ def cross_entropy(
     # the uniform part: -sum_c w_c logp_c / C per sample, over the samples that count
     w = ops.ones((classes,), dtype=input.dtype) if weight is None else weight
     smooth = -ops.sum(logp * _along(w, dim, input.ndim), axis=dim)
-    counted = ops.astype(target != ignore_index, input.dtype)
-    smooth = smooth * counted
+    keep = target != ignore_index
+    counted = ops.astype(keep, input.dtype)
+    # where, not a product: an ignored sample's gradient stays 0 when the mean's divisor
+    # is 0 (every target ignored: PyTorch's zero gradient, not 0 * inf)
+    smooth = ops.where(keep, smooth, 0.0)
     if reduction == "sum":
         smooth = ops.sum(smooth)
     elif reduction == "mean":

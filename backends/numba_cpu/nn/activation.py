@@ -40,12 +40,14 @@ _TANH_KAPPA = 0.044715
 
 @jitable
 def relu(x, zero):
-    return x if x > 0 or x != x else zero  # NaN propagates, as in PyTorch
+    # NaN and -0.0 pass unchanged, as in PyTorch (its clamp_min(x, 0))
+    return zero if x < 0 else x
 
 
 @jitable
 def relu_backward(g, r, zero):
-    return g if r > 0 else zero
+    # PyTorch's threshold_backward: g passes where the result is NaN (NaN input)
+    return zero if r <= 0 else g
 
 
 @jitable

@@ -317,10 +317,11 @@ def _blocks(total, step):
 def _gemm(a, b, out):
     """out = a @ b for 2-D operands: by np.dot where out is C-contiguous (Note [dot,
     not matmul]), else np.matmul (np.dot only writes C-contiguous outputs)."""
-    if out.flags.c_contiguous:
-        np.dot(a, b, out=out)
-    else:
-        np.matmul(a, b, out=out)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
+        if out.flags.c_contiguous:
+            np.dot(a, b, out=out)
+        else:
+            np.matmul(a, b, out=out)
 
 
 # ---------------------------------------------------------------- forward
@@ -730,7 +731,10 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
 
 def _input_grad(gk, w, geo, order, dtype):
     """The input gradient (images in ``order``) from grad gk (in ``order``)."""
-    if geo.transposable and not geo.pointwise:
+    # the transposed convolution multiplies its zero padding by the weight: a NaN or
+    # infinite weight would spread NaN over the border, which the scatter (PyTorch's
+    # col2im) never reads; checking the weight costs a pass over it, not the images
+    if geo.transposable and not geo.pointwise and np.isfinite(w).all():
         gx, wf = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order), _flipped(w, geo)
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
         return gx

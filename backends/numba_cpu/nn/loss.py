@@ -32,6 +32,11 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
     w = counted.reshape(t.shape).astype(x.dtype)
     if weight is not None:
         w *= weight._data[t]
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
+        return _nll_reduce(x, picked, w, target, reduction)
+
+
+def _nll_reduce(x, picked, w, target, reduction):
     losses = -picked * w
     if reduction == "none":
         return from_array(losses.reshape(target._shape))
@@ -43,7 +48,11 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
 
 
 def mse_loss(ks, input, target, reduction):
-    d = input._data - target._data
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
+        return _mse_reduce(input._data - target._data, reduction)
+
+
+def _mse_reduce(d, reduction):
     squares = d * d
     if reduction == "none":
         return from_array(np.ascontiguousarray(squares))

@@ -118,7 +118,7 @@ def unchanged(y, zero):
 
 @jitable
 def rectified(y, zero):
-    return y if y > 0 or y != y else zero  # activation.py's relu (copied: Note [Kernel cache])
+    return zero if y < 0 else y  # activation.py's relu (copied: Note [Kernel cache])
 
 
 @jitable
@@ -128,7 +128,7 @@ def ungated(g, result, zero):
 
 @jitable
 def gated(g, result, zero):
-    return g if result > 0 else zero  # activation.py's relu_backward
+    return zero if result <= 0 else g  # activation.py's relu_backward (NaN passes g)
 
 
 # by whether relu is fused: the forward's scalar function, the backward's gate
@@ -247,8 +247,12 @@ def bn_backward_cf(gate, loop):
             cc = -a * sg / count if training else 0.0
             for i in range(n):
                 grow, xrow, rrow, res = g[i, k], x[i, k], r[i, k], gx[i, k]
-                for j in range(s):
-                    res[j] = gate(grow[j], rrow[j], zero) * a + (xrow[j] - m) * b + cc
+                if training:
+                    for j in range(s):
+                        res[j] = gate(grow[j], rrow[j], zero) * a + (xrow[j] - m) * b + cc
+                else:  # x is not read: a NaN or infinite x leaves g * a (PyTorch's)
+                    for j in range(s):
+                        res[j] = gate(grow[j], rrow[j], zero) * a
 
     return kernel
 
@@ -285,15 +289,21 @@ def bn_grad_sums_cl(gate, loop):
 
 
 def bn_grad_cl(gate, loop):
-    """gx[i, k] = g[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k], g gated by the
-    result r."""
+    """gx[i, k] = g[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k] (``training``) or
+    g[i, k] * a[k] (evaluation: x not read, so a NaN or infinite x leaves g * a, as in
+    PyTorch), g gated by the result r."""
 
-    def kernel(g, x, r, mean, a, b, c, gx):
+    def kernel(g, x, r, mean, a, b, c, gx, training):
         zero = x.dtype.type(0)
         for i in loop(x.shape[0]):
             grow, xrow, rrow, res = g[i], x[i], r[i], gx[i]
-            for k in range(x.shape[1]):
-                res[k] = gate(grow[k], rrow[k], zero) * a[k] + (xrow[k] - mean[k]) * b[k] + c[k]
+            if training:
+                for k in range(x.shape[1]):
+                    gk = gate(grow[k], rrow[k], zero)
+                    res[k] = gk * a[k] + (xrow[k] - mean[k]) * b[k] + c[k]
+            else:
+                for k in range(x.shape[1]):
+                    res[k] = gate(grow[k], rrow[k], zero) * a[k]
 
     return kernel
 
@@ -312,7 +322,7 @@ def _signature(template, dtype):
         affine_cl: (a2, vec, vec, a2),
         bn_backward_cf: (a3, a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
         bn_grad_sums_cl: (a2, a2, a2, f64, f64_2, f64_2),
-        bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2),
+        bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2, t.boolean),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
         lrn_forward_cl: (a2, a2, a2, *lrn_forward),
         lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
@@ -353,7 +363,8 @@ def native_batch_norm(
             sums, squares = np.empty((chunks, c)), np.empty((chunks, c))
             _entry(bn_sums_cl, (), data.dtype, x.size)(x, shift, sums, squares)
             s, q = sums.sum(axis=0) / count, squares.sum(axis=0) / count
-            mean[:], var[:] = shift + s, np.maximum(q - s * s, 0.0)
+            with np.errstate(invalid="ignore"):  # an infinite x: NaN statistics
+                mean[:], var[:] = shift + s, np.maximum(q - s * s, 0.0)
         inv = 1.0 / np.sqrt(var + eps)
         scale = (w * inv).astype(data.dtype)
         offset = (b - mean * w * inv).astype(data.dtype)
@@ -407,7 +418,7 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
         b = -a * inv * inv * sgx / count if training else np.zeros(c)
         cc = -a * gb / count if training else np.zeros(c)
         coefficients = [v.astype(data.dtype) for v in (m, a, b, cc)]
-        _entry(bn_grad_cl, (gate,), data.dtype, x.size)(g, x, r, *coefficients, gx)
+        _entry(bn_grad_cl, (gate,), data.dtype, x.size)(g, x, r, *coefficients, gx, training)
     return (
         from_array(from_channel_view(gx, data, channels_last)),
         from_array(gw.astype(data.dtype)),
