@@ -16,6 +16,7 @@ import gc
 import threading
 import weakref
 
+import fused
 import numpy as np
 import pytest
 
@@ -543,13 +544,13 @@ SAMPLES.update(
             ),
             (
                 "relu_training",
-                lambda x, w, b: NNF.batch_norm(x, None, None, w, b, training=True, relu=True),
+                lambda x, w, b: fused.batch_norm_relu(x, None, None, w, b, training=True),
                 [leaf((2, 3, 2, 2)), leaf((3,), seed=1), leaf((3,), seed=2)],
             ),
             (
                 "relu_nhwc_eval",
-                lambda x, w: NNF.batch_norm(
-                    x, const([0.1, -0.2, 0.3]), const([0.5, 1.0, 2.0]), w, relu=True
+                lambda x, w: fused.batch_norm_relu(
+                    x, const([0.1, -0.2, 0.3]), const([0.5, 1.0, 2.0]), w
                 ),
                 [nhwc((2, 3, 2, 2)), leaf((3,), seed=1)],
             ),

@@ -9,6 +9,7 @@ test_autograd.py's SAMPLES. Shapes are few and small and mostly float64, the dty
 rest of the suite compiles kernels for; one sweep runs the production dtype, float32.
 """
 
+import fused
 import numpy as np
 import pytest
 
@@ -327,11 +328,11 @@ def test_batch_norm_with_relu_is_relu_of_batch_norm_bit_for_bit(training, layout
     w, b = param((4,), dtype=dtype), param((4,), seed=2, dtype=dtype)
     g = np.random.default_rng(3).standard_normal(data.shape).astype(dtype)
 
-    def run(fused):
+    def run(fuse):
         leaves = [t.detach().requires_grad_() for t in (x, w, b)]
         rm, rv = lm.asarray(np.array([0.1, -0.2, 0.3, 0.0], dtype)), lm.asarray(np.ones(4, dtype))
         args = (leaves[0], rm, rv, *leaves[1:], training, 0.3, 1e-3)
-        out = F.batch_norm(*args, relu=True) if fused else F.relu(F.batch_norm(*args))
+        out = fused.batch_norm_relu(*args) if fuse else F.relu(F.batch_norm(*args))
         out.backward(lm.asarray(g))
         return [out, *(t.grad for t in leaves), rm, rv]
 
@@ -351,7 +352,7 @@ def test_batch_norm_with_relu_matches_the_oracle(layout):
     w, b = param((4,)), param((4,), seed=2)
 
     def fn(x, w, b):
-        return F.batch_norm(x, None, None, w, b, training=True, relu=True)
+        return fused.batch_norm_relu(x, None, None, w, b, training=True)
 
     out = check_against_oracle(fn, [x, w, b])[0]
     assert 0 < (out.numpy() == 0).mean() < 1  # some values clipped, some kept
@@ -518,7 +519,7 @@ FLOAT32 = [
     ("global_avg", lambda x, w: F.adaptive_avg_pool2d(x, 1)),
     ("lrn", lambda x, w: F.local_response_norm(x, 5)),
     ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True)),
-    ("batch_norm_relu", lambda x, w: F.batch_norm(x, None, None, training=True, relu=True)),
+    ("batch_norm_relu", lambda x, w: fused.batch_norm_relu(x, None, None, training=True)),
     ("relu", lambda x, w: F.relu(x)),
 ]
 
@@ -555,7 +556,7 @@ PARALLEL = [
     ("batch_norm", lambda x, w: F.batch_norm(x, None, None, training=True), 1e-5),
     (
         "batch_norm_relu",
-        lambda x, w: F.batch_norm(x, None, None, training=True, relu=True),
+        lambda x, w: fused.batch_norm_relu(x, None, None, training=True),
         1e-5,
     ),
     ("relu", lambda x, w: F.relu(x), 1e-5),

@@ -144,14 +144,14 @@ def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch)
     for fuse in (True, False):
         lm.random.seed(1)
         model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2))
-        model.fuse_batch_norm_relu = fuse
+        model.fuse = fuse
         relu_calls.clear()
         out = model(x)
         lm.sum(out * out).backward()
         model.eval()
         results[fuse] = [out, model(x), *(p.grad for p in model.parameters()), *model.buffers()]
         assert len(relu_calls) == (0 if fuse else 2)
-        assert model[1:].fuse_batch_norm_relu is fuse  # a slice keeps the setting
+        assert model[1:].fuse is fuse  # a slice keeps the setting
     for got, want in zip(results[True], results[False]):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
@@ -172,6 +172,34 @@ def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch)
         model(x)
         assert len(relu_calls) == 1
     assert (seen[0].numpy() < 0).any()  # the hook saw batch norm's output, before relu
+
+
+def test_a_fusion_declared_in_one_place_is_applied_by_sequential(monkeypatch):
+    """Note [Rewrites]: a new fusion is one ``rewrite`` declaration; Sequential applies
+    it (the longest pattern first) without knowing it, and hands each stage's
+    arguments to it."""
+    from lamina.dispatch import rewrites
+
+    monkeypatch.setattr(rewrites, "REWRITES", dict(rewrites.REWRITES))
+    calls = []
+
+    @rewrites.rewrite("relu_relu", ("relu", "relu"), exact=True, doc="relu is idempotent")
+    def relu_once(x, first, second):
+        calls.append((first(x), second(x)))
+        return F.relu(x)
+
+    x = lm.asarray([[-1.0, 2.0], [3.0, -4.0]])
+    model = nn.Sequential(nn.ReLU(), nn.ReLU(), nn.ReLU(), nn.Linear(2, 2))
+    out = model(x)
+    assert len(calls) == 1 and calls[0][0][0] is x  # ReLU's operator_args: (x,)
+    np.testing.assert_array_equal(out.numpy(), model[3](F.relu(x)).numpy())
+    assert rewrites.match(["relu", "relu", "linear"]).name == "relu_relu"
+    assert rewrites.match(["native_batch_norm", "relu"]).name == "batch_norm_relu"
+    assert rewrites.match(["relu", None]) is None
+    with pytest.raises(ValueError, match="unknown operator 'reluu'"):
+        rewrites.rewrite("typo", ("reluu",), exact=True, doc="")
+    with pytest.raises(ValueError, match="registered twice"):
+        rewrites.rewrite("relu_relu", ("relu", "relu"), exact=True, doc="")(relu_once)
 
 
 def test_batch_norm_momentum_none_is_the_cumulative_average():

@@ -110,15 +110,11 @@ def batch_norm(
     training: bool = False,
     momentum: float = 0.1,
     eps: float = 1e-5,
-    *,
-    relu: bool = False,
 ) -> Tensor:
     """Batch normalization over every axis but 1: with ``training`` by the batch's mean
     and (biased) variance, updating the running statistics in place (the variance
-    unbiased) by ``momentum``; otherwise by the running statistics. ``relu`` (lamina's,
-    not PyTorch's) applies relu in the same pass: relu(batch_norm(...)), bit for bit,
-    in less time (Note [Fused batch norm and relu])."""
-    args = (input, weight, bias, running_mean, running_var, training, momentum, eps, relu)
+    unbiased) by ``momentum``; otherwise by the running statistics."""
+    args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
     return _NATIVE_BATCH_NORM(*_NATIVE_BATCH_NORM.check(*args))[0]
 
 

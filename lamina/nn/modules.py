@@ -24,13 +24,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lamina.autograd import no_grad
-from lamina.dispatch import ops
+from lamina.dispatch import ops, rewrites
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.dtypes import DType, float32, float64
+from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
 from . import functional as F
 from . import init
+
+_NATIVE_BATCH_NORM = OPERATORS["native_batch_norm"]
 
 
 class _ParameterType(type):
@@ -344,6 +347,17 @@ class Module:
     def forward(self, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
+    # A module whose forward is one operator call names that operator and gives its
+    # arguments, so that Sequential can fuse it with its neighbours (Note [Rewrites]).
+    # Only the class that sets ``operator`` takes part, not its subclasses: they may
+    # change forward.
+    operator: str | None = None
+
+    def operator_args(self, x: Any) -> tuple:
+        """The arguments of ``operator``'s call that ``forward(x)`` makes (checked);
+        called once per call, so state a forward updates is updated here."""
+        raise NotImplementedError(f"{type(self).__name__} has no operator call")
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         for hook in list(self._forward_pre_hooks.values()):
             changed = hook(self, args)
@@ -399,12 +413,12 @@ class Sequential(Module):
     """Modules applied one after another: ``Sequential(conv, bn, relu)`` (children
     named "0", "1", ...) or ``Sequential(OrderedDict(conv=conv, ...))``.
 
-    A BatchNorm2d followed by a ReLU (exactly those classes, neither with hooks nor
-    an instance's own forward) runs as one fused call with the same results (Note
-    [Fused batch norm and relu]); ``fuse_batch_norm_relu = False``, on the class or
-    one instance (its slices keep it), runs them one by one."""
+    Consecutive children that a declared fusion covers (a BatchNorm2d then a ReLU)
+    run as one fused call with the same results when none has hooks or a forward of
+    its own (Note [Rewrites]); ``fuse = False``, on the class or one instance (its
+    slices keep it), runs them one by one."""
 
-    fuse_batch_norm_relu = True
+    fuse = True
 
     def __init__(self, *modules: Module) -> None:
         super().__init__()
@@ -417,14 +431,17 @@ class Sequential(Module):
 
     def forward(self, x: Any) -> Any:
         modules = list(self._modules.values())
+        operators = [_operator(m) for m in modules] if self.fuse else []
         i = 0
         while i < len(modules):
-            if self.fuse_batch_norm_relu and _fusable(modules[i : i + 2]):
-                x = modules[i].forward(x, relu=True)
-                i += 2
-            else:
+            fusion = rewrites.match(operators[i:]) if operators else None
+            if fusion is None:
                 x = modules[i](x)
                 i += 1
+            else:
+                n = len(fusion.pattern)
+                x = fusion.apply(x, *(m.operator_args for m in modules[i : i + n]))
+                i += n
         return x
 
     def __getitem__(self, index: int | slice) -> Module:
@@ -433,8 +450,8 @@ class Sequential(Module):
         "1" and "2"), as in PyTorch."""
         if isinstance(index, slice):
             part = Sequential(OrderedDict(list(self._modules.items())[index]))
-            if "fuse_batch_norm_relu" in self.__dict__:
-                part.fuse_batch_norm_relu = self.fuse_batch_norm_relu
+            if "fuse" in self.__dict__:
+                part.fuse = self.fuse
             return part
         return list(self._modules.values())[_position(index, len(self._modules))]
 
@@ -463,18 +480,13 @@ def _position(index: Any, size: int) -> int:
     return i % size
 
 
-def _fusable(pair: list[Module]) -> bool:
-    """Whether ``pair`` is a BatchNorm2d and a ReLU that Sequential may run as one call:
-    exactly those classes, with their own forward (a subclass or an instance may
-    change it), and no hook to see the value between."""
-    return (
-        len(pair) == 2
-        and type(pair[0]) is BatchNorm2d
-        and type(pair[1]) is ReLU
-        and not any(
-            m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ for m in pair
-        )
-    )
+def _operator(m: Module) -> str | None:
+    """The operator ``m``'s call makes, where Sequential may fuse it (Note [Rewrites]):
+    declared by its own class, and no hook or instance forward to see or change the
+    values in between."""
+    if m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
+        return None
+    return type(m).__dict__.get("operator")
 
 
 class ModuleList(Module):
@@ -652,9 +664,9 @@ class BatchNorm2d(Module):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
 
-    def forward(self, x: Tensor, relu: bool = False) -> Tensor:
-        """``relu``: relu(self(x)) in one call, for Sequential (Note [Fused batch norm
-        and relu])."""
+    operator = "native_batch_norm"
+
+    def operator_args(self, x: Tensor) -> tuple:
         if x.ndim != 4:
             raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {x.shape}")
         momentum = 0.0 if self.momentum is None else self.momentum
@@ -664,17 +676,19 @@ class BatchNorm2d(Module):
                 momentum = 1.0 / float(self.num_batches_tracked)
         batch_stats = self.training or self.running_mean is None
         use_running = not self.training or self.track_running_stats
-        return F.batch_norm(
+        return _NATIVE_BATCH_NORM.check(
             x,
-            self.running_mean if use_running else None,
-            self.running_var if use_running else None,
             self.weight,
             self.bias,
+            self.running_mean if use_running else None,
+            self.running_var if use_running else None,
             batch_stats,
             momentum,
             self.eps,
-            relu=relu,
         )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return _NATIVE_BATCH_NORM(*self.operator_args(x))[0]
 
     def extra_repr(self) -> str:
         return (
@@ -800,6 +814,11 @@ class ReLU(Module):
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
         self.inplace = inplace
+
+    operator = "relu"
+
+    def operator_args(self, x: Tensor) -> tuple:
+        return (x,)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)

@@ -8,7 +8,7 @@ needs no PyTorch):
 Every case is float64: its inputs, a fixed upstream gradient, and PyTorch's output and
 the gradients of every input that takes one. Floats are written as JSON numbers, the
 non-finite ones as the strings "nan", "inf" and "-inf" (-0.0 is a JSON number).
-lamina's fused batch norm + relu (``relu=True``) is recorded as relu(batch_norm(...)).
+lamina's fused batch norm + relu (the batch_norm_relu rewrite) is recorded as relu(batch_norm(...)).
 """
 
 import json

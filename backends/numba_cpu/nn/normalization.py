@@ -25,8 +25,9 @@ pass less than before, channels-last none). The arithmetic is the same, and so a
 results, bit for bit: y is rounded to the data's dtype before or after the max, which
 commutes with it, and the gated gradient is summed by the same loops (which holds
 while LLVM vectorizes the gated and the plain loop alike; the tests compare the two
-on the machine that runs them). lamina.nn.Sequential fuses a BatchNorm2d followed by
-a ReLU, exactly those classes, when neither has hooks.
+on the machine that runs them). The rewrite batch_norm_relu (Note [Rewrites]) puts
+it in place of batch norm then relu: lamina.nn.Sequential applies it to a BatchNorm2d
+followed by a ReLU.
 
 Local response normalization sums squares over a window of channels; the scale
 k + alpha / size * sum is saved for backward, which then needs no window of squares

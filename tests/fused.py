@@ -1,0 +1,15 @@
+"""The declared fusions called as functions, for tests that compare them with the
+chains they replace (Note [Rewrites])."""
+
+from lamina.dispatch.rewrites import REWRITES
+from lamina.dispatch.schema import OPERATORS
+
+
+def batch_norm_relu(
+    input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
+):
+    """relu(F.batch_norm(...)) through the batch_norm_relu rewrite."""
+    args = OPERATORS["native_batch_norm"].check(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    return REWRITES["batch_norm_relu"].apply(input, lambda x: args, lambda x: (x,))
