@@ -405,6 +405,13 @@ def rebuild_op(op: Operator) -> None:
     op.mask = mask
 
 
+# Note [Generation]: the number of table rebuilds so far. Whatever is derived from the
+# tables -- a compiled plan, a cached choice of kernels -- records it and is stale once
+# it differs: every registration, plugin load, layer switch, preferred backend and
+# priority change goes through rebuild().
+generation = 0
+
+
 def rebuild() -> None:
     """Recompute every operator's table and mask (registration time, never per call)."""
     with R.lock:
@@ -412,7 +419,8 @@ def rebuild() -> None:
 
 
 def _rebuild() -> None:
-    global _slot_cache
+    global _slot_cache, generation
+    generation += 1
     _used.clear()
     for op in OPERATORS.values():
         rebuild_op(op)
