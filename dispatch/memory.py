@@ -1,4 +1,4 @@
-"""The pool allocator behind the "allocator" layer (Note [Pool allocator] in _core.c).
+"""The pool allocator behind the "allocator" layer (Note [Pool allocator] in csrc/pool.c).
 
 The pool is a NumPy memory handler in the C core, so every array NumPy allocates goes
 through it: requests of at least ``threshold`` bytes are served from size classes of

@@ -2,7 +2,7 @@
 
 Note [Two cores]: what every call pays for -- the Tensor's storage, the bindings (OR the
 key sets, AND the mask, index the table by ``bit_length``) and the dense elementwise
-fast path -- exists twice: here, in Python, and in ``_core.c``, in C. Both implement
+fast path -- exists twice: here, in Python, and in ``csrc/``, in C. Both implement
 exactly the same algorithm with the same names; ``core.py`` chooses one at import
 (``LAMINA_PURE_PYTHON=1`` forces this one) and the test suite runs under both. The C
 core handles only the common cases itself (tensors of the exact Tensor type, dense,

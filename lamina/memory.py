@@ -1,7 +1,7 @@
 """The pool allocator: ``lm.memory.stats()``, ``empty_cache()``, ``configure()``.
 
 The pool is the "allocator" layer of ``lm.layers`` (on or off like the others; Note
-[Pool allocator] in ``dispatch/_core.c``). While it is on, NumPy allocates every array
+[Pool allocator] in ``dispatch/csrc/pool.c``). While it is on, NumPy allocates every array
 through it: a request of at least ``threshold`` bytes (default 128 KiB, the size from
 which glibc maps blocks) is rounded up to one of four size classes per octave and
 served from a block an earlier array of that class freed, so the C library does not

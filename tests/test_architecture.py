@@ -3,12 +3,15 @@
 the schema promises of the public functions (a true signature, a docstring) holds.
 
 Imports are read from the source (every ``import`` statement, inside functions too),
-so a lazy import that goes upward or closes a cycle fails here as well.
+so a lazy import that goes upward or closes a cycle fails here as well. The C core
+(dispatch/csrc/) is read too: its includes, and which of its files name autograd's
+recording (Note [Autograd in C] in dispatch/csrc/core.h).
 """
 
 import ast
 import inspect
 import pathlib
+import re
 
 import pytest
 
@@ -27,11 +30,11 @@ LAYERS = {
 
 
 def _modules():
-    """module name -> source path, for every module of the four layers (compiled
-    extensions too: their C source imports nothing of lamina's)."""
-    found = {}
+    """module name -> source path, for every module of the four layers; the compiled
+    extension's is its folder of C files (they import no Python module: checked below)."""
+    found = {"lamina.dispatch._core": ROOT / "dispatch" / "csrc"}
     for folder, (package, _) in LAYERS.items():
-        for path in sorted([*(ROOT / folder).rglob("*.py"), *(ROOT / folder).rglob("*.c")]):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
@@ -53,7 +56,7 @@ def _layer(module):
 def _imports(module, path):
     """(line, imported lamina module) for every import in the module's source; ``from
     X import y`` counts as importing X.y where that is a module, else X."""
-    if path.suffix == ".c":
+    if path.is_dir():
         return []
     is_package = path.name == "__init__.py"
     here = module if is_package else module.rpartition(".")[0]
@@ -146,6 +149,84 @@ def test_the_direction_check_can_fail():
     assert _layer("lamina") == ("lamina", 2)
     # a backend importing the public face would be reported
     assert _layer("lamina")[1] > _layer("lamina.backends.sparse")[1]
+
+
+# ---------------------------------------------------------------- the C core
+
+C_CORE = ROOT / "dispatch" / "csrc"
+C_FILES = sorted([*C_CORE.glob("*.c"), *C_CORE.glob("*.h")])
+# what a C file may include: the core's own header, the C library's, Python's, NumPy's
+C_INCLUDES = re.compile(
+    r'"core\.h"|<(Python|structmember|fenv|stdint|string|stdlib)\.h>|<numpy/\w+\.h>'
+)
+# Note [Autograd in C]: autograd's names (its nodes, derivatives, grad mode, recording,
+# and TensorBase's autograd fields) belong to recording.c; what other files may name
+AUTOGRAD_NAMES = re.compile(r"grad|accumulator|output_nr|node|record|derivative", re.I)
+AUTOGRAD_FIELDS = {"grad_fn", "accumulator", "output_nr"}
+AUTOGRAD_ALLOWED = {
+    "recording.c": None,  # autograd's recording itself: any of them
+    "core.h": AUTOGRAD_FIELDS | {"init_recording"},  # declares the fields and the init
+    "module.c": {"init_recording"},  # adds recording.c's types to the module
+    # stores the fields and gives Python access to them, as reference.TensorBase does
+    "tensor.c": AUTOGRAD_FIELDS
+    | {"tensor_get_accumulator", "tensor_set_accumulator"}
+    | {"tensor_get_output_nr", "tensor_set_output_nr"},
+}
+
+
+# comments, strings and characters: what C code may say of autograd without naming it
+C_TEXT = re.compile(r"""/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'""", re.S)
+
+
+def _c_violations(name, source):
+    """What a C file of the core does that Note [Autograd in C] forbids it."""
+    bad = [
+        f"includes {target}"
+        for target in re.findall(r"^\s*#\s*include\s*(\S+)", source, re.M)
+        if not C_INCLUDES.fullmatch(target)
+    ]
+    code = C_TEXT.sub(" ", source)
+    bad += [
+        f"imports a Python module ({n})" for n in sorted(set(re.findall(r"\bPyImport_\w+", code)))
+    ]
+    allowed = AUTOGRAD_ALLOWED.get(name, set())
+    if allowed is not None:
+        names = set(re.findall(r"\b[A-Za-z_]\w*", code))
+        bad += [
+            f"names autograd's {n}"
+            for n in sorted(names)
+            if AUTOGRAD_NAMES.search(n) and n not in allowed
+        ]
+    return bad
+
+
+def test_the_c_core_is_found():
+    names = {p.name for p in C_FILES}
+    assert {"core.h", "module.c", "tensor.c", "tables.c", "fastpath.c", "recording.c"} <= names
+    assert set(AUTOGRAD_ALLOWED) <= names
+
+
+@pytest.mark.parametrize("path", C_FILES, ids=lambda p: p.name)
+def test_c_files_keep_autograd_in_the_recording_file(path):
+    assert _c_violations(path.name, path.read_text()) == []
+
+
+def test_the_c_check_can_fail():
+    source = """
+        #include "../../autograd/graph.h"
+        #include <Python.h>
+        static PyObject *f(TensorObject *t) {  /* grad_fn in a comment is fine */
+            PyObject *graph = PyImport_ImportModule("lamina.autograd.graph");
+            return t->grad_fn != NULL ? t->grad_fn : graph;
+        }
+    """
+    assert _c_violations("fastpath.c", source) == [
+        'includes "../../autograd/graph.h"',
+        "imports a Python module (PyImport_ImportModule)",
+        "names autograd's grad_fn",
+    ]
+    assert _c_violations("tensor.c", source) == _c_violations("fastpath.c", source)[:2]
+    assert _c_violations("recording.c", source) == _c_violations("fastpath.c", source)[:2]
 
 
 # ---------------------------------------------------------------- the public functions

@@ -1,5 +1,5 @@
 """The pool allocator, the "allocator" layer (lamina.memory, Note [Pool allocator] in
-dispatch/_core.c): under the C core it serves NumPy's large allocations from cached
+dispatch/csrc/pool.c): under the C core it serves NumPy's large allocations from cached
 blocks, within its limit, from several threads; under the pure-Python core it cannot be
 switched on."""
 

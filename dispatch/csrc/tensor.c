@@ -1,0 +1,216 @@
+/* TensorBase, the fields of every tensor (Note [Tensor fields]), and lamina's dtypes as
+ * the fast path sees them (Note [C core files]). */
+#include "core.h"
+
+/* ------------------------------------------------------------------ dtypes */
+
+PyObject *dtype_objs[MAX_DTYPES];
+PyArray_Descr *dtype_descrs[MAX_DTYPES];
+char dtype_kinds[MAX_DTYPES];
+int n_dtypes = 0;
+
+/* set_dtypes(dtypes): lamina's dtypes in index order (each with .np and .kind) */
+static PyObject *mod_set_dtypes(PyObject *m, PyObject *seq) {
+    PyObject *items = PySequence_Fast(seq, "set_dtypes: needs a sequence of dtypes");
+    if (items == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    if (n > MAX_DTYPES) {
+        Py_DECREF(items);
+        PyErr_SetString(PyExc_ValueError, "set_dtypes: too many dtypes");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(items, i);
+        PyObject *np_dtype = PyObject_GetAttrString(d, "np");
+        PyObject *kind = np_dtype ? PyObject_GetAttrString(d, "kind") : NULL;
+        PyArray_Descr *descr = NULL;
+        if (kind == NULL || !PyUnicode_Check(kind) || PyUnicode_GET_LENGTH(kind) < 1 ||
+            !PyArray_DescrConverter(np_dtype, &descr)) {
+            Py_XDECREF(np_dtype);
+            Py_XDECREF(kind);
+            Py_DECREF(items);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "set_dtypes: bad dtype");
+            return NULL;
+        }
+        Py_INCREF(d);
+        Py_XSETREF(dtype_objs[i], d);
+        Py_XSETREF(dtype_descrs[i], descr);
+        dtype_kinds[i] = (char)PyUnicode_READ_CHAR(kind, 0);
+        Py_DECREF(np_dtype);
+        Py_DECREF(kind);
+    }
+    n_dtypes = (int)n;
+    Py_DECREF(items);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ TensorBase */
+
+PyTypeObject *tensor_type = NULL;
+PyObject *cpu_ks;
+
+static PyObject *mod_set_tensor_type(PyObject *m, PyObject *type) {
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &TensorBaseType)) {
+        PyErr_SetString(PyExc_TypeError, "set_tensor_type: needs a subclass of TensorBase");
+        return NULL;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(tensor_type, (PyTypeObject *)type);
+    Py_RETURN_NONE;
+}
+
+static int tensor_traverse(TensorObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->data);
+    Py_VISIT(self->flat);
+    Py_VISIT(self->ks_obj);
+    Py_VISIT(self->dtype);
+    Py_VISIT(self->shape);
+    Py_VISIT(self->grad_fn);
+    Py_VISIT(self->dict);
+    Py_VISIT(self->accumulator);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int tensor_clear(TensorObject *self) {
+    Py_CLEAR(self->data);
+    Py_CLEAR(self->flat);
+    Py_CLEAR(self->ks_obj);
+    Py_CLEAR(self->dtype);
+    Py_CLEAR(self->shape);
+    Py_CLEAR(self->grad_fn);
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->accumulator);
+    return 0;
+}
+
+static void tensor_dealloc(TensorObject *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    tensor_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *tensor_get_ks(TensorObject *self, void *closure) {
+    if (self->ks_obj == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_ks");
+        return NULL;
+    }
+    Py_INCREF(self->ks_obj);
+    return self->ks_obj;
+}
+
+static int tensor_set_ks(TensorObject *self, PyObject *value, void *closure) {
+    if (value == NULL) {
+        Py_CLEAR(self->ks_obj);
+        self->ks = 0;
+        return 0;
+    }
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "a tensor's _ks must be an int");
+        return -1;
+    }
+    long long ks = PyLong_AsLongLong(value);
+    if (ks == -1 && PyErr_Occurred()) return -1;
+    Py_INCREF(value);
+    Py_XSETREF(self->ks_obj, value);
+    self->ks = ks;
+    return 0;
+}
+
+static PyObject *tensor_get_dtype(TensorObject *self, void *closure) {
+    if (self->dtype == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_dtype");
+        return NULL;
+    }
+    Py_INCREF(self->dtype);
+    return self->dtype;
+}
+
+static int tensor_set_dtype(TensorObject *self, PyObject *value, void *closure) {
+    Py_XINCREF(value);
+    Py_XSETREF(self->dtype, value);
+    self->dtype_index = value == NULL ? -1 : dtype_index_of(value);
+    return 0;
+}
+
+/* Note [Autograd fields] (reference.TensorBase): the defaults are None and 0 */
+static PyObject *tensor_get_accumulator(TensorObject *self, void *closure) {
+    PyObject *a = self->accumulator ? self->accumulator : Py_None;
+    Py_INCREF(a);
+    return a;
+}
+
+static int tensor_set_accumulator(TensorObject *self, PyObject *value, void *closure) {
+    Py_XINCREF(value == Py_None ? NULL : value);
+    Py_XSETREF(self->accumulator, value == Py_None ? NULL : value);
+    return 0;
+}
+
+static PyObject *tensor_get_output_nr(TensorObject *self, void *closure) {
+    return PyLong_FromLong(self->output_nr);
+}
+
+static int tensor_set_output_nr(TensorObject *self, PyObject *value, void *closure) {
+    long nr = value == NULL ? 0 : PyLong_AsLong(value);
+    if (nr == -1 && PyErr_Occurred()) return -1;
+    self->output_nr = (int)nr;
+    return 0;
+}
+
+static PyGetSetDef tensor_getset[] = {
+    {"_accumulator", (getter)tensor_get_accumulator, (setter)tensor_set_accumulator,
+     "a leaf's AccumulateGrad node", NULL},
+    {"_output_nr", (getter)tensor_get_output_nr, (setter)tensor_set_output_nr,
+     "which output of _grad_fn this tensor is", NULL},
+    {"_ks", (getter)tensor_get_ks, (setter)tensor_set_ks, "the dispatch key set", NULL},
+    {"_dtype", (getter)tensor_get_dtype, (setter)tensor_set_dtype, "the lamina dtype", NULL},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyMemberDef tensor_members[] = {
+    {"_data", T_OBJECT_EX, offsetof(TensorObject, data), 0, "the storage"},
+    {"_flat", T_OBJECT_EX, offsetof(TensorObject, flat), 0, "a 1-D alias, or None"},
+    {"_shape", T_OBJECT_EX, offsetof(TensorObject, shape), 0, "the shape"},
+    {"_grad_fn", T_OBJECT_EX, offsetof(TensorObject, grad_fn), 0, "the autograd node"},
+    {NULL},
+};
+
+PyGetSetDef dict_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+PyTypeObject TensorBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lamina.dispatch._core.TensorBase",
+    .tp_doc = "The fields of a tensor (Note [Tensor fields]); lamina.Tensor adds the methods.",
+    .tp_basicsize = sizeof(TensorObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    /* tp_new: object's (set at module init), so that object.__new__(Tensor) works */
+    .tp_dealloc = (destructor)tensor_dealloc,
+    .tp_traverse = (traverseproc)tensor_traverse,
+    .tp_clear = (inquiry)tensor_clear,
+    .tp_getset = tensor_getset,
+    .tp_members = tensor_members,
+    .tp_dictoffset = offsetof(TensorObject, dict),
+    .tp_weaklistoffset = offsetof(TensorObject, weakreflist),
+    .tp_as_number = &tensor_as_number,
+    .tp_richcompare = tensor_richcompare,
+};
+
+static PyMethodDef tensor_functions[] = {
+    {"set_tensor_type", mod_set_tensor_type, METH_O, "the class of kernel outputs"},
+    {"set_dtypes", mod_set_dtypes, METH_O, "lamina's dtypes, in index order"},
+    {NULL},
+};
+
+int init_tensor(PyObject *m) {
+    TensorBaseType.tp_hash = PyBaseObject_Type.tp_hash;  /* identity, as object's */
+    TensorBaseType.tp_new = PyBaseObject_Type.tp_new;    /* object.__new__(Tensor) works */
+    cpu_ks = PyLong_FromLong(1);
+    if (cpu_ks == NULL || PyType_Ready(&TensorBaseType) < 0) return -1;
+    if (PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&TensorBaseType) < 0) return -1;
+    return PyModule_AddFunctions(m, tensor_functions);
+}
