@@ -450,12 +450,13 @@ def load_builtin(*layers: tuple[Any, str]) -> None:
     lamina's own layers, which register on top), rebuilding the tables once at the end
     (a rebuild per plugin cost ~40 ms of ``import lamina``). A built-in plugin whose
     hook fails is a bug of lamina's: it raises."""
-    from . import numba_cpu, numpy_ref, sparse
+    from . import meta, numba_cpu, numpy_ref, sparse
 
     builtins = [
         (numpy_ref, "numpy_ref"),
         (numba_cpu, "numba_cpu"),
         (sparse, "sparse"),
+        (meta, "meta"),
         *layers,
     ]  # sparse: the sparse-check layer (SPARSE key)
     with R.lock:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import arguments, core, keys
+from . import arguments, core, keys, reference
 from .reference import scalar_keys
 from .schema import OPERATORS, Operator, keyset
 from .tensor import Tensor, bump_version
@@ -68,7 +68,10 @@ def docstring(op: Operator) -> str:
 #         if dtype is not None:
 #             dtype = _DType(dtype, 'sum', 'dtype')
 #         keepdims = _bool(keepdims, 'sum', 'keepdims')
-#         ks = (x._ks) & _op.mask
+#         ks = x._ks
+#         if _reference.modes_active:  # Note [Modes]
+#             ks = _reference.with_modes(ks)
+#         ks &= _op.mask
 #         return _table[ks.bit_length()](ks, x, axis, dtype, keepdims)
 
 
@@ -131,7 +134,10 @@ def source(name: str) -> str:
             key_terms.append(f"getattr({p.name}, '_ks', 0)")
         elif p.type == "Tensors":
             key_terms.append(f"_keyset({p.name})")
-    lines.append(f"    ks = ({' | '.join(key_terms) or '0'}) & _op.mask")
+    lines.append(f"    ks = {' | '.join(key_terms) or '0'}")
+    lines.append("    if _reference.modes_active:")  # Note [Modes]
+    lines.append("        ks = _reference.with_modes(ks)")
+    lines.append("    ks &= _op.mask")
     lines.append(f"    return _table[ks.bit_length()](ks, {names})")
     return "\n".join(lines) + "\n"
 
@@ -179,7 +185,14 @@ def _alias(value: object, both: bool, fn: str, alias: str, name: str) -> object:
 
 def generated_binding(op: Operator) -> Callable:
     namespace = {f"_{kind}": check for kind, (check, _) in arguments.KINDS.items()}
-    namespace.update(_op=op, _table=op.table, _check=op.check, _keyset=keyset, _alias=_alias)
+    namespace.update(
+        _op=op,
+        _table=op.table,
+        _check=op.check,
+        _keyset=keyset,
+        _alias=_alias,
+        _reference=reference,
+    )
     exec(compile(source(op.name), f"<binding of {op.name}>", "exec"), namespace)
     fn = _named(namespace[op.name], op)
     fn.__signature__ = with_aliases(op.signature, torch_aliases(op))

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import arguments as A
 from . import dtypes as D
-from . import keys, random
+from . import keys, random, reference
 from .devices import Device
 from .meta import broadcast_shapes, check_cast
 from .schema import OPERATORS
@@ -80,7 +80,10 @@ def _requires_grad_option(fn: Callable) -> Callable:
 def _create(name: str, *args: Any, device: DeviceLike = None) -> Tensor:
     op = OPERATORS[name]
     where = "cpu" if device is None else A.device(device, name, "device")
-    ks = keys.device_key(where) & op.mask
+    ks = keys.device_key(where)
+    if reference.modes_active:  # Note [Modes]
+        ks = reference.with_modes(ks)
+    ks &= op.mask
     return op.table[ks.bit_length()](ks, *args)
 
 

@@ -33,6 +33,7 @@ LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = (
 )
 LOOP_ROWS, LOOP_COLUMNS = reference.LOOP_ROWS, reference.LOOP_COLUMNS
 PY_SCALARS = reference.PY_SCALARS
+with_modes = reference.with_modes  # Note [Modes] (modes.py)
 
 if _core is None:
     IMPLEMENTATION = "python"
@@ -58,6 +59,8 @@ if _core is None:
 
     def set_dtypes(dtypes):
         """(The reference reads dtypes' fields directly.)"""
+
+    set_modes_active = reference.set_modes_active
 
 else:
     IMPLEMENTATION = "c"
@@ -87,3 +90,8 @@ else:
         return _core.Binding(name, d, arity, fallback, kernel)
 
     ReductionKernel = _core.ReductionKernel
+
+    def set_modes_active(on):
+        """Both cores' flag: the C bindings hand calls to their Python twins while on."""
+        reference.set_modes_active(on)
+        _core.set_modes_active(on)

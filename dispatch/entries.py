@@ -13,7 +13,8 @@ applies decides:
 2. A kernel is registered for (op, k): the best by rank (Note [Kernel priority]).
 3. ``k`` is a device key with a fallback (Note [Backend fallback]): the best fallback,
    bound to the operator.
-4. ``k`` is AUTOGRAD: falls through (the operator is not differentiable).
+4. ``k`` is a layer key other than SPARSE -- AUTOGRAD, or a key a mode includes (Note
+   [Modes]): falls through (for AUTOGRAD: the operator is not differentiable).
 5. Otherwise the slot raises NotImplementedError naming the operator, the key and the
    keys that have kernels (backend keys and SPARSE never fall through silently).
 
@@ -295,12 +296,14 @@ def compute_entry(op: Operator, key: int) -> Entry:
         base = R.Kernel(fn, best.plugin, best.priority, best.order, label=f"[fallback] {best.name}")
         reason = f"fallback of device {keys.key_name(key)!r} from {best.plugin!r}"
     elif decliners:  # rule 2, with nothing below what declines
-        rule, (label, reason) = 2, _FLOORS[key == keys.AUTOGRAD]
+        rule, (label, reason) = 2, _FLOORS[keys.falls_through(key)]
         fn = _cached((op.name, key, "floor"), lambda: _floor(op, key))
         base = R.Kernel(fn, "-", "-", 0, label=label)  # no plugin: lamina's floor
-    elif key == keys.AUTOGRAD:  # rule 4
+    elif keys.falls_through(key):  # rule 4
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
-        return Entry(slot, slot, False, 4, "no autograd kernel: not differentiable, falls through")
+        what = "not differentiable" if key == keys.AUTOGRAD else "nothing to do"
+        reason = f"no {keys.layer_of(key)} kernel: {what}, falls through"
+        return Entry(slot, slot, False, 4, reason)
     else:  # rule 5
         slot = _cached((op.name, key, "missing"), lambda: missing_kernel(op, key))
         return Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
@@ -369,7 +372,7 @@ _FLOORS = {  # (dump label, reason) of what serves below kernels that all declin
 def _floor(op: Operator, key: int) -> Callable:
     """What serves below kernels that all declined: a layer key redispatches below
     itself (as a fallthrough would), any other key has no kernel."""
-    if key != keys.AUTOGRAD:
+    if not keys.falls_through(key):
         return missing_kernel(op, key)
     below, table = ~key, op.table
 

@@ -4,6 +4,7 @@ lamina prints for people (dispatch tables, plugins, operators)."""
 import numpy as np
 
 from . import dtypes as D
+from .layouts import MetaStorage
 
 
 def _implied(dtype):
@@ -33,6 +34,9 @@ def format_sparse(t):
 def format_tensor(t):
     if t.is_sparse:
         return format_sparse(t)
+    if isinstance(t._data, MetaStorage):  # no values: PyTorch's style
+        dtype = "" if _implied(t.dtype) else f", dtype={t.dtype!r}"
+        return f"tensor(..., device='meta', size={t.shape}{dtype})"
     data = t._host()  # a CPU copy for tensors of other devices
     prefix = "tensor("
     body = np.array2string(data, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)

@@ -13,6 +13,34 @@ SPARSE = 1 << MAX_BACKENDS
 AUTOGRAD = SPARSE << 1
 LAYER_KEYS = {"sparse": SPARSE, "autograd": AUTOGRAD}
 BACKEND_MASK = SPARSE - 1
+MAX_KEYS = 24  # backend keys, SPARSE, AUTOGRAD and the layer keys above it
+
+
+def register_layer_key(name):
+    """The key of layer ``name`` above AUTOGRAD (a tracer's, a profiler's), allocating
+    the next free bit on first use. A call reaches it only when a mode includes it
+    (Note [Modes] in ``modes.py``); an operator without a kernel for it falls through
+    (Note [Table entry precedence])."""
+    if name not in LAYER_KEYS:
+        key = max(LAYER_KEYS.values()) << 1
+        if key >= 1 << MAX_KEYS:
+            raise RuntimeError(f"cannot register layer key {name!r}: all layer keys are taken")
+        LAYER_KEYS[name] = key
+    return LAYER_KEYS[name]
+
+
+def unregister_layer_key(name):
+    """Forget a layer key of ``register_layer_key`` (no tensor carries one: modes add
+    them to calls only); the tables drop its slot at their next rebuild."""
+    if name in ("sparse", "autograd"):
+        raise ValueError(f"the {name} layer key cannot be unregistered")
+    LAYER_KEYS.pop(name, None)
+
+
+def falls_through(key):
+    """Whether a layer key without a kernel passes calls to the keys below it: every
+    layer's but SPARSE's (a sparse tensor never reaches a dense kernel silently)."""
+    return key > BACKEND_MASK and key != SPARSE
 
 
 def layer_of(key):
@@ -89,7 +117,7 @@ def key_name(bit):
 
 def all_keys():
     """Every key that has a name, lowest priority first."""
-    return [*sorted(_backend_bits.values()), SPARSE, AUTOGRAD]
+    return [*sorted(_backend_bits.values()), *sorted(LAYER_KEYS.values())]
 
 
 def keyset_names(ks):

@@ -21,6 +21,7 @@ corner cases are the same code in both.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,6 +87,27 @@ def set_tensor_type(tensor_type: type) -> None:
 # them off the fast path.
 
 
+class _ModeKeys(threading.local):
+    """This thread's mode keys (Note [Modes] in ``modes.py``)."""
+
+    include = 0
+    exclude = 0
+
+
+mode_keys = _ModeKeys()
+modes_active = False  # whether a mode is on in any thread: the bindings test it first
+
+
+def set_modes_active(on: bool) -> None:
+    global modes_active
+    modes_active = on
+
+
+def with_modes(ks: int) -> int:
+    """A call's key set with this thread's modes applied (Note [Modes])."""
+    return (ks | mode_keys.include) & ~mode_keys.exclude
+
+
 def scalar_keys(name: str, *args: Any) -> int:
     """The key set of a call with Python scalars among its operands."""
     ks = 0
@@ -108,7 +130,10 @@ def scalar_call(name: str, d: OperatorTable, x1: Any, x2: Any) -> Any:
     """A binary call with a Python scalar operand, through the table of the kernels'
     ``with_scalar`` variants (Note [Kernel variants]): a backend kernel's scalar path,
     which would otherwise first try its tensor fast path and raise there."""
-    ks = scalar_keys(name, x1, x2) & d.mask
+    ks = scalar_keys(name, x1, x2)
+    if modes_active:
+        ks = with_modes(ks)
+    ks &= d.mask
     return d.scalar_table[ks.bit_length()](ks, x1, x2)
 
 
@@ -117,9 +142,12 @@ def unary_binding(name: str, d: OperatorTable) -> Callable:
 
     def call(x, /):
         try:
-            ks = x._ks & d.mask
+            ks = x._ks
         except AttributeError:
             raise TypeError(f"{name}: expected a tensor, got {type(x).__name__}") from None
+        if modes_active:
+            ks = with_modes(ks)
+        ks &= d.mask
         return table[ks.bit_length()](ks, x)
 
     return call
@@ -130,9 +158,12 @@ def binary_binding(name: str, d: OperatorTable) -> Callable:
 
     def call(x1, x2, /):
         try:
-            ks = (x1._ks | x2._ks) & d.mask
+            ks = x1._ks | x2._ks
         except AttributeError:
             return scalar_call(name, d, x1, x2)
+        if modes_active:
+            ks = with_modes(ks)
+        ks &= d.mask
         return table[ks.bit_length()](ks, x1, x2)
 
     return call

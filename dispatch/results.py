@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import dtypes as D
-from . import keys, meta
+from . import keys, layouts, meta
 from .schema import Operator
 from .tensor import Tensor
 
@@ -61,16 +62,9 @@ def _same(op: Operator, args: tuple) -> tuple:
 
 
 def _getitem(op: Operator, args: tuple) -> tuple:
-    """The shape NumPy's indexing gives on a stand-in of x's shape (nothing copied)."""
+    """The shape NumPy's indexing gives on a stand-in of x (nothing copied)."""
     x, key = args
-    stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x._shape, (0,) * x.ndim)
-    return x._dtype, np.shape(stand_in[_host_key(key)])
-
-
-def _host_key(key: Any) -> Any:
-    if isinstance(key, tuple):
-        return tuple(_host_key(k) for k in key)
-    return key._host() if isinstance(key, Tensor) else key
+    return x._dtype, np.shape(layouts.stand_in(x, strided=False)[layouts.host_key(key)])
 
 
 def _matmul(op: Operator, args: tuple) -> tuple:
@@ -282,6 +276,88 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
 }
 
 
+# ---------------------------------------------------------------- several results
+
+
+def _real(dtype: D.DType) -> D.DType:
+    return D.real_of(dtype)
+
+
+def _batch_norm(op: Operator, args: tuple) -> list:
+    """native_batch_norm: (result, mean, inverse standard deviation); its backward:
+    the gradients of input, weight and bias."""
+    x = args[1] if op.name == "native_batch_norm_backward" else args[0]
+    channels = (x._shape[1],)
+    return [(x._dtype, x._shape), (x._dtype, channels), (x._dtype, channels)]
+
+
+def _with_indices(op: Operator, args: tuple) -> list:
+    dtype, shape = _pool2d(op, args)
+    return [(dtype, shape), (D.int64, shape)]
+
+
+def _conv2d_backward_weight(op: Operator, args: tuple) -> list:
+    grad, _, weight_shape = args[:3]
+    return [(grad._dtype, tuple(weight_shape)), (grad._dtype, (weight_shape[0],))]
+
+
+def _split(op: Operator, args: tuple) -> list:
+    x, sections, axis = args
+    pieces = layouts.VIEWS["split"](layouts.stand_in(x), sections, axis)
+    return [(x._dtype, piece.shape) for piece in pieces]
+
+
+def _eigh(op: Operator, args: tuple) -> list:
+    dtype, shape = _linalg_float(op, args), args[0]._shape
+    return [(_real(dtype), shape[:-1]), (dtype, shape)]
+
+
+def _qr(op: Operator, args: tuple) -> list:
+    (x, mode), dtype = args, _linalg_float(op, args)
+    *batch, m, n = x._shape
+    k = m if mode == "complete" else min(m, n)
+    return [(dtype, (*batch, m, k)), (dtype, (*batch, k, n))]
+
+
+def _svd(op: Operator, args: tuple) -> list:
+    (x, full), dtype = args, _linalg_float(op, args)
+    *batch, m, n = x._shape
+    k = min(m, n)
+    u, v = (m, n) if full else (k, k)
+    return [(dtype, (*batch, m, u)), (_real(dtype), (*batch, k)), (dtype, (*batch, v, n))]
+
+
+def _slogdet(op: Operator, args: tuple) -> list:
+    dtype = _linalg_float(op, args)
+    batch = args[0]._shape[:-2]
+    return [(dtype, batch), (_real(dtype), batch)]
+
+
+def _values_and_indices(*index_fields: bool) -> Callable[[Operator, tuple], list]:
+    """unique_*: shapes that depend on the values; the values keep x's dtype, the
+    indices and counts are int64."""
+    return lambda op, args: [(D.int64 if i else args[0]._dtype, None) for i in index_fields]
+
+
+SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
+    "native_batch_norm": _batch_norm,
+    "native_batch_norm_backward": _batch_norm,
+    "max_pool2d_with_indices": _with_indices,
+    "min_pool2d_with_indices": _with_indices,
+    "native_local_response_norm": lambda op, args: [(args[0]._dtype, args[0]._shape)] * 2,
+    "conv2d_backward_weight": _conv2d_backward_weight,
+    "split": _split,
+    "eigh": _eigh,
+    "qr": _qr,
+    "svd": _svd,
+    "slogdet": _slogdet,
+    "unique_all": _values_and_indices(False, True, True, True),
+    "unique_counts": _values_and_indices(False, True),
+    "unique_inverse": _values_and_indices(False, True),
+    "nonzero": lambda op, args: [(D.int64, None)] * max(1, len(args[0]._shape)),
+}
+
+
 RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     "elementwise": _elementwise,
     "reduction": _reduction,
@@ -312,11 +388,54 @@ RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
 }
 
 
-def rule_of(op: Operator) -> Callable[[Operator, tuple], tuple] | None:
-    """The function giving (dtype, shape) of ``op``'s result, or None (no rule: only
-    the result's type and device are checked). In-place operators and split have
-    their own checks in ``problem``."""
-    return RULES.get(op.name) or RULES.get(op.category)
+# ---------------------------------------------------------------- descriptions
+
+
+@dataclass(frozen=True)
+class Description:
+    """One result of an operator call, as its description gives it (Note [Result
+    rules]): dtype, shape (None where it depends on the values), strides in elements
+    (None with the shape), the backend key of its device, and the position of the
+    argument whose storage it views (None for a new tensor)."""
+
+    dtype: D.DType
+    shape: Shape | None
+    strides: Shape | None
+    key: int
+    view_of: int | None = None
+
+
+def describe(op: Operator, ks: int, args: tuple) -> list[Description]:
+    """What ``op`` returns for the canonical ``args`` (checked, as its kernels get
+    them) and key set ``ks``: one Description per result, read by the meta device
+    and the plugin result checks. ValueError for an operator without a rule."""
+    if not has_description(op):
+        raise ValueError(f"{op.name}: no description (an in-place operator returns its input)")
+    found = (SEVERAL.get(op.name) or RULES.get(op.name) or RULES[op.category])(op, args)
+    found = found if isinstance(found, list) else [found]
+    key = expected_key(op, ks, args)
+    if op.name == "astype" and not args[2] and args[1] is args[0]._dtype:
+        return [Description(args[1], args[0]._shape, layouts.strides_of(args[0]), key, 0)]
+    if "view" in op.tags:
+        return [
+            Description(dtype, shape, strides, key, 0)
+            for (dtype, shape), strides in zip(found, layouts.view_strides(op, args))
+        ]
+    like = layouts.layout_source(op, args)
+    return [
+        Description(
+            dtype, shape, None if shape is None else layouts.new_strides(op, shape, like), key
+        )
+        for dtype, shape in found
+    ]
+
+
+def has_description(op: Operator) -> bool:
+    """Whether ``describe`` knows ``op``'s results: every operator's but the in-place
+    ones (they return their first argument); a test keeps it so."""
+    return "inplace" not in op.tags and (
+        op.name in SEVERAL or op.name in RULES or op.category in RULES
+    )
 
 
 # ---------------------------------------------------------------- checks
@@ -374,21 +493,23 @@ def problem(op: Operator, ks: int, args: tuple, out: Any, full: bool = True) -> 
         inconsistent = _inconsistent(o)
         if inconsistent:
             return f"returned {_what(o)} {inconsistent} (made with from_flat?)"
-    rule = rule_of(op)
-    if not full or rule is None or several:
+    if not full or not has_description(op):
         return None
     try:
-        dtype, shape = rule(op, args)
-    except (TypeError, ValueError, IndexError) as exc:
+        described = describe(op, ks, args)
+    except (TypeError, ValueError, IndexError, NotImplementedError) as exc:
         return f"returned {_what(out)} for arguments the operator's rules refuse ({exc})"
-    if out._dtype is not dtype or (shape is not None and out._shape != tuple(shape)):
-        given = ", ".join(
-            f"{a._dtype.name} {a._shape}" if isinstance(a, Tensor) else type(a).__name__
-            for a in (args[0] if op.category == "manipulation" else args)
-        )
-        want = f"dtype {dtype.name}" + ("" if shape is None else f" and shape {tuple(shape)}")
-        return (
-            f"returned {_what(out)}, but the operator's rules give {want} for these "
-            f"arguments ({given})"
-        )
+    if len(outs) != len(described):
+        return f"returned {len(outs)} results, but the operator's rules give {len(described)}"
+    for o, d in zip(outs, described):
+        if o._dtype is not d.dtype or (d.shape is not None and o._shape != tuple(d.shape)):
+            given = ", ".join(
+                f"{a._dtype.name} {a._shape}" if isinstance(a, Tensor) else type(a).__name__
+                for a in (args[0] if op.category == "manipulation" else args)
+            )
+            want = f"dtype {d.dtype.name}" + ("" if d.shape is None else f" and shape {d.shape}")
+            return (
+                f"returned {_what(o)}, but the operator's rules give {want} for these "
+                f"arguments ({given})"
+            )
     return None

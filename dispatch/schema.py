@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import reference
 from .core import OperatorTable
 
 # How kernels of each category are called (docs/operators.md, docs/backends.md).
@@ -237,7 +238,10 @@ class Operator:
     def __call__(self, *args: Any) -> Any:
         """Dispatch canonical arguments with the key set of the tensors among them
         (slow, generic path: the kernel receives ``args`` as given)."""
-        ks = keyset(args) & self.mask
+        ks = keyset(args)
+        if reference.modes_active:  # Note [Modes]
+            ks = reference.with_modes(ks)
+        ks &= self.mask
         return self.table[ks.bit_length()](ks, *args)
 
     def __repr__(self) -> str:

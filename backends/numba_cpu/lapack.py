@@ -24,7 +24,9 @@ def _operands(name, *xs):
 def _tensor(a, dtype):
     """A result of computation dtype ``dtype``: complex results keep it, real ones of a
     complex computation take its real dtype (Note [Complex dtypes])."""
-    return from_array(np.asarray(a, dtype.np if np.iscomplexobj(a) else D.real_of(dtype).np))
+    return from_array(  # C-contiguous, as every new result (Note [Result layouts])
+        np.asarray(a, dtype.np if np.iscomplexobj(a) else D.real_of(dtype).np, order="C")
+    )
 
 
 def _lapack(name, fn, *args, **kwargs):

@@ -102,6 +102,10 @@ typedef struct {
 
 static PyTypeObject BindingType;
 
+/* Note [Modes] (modes.py): while a mode is on in any thread, every call goes to the
+ * reference binding, which applies the calling thread's mode keys */
+static int modes_active = 0;
+
 /* bindings.direct_binding's call (the dispatcher layer off): dense CPU tensors straight
  * to the CPU kernel, anything else to the reference (which refuses it) */
 static PyObject *direct_call(BindingObject *self, PyObject *const *ops, int n) {
@@ -117,6 +121,7 @@ static PyObject *binding_call2(BindingObject *self, PyObject *a, PyObject *b) {
     OperatorTableObject *d = self->d;
     PyObject *table, *ops[2] = {a, b};
     long long ks;
+    if (modes_active) return call2(self->fallback, a, b);
     if (self->direct != NULL) return direct_call(self, ops, 2);
     if (IS_TENSOR(a) && T(a)->ks_obj != NULL) {
         if (IS_TENSOR(b) && T(b)->ks_obj != NULL) {
@@ -140,6 +145,7 @@ static PyObject *binding_call2(BindingObject *self, PyObject *a, PyObject *b) {
 }
 
 static PyObject *binding_call1(BindingObject *self, PyObject *x) {
+    if (modes_active) return call1(self->fallback, x);
     if (self->direct != NULL) return direct_call(self, &x, 1);
     if (!IS_TENSOR(x) || T(x)->ks_obj == NULL) return call1(self->fallback, x);
     long long ks = T(x)->ks & self->d->mask;
@@ -393,7 +399,16 @@ static PyObject *mod_set_slot(PyObject *m, PyObject *args, PyObject *kwds) {
     return NULL;
 }
 
+static PyObject *mod_set_modes_active(PyObject *mod, PyObject *on) {
+    int flag = PyObject_IsTrue(on);
+    if (flag < 0) return NULL;
+    modes_active = flag;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef tables_functions[] = {
+    {"set_modes_active", (PyCFunction)mod_set_modes_active, METH_O,
+     "whether a mode is on in any thread (Note [Modes])"},
     {"set_slot", (PyCFunction)(void (*)(void))mod_set_slot, METH_VARARGS | METH_KEYWORDS,
      "Tensor's operator method __dunder__ (and __rdunder__)"},
     {NULL},

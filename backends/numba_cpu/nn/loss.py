@@ -55,7 +55,7 @@ def mse_loss(ks, input, target, reduction):
 def _mse_reduce(d, reduction):
     squares = d * d
     if reduction == "none":
-        return from_array(np.ascontiguousarray(squares))
+        return from_array(np.asarray(squares, order="C"))  # ascontiguousarray: 0-d -> 1-d
     total = squares.sum(dtype=np.float64)
     if reduction == "mean":
         with np.errstate(invalid="ignore"):  # empty: NaN, as in PyTorch

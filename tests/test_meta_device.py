@@ -1,0 +1,93 @@
+"""The meta device (backends/meta): every sample of every operator, run on meta
+tensors, gives results of the CPU results' dtypes, shapes and strides (Note [Result
+rules], Note [Result layouts]); what needs values refuses clearly."""
+
+import numpy as np
+import pytest
+import samples as S
+
+import lamina as lm
+from lamina.dispatch import layouts
+from lamina.dispatch.schema import OPERATORS
+
+# results whose shape depends on the values: the meta device refuses them
+VALUE_DEPENDENT = {"nonzero", "unique_all", "unique_counts", "unique_inverse", "unique_values"}
+# not computations on tensors: moves between devices and sparse conversions
+NOT_ON_META = {"to_device", "to_sparse", "to_dense", "coalesce", "sparse_mask"}
+
+
+def to_meta(a):
+    if isinstance(a, lm.Tensor):
+        return a.to_device("meta") if a.device == "cpu" and not a.is_sparse else a
+    if type(a) in (list, tuple):
+        return type(a)(to_meta(b) for b in a)
+    if type(a) is dict:
+        return {k: to_meta(v) for k, v in a.items()}
+    return a
+
+
+def results(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def layout(t):
+    """(shape, strides) with the strides of size-1 axes left out (they never matter);
+    an empty tensor has no layout to compare."""
+    strides = layouts.strides_of(t)
+    if 0 in t.shape:
+        return t.shape, None
+    return t.shape, tuple(s for n, s in zip(t.shape, strides) if n != 1)
+
+
+@pytest.mark.parametrize("name", sorted(set(OPERATORS) - NOT_ON_META))
+def test_every_sample_on_meta_matches_the_cpu_result(name):
+    for sample in S.samples(name):
+        if name in VALUE_DEPENDENT:
+            with pytest.raises(NotImplementedError, match="depends on the values"):
+                sample.fn(*to_meta(sample.args), **to_meta(sample.kwargs))
+            continue
+        cpu = results(sample.call())
+        kwargs = to_meta(sample.kwargs)
+        if OPERATORS[name].category == "creation":
+            kwargs["device"] = "meta"
+        meta = results(sample.fn(*to_meta(sample.args), **kwargs))
+        assert len(meta) == len(cpu), sample
+        for m, c in zip(meta, cpu):
+            assert m.device == "meta", sample
+            assert (m.dtype, layout(m)) == (c.dtype, layout(c)), sample
+
+
+def test_creation_random_and_moves_on_meta():
+    gen = lm.Generator().manual_seed(0)
+    x = lm.rand((2, 3), device="meta", generator=gen)
+    assert (x.shape, x.dtype, str(x.device)) == ((2, 3), lm.get_default_dtype(), "meta")
+    assert repr(x) == "tensor(..., device='meta', size=(2, 3))"
+    nhwc = lm.nn.functional.to_layout(lm.zeros((2, 3, 4, 5)), "NHWC").to_device("meta")
+    assert lm.nn.functional.conv2d(nhwc, lm.empty((6, 3, 3, 3), device="meta")).shape == (
+        2,
+        6,
+        2,
+        3,
+    )
+    for read in (lambda: x.item(), lambda: x.numpy(), lambda: x.to_device("cpu")):
+        with pytest.raises(RuntimeError, match="meta tensor .* has no values"):
+            read()
+    with pytest.raises(NotImplementedError, match="boolean mask"):
+        x[lm.ones((2, 3), dtype=lm.bool, device="meta")]
+
+
+def test_meta_runs_arguments_checks_and_huge_shapes_cost_nothing():
+    big = lm.empty((10**6, 10**6), device="meta")  # 4 TB: never allocated
+    assert lm.matmul(big, big.mT).shape == (10**6, 10**6)
+    with pytest.raises(ValueError, match="matmul"):
+        lm.matmul(big, lm.empty((3, 4), device="meta"))
+    with pytest.raises(ValueError, match="meta"):
+        lm.add(big, lm.zeros(1))  # a CPU tensor beside a meta one
+
+
+def test_autograd_records_on_meta():
+    w = lm.empty((4, 3), device="meta").requires_grad_()
+    loss = lm.sum(lm.tanh(lm.matmul(lm.empty((5, 4), device="meta"), w)))
+    loss.backward()
+    assert w.grad.device == "meta" and w.grad.shape == (4, 3)
+    assert np.dtype(w.grad.dtype.np) == np.float32
