@@ -22,10 +22,19 @@ from ._manager import (
     use,
 )
 from ._registry import Registry
-from .fallback import cpu_fallback, dtype_from_numpy, from_array, from_flat, new_tensor
+from .fallback import (
+    FallbackWarning,
+    cpu_fallback,
+    dtype_from_numpy,
+    from_array,
+    from_flat,
+    new_tensor,
+    set_cpu_fallback,
+)
 from .hookspecs import hookimpl
 
 __all__ = [
+    "FallbackWarning",
     "KernelResultError",
     "PluginWarning",
     "Registry",
@@ -41,6 +50,7 @@ __all__ = [
     "new_tensor",
     "plugin_manager",
     "register",
+    "set_cpu_fallback",
     "setup",
     "unregister",
     "use",

@@ -21,7 +21,7 @@ from lamina.dispatch.format import aligned
 from lamina.dispatch.schema import get as get_operator
 
 from . import hookspecs
-from ._registry import MOVE_PRIORITY, Registry
+from ._registry import DECOMPOSITIONS, MOVE_PRIORITY, Registry
 
 plugin_manager = pluggy.PluginManager("lamina")
 plugin_manager.add_hookspecs(hookspecs)
@@ -460,6 +460,7 @@ def load_builtin(*layers: tuple[Any, str]) -> None:
         *layers,
     ]  # sparse: the sparse-check layer (SPARSE key)
     with R.lock:
+        R.builtin.add(DECOMPOSITIONS)  # Note [Core operators]
         for plugin, name in builtins:
             plugin_manager.register(plugin, name=name)
             _sources[name] = "built-in"

@@ -9,7 +9,7 @@ from inspect import CO_VARARGS
 from types import FunctionType
 from typing import Any
 
-from lamina.dispatch import devices, keys
+from lamina.dispatch import devices, keys, modes
 from lamina.dispatch import registry as R
 from lamina.dispatch.schema import OPERATORS, get
 
@@ -54,6 +54,12 @@ def _accepts(fn: Any, n: int) -> bool | None:
 
 
 MOVE_PRIORITY = -1000  # of the to_device kernel add_device registers for a device
+# Note [Core operators] (dispatch/decompositions.py): add_device registers every
+# decomposition for the new device under this plugin name, below any priority a plugin
+# uses, so a kernel of the device's own wins and a decomposition serves before the
+# device's fallback (which would round-trip through host memory).
+DECOMPOSITIONS = "decompositions"
+DECOMPOSITION_PRIORITY = -(2**31)
 
 
 def _site() -> tuple[str, int]:
@@ -154,13 +160,22 @@ class Registry:
         )
 
     def add_device(
-        self, name: str, *, to_cpu: Callable, from_cpu: Callable, shares_memory: bool = True
+        self,
+        name: str,
+        *,
+        to_cpu: Callable,
+        from_cpu: Callable,
+        shares_memory: bool = True,
+        decompositions: bool = True,
     ) -> int:
         """Add device ``name`` with its own dispatch key; returns the key (an int).
 
         ``to_cpu(t)`` returns a CPU tensor with ``t``'s values, ``from_cpu(t)`` a tensor
         of this device with the CPU tensor ``t``'s values; both may share memory with
-        their argument when ``shares_memory`` (moves then copy once on the CPU side)."""
+        their argument when ``shares_memory`` (moves then copy once on the CPU side).
+        With ``decompositions`` every operator outside the core set that the plugin
+        gives no kernel runs as its decomposition on the device (Note [Core
+        operators])."""
         if not isinstance(name, str) or not name or not name.replace("_", "a").isalnum():
             raise ValueError(
                 f"a device name must be a non-empty string of letters, "
@@ -175,6 +190,8 @@ class Registry:
         for what, fn in (("to_cpu", to_cpu), ("from_cpu", from_cpu)):
             check_kernel(f"{what} of device {name!r}", fn, 0, f"{what}(t)")
         key = devices.add(name, self.plugin, to_cpu, from_cpu, bool(shares_memory))
+        if decompositions:
+            _register_decompositions(key)
         # moves off the device: the converters, unless the plugin registers a
         # to_device kernel of its own (which outranks this one)
         R.register_kernel(
@@ -190,6 +207,30 @@ class Registry:
         if not key & keys.BACKEND_MASK:
             raise ValueError(f"fallbacks are for devices, not the {device!r} layer")
         R.register_fallback(key, fn, self.plugin, priority, site=_site())
+
+
+def _register_decompositions(key: int) -> None:
+    from lamina.dispatch.decompositions import DECOMPOSITIONS as TABLE
+
+    for name, fn in TABLE.items():
+        if not any(k.plugin == DECOMPOSITIONS for k in R.kernels.get((name, key), ())):
+            R.register_kernel(
+                name, key, _below_autograd(fn), DECOMPOSITIONS, DECOMPOSITION_PRIORITY
+            )
+
+
+def _below_autograd(fn: Callable) -> Callable:
+    """A decomposition serves at a device key, below the autograd layer, which has
+    recorded the operator itself (with its formula): the operators it calls dispatch
+    with AUTOGRAD excluded (Note [Modes]), so they are not recorded a second time."""
+
+    def decomposed(ks: int, *args: Any) -> Any:
+        with modes.exclude(keys.AUTOGRAD):
+            return fn(ks, *args)
+
+    decomposed.__qualname__ = fn.__qualname__
+    decomposed.__module__ = fn.__module__
+    return decomposed
 
 
 def _fallback_calls() -> list[str]:

@@ -24,6 +24,7 @@ import pytest
 
 import lamina as lm
 from lamina.dispatch import entries, keys, registry
+from lamina.dispatch.decompositions import DECOMPOSITIONS
 
 try:
     import lamina_example_backend as example
@@ -145,6 +146,7 @@ def test_the_example_is_discovered_through_its_entry_point():
 def test_a_fresh_process_discovers_the_example_without_warnings():
     code = (
         "import warnings; warnings.simplefilter('error')\n"
+        "warnings.filterwarnings('ignore', 'cpu fallback')  # the example's design\n"
         "import lamina as lm\n"
         "x = lm.ones(3, device='counting') + 1\n"
         "print(x.device, x.tolist(), [r['name'] for r in lm.backends.list()])\n"
@@ -346,13 +348,17 @@ def test_operators_without_a_device_kernel_run_through_the_fallback():
         assert got.device == "counting", name
         assert got.dtype == want.dtype and got.shape == want.shape, name
         assert got.tolist() == want.tolist(), name
-        assert example.plugin.fallback_calls[name] >= 1, name
+        # Note [Core operators]: the others run as their decompositions on the device
+        decomposed = name in DECOMPOSITIONS
+        assert (example.plugin.fallback_calls[name] == 0) == decomposed, name
+    assert 5 < len(set(samples) & set(DECOMPOSITIONS)) < len(samples) - 5
     parts = lm.split(c, 1, axis=0)
     assert isinstance(parts, tuple) and [p.device for p in parts] == ["counting"] * 2
     assert [p.tolist() for p in parts] == [[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]]
     # add has a kernel of its own on counting: no fallback
+    adds = example.plugin.calls["add"]  # decompositions called it already (subtract)
     assert (c + c).tolist() == (x + x).tolist()
-    assert example.plugin.calls["add"] == 1 and example.plugin.fallback_calls["add"] == 0
+    assert example.plugin.calls["add"] == adds + 1 and example.plugin.fallback_calls["add"] == 0
     kernel, plugin, priority = rows("exp")["counting"]
     assert kernel == "[fallback] lamina_example_backend.CountingBackend.fallback"
     assert (plugin, priority) == ("example", 0)
@@ -368,7 +374,8 @@ def test_fallback_in_place_operators_and_views_write_through():
     assert c.tolist() == [-1.0, 30.0, 40.0, 5.0]
     c[lm.asarray([3], device="counting")] = 0.0
     assert c.tolist() == [-1.0, 30.0, 40.0, 0.0]
-    assert {"add_", "setitem", "multiply_", "getitem"} <= set(example.plugin.fallback_calls)
+    assert {"setitem", "getitem"} <= set(example.plugin.fallback_calls)
+    assert not {"add_", "multiply_"} & set(example.plugin.fallback_calls)  # decomposed
 
 
 def test_a_device_without_fallback_names_the_missing_kernel():
@@ -443,7 +450,7 @@ def test_the_entry_point_plugin_wraps_cpu_matmul_when_asked():
     )
     env = dict(os.environ, LAMINA_EXAMPLE_COUNT_CPU_MATMUL="1")
     out = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code],
+        [sys.executable, "-W", "error", "-W", "ignore:cpu fallback", "-c", code],
         capture_output=True,
         text=True,
         cwd="/",
@@ -563,7 +570,9 @@ def test_two_third_party_devices_at_once_with_moves_between_them(second):
     assert e.device == "counting" and e.tolist() == [2.0, 4.0, 6.0, 8.0]
     assert lm.sum(d).to("cpu").item() == 10.0
     assert second.calls["multiply"] == 1 and example.plugin.calls["multiply"] == 0
-    assert second.fallback_calls["add_"] == 1 and second.calls["sum"] == 1
+    # d += 1 runs as its decomposition on the device: add (its kernel), then setitem
+    assert "add_" not in second.fallback_calls and second.fallback_calls["setitem"] == 1
+    assert second.calls["sum"] == 1
     assert example.plugin.calls["arange"] == 1 and "arange" not in second.calls
 
 
@@ -810,3 +819,37 @@ def test_python_scalars_reach_every_kernel_with_checks_off(layers):
             s = lm.asarray([[0.0, 1.0], [2.0, 0.0]]).to_sparse()
             assert (s * 2.0).to_dense().tolist() == [[0.0, 2.0], [4.0, 0.0]]
             assert (counting([1.0, 2.0]) * 2.0).tolist() == [2.0, 4.0]
+
+
+# ---------------------------------------------------------------- core operators
+
+
+def test_a_device_gets_decompositions_before_its_fallback_and_fallbacks_announce_themselves():
+    """Note [Core operators]: an operator outside the core set without a kernel on the
+    device runs as its decomposition there (below every kernel of the device's plugin,
+    above its fallback); a core operator without one reaches cpu_fallback, which warns
+    once per operator and device, or raises, or stays silent (set_cpu_fallback)."""
+    assert rows("subtract")["counting"] == (
+        "lamina.dispatch.decompositions.subtract",
+        "decompositions",
+        -(2**31),
+    )
+    c = counting([1.0, 2.0])
+    fallback = lm.backends.fallback
+    before = lm.backends.set_cpu_fallback("warn")
+    try:
+        fallback._warned.discard(("exp", "counting"))
+        with pytest.warns(lm.backends.FallbackWarning, match="cpu fallback: exp .* .counting."):
+            lm.exp(c)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lm.exp(c)  # once per operator and device
+        assert (c - 1.0).tolist() == [0.0, 1.0]  # a decomposition, on the device
+        assert example.plugin.fallback_calls["subtract"] == 0
+        lm.backends.set_cpu_fallback("error")
+        with pytest.raises(NotImplementedError, match="exp has no kernel on device .counting."):
+            lm.exp(c)
+        with pytest.raises(ValueError, match="mode must be one of"):
+            lm.backends.set_cpu_fallback("never")
+    finally:
+        lm.backends.set_cpu_fallback(before)

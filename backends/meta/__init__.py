@@ -59,5 +59,8 @@ def run_description(op, ks, *args):
 
 @hookimpl
 def lamina_register_kernels(registry):
-    registry.add_device(DEVICE, to_cpu=_no_values, from_cpu=_from_cpu, shares_memory=False)
+    # no decompositions: a description is the whole of every operator here
+    registry.add_device(
+        DEVICE, to_cpu=_no_values, from_cpu=_from_cpu, shares_memory=False, decompositions=False
+    )
     registry.register_fallback(DEVICE, run_description)
