@@ -12,6 +12,10 @@ import sys as _sys
 
 from lamina import autograd, backends, dispatch
 from lamina.autograd import enable_grad, no_grad, set_grad_enabled
+from lamina.backends.precision import (
+    get_float32_matmul_precision,
+    set_float32_matmul_precision,
+)
 from lamina.backends.sparse import sparse_coo_tensor
 from lamina.backends.threads import get_num_threads, set_num_threads
 from lamina.dispatch import bindings as _bindings

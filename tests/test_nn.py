@@ -647,18 +647,29 @@ def test_conv2d_gradients_keep_infinities_and_nans_where_they_reach(layout):
 
 
 # Note [Winograd]: 3x3, 4x4 and 5x5 stride-1 convolutions with 8 or more channels each
-# way. (id, input shape, output channels, kernel size, padding, dtypes): partial tiles
-# both ways, one tile row and no padding, padding beyond the kernel's reach; F(3x3, 4x4)
-# and F(2x2, 5x5) with partial tiles (float64 only for the 4x4, which no bench model has).
+# way. (id, input shape, output channels, kernel size, padding, dtypes, float32
+# precision): partial tiles both ways (float32: F(2x2, 3x3) at "highest", F(4x4, 3x3)
+# at "high"), one tile row and no padding, padding beyond the kernel's reach; F(3x3,
+# 4x4) and F(2x2, 5x5) with partial tiles (float64 only for the 4x4, which no bench
+# model has; float32 5x5 only at "high": Note [Float32 precision]).
 WINOGRAD_CASES = [
-    ("partial_tiles", (2, 16, 9, 11), 24, 3, 1, ("f8", "f4")),
-    ("valid", (3, 9, 6, 7), 8, 3, 0, ("f8", "f4")),
-    ("wide_pad", (1, 16, 6, 7), 16, 3, 2, ("f8", "f4")),
-    ("4x4", (2, 10, 9, 8), 8, 4, 1, ("f8",)),
-    ("5x5", (2, 8, 9, 10), 12, 5, 2, ("f8", "f4")),
+    ("partial_tiles", (2, 16, 9, 11), 24, 3, 1, ("f8", "f4"), "highest"),
+    ("partial_tiles_high", (2, 16, 9, 11), 24, 3, 1, ("f4",), "high"),
+    ("valid", (3, 9, 6, 7), 8, 3, 0, ("f8", "f4"), "highest"),
+    ("wide_pad", (1, 16, 6, 7), 16, 3, 2, ("f8", "f4"), "highest"),
+    ("4x4", (2, 10, 9, 8), 8, 4, 1, ("f8",), "highest"),
+    ("5x5", (2, 8, 9, 10), 12, 5, 2, ("f8", "f4"), "high"),
 ]
 # measured |error| / max |output|: float64 ~5e-15; float32 4e-6 (3x3), 1e-5 (5x5)
 WINOGRAD_TOLERANCE = {"f8": 1e-13, "f4": 4e-5}
+
+
+@pytest.fixture
+def float32_precision():
+    """Sets lm.set_float32_matmul_precision for one test."""
+    before = lm.get_float32_matmul_precision()
+    yield lm.set_float32_matmul_precision
+    lm.set_float32_matmul_precision(before)
 
 
 @pytest.fixture
@@ -683,11 +694,14 @@ def _close_to_max(got, want, tol):
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize(
     "case, dtype",
-    [(c[1:5], d) for c in WINOGRAD_CASES for d in c[5]],
+    [(c[1:5] + c[6:], d) for c in WINOGRAD_CASES for d in c[5]],
     ids=[f"{c[0]}-{d}" for c in WINOGRAD_CASES for d in c[5]],
 )
-def test_winograd_convolution_matches_the_oracle(case, dtype, layout, winograd_calls):
-    shape, c_out, size, padding = case
+def test_winograd_convolution_matches_the_oracle(
+    case, dtype, layout, winograd_calls, float32_precision
+):
+    shape, c_out, size, padding, precision = case
+    float32_precision(precision)
     x = image(shape, layout, dtype, requires_grad=True)
     w = param((c_out, shape[1], size, size), dtype=dtype)
     b = param((c_out,), seed=2, dtype=dtype)
@@ -701,11 +715,12 @@ def test_winograd_convolution_matches_the_oracle(case, dtype, layout, winograd_c
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
 
 
-# Note [Strided convolutions]: (id, input shape, weight shape, stride, padding)
+# Note [Strided convolutions]: (id, input shape, weight shape, stride, padding, float32
+# precision)
 STRIDED_CASES = [
-    ("alexnet_11x11_s4", (2, 3, 23, 22), (8, 3, 11, 11), 4, 2),  # a 3x3 on 48 channels
-    ("inception_7x7_s2", (2, 3, 16, 15), (8, 3, 7, 7), 2, 3),  # a 4x4 on 12
-    ("uneven_5x7_s2x3", (1, 4, 13, 17), (9, 4, 5, 7), (2, 3), (1, 2)),  # a 3x3 on 24
+    ("alexnet_11x11_s4", (2, 3, 23, 22), (8, 3, 11, 11), 4, 2, "highest"),  # a 3x3 on 48
+    ("inception_7x7_s2", (2, 3, 16, 15), (8, 3, 7, 7), 2, 3, "high"),  # a 4x4 on 12
+    ("uneven_5x7_s2x3", (1, 4, 13, 17), (9, 4, 5, 7), (2, 3), (1, 2), "highest"),  # 3x3 on 24
 ]
 
 
@@ -713,9 +728,10 @@ STRIDED_CASES = [
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 @pytest.mark.parametrize("case", STRIDED_CASES, ids=[c[0] for c in STRIDED_CASES])
 def test_strided_convolution_by_space_to_depth_matches_the_oracle(
-    case, dtype, layout, winograd_calls
+    case, dtype, layout, winograd_calls, float32_precision
 ):
-    _, shape, wshape, stride, padding = case
+    _, shape, wshape, stride, padding, precision = case
+    float32_precision(precision)
     x = image(shape, layout, dtype, requires_grad=True)
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=padding)
@@ -816,7 +832,8 @@ def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monke
         ((16, 16, 3, 3), (1, 2), (1, 1), 1, np.float32, False),
         ((16, 16, 3, 3), (1, 1), (2, 2), 1, np.float32, False),
         ((32, 16, 3, 3), (1, 1), (1, 1), 2, np.float32, False),
-        ((16, 16, 5, 5), (1, 1), (1, 1), 1, np.float32, True),
+        ((16, 16, 5, 5), (1, 1), (1, 1), 1, np.float64, True),
+        ((16, 16, 5, 5), (1, 1), (1, 1), 1, np.float32, False),  # "highest": im2col
         ((16, 16, 4, 4), (1, 1), (1, 1), 1, np.float64, True),
         ((16, 16, 7, 7), (1, 1), (1, 1), 1, np.float32, False),
         ((16, 16, 3, 5), (1, 1), (1, 1), 1, np.float32, False),

@@ -1,5 +1,5 @@
-"""Stride-1 convolutions by Winograd's minimal filtering: F(4x4, 3x3), F(3x3, 4x4) and
-F(2x2, 5x5) (Note [Winograd family]).
+"""Stride-1 convolutions by Winograd's minimal filtering: F(2x2, 3x3), F(4x4, 3x3),
+F(3x3, 4x4) and F(2x2, 5x5) (Note [Winograd family]).
 
 Note [Winograd]: a 4x4 tile of a 3x3 convolution's output is A^T [(G g G^T) * (B^T d B)] A
 (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015), where d is
@@ -18,8 +18,10 @@ into the slab and out of it); PyTorch's oneDNN 32-35 ms.
 
 Rounding: the transforms' constants (up to 8 and 1/24) make the error grow with the
 channel count: float32 results differ from the direct sum by ~1e-6 of the output's
-largest magnitude on this shape (the im2col GEMM by ~1e-7); float64 by ~1e-15.
-``LAMINA_WINOGRAD=0`` turns the algorithm off.
+largest magnitude on this shape (the im2col GEMM by ~1e-7); float64 by ~1e-15. So
+float32 runs F(4x4, 3x3) only where the user allows it, and F(2x2, 3x3), whose
+transforms only add and subtract, by default (Note [Float32 precision] in
+lamina.backends.precision). ``LAMINA_WINOGRAD=0`` turns Winograd off.
 
 Note [Winograd and infinities]: the transforms mix a tile's values, so one infinity or
 NaN in the input would make the whole tile's 16 outputs NaN where the direct sum keeps
@@ -30,12 +32,13 @@ computed again by im2col.
 The backward operators reuse the transforms: the input gradient of a stride-1 3x3
 convolution is a stride-1 3x3 convolution (Note [Convolution]), and the weight gradient
 is the adjoint of the filter transform applied to sum over tiles of
-(B^T d B) * (A grad A^T): the input's transform, the output gradient's (4x4 -> 6x6 by
-A) and, per position, one GEMM (C_in x tiles) @ (tiles x C_out).
+(B^T d B) * (A grad A^T): the input's transform, the output gradient's (m x m -> n x n
+by A) and, per position, one GEMM (C_in x tiles) @ (tiles x C_out).
 
-A block is a range of tile rows of the batch (row r: image r // th, tile row r % th),
-sized so its transformed input and products stay in the L2 cache (BLOCK_BYTES); a tile
-t of it is r's tile column tx at (r - r0) * tw + tx.
+The kernels are written for any tile: n x n input tiles (6 or 4), m x m output tiles,
+n^2 positions. A block is a range of tile rows of the batch (row r: image r // th, tile
+row r % th), sized so its transformed input and products stay in the L2 cache
+(BLOCK_BYTES); a tile t of it is r's tile column tx at (r - r0) * tw + tx.
 """
 
 import math
@@ -43,7 +46,7 @@ import os
 
 import numpy as np
 
-from lamina.backends import jit
+from lamina.backends import jit, precision
 
 from .. import blas
 from .layout import NCHW, NHWC
@@ -53,28 +56,40 @@ MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
 MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
-# Note [Winograd family]: F(m x m, r x r) for m + r = 7 all interpolate at the points
-# 0, 1, -1, 2, -2 and infinity and share the 6x6 input transform B^T (``input_6``); the
-# filter transform G (6 x r) and the output transform A^T (m x 6) are the rows of
-# powers of those points (with the scale factors F(4, 3)'s G puts on them). So one set
-# of kernels runs F(4x4, 3x3), F(3x3, 4x4) and F(2x2, 5x5): a 3x3, 4x4 or 5x5 kernel,
-# 36 multiplications per output tile of 16, 9 or 4 outputs (direct: 9, 16, 25 each).
-POINTS, SCALES = (0, 1, -1, 2, -2), (1 / 4, -1 / 6, -1 / 6, 1 / 24, 1 / 24)
+# Note [Winograd family]: F(m x m, r x r) interpolates at n - 1 points and infinity,
+# n = m + r - 1 the input tile's size. Those with n = 6 (m + r = 7) share the points 0,
+# 1, -1, 2, -2 and the 6x6 input transform B^T (``input_6``); the filter transform G
+# (n x r) and the output transform A^T (m x n) are the rows of powers of those points
+# (with the scale factors F(4, 3)'s G puts on them). So one set of kernels runs
+# F(4x4, 3x3), F(3x3, 4x4) and F(2x2, 5x5): a 3x3, 4x4 or 5x5 kernel, 36
+# multiplications per output tile of 16, 9 or 4 outputs (direct: 9, 16, 25 each), and
+# F(2x2, 3x3) with n = 4 and the points 0, 1, -1: 16 multiplications per 4 outputs.
+SIX_POINTS, SIX_SCALES = (0, 1, -1, 2, -2), (1 / 4, -1 / 6, -1 / 6, 1 / 24, 1 / 24)
+FOUR_POINTS, FOUR_SCALES = (0, 1, -1), (1, 1 / 2, 1 / 2)
 
 
-def _filter_transform(r):
-    """G (6 x r): row j is SCALES[j] times the powers of POINTS[j]; the last, infinity's,
-    picks the kernel's last tap."""
-    g = np.zeros((6, r))
-    for j, (p, scale) in enumerate(zip(POINTS, SCALES)):
+def _filter_transform(points, scales, r):
+    """G (n x r): row j is scales[j] times the powers of points[j]; the last,
+    infinity's, picks the kernel's last tap."""
+    g = np.zeros((len(points) + 1, r))
+    for j, (p, scale) in enumerate(zip(points, scales)):
         g[j] = [scale * p**k for k in range(r)]
-    g[5, r - 1] = 1
+    g[-1, r - 1] = 1
     return g
 
 
 # Note [Winograd constants]: the transforms multiply by 2, 4 and 8 as additions
 # (exact, like the multiplications), because a Python number times a float32 makes a
 # float64 in Numba and the kernels would compute in double precision.
+#
+# Note [Tile reads]: a transform reads its values itself, a[x + q dx, y + q dy, c] for
+# q < its count, from the array that holds them (a slab row, a column of the first
+# pass's results, one position of every transformed tile): Numba cannot build a tuple
+# of a length the kernel chooses, and indexing the whole arrays keeps the channel loops
+# vectorized (Note [Whole-array indexing]). Each returns a tuple, which ``write_n`` stores
+# the same way. The first pass of a tile stores its results transposed (tmp[q, i] for
+# row i): stored along the second axis, LLVM vectorized the pass less well (measured:
+# the input transform of 16x64x56x56, F(4x4, 3x3), one thread, 6.4 -> 2.8 ms).
 
 
 @jit.jitable
@@ -83,8 +98,57 @@ def twice(a):
 
 
 @jit.jitable
-def input_6(d0, d1, d2, d3, d4, d5):
-    """B^T d for one column of six values (Note [Winograd constants])."""
+def read_2(a, x, y, c, dx, dy):
+    """a[x + q dx, y + q dy, c] for q < 2 (Note [Tile reads]); read_3, 4, 6 likewise."""
+    return a[x, y, c], a[x + dx, y + dy, c]
+
+
+@jit.jitable
+def read_3(a, x, y, c, dx, dy):
+    return read_2(a, x, y, c, dx, dy) + (a[x + 2 * dx, y + 2 * dy, c],)
+
+
+@jit.jitable
+def read_4(a, x, y, c, dx, dy):
+    return read_2(a, x, y, c, dx, dy) + read_2(a, x + 2 * dx, y + 2 * dy, c, dx, dy)
+
+
+@jit.jitable
+def read_6(a, x, y, c, dx, dy):
+    return read_3(a, x, y, c, dx, dy) + read_3(a, x + 3 * dx, y + 3 * dy, c, dx, dy)
+
+
+@jit.jitable
+def write_2(a, x, y, c, dx, dy, v):
+    """a[x + q dx, y + q dy, c] = v[q] for q < 2 (Note [Tile reads]); returns their
+    sum. write_3, 4, 6 likewise."""
+    a[x, y, c], a[x + dx, y + dy, c] = v[0], v[1]
+    return v[0] + v[1]
+
+
+@jit.jitable
+def write_3(a, x, y, c, dx, dy, v):
+    a[x + 2 * dx, y + 2 * dy, c] = v[2]
+    return write_2(a, x, y, c, dx, dy, v[:2]) + v[2]
+
+
+@jit.jitable
+def write_4(a, x, y, c, dx, dy, v):
+    return write_2(a, x, y, c, dx, dy, v[:2]) + write_2(a, x + 2 * dx, y + 2 * dy, c, dx, dy, v[2:])
+
+
+@jit.jitable
+def write_6(a, x, y, c, dx, dy, v):
+    return write_3(a, x, y, c, dx, dy, v[:3]) + write_3(a, x + 3 * dx, y + 3 * dy, c, dx, dy, v[3:])
+
+
+WRITE = {2: write_2, 3: write_3, 4: write_4, 6: write_6}
+
+
+@jit.jitable
+def input_6(a, x, y, c, dx, dy):
+    """B^T d for a column d of six values (Note [Tile reads], [Winograd constants])."""
+    d0, d1, d2, d3, d4, d5 = read_6(a, x, y, c, dx, dy)
     return (
         twice(twice(d0 - d2)) - d2 + d4,
         d3 + d4 - twice(twice(d1 + d2)),
@@ -96,61 +160,93 @@ def input_6(d0, d1, d2, d3, d4, d5):
 
 
 @jit.jitable
-def output_4(m0, m1, m2, m3, m4, m5):
+def output_4(a, x, y, c, dx, dy):
     """A^T m of F(4, 3): six products to four outputs (rows 1, p, p^2, p^3 + infinity)."""
-    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
-    return (m0 + a + c, b + twice(d), a + twice(twice(c)), b + twice(twice(twice(d))) + m5)
+    m0, m1, m2, m3, m4, m5 = read_6(a, x, y, c, dx, dy)
+    s, d, t, e = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return (m0 + s + t, d + twice(e), s + twice(twice(t)), d + twice(twice(twice(e))) + m5)
 
 
 @jit.jitable
-def output_3(m0, m1, m2, m3, m4, m5):
-    """A^T m of F(3, 4), as ``output_4``, padded to four values."""
-    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
-    return (m0 + a + c, b + twice(d), a + twice(twice(c)) + m5, m5)
+def output_3(a, x, y, c, dx, dy):
+    """A^T m of F(3, 4), as ``output_4``."""
+    m0, m1, m2, m3, m4, m5 = read_6(a, x, y, c, dx, dy)
+    s, d, t, e = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return (m0 + s + t, d + twice(e), s + twice(twice(t)) + m5)
 
 
 @jit.jitable
-def output_2(m0, m1, m2, m3, m4, m5):
-    """A^T m of F(2, 5), padded to four values."""
-    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
-    return (m0 + a + c, b + twice(d) + m5, m5, m5)
+def output_2(a, x, y, c, dx, dy):
+    """A^T m of F(2, 5)."""
+    m0, m1, m2, m3, m4, m5 = read_6(a, x, y, c, dx, dy)
+    return (m0 + m1 + m2 + m3 + m4, m1 - m2 + twice(m3 - m4) + m5)
 
 
 @jit.jitable
-def grad_4(e0, e1, e2, e3):
+def grad_4(a, x, y, c, dx, dy):
     """A e of F(4, 3): four output gradients to six (the adjoint of ``output_4``)."""
-    a, b = e0 + e2, e1 + e3
-    c, d = e0 + twice(twice(e2)), twice(e1 + twice(twice(e3)))
-    return (e0, a + b, a - b, c + d, c - d, e3)
+    e0, e1, e2, e3 = read_4(a, x, y, c, dx, dy)
+    s, t = e0 + e2, e1 + e3
+    u, v = e0 + twice(twice(e2)), twice(e1 + twice(twice(e3)))
+    return (e0, s + t, s - t, u + v, u - v, e3)
 
 
 @jit.jitable
-def grad_3(e0, e1, e2, e3):
-    """A e of F(3, 4) (e3 unused)."""
-    c = e0 + twice(twice(e2))
-    return (e0, e0 + e1 + e2, e0 - e1 + e2, c + twice(e1), c - twice(e1), e2)
+def grad_3(a, x, y, c, dx, dy):
+    """A e of F(3, 4)."""
+    e0, e1, e2 = read_3(a, x, y, c, dx, dy)
+    u = e0 + twice(twice(e2))
+    return (e0, e0 + e1 + e2, e0 - e1 + e2, u + twice(e1), u - twice(e1), e2)
 
 
 @jit.jitable
-def grad_2(e0, e1, e2, e3):
-    """A e of F(2, 5) (e2, e3 unused)."""
+def grad_2(a, x, y, c, dx, dy):
+    """A e of F(2, 5)."""
+    e0, e1 = read_2(a, x, y, c, dx, dy)
     return (e0, e0 + e1, e0 - e1, e0 + twice(e1), e0 - twice(e1), e1)
 
 
+@jit.jitable
+def input_4(a, x, y, c, dx, dy):
+    """B^T d of F(2, 3) for a column d of four values: additions only, so the input
+    transform rounds as little as the direct sum's products (Note [Float32 precision]
+    in lamina.backends.precision)."""
+    d0, d1, d2, d3 = read_4(a, x, y, c, dx, dy)
+    return (d0 - d2, d1 + d2, d2 - d1, d1 - d3)
+
+
+@jit.jitable
+def output_2x3(a, x, y, c, dx, dy):
+    """A^T m of F(2, 3): four products to two outputs."""
+    m0, m1, m2, m3 = read_4(a, x, y, c, dx, dy)
+    return (m0 + m1 + m2, m1 - m2 - m3)
+
+
+@jit.jitable
+def grad_2x3(a, x, y, c, dx, dy):
+    """A e of F(2, 3): two output gradients to four (the adjoint of ``output_2x3``)."""
+    e0, e1 = read_2(a, x, y, c, dx, dy)
+    return (e0, e0 + e1, e0 - e1, -e1)
+
+
 class Algorithm:
-    """F(m x m, r x r) of Note [Winograd family]: its transforms and tile size."""
+    """F(m x m, r x r) of Note [Winograd family]: its transforms and tile sizes."""
 
-    def __init__(self, r, output, grad):
-        self.r, self.m = r, 7 - r
-        self.output, self.grad = output, grad
-        g = _filter_transform(r)
-        self.gg = np.kron(g, g)  # (36, r^2): vec(G k G^T) = gg vec(k), row-major
+    def __init__(self, name, r, points, scales, input, output, grad):
+        self.name, self.r = name, r
+        self.n = len(points) + 1  # the input tile's size
+        self.m = self.n - r + 1  # the output tile's
+        self.input, self.output, self.grad = input, output, grad
+        g = _filter_transform(points, scales, r)
+        self.gg = np.kron(g, g)  # (n^2, r^2): vec(G k G^T) = gg vec(k), row-major
 
 
-ALGORITHMS = {
-    r: Algorithm(r, *fns)
+F2x3 = Algorithm("F(2x2,3x3)", 3, FOUR_POINTS, FOUR_SCALES, input_4, output_2x3, grad_2x3)
+FAST = {  # Note [Float32 precision]: float64, and float32 where the setting allows
+    r: Algorithm(f"F({7 - r}x{7 - r},{r}x{r})", r, SIX_POINTS, SIX_SCALES, input_6, *fns)
     for r, fns in ((3, (output_4, grad_4)), (4, (output_3, grad_3)), (5, (output_2, grad_2)))
 }
+PRECISE = {3: F2x3}  # float32 at "highest": the others' error is ~10x the direct sum's
 
 
 # ---------------------------------------------------------------- kernels
@@ -177,160 +273,126 @@ def fetch_nchw(x, n, row, slab, i, start, count):
 
 
 @jit.jitable
-def store_nhwc(rows, i, wo, out, n, row):
-    """Output row ``row`` of NHWC image n = rows[i, :wo] (Wo, K)."""
+def store_nhwc(rows, i, wo, bias, out, n, row):
+    """Output row ``row`` of NHWC image n = rows[i, :wo] (Wo, K) + bias."""
     for w in range(wo):
         for k in range(rows.shape[2]):
-            out[n, row, w, k] = rows[i, w, k]
+            out[n, row, w, k] = rows[i, w, k] + bias[k]
 
 
 @jit.jitable
-def store_nchw(rows, i, wo, out, n, row):
-    """Output row ``row`` of NCHW image n = rows[i, :wo] transposed."""
+def store_nchw(rows, i, wo, bias, out, n, row):
+    """Output row ``row`` of NCHW image n = rows[i, :wo] transposed, + bias."""
     for k in range(rows.shape[2]):
+        b = bias[k]
         for w in range(wo):
-            out[n, k, row, w] = rows[i, w, k]
+            out[n, k, row, w] = rows[i, w, k] + b
 
 
-def transform_input(fetch, m):
-    """The kernel writing V (36, T, C) = B^T d B of every 6x6 input tile (m apart) of
-    tile rows [r0, r1), the rows copied into ``slab`` (6, m tw + 6 - m, C) by ``fetch``;
+def transform_input(fetch, alg):
+    """The kernel writing V (n^2, T, C) = B^T d B of every n x n input tile (m apart) of
+    tile rows [r0, r1), the rows copied into ``slab`` (n, m tw + n - m, C) by ``fetch``;
     the slab arrives zeroed: its columns outside the input stay zero. Returns the sum of
     V (Note [Winograd and infinities])."""
+    n, m, transform, write = alg.n, alg.m, alg.input, WRITE[alg.n]
 
     def kernel(x, h, w, pt, pl, r0, r1, th, slab, tmp, V):
-        tw, channels = (slab.shape[1] - 6 + m) // m, slab.shape[2]
+        tw, channels = (slab.shape[1] - n + m) // m, slab.shape[2]
         inside, total = min(w, slab.shape[1] - pl), np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
-            n, ty = r // th, r % th
+            image, ty = r // th, r % th
             first = 0
-            if r > r0 and ty > 0:  # the last 6 - m rows of tile row ty - 1 are its first
-                for i in range(6 - m):
+            if r > r0 and ty > 0:  # the last n - m rows of tile row ty - 1 are its first
+                for i in range(n - m):
                     for j in range(slab.shape[1]):
                         for c in range(channels):
                             slab[i, j, c] = slab[i + m, j, c]
-                first = 6 - m
-            for i in range(first, 6):
+                first = n - m
+            for i in range(first, n):
                 row = m * ty - pt + i
                 if 0 <= row < h:
-                    fetch(x, n, row, slab, i, pl, inside)
+                    fetch(x, image, row, slab, i, pl, inside)
                 else:
                     slab[i] = 0
             for tx in range(tw):
                 t, j = (r - r0) * tw + tx, m * tx
-                for i in range(6):
+                for i in range(n):
                     for c in range(channels):
-                        e0, e1, e2, e3, e4, e5 = input_6(
-                            slab[i, j, c], slab[i, j + 1, c], slab[i, j + 2, c],
-                            slab[i, j + 3, c], slab[i, j + 4, c], slab[i, j + 5, c],
-                        )  # fmt: skip
-                        tmp[i, 0, c], tmp[i, 1, c], tmp[i, 2, c] = e0, e1, e2
-                        tmp[i, 3, c], tmp[i, 4, c], tmp[i, 5, c] = e3, e4, e5
-                for a in range(6):
+                        write(tmp, 0, i, c, 1, 0, transform(slab, i, j, c, 0, 1))
+                for a in range(n):
                     for c in range(channels):
-                        v0, v1, v2, v3, v4, v5 = input_6(
-                            tmp[0, a, c], tmp[1, a, c], tmp[2, a, c],
-                            tmp[3, a, c], tmp[4, a, c], tmp[5, a, c],
-                        )  # fmt: skip
-                        V[a, t, c], V[6 + a, t, c], V[12 + a, t, c] = v0, v1, v2
-                        V[18 + a, t, c], V[24 + a, t, c], V[30 + a, t, c] = v3, v4, v5
-                        total += v0 + v1 + v2 + v3 + v4 + v5
+                        total += write(V, a, t, c, n, 0, transform(tmp, a, 0, c, 0, 1))
         return total
 
     return kernel
 
 
-def transform_output(store, m, output):
-    """The kernel writing the output rows of tile rows [r0, r1) from M (36, T, K):
-    A^T p A + bias per tile (``output``: A^T of six values, padded to four), through
-    ``rows`` (m, m tw, K). Returns the outputs' sum."""
+def transform_output(store, alg):
+    """The kernel writing the output rows of tile rows [r0, r1) from M (n^2, T, K):
+    A^T p A + bias per tile, through ``rows`` (m, m tw, K). Returns the outputs' sum."""
+    n, m, transform, write = alg.n, alg.m, alg.output, WRITE[alg.m]
 
     def kernel(M, ho, wo, r0, r1, th, bias, tmp, rows, out):
         tw, channels, total = rows.shape[1] // m, rows.shape[2], np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
-            n, ty = r // th, r % th
+            image, ty = r // th, r % th
             for tx in range(tw):
                 t, j = (r - r0) * tw + tx, m * tx
-                for a in range(6):
+                for a in range(n):
                     for k in range(channels):
-                        s0, s1, s2, s3 = output(
-                            M[a, t, k], M[6 + a, t, k], M[12 + a, t, k],
-                            M[18 + a, t, k], M[24 + a, t, k], M[30 + a, t, k],
-                        )  # fmt: skip
-                        tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k] = s0, s1, s2, s3
+                        write(tmp, 0, a, k, 1, 0, transform(M, a, t, k, n, 0))
                 for i in range(m):
                     for k in range(channels):
-                        y0, y1, y2, y3 = output(
-                            tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k],
-                            tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k],
-                        )  # fmt: skip
-                        b = bias[k]
-                        rows[i, j, k], rows[i, j + 1, k] = y0 + b, y1 + b
-                        total += y0 + y1
-                        if m > 2:
-                            rows[i, j + 2, k] = y2 + b
-                            total += y2
-                        if m > 3:
-                            rows[i, j + 3, k] = y3 + b
-                            total += y3
+                        total += write(rows, i, j, k, 0, 1, transform(tmp, i, 0, k, 0, 1))
             for i in range(min(m, ho - m * ty)):
-                store(rows, i, wo, out, n, m * ty + i)
+                store(rows, i, wo, bias, out, image, m * ty + i)
         return total
 
     return kernel
 
 
-def transform_grad(fetch, m, grad):
-    """The kernel writing Z (36, T, K) = A e A^T of every m x m output-gradient tile of
-    tile rows [r0, r1) (``grad``: A e of four values, the ones past m unused), through
-    ``slab`` (4, m tw + 4 - m, K) as ``transform_input`` (its columns past Wo stay
-    zero). Returns the sum of Z."""
+def transform_grad(fetch, alg):
+    """The kernel writing Z (n^2, T, K) = A e A^T of every m x m output-gradient tile of
+    tile rows [r0, r1), through ``slab`` (m, m tw, K) as ``transform_input`` (its
+    columns past Wo stay zero). Returns the sum of Z."""
+    n, m, transform, write = alg.n, alg.m, alg.grad, WRITE[alg.n]
 
     def kernel(g, ho, wo, r0, r1, th, slab, tmp, Z):
-        tw, channels = (slab.shape[1] - 4 + m) // m, slab.shape[2]
+        tw, channels = slab.shape[1] // m, slab.shape[2]
         total = np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
-            n, ty = r // th, r % th
+            image, ty = r // th, r % th
             for i in range(m):
                 row = m * ty + i
                 if row < ho:
-                    fetch(g, n, row, slab, i, 0, wo)
+                    fetch(g, image, row, slab, i, 0, wo)
                 else:
                     slab[i] = 0
             for tx in range(tw):
                 t, j = (r - r0) * tw + tx, m * tx
                 for i in range(m):
                     for k in range(channels):
-                        f0, f1, f2, f3, f4, f5 = grad(
-                            slab[i, j, k], slab[i, j + 1, k], slab[i, j + 2, k], slab[i, j + 3, k]
-                        )
-                        tmp[i, 0, k], tmp[i, 1, k], tmp[i, 2, k] = f0, f1, f2
-                        tmp[i, 3, k], tmp[i, 4, k], tmp[i, 5, k] = f3, f4, f5
-                for a in range(6):
+                        write(tmp, 0, i, k, 1, 0, transform(slab, i, j, k, 0, 1))
+                for a in range(n):
                     for k in range(channels):
-                        z0, z1, z2, z3, z4, z5 = grad(
-                            tmp[0, a, k], tmp[1, a, k], tmp[2, a, k], tmp[3, a, k]
-                        )
-                        Z[a, t, k], Z[6 + a, t, k], Z[12 + a, t, k] = z0, z1, z2
-                        Z[18 + a, t, k], Z[24 + a, t, k], Z[30 + a, t, k] = z3, z4, z5
-                        total += z0 + z1 + z2 + z3 + z4 + z5
+                        total += write(Z, a, t, k, n, 0, transform(tmp, a, 0, k, 0, 1))
         return total
 
     return kernel
 
 
 @jit.jitable
-def block(r0, rows, rows_per_block, tw, in_buf, out_buf, channels):
-    """The block of tile rows from r0 of a block loop: (its end r1, the (36, T, C_in)
-    and (36, T, C_out) views of in_buf and out_buf for its T tiles), ``channels``
-    being (C_in, C_out)."""
+def block(r0, rows, rows_per_block, tw, in_buf, out_buf, shape):
+    """The block of tile rows from r0 of a block loop: (its end r1, the (n^2, T, C_in)
+    and (n^2, T, C_out) views of in_buf and out_buf for its T tiles), ``shape`` being
+    (n^2, C_in, C_out)."""
     r1 = min(rows, r0 + rows_per_block)
     t = (r1 - r0) * tw
-    cin, cout = channels
+    positions, cin, cout = shape
     return (
         r1,
-        in_buf[: 36 * t * cin].reshape(36, t, cin),
-        out_buf[: 36 * t * cout].reshape(36, t, cout),
+        in_buf[: positions * t * cin].reshape(positions, t, cin),
+        out_buf[: positions * t * cout].reshape(positions, t, cout),
     )
 
 
@@ -345,7 +407,7 @@ def forward_blocks(transform, finish):
         slab, tmp_in, tmp_out, rows, v_buf, m_buf = buffers
         total = x.shape[0] * th
         for r0 in range(0, total, rows_per_block):
-            r1, v, m = block(r0, total, rows_per_block, tw, v_buf, m_buf, u.shape[1:])
+            r1, v, m = block(r0, total, rows_per_block, tw, v_buf, m_buf, u.shape)
             if not math.isfinite(transform(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)):
                 return False
             blas.gemms(v, u, m, False, False, 0)
@@ -357,7 +419,7 @@ def forward_blocks(transform, finish):
 
 
 def weight_grad_blocks(transform_x, transform_g):
-    """The block loop of ``weight_grad``: total (36, C_in, C_out) += V^T Z of each
+    """The block loop of ``weight_grad``: total (n^2, C_in, C_out) += V^T Z of each
     block, position by position, V and Z the transforms of its input tiles
     (``transform_x``) and output-gradient tiles (``transform_g``); as
     ``forward_blocks``."""
@@ -366,7 +428,7 @@ def weight_grad_blocks(transform_x, transform_g):
         slab, gslab, tmp_in, tmp_g, v_buf, z_buf = buffers
         rows = x.shape[0] * th
         for r0 in range(0, rows, rows_per_block):
-            r1, v, z = block(r0, rows, rows_per_block, tw, v_buf, z_buf, total.shape[1:])
+            r1, v, z = block(r0, rows, rows_per_block, tw, v_buf, z_buf, total.shape)
             check = transform_x(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)
             check += transform_g(g, ho, wo, r0, r1, th, gslab, tmp_g, z)
             if not math.isfinite(check):
@@ -405,16 +467,10 @@ def _step(template, algorithm, layout):
     (Note [Closure cells] in backends/jit.py)."""
 
     def build():
-        m = algorithm.m
-        if template is transform_output:
-            fn = template(_STORE[layout], m, algorithm.output)
-        elif template is transform_grad:
-            fn = template(_FETCH[layout], m, algorithm.grad)
-        else:
-            fn = template(_FETCH[layout], m)
-        return jit.jitable(fn, fastmath=jit.REASSOCIATE, **jit.CALLEE)
+        move = (_STORE if template is transform_output else _FETCH)[layout]
+        return jit.jitable(template(move, algorithm), fastmath=jit.REASSOCIATE, **jit.CALLEE)
 
-    return jit.cached(("step", template, algorithm.r, layout), build)
+    return jit.cached(("step", template, algorithm.name, layout), build)
 
 
 def _transform(template, algorithm, dtype, layout):
@@ -425,7 +481,7 @@ def _transform(template, algorithm, dtype, layout):
         fn, sig = _step(template, algorithm, layout), _signature(template, dtype)
         return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
 
-    return jit.cached((template, algorithm.r, np.dtype(dtype), layout), build)
+    return jit.cached((template, algorithm.name, np.dtype(dtype), layout), build)
 
 
 def _kernel(template, algorithm, dtype, layout):
@@ -441,7 +497,7 @@ def _kernel(template, algorithm, dtype, layout):
             return jit.compile_kernel(template(*steps), _signature(template, dtype), nogil=True)
         return template(*(_transform(t, algorithm, dtype, layout) for t in _STEPS[template]))
 
-    return jit.cached((template, algorithm.r, np.dtype(dtype), layout, native), build)
+    return jit.cached((template, algorithm.name, np.dtype(dtype), layout, native), build)
 
 
 # ---------------------------------------------------------------- the convolutions
@@ -449,8 +505,10 @@ def _kernel(template, algorithm, dtype, layout):
 
 def algorithm(geo, dtype):
     """The Winograd algorithm conv2d of geometry ``geo`` runs by (Note [Winograd
-    family]), or None."""
-    alg = ALGORITHMS.get(geo.kh) if ENABLED and geo.kh == geo.kw else None
+    family]), or None: for float32 at "highest" the precise ones only (Note [Float32
+    precision] in lamina.backends.precision)."""
+    fast = np.dtype(dtype) != np.float32 or precision.fast_float32()
+    alg = (FAST if fast else PRECISE).get(geo.kh) if ENABLED and geo.kh == geo.kw else None
     if (
         alg is None
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
@@ -463,8 +521,8 @@ def algorithm(geo, dtype):
 
 
 # Note [Filter transforms]: the filter transform and its adjoint (the weight gradient's
-# last step) are one GEMM each with gg (36 x r^2), arranged so that the big operand --
-# U or the weight gradient's transformed sum, 36 x C_in x C_out -- is read and written
+# last step) are one GEMM each with gg (n^2 x r^2), arranged so that the big operand --
+# U or the weight gradient's transformed sum, n^2 x C_in x C_out -- is read and written
 # in its own order; only the weight (r^2 values per channel pair) is transposed. The
 # transposed read of the big one had cost more than the GEMM: measured one thread,
 # 64 -> 128 channels, float32, U 0.43 -> 0.28 ms, the adjoint 0.99 -> 0.18 ms (of a
@@ -472,12 +530,12 @@ def algorithm(geo, dtype):
 
 
 def filters(w, alg):
-    """U (36, C_in, C_out) = G k G^T of every (output, input) channel pair of w (Note
+    """U (n^2, C_in, C_out) = G k G^T of every (output, input) channel pair of w (Note
     [Filter transforms])."""
     c_out, c_in, r = w.shape[:3]
-    k = np.ascontiguousarray(w.reshape(c_out, c_in, r * r).transpose(1, 0, 2))
-    u = np.dot(alg.gg.astype(w.dtype), k.reshape(c_in * c_out, r * r).T)
-    return u.reshape(36, c_in, c_out)
+    k = np.ascontiguousarray(w.reshape(c_out, c_in, r * r).transpose(1, 0, 2), np.float64)
+    u = np.dot(alg.gg, k.reshape(c_in * c_out, r * r).T)  # rounded once (below)
+    return u.astype(w.dtype).reshape(-1, c_in, c_out)
 
 
 class _Tiles:
@@ -486,14 +544,15 @@ class _Tiles:
     def __init__(self, geo, alg, itemsize):
         m = alg.m
         self.th, self.tw = -(-geo.ho // m), -(-geo.wo // m)
-        per_row = 36 * self.tw * (geo.cin + geo.c_out) * itemsize
+        self.positions = alg.n * alg.n
+        per_row = self.positions * self.tw * (geo.cin + geo.c_out) * itemsize
         self.rows = max(1, min(geo.n * self.th, BLOCK_BYTES // per_row))
-        self.slab = (6, m * self.tw + 6 - m, geo.cin)  # transform_input's
-        self.grad_slab = (4, m * self.tw + 4 - m, geo.c_out)  # transform_grad's
+        self.slab = (alg.n, m * self.tw + alg.n - m, geo.cin)  # transform_input's
+        self.grad_slab = (m, m * self.tw, geo.c_out)  # transform_grad's
 
     def transformed(self, channels, dtype):
         """A buffer for one block's transformed tiles of ``channels`` channels."""
-        return np.empty(36 * self.rows * self.tw * channels, dtype)
+        return np.empty(self.positions * self.rows * self.tw * channels, dtype)
 
     def geometry(self, geo):
         """The block loops' geometry arguments, after their operands."""
@@ -507,8 +566,8 @@ def forward(x, u, alg, geo, layout, bias, out) -> bool:
     tiles = _Tiles(geo, alg, x.itemsize)
     buffers = (
         np.zeros(tiles.slab, dtype),
-        np.empty((6, 6, geo.cin), dtype),
-        np.empty((4, 6, geo.c_out), dtype),
+        np.empty((alg.n, alg.n, geo.cin), dtype),
+        np.empty((alg.m, alg.n, geo.c_out), dtype),
         np.empty((alg.m, alg.m * tiles.tw, geo.c_out), dtype),  # output rows
         tiles.transformed(geo.cin, dtype),
         tiles.transformed(geo.c_out, dtype),
@@ -526,15 +585,15 @@ def weight_grad(x, g, alg, geo, layout):
     buffers = (
         np.zeros(tiles.slab, dtype),
         np.zeros(tiles.grad_slab, dtype),
-        np.empty((6, 6, geo.cin), dtype),
-        np.empty((4, 6, geo.c_out), dtype),
+        np.empty((alg.n, alg.n, geo.cin), dtype),
+        np.empty((alg.n, alg.m, geo.c_out), dtype),
         tiles.transformed(geo.cin, dtype),
         tiles.transformed(geo.c_out, dtype),
     )
-    total = np.zeros((36, geo.cin, geo.c_out), dtype)
+    total = np.zeros((tiles.positions, geo.cin, geo.c_out), dtype)
     run = _kernel(weight_grad_blocks, alg, dtype, layout)
     if not run(x, g, *tiles.geometry(geo), buffers, total):
         return None
     # the adjoint of ``filters`` (Note [Filter transforms]): gw[o, i] = gg^T total[:, i, o]
-    gw = np.dot(alg.gg.T.astype(dtype), total.reshape(36, -1))
+    gw = np.dot(alg.gg.T, total.reshape(tiles.positions, -1).astype(np.float64)).astype(dtype)
     return np.ascontiguousarray(gw.reshape(alg.r, alg.r, geo.cin, geo.c_out).transpose(3, 2, 0, 1))
