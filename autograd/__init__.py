@@ -17,7 +17,7 @@ from .derivatives import DERIVATIVES
 from .engine import backward, grad
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import gradcheck
-from .graph import register_hook
+from .graph import register_hook, register_post_accumulate_grad_hook
 
 plugin = layer  # registered by lamina/__init__.py, like a backend plugin
 
@@ -33,6 +33,7 @@ __all__ = [
     "no_grad",
     "plugin",
     "register_hook",
+    "register_post_accumulate_grad_hook",
     "set_grad_enabled",
 ]
 

@@ -104,7 +104,33 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
     """Propagate ``root_grads`` from the ``roots`` edges backwards.
 
     Without ``capture`` the gradients of leaves accumulate into ``.grad``; with it (a
-    dict edge -> None) they are collected there instead and leaves are left alone."""
+    dict edge -> None) they are collected there instead and leaves are left alone.
+    Then the callbacks that hooks queued (``queue_callback``) run."""
+    outer, _pass.callbacks = getattr(_pass, "callbacks", None), []
+    try:
+        _propagate(roots, root_grads, retain_graph, create_graph, capture)
+        callbacks = _pass.callbacks
+        while callbacks:  # a callback may queue another
+            callbacks.pop(0)()
+    finally:
+        _pass.callbacks = outer
+
+
+_pass = threading.local()  # .callbacks: those queued during the backward pass running
+
+
+def queue_callback(callback):
+    """Call ``callback()`` once the backward pass now running has finished, after every
+    gradient is in place (PyTorch's ``Variable._execution_engine.queue_callback``); a
+    hook calls it, so that work started during backward (data-parallel training's
+    gradient exchange) is finished before backward returns."""
+    callbacks = getattr(_pass, "callbacks", None)
+    if callbacks is None:
+        raise RuntimeError("queue_callback: no backward pass is running in this thread")
+    callbacks.append(callback)
+
+
+def _propagate(roots, root_grads, retain_graph, create_graph, capture):
     root_nodes = [e[0] for e in roots]
     deps = _dependencies(root_nodes)
     buffers = {}
@@ -126,13 +152,16 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
                 if capture is None and node.variable is not None:
                     # pop: grads must not hold g (Note [Taking gradients over])
                     _accumulate_grad(node.variable, grads.pop(), create_graph)
+                    if node.post_hooks:
+                        for hook in list(node.post_hooks.values()):
+                            hook(node.variable)
                 continue
             _send(node, _apply(node, grads, retain_graph), deps, buffers, ready)
 
 
 def _send(node, input_grads, deps, buffers, ready):
     """Pass a node's input gradients on to the nodes that made its inputs. (A function
-    of its own: no local of run's may still hold a gradient, Note [Taking gradients
+    of its own: no local of _propagate's may still hold a gradient, Note [Taking gradients
     over].)"""
     nrs = node.next_nrs or _ZEROS  # repeat(0): never cuts the zip short
     for nxt, nr, g in zip(node.next_nodes, nrs, input_grads):

@@ -62,13 +62,14 @@ class Node(core.NodeBase):
 class AccumulateGrad:
     """The node that ends every path at a leaf: it adds the gradient to ``leaf.grad``."""
 
-    __slots__ = ("_variable", "hooks", "__weakref__")
+    __slots__ = ("_variable", "hooks", "post_hooks", "__weakref__")
     n_outputs = 1
     next_nodes = edges = next_functions = ()
 
     def __init__(self, variable):
         self._variable = weakref.ref(variable)  # Note [Graph ownership]
         self.hooks = None
+        self.post_hooks = None  # hook(leaf) once the gradient is in leaf.grad
 
     @property
     def variable(self):
@@ -144,6 +145,21 @@ def register_hook(t, hook):
         raise RuntimeError("cannot register a hook on a tensor that does not require grad")
     node, nr = edge(t)
     return node.register_hook((nr, hook))
+
+
+def register_post_accumulate_grad_hook(t, hook):
+    """``hook(t)`` runs each time backward has added a gradient into ``t.grad``, a leaf's
+    (Tensor.register_post_accumulate_grad_hook, as PyTorch's: data-parallel training
+    starts sending a gradient the moment it is complete)."""
+    if not t._ks & AUTOGRAD or t._grad_fn is not None:
+        raise RuntimeError(
+            "register_post_accumulate_grad_hook needs a leaf tensor that requires grad; "
+            "use register_hook for a gradient computed along the way"
+        )
+    acc = grad_accumulator(t)
+    if acc.post_hooks is None:
+        acc.post_hooks = {}
+    return _Handle(acc.post_hooks, hook)
 
 
 def slots(args):

@@ -32,7 +32,7 @@ class UpperLayers:
     ``__array_namespace__`` to the public namespace). Those layers fill these slots
     when they are imported; the methods call through them."""
 
-    autograd: Any = None  # lamina.autograd: backward(), register_hook()
+    autograd: Any = None  # lamina.autograd: backward(), register_hook() and the like
     namespace: Any = None  # the lamina module
 
 
@@ -376,6 +376,11 @@ class Tensor(_Base):
         """Call ``hook(grad)`` when this tensor's gradient is computed; a tensor it
         returns replaces the gradient. Returns a handle with ``remove()``."""
         return upper.autograd.register_hook(self, hook)
+
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """Call ``hook(self)`` each time backward has added a gradient into this leaf's
+        ``.grad``. Returns a handle with ``remove()``."""
+        return upper.autograd.register_post_accumulate_grad_hook(self, hook)
 
     @property
     def _version(self) -> int:

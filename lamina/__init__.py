@@ -46,7 +46,7 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import fft, layers, linalg, memory, nn, optim, random, utils
+from . import distributed, fft, layers, linalg, memory, nn, optim, random, utils
 from .serialization import load, save
 
 __version__ = "0.1.0"

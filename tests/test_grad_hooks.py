@@ -1,0 +1,67 @@
+"""Hooks on a leaf's accumulated gradient and callbacks at the end of backward: what
+data-parallel training (lamina.distributed) stands on."""
+
+import numpy as np
+import pytest
+
+import lamina as lm
+from lamina.autograd import engine
+
+
+def test_post_accumulate_grad_hook_sees_the_accumulated_gradient():
+    w = lm.asarray([1.0, 2.0, 3.0], dtype=lm.float64).requires_grad_()
+    seen = []
+    w.register_post_accumulate_grad_hook(lambda t: seen.append(np.array(t.grad.numpy())))
+    (w * w).sum().backward()
+    (w * 3.0).sum().backward()  # the second gradient is added before the hook runs
+    np.testing.assert_array_equal(seen[0], [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(seen[1], [5.0, 7.0, 9.0])
+
+
+def test_post_accumulate_grad_hook_runs_once_per_backward_and_can_be_removed():
+    w = lm.asarray([1.0, 2.0]).requires_grad_()
+    calls = []
+    handle = w.register_post_accumulate_grad_hook(calls.append)
+    (w * w + w).sum().backward()  # two paths into w: one accumulation, one call
+    assert calls == [w]
+    handle.remove()
+    (w * w).sum().backward()
+    assert calls == [w]
+
+
+def test_post_accumulate_grad_hook_not_run_by_grad():
+    w = lm.asarray([1.0, 2.0]).requires_grad_()
+    calls = []
+    w.register_post_accumulate_grad_hook(calls.append)
+    lm.autograd.grad((w * w).sum(), w)  # grad() leaves .grad alone
+    assert calls == [] and w.grad is None
+
+
+def test_post_accumulate_grad_hook_needs_a_leaf_requiring_grad():
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        lm.asarray([1.0]).register_post_accumulate_grad_hook(print)
+    w = lm.asarray([1.0]).requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        (w * 2.0).register_post_accumulate_grad_hook(print)
+
+
+def test_queued_callback_runs_after_every_gradient_is_in_place():
+    a = lm.asarray([1.0, 2.0]).requires_grad_()
+    b = lm.asarray([3.0, 4.0]).requires_grad_()
+    order = []
+
+    def queue(t):
+        order.append("hook")
+        engine.queue_callback(lambda: order.append((a.grad is not None, b.grad is not None)))
+
+    a.register_post_accumulate_grad_hook(queue)
+    b.register_post_accumulate_grad_hook(lambda t: order.append("hook"))
+    (a * b).sum().backward()
+    assert order == ["hook", "hook", (True, True)]
+    (a * b).sum().backward()  # callbacks are per pass: queued again, run again
+    assert order[3:] == ["hook", "hook", (True, True)]
+
+
+def test_queue_callback_outside_backward_is_refused():
+    with pytest.raises(RuntimeError, match="no backward pass is running"):
+        engine.queue_callback(lambda: None)
