@@ -157,6 +157,7 @@ class Operator:
     namespace: str | None = ""  # "" the top level, "linalg", ...; None: not public
     check: Callable | None = None  # dispatch/meta.py: argument rules beyond the types
     doc: str = ""
+    writes: tuple[str, ...] = ()  # Note [Mutation]: the arguments it writes
     # filled by the registry (lamina.dispatch.entries), never by the schema: what the
     # bindings read per call, and key -> Entry for dumps
     dispatch: OperatorTable = field(default_factory=OperatorTable, repr=False)
@@ -276,9 +277,17 @@ def define(
     namespace: str | None = "",
     check: Callable | None = None,
     doc: str = "",
+    writes: str = "",
 ) -> Operator:
     """Add one operator to the schema (Note [Operator schema]); with ``inplace`` also
-    its in-place variant ``name_`` (``x1 op= x2``)."""
+    its in-place variant ``name_`` (``x1 op= x2``).
+
+    Note [Mutation]: ``writes`` names the tensor arguments an operator writes besides
+    its results (PyTorch's ``Tensor(a!)``): native_batch_norm's running statistics. An
+    operator tagged ``inplace`` writes its first argument and returns it; one tagged
+    ``view`` returns results that share its first argument's storage (their strides:
+    Note [Result layouts]). Nothing else writes or aliases its arguments, so a graph
+    pass may reorder, fuse or drop any other call whose results are unused."""
     name, params, returns = parse_signature(signature)
     if name in OPERATORS:
         raise ValueError(f"operator {name!r} is defined twice")
@@ -287,6 +296,10 @@ def define(
     if dtypes not in DTYPE_RULES or result not in RESULT_RULES:
         raise ValueError(f"{name}: unknown dtype rule {dtypes!r} or result {result!r}")
     tag_set = frozenset(tags.split())
+    written = tuple(writes.split()) + ((params[0].name,) if "inplace" in tag_set else ())
+    unknown = [w for w in written if w not in [p.name for p in params]]
+    if unknown:
+        raise ValueError(f"{name}: writes unknown arguments {unknown}")
     if tag_set - TAGS:
         raise ValueError(f"{name}: unknown tags {sorted(tag_set - TAGS)}")
     if not doc:
@@ -304,6 +317,7 @@ def define(
         namespace=namespace,
         check=check,
         doc=doc,
+        writes=written,
     )
     if inplace:
         variant = OPERATORS[name + "_"] = Operator(
@@ -320,6 +334,7 @@ def define(
             doc=f"In-place {name}: x1 is overwritten "
             f"with {name}(x1, x2) (``x1 {_symbol(dunder)}= x2``); x1 keeps its dtype and "
             "shape.",
+            writes=(params[0].name,),
         )
         op.inplace = variant
     return op

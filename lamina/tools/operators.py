@@ -12,7 +12,7 @@ import argparse
 import inspect
 import pathlib
 
-from lamina.dispatch import arguments, schema
+from lamina.dispatch import arguments, decompositions, schema
 
 HEADER = """\
 # Operators
@@ -184,17 +184,35 @@ STUB_PATH = ROOT / "dispatch" / "ops.pyi"
 DUNDER_STUB_PATH = ROOT / "dispatch" / "_dunders.pyi"
 
 
+def render_core() -> str:
+    """The core operators (Note [Core operators] in dispatch/decompositions.py) by
+    category: what a new device implements; every other operator has a decomposition."""
+    core = decompositions.core_operators()
+    lines = [
+        f"{len(core)} core operators of {len(schema.OPERATORS)}; the other "
+        f"{len(decompositions.DECOMPOSITIONS)} have decompositions into them:"
+    ]
+    for category in schema.CONVENTIONS:
+        names = [n for n in core if schema.OPERATORS[n].category == category]
+        if names:
+            lines.append(f"  {category:<13} {', '.join(names)}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m lamina.tools.operators", description=__doc__)
     p.add_argument("--write", action="store_true", help=f"write {PATH} and {STUB_PATH}")
     p.add_argument("--stub", action="store_true", help="print the stub, not the reference")
+    p.add_argument(
+        "--core", action="store_true", help="list the core operators a new device implements"
+    )
     args = p.parse_args(argv)
     if args.write:
         PATH.write_text(render())
         STUB_PATH.write_text(render_stub())
         DUNDER_STUB_PATH.write_text(render_dunder_stub())
     else:
-        print(render_stub() if args.stub else render(), end="")
+        print(render_core() if args.core else render_stub() if args.stub else render(), end="")
 
 
 if __name__ == "__main__":
