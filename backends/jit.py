@@ -187,13 +187,16 @@ def _check_cells(pyfunc: Callable) -> None:
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses
 
 
-def compile_cfunc(pyfunc: Callable, signature: Any, cache: bool = True) -> Any:
+def compile_cfunc(
+    pyfunc: Callable, signature: Any, cache: bool = True, fastmath: Any = False
+) -> Any:
     """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature`` (Note [C loops]
     in numba_cpu/kernels.py); ``cache=False`` skips Numba's cache, keeping the IR."""
     numba = _load()
     if cache:
         _check_cells(pyfunc)
-    return numba.cfunc(signature, **{**OPTIONS, "cache": cache})(pyfunc)
+    fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
+    return numba.cfunc(signature, **{**OPTIONS, "cache": cache, "fastmath": fastmath})(pyfunc)
 
 
 def c_loop(key: tuple, build: Callable[[bool], Any]) -> int:

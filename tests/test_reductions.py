@@ -5,6 +5,8 @@ compiles a Numba kernel the first time it runs, so the dtype lists below are a f
 representatives per reduction kind, not full sweeps.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -281,6 +283,88 @@ def test_long_rows_and_columns(dtype):
                 )
 
 
+def _relative_error(got, values):
+    exact = math.fsum(values.astype(np.float64))
+    return abs(float(got) - exact) / abs(exact)
+
+
+@pytest.mark.parametrize("shape,axis", [((10**6,), None), ((3, 150_000), 1), ((90_001, 3), 0)])
+def test_float32_sum_error_is_one_rounding(shape, axis):
+    """Float32 sums accumulate in float64 (Note [Vector reductions]): whatever the
+    order the vectorized loops add in, and over rows longer than a block or columns
+    with a remainder, the result is the exact sum rounded once to float32 (NumPy's
+    pairwise float32 sum is off by 1.1e-7 on the 0.1s, 1.1e-2 on the alternating
+    values). The inputs defeat naive float32 accumulation."""
+    size = math.prod(shape)
+    inputs = {
+        "tenths": np.full(size, 0.1),
+        "large mean, small spread": 1e4 + RNG.standard_normal(size),
+        "alternating signs": np.where(np.arange(size) % 2, -1e4, 1e4) + 0.1,
+    }
+    for label, values in inputs.items():
+        n = values.astype(np.float32).reshape(shape)
+        x = lm.asarray(n)
+        exact = np.sum(n.astype(np.float64), axis=axis)  # 1e-16 off: exact enough
+        half_ulp = 2.0**-24 * 1.001  # rounding to float32, plus the reference's error
+        np.testing.assert_allclose(lm.sum(x, axis=axis).numpy(), exact, half_ulp, 0, label)
+        mean = lm.mean(x, axis=axis).numpy()
+        np.testing.assert_allclose(mean, exact / (n.size // exact.size), half_ulp, 0, label)
+
+
+def test_float64_sum_error_grows_with_blocks_not_length():
+    # 10**6 tenths added one by one drift by ~1e-11; blocked (and vectorized) by <1e-13
+    values = np.full(10**6, 0.1)
+    assert _relative_error(lm.sum(lm.asarray(values)).item(), values) < 1e-13
+    rows = np.full((2, 10**5), 0.1)
+    for got in lm.sum(lm.asarray(rows), axis=1).tolist():
+        assert _relative_error(got, rows[0]) < 1e-13
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_var_std_of_data_with_a_large_mean(dtype):
+    """Two passes (the mean, then the squared deviations), both accumulated in float64:
+    no cancellation even where the mean is 1e4 times the spread, along rows, along
+    columns (the column kernel) and over everything."""
+    n = (1e4 + RNG.standard_normal((300, 70))).astype(dtype)
+    if dtype == np.complex64:
+        n = n + 1j * (5e3 + RNG.standard_normal(n.shape)).astype(np.float32)
+    x = lm.asarray(n)
+    wide = n.astype(np.complex128 if dtype == np.complex64 else np.float64)
+    for axis in (None, 0, 1):
+        for fn, npfn in [(lm.var, np.var), (lm.std, np.std)]:
+            got = fn(x, axis=axis, correction=1).numpy()
+            np.testing.assert_allclose(got, npfn(wide, axis=axis, ddof=1), rtol=1e-6)
+        want_mean = np.mean(wide, axis=axis)
+        np.testing.assert_allclose(lm.mean(x, axis=axis).numpy(), want_mean, rtol=1e-7)
+
+
+def test_parallel_reductions():
+    """Above the parallel threshold: rows shared among threads, leading axes by the
+    column kernel, and a fold of everything split into parts that the threads share
+    (a part's start value must be the fold's, not another part's result)."""
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    try:
+        n = RNG.integers(-100, 100, (3, 100_003)).astype(np.int64)
+        n[0, 0] = 1000  # max's start value (each row's first) is the max
+        b = np.zeros(n.shape, bool)
+        b[2, -1] = True  # in the rest of the split row
+        f = (n + 0.25).astype(np.float32)
+        x, bx, fx = lm.asarray(n), lm.asarray(b), lm.asarray(f)
+        for axis in (None, 0, 1):
+            for name in ("sum", "max", "min", "argmax", "argmin"):
+                got = getattr(lm, name)(x, axis=axis).numpy()
+                np.testing.assert_array_equal(got, getattr(np, name)(n, axis=axis), name)
+            for name in ("any", "all", "sum"):
+                got = getattr(lm, name)(bx, axis=axis).numpy()
+                np.testing.assert_array_equal(got, getattr(np, name)(b, axis=axis), name)
+            for name in ("mean", "var"):
+                want = getattr(np, name)(f.astype(np.float64), axis=axis)
+                np.testing.assert_allclose(getattr(lm, name)(fx, axis=axis).numpy(), want, 1e-6)
+    finally:
+        lm.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- argmax and argmin
 
 
@@ -308,6 +392,27 @@ def test_argmax_first_nan_wins():
         same(fn(x, axis=1), ref(fn, x, axis=1))
     assert lm.argmax(x, axis=1).tolist() == [2, 0, 0]  # ties: first index
     assert lm.argmin(x, axis=1).tolist() == [2, 0, 3]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+def test_argmax_argmin_long_rows_and_columns(dtype):
+    """Rows of several blocks (the block holding the extreme is searched), ties in
+    later blocks (the first index wins), a NaN past the first extreme (it wins), and
+    leading-axis reductions (the column kernel), against NumPy."""
+    n = RNG.integers(-1000, 1000, (5, 1300)).astype(dtype)
+    n[0, 700] = n[0, 1200] = 5000  # a tie in a later block
+    n[1, 3] = n[1, 1299] = -5000
+    n[2, :] = 7  # every element a tie
+    floats = np.dtype(dtype).kind == "f"
+    if floats:
+        n[3, 900], n[3, 1000] = np.nan, np.nan  # first NaN wins, over a bigger block max
+        n[3, 100] = 1e6
+        n[4, 10], n[4, 11] = -0.0, 0.0
+    for view in (n, n.T, n[:, ::-3]):
+        x = lm.asarray(view)
+        for fn, npfn in [(lm.argmax, np.argmax), (lm.argmin, np.argmin)]:
+            for axis in (None, 0, 1):
+                assert_tensor(fn(x, axis=axis), npfn(view, axis=axis), lm.int64)
 
 
 def test_argmax_extreme_values():

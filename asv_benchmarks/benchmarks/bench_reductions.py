@@ -1,7 +1,9 @@
 """Reductions over all elements and along each axis of a 2-D float32 tensor.
 
 ``axis=None`` on a contiguous tensor is one flat loop; ``axis=0`` reduces across rows
-(strided access), ``axis=1`` along rows. See Note [Setup runs between timed calls].
+(the column kernel: rows of the input added into a row of accumulators), ``axis=1``
+along rows. mean and var take the sum's loop; argmax the max's, then a search. See
+Note [Setup runs between timed calls].
 """
 
 import lamina as lm
@@ -10,7 +12,7 @@ from .common import SIZES, Benchmark, floats, memo, number_for, square_shape, wa
 
 
 class Reduction(Benchmark):
-    params = [SIZES, ["sum", "argmax", "var"], [None, 0, 1]]
+    params = [SIZES, ["sum", "mean", "max", "argmax", "var", "any"], [None, 0, 1]]
     param_names = ["n", "op", "axis"]
 
     def setup(self, n, op, axis):

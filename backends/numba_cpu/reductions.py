@@ -1,6 +1,7 @@
-"""Reduction kernels of the CPU backend: sum, prod, max, min, all, any, argmax,
-argmin (one template each, folded over the rows of a 2-D view) and the moments behind
-mean, var and std."""
+"""Reduction kernels of the CPU backend: sum, prod, max, min, all, any (one fold
+template, over the rows of a 2-D view), argmax and argmin (the max or min fold, then a
+search for it), mean (the sum's fold), var and std (a second pass over the deviations
+from the mean). Every loop vectorizes (Note [Vector reductions] in kernels.py)."""
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from .layout import rows_view
 empty = np.empty
 FAST = []  # the C core's reduction kernels: their limits follow the thread count
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+_SPLIT = 16 * K._BLOCK  # a fold of one long row runs in parts this long, in parallel
 
 
 def _set_threshold(threshold):
@@ -37,31 +39,56 @@ def _filled(n, value, dtype):
 
 
 class Reduction:
-    """One reduction family: ``step`` folded over each row into an accumulator.
+    """One reduction family: ``step`` folded over each row into an accumulator (one
+    value per row), reading further per-row arrays ``more`` (var's means, argmax's
+    maxima) where the template takes them.
 
     With a ``columns`` template, a column-major rows view (a reduction over leading
     axes, e.g. sum(x, axis=0)) runs it on the contiguous transpose instead of striding
-    down each column. Entry points are compiled per (template, dtypes, loop, layout)."""
+    down each column (serially: it reads memory in order, faster than threads that
+    stride). Entry points are compiled per (template, dtypes, loop, layout), with
+    reassociation (Note [Vector reductions] in kernels.py)."""
 
     def __init__(self, template, fn, columns=None):
         self.template, self.fn, self.columns = template, fn, columns
 
-    def __call__(self, rows, out):
+    def __call__(self, rows, out, *more):
         loop = range if rows.size < _parallel_min else jit.prange
         template, flags = self.template, rows.flags
         layout = "C" if flags.c_contiguous else "A"
-        if self.columns is not None and loop is range and layout == "A" and flags.f_contiguous:
-            template, rows, layout = self.columns, rows.T, "C"
+        if self.columns is not None and layout == "A" and flags.f_contiguous:
+            template, rows, layout, loop = self.columns, rows.T, "C", range
+        elif loop is not range and layout == "C" and not more and _one_long_row(rows):
+            return self._split(rows, out)
         args = (loop,) if self.fn is None else (self.fn, loop)
+        outs = (out, *more)
         entry = jit.cached(
-            (template, self.fn, rows.dtype, out.dtype, loop, layout),
-            lambda: K.instantiate(
-                template,
-                args,
-                jit.types.void(jit.array(rows.dtype, 2, layout), jit.array(out.dtype)),
+            (template, self.fn, rows.dtype, *[a.dtype for a in outs], loop, layout),
+            lambda: jit.compile_kernel(
+                template(*args),
+                jit.types.void(
+                    jit.array(rows.dtype, 2, layout), *[jit.array(a.dtype) for a in outs]
+                ),
+                parallel=loop is jit.prange,
+                fastmath=jit.REASSOCIATE,
             ),
         )
-        entry(rows, out)
+        entry(rows, out, *more)
+
+    def _split(self, rows, out):
+        """One long row (a fold of everything) as rows of _SPLIT values, which the
+        threads share, and the rest of the row; their results are then folded into
+        ``out``. Each part starts, as ``out`` does, from the start value."""
+        count = rows.shape[1] // _SPLIT
+        parts = _filled(count + 1, out[0], out.dtype)
+        self(rows[:, : count * _SPLIT].reshape(count, _SPLIT), parts[:count])
+        self(rows[:, count * _SPLIT :], parts[count:])
+        self(parts.reshape(1, -1), out)
+
+
+def _one_long_row(rows):
+    """Worth splitting among threads; the rest of the row, shorter, runs serially."""
+    return rows.shape[0] == 1 and rows.shape[1] >= 2 * _SPLIT
 
 
 def _fold_family(step):
@@ -70,12 +97,14 @@ def _fold_family(step):
 
 _SUM = _fold_family(K.add)
 _PROD = _fold_family(K.multiply)
-_MAX = _fold_family(K.maximum)
-_MIN = _fold_family(K.minimum)
+_MAX = _fold_family(K.fold_max)
+_MIN = _fold_family(K.fold_min)
 _ALL = _fold_family(K.logical_and_reduce)
 _ANY = _fold_family(K.logical_or_reduce)
-_ARGMAX = Reduction(K.argreduce_rows, K.greater_than)
-_ARGMIN = Reduction(K.argreduce_rows, K.less_than)
+_ARGMAX = Reduction(K.arg_reduce_rows, K.fold_max, columns=K.arg_reduce_columns)
+_ARGMIN = Reduction(K.arg_reduce_rows, K.fold_min, columns=K.arg_reduce_columns)
+_DEVIATIONS = Reduction(K.deviations_rows, K.square, columns=K.deviations_columns)
+_DEVIATIONS_COMPLEX = Reduction(K.deviations_rows, K.abs_square, columns=K.deviations_columns)
 
 
 def _accumulator(dtype):
@@ -137,58 +166,53 @@ def _first_value(what):
     return start
 
 
-def _first_index(what):
-    """argmax/argmin start at index 0; an empty axis has no index to give."""
+def _arg_fold(reduction, what):
+    """argmax/argmin: the first index of each row's max (min), or of its first NaN,
+    as in NumPy."""
 
-    def start(rows, x):
+    def kernel(ks, x, axis, keepdims):
+        S.check_dtype(OPERATORS[what], x._dtype)
+        rows = rows_view(x._data, axis)
         if rows.shape[1] == 0:
             raise ValueError(
                 f"{what}: cannot take the {what} of an empty sequence (shape {x._shape})"
             )
-        return np.zeros(rows.shape[0], np.int64)
+        at = np.zeros(rows.shape[0], np.int64)
+        if rows.size:
+            reduction(rows, at, rows[:, 0].copy())
+        return _finish(at, x, axis, keepdims, D.int64)
 
-    return start
+    return kernel
 
 
 def _constant(value):
     return lambda rows, x: _filled(rows.shape[0], value, np.bool_)
 
 
-def _moments(rows):
-    """Each row's mean (float64, complex128 for complex rows) and sum of squared moduli
-    of the deviations (float64)."""
-    complex_rows = rows.dtype.kind == "c"
-    square = K.abs_square if complex_rows else K.square
-
-    def build():
-        return K.instantiate(
-            K.moments_rows,
-            (square, range),
-            jit.types.void(
-                jit.array(rows.dtype, 2, "A"), jit.array(mean.dtype), jit.array(np.float64)
-            ),
-        )
-
-    mean = np.zeros(rows.shape[0], np.complex128 if complex_rows else np.float64)
-    m2 = np.zeros(rows.shape[0])
-    if rows.shape[1]:
-        jit.cached((K.moments_rows, square, rows.dtype), build)(rows, mean, m2)
-    else:
-        mean[:], m2[:] = np.nan, np.nan
-    return mean, m2
+def _mean(rows):
+    """Each row's mean (float64, complex128 for complex rows), by the sum's fold; NaN
+    for an empty row."""
+    acc = np.zeros(rows.shape[0], np.complex128 if rows.dtype.kind == "c" else np.float64)
+    if rows.shape[1] == 0:
+        acc.fill(np.nan)
+    elif rows.size:
+        _SUM(rows, acc)
+        acc /= rows.shape[1]
+    return acc
 
 
 def _moments_of(which, x, axis, correction, keepdims):
     op = OPERATORS[which]
     dtype = S.result_dtype(op, S.check_dtype(op, x._dtype))  # var of complex is real
     rows = rows_view(x._data, axis)
-    mean, m2 = _moments(rows)
-    if which == "mean":
-        acc = mean
-    else:
+    acc = _mean(rows)
+    if which != "mean":  # two passes: no cancellation on data with a large mean
+        m2 = np.zeros(rows.shape[0])
+        if rows.size:
+            deviations = _DEVIATIONS_COMPLEX if rows.dtype.kind == "c" else _DEVIATIONS
+            deviations(rows, m2, acc)
         dof = rows.shape[1] - correction
-        with np.errstate(divide="ignore", invalid="ignore"):
-            acc = m2 / dof if dof > 0 else np.full_like(m2, np.nan)
+        acc = m2 / dof if dof > 0 and rows.shape[1] else np.full_like(m2, np.nan)
         if which == "std":
             acc = np.sqrt(acc)
     return _finish(acc, x, axis, keepdims, dtype)
@@ -208,7 +232,7 @@ def std(ks, x, axis, correction, keepdims):
 
 class FoldSpec:
     """What the C core's reduction fast path needs of a fold (Note [C reductions] in
-    dispatch/_core.c): per input dtype index, the accumulator and result dtypes (None
+    dispatch/csrc/fastpath.c): per input dtype index, the accumulator and result dtypes (None
     where the dtype takes the Python kernel), the start value, and the loops' addresses
     -- the same templates the Python kernel runs, compiled as C functions."""
 
@@ -240,7 +264,8 @@ class FoldSpec:
         def build(cache):
             # inlined into the loop, the kernel's status checks and raise paths go away:
             # the loop needs nothing of Numba's runtime (Note [Loop cache]); a jitable
-            # function, not a dispatcher, so the loop is cached (Note [Closure cells])
+            # function, not a dispatcher, so the loop is cached (Note [Closure cells]);
+            # the loop is compiled with reassociation (Note [Vector reductions])
             kernel = jit.jitable(template(self.reduction.fn, range), inline="always")
             return K.c_loop(wrapper, kernel, d, acc, [d], cache)
 
@@ -281,8 +306,8 @@ def register(registry):
             _fold(_ANY, _constant(False), lambda x: D.bool_),
             FoldSpec("any", _ANY, False, lambda op, d: D.bool_),
         ),
-        "argmax": _fold(_ARGMAX, _first_index("argmax"), lambda x: D.int64),
-        "argmin": _fold(_ARGMIN, _first_index("argmin"), lambda x: D.int64),
+        "argmax": _arg_fold(_ARGMAX, "argmax"),
+        "argmin": _arg_fold(_ARGMIN, "argmin"),
         "mean": mean,
         "var": var,
         "std": std,
