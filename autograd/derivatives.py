@@ -889,6 +889,8 @@ _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
 _RELU_BACKWARD = OPERATORS["relu_backward"]
 _LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
 _GELU_BACKWARD = OPERATORS["gelu_backward"]
+_SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
+_LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
 
 
@@ -1143,16 +1145,33 @@ DERIVATIVES.update(
             D("sigmoid", lambda g, r, n, x: (g * r * (1.0 - r),), uses_result=True),
             D(
                 "softmax",
-                lambda g, r, n, x, dim: (r * (g - ops.sum(g * r, axis=dim, keepdims=True)), None),
+                lambda g, r, n, x, dim: (_SOFTMAX_BACKWARD(g, r, dim), None),
                 uses_result=True,
             ),
             D(
                 "log_softmax",
-                lambda g, r, n, x, dim: (
-                    g - ops.exp(r) * ops.sum(g, axis=dim, keepdims=True),
+                lambda g, r, n, x, dim: (_LOG_SOFTMAX_BACKWARD(g, r, dim), None),
+                uses_result=True,
+            ),
+            D(
+                "softmax_backward",  # of r * (g - sum(g * r))
+                lambda u, out, n, g, r, dim: (
+                    n[0] and _SOFTMAX_BACKWARD(u, r, dim),
+                    n[1]
+                    and u * (g - ops.sum(g * r, axis=dim, keepdims=True))
+                    - g * ops.sum(u * r, axis=dim, keepdims=True),
                     None,
                 ),
-                uses_result=True,
+                saves=(0, 1),
+            ),
+            D(
+                "log_softmax_backward",  # of g - exp(r) * sum(g)
+                lambda u, out, n, g, r, dim: (
+                    n[0] and u - ops.sum(u * ops.exp(r), axis=dim, keepdims=True),
+                    n[1] and -u * ops.exp(r) * ops.sum(g, axis=dim, keepdims=True),
+                    None,
+                ),
+                saves=(0, 1),
             ),
             D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
             D("mse_loss", _mse_loss, saves=(0, 1)),

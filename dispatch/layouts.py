@@ -108,6 +108,8 @@ KEEPS_ORDER = frozenset(
         "sort",
         "softmax",
         "log_softmax",
+        "softmax_backward",
+        "log_softmax_backward",
         "relu",
         "relu_backward",
         "leaky_relu",

@@ -730,6 +730,7 @@ define(
     tags=DIFF,
     namespace=None,
     check=meta.batch_norm,
+    writes="running_mean running_var",  # in training
     doc="Batch normalization over every axis but 1, and the mean and inverse standard "
     "deviation it used (saved for backward); training updates the running statistics "
     "in place. With relu, max(result, 0) in the same pass (Note [Fused batch norm and "
@@ -824,6 +825,22 @@ define(
     namespace=NN,
     check=meta.softmax("log_softmax"),
     doc="input - logsumexp(input) along dim: the log of softmax, without its rounding.",
+)
+define(
+    "softmax_backward(grad: Tensor, result: Tensor, dim: Axis) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="result * (grad - sum(grad * result, dim)): softmax's gradient, from its result.",
+)
+define(
+    "log_softmax_backward(grad: Tensor, result: Tensor, dim: Axis) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad - exp(result) * sum(grad, dim): log_softmax's gradient, from its result.",
 )
 define(
     "nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, "

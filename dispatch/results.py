@@ -273,6 +273,7 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
         _same,
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
+    **dict.fromkeys(("softmax_backward", "log_softmax_backward"), _like(1)),
 }
 
 

@@ -359,6 +359,270 @@ for _name, _fn in [
     _math("float_" + _name, _fn)
 
 
+# ---------------------------------------------------------------- vector math
+# Note [Vector math]: Numba has no vector math library here (Intel's SVML is not a
+# dependency), so math.exp in a loop is one libm call per element and the loop stays
+# scalar. These functions are written so that LLVM vectorizes the loops that call them,
+# as SLEEF's and NumPy's SIMD loops are: a range reduction, a polynomial, and the
+# special cases as selects (no branch, no call, no table). Their results do not depend
+# on the loop they run in (same instructions for every element, the FMA contraction
+# fixed by ``contract``). The float32 ones compute in float32. Maximum errors, measured
+# (tests/test_transcendental.py) over ~10**6 float32 values spread over every bit
+# pattern against float64, and over random float64 bit patterns, [-800, 800] and [-2, 2]
+# against long double:
+#
+#   function   float32   float64
+#   exp        0.96 ulp  0.97 ulp   (subnormal results too)
+#   log        0.76 ulp  0.78 ulp
+#   tanh       1.20 ulp  1.24 ulp
+#   sigmoid    2.26 ulp  2.51 ulp   (1 / (1 + exp(-|x|)), times exp(-|x|) below 0)
+#   erf        0.95 ulp  libm's     (no vector float64 erf yet; gelu calls erf)
+#
+# Special values follow C99 (and so the Array API): exp(-inf) = 0, exp(inf) = inf,
+# log(0) = -inf, log(x < 0) = NaN, tanh(+-inf) = +-1, tanh(-0.0) = -0.0, NaN in, NaN
+# out. Kernels call them by x's type through vector_exp, vector_log, vector_tanh,
+# vector_sigmoid and vector_erf. On AVX-512 machines LLVM still picks 256-bit vectors
+# for Numba (its preference for this CPU), NumPy's loops 512-bit ones: see Note [NumPy
+# SIMD loops] in elementwise.py for where each serves.
+# Kernels in other files that call these (nn/activation.py) close over the stamp of this
+# file, so that Numba's cache, keyed by their own file, recompiles them when it changes
+# (Note [Kernel cache]).
+VECTOR_OPTIONS = dict(fastmath=frozenset({"contract"}), **jit.CALLEE)
+
+
+def _float32s(*coefficients):
+    return tuple(np.float32(c) for c in coefficients)
+
+
+_F32_TINY = np.float32(np.finfo(np.float32).smallest_normal)
+_F64_TINY = np.finfo(np.float64).smallest_normal
+# float32 exp: Cephes' expf, on [-ln(2)/2, ln(2)/2]; beyond its limits the result is 0 or inf
+_EXP_F32 = _float32s(
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
+_EXP_F32_LIMITS = np.float32(-104.0), np.float32(89.0)
+# float64 exp: Taylor's series to r**13 (|r| <= ln(2)/2: the rest is below 2**-60)
+_EXP_F64 = tuple(1.0 / math.factorial(k) for k in range(13, 1, -1))
+_EXP_F64_LIMITS = -746.0, 710.0
+# log: Cephes' logf on [sqrt(1/2) - 1, sqrt(2) - 1]; fdlibm's log (its Lg1..Lg7) for float64
+_LOG_F32 = _float32s(
+    7.0376836292e-2,
+    -1.1514610310e-1,
+    1.1676998740e-1,
+    -1.2420140846e-1,
+    1.4249322787e-1,
+    -1.6668057665e-1,
+    2.0000714765e-1,
+    -2.4999993993e-1,
+    3.3333331174e-1,
+)
+_LOG_F64_EVEN = 1.531383769920937332e-01, 2.222219843214978396e-01, 3.999999999940941908e-01
+_LOG_F64_ODD = (
+    1.479819860511658591e-01, 1.818357216161805012e-01, 2.857142874366239149e-01,
+    6.666666666666735130e-01,
+)  # fmt: skip
+# ln(2) in two parts: the first has few bits, so that k * it is exact for any exponent k
+_LN2_F32 = np.float32(0.693359375), np.float32(-2.12194440e-4)
+_LN2_F64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+# tanh below 0.625: Cephes' tanhf polynomial and tanh's rational function
+_TANH_F32 = _float32s(
+    -5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1
+)
+_TANH_F64_P = -9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3
+_TANH_F64_Q = 1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3
+# erf: Norbert Juffa's erff coefficients (0.99 ulp with a correctly rounded expf)
+_ERF_F32_SMALL = _float32s(
+    -5.96761703e-4, 4.99119423e-3, -2.67681349e-2, 1.12819925e-1, -3.76125336e-1, 1.28379166e-1
+)
+_ERF_F32_BIG_ODD = np.float32(-1.72853470e-5), np.float32(3.83197126e-4)
+_ERF_F32_BIG_EVEN = np.float32(-3.88396438e-3), np.float32(2.42546219e-2)
+_ERF_F32_BIG = _float32s(-1.06777877e-1, -6.34846687e-1, -1.28717512e-1)
+
+
+@jitable(**VECTOR_OPTIONS)
+def _horner(x, coefficients):
+    """The polynomial with these coefficients (highest degree first) at x."""
+    p = coefficients[0]
+    for c in coefficients[1:]:
+        p = p * x + c
+    return p
+
+
+@jitable(**VECTOR_OPTIONS)
+def float32_exp(x):
+    lo, hi = _EXP_F32_LIMITS
+    # the clamp keeps n in int32 (NaN becomes lo: its r below stays NaN)
+    clamped = x if x > lo else lo
+    n = np.rint((clamped if clamped < hi else hi) * np.float32(1.4426950408889634))
+    r = x - n * _LN2_F32[0] - n * _LN2_F32[1]
+    p = _horner(r, _EXP_F32) * r * r + r + np.float32(1.0)
+    # times 2**n as two powers of two, so that subnormal results keep their bits
+    k = np.int32(n)
+    half = k >> 1
+    y = p * np.int32((half + 127) << 23).view(np.float32)
+    y = y * np.int32((k - half + 127) << 23).view(np.float32)
+    y = np.float32(0.0) if x <= lo else y  # NaN stays NaN
+    return np.float32(np.inf) if x >= hi else y
+
+
+@jitable(**VECTOR_OPTIONS)
+def float64_exp(x):
+    lo, hi = _EXP_F64_LIMITS
+    clamped = x if x > lo else lo
+    n = np.rint((clamped if clamped < hi else hi) * 1.4426950408889634)
+    r = x - n * _LN2_F64[0] - n * _LN2_F64[1]
+    p = _horner(r, _EXP_F64) * r * r + r + 1.0
+    k = np.int64(n)
+    half = k >> 1
+    y = p * np.int64((half + 1023) << 52).view(np.float64)
+    y = y * np.int64((k - half + 1023) << 52).view(np.float64)
+    y = 0.0 if x <= lo else y  # NaN stays NaN
+    return np.inf if x >= hi else y
+
+
+@jitable(**VECTOR_OPTIONS)
+def _log_special(x, y):
+    """log's result y, or its value at inf, 0, a negative x or NaN."""
+    y = y if x < np.inf else x
+    y = y if x > 0 else (-np.inf if x == 0 else np.nan)
+    return y if x == x else x
+
+
+@jitable(**VECTOR_OPTIONS)
+def float32_log(x):
+    # x = m * 2**e with m in [sqrt(1/2), sqrt(2)): log(x) = e log(2) + log(1 + (m - 1));
+    # a subnormal x is scaled by 2**23 first
+    tiny = x < _F32_TINY
+    bits = np.float32(x * np.float32(8388608.0) if tiny else x).view(np.int32)
+    bits -= np.int32(0x3F3504F3)  # the bits of sqrt(1/2)
+    e = np.float32(bits >> 23) - (np.float32(23.0) if tiny else np.float32(0.0))
+    f = np.int32((bits & np.int32(0x007FFFFF)) + np.int32(0x3F3504F3)).view(np.float32)
+    f -= np.float32(1.0)
+    z = f * f
+    y = _horner(f, _LOG_F32) * f * z + e * _LN2_F32[1] - np.float32(0.5) * z
+    return _log_special(x, f + y + e * _LN2_F32[0])
+
+
+@jitable(**VECTOR_OPTIONS)
+def float64_log(x):
+    tiny = x < _F64_TINY
+    bits = np.float64(x * 18014398509481984.0 if tiny else x).view(np.int64)  # 2**54
+    bits -= np.int64(0x3FE6A09E667F3BCD)
+    e = np.float64(bits >> 52) - (54.0 if tiny else 0.0)
+    f = np.int64((bits & np.int64(0x000FFFFFFFFFFFFF)) + np.int64(0x3FE6A09E667F3BCD))
+    f = f.view(np.float64) - 1.0
+    half_square = 0.5 * f * f
+    s = f / (2.0 + f)
+    z = s * s
+    w = z * z
+    r = z * _horner(w, _LOG_F64_ODD) + w * _horner(w, _LOG_F64_EVEN)
+    y = e * _LN2_F64[0] - ((half_square - (s * (half_square + r) + e * _LN2_F64[1])) - f)
+    return _log_special(x, y)
+
+
+@jitable(**VECTOR_OPTIONS)
+def float32_tanh(x):
+    a = abs(x)
+    z = x * x
+    small = _horner(z, _TANH_F32) * z * x + x
+    big = np.float32(1.0) - np.float32(2.0) / (float32_exp(a + a) + np.float32(1.0))
+    return math.copysign(small if a < np.float32(0.625) else big, x)  # tanh(-0.0) is -0.0
+
+
+# inlined by Numba: LLVM finds it too large to inline, and then the loop stays scalar
+@jitable(inline="always", **jit.CALLEE)
+def float64_tanh(x):
+    # one division for both ranges: x + x z P(z) / Q(z) below 0.625, else 1 - 2 / (e**2|x| + 1)
+    a = abs(x)
+    z = x * x
+    small = a < 0.625
+    num = x * z * _horner(z, _TANH_F64_P) if small else 2.0
+    t = num / (_horner(z, _TANH_F64_Q) if small else float64_exp(a + a) + 1.0)
+    return math.copysign(x + t if small else 1.0 - t, x)  # tanh(-0.0) is -0.0
+
+
+@jitable(**VECTOR_OPTIONS)
+def float32_sigmoid(x):
+    e = float32_exp(-abs(x))  # never overflows; below 0, e / (1 + e) keeps tiny results
+    s = np.float32(1.0) / (np.float32(1.0) + e)
+    return s if x >= 0 else e * s
+
+
+@jitable(**VECTOR_OPTIONS)
+def float64_sigmoid(x):
+    e = float64_exp(-abs(x))
+    s = 1.0 / (1.0 + e)
+    return s if x >= 0 else e * s
+
+
+@jitable(inline="always", **VECTOR_OPTIONS)  # as float64_tanh
+def float32_erf(x):
+    # Norbert Juffa's erff: an odd polynomial up to 0.927734375, 1 - exp(polynomial) above
+    a = abs(x)
+    z = x * x
+    small = _horner(z, _ERF_F32_SMALL) * x + x
+    p = _horner(a, _ERF_F32_BIG_ODD) * z + _horner(a, _ERF_F32_BIG_EVEN)
+    for c in _ERF_F32_BIG:
+        p = p * a + c
+    big = np.float32(1.0) - float32_exp(p * a - a)
+    return small if a <= np.float32(0.927734375) else math.copysign(big, x)
+
+
+@jitable
+def float64_erf(x):
+    return math.erf(x)  # libm's, one element at a time: no vector float64 erf yet
+
+
+def vector_exp(x):
+    """exp of a float32 or float64 x: float32_exp or float64_exp by x's type (in kernels;
+    Note [Vector math]); likewise vector_tanh, vector_erf and vector_sigmoid."""
+
+
+def vector_log(x):
+    """log by x's float type (vector_exp)."""
+
+
+def vector_tanh(x):
+    """tanh by x's float type (vector_exp)."""
+
+
+def vector_erf(x):
+    """erf by x's float type (vector_exp)."""
+
+
+def vector_sigmoid(x):
+    """1 / (1 + exp(-x)) by x's float type (vector_exp)."""
+
+
+def _lower_vector_math(numba):
+    from numba.extending import overload
+
+    def by_type(float32_fn, float64_fn):
+        def implementation(x):
+            fn = float32_fn if x == numba.types.float32 else float64_fn
+            return lambda x: fn(x)
+
+        return implementation
+
+    for generic, float32_fn, float64_fn in [
+        (vector_exp, float32_exp, float64_exp),
+        (vector_log, float32_log, float64_log),
+        (vector_tanh, float32_tanh, float64_tanh),
+        (vector_erf, float32_erf, float64_erf),
+        (vector_sigmoid, float32_sigmoid, float64_sigmoid),
+    ]:
+        # inlined into the caller's IR: a call in between keeps LLVM from vectorizing
+        overload(generic, inline="always")(by_type(float32_fn, float64_fn))
+
+
+jit.on_load(_lower_vector_math)
+
+
 # ---------------------------------------------------------------- complex scalar functions
 # Note [Complex scalar functions]: complex tensors run the same templates as real ones,
 # instantiated with these scalar functions (elementwise.py picks them by dtype kind).
@@ -813,96 +1077,186 @@ def clip(x, lo, hi):
 # Reductions over the rows of a 2-D view ``x`` (rows kept, columns reduced) into ``out``.
 # ``out``'s dtype is the accumulator: float64 for floating sums, int64/uint64 for
 # integer sums, the input dtype for max/min, bool for all/any.
+#
+# Note [Vector reductions]: a fold runs at memory speed only if LLVM vectorizes it, and
+# it vectorizes only a fold whose steps it may reorder. So the reduction kernels are
+# compiled with floating-point reassociation (jit.REASSOCIATE: one accumulator in the
+# source becomes several vector accumulators in the machine code); max and min step
+# with LLVM's NaN-propagating maximum/minimum (fold_max, fold_min), which it vectorizes,
+# where a compare-and-select with a NaN test stays one element at a time; all and any
+# step with a bitwise and/or, not a short-circuit branch. Floating sums accumulate in
+# float64, so a float32 sum is rounded once, at the end (more accurate than NumPy's
+# pairwise float32 sums); rows are folded in _BLOCK-long blocks, so a float64 sum's
+# rounding error grows with the number of blocks, not with the row's length.
+
+_BLOCK = 4096
 
 
 def reduce_rows(step, loop):
-    """Each row is folded into four independent accumulators, combined at the end: the
-    steps of a long row no longer wait on each other (float sums about 4x faster), and,
-    as with NumPy's pairwise summation, rounding error grows more slowly. The caller
-    fills ``out`` with the start value (0, 1, x[:, 0], True, False): an identity of
-    ``step`` or idempotent under it, so every accumulator may start from it."""
+    """Each row is folded block by block: a block's steps into a partial result (the
+    loop LLVM vectorizes, Note [Vector reductions]), the partials into the row's
+    result. The caller fills ``out`` with the start value (0, 1, x[:, 0], True, False):
+    an identity of ``step`` or idempotent under it, so every partial may start from it."""
 
     def kernel(x, out):
-        n = x.shape[1]
-        body = n - n % 4
         for r in loop(x.shape[0]):
-            a0 = a1 = a2 = a3 = out[r]
-            for j in range(0, body, 4):
-                a0 = step(a0, x[r, j])
-                a1 = step(a1, x[r, j + 1])
-                a2 = step(a2, x[r, j + 2])
-                a3 = step(a3, x[r, j + 3])
-            for j in range(body, n):
-                a0 = step(a0, x[r, j])
-            out[r] = step(step(a0, a1), step(a2, a3))
+            start = acc = out[r]
+            for b in range(0, x.shape[1], _BLOCK):
+                block = x[r, b : b + _BLOCK]
+                part = start
+                for j in range(block.shape[0]):
+                    part = step(part, block[j])
+                acc = step(acc, part)
+            out[r] = acc
 
     return kernel
 
 
 def reduce_columns(step, loop):
     """reduce_rows for a column-major view, given as its C-contiguous transpose ``y``
-    (y's columns are the rows to fold): memory is read in order, one row of y updating
-    every accumulator (a loop that vectorizes). Serial: ``loop`` is unused."""
+    (y's columns are the rows to fold): memory is read in order, four rows of y
+    updating every accumulator (a loop that vectorizes; four, so that each accumulator
+    is loaded and stored once per four steps). Serial: ``loop`` is unused."""
 
     def kernel(y, out):
-        for j in range(y.shape[0]):
+        n = y.shape[0]
+        body = n - n % 4
+        for j in range(0, body, 4):
+            for r in range(y.shape[1]):
+                acc = step(step(out[r], y[j, r]), y[j + 1, r])
+                out[r] = step(step(acc, y[j + 2, r]), y[j + 3, r])
+        for j in range(body, n):
             for r in range(y.shape[1]):
                 out[r] = step(out[r], y[j, r])
 
     return kernel
 
 
-def moments_rows(square, loop):
-    """Per row: the mean and the sum of squared deviations, ``square(x - mean)`` (the
-    squared modulus for complex rows), in two passes. ``mean`` and ``m2`` arrive
-    zeroed, of the accumulators' dtypes (float64; complex128 for a complex mean)."""
+def deviations_rows(square, loop):
+    """var's second pass: each row's sum of ``square(x - mean[r])`` (the squared
+    modulus for complex rows) added to ``m2`` (float64, zeroed). The terms are never
+    negative, so the vector accumulators of Note [Vector reductions] need no blocks."""
 
-    def kernel(x, mean, m2):
-        n = x.shape[1]
+    def kernel(x, m2, mean):
         for r in loop(x.shape[0]):
-            s = mean[r]
-            for j in range(n):
-                s += x[r, j]
-            mu = s / n
-            q = m2[r]
-            for j in range(n):
+            mu, q = mean[r], m2[r]
+            for j in range(x.shape[1]):
                 q += square(x[r, j] - mu)
-            mean[r], m2[r] = mu, q
+            m2[r] = q
 
     return kernel
 
 
-def argreduce_rows(better, loop):
-    def kernel(x, out):
+def deviations_columns(square, loop):
+    """deviations_rows for a column-major view, given as its C-contiguous transpose
+    (as reduce_columns). Serial: ``loop`` is unused."""
+
+    def kernel(y, m2, mean):
+        for j in range(y.shape[0]):
+            for r in range(y.shape[1]):
+                m2[r] += square(y[j, r] - mean[r])
+
+    return kernel
+
+
+_ARG_BLOCK = 256
+
+
+def arg_reduce_rows(fold, loop):
+    """argmax/argmin (``fold``: fold_max, fold_min) of each row into ``out``, its value
+    into ``best``. One pass folds each block (vectorized, Note [Vector reductions]) and
+    keeps the first block whose result beats ``best`` (NaN beats everything, and ends
+    the pass: the first NaN wins, as in NumPy); only that block is then searched
+    element by element."""
+
+    def kernel(x, out, best):
         for r in loop(x.shape[0]):
-            best, at = x[r, 0], 0
-            for j in range(1, x.shape[1]):
-                v = x[r, j]
-                if best == best and (better(v, best) or v != v):  # first NaN wins
-                    best, at = v, j
-            out[r] = at
+            b, at = x[r, 0], 0
+            for s in range(0, x.shape[1], _ARG_BLOCK):
+                block = x[r, s : s + _ARG_BLOCK]
+                part = block[0]
+                for j in range(block.shape[0]):
+                    part = fold(part, block[j])
+                if fold(part, b) != b:
+                    b, at = part, s
+                    if part != part:
+                        break
+            block = x[r, at : at + _ARG_BLOCK]
+            first = block.shape[0]
+            for j in range(block.shape[0]):  # a min-fold, not an early exit: it vectorizes
+                v = block[j]
+                first = min(first, j if (v == b) | (v != v) else block.shape[0])
+            out[r], best[r] = at + first, b
 
     return kernel
 
 
-@jitable
-def greater_than(x, y):
-    return x > y
+def arg_reduce_columns(fold, loop):
+    """arg_reduce_rows for a column-major view, given as its C-contiguous transpose
+    ``y`` (as reduce_columns); ``best`` arrives holding y's first row, ``out`` zeros.
+    Serial: ``loop`` is unused."""
+
+    def kernel(y, out, best):
+        for j in range(y.shape[0]):
+            for r in range(y.shape[1]):
+                b = best[r]
+                if fold(y[j, r], b) != b and b == b:  # once NaN, a column is done
+                    best[r], out[r] = y[j, r], j
+
+    return kernel
 
 
-@jitable
-def less_than(x, y):
-    return x < y
+def fold_max(acc, x):
+    """max's step, in kernels LLVM's maximum (Note [Vector reductions]): NaN wins."""
+    return acc if acc > x or acc != acc else x
+
+
+def fold_min(acc, x):
+    """min's step, in kernels LLVM's minimum: NaN wins."""
+    return acc if acc < x or acc != acc else x
+
+
+def _lower_folds(numba):
+    """fold_max and fold_min as intrinsics: llvm.maximum/llvm.minimum for floats (they
+    propagate NaN), a compare-and-select for integers and bool."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    from numba.extending import intrinsic, overload
+
+    def lower(fold, llvm_name, compare):
+        def codegen(context, builder, sig, args):
+            a, b = args
+            t = sig.return_type
+            if isinstance(t, numba.types.Float):
+                fnty = ir.FunctionType(a.type, [a.type, a.type])
+                name = f"llvm.{llvm_name}.f{t.bitwidth}"
+                callee = cgutils.get_or_insert_function(builder.module, fnty, name)
+                return builder.call(callee, args)
+            signed = isinstance(t, numba.types.Integer) and t.signed
+            icmp = builder.icmp_signed if signed else builder.icmp_unsigned
+            return builder.select(icmp(compare, a, b), a, b)
+
+        @intrinsic
+        def step(typingctx, acc, x):
+            return (acc(acc, x), codegen) if acc == x else None
+
+        overload(fold)(lambda acc, x: lambda acc, x: step(acc, x))
+
+    lower(fold_max, "maximum", ">")
+    lower(fold_min, "minimum", "<")
+
+
+jit.on_load(_lower_folds)
 
 
 @jitable
 def logical_and_reduce(acc, x):
-    return acc and bool(x)
+    return acc & (x != 0)  # bitwise, not short-circuit: Note [Vector reductions]
 
 
 @jitable
 def logical_or_reduce(acc, x):
-    return acc or bool(x)
+    return acc | (x != 0)
 
 
 def scan_rows(step, loop):
@@ -940,7 +1294,7 @@ def matmul_int(loop):
 
 
 # ---------------------------------------------------------------- C loops
-# Note [C loops]: the contiguous loops of the C core's fast path (dispatch/_core.c),
+# Note [C loops]: the contiguous loops of the C core's fast path (dispatch/csrc/fastpath.c),
 # compiled with numba.cfunc and called by address: pointers and a length, no arrays to
 # unbox (~2,000 instructions of a Numba entry point's ~2,500 on the seed's 100
 # elements). The scalar form gets the Python scalar as a double, int64 or uint64 (by
@@ -997,8 +1351,8 @@ def scalar_cloop(fn, cast):
 
 
 def fold_rows_cloop(kernel):
-    """A reduction of the C core's (Note [C loops]): ``kernel`` (reduce_rows or
-    argreduce_rows, jitable) over a contiguous (rows, cols) array into rows results."""
+    """A reduction of the C core's (Note [C loops]): ``kernel`` (reduce_rows, jitable)
+    over a contiguous (rows, cols) array into rows results."""
 
     def loop(x, out, rows, cols):
         kernel(jit.numba.carray(x, (rows, cols)), jit.numba.carray(out, rows))
@@ -1047,11 +1401,16 @@ def c_loop(template, fn, comp, out, ins, cache=True):
     (``jit.c_loop`` builds it and takes its address)."""
     types = jit.types
 
-    def ptr(d):  # a bool element is a byte: Numba stores its i1 booleans into uint8
-        return types.CPointer(types.uint8 if d.kind == "b" else jit.numba.from_dtype(d.np))
+    def ptr(d, bool_type=types.uint8):  # a bool is a byte: Numba stores its i1 as uint8
+        return types.CPointer(bool_type if d.kind == "b" else jit.numba.from_dtype(d.np))
 
     if template in (fold_rows_cloop, fold_columns_cloop):  # fn: the compiled reduction
-        sig = types.void(ptr(ins[0]), ptr(out), types.int64, types.int64)
+        # Numba's booleans: on uint8, all/any would widen each step to int64 and run
+        # ~7x slower (Note [Vector reductions])
+        sig = types.void(
+            ptr(ins[0], types.boolean), ptr(out, types.boolean), types.int64, types.int64
+        )
+        return jit.compile_cfunc(template(fn), sig, cache, fastmath=jit.REASSOCIATE)
     elif template in (unary_strided_cloop, binary_strided_cloop):
         strides = (types.int64,) * (len(ins) + 1)
         sig = types.void(*map(ptr, ins), ptr(out), types.int64, *strides)

@@ -10,6 +10,7 @@ or 0), so the arithmetic stays in float32 for float32 data.
 """
 
 import math
+import os
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import from_array
 
+from .. import kernels as K
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
@@ -33,6 +35,11 @@ _SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TANH_BETA = math.sqrt(2.0 / math.pi)
 _TANH_KAPPA = 0.044715
+# Note [Kernel cache]: the kernels here that call kernels.py's vector math (Note [Vector
+# math]) close over that file's stamp (Numba's own: mtime and size), since Numba keys
+# their cache by this file alone
+_stat = os.stat(K.__file__)
+_MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
 
 
 # ---------------------------------------------------------------- scalar functions
@@ -60,39 +67,50 @@ def leaky_relu_backward(g, x, slope):
     return g if x > 0 else g * slope
 
 
-@jitable
+# gelu and sigmoid compute in the data's dtype (type(x): its constants too), with the
+# vector math of kernels.py (Note [Vector math]); gelu is inlined by Numba, since LLVM
+# finds it too large to inline, and a call left in the loop keeps it scalar
+
+
+@jitable(inline="always", **jit.CALLEE)
 def gelu(x, unused):
-    return 0.5 * x * (1.0 + math.erf(x * _SQRT_HALF))
+    c = type(x)
+    return c(0.5) * x * (c(1.0) + K.vector_erf(x * c(_SQRT_HALF)))
 
 
-@jitable
+@jitable(inline="always", **jit.CALLEE)
 def gelu_backward(g, x, unused):
-    cdf = 0.5 * (1.0 + math.erf(x * _SQRT_HALF))
-    return g * (cdf + x * _INV_SQRT_2PI * math.exp(-0.5 * x * x))
+    c = type(x)
+    cdf = c(0.5) * (c(1.0) + K.vector_erf(x * c(_SQRT_HALF)))
+    return g * (cdf + x * c(_INV_SQRT_2PI) * K.vector_exp(c(-0.5) * x * x))
 
 
-@jitable
+@jitable(inline="always", **jit.CALLEE)
 def gelu_tanh(x, unused):
-    return 0.5 * x * (1.0 + math.tanh(_TANH_BETA * (x + _TANH_KAPPA * x * x * x)))
+    c = type(x)
+    inner = c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x)
+    return c(0.5) * x * (c(1.0) + K.vector_tanh(inner))
 
 
-@jitable
+@jitable(inline="always", **jit.CALLEE)
 def gelu_tanh_backward(g, x, unused):
-    t = math.tanh(_TANH_BETA * (x + _TANH_KAPPA * x * x * x))
-    du = _TANH_BETA * (1.0 + 3.0 * _TANH_KAPPA * x * x)
-    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
+    c = type(x)
+    t = K.vector_tanh(c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x))
+    du = c(_TANH_BETA) * (c(1.0) + c(3.0 * _TANH_KAPPA) * x * x)
+    return g * (c(0.5) * (c(1.0) + t) + c(0.5) * x * (c(1.0) - t * t) * du)
 
 
-@jitable
+@jitable(**K.VECTOR_OPTIONS)
 def sigmoid(x, unused):
-    return 1.0 / (1.0 + math.exp(-x))
+    return K.vector_sigmoid(x)
 
 
 # ---------------------------------------------------------------- templates
 
 
-def unary(fn, loop):
+def unary(fn, loop, stamp=_MATH_STAMP):
     def kernel(x, out, p):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
         for i in loop(out.size):
             out[i] = fn(x[i], p)
 
@@ -164,65 +182,184 @@ def sigmoid_kernel(ks, input):
 
 
 # ---------------------------------------------------------------- softmax
+# Note [Softmax kernels]: softmax and log_softmax read their input in memory order, so
+# no layout is copied: the input as a C-contiguous array of shape (outer, n, inner),
+# n along dim. Rows (inner == 1: dim is innermost in memory) take three passes over a
+# row that stays in cache: its maximum, exp(x - max) stored (softmax) and summed, the
+# scaling; otherwise the same passes run with each inner position a lane, so every loop
+# steps through contiguous memory and vectorizes. The maximum uses LLVM's
+# NaN-propagating maximum (kernels.fold_max); a row's sum runs in the data's dtype over
+# blocks of _SUM_BLOCK elements, in vector lanes (the kernels may reorder sums:
+# jit.REASSOCIATE), and adds the blocks' sums in float64; a column's sums are float64.
+# The backward kernels (softmax_backward, log_softmax_backward) take the same path.
+# A NaN anywhere in a row makes the row NaN, and so does a row of -inf only, or one
+# holding +inf (as in PyTorch).
+_SUM_BLOCK = 1024
 
 
-def softmax_rows(log, loop):
-    """Each row (of length >= 1) shifted by its maximum, so exp never overflows; the
-    sum accumulates in float64. A NaN anywhere in a row makes the row NaN, and so does
-    a row of -inf only (as in PyTorch)."""
+@jitable
+def softmax_finish(s, m, take_log, cast):
+    """What a row's elements are scaled by (softmax) or shifted by (log_softmax), in
+    the data's dtype (float64 factors would widen every element's arithmetic)."""
+    return cast(m + math.log(s) if take_log else 1.0 / s)
 
+
+def softmax_rows(exp, cast, take_log, loop, stamp=_MATH_STAMP):
     def kernel(x, out):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
         n = x.shape[1]
         for r in loop(x.shape[0]):
             row, res = x[r], out[r]
             m = row[0]
-            for j in range(1, n):
-                v = row[j]
-                if v > m or v != v:
-                    m = v
-            s = 0.0
             for j in range(n):
-                s += math.exp(row[j] - m)
-            if log:
-                shift = m + math.log(s)
-                for j in range(n):
-                    res[j] = row[j] - shift
-            else:
-                inv = 1.0 / s
-                for j in range(n):
-                    res[j] = math.exp(row[j] - m) * inv
+                m = K.fold_max(m, row[j])
+            s = 0.0
+            for b in range(0, n, _SUM_BLOCK):
+                block, into = row[b : b + _SUM_BLOCK], res[b : b + _SUM_BLOCK]
+                part = cast(0.0)
+                for j in range(block.shape[0]):
+                    e = exp(block[j] - m)
+                    if not take_log:
+                        into[j] = e
+                    part += e
+                s += part
+            f = softmax_finish(s, m, take_log, cast)
+            for j in range(n):
+                res[j] = row[j] - f if take_log else res[j] * f
 
     return kernel
 
 
-def _softmax(x, dim, log):
-    data = x._data
-    moved = np.ascontiguousarray(np.moveaxis(data, dim, -1))
-    rows = moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, 1)
-    out = np.empty_like(rows)
-    if rows.size:
-        loop = range if rows.size < _parallel_min else jit.prange
+def softmax_columns(exp, cast, take_log, loop, stamp=_MATH_STAMP):
+    def kernel(x, out):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        outer, n, inner = x.shape
+        for o in loop(outer):
+            m = x[o, 0].copy()
+            for j in range(n):
+                row = x[o, j]
+                for k in range(inner):
+                    m[k] = K.fold_max(m[k], row[k])
+            s = np.zeros(inner)
+            for j in range(n):
+                row, res = x[o, j], out[o, j]
+                for k in range(inner):
+                    e = exp(row[k] - m[k])
+                    if not take_log:
+                        res[k] = e
+                    s[k] += e
+            f = np.empty_like(m)
+            for k in range(inner):
+                f[k] = softmax_finish(s[k], m[k], take_log, cast)
+            for j in range(n):
+                row, res = x[o, j], out[o, j]
+                for k in range(inner):
+                    res[k] = row[k] - f[k] if take_log else res[k] * f[k]
 
-        def build():
-            arr = jit.array(data.dtype, 2)
-            sig = jit.types.void(arr, arr)
-            return jit.compile_kernel(softmax_rows(log, loop), sig, parallel=loop is jit.prange)
+    return kernel
 
-        jit.cached((softmax_rows, log, data.dtype, loop), build)(rows, out)
-    result = np.moveaxis(out.reshape(moved.shape), -1, dim)
-    like = np.empty_like(data)  # the input's memory order: kept, as by the activations
-    if like.strides == result.strides:
-        return from_array(result)
-    like[...] = result
-    return from_array(like)
+
+def softmax_backward_rows(exp, cast, take_log, loop, stamp=_MATH_STAMP):
+    """Per row of gradient g and result r: r * (g - sum(g * r)) (softmax), or
+    g - exp(r) * sum(g) (log_softmax); the sum as the forward's."""
+
+    def kernel(r, g, out):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        n = r.shape[1]
+        for i in loop(r.shape[0]):
+            gs, rs, res = g[i], r[i], out[i]
+            s = 0.0
+            for b in range(0, n, _SUM_BLOCK):
+                gb, rb = gs[b : b + _SUM_BLOCK], rs[b : b + _SUM_BLOCK]
+                part = cast(0.0)
+                for j in range(gb.shape[0]):
+                    part += gb[j] if take_log else gb[j] * rb[j]
+                s += part
+            t = cast(s)
+            for j in range(n):
+                res[j] = gs[j] - exp(rs[j]) * t if take_log else rs[j] * (gs[j] - t)
+
+    return kernel
+
+
+def softmax_backward_columns(exp, cast, take_log, loop, stamp=_MATH_STAMP):
+    def kernel(r, g, out):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        outer, n, inner = r.shape
+        for o in loop(outer):
+            s = np.zeros(inner)
+            for j in range(n):
+                gs, rs = g[o, j], r[o, j]
+                for k in range(inner):
+                    s[k] += gs[k] if take_log else gs[k] * rs[k]
+            t = np.empty(inner, r.dtype)
+            for k in range(inner):
+                t[k] = cast(s[k])
+            for j in range(n):
+                gs, rs, res = g[o, j], r[o, j], out[o, j]
+                for k in range(inner):
+                    res[k] = gs[k] - exp(rs[k]) * t[k] if take_log else rs[k] * (gs[k] - t[k])
+
+    return kernel
+
+
+def _along_dim(templates, take_log, dim, data, *others):
+    """Note [Softmax kernels]: ``templates`` (rows, columns) run over ``data`` and
+    ``others`` (the same shape) in data's memory order; the result has data's strides."""
+    if data.size == 0:
+        return from_array(np.empty_like(data))
+    order = sorted(range(data.ndim), key=lambda d: -data.strides[d])
+    if not data.transpose(order).flags.c_contiguous:  # not dense: a C-contiguous copy
+        data, order = np.ascontiguousarray(data), list(range(data.ndim))
+    out = np.empty_like(data)  # data's strides (order "K" keeps a dense layout)
+    arrays = [data, *(a if _alike(a, data) else _copy_like(a, out) for a in others)]
+    arrays = [a.transpose(order) for a in (*arrays, out)]
+    shape, axis = arrays[0].shape, order.index(dim % data.ndim)
+    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+    template = templates[inner > 1]
+    arrays = [a.reshape((outer, n, inner) if inner > 1 else (outer, n)) for a in arrays]
+    exp, cast = (K.float32_exp, np.float32) if data.dtype == np.float32 else (K.float64_exp, float)
+    loop = jit.prange if outer > 1 and data.size >= _parallel_min else range
+
+    def build():
+        arr = jit.array(data.dtype, arrays[0].ndim)
+        sig = jit.types.void(*[arr] * len(arrays))
+        kernel = template(exp, cast, take_log, loop)
+        parallel = loop is jit.prange
+        return jit.compile_kernel(kernel, sig, parallel=parallel, fastmath=jit.REASSOCIATE)
+
+    jit.cached((template, take_log, data.dtype, loop), build)(*arrays)
+    return from_array(out)
+
+
+def _alike(a, b):
+    return a.dtype == b.dtype and a.strides == b.strides
+
+
+def _copy_like(a, like):
+    copy = np.empty_like(like)
+    copy[...] = a
+    return copy
+
+
+_FORWARD = softmax_rows, softmax_columns
+_BACKWARD = softmax_backward_rows, softmax_backward_columns
 
 
 def softmax_kernel(ks, input, dim):
-    return _softmax(input, dim, False)
+    return _along_dim(_FORWARD, False, dim, input._data)
 
 
 def log_softmax_kernel(ks, input, dim):
-    return _softmax(input, dim, True)
+    return _along_dim(_FORWARD, True, dim, input._data)
+
+
+def softmax_backward_kernel(ks, grad, result, dim):
+    return _along_dim(_BACKWARD, False, dim, result._data, grad._data)
+
+
+def log_softmax_backward_kernel(ks, grad, result, dim):
+    return _along_dim(_BACKWARD, True, dim, result._data, grad._data)
 
 
 KERNELS = {
@@ -235,6 +372,8 @@ KERNELS = {
     "sigmoid": sigmoid_kernel,
     "softmax": softmax_kernel,
     "log_softmax": log_softmax_kernel,
+    "softmax_backward": softmax_backward_kernel,
+    "log_softmax_backward": log_softmax_backward_kernel,
 }
 
 

@@ -1,0 +1,156 @@
+"""Accuracy of the vector math (Note [Vector math] in numba_cpu/kernels.py): the
+maximum error in ulps of exp, log, tanh, sigmoid (and float32 erf) over samples of every
+float exponent, against float64 (for float32 results) and long double (for float64
+results), and the special values; softmax and log_softmax (Note [Softmax kernels])
+against float64 along every dim of both memory layouts."""
+
+import math
+
+import numpy as np
+import pytest
+
+import lamina as lm
+import lamina.nn.functional as F
+from lamina.backends.numba_cpu.elementwise import VECTOR_SIMD_MIN
+
+# the bound per function and float dtype, in ulps (the measured maxima are in the Note)
+BOUNDS = {"exp": 1, "log": 1, "tanh": 2, "sigmoid": 3}
+EXTENDED = np.finfo(np.longdouble).nmant > np.finfo(np.float64).nmant
+
+
+def _float32_sample():
+    """About 10**6 float32 values spread evenly over all bit patterns: every exponent,
+    subnormals included, both signs."""
+    bits = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    return x[np.isfinite(x)]
+
+
+def _float64_sample():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2**64, 2 * 10**5, dtype=np.uint64).view(np.float64)
+    wide = rng.uniform(-800, 800, 10**5)  # every exp result, subnormal to overflow
+    narrow = rng.uniform(-2, 2, 10**5)  # tanh and sigmoid's both ranges
+    return np.concatenate([x[np.isfinite(x)], wide, narrow])
+
+
+def _lamina(name, x):
+    """lamina's function on x, in pieces below VECTOR_SIMD_MIN elements: the sizes its
+    own vector loops serve (larger ones run NumPy's SIMD loops, Note [NumPy SIMD loops])."""
+    fn = F.sigmoid if name == "sigmoid" else getattr(lm, name)
+    pieces = np.array_split(x, -(-x.size // (VECTOR_SIMD_MIN // 2)))
+    return np.concatenate([fn(lm.asarray(p)).numpy() for p in pieces])
+
+
+def _reference(name, x):
+    with np.errstate(all="ignore"):
+        if name == "sigmoid":
+            return 1 / (1 + np.exp(-x))
+        return getattr(np, name)(x)
+
+
+def max_ulp_error(got, want, dtype):
+    """The largest |got - want| in ulps of want rounded to ``dtype`` (subnormal ulps
+    below the normal range); NaN and infinities must match exactly."""
+    with np.errstate(over="ignore"):
+        rounded = want.astype(dtype)
+    special = ~np.isfinite(rounded) | ~np.isfinite(got)
+    np.testing.assert_array_equal(got[special], rounded[special])
+    ulp = np.spacing(np.abs(rounded[~special])).astype(want.dtype)
+    return float(np.max(np.abs(got[~special].astype(want.dtype) - want[~special]) / ulp))
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_float32_max_ulp_error(name):
+    x = _float32_sample()
+    if name == "log":
+        x = np.abs(x)
+    err = max_ulp_error(_lamina(name, x), _reference(name, x.astype(np.float64)), np.float32)
+    assert err <= BOUNDS[name], f"{name} float32: {err:.3f} ulp"
+
+
+@pytest.mark.skipif(not EXTENDED, reason="long double is no wider than float64 here")
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_float64_max_ulp_error(name):
+    x = _float64_sample()
+    if name == "log":
+        x = np.abs(x)
+    err = max_ulp_error(_lamina(name, x), _reference(name, x.astype(np.longdouble)), np.float64)
+    assert err <= BOUNDS[name], f"{name} float64: {err:.3f} ulp"
+
+
+def test_float32_erf_max_ulp_error():
+    """erf is no operator of lamina's: gelu calls it, so it is checked on its own here."""
+    from lamina.backends import jit
+    from lamina.backends.numba_cpu import kernels as K
+
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = K.vector_erf(x[i])
+
+    numba = jit._load()
+    x = _float32_sample()
+    got = np.empty_like(x)
+    numba.njit(loop)(x, got)
+    want = np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
+    err = max_ulp_error(got, want, np.float32)
+    assert err <= 2, f"erf float32: {err:.3f} ulp"
+
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 5e-324, 88.73, -103.98, 710.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_special_values(name, dtype):
+    """Infinities, NaN, signed zeros, subnormals, the overflow and underflow thresholds:
+    C99's results (NumPy's), the sign of zero included."""
+    x = np.array(SPECIALS, dtype)
+    got = _lamina(name, x)
+    want = _reference(name, x)
+    np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps, equal_nan=True)
+    number = ~np.isnan(want)  # a NaN's sign means nothing
+    np.testing.assert_array_equal(np.signbit(got[number]), np.signbit(want[number]))
+
+
+def _softmax_reference(a, dim, log):
+    x = a.astype(np.float64)
+    shifted = x - x.max(axis=dim, keepdims=True)
+    total = np.exp(shifted).sum(axis=dim, keepdims=True)
+    return shifted - np.log(total) if log else np.exp(shifted) / total
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_along_every_dim_of_both_layouts(dtype, log):
+    """Rows (dim innermost in memory) and blocks of columns (any other dim, the inner
+    size crossing a block boundary), contiguous, channels-last and strided views; the
+    result keeps the input's memory layout."""
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((2, 3, 5, 300)) * 4).astype(dtype)
+    channels_last = np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    fn = F.log_softmax if log else F.softmax
+    eps = np.finfo(dtype).eps
+    for view in (a, channels_last, a[:, :, ::2, 1::3]):
+        for dim in range(-view.ndim, view.ndim):
+            got = fn(lm.asarray(view), dim)
+            want = _softmax_reference(view, dim, log)
+            tol = dict(atol=16 * eps) if log else dict(rtol=32 * eps, atol=1e-30)
+            np.testing.assert_allclose(got.numpy(), want, **tol, err_msg=f"dim {dim}")
+            if view.flags.c_contiguous or view is channels_last:
+                assert got._data.strides == view.strides
+
+
+def test_softmax_special_rows():
+    """A NaN in a row makes it NaN, so do +inf and a row of -inf only (PyTorch's
+    results); -inf elements of a finite row give 0 (log: -inf); a row of one element."""
+    x = np.array([[0, np.nan, 1], [-np.inf] * 3, [np.inf, 0, 1], [-np.inf, 0, 0]], np.float32)
+    for dim, data in ((1, x), (0, np.ascontiguousarray(x.T))):
+        got = F.softmax(lm.asarray(data), dim).numpy()
+        got = got if dim == 1 else got.T
+        assert np.isnan(got[:3]).all()
+        np.testing.assert_array_equal(got[3], [0, 0.5, 0.5])
+        logs = F.log_softmax(lm.asarray(data), dim).numpy()
+        logs = logs if dim == 1 else logs.T
+        np.testing.assert_allclose(logs[3], [-np.inf, -np.log(2), -np.log(2)], rtol=1e-7)
+    np.testing.assert_array_equal(F.softmax(lm.asarray(np.ones((4, 1), np.float32)), 1).numpy(), 1)
