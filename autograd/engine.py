@@ -2,22 +2,33 @@
 100,000-node chain works) that runs each node's formula once all the gradients flowing
 into it have arrived."""
 
+from __future__ import annotations
+
 import itertools
 import sys
 import threading
+import weakref
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 from lamina.dispatch import keys, ops
 from lamina.dispatch.arguments import checked
+from lamina.dispatch.dtypes import DType
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor, sole_storage, version_of, versions
 
 from . import grad_mode, graph
 from .derivatives import _sum_to
-from .graph import AccumulateGrad, edge
+from .graph import AccumulateGrad, AnyNode, Edge, GradHook, Node, edge
+
+# A formula's gradient for one input: False where it skipped the work (``n[i] and
+# expr``), None where there is none
+InputGrad = Tensor | Literal[False] | None
+Buffers = dict[AnyNode, list[Tensor | None]]  # the gradients that reached each node so far
 
 
-def _dependencies(roots):
+def _dependencies(roots: Iterable[AnyNode]) -> dict[AnyNode, int]:
     """How many edges point into each node reachable from ``roots``."""
     deps = {}
     seen = set()
@@ -34,7 +45,7 @@ def _dependencies(roots):
     return deps
 
 
-def _check_versions(node):
+def _check_versions(node: Node) -> None:
     if not versions:
         return  # nothing was ever modified in place: every version is still 0
     expected = node.versions
@@ -49,7 +60,7 @@ def _check_versions(node):
             )
 
 
-def _conform(g, shape, dtype):
+def _conform(g: Tensor, shape: tuple[int, ...] | None, dtype: DType | None) -> Tensor:
     """A formula's gradient reduced to the input's shape and cast to its dtype; a real
     input keeps the real part of a complex gradient (Note [Complex gradients])."""
     if shape is not None and g.shape != shape:
@@ -61,14 +72,14 @@ def _conform(g, shape, dtype):
     return g
 
 
-def _accumulate(buffers, key, n_outputs, nr, g):
+def _accumulate(buffers: Buffers, key: AnyNode, n_outputs: int, nr: int, g: Tensor) -> None:
     buf = buffers.get(key)
     if buf is None:
         buf = buffers[key] = [None] * n_outputs
     buf[nr] = g if buf[nr] is None else buf[nr] + g
 
 
-def _run_hooks(node, grads):
+def _run_hooks(node: AnyNode, grads: list[Tensor | None]) -> None:
     for nr, hook in list(node.hooks.values()):
         g = grads[nr]
         if g is not None:
@@ -77,7 +88,7 @@ def _run_hooks(node, grads):
                 grads[nr] = _hook_result(hook, g, new)
 
 
-def _hook_result(hook, g, new):
+def _hook_result(hook: GradHook, g: Tensor, new: object) -> Tensor:
     """A gradient a hook returned: it must be a tensor like the one it got (PyTorch
     raises too), or the gradient of a leaf silently changes shape or device."""
     name = getattr(hook, "__qualname__", repr(hook))
@@ -100,7 +111,13 @@ def _hook_result(hook, g, new):
     return new
 
 
-def run(roots, root_grads, retain_graph, create_graph, capture=None):
+def run(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Tensor],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: dict[Edge, Tensor | None] | None = None,
+) -> None:
     """Propagate ``root_grads`` from the ``roots`` edges backwards.
 
     Without ``capture`` the gradients of leaves accumulate into ``.grad``; with it (a
@@ -119,7 +136,7 @@ def run(roots, root_grads, retain_graph, create_graph, capture=None):
 _pass = threading.local()  # .callbacks: those queued during the backward pass running
 
 
-def queue_callback(callback):
+def queue_callback(callback: Callable[[], object]) -> None:
     """Call ``callback()`` once the backward pass now running has finished, after every
     gradient is in place (PyTorch's ``Variable._execution_engine.queue_callback``); a
     hook calls it, so that work started during backward (data-parallel training's
@@ -130,7 +147,13 @@ def queue_callback(callback):
     callbacks.append(callback)
 
 
-def _propagate(roots, root_grads, retain_graph, create_graph, capture):
+def _propagate(
+    roots: Sequence[Edge],
+    root_grads: Sequence[Tensor],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: dict[Edge, Tensor | None] | None,
+) -> None:
     root_nodes = [e[0] for e in roots]
     deps = _dependencies(root_nodes)
     buffers = {}
@@ -159,7 +182,13 @@ def _propagate(roots, root_grads, retain_graph, create_graph, capture):
             _send(node, _apply(node, grads, retain_graph), deps, buffers, ready)
 
 
-def _send(node, input_grads, deps, buffers, ready):
+def _send(
+    node: Node,
+    input_grads: Sequence[InputGrad],
+    deps: dict[AnyNode, int],
+    buffers: Buffers,
+    ready: deque[AnyNode],
+) -> None:
     """Pass a node's input gradients on to the nodes that made its inputs. (A function
     of its own: no local of _propagate's may still hold a gradient, Note [Taking gradients
     over].)"""
@@ -180,11 +209,11 @@ def _send(node, input_grads, deps, buffers, ready):
 _grad_lock = threading.Lock()
 
 
-def _temporary_refs(obj):
+def _temporary_refs(obj: object) -> int:
     return sys.getrefcount(obj)
 
 
-def _sole_refs():
+def _sole_refs() -> int:
     """What getrefcount says of an argument no one else holds, called as
     _accumulate_grad calls it (the count differs between Python versions); -1 (never
     sole: copies) where one more holder does not add one."""
@@ -210,7 +239,7 @@ _SOLE_REFS = _sole_refs()
 # as before: there is no sparse copy kernel.)
 
 
-def _accumulate_grad(leaf, g, create_graph):
+def _accumulate_grad(leaf: Tensor, g: Tensor, create_graph: bool) -> None:
     """``leaf.grad += g``, under a lock: backward passes in several threads may reach
     one leaf at once, and a read-modify-write of ``.grad`` would lose updates (as
     PyTorch, which accumulates under a lock)."""
@@ -229,13 +258,13 @@ def _accumulate_grad(leaf, g, create_graph):
             leaf.grad = OPERATORS["copy"](g.detach())
 
 
-def _on_pattern(g, leaf):
+def _on_pattern(g: Tensor, leaf: Tensor) -> Tensor:
     """A dense gradient of a sparse leaf, kept at the leaf's stored entries only: the
     gradient with respect to its values (sum(s), s @ dense), as a sparse tensor."""
     return OPERATORS["sparse_mask"](g, leaf)
 
 
-def _skip(node, deps, buffers, ready):
+def _skip(node: AnyNode, deps: dict[AnyNode, int], buffers: Buffers, ready: deque[AnyNode]) -> None:
     """A node that received no gradient at all: release its dependents too."""
     stack = [node]
     while stack:
@@ -248,7 +277,7 @@ def _skip(node, deps, buffers, ready):
                 (ready.append if nxt in buffers else stack.append)(nxt)
 
 
-def _apply(node, grads, retain_graph):
+def _apply(node: Node, grads: list[Tensor | None], retain_graph: bool) -> Sequence[InputGrad]:
     if node.saved is _FREED:
         raise RuntimeError(
             f"trying to backward through {node.name} a second time, but its saved "
@@ -286,7 +315,7 @@ def _apply(node, grads, retain_graph):
     ]
 
 
-def _result(pair, node, nr):
+def _result(pair: tuple[weakref.ref[Tensor], Tensor], node: Node, nr: int) -> Tensor:
     """Output ``nr`` of ``node`` for its formula: the detached alias, or under
     create_graph (the result must be differentiable) the output itself."""
     ref, alias = pair
@@ -296,7 +325,7 @@ def _result(pair, node, nr):
     return out if out is not None else _as_output(alias, node, nr)
 
 
-def _as_output(alias, node, nr):
+def _as_output(alias: Tensor, node: Node, nr: int) -> Tensor:
     """Output ``nr`` of ``node`` again, for a formula under create_graph once the output
     tensor itself is gone (as PyTorch unpacks a saved output): the alias's storage,
     with ``node`` as its grad_fn, so gradients through the result reach the node."""
@@ -312,7 +341,9 @@ _FREED = ("freed",)
 _ZEROS = itertools.repeat(0)
 
 
-def _root_grads(fn, tensors, grads, what):
+def _root_grads(
+    fn: str, tensors: Sequence[Tensor], grads: Tensor | Sequence[Any] | None, what: str
+) -> list[Tensor]:
     """The gradients to start from: one per output (None for a one-element output)."""
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
@@ -358,7 +389,12 @@ def _root_grads(fn, tensors, grads, what):
 
 
 @checked
-def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_graph: bool = False):
+def backward(
+    tensors: Tensor | Sequence[Tensor],
+    grad_tensors: Tensor | Sequence[Any] | None = None,
+    retain_graph: bool = False,
+    create_graph: bool = False,
+) -> None:
     """Accumulate the gradients of ``tensors`` (a tensor or a sequence of them) into the
     ``.grad`` of the leaves they were computed from; ``grad_tensors`` gives one gradient
     per output (None for a one-element output)."""
@@ -369,13 +405,13 @@ def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_grap
 
 @checked
 def grad(
-    outputs,
-    inputs,
-    grad_outputs=None,
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Tensor | Sequence[Any] | None = None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
     allow_unused: bool = False,
-):
+) -> tuple[Tensor | None, ...]:
     """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated)."""
     single = isinstance(outputs, Tensor)
     outputs = [outputs] if single else list(outputs)

@@ -9,16 +9,28 @@ no reference cycles: a graph is freed by reference counting the moment its last 
 goes, without the garbage collector.
 """
 
+from __future__ import annotations
+
 import itertools
 import threading
 import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lamina.dispatch import core, keys
-from lamina.dispatch.devices import device_of_key
+from lamina.dispatch.devices import Device, device_of_key
 from lamina.dispatch.tensor import PY_SCALARS, Tensor, version_of
 from lamina.dispatch.tensor import versions as _modified  # storages ever written in place
 
+if TYPE_CHECKING:
+    from .derivatives import Derivative
+
 AUTOGRAD = keys.AUTOGRAD
+
+# hook(gradient): a replacement gradient of the same shape, dtype and device, or None
+GradHook = Callable[[Tensor], Tensor | None]
+PostAccumulateGradHook = Callable[[Tensor], None]  # hook(leaf), once leaf.grad is complete
+Operand = Tensor | bool | int | float | complex  # of a binary operator
 
 
 class Node(core.NodeBase):
@@ -40,22 +52,22 @@ class Node(core.NodeBase):
     n_outputs = 1
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.derivative.name
 
     @property
-    def edges(self):
+    def edges(self) -> tuple[Edge | None, ...]:
         nrs = self.next_nrs or (0,) * len(self.next_nodes)
         return tuple(None if n is None else (n, nr) for n, nr in zip(self.next_nodes, nrs))
 
     next_functions = edges
 
-    def register_hook(self, hook):
+    def register_hook(self, hook: tuple[int, GradHook]) -> _Handle:
         if self.hooks is None:
             self.hooks = {}
         return _Handle(self.hooks, hook)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{self.derivative.name}_backward>"
 
 
@@ -66,31 +78,35 @@ class AccumulateGrad:
     n_outputs = 1
     next_nodes = edges = next_functions = ()
 
-    def __init__(self, variable):
+    def __init__(self, variable: Tensor) -> None:
         self._variable = weakref.ref(variable)  # Note [Graph ownership]
         self.hooks = None
         self.post_hooks = None  # hook(leaf) once the gradient is in leaf.grad
 
     @property
-    def variable(self):
+    def variable(self) -> Tensor | None:
         """The leaf, or None once nothing else holds it (its gradient has no reader)."""
         return self._variable()
 
     name = "AccumulateGrad"
     register_hook = Node.register_hook
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<AccumulateGrad>"
 
 
 class _Handle:
     _ids = itertools.count(1)  # next() is atomic: handles made in two threads never collide
 
-    def __init__(self, hooks, hook):
+    def __init__(
+        self,
+        hooks: dict[int, tuple[int, GradHook]] | dict[int, PostAccumulateGradHook],
+        hook: tuple[int, GradHook] | PostAccumulateGradHook,
+    ) -> None:
         self.hooks, self.id = hooks, next(_Handle._ids)
         hooks[self.id] = hook
 
-    def remove(self):
+    def remove(self) -> None:
         self.hooks.pop(self.id, None)
 
 
@@ -101,22 +117,25 @@ class Sizes:
 
     __slots__ = ("shape", "dtype", "_ks")
 
-    def __init__(self, t):
+    def __init__(self, t: Tensor) -> None:
         self.shape, self.dtype, self._ks = t._shape, t._dtype, t._ks & keys.BACKEND_MASK
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return len(self.shape)
 
     @property
-    def device(self):
+    def device(self) -> Device:
         return device_of_key(self._ks)
 
+
+AnyNode = Node | AccumulateGrad
+Edge = tuple[AnyNode, int]  # (node, which of its outputs)
 
 _accumulator_lock = threading.Lock()
 
 
-def grad_accumulator(leaf):
+def grad_accumulator(leaf: Tensor) -> AccumulateGrad:
     """The leaf's AccumulateGrad node, made once and shared by every edge into it (made
     under a lock: two threads recording with one leaf must get the same node, or
     ``grad()`` would not find the gradient of the other's graph)."""
@@ -129,7 +148,7 @@ def grad_accumulator(leaf):
     return acc
 
 
-def edge(t):
+def edge(t: Tensor | None) -> Edge | None:
     """(node, output number) a gradient for tensor ``t`` flows into, or None."""
     if t is None or not t._ks & AUTOGRAD:
         return None
@@ -139,7 +158,7 @@ def edge(t):
     return (fn, t._output_nr)
 
 
-def register_hook(t, hook):
+def register_hook(t: Tensor, hook: GradHook) -> _Handle:
     """Hooks run on the gradient of ``t`` when it is computed (Tensor.register_hook)."""
     if not t._ks & AUTOGRAD:
         raise RuntimeError("cannot register a hook on a tensor that does not require grad")
@@ -147,7 +166,7 @@ def register_hook(t, hook):
     return node.register_hook((nr, hook))
 
 
-def register_post_accumulate_grad_hook(t, hook):
+def register_post_accumulate_grad_hook(t: Tensor, hook: PostAccumulateGradHook) -> _Handle:
     """``hook(t)`` runs each time backward has added a gradient into ``t.grad``, a leaf's
     (Tensor.register_post_accumulate_grad_hook, as PyTorch's: data-parallel training
     starts sending a gradient the moment it is complete)."""
@@ -162,7 +181,7 @@ def register_post_accumulate_grad_hook(t, hook):
     return _Handle(acc.post_hooks, hook)
 
 
-def slots(args):
+def slots(args: Sequence[Any]) -> list[Tensor | None]:
     """The tensors a node's gradients are for: one slot per argument (None for
     non-tensors), or one per tensor of the list argument of concat and stack."""
     if args and type(args[0]) in (list, tuple):
@@ -170,7 +189,9 @@ def slots(args):
     return [a if isinstance(a, Tensor) else None for a in args]
 
 
-def record(derivative, args, outputs):
+def record(
+    derivative: Derivative, args: tuple[Any, ...], outputs: tuple[Tensor, ...]
+) -> Node | None:
     """Make the node of one call and mark ``outputs`` as its results.
 
     Note [Cheap recording]: this runs once per differentiable call, and every container
@@ -264,7 +285,7 @@ def record(derivative, args, outputs):
     return node
 
 
-def saved_tensors(node):
+def saved_tensors(node: Node) -> list[Tensor]:
     """The tensors whose versions the node checks at backward (Note [Version
     counters]): its saved tensor arguments (every tensor of the list argument of concat
     and stack), then the alias of its result for formulas that use it."""
@@ -279,7 +300,7 @@ def saved_tensors(node):
     return tensors
 
 
-def record_binary(derivative, a, b, out):
+def record_binary(derivative: Derivative, a: Tensor, b: Tensor, out: Tensor) -> Node | None:
     """record() for one output of a binary operator, specialized for the seed's loop
     body (``out = out + x``, ``out = out * x``): two tensors of the result's shape and
     dtype, none of them a later output of a multi-output node, and a formula that
@@ -327,7 +348,7 @@ def record_binary(derivative, a, b, out):
     return node
 
 
-def record_with_scalar(derivative, a, b, out):
+def record_with_scalar(derivative: Derivative, a: Operand, b: Operand, out: Tensor) -> Node | None:
     """record_binary's counterpart for one tensor and one Python scalar (``x * 2.0``,
     ``1 - x``): the scalar is always saved (formulas read it), the tensor as the
     formula says; anything else takes record()."""

@@ -6,42 +6,62 @@ layer: no-op autograd costs nothing. Inside, a kernel redispatches below its own
 through the same table, then records a graph node (unless grad mode is off).
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
 import numpy as np
 import pluggy
 
 from lamina.dispatch import core, keys
-from lamina.dispatch.schema import OPERATORS, tagged
+from lamina.dispatch.schema import OPERATORS, Operator, tagged
+from lamina.dispatch.tensor import Tensor
 
 from . import graph
-from .derivatives import DERIVATIVES
+from .derivatives import DERIVATIVES, Derivative
 from .grad_mode import state
+from .graph import Operand
 
 # the marker of lamina's hook specs (lamina.backends.hookspecs; pluggy matches markers
 # by project name, so this layer needs nothing from the backends package)
 hookimpl = pluggy.HookimplMarker("lamina")
 _BELOW = ~keys.AUTOGRAD
 
+Kernel = Callable[..., Tensor | tuple[Tensor, ...]]  # fn(ks, *args)
 
-def _kernel(op, derivative):
+
+class KernelRegistry(Protocol):
+    """What the layer uses of the registry its hook gets (lamina.backends.Registry,
+    which it may not import: the backends are its peers)."""
+
+    def register(
+        self, op: str, device: str, fn: Kernel, *, with_scalar: Kernel | None = None
+    ) -> None: ...
+
+
+def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None]:
     """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
     table, scalar_table, record = op.table, op.scalar_table, graph.record
     record_binary, record_with_scalar = graph.record_binary, graph.record_with_scalar
 
-    def kernel(ks, *args):
+    def kernel(ks: int, *args: Any) -> Tensor | tuple[Tensor, ...]:
         below = ks & _BELOW
         out = table[below.bit_length()](below, *args)
         if state.enabled:
             record(derivative, args, out if isinstance(out, tuple) else (out,))
         return out
 
-    def binary(ks, a, b):  # the same for two arguments, without packing *args
+    # the same for two arguments, without packing *args
+    def binary(ks: int, a: Tensor, b: Tensor) -> Tensor:
         below = ks & _BELOW
         out = table[below.bit_length()](below, a, b)
         if state.enabled:
             record_binary(derivative, a, b, out)
         return out
 
-    def with_scalar(ks, a, b):  # a Python scalar operand (Note [Kernel variants])
+    # a Python scalar operand (Note [Kernel variants])
+    def with_scalar(ks: int, a: Operand, b: Operand) -> Tensor:
         below = ks & _BELOW
         out = scalar_table[below.bit_length()](below, a, b)
         if state.enabled:
@@ -68,7 +88,7 @@ def _kernel(op, derivative):
     return fn, (with_scalar if op.kind == "binary" else None)  # Note [Kernel variants]
 
 
-def _check_leaf(name, x):
+def _check_leaf(name: str, x: Tensor) -> None:
     fn = x.grad_fn
     if fn is None and x._ks & keys.AUTOGRAD:
         raise RuntimeError(
@@ -89,7 +109,7 @@ def _check_leaf(name, x):
             return
 
 
-def _check_view(name, x, value):
+def _check_view(name: str, x: Tensor, value: Operand) -> None:
     """Writing through a view with grad is refused rather than silently wrong: the
     base tensor's graph would not learn of the write (PyTorch rebases it with
     CopySlices; lamina does not yet)."""
@@ -111,12 +131,12 @@ def _check_view(name, x, value):
 _VIEW_OPS = frozenset(op.name for op in tagged("view"))
 
 
-def _inplace_kernel(op, derivative):
+def _inplace_kernel(op: Operator, derivative: Derivative) -> Kernel:
     """x1 op= x2 with grad: x1's previous value is kept in a copy for the formula, then
     x1 becomes the output of the out-of-place operation (its grad_fn is replaced)."""
     table, copy = op.table, OPERATORS["copy"]
 
-    def kernel(ks, x1, x2):
+    def kernel(ks: int, x1: Tensor, x2: Operand) -> Tensor:
         below = ks & _BELOW
         if not state.enabled:
             return table[below.bit_length()](below, x1, x2)
@@ -132,7 +152,7 @@ def _inplace_kernel(op, derivative):
     return kernel
 
 
-def _setitem_kernel(ks, x, key, value):
+def _setitem_kernel(ks: int, x: Tensor, key: Any, value: Operand) -> Tensor:
     table = OPERATORS["setitem"].table
     below = ks & _BELOW
     if state.enabled:
@@ -149,7 +169,7 @@ _setitem_kernel.__name__ = _setitem_kernel.__qualname__ = "setitem"
 
 
 @hookimpl
-def lamina_register_kernels(registry):
+def lamina_register_kernels(registry: KernelRegistry) -> None:
     for name, derivative in DERIVATIVES.items():
         op = OPERATORS[name]
         if name == "setitem":

@@ -341,3 +341,24 @@ def test_every_nn_functional_function_is_documented_and_typed():
         untyped = [p for p, v in sig.parameters.items() if v.annotation is inspect.Parameter.empty]
         assert not untyped, (name, untyped)
         assert sig.return_annotation is not inspect.Signature.empty, name
+
+
+def test_every_autograd_function_is_typed():
+    # read from the source, so that nested functions (the layer's kernels) count too;
+    # derivatives.py's formulas are not annotated yet
+    untyped = []
+    for path in sorted((ROOT / "autograd").glob("*.py")):
+        if path.name == "derivatives.py":
+            continue
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = fn.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, [a.vararg, a.kwarg])]
+            missing = [
+                p.arg for p in params if p.annotation is None and p.arg not in ("self", "cls")
+            ]
+            missing += ["return"] * (fn.returns is None)
+            if missing:
+                untyped.append((path.name, fn.name, missing))
+    assert untyped == []
