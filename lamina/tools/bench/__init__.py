@@ -4,9 +4,16 @@ Subcommands:
 
     convnet   AlexNet-, VGG- and Inception-v1-like convnets: training and inference
               images/s, lamina beside PyTorch (lamina.tools.bench.convnet)
+    distributed
+              data-parallel training of an MLP and the convnets on 1 and 2 processes:
+              images/s, scaling efficiency, overlap and all_reduce bandwidth, lamina
+              beside PyTorch's DDP and mpi4py (lamina.tools.bench.distributed)
     nn        convolution, pooling, LRN, batch norm and activation primitives on
               AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), lamina beside
               PyTorch (lamina.tools.bench.nn)
+    ops       every elementwise, reduction, scan, sorting and nn-function operator at
+              10^2, 10^4 and 10^6 elements and 1 and 2 threads, lamina beside PyTorch
+              and NumPy (lamina.tools.bench.ops)
 
 Every benchmark times lamina and its peers interleaved round by round and reports
 medians, so a shared, noisy machine slows both sides alike; each library runs in a
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import convnet, nn
+from . import convnet, distributed, nn, ops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    subcommands = {"convnet": convnet, "nn": nn}
+    subcommands = {"convnet": convnet, "distributed": distributed, "nn": nn, "ops": ops}
     for name, module in subcommands.items():
         module.add_arguments(
             commands.add_parser(

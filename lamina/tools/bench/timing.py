@@ -70,7 +70,8 @@ class Runner:
     are made as each case warms up); ``warm`` runs each once (its kernels compile or
     load) and picks its calls per sample, ``round`` then gives one sample per case.
     Each sample follows an untimed run of as many calls, and of at least
-    PRIME_SECONDS, so that it measures calls made back to back, not the state the
+    ``prime`` seconds (PRIME_SECONDS unless told), so that it measures calls made back
+    to back, not the state the
     previous case or the pause between libraries left: the caches, and the CPUs
     waking from ``time_rounds``' ``settle`` pause. Measured on 2 cores: lamina's relu
     on 16x64x56x56 float32 took 0.72-0.76 ms per call in samples of ~3 ms right after
@@ -88,10 +89,11 @@ class Runner:
         *,
         target: float,
         most: int,
+        prime: float = PRIME_SECONDS,
         on_close: Callable[[], None] = lambda: None,
     ):
         self.name, self.cases = name, cases
-        self.target, self.most = target, most
+        self.target, self.most, self.prime = target, most, prime
         self.on_close = on_close
         self.runs = {}
 
@@ -106,7 +108,7 @@ class Runner:
     def round(self) -> Iterator[tuple[tuple, float]]:
         """Yields (key, seconds per call) for every case."""
         for key, (fn, number) in self.runs.items():
-            primed = time.perf_counter() + PRIME_SECONDS
+            primed = time.perf_counter() + self.prime
             for i in itertools.count():
                 fn()
                 if i + 1 >= number and time.perf_counter() >= primed:
