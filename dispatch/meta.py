@@ -287,10 +287,22 @@ def stack(arrays: list, axis: Any) -> tuple:
 
 
 def matmul(x1: Any, x2: Any) -> tuple:
-    if not x1._shape or not x2._shape:
+    """Operands of at least one dimension whose contracted dimensions agree and whose
+    batch dimensions broadcast (a 1-D operand is a row, or a column, vector)."""
+    a, b = x1._shape, x2._shape
+    if not a or not b:
+        raise ValueError(f"matmul: operands must be at least 1-D, got shapes {a} and {b}")
+    k1, k2 = a[-1], b[-2] if len(b) > 1 else b[0]
+    if k1 != k2:
         raise ValueError(
-            f"matmul: operands must be at least 1-D, got shapes {x1._shape} and {x2._shape}"
+            f"matmul: shapes {a} and {b} do not match (contracted dimensions {k1} != {k2})"
         )
+    try:
+        broadcast_shapes("matmul", a[:-2], b[:-2])
+    except ValueError:
+        raise ValueError(
+            f"matmul: the batch dimensions of shapes {a} and {b} cannot be broadcast together"
+        ) from None
     return x1, x2
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from lamina.backends import jit
 from lamina.backends import setup as S
+from lamina.dispatch import meta
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -17,25 +18,11 @@ from . import kernels as K
 def matmul(ks, x1, x2):
     op = OPERATORS["matmul"]
     comp = S.promote(op, (x1, x2))
+    meta.matmul(x1, x2)  # the binding checked already; internal callers may not have
     a, b = S.operand(x1, comp), S.operand(x2, comp)
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(
-            f"matmul: operands must be at least 1-D, got shapes {x1._shape} and {x2._shape}"
-        )
     a2 = a[None] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    if a2.shape[-1] != b2.shape[-2]:
-        raise ValueError(
-            f"matmul: shapes {x1._shape} and {x2._shape} do not match "
-            f"(contracted dimensions {a2.shape[-1]} != {b2.shape[-2]})"
-        )
-    try:
-        batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"matmul: the batch dimensions of shapes {x1._shape} and "
-            f"{x2._shape} cannot be broadcast together"
-        ) from None
+    batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
     if comp.kind in "fc":
         out = gemm.matmul(a2, b2)  # BLAS, on lamina's threads
     else:
