@@ -38,6 +38,7 @@ import copy
 import numpy as np
 
 from lamina.backends import jit, threads
+from lamina.dispatch import meta
 from lamina.dispatch.tensor import from_array
 
 from .. import blas, gemm
@@ -227,8 +228,9 @@ class Geometry:
         self.dh, self.dw = dilation
         self.groups = groups
         self.cout = self.c_out // groups  # output channels per group
-        self.ho = (self.h + self.pt + self.pb - self.dh * (self.kh - 1) - 1) // self.sh + 1
-        self.wo = (self.w + self.pl + self.pr - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        # the output size of conv2d's description (dispatch/results.py), one formula
+        self.ho = meta.conv_output_size(self.h, self.pt + self.pb, self.kh, self.sh, self.dh)
+        self.wo = meta.conv_output_size(self.w, self.pl + self.pr, self.kw, self.sw, self.dw)
         self.k = self.cin * self.kh * self.kw  # the GEMM's inner dimension, per group
         self.pointwise = (self.kh, self.kw, self.sh, self.sw) == (1, 1, 1, 1) and not any(padding)
 
