@@ -64,7 +64,11 @@ def _same(op: Operator, args: tuple) -> tuple:
 def _getitem(op: Operator, args: tuple) -> tuple:
     """The shape NumPy's indexing gives on a stand-in of x (nothing copied)."""
     x, key = args
-    return x._dtype, np.shape(layouts.stand_in(x, strided=False)[layouts.host_key(key)])
+    try:
+        key = layouts.host_key(key)
+    except NotImplementedError:  # a boolean mask: the shape depends on its values
+        return x._dtype, None
+    return x._dtype, np.shape(layouts.stand_in(x, strided=False)[key])
 
 
 def _matmul(op: Operator, args: tuple) -> tuple:
@@ -418,6 +422,8 @@ def describe(op: Operator, ks: int, args: tuple) -> list[Description]:
     if op.name == "astype" and not args[2] and args[1] is args[0]._dtype:
         return [Description(args[1], args[0]._shape, layouts.strides_of(args[0]), key, 0)]
     if "view" in op.tags:
+        if any(shape is None for _, shape in found):
+            return [Description(dtype, None, None, key, 0) for dtype, _ in found]
         return [
             Description(dtype, shape, strides, key, 0)
             for (dtype, shape), strides in zip(found, layouts.view_strides(op, args))

@@ -79,7 +79,7 @@ def test_creation_random_and_moves_on_meta():
     for read in (lambda: one.item(), lambda: x.numpy(), lambda: x.to_device("cpu")):
         with pytest.raises((RuntimeError, TypeError), match="meta"):
             read()
-    with pytest.raises(NotImplementedError, match="boolean mask"):
+    with pytest.raises(NotImplementedError, match="getitem: the shape of its result depends"):
         x[lm.ones((2, 3), dtype=lm.bool, device="meta")]
 
 

@@ -247,7 +247,8 @@ def test_to_a_device_and_a_dtype():
     assert net.features[0].bn.running_mean.device == "counting"
     got = net(x.to("counting"))
     assert got.device == "counting"
-    np.testing.assert_allclose(got.to("cpu").numpy(), want, rtol=1e-12)
+    # on the device batch norm runs as its decomposition (statistics in float32)
+    np.testing.assert_allclose(got.to("cpu").numpy(), want, rtol=1e-5, atol=1e-6)
     net.to("cpu").double()  # then float: one of the two converts, whichever the default
     assert net.head.weight.dtype == lm.float64 and net.head.weight.device == "cpu"
     assert net.features[0].bn.running_var.dtype == lm.float64

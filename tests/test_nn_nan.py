@@ -9,6 +9,7 @@ import json
 import math
 import pathlib
 
+import fused
 import numpy as np
 import pytest
 
@@ -64,7 +65,8 @@ def run(case, layout):
     if op == "batch_norm":
         rm = lm.asarray(ts["running_mean"].numpy().copy())
         rv = lm.asarray(ts["running_var"].numpy().copy())
-        out = F.batch_norm(ts["input"], rm, rv, ts.get("weight"), ts.get("bias"), **kw)
+        bn = fused.batch_norm_relu if kw.pop("relu", False) else F.batch_norm
+        out = bn(ts["input"], rm, rv, ts.get("weight"), ts.get("bias"), **kw)
     elif op in ("conv2d", "linear"):
         out = getattr(F, op)(ts["input"], ts["weight"], ts.get("bias"), **kw)
     elif op == "mse_loss":

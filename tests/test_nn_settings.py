@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 
+import fused
 import numpy as np
 import pytest
 
@@ -688,9 +689,14 @@ class Factory:
 
 
 def _bn(fn, f, x, training, relu=False):
+    """batch norm, or the batch_norm_relu fusion (PyTorch: relu of batch norm)."""
     c = x.shape[1]
-    kw = {"relu": True} if relu else {}
-    return fn.batch_norm(x, f.c(c), f.c(c) + 1, f.p(c), f.p(c), training=training, **kw)
+    args = (x, f.c(c), f.c(c) + 1, f.p(c), f.p(c))
+    if not relu:
+        return fn.batch_norm(*args, training=training)
+    if fn is F:
+        return fused.batch_norm_relu(*args, training=training)
+    return fn.relu(fn.batch_norm(*args, training=training))
 
 
 # (id, call(F, factory, layout), result shape, gradient shapes of the leaves in order,

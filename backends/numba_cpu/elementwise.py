@@ -345,7 +345,7 @@ BY_NAME = {}  # operator name -> Elementwise (the overhead tool's raw-kernel row
 
 def register(registry):
     """A kernel for every operator with a scalar function in ELEMENTWISE_SCALARS (and
-    its in-place variant); tests/test_backends.py checks that every elementwise
+    its in-place variant); tests/test_dispatch.py checks that every elementwise
     operator of the schema has one."""
     for name, scalar_fn in ELEMENTWISE_SCALARS.items():
         op = OPERATORS[name]

@@ -2,8 +2,9 @@
 
 The tests compare the production backend (numba_cpu) against it, so it serves no call
 in production: it registers below numba_cpu (PRIORITY) and runs only when selected
-(``with lm.backends.use("numpy_ref"):``); tests/test_backends.py checks that numba_cpu
-covers every operator. Its kernels are written independently of numba_cpu's, in the
+(``with lm.backends.use("numpy_ref"):``); tests/test_dispatch.py checks that numba_cpu
+covers every operator, tests/test_samples.py compares the two on every operator's
+samples. Its kernels are written independently of numba_cpu's, in the
 most obvious NumPy (it imports no other backend). It shares operator setup (promotion,
 dtype checks) with numba_cpu through ``lamina.backends.setup``, so the two can only
 differ in what they compute. Sparse conversions belong to the sparse plugin.
@@ -85,14 +86,14 @@ def where(ks, condition, x1, x2):
 
 
 def astype(ks, x, dtype, copy):
-    if not copy and dtype is x._dtype:
+    if not copy and dtype is x._dtype:  # the Array API: copy=False may return x itself
         return x
     S.check_cast("astype", x._data, dtype)
-    return from_array(x._data.astype(dtype.np))
+    return from_array(np.array(x._data, dtype=dtype.np, copy=True))
 
 
 def copy(ks, x):
-    return from_array(x._data.copy(order="K"))  # keeping the memory layout, as np.copy
+    return from_array(np.array(x._data, copy=True))  # the values; the layout is numba_cpu's
 
 
 def to_device(ks, x, device):
@@ -263,7 +264,7 @@ def setitem(ks, x, key, value):
             f"setitem: the value must be a tensor or a Python scalar, got {type(value).__name__}"
         )
     kind = {bool: "b", int: "i", float: "f"}.get(type(value)) or value._dtype.kind
-    order = "biuf"
+    order = "biufc"
     if (
         kind != x._dtype.kind
         and not (kind in "iu" and x._dtype.kind in "iu")
@@ -284,7 +285,7 @@ def setitem(ks, x, key, value):
 def index_add(ks, x, key, values):
     """One element at a time: the flat position of every selected element, in order."""
     comp = S.promote(OPERATORS["index_add"], (x, values))
-    out = x._data.astype(comp.np)
+    out = np.array(x._data, comp.np, order="C")  # so that out.reshape(-1) is a view
     positions = np.arange(out.size).reshape(out.shape)[_unwrap_index(key)]
     added = np.broadcast_to(S.operand(values, comp), positions.shape)
     flat = out.reshape(-1)
@@ -336,36 +337,60 @@ def vecdot(ks, x1, x2, axis):
 # ---------------------------------------------------------------- creation
 
 
+# Each creation kernel states the Array API's definition of
+# its values (arange's start + i * step for i < ceil((stop - start) / step), eye's
+# ones where column - row == k, ...) in Python numbers, then stores them in the dtype;
+# numba_cpu lets NumPy's creation functions compute them.
+
+
 def full(ks, shape, fill_value, dtype):
-    return from_array(np.full(shape, fill_value, dtype.np))
+    out = np.zeros(shape, dtype.np)
+    out[...] = fill_value  # a value the dtype cannot hold raises, as the cast does
+    return from_array(out)
 
 
 def empty(ks, shape, dtype):
-    return from_array(np.empty(shape, dtype.np))
+    return from_array(np.zeros(shape, dtype.np))  # any values will do: zeros
 
 
 def arange(ks, start, stop, step, dtype):
-    return from_array(np.arange(start, stop, step, dtype=dtype.np))
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        values = list(range(start, stop, step))  # exact in Python integers
+    else:
+        n = max(math.ceil((stop - start) / step), 0)
+        values = [start + i * step for i in range(n)]
+    return from_array(np.array(values, dtype.np).reshape(len(values)))
 
 
 def linspace(ks, start, stop, num, dtype, endpoint):
-    return from_array(np.linspace(start, stop, num, endpoint=endpoint, dtype=dtype.np))
+    divisions = num - 1 if endpoint else num
+    step = (stop - start) / divisions if divisions > 0 else 0
+    values = [start + i * step for i in range(num)]
+    if endpoint and num > 1:
+        values[-1] = stop  # exactly stop, not the sum's rounding of it
+    values = np.array(values, np.complex128 if dtype.kind == "c" else np.float64)
+    if dtype.kind in "iu":
+        values = np.floor(values)  # rounded down, as NumPy's linspace does
+    return from_array(values.astype(dtype.np).reshape(num))
 
 
 def eye(ks, n_rows, n_cols, k, dtype):
-    return from_array(np.eye(n_rows, n_cols, k, dtype=dtype.np))
+    rows, cols = np.indices((n_rows, n_cols))
+    return from_array((cols - rows == k).astype(dtype.np))
 
 
 def from_host(ks, data, dtype):
-    return from_array(data)
+    return from_array(np.array(data, dtype=dtype.np, copy=True))
 
 
+# The random numbers come from the caller's NumPy generator (an explicit input): the
+# oracle can only draw the same numbers from it.
 def rand(ks, shape, dtype, generator):
-    return from_array(generator.random(shape, dtype=dtype.np))
+    return from_array(np.asarray(generator.random(shape, dtype=dtype.np)))
 
 
 def randn(ks, shape, dtype, generator):
-    return from_array(generator.standard_normal(shape, dtype=dtype.np))
+    return from_array(np.asarray(generator.standard_normal(shape, dtype=dtype.np)))
 
 
 @hookimpl

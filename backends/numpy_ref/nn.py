@@ -28,7 +28,7 @@ def _result(out, like):
     """out (logical NCHW values) in the memory layout of the array ``like``."""
     if _channels_last(like) and out.ndim == 4:
         return from_array(np.ascontiguousarray(out.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2))
-    return from_array(np.ascontiguousarray(out))
+    return from_array(np.asarray(out, order="C"))
 
 
 def _batched(a):
@@ -174,7 +174,7 @@ def min_pool2d(ks, *args):
 def pool2d_scatter(ks, grad, indices, input_shape):
     g, idx = _batched(grad._data), _batched(indices._data)
     shape = tuple(input_shape) if len(input_shape) == 4 else (1, *input_shape)
-    gx = np.zeros(shape, g.dtype).reshape(shape[0], shape[1], -1)
+    gx = np.zeros(shape, g.dtype).reshape(shape[0], shape[1], shape[2] * shape[3])
     for n in range(shape[0]):
         for c in range(shape[1]):
             np.add.at(gx[n, c], idx[n, c].reshape(-1), g[n, c].reshape(-1))
@@ -183,8 +183,9 @@ def pool2d_scatter(ks, grad, indices, input_shape):
 
 def pool2d_gather(ks, x, indices):
     data, idx = _batched(x._data), _batched(indices._data)
-    planes = data.reshape(data.shape[0], data.shape[1], -1)
-    flat = idx.reshape(idx.shape[0], idx.shape[1], -1)
+    # explicit sizes: -1 cannot be inferred for an empty batch
+    planes = data.reshape(*data.shape[:2], data.shape[2] * data.shape[3])
+    flat = idx.reshape(*idx.shape[:2], idx.shape[2] * idx.shape[3])
     out = np.take_along_axis(planes, flat, axis=2).reshape(idx.shape)
     return _result(_unbatched(out, indices._data), indices._data)
 
@@ -453,6 +454,16 @@ def log_softmax(ks, input, dim):
     return _keep_layout(out, input._data)
 
 
+def softmax_backward(ks, grad, result, dim):
+    g, r = grad._data.astype(np.float64), result._data.astype(np.float64)
+    return _keep_layout(r * (g - (g * r).sum(axis=dim, keepdims=True)), result._data)
+
+
+def log_softmax_backward(ks, grad, result, dim):
+    g, r = grad._data.astype(np.float64), result._data.astype(np.float64)
+    return _keep_layout(g - np.exp(r) * g.sum(axis=dim, keepdims=True), result._data)
+
+
 # ---------------------------------------------------------------- losses
 
 
@@ -486,7 +497,7 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
 def mse_loss(ks, input, target, reduction):
     squares = (input._data - target._data) ** 2
     if reduction == "none":
-        return from_array(np.ascontiguousarray(squares))
+        return from_array(np.asarray(squares, order="C"))
     with np.errstate(invalid="ignore"):
         total = squares.sum() if reduction == "sum" else squares.mean()
     return from_array(np.asarray(total, squares.dtype))
@@ -527,6 +538,8 @@ KERNELS = [
     sigmoid,
     softmax,
     log_softmax,
+    softmax_backward,
+    log_softmax_backward,
     nll_loss,
     mse_loss,
     to_layout,

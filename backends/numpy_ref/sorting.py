@@ -83,7 +83,8 @@ def unique_inverse(ks, x):
 
 
 def unique_values(ks, x):
-    return from_array(np.unique_values(x._data))
+    # sorted, as the other unique functions (NumPy 2.3's unique_values need not sort)
+    return from_array(np.unique(x._data, equal_nan=False))
 
 
 KERNELS = {
