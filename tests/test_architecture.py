@@ -285,12 +285,15 @@ def test_every_schema_tag_and_category_is_known():
         assert op.doc, op.name
 
 
-def test_the_operator_reference_is_fresh():
+def test_the_operator_reference_and_the_stubs_are_fresh():
+    """docs/operators.md and the stubs of the functions made from the schema
+    (dispatch/ops.pyi, _dunders.pyi, lamina/nn/functional.pyi)."""
     from lamina.tools import operators
 
-    assert operators.PATH.read_text() == operators.render(), (
-        "docs/operators.md is stale: run python -m lamina.tools.operators --write"
-    )
+    for path, render in operators.GENERATED.items():
+        assert path.read_text() == render(), (
+            f"{path.name} is stale: run python -m lamina.tools.operators --write"
+        )
 
 
 def test_the_state_fixture_sees_what_a_test_leaves_changed():

@@ -3,7 +3,8 @@ and semantics (code ports by changing the import).
 
 The dispatched operators of namespace "nn.functional" (dispatch/operators.py: conv2d,
 linear, the poolings, relu, softmax, the losses, to_layout, ...) are installed here
-from the schema; the functions below are composites of operators, as in PyTorch:
+from the schema (their signatures: ``functional.pyi``, generated beside this file); the
+functions below are composites of operators, as in PyTorch:
 pooling with ``return_indices``, batch and local response normalization over the
 internal operators that also return what backward needs, cross_entropy, dropout,
 flatten and ``layout_of``.

@@ -178,10 +178,60 @@ def render_dunder_stub() -> str:
     return "\n".join(lines) + "\n"
 
 
+FUNCTIONAL_HEADER = """\
+# Generated from dispatch/operators.py and lamina/nn/functional.py by
+# `python -m lamina.tools.operators --write`; tests/test_architecture.py checks that it
+# is fresh. The operators of lamina.nn.functional are installed at import time from the
+# operator schema (dispatch/bindings.py); this stub shows readers and type checkers
+# their signatures, beside those of the functions written in functional.py.
+from typing import Any
+
+from lamina.dispatch.tensor import Tensor
+
+Pair = int | tuple[int, int]
+Size2 = int | tuple[int, int]
+"""
+FUNCTIONAL_TYPES = STUB_TYPES | {"Pair": "Pair", "str": "str"}
+
+
+def render_functional_stub() -> str:
+    """lamina/nn/functional.pyi: the schema's nn operators and functional.py's own."""
+    from lamina.nn import functional
+
+    lines = [FUNCTIONAL_HEADER]
+    defined = {}
+    for op in schema.OPERATORS.values():
+        if op.namespace == "nn.functional":
+            params = []
+            for p in op.params:
+                kind = FUNCTIONAL_TYPES[p.type] + (" | None" if p.optional else "")
+                default = "" if p.default is inspect.Parameter.empty else f" = {p.default!r}"
+                params.append(f"{p.name}: {kind}{default}")
+            defined[op.name] = f"({', '.join(params)}) -> {op.returns}"
+    for name in functional._COMPOSITES:
+        signature = inspect.signature(getattr(functional, name))
+        params = [
+            f"{p.name}: {p.annotation}"
+            + ("" if p.default is inspect.Parameter.empty else f" = {p.default!r}")
+            for p in signature.parameters.values()
+        ]
+        defined[name] = f"({', '.join(params)}) -> {signature.return_annotation}"
+    lines += [f"def {name}{sig}: ..." for name, sig in sorted(defined.items())]
+    return "\n".join(lines) + "\n"
+
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PATH = ROOT / "docs" / "operators.md"
 STUB_PATH = ROOT / "dispatch" / "ops.pyi"
 DUNDER_STUB_PATH = ROOT / "dispatch" / "_dunders.pyi"
+FUNCTIONAL_STUB_PATH = ROOT / "lamina" / "nn" / "functional.pyi"
+# every generated file and what generates it (tests/test_architecture.py: fresh)
+GENERATED = {
+    PATH: render,
+    STUB_PATH: render_stub,
+    DUNDER_STUB_PATH: render_dunder_stub,
+    FUNCTIONAL_STUB_PATH: render_functional_stub,
+}
 
 
 def render_core() -> str:
@@ -201,16 +251,15 @@ def render_core() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m lamina.tools.operators", description=__doc__)
-    p.add_argument("--write", action="store_true", help=f"write {PATH} and {STUB_PATH}")
+    p.add_argument("--write", action="store_true", help="write the reference and the stubs")
     p.add_argument("--stub", action="store_true", help="print the stub, not the reference")
     p.add_argument(
         "--core", action="store_true", help="list the core operators a new device implements"
     )
     args = p.parse_args(argv)
     if args.write:
-        PATH.write_text(render())
-        STUB_PATH.write_text(render_stub())
-        DUNDER_STUB_PATH.write_text(render_dunder_stub())
+        for path, make in GENERATED.items():
+            path.write_text(make())
     else:
         print(render_core() if args.core else render_stub() if args.stub else render(), end="")
 
