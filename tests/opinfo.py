@@ -169,6 +169,15 @@ class OpInfo:
         return self.name
 
 
+def expm1(x):
+    """NumPy's expm1, but an exact zero real part of a complex result is +0, as the
+    Array API's expm1(-0 + 0j) = 0 + 0j (NumPy keeps expm1(-0)'s sign there)."""
+    out = np.array(np.expm1(x))
+    if out.dtype.kind == "c":
+        out.real += 0.0
+    return out
+
+
 def _ops():
     import operator as O
 
@@ -205,7 +214,7 @@ def _ops():
     # to compile), so one of them rides along with each operator; complex128 each.
     floats = [
         ("exp", np.exp, "int8 complex64"),
-        ("expm1", np.expm1, "uint8"),
+        ("expm1", expm1, "uint8"),
         ("log", np.log, "int64"),
         ("log1p", np.log1p, "int16"),
         ("log2", np.log2, "uint16"),

@@ -496,3 +496,16 @@ def test_complex_arithmetic_agrees_with_numpy_and_the_oracle(data, name):
     for other in (want, oracle.numpy()):
         assert got.numpy().dtype == other.dtype
         np.testing.assert_allclose(got.numpy(), other, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_tanh_and_expm1_keep_the_array_apis_signed_zeros(dtype):
+    """The standard's special cases at the four signed zeros: tanh is odd and
+    conjugate-symmetric (tanh(±0 ± 0j) = ±0 ± 0j); expm1(±0 + 0j) = +0 + 0j and
+    expm1(conj(z)) = conj(expm1(z)). NumPy gives expm1(-0 + 0j) a -0 real part."""
+    zeros = [complex(a, b) for a in (0.0, -0.0) for b in (0.0, -0.0)]
+    x = lm.asarray(np.array(zeros, dtype=dtype))
+    signs = lambda z: (np.signbit(z.real).tolist(), np.signbit(z.imag).tolist())
+    assert signs(lm.tanh(x).numpy()) == ([False, False, True, True], [False, True, False, True])
+    assert signs(lm.expm1(x).numpy()) == ([False] * 4, [False, True, False, True])
+    assert (lm.tanh(x).numpy() == 0).all() and (lm.expm1(x).numpy() == 0).all()

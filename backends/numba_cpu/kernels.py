@@ -768,8 +768,11 @@ def complex_log10(x):
 @jitable
 def complex_expm1(x):
     a = math.sin(x.imag / 2)
+    # + 0.0: an exact zero real part is +0, as exp(a) cos(b) - 1 is (the Array API's
+    # expm1(-0 + 0j) = 0 + 0j, where the product of expm1(-0) = -0 keeps the sign)
     return complex(
-        math.expm1(x.real) * math.cos(x.imag) - 2 * a * a, math.exp(x.real) * math.sin(x.imag)
+        math.expm1(x.real) * math.cos(x.imag) - 2 * a * a + 0.0,
+        math.exp(x.real) * math.sin(x.imag),
     )
 
 

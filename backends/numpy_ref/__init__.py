@@ -393,16 +393,32 @@ def randn(ks, shape, dtype, generator):
     return from_array(np.asarray(generator.standard_normal(shape, dtype=dtype.np)))
 
 
+def _expm1(x, **kwargs):
+    """np.expm1, but an exact zero real part of a complex result is +0: the Array API's
+    expm1(-0 + 0j) = 0 + 0j, where NumPy keeps expm1(-0)'s sign."""
+    out = np.array(np.expm1(x, **kwargs))
+    if out.dtype.kind == "c":
+        out.real += 0.0
+    return out
+
+
+# NumPy's function for an operator, where the standard and NumPy differ: the standard's
+STANDARD = {"expm1": _expm1}
+
+
 @hookimpl
 def lamina_register_kernels(registry):
     def register(name, fn):
         registry.register(name, "cpu", fn, PRIORITY)
 
+    def numpy_function(op):
+        return STANDARD.get(op.name) or getattr(np, op.numpy)
+
     for op in OPERATORS.values():
         if op.kind in ("unary", "binary"):
-            register(op.name, elementwise(op, getattr(np, op.numpy)))
+            register(op.name, elementwise(op, numpy_function(op)))
         elif op.inplace_of is not None:
-            register(op.name, inplace(op, getattr(np, op.inplace_of.numpy)))
+            register(op.name, inplace(op, numpy_function(op.inplace_of)))
     for name in ("sum", "prod"):
         register(name, _sum(getattr(np, name), name))
     for name in ("mean", "var", "std"):
