@@ -21,6 +21,8 @@ import lamina as lm
 from lamina.dispatch import memory
 from lamina.tools.bench import convnet, main, output, timing
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 MODELS = list(convnet.ARCHITECTURES)
 QUICK = ["convnet", "--model", "alexnet", "--batch", "1", "--rounds", "1", "--mode", "infer",
          "--settle", "0"]  # fmt: skip

@@ -15,6 +15,8 @@ import pytest
 
 from lamina.tools.bench import main, nn, output, timing
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 # words of the project's own documents, which mean nothing to a user
 INTERNAL = re.compile(r"seed|issue|\.\./shared", re.IGNORECASE)
 TINY = ["--shape", "1", "2", "6", "6", "--rounds", "1", "--settle", "0"]

@@ -10,6 +10,8 @@ from lamina.dispatch.schema import OPERATORS
 from lamina.tools.bench import main
 from lamina.tools.bench import ops as sweep
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 
 def test_the_list_follows_the_schema_and_every_operator_resolves_in_lamina():
     ops = sweep.select("")

@@ -22,6 +22,8 @@ from lamina.dispatch.decompositions import DECOMPOSITIONS, core_operators
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 CPU = keys.CPU.bit_length()
 COPY = OPERATORS["copy"].winners[keys.CPU].fn  # the kernel: spies copy arguments with it
 CORE = core_operators()

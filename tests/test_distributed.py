@@ -14,6 +14,8 @@ import lamina as lm
 import lamina.distributed as dist
 from lamina.distributed import run
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 HERE = os.path.join(os.path.dirname(__file__), "distributed")
 RANKS = 2
 

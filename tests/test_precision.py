@@ -12,6 +12,8 @@ import pytest
 import lamina as lm
 from lamina.backends.numba_cpu.nn import conv, winograd
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 F = lm.nn.functional
 
 

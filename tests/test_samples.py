@@ -17,6 +17,8 @@ from lamina.dispatch.schema import OPERATORS
 sys.path.insert(0, os.path.dirname(__file__))
 import samples as S
 
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 # Bugs the table found that are not fixed yet, by test: those tests must fail (strict
 # xfail), so that fixing the bug shows up as an unexpected pass.
 KNOWN_BUGS: dict[str, dict[str, str]] = {}
