@@ -180,6 +180,9 @@ def test_a_read_only_damaged_cache_is_worked_around(cache):
 
 
 def test_two_processes_filling_an_empty_cache_at_once(tmp_path):
+    """Both exit cleanly with the right values; each loop was compiled by one of them
+    at least (the other may load what the first wrote, depending on their timing)."""
     results = [finish(p) for p in [start(tmp_path), start(tmp_path)]]
-    assert all(r["compiled"] == 2 for r in results)
+    assert sum(r["compiled"] for r in results) >= 2
+    assert all(r["compiled"] <= 2 for r in results)
     assert_repaired(tmp_path)
