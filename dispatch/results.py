@@ -284,10 +284,6 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
 # ---------------------------------------------------------------- several results
 
 
-def _real(dtype: D.DType) -> D.DType:
-    return D.real_of(dtype)
-
-
 def _batch_norm(op: Operator, args: tuple) -> list:
     """native_batch_norm: (result, mean, inverse standard deviation); its backward:
     the gradients of input, weight and bias."""
@@ -314,7 +310,7 @@ def _split(op: Operator, args: tuple) -> list:
 
 def _eigh(op: Operator, args: tuple) -> list:
     dtype, shape = _linalg_float(op, args), args[0]._shape
-    return [(_real(dtype), shape[:-1]), (dtype, shape)]
+    return [(D.real_of(dtype), shape[:-1]), (dtype, shape)]
 
 
 def _qr(op: Operator, args: tuple) -> list:
@@ -329,13 +325,13 @@ def _svd(op: Operator, args: tuple) -> list:
     *batch, m, n = x._shape
     k = min(m, n)
     u, v = (m, n) if full else (k, k)
-    return [(dtype, (*batch, m, u)), (_real(dtype), (*batch, k)), (dtype, (*batch, v, n))]
+    return [(dtype, (*batch, m, u)), (D.real_of(dtype), (*batch, k)), (dtype, (*batch, v, n))]
 
 
 def _slogdet(op: Operator, args: tuple) -> list:
     dtype = _linalg_float(op, args)
     batch = args[0]._shape[:-2]
-    return [(dtype, batch), (_real(dtype), batch)]
+    return [(dtype, batch), (D.real_of(dtype), batch)]
 
 
 def _values_and_indices(*index_fields: bool) -> Callable[[Operator, tuple], list]:
