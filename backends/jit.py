@@ -81,6 +81,7 @@ def _load() -> Any:
                     _register(fn, options)
                 for setup in _on_load:
                     setup(numba)
+                loop_cache.lock_numba_cache()  # Note [Numba's cache races]
                 loop_cache.prune_numba_cache()  # Note [Numba's cache files]
                 globals().update(numba=numba, types=numba.types, prange=numba.prange)
                 _numba = numba
@@ -159,6 +160,11 @@ def compile_kernel(
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
     dispatcher = numba.njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
     dispatcher.compile(signature)
+    if signature.args not in dispatcher.overloads:
+        # the cache gave another variant's code for this signature (Note [Numba's cache
+        # races] in loop_cache.py): forget the function's cached variants, compile anew
+        dispatcher._cache.flush()
+        dispatcher.compile(signature)
     entry = dispatcher.overloads[signature.args].entry_point
     return threads.synced(entry) if parallel else entry  # Note [Thread count]
 

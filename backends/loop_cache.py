@@ -407,6 +407,49 @@ def _open(path: str | Path) -> int | None:
 
 _PRUNED = "lamina-pruned"  # in the cache directory of backends/: the stamp last pruned for
 
+# Note [Numba's cache races]: Numba saves a variant of a kernel by reading the function's
+# index, adding an entry and writing it back, with no lock. Two processes compiling
+# different variants of one kernel at once (test workers, a pool of a user's processes)
+# both read an index of n entries, both write data file n+1, and the index that survives
+# names one variant's data under the other's signature. The next process asking for that
+# signature loads another variant's machine code: a KeyError at best, a cfunc reading
+# its pointers as the wrong types at worst. So while Numba is in a lamina process, every
+# save (and flush) of an index takes an exclusive lock on a file of its cache directory
+# and every load a shared one (``lock_numba_cache``), which also keeps a load from
+# reading an index whose data file is not written yet; ``jit.compile_kernel`` still
+# checks what it got, for a cache damaged by a process without the lock.
+
+_LOCK = "lamina-numba.lock"  # in each of Numba's cache directories
+
+
+def lock_numba_cache() -> None:
+    """Note [Numba's cache races]: Numba's cache files, read and written under a lock."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): Numba's own behaviour
+        return
+    from numba.core.caching import IndexDataCacheFile
+
+    def locked(method: Any, mode: int) -> Any:
+        def under_lock(self: Any, *args: Any) -> Any:
+            try:
+                fd = os.open(os.path.join(self._cache_path, _LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:  # a directory not made yet (nothing to load) or read-only
+                return method(self, *args)
+            try:
+                fcntl.flock(fd, mode)
+                return method(self, *args)
+            finally:
+                os.close(fd)  # releases the lock
+
+        under_lock.locked = True  # type: ignore[attr-defined]
+        return under_lock
+
+    if not getattr(IndexDataCacheFile.save, "locked", False):
+        IndexDataCacheFile.save = locked(IndexDataCacheFile.save, fcntl.LOCK_EX)
+        IndexDataCacheFile.flush = locked(IndexDataCacheFile.flush, fcntl.LOCK_EX)
+        IndexDataCacheFile.load = locked(IndexDataCacheFile.load, fcntl.LOCK_SH)
+
 
 def prune_numba_cache() -> None:
     """Remove Numba's stale cache files of the backends' kernels, once per change of

@@ -1,0 +1,90 @@
+"""Numba's cache under concurrent processes (Note [Numba's cache races] in
+backends/loop_cache.py): saves are serialized by a lock file, and an index naming
+another variant's data is detected and compiled around, never run.
+
+The kernel lives in a module written to a temporary directory, so its cache files
+(``__pycache__`` beside it) belong to the test alone."""
+
+import fcntl
+import importlib.util
+import os
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+from lamina.backends import jit, loop_cache
+
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
+SOURCE = """
+def double(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * 2
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    """``double`` from a fresh module in ``tmp_path``, and its cache directory."""
+    (tmp_path / "doubling.py").write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("doubling", tmp_path / "doubling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.double, tmp_path / "__pycache__"
+
+
+def compile_for(pyfunc, dtype):
+    array = jit.array(dtype)
+    return jit.compile_kernel(pyfunc, jit.types.none(array, array))
+
+
+def check(entry, dtype):
+    x = np.arange(5, dtype=dtype)
+    out = np.zeros_like(x)
+    entry(x, out)
+    np.testing.assert_array_equal(out, x * 2)
+
+
+def index_of(cache):
+    (index,) = cache.glob("*double*.nbi")
+    return index
+
+
+def test_an_index_naming_another_variants_data_is_compiled_around(kernel):
+    double, cache = kernel
+    for dtype in (np.int64, np.float64):
+        compile_for(double, dtype)
+    # what two unlocked processes leave: each signature names the other one's data
+    index = index_of(cache)
+    with open(index, "rb") as f:
+        version, rest = pickle.load(f), f.read()
+    stamp, overloads = pickle.loads(rest)
+    (int_key, int_data), (float_key, float_data) = overloads.items()
+    swapped = {int_key: float_data, float_key: int_data}
+    with open(index, "wb") as f:
+        pickle.dump(version, f)
+        f.write(pickle.dumps((stamp, swapped)))
+
+    for dtype in (np.float64, np.int64):
+        check(compile_for(double, dtype), dtype)
+
+
+def test_a_save_waits_for_the_lock_of_its_cache_directory(kernel):
+    double, cache = kernel
+    cache.mkdir()
+    holder = os.open(cache / loop_cache._LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process saving, as flock sees it
+    entries = []
+    saver = threading.Thread(target=lambda: entries.append(compile_for(double, np.float32)))
+    try:
+        saver.start()
+        saver.join(timeout=2)
+        assert not list(cache.glob("*double*.nbi")), "saved while the lock was held"
+    finally:
+        os.close(holder)
+    saver.join(timeout=60)
+    assert not saver.is_alive()
+    check(entries[0], np.float32)
+    assert index_of(cache).exists()
