@@ -889,6 +889,10 @@ _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
 _RELU_BACKWARD = OPERATORS["relu_backward"]
 _LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
 _GELU_BACKWARD = OPERATORS["gelu_backward"]
+_SIGMOID = OPERATORS["sigmoid"]
+_SILU_BACKWARD = OPERATORS["silu_backward"]
+_HARDTANH_BACKWARD = OPERATORS["hardtanh_backward"]
+_HARDSWISH_BACKWARD = OPERATORS["hardswish_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
@@ -1025,6 +1029,12 @@ def _gelu_second(x, approximate):
     return ops.exp(-0.5 * x * x) * (2.0 - x * x) / _SQRT_2PI
 
 
+def _silu_second(x):
+    """silu's second derivative, s (1 - s) (2 + x (1 - 2 s)) with s = sigmoid(x)."""
+    s = _SIGMOID(x)
+    return s * (1.0 - s) * (2.0 + x * (1.0 - 2.0 * s))
+
+
 def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
     """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere: 0 at
     an ignored target and off the target's class even where the coefficient is NaN (a
@@ -1143,6 +1153,39 @@ DERIVATIVES.update(
                 saves=(0, 1),
             ),
             D("sigmoid", lambda g, r, n, x: (g * r * (1.0 - r),), uses_result=True),
+            D("silu", lambda g, r, n, x: (_SILU_BACKWARD(g, x),), saves=(0,)),
+            D(
+                "silu_backward",
+                lambda u, r, n, g, x: (
+                    n[0] and _SILU_BACKWARD(u, x),
+                    n[1] and u * g * _silu_second(x),
+                ),
+                saves=(0, 1),
+            ),
+            D(
+                "hardtanh",
+                lambda g, r, n, x, lo, hi: (_HARDTANH_BACKWARD(g, x, lo, hi), None, None),
+                saves=(0,),
+            ),
+            D(
+                "hardtanh_backward",
+                lambda u, r, n, g, x, lo, hi: (
+                    n[0] and _HARDTANH_BACKWARD(u, x, lo, hi),
+                    n[1] and _zero(u),  # piecewise constant slope: 0 almost everywhere
+                    None,
+                    None,
+                ),
+                saves=(1,),
+            ),
+            D("hardswish", lambda g, r, n, x: (_HARDSWISH_BACKWARD(g, x),), saves=(0,)),
+            D(
+                "hardswish_backward",
+                lambda u, r, n, g, x: (
+                    n[0] and _HARDSWISH_BACKWARD(u, x),
+                    n[1] and ops.where((x > -3.0) & (x < 3.0), u * g * (1.0 / 3.0), 0.0),
+                ),
+                saves=(0, 1),
+            ),
             D(
                 "softmax",
                 lambda g, r, n, x, dim: (_SOFTMAX_BACKWARD(g, r, dim), None),

@@ -1033,6 +1033,40 @@ def sigmoid(ks, input):
     return ops.divide(1, ops.exp(ops.negative(input)) + 1)
 
 
+@decomposition("silu")
+def silu(ks, input):
+    return input / (ops.exp(ops.negative(input)) + 1)
+
+
+@decomposition("silu_backward")
+def silu_backward(ks, grad, input):
+    s = ops.divide(1, ops.exp(ops.negative(input)) + 1)
+    return grad * (s * (1 + input * (1 - s)))
+
+
+@decomposition("hardtanh")
+def hardtanh(ks, input, min_val, max_val):
+    # NaN fails both tests and passes, as in the kernel
+    return ops.where(input < min_val, min_val, ops.where(input > max_val, max_val, input))
+
+
+@decomposition("hardtanh_backward")
+def hardtanh_backward(ks, grad, input, min_val, max_val):
+    return ops.where((input > min_val) & (input < max_val), grad, 0)
+
+
+@decomposition("hardswish")
+def hardswish(ks, input):
+    t = input + 3
+    return input * ops.where(t < 0, 0, ops.where(t > 6, 6, t)) / 6
+
+
+@decomposition("hardswish_backward")
+def hardswish_backward(ks, grad, input):
+    ramp = ops.where(input < 3, grad * (input / 3 + 0.5), grad)  # NaN input: grad
+    return ops.where(input <= -3, 0, ramp)
+
+
 def _shifted(input: Tensor, dim: int) -> Tensor:
     """input minus its maximum along dim (an empty input as it is)."""
     if input.size == 0:

@@ -912,6 +912,15 @@ def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
     return input, target, reduction
 
 
+def hardtanh(input: Any, min_val: float, max_val: float) -> tuple:
+    _floating("hardtanh", "input", input)
+    if not min_val <= max_val:  # NaN fails too
+        raise ValueError(
+            f"hardtanh: min_val must not exceed max_val, got min_val={min_val}, max_val={max_val}"
+        )
+    return input, float(min_val), float(max_val)
+
+
 def to_layout(input: Any, layout: str) -> tuple:
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"to_layout: layout must be 'NCHW' or 'NHWC', got {layout!r}")

@@ -973,6 +973,26 @@ def _param_activation(fn, d, t):
     ]
 
 
+@sample_of("silu", "hardswish", "hardtanh", dtypes=NN_DTYPES)
+def _more_activations(fn, d, t):
+    bounds = (-0.5, 0.25) if fn.__name__ == "hardtanh" else ()
+    return [
+        S(fn, t((2, 3, 4), "T", lo=-4, hi=4), *bounds, label="T"),
+        S(fn, t(()), label="0d"),
+        S(fn, t((0, 3)), label="empty"),
+    ]
+
+
+@sample_of("silu_backward", "hardswish_backward", "hardtanh_backward", dtypes=NN_DTYPES)
+def _more_activations_backward(fn, d, t):
+    bounds = (-0.5, 0.25) if fn.name == "hardtanh_backward" else ()
+    return [
+        S(fn, t((2, 3, 4)), t((2, 3, 4), "T", lo=-4, hi=4), *bounds, label="T"),
+        S(fn, t(()), t(()), *bounds, label="0d"),
+        S(fn, t((0, 3)), t((0, 3)), *bounds, label="empty"),
+    ]
+
+
 @sample_of("relu_backward", "leaky_relu_backward", "gelu_backward", dtypes=NN_DTYPES)
 def _activation_backward(fn, d, t):
     option = {"relu_backward": (), "leaky_relu_backward": (0.2,)}.get(fn.name)

@@ -596,6 +596,29 @@ SAMPLES.update(
             ),
         ],
         "sigmoid": [("plain", NNF.sigmoid, [leaf(S, -3, 3)])],
+        "silu": [("nhwc", NNF.silu, [nhwc((1, 2, 2, 2), -4, 4)])],
+        "silu_backward": [
+            ("plain", lambda g, x: OPERATORS["silu_backward"](g, x), [leaf(S), leaf(S, -4, 4, 1)])
+        ],
+        "hardtanh": [
+            ("plain", lambda x: NNF.hardtanh(x, -0.5, 0.25), [leaf(S)]),
+            ("relu6", NNF.relu6, [nhwc((1, 2, 2, 2), -2, 8)]),
+        ],
+        "hardtanh_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["hardtanh_backward"](g, x, -0.5, 0.25),
+                [leaf(S), leaf(S, seed=1)],
+            )
+        ],
+        "hardswish": [("plain", NNF.hardswish, [leaf(S, -5, 5)])],
+        "hardswish_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["hardswish_backward"](g, x),
+                [leaf(S), leaf(S, -5, 5, 1)],
+            )
+        ],
         "softmax": [
             ("last", lambda x: NNF.softmax(x, -1), [leaf(S, -2, 2)]),
             ("channels", lambda x: NNF.softmax(x, 1), [nhwc((1, 3, 2, 2))]),

@@ -432,6 +432,19 @@ SAMPLES.update(
         lambda: OPERATORS["gelu_backward"](T((6,), "float32"), T((6,), "float32", -30, 30), "none"),
     ],
     sigmoid=[lambda: F.sigmoid(A(SPECIALS)), lambda: F.sigmoid(nc((2, 3), "float32"))],
+    silu=[lambda: F.silu(A(SPECIALS)), lambda: F.silu(nc((2, 3), "float32"))],
+    silu_backward=[lambda: OPERATORS["silu_backward"](T((13,)), A(SPECIALS[:10] + [-9.0, 3, -3]))],
+    hardtanh=[
+        lambda: F.hardtanh(A(SPECIALS)),
+        lambda: F.relu6(nc((2, 3), "float32", low=-2, high=8)),
+    ],
+    hardtanh_backward=[
+        lambda: OPERATORS["hardtanh_backward"](T((13,)), A(SPECIALS[:10] + [6.0, 0.5, 7]), 0, 6)
+    ],
+    hardswish=[lambda: F.hardswish(A(SPECIALS + [-3.0, 3.0, 4.0]))],
+    hardswish_backward=[
+        lambda: OPERATORS["hardswish_backward"](T((13,)), A(SPECIALS[:10] + [-3.0, 3.0, 2.0]))
+    ],
     softmax=[
         lambda: F.softmax(T((3, 4), "float32"), 1),
         lambda: F.softmax(nc((2, 3, 2)), 0),

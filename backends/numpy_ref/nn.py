@@ -441,6 +441,42 @@ def sigmoid(ks, input):
         return _keep_layout(1 / (1 + np.exp(-x)), input._data)
 
 
+def silu(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # -inf: -inf / inf = NaN
+        return _keep_layout(x / (1 + np.exp(-x)), input._data)
+
+
+def silu_backward(ks, grad, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = 1 / (1 + np.exp(-x))
+        return _keep_layout(grad._data * (s * (1 + x * (1 - s))), input._data)
+
+
+def hardtanh(ks, input, min_val, max_val):
+    x = input._data  # NaN stays NaN: np.clip propagates it
+    return _keep_layout(np.clip(x, min_val, max_val), x)
+
+
+def hardtanh_backward(ks, grad, input, min_val, max_val):
+    x = input._data
+    return _keep_layout(np.where((x > min_val) & (x < max_val), grad._data, 0), x)
+
+
+def hardswish(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # -inf * 0
+        return _keep_layout(x * np.clip(x + 3, 0, 6) / 6, input._data)
+
+
+def hardswish_backward(ks, grad, input):
+    x, g = input._data, grad._data
+    with np.errstate(invalid="ignore"):  # NaN input: neither branch, grad passes
+        d = np.where(x <= -3, 0.0, np.where(x < 3, g * (x / 3 + 0.5), g))
+    return _keep_layout(d, x)
+
+
 def softmax(ks, input, dim):
     x = input._data.astype(np.float64)
     e = np.exp(x - x.max(axis=dim, keepdims=True))
@@ -536,6 +572,12 @@ KERNELS = [
     gelu,
     gelu_backward,
     sigmoid,
+    silu,
+    silu_backward,
+    hardtanh,
+    hardtanh_backward,
+    hardswish,
+    hardswish_backward,
     softmax,
     log_softmax,
     softmax_backward,

@@ -35,6 +35,7 @@ _COMPOSITES = [
     "local_response_norm",
     "max_pool2d",
     "min_pool2d",
+    "relu6",
 ]
 __all__ = sorted([op.name for op in bindings.public_operators("nn.functional")] + _COMPOSITES)
 
@@ -180,6 +181,14 @@ def cross_entropy(
         picked = ops.sum(counted) if weight is None else _picked_weight_sum(w, target, counted)
         smooth = ops.sum(smooth) / picked
     return loss * (1.0 - label_smoothing) + smooth * (label_smoothing / classes)
+
+
+@checked
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:
+    """min(max(input, 0), 6): hardtanh(input, 0, 6), as in PyTorch (its gradient is 0
+    at 0 and 6). ``inplace`` is accepted for PyTorch compatibility; the result is a
+    new tensor."""
+    return hardtanh(input, 0.0, 6.0)  # noqa: F821 (installed from the schema)
 
 
 def _along(v: Tensor, dim: int, ndim: int) -> Tensor:

@@ -852,6 +852,58 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
+class SiLU(Module):
+    """x * sigmoid(x). ``inplace`` is accepted for PyTorch compatibility, as ReLU's."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.silu(x)
+
+
+class Hardtanh(Module):
+    """x clamped to [min_val, max_val]. ``inplace`` is accepted for PyTorch
+    compatibility, as ReLU's."""
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        if not min_val <= max_val:
+            raise ValueError(
+                f"Hardtanh: min_val must not exceed max_val, got {min_val} and {max_val}"
+            )
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    """min(max(x, 0), 6): Hardtanh(0, 6), as in PyTorch."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class Hardswish(Module):
+    """x * relu6(x + 3) / 6. ``inplace`` is accepted for PyTorch compatibility, as
+    ReLU's."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardswish(x)
+
+
 class Sigmoid(Module):
     """1 / (1 + exp(-x))."""
 
