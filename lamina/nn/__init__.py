@@ -1,6 +1,6 @@
 """``lamina.nn``: neural networks as in PyTorch -- ``functional`` (the dispatched
 primitives and their composites), ``init`` (PyTorch's initializations) and modules
-(``Module``, ``Parameter``, layers, containers, losses)."""
+(``Module``, ``Parameter``, layers, recurrent layers, containers, losses)."""
 
 from . import functional, init, utils
 from .modules import (
@@ -8,6 +8,8 @@ from .modules import (
     AdaptiveAvgPool2d,
     AvgPool2d,
     BatchNorm2d,
+    BCELoss,
+    BCEWithLogitsLoss,
     Conv2d,
     CrossEntropyLoss,
     Dropout,
@@ -15,6 +17,8 @@ from .modules import (
     Hardswish,
     Hardtanh,
     Identity,
+    KLDivLoss,
+    L1Loss,
     LeakyReLU,
     Linear,
     LocalResponseNorm,
@@ -31,21 +35,31 @@ from .modules import (
     Sequential,
     Sigmoid,
     SiLU,
+    SmoothL1Loss,
     Softmax,
 )
+from .recurrent import GRU, LSTM, GRUCell, LSTMCell
 
 __all__ = [
     "GELU",
+    "GRU",
+    "LSTM",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
+    "BCELoss",
+    "BCEWithLogitsLoss",
     "BatchNorm2d",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
     "Flatten",
+    "GRUCell",
     "Hardswish",
     "Hardtanh",
     "Identity",
+    "KLDivLoss",
+    "L1Loss",
+    "LSTMCell",
     "LeakyReLU",
     "Linear",
     "LocalResponseNorm",
@@ -62,6 +76,7 @@ __all__ = [
     "Sequential",
     "SiLU",
     "Sigmoid",
+    "SmoothL1Loss",
     "Softmax",
     "functional",
     "init",
