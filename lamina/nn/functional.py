@@ -223,9 +223,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 
 
 # Note [Composite losses]: the losses below are composites of dispatched elementwise
-# operators, as mse_loss's formula is, so autograd, every device and the decompositions
-# come with them; a fused kernel would save passes over memory only (measured: see
-# CHANGELOG-free numbers in the report of the issue that added them).
+# operators, so autograd and every device come with them: a few passes over memory
+# where a fused kernel makes one, which matters little for the small losses of most
+# models.
 
 
 def _loss_operands(fn: str, input: Tensor, target: Tensor, **weights: Tensor | None) -> None:

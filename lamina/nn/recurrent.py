@@ -25,19 +25,22 @@ from .modules import Module, Parameter
 
 def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     """The next (h, c) from the pre-activations (N, 4H) of gates i, f, g, o."""
-    h = c.shape[-1]
-    s = F.sigmoid(gates)  # i, f and o in one call (g's block unused)
-    c = s[..., h : 2 * h] * c + s[..., :h] * ops.tanh(gates[..., 2 * h : 3 * h])
-    return s[..., 3 * h :] * ops.tanh(c), c
+    # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
+    # one concatenation, where each slice's would be a zero tensor of the whole and an add
+    i, f, g, o = ops.split(gates, c.shape[-1], axis=-1)
+    c = F.sigmoid(f) * c + F.sigmoid(i) * ops.tanh(g)
+    return F.sigmoid(o) * ops.tanh(c), c
 
 
 def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor) -> Tensor:
     """The next h from the input's (N, 3H) and the hidden state's projections, each
     with its own bias (b_hn sits inside r * (...), as in PyTorch)."""
     size = h.shape[-1]
-    rz = F.sigmoid(xw[..., : 2 * size] + hw[..., : 2 * size])
-    n = ops.tanh(xw[..., 2 * size :] + rz[..., :size] * hw[..., 2 * size :])
-    return n + rz[..., size:] * (h - n)  # (1 - z) n + z h
+    x_rz, x_n = ops.split(xw, [2 * size, size], axis=-1)  # Note [Recurrent pieces]
+    h_rz, h_n = ops.split(hw, [2 * size, size], axis=-1)
+    r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=-1)
+    n = ops.tanh(x_n + r * h_n)
+    return n + z * (h - n)  # (1 - z) n + z h
 
 
 def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
@@ -208,8 +211,8 @@ class LSTM(_RNNBase):
             xw = F.linear(x, w_ih, None if b_ih is None else b_ih + b_hh)
             h, c = h0[layer], c0[layer]
             steps = []
-            for t in range(x.shape[0]):
-                h, c = _lstm_gates(xw[t] + F.linear(h, w_hh), c)
+            for xw_t in ops.unstack(xw):  # Note [Recurrent pieces]
+                h, c = _lstm_gates(xw_t + F.linear(h, w_hh), c)
                 steps.append(h)
             hs.append(h)
             cs.append(c)
@@ -233,8 +236,8 @@ class GRU(_RNNBase):
             xw = F.linear(x, w_ih, b_ih)
             h = h0[layer]
             steps = []
-            for t in range(x.shape[0]):
-                h = _gru_gates(xw[t], F.linear(h, w_hh, b_hh), h)
+            for xw_t in ops.unstack(xw):  # Note [Recurrent pieces]
+                h = _gru_gates(xw_t, F.linear(h, w_hh, b_hh), h)
                 steps.append(h)
             hs.append(h)
             x = self._between_layers(ops.stack(steps, axis=0), layer)
