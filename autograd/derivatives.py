@@ -1066,6 +1066,38 @@ def _mse_loss(g, r, n, x, t, reduction):
     return (n[0] and grad, n[1] and -grad, None)
 
 
+def _loss_scale(g, x, reduction):
+    """g spread over the elements: over their number for 'mean' (0 when empty)."""
+    if reduction == "mean":
+        return g * (1.0 / x.size if x.size else 0.0)
+    return g
+
+
+def _smooth_l1_loss(g, r, n, x, t, reduction, beta):
+    # d / beta inside (-1, 1), sign(d) outside (beta 0: sign(d), l1's); maximum and
+    # minimum, not clip, whose kernel takes several times as long
+    d = x - t
+    slope = ops.minimum(ops.maximum(d / beta, -1.0), 1.0) if beta else ops.sign(d)
+    grad = slope * _loss_scale(g, x, reduction)
+    return (n[0] and grad, n[1] and -grad, None, None)
+
+
+def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
+    """d/dx = l sigmoid(x) - pos_weight t, d/dt = -x - (pos_weight - 1) log(sigmoid(x))
+    with l = 1 + (pos_weight - 1) t (pos_weight 1 without one); none for the weights."""
+    scale = _loss_scale(g, x, reduction)
+    if weight is not None:
+        scale = scale * weight
+    s = _SIGMOID(x)
+    if pos_weight is None:
+        gx, gt = n[0] and s - t, n[1] and -x
+    else:
+        log_sigmoid = ops.minimum(x, 0.0) - ops.log1p(ops.exp(-ops.abs(x)))
+        gx = n[0] and ((pos_weight - 1.0) * t + 1.0) * s - pos_weight * t
+        gt = n[1] and -x - (pos_weight - 1.0) * log_sigmoid
+    return (n[0] and gx * scale, n[1] and gt * scale, None, None, None)
+
+
 def _linear(g, r, n, x, w, b):
     g2 = ops.reshape(g, (-1, w.shape[0]))
     gx = n[0] and ops.matmul(g, w)
@@ -1218,6 +1250,8 @@ DERIVATIVES.update(
             ),
             D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
             D("mse_loss", _mse_loss, saves=(0, 1)),
+            D("smooth_l1_loss", _smooth_l1_loss, saves=(0, 1)),
+            D("binary_cross_entropy_with_logits", _bce_with_logits, saves=(0, 1, 2, 4)),
             D("to_layout", lambda g, r, n, x, layout: (g, None)),
         ]
     }

@@ -1106,6 +1106,29 @@ def mse_loss(ks, input, target, reduction):
     return ops.sum(squares) if reduction == "sum" else ops.mean(squares)
 
 
+def _reduced_loss(losses: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return losses
+    return ops.sum(losses) if reduction == "sum" else ops.mean(losses)
+
+
+@decomposition("smooth_l1_loss")
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    d = ops.abs(input - target)
+    quadratic = (0.5 / beta) * d * d if beta else d  # beta 0: |d| everywhere
+    return _reduced_loss(ops.where(d < beta, quadratic, d - 0.5 * beta), reduction)
+
+
+@decomposition("binary_cross_entropy_with_logits")
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), with no overflow."""
+    log_sigmoid = ops.minimum(input, 0.0) - ops.log1p(ops.exp(-ops.abs(input)))
+    if pos_weight is not None:
+        log_sigmoid = log_sigmoid * ((pos_weight - 1.0) * target + 1.0)
+    losses = (1.0 - target) * input - log_sigmoid
+    return _reduced_loss(losses if weight is None else losses * weight, reduction)
+
+
 @decomposition("nll_loss")
 def nll_loss(ks, input, target, weight, ignore_index, reduction):
     """The picked log-probabilities by an index key; the sums accumulate in the

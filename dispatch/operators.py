@@ -915,6 +915,30 @@ define(
     doc="0 where input <= -3, grad * (input / 3 + 1 / 2) where input < 3, grad elsewhere.",
 )
 define(
+    "binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None "
+    "= None, reduction: str = 'mean', pos_weight: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.binary_cross_entropy_with_logits,
+    doc="weight ((1 - target) input - l log(sigmoid(input))), l = 1 + (pos_weight - 1) "
+    "target, without overflow (log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))), reduced "
+    "by 'mean', 'sum' or 'none'; weight and pos_weight broadcast to the input (no "
+    "gradient for them).",
+)
+define(
+    "smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = 'mean', beta: float "
+    "= 1.0) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.smooth_l1_loss,
+    doc="0.5 d ** 2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d = input - "
+    "target; beta=0: |d|), reduced by 'mean', 'sum' or 'none'.",
+)
+define(
     "to_layout(input: Tensor, layout: str) -> Tensor",
     "view",
     tags=f"view {DIFF}",

@@ -1048,6 +1048,28 @@ def _mse(fn, d, t):
     ]
 
 
+@sample_of("smooth_l1_loss", dtypes=NN_DTYPES)
+def _smooth_l1(fn, d, t):
+    return [
+        S(fn, t((3, 4)), t((3, 4), "T"), label="mean"),
+        S(fn, t((5,), "flip"), t((5,)), "sum", 0.5, label="sum-beta"),
+        S(fn, t((2, 3)), t((2, 3)), "none", 0.0, label="none-l1"),
+        S(fn, t((0, 3)), t((0, 3)), "none", label="empty"),
+    ]
+
+
+@sample_of("binary_cross_entropy_with_logits", dtypes=NN_DTYPES)
+def _bce_with_logits(fn, d, t):
+    weights = (t((3,), lo=0.5, hi=2), "sum", t((3,), lo=0.5, hi=3))
+    return [
+        S(fn, t((3, 4), lo=-4, hi=4), t((3, 4), "T", lo=0, hi=1), label="mean"),
+        Sample(fn, (t((2, 3), "flip"), t((2, 3), lo=0, hi=1), *weights),
+               label="weights", grad_args=(0, 1)),  # no gradient for the weights
+        S(fn, t(()), t((), lo=0, hi=1), None, "none", label="0d"),
+        S(fn, t((0, 3)), t((0, 3), lo=0, hi=1), None, "none", label="empty"),
+    ]  # fmt: skip
+
+
 for _op in OPERATORS.values():
     if _op.category == "elementwise" and _op.name not in TABLE:
         TABLE[_op.name] = _elementwise(_op.name)

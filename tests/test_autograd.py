@@ -655,6 +655,24 @@ SAMPLES.update(
             ("mean", NNF.mse_loss, [leaf(S), leaf(S, seed=1)]),
             ("none", lambda a, b: NNF.mse_loss(a, b, "none"), [leaf(S), leaf(S, seed=1)]),
         ],
+        "smooth_l1_loss": [
+            ("mean", NNF.smooth_l1_loss, [leaf(S, -2, 2), leaf(S, seed=1)]),
+            (
+                "none_beta",
+                lambda a, b: NNF.smooth_l1_loss(a, b, "none", beta=0.3),
+                [leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+        ],
+        "binary_cross_entropy_with_logits": [
+            ("mean", NNF.binary_cross_entropy_with_logits, [leaf(S, -4, 4), leaf(S, 0, 1, 1)]),
+            (
+                "weights_none",
+                lambda a, b: NNF.binary_cross_entropy_with_logits(
+                    a, b, const([0.5, 1.0, 2.0, 1.5]), "none", const([2.0, 0.5, 1.0, 3.0])
+                ),
+                [leaf((3, 4), -4, 4), leaf((3, 4), 0, 1, 1)],
+            ),
+        ],
         "to_layout": [
             ("nhwc", lambda x: NNF.to_layout(x, "NHWC") * 2.0, [leaf((1, 2, 2, 3))]),
             ("nchw", lambda x: NNF.to_layout(x, "NCHW") * 2.0, [nhwc((1, 2, 2, 3))]),

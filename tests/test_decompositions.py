@@ -469,6 +469,20 @@ SAMPLES.update(
         lambda: F.mse_loss(nc((2, 3)), T((2, 3)), reduction="sum"),
         lambda: F.mse_loss(T((2, 3)), T((2, 3)), reduction="none"),
     ],
+    smooth_l1_loss=[
+        lambda: F.smooth_l1_loss(T((3, 4), "float32"), T((3, 4), "float32")),
+        lambda: F.smooth_l1_loss(nc((2, 3)), T((2, 3)), "none", beta=0.0),
+        lambda: F.smooth_l1_loss(A(SPECIALS), A(SPECIALS[::-1]), "none", beta=0.5),
+    ],
+    binary_cross_entropy_with_logits=[
+        lambda: F.binary_cross_entropy_with_logits(
+            T((3, 4), "float32"), T((3, 4), "float32", 0, 1)
+        ),
+        lambda: F.binary_cross_entropy_with_logits(
+            nc((2, 3), low=-40, high=40), T((2, 3), low=0, high=1), T((3,)), "sum", T((3,), low=0.5)
+        ),
+        lambda: F.binary_cross_entropy_with_logits(A(SPECIALS), A([0.5] * 13), reduction="none"),
+    ],
     nll_loss=[
         lambda: F.nll_loss(F.log_softmax(T((4, 3)), 1), A([0, 2, 1, 2], "int64")),
         lambda: F.nll_loss(

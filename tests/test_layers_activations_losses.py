@@ -250,12 +250,16 @@ def test_loss_edge_cases_and_modules():
         (lambda x, t: F.binary_cross_entropy(x, t), ValueError, "elements of input must be in"),
         (lambda x, t: F.binary_cross_entropy(t, x), ValueError, "elements of target must be in"),
         (
-            lambda x, t: F.binary_cross_entropy_with_logits(x, t, pos_weight=lm.ones(3)),
+            lambda x, t: F.binary_cross_entropy_with_logits(
+                x, t, pos_weight=lm.ones(3, dtype=lm.float64)
+            ),
             ValueError,
             "cannot be broadcast",
         ),
         (
-            lambda x, t: F.binary_cross_entropy_with_logits(x, t, weight=lm.ones((2, 3, 4))),
+            lambda x, t: F.binary_cross_entropy_with_logits(
+                x, t, weight=lm.ones((2, 3, 4), dtype=lm.float64)
+            ),
             ValueError,
             "weight of shape",
         ),

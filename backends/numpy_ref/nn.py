@@ -539,6 +539,30 @@ def mse_loss(ks, input, target, reduction):
     return from_array(np.asarray(total, squares.dtype))
 
 
+def _reduced_loss(losses, reduction, dtype):
+    if reduction == "none":
+        return from_array(np.asarray(losses, dtype, order="C"))
+    with np.errstate(invalid="ignore"):  # empty: 0 / 0, NaN
+        total = losses.sum() if reduction == "sum" else losses.sum() / losses.size
+    return from_array(np.asarray(total, dtype))
+
+
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    d = np.abs(input._data.astype(np.float64) - target._data)
+    with np.errstate(divide="ignore", invalid="ignore"):  # beta 0: the quadratic unused
+        losses = np.where(d < beta, 0.5 * d**2 / beta, d - 0.5 * beta)
+    return _reduced_loss(losses, reduction, input._data.dtype)
+
+
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    x, t = input._data.astype(np.float64), target._data
+    w = 1.0 if weight is None else weight._data
+    pw = 1.0 if pos_weight is None else pos_weight._data
+    # -log(sigmoid(x)) = log(1 + exp(-x)), -log(1 - sigmoid(x)) = log(1 + exp(x))
+    losses = w * (pw * t * np.logaddexp(0, -x) + (1 - t) * np.logaddexp(0, x))
+    return _reduced_loss(losses, reduction, input._data.dtype)
+
+
 def to_layout(ks, input, layout):
     x = input._data
     if layout == "NHWC":
@@ -584,6 +608,8 @@ KERNELS = [
     log_softmax_backward,
     nll_loss,
     mse_loss,
+    smooth_l1_loss,
+    binary_cross_entropy_with_logits,
     to_layout,
 ]
 NAMES = {
