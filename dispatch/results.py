@@ -288,14 +288,8 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
         _same,
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
-    "smooth_l1_loss": lambda op, args: (
-        args[0]._dtype,
-        args[0]._shape if args[2] == "none" else (),
-    ),
-    "binary_cross_entropy_with_logits": lambda op, args: (
-        args[0]._dtype,
-        args[0]._shape if args[3] == "none" else (),
-    ),
+    "smooth_l1_loss": _pointwise_loss(2),
+    "binary_cross_entropy_with_logits": _pointwise_loss(3),
     **dict.fromkeys(("softmax_backward", "log_softmax_backward"), _like(1)),
 }
 
