@@ -893,6 +893,7 @@ _SIGMOID = OPERATORS["sigmoid"]
 _SILU_BACKWARD = OPERATORS["silu_backward"]
 _HARDTANH_BACKWARD = OPERATORS["hardtanh_backward"]
 _HARDSWISH_BACKWARD = OPERATORS["hardswish_backward"]
+_SMOOTH_L1_BACKWARD = OPERATORS["smooth_l1_loss_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
@@ -1074,12 +1075,22 @@ def _loss_scale(g, x, reduction):
 
 
 def _smooth_l1_loss(g, r, n, x, t, reduction, beta):
-    # d / beta inside (-1, 1), sign(d) outside (beta 0: sign(d), l1's); maximum and
-    # minimum, not clip, whose kernel takes several times as long
-    d = x - t
-    slope = ops.minimum(ops.maximum(d / beta, -1.0), 1.0) if beta else ops.sign(d)
-    grad = slope * _loss_scale(g, x, reduction)
+    grad = _SMOOTH_L1_BACKWARD(g, x, t, reduction, beta)
     return (n[0] and grad, n[1] and -grad, None, None)
+
+
+def _smooth_l1_loss_backward(u, r, n, g, x, t, reduction, beta):
+    """Linear in g; in x (and -t) the slope's derivative, 1 / beta where |d| < beta."""
+    gg = None
+    if n[0]:
+        gg = _SMOOTH_L1_BACKWARD(u, x, t, "none", beta)
+        if reduction != "none":  # g was 0-d: the sum of its effects
+            gg = _loss_scale(ops.sum(gg), x, reduction)
+    gx = None
+    if n[1] or n[2]:
+        inside = ops.abs(x - t) < beta
+        gx = ops.where(inside, u * _loss_scale(g, x, reduction) / (beta or 1.0), 0.0)
+    return (gg, n[1] and gx, n[2] and -gx, None, None)
 
 
 def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
@@ -1251,6 +1262,7 @@ DERIVATIVES.update(
             D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
             D("mse_loss", _mse_loss, saves=(0, 1)),
             D("smooth_l1_loss", _smooth_l1_loss, saves=(0, 1)),
+            D("smooth_l1_loss_backward", _smooth_l1_loss_backward, saves=(0, 1, 2)),
             D("binary_cross_entropy_with_logits", _bce_with_logits, saves=(0, 1, 2, 4)),
             D("to_layout", lambda g, r, n, x, layout: (g, None)),
         ]

@@ -1119,6 +1119,15 @@ def smooth_l1_loss(ks, input, target, reduction, beta):
     return _reduced_loss(ops.where(d < beta, quadratic, d - 0.5 * beta), reduction)
 
 
+@decomposition("smooth_l1_loss_backward")
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    d = input - target
+    slope = ops.minimum(ops.maximum(d / beta, -1.0), 1.0) if beta else ops.sign(d)
+    if reduction == "mean":
+        grad = grad / input.size if input.size else grad
+    return slope * grad
+
+
 @decomposition("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
     """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), with no overflow."""

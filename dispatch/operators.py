@@ -939,6 +939,17 @@ define(
     "target; beta=0: |d|), reduced by 'mean', 'sum' or 'none'.",
 )
 define(
+    "smooth_l1_loss_backward(grad: Tensor, input: Tensor, target: Tensor, reduction: str, "
+    "beta: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="smooth_l1_loss's gradient with respect to input (target's is its negative): "
+    "grad (divided by the number of elements for 'mean') times d / beta where |d| < "
+    "beta, sign(d) elsewhere.",
+)
+define(
     "to_layout(input: Tensor, layout: str) -> Tensor",
     "view",
     tags=f"view {DIFF}",

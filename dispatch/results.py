@@ -289,6 +289,7 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
     "smooth_l1_loss": _pointwise_loss(2),
+    "smooth_l1_loss_backward": _like(1),
     "binary_cross_entropy_with_logits": _pointwise_loss(3),
     **dict.fromkeys(("softmax_backward", "log_softmax_backward"), _like(1)),
 }

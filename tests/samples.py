@@ -1058,6 +1058,16 @@ def _smooth_l1(fn, d, t):
     ]
 
 
+@sample_of("smooth_l1_loss_backward", dtypes=NN_DTYPES)
+def _smooth_l1_backward(fn, d, t):
+    return [
+        S(fn, t(()), t((3, 4)), t((3, 4), "T"), "mean", 1.0, label="mean"),
+        S(fn, t(()), t((5,), "flip"), t((5,)), "sum", 0.0, label="sum-l1"),
+        S(fn, t((2, 3)), t((2, 3)), t((2, 3)), "none", 0.5, label="none"),
+        S(fn, t(()), t((0, 3)), t((0, 3)), "mean", 1.0, label="empty"),
+    ]
+
+
 @sample_of("binary_cross_entropy_with_logits", dtypes=NN_DTYPES)
 def _bce_with_logits(fn, d, t):
     weights = (t((3,), lo=0.5, hi=2), "sum", t((3,), lo=0.5, hi=3))

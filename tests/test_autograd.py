@@ -663,6 +663,18 @@ SAMPLES.update(
                 [leaf(S, -2, 2), leaf(S, seed=1)],
             ),
         ],
+        "smooth_l1_loss_backward": [
+            (
+                "mean",
+                lambda g, x, t: OPERATORS["smooth_l1_loss_backward"](g, x, t, "mean", 0.5),
+                [leaf(()), leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+            (
+                "none",
+                lambda g, x, t: OPERATORS["smooth_l1_loss_backward"](g, x, t, "none", 1.0),
+                [leaf(S, seed=2), leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+        ],
         "binary_cross_entropy_with_logits": [
             ("mean", NNF.binary_cross_entropy_with_logits, [leaf(S, -4, 4), leaf(S, 0, 1, 1)]),
             (

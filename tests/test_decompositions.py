@@ -474,6 +474,14 @@ SAMPLES.update(
         lambda: F.smooth_l1_loss(nc((2, 3)), T((2, 3)), "none", beta=0.0),
         lambda: F.smooth_l1_loss(A(SPECIALS), A(SPECIALS[::-1]), "none", beta=0.5),
     ],
+    smooth_l1_loss_backward=[
+        lambda: OPERATORS["smooth_l1_loss_backward"](
+            A(0.5), A(SPECIALS), A(SPECIALS[::-1]), "mean", 0.5
+        ),
+        lambda: OPERATORS["smooth_l1_loss_backward"](
+            T((2, 3), "float32"), nc((2, 3), "float32"), T((2, 3), "float32"), "none", 0.0
+        ),
+    ],
     binary_cross_entropy_with_logits=[
         lambda: F.binary_cross_entropy_with_logits(
             T((3, 4), "float32"), T((3, 4), "float32", 0, 1)

@@ -554,6 +554,14 @@ def smooth_l1_loss(ks, input, target, reduction, beta):
     return _reduced_loss(losses, reduction, input._data.dtype)
 
 
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    d = input._data.astype(np.float64) - target._data
+    with np.errstate(divide="ignore", invalid="ignore"):  # beta 0: d / beta unused
+        slope = np.where(np.abs(d) < beta, d / beta, np.sign(d))
+    g = grad._data / (d.size if reduction == "mean" and d.size else 1)
+    return from_array(np.asarray(slope * g, input._data.dtype, order="C"))
+
+
 def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
     x, t = input._data.astype(np.float64), target._data
     w = 1.0 if weight is None else weight._data
@@ -609,6 +617,7 @@ KERNELS = [
     nll_loss,
     mse_loss,
     smooth_l1_loss,
+    smooth_l1_loss_backward,
     binary_cross_entropy_with_logits,
     to_layout,
 ]

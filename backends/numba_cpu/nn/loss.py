@@ -88,6 +88,18 @@ def smooth_l1(x, t, beta):
     return type(x)(0.5) * d * d / beta if d < beta else d - type(x)(0.5) * beta
 
 
+@jitable
+def smooth_l1_slope(x, t, beta_scale):
+    # PyTorch's branches, but 0 at d = 0 when beta is 0 (l1's sign(0)); NaN stays NaN
+    beta, scale = beta_scale
+    d = x - t
+    if d >= beta and d > 0:
+        return scale
+    if d <= -beta and d < 0:
+        return -scale
+    return d / beta * scale if beta > 0 else d * scale
+
+
 @jitable(inline="always", **jit.CALLEE)
 def bce_with_logits(x, t, unused):
     c = type(x)
@@ -120,13 +132,17 @@ def summed(fn, stamp=_MATH_STAMP):
     return kernel
 
 
-def _kernel(template, fn, dtype):
+def _kernel(template, fn, dtype, pair=False):
+    """template's kernel of fn for dtype; its parameter a scalar of dtype, or a pair of
+    them (fixed by fn, which the cache key holds)."""
+
     def build():
         arr, scalar = jit.array(dtype), jit.numba.from_dtype(dtype)
+        param = jit.types.UniTuple(scalar, 2) if pair else scalar
         if template is summed:  # its sum may be reordered, so that it vectorizes
-            sig = jit.types.float64(arr, arr, scalar)
+            sig = jit.types.float64(arr, arr, param)
             return jit.compile_kernel(summed(fn), sig, fastmath=jit.REASSOCIATE)
-        return jit.compile_kernel(each(fn), jit.types.void(arr, arr, arr, scalar))
+        return jit.compile_kernel(each(fn), jit.types.void(arr, arr, arr, param))
 
     return jit.cached((template, fn, dtype), build)
 
@@ -161,6 +177,22 @@ def smooth_l1_loss(ks, input, target, reduction, beta):
     return _pointwise_loss(smooth_l1, input, target, beta, None, reduction)
 
 
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    """One pass for a reduced loss's (0-d) grad; a full grad ('none') multiplies after."""
+    x = np.ascontiguousarray(input._data).reshape(-1)
+    t = np.ascontiguousarray(target._data).reshape(-1)
+    g = grad._data
+    scale = 1.0 if reduction == "none" else float(g)
+    if reduction == "mean" and x.size:
+        scale /= x.size
+    out = np.empty_like(x)
+    _kernel(each, smooth_l1_slope, x.dtype, pair=True)(x, t, out, (beta, scale))
+    out = out.reshape(input._shape)
+    if reduction == "none":
+        np.multiply(out, g, out=out)
+    return from_array(out)
+
+
 def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
     if pos_weight is not None:  # the positive term weighted: NumPy's passes
         x, t = input._data, target._data
@@ -172,5 +204,11 @@ def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_w
 
 
 def register(registry):
-    for fn in (nll_loss, mse_loss, smooth_l1_loss, binary_cross_entropy_with_logits):
+    for fn in (
+        nll_loss,
+        mse_loss,
+        smooth_l1_loss,
+        smooth_l1_loss_backward,
+        binary_cross_entropy_with_logits,
+    ):
         registry.register(fn.__name__, "cpu", fn)
