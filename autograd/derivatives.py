@@ -889,6 +889,11 @@ _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
 _RELU_BACKWARD = OPERATORS["relu_backward"]
 _LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
 _GELU_BACKWARD = OPERATORS["gelu_backward"]
+_SIGMOID = OPERATORS["sigmoid"]
+_SILU_BACKWARD = OPERATORS["silu_backward"]
+_HARDTANH_BACKWARD = OPERATORS["hardtanh_backward"]
+_HARDSWISH_BACKWARD = OPERATORS["hardswish_backward"]
+_SMOOTH_L1_BACKWARD = OPERATORS["smooth_l1_loss_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
@@ -1025,6 +1030,12 @@ def _gelu_second(x, approximate):
     return ops.exp(-0.5 * x * x) * (2.0 - x * x) / _SQRT_2PI
 
 
+def _silu_second(x):
+    """silu's second derivative, s (1 - s) (2 + x (1 - 2 s)) with s = sigmoid(x)."""
+    s = _SIGMOID(x)
+    return s * (1.0 - s) * (2.0 + x * (1.0 - 2.0 * s))
+
+
 def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
     """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere: 0 at
     an ignored target and off the target's class even where the coefficient is NaN (a
@@ -1054,6 +1065,48 @@ def _mse_loss(g, r, n, x, t, reduction):
         scale = 2.0
     grad = (x - t) * (g * scale)
     return (n[0] and grad, n[1] and -grad, None)
+
+
+def _loss_scale(g, x, reduction):
+    """g spread over the elements: over their number for 'mean' (0 when empty)."""
+    if reduction == "mean":
+        return g * (1.0 / x.size if x.size else 0.0)
+    return g
+
+
+def _smooth_l1_loss(g, r, n, x, t, reduction, beta):
+    grad = _SMOOTH_L1_BACKWARD(g, x, t, reduction, beta)
+    return (n[0] and grad, n[1] and -grad, None, None)
+
+
+def _smooth_l1_loss_backward(u, r, n, g, x, t, reduction, beta):
+    """Linear in g; in x (and -t) the slope's derivative, 1 / beta where |d| < beta."""
+    gg = None
+    if n[0]:
+        gg = _SMOOTH_L1_BACKWARD(u, x, t, "none", beta)
+        if reduction != "none":  # g was 0-d: the sum of its effects
+            gg = _loss_scale(ops.sum(gg), x, reduction)
+    gx = None
+    if n[1] or n[2]:
+        inside = ops.abs(x - t) < beta
+        gx = ops.where(inside, u * _loss_scale(g, x, reduction) / (beta or 1.0), 0.0)
+    return (gg, n[1] and gx, n[2] and -gx, None, None)
+
+
+def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
+    """d/dx = l sigmoid(x) - pos_weight t, d/dt = -x - (pos_weight - 1) log(sigmoid(x))
+    with l = 1 + (pos_weight - 1) t (pos_weight 1 without one); none for the weights."""
+    scale = _loss_scale(g, x, reduction)
+    if weight is not None:
+        scale = scale * weight
+    s = _SIGMOID(x)
+    if pos_weight is None:
+        gx, gt = n[0] and s - t, n[1] and -x
+    else:
+        log_sigmoid = ops.minimum(x, 0.0) - ops.log1p(ops.exp(-ops.abs(x)))
+        gx = n[0] and ((pos_weight - 1.0) * t + 1.0) * s - pos_weight * t
+        gt = n[1] and -x - (pos_weight - 1.0) * log_sigmoid
+    return (n[0] and gx * scale, n[1] and gt * scale, None, None, None)
 
 
 def _linear(g, r, n, x, w, b):
@@ -1143,6 +1196,39 @@ DERIVATIVES.update(
                 saves=(0, 1),
             ),
             D("sigmoid", lambda g, r, n, x: (g * r * (1.0 - r),), uses_result=True),
+            D("silu", lambda g, r, n, x: (_SILU_BACKWARD(g, x),), saves=(0,)),
+            D(
+                "silu_backward",
+                lambda u, r, n, g, x: (
+                    n[0] and _SILU_BACKWARD(u, x),
+                    n[1] and u * g * _silu_second(x),
+                ),
+                saves=(0, 1),
+            ),
+            D(
+                "hardtanh",
+                lambda g, r, n, x, lo, hi: (_HARDTANH_BACKWARD(g, x, lo, hi), None, None),
+                saves=(0,),
+            ),
+            D(
+                "hardtanh_backward",
+                lambda u, r, n, g, x, lo, hi: (
+                    n[0] and _HARDTANH_BACKWARD(u, x, lo, hi),
+                    n[1] and _zero(u),  # piecewise constant slope: 0 almost everywhere
+                    None,
+                    None,
+                ),
+                saves=(1,),
+            ),
+            D("hardswish", lambda g, r, n, x: (_HARDSWISH_BACKWARD(g, x),), saves=(0,)),
+            D(
+                "hardswish_backward",
+                lambda u, r, n, g, x: (
+                    n[0] and _HARDSWISH_BACKWARD(u, x),
+                    n[1] and ops.where((x > -3.0) & (x < 3.0), u * g * (1.0 / 3.0), 0.0),
+                ),
+                saves=(0, 1),
+            ),
             D(
                 "softmax",
                 lambda g, r, n, x, dim: (_SOFTMAX_BACKWARD(g, r, dim), None),
@@ -1175,6 +1261,9 @@ DERIVATIVES.update(
             ),
             D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
             D("mse_loss", _mse_loss, saves=(0, 1)),
+            D("smooth_l1_loss", _smooth_l1_loss, saves=(0, 1)),
+            D("smooth_l1_loss_backward", _smooth_l1_loss_backward, saves=(0, 1, 2)),
+            D("binary_cross_entropy_with_logits", _bce_with_logits, saves=(0, 1, 2, 4)),
             D("to_layout", lambda g, r, n, x, layout: (g, None)),
         ]
     }

@@ -1033,6 +1033,40 @@ def sigmoid(ks, input):
     return ops.divide(1, ops.exp(ops.negative(input)) + 1)
 
 
+@decomposition("silu")
+def silu(ks, input):
+    return input / (ops.exp(ops.negative(input)) + 1)
+
+
+@decomposition("silu_backward")
+def silu_backward(ks, grad, input):
+    s = ops.divide(1, ops.exp(ops.negative(input)) + 1)
+    return grad * (s * (1 + input * (1 - s)))
+
+
+@decomposition("hardtanh")
+def hardtanh(ks, input, min_val, max_val):
+    # NaN fails both tests and passes, as in the kernel
+    return ops.where(input < min_val, min_val, ops.where(input > max_val, max_val, input))
+
+
+@decomposition("hardtanh_backward")
+def hardtanh_backward(ks, grad, input, min_val, max_val):
+    return ops.where((input > min_val) & (input < max_val), grad, 0)
+
+
+@decomposition("hardswish")
+def hardswish(ks, input):
+    t = input + 3
+    return input * ops.where(t < 0, 0, ops.where(t > 6, 6, t)) / 6
+
+
+@decomposition("hardswish_backward")
+def hardswish_backward(ks, grad, input):
+    ramp = ops.where(input < 3, grad * (input / 3 + 0.5), grad)  # NaN input: grad
+    return ops.where(input <= -3, 0, ramp)
+
+
 def _shifted(input: Tensor, dim: int) -> Tensor:
     """input minus its maximum along dim (an empty input as it is)."""
     if input.size == 0:
@@ -1070,6 +1104,38 @@ def mse_loss(ks, input, target, reduction):
     if reduction == "none":
         return squares
     return ops.sum(squares) if reduction == "sum" else ops.mean(squares)
+
+
+def _reduced_loss(losses: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return losses
+    return ops.sum(losses) if reduction == "sum" else ops.mean(losses)
+
+
+@decomposition("smooth_l1_loss")
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    d = ops.abs(input - target)
+    quadratic = (0.5 / beta) * d * d if beta else d  # beta 0: |d| everywhere
+    return _reduced_loss(ops.where(d < beta, quadratic, d - 0.5 * beta), reduction)
+
+
+@decomposition("smooth_l1_loss_backward")
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    d = input - target
+    slope = ops.minimum(ops.maximum(d / beta, -1.0), 1.0) if beta else ops.sign(d)
+    if reduction == "mean":
+        grad = grad / input.size if input.size else grad
+    return slope * grad
+
+
+@decomposition("binary_cross_entropy_with_logits")
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), with no overflow."""
+    log_sigmoid = ops.minimum(input, 0.0) - ops.log1p(ops.exp(-ops.abs(input)))
+    if pos_weight is not None:
+        log_sigmoid = log_sigmoid * ((pos_weight - 1.0) * target + 1.0)
+    losses = (1.0 - target) * input - log_sigmoid
+    return _reduced_loss(losses if weight is None else losses * weight, reduction)
 
 
 @decomposition("nll_loss")

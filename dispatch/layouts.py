@@ -117,6 +117,12 @@ KEEPS_ORDER = frozenset(
         "gelu",
         "gelu_backward",
         "sigmoid",
+        "silu",
+        "silu_backward",
+        "hardtanh",
+        "hardtanh_backward",
+        "hardswish",
+        "hardswish_backward",
     }
 )
 IMAGE = frozenset(

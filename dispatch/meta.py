@@ -912,6 +912,49 @@ def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
     return input, target, reduction
 
 
+def hardtanh(input: Any, min_val: float, max_val: float) -> tuple:
+    _floating("hardtanh", "input", input)
+    if not min_val <= max_val:  # NaN fails too
+        raise ValueError(
+            f"hardtanh: min_val must not exceed max_val, got min_val={min_val}, max_val={max_val}"
+        )
+    return input, float(min_val), float(max_val)
+
+
+def _pointwise_loss(fn: str, input: Any, target: Any, reduction: str) -> None:
+    """A floating input, a target of its dtype and shape, a known reduction."""
+    _floating(fn, "input", input)
+    _like_input(fn, "target", target, input)
+    if target._shape != input._shape:
+        raise ValueError(
+            f"{fn}: target shape {target._shape} differs from input shape {input._shape}"
+        )
+    _reduction(fn, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Any, target: Any, weight: Any, reduction: str, pos_weight: Any
+) -> tuple:
+    fn = "binary_cross_entropy_with_logits"
+    _pointwise_loss(fn, input, target, reduction)
+    for name, w in (("weight", weight), ("pos_weight", pos_weight)):
+        _like_input(fn, name, w, input)
+        if w is not None and broadcast_shapes(fn, w._shape, input._shape) != input._shape:
+            raise ValueError(
+                f"{fn}: {name} of shape {w._shape} does not broadcast to the input's shape "
+                f"{input._shape}"
+            )
+    return input, target, weight, reduction, pos_weight
+
+
+def smooth_l1_loss(input: Any, target: Any, reduction: str, beta: float) -> tuple:
+    _pointwise_loss("smooth_l1_loss", input, target, reduction)
+    beta = finite("smooth_l1_loss", "beta", beta)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    return input, target, reduction, beta
+
+
 def to_layout(input: Any, layout: str) -> tuple:
     if layout not in ("NCHW", "NHWC"):
         raise ValueError(f"to_layout: layout must be 'NCHW' or 'NHWC', got {layout!r}")

@@ -863,6 +863,93 @@ define(
     doc="(input - target) ** 2 reduced by 'mean', 'sum' or 'none' (shapes must match).",
 )
 define(
+    "silu(input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("silu"),
+    doc="input * sigmoid(input) (computed as input / (1 + exp(-input))), in the input's layout.",
+)
+define(
+    "silu_backward(grad: Tensor, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad times silu's derivative at input, s (1 + input (1 - s)) with s = sigmoid(input).",
+)
+define(
+    "hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.hardtanh,
+    doc="input clamped to [min_val, max_val] (NaN stays NaN), in the input's layout; "
+    "relu6 is hardtanh(input, 0, 6).",
+)
+define(
+    "hardtanh_backward(grad: Tensor, input: Tensor, min_val: float, max_val: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad where min_val < input < max_val, 0 elsewhere (at the bounds too).",
+)
+define(
+    "hardswish(input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("hardswish"),
+    doc="input * min(max(input + 3, 0), 6) / 6, in the input's layout.",
+)
+define(
+    "hardswish_backward(grad: Tensor, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="0 where input <= -3, grad * (input / 3 + 1 / 2) where input < 3, grad elsewhere.",
+)
+define(
+    "binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None "
+    "= None, reduction: str = 'mean', pos_weight: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.binary_cross_entropy_with_logits,
+    doc="weight ((1 - target) input - l log(sigmoid(input))), l = 1 + (pos_weight - 1) "
+    "target, without overflow (log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))), reduced "
+    "by 'mean', 'sum' or 'none'; weight and pos_weight broadcast to the input (no "
+    "gradient for them).",
+)
+define(
+    "smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = 'mean', beta: float "
+    "= 1.0) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.smooth_l1_loss,
+    doc="0.5 d ** 2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d = input - "
+    "target; beta=0: |d|), reduced by 'mean', 'sum' or 'none'.",
+)
+define(
+    "smooth_l1_loss_backward(grad: Tensor, input: Tensor, target: Tensor, reduction: str, "
+    "beta: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="smooth_l1_loss's gradient with respect to input (target's is its negative): "
+    "grad (divided by the number of elements for 'mean') times d / beta where |d| < "
+    "beta, sign(d) elsewhere.",
+)
+define(
     "to_layout(input: Tensor, layout: str) -> Tensor",
     "view",
     tags=f"view {DIFF}",

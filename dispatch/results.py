@@ -243,6 +243,11 @@ def _loss(op: Operator, args: tuple) -> tuple:
     return x._dtype, shape if reduction == "none" else ()
 
 
+def _pointwise_loss(i: int) -> Callable[[Operator, tuple], tuple]:
+    """A loss of each element, reduced by argument ``i``: the input's shape for 'none'."""
+    return lambda op, args: (args[0]._dtype, args[0]._shape if args[i] == "none" else ())
+
+
 def _like(i: int) -> Callable[[Operator, tuple], tuple]:
     """The dtype of the first argument, the shape of argument ``i`` (a backward
     operator's result has its input's shape)."""
@@ -271,12 +276,21 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
             "gelu",
             "gelu_backward",
             "sigmoid",
+            "silu",
+            "silu_backward",
+            "hardtanh",
+            "hardtanh_backward",
+            "hardswish",
+            "hardswish_backward",
             "softmax",
             "log_softmax",
         ),
         _same,
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
+    "smooth_l1_loss": _pointwise_loss(2),
+    "smooth_l1_loss_backward": _like(1),
+    "binary_cross_entropy_with_logits": _pointwise_loss(3),
     **dict.fromkeys(("softmax_backward", "log_softmax_backward"), _like(1)),
 }
 

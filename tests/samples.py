@@ -973,6 +973,26 @@ def _param_activation(fn, d, t):
     ]
 
 
+@sample_of("silu", "hardswish", "hardtanh", dtypes=NN_DTYPES)
+def _more_activations(fn, d, t):
+    bounds = (-0.5, 0.25) if fn.__name__ == "hardtanh" else ()
+    return [
+        S(fn, t((2, 3, 4), "T", lo=-4, hi=4), *bounds, label="T"),
+        S(fn, t(()), label="0d"),
+        S(fn, t((0, 3)), label="empty"),
+    ]
+
+
+@sample_of("silu_backward", "hardswish_backward", "hardtanh_backward", dtypes=NN_DTYPES)
+def _more_activations_backward(fn, d, t):
+    bounds = (-0.5, 0.25) if fn.name == "hardtanh_backward" else ()
+    return [
+        S(fn, t((2, 3, 4)), t((2, 3, 4), "T", lo=-4, hi=4), *bounds, label="T"),
+        S(fn, t(()), t(()), *bounds, label="0d"),
+        S(fn, t((0, 3)), t((0, 3)), *bounds, label="empty"),
+    ]
+
+
 @sample_of("relu_backward", "leaky_relu_backward", "gelu_backward", dtypes=NN_DTYPES)
 def _activation_backward(fn, d, t):
     option = {"relu_backward": (), "leaky_relu_backward": (0.2,)}.get(fn.name)
@@ -1026,6 +1046,38 @@ def _mse(fn, d, t):
         S(fn, t(()), t(()), "none", label="0d"),
         S(fn, t((0, 3)), t((0, 3)), "none", label="empty"),
     ]
+
+
+@sample_of("smooth_l1_loss", dtypes=NN_DTYPES)
+def _smooth_l1(fn, d, t):
+    return [
+        S(fn, t((3, 4)), t((3, 4), "T"), label="mean"),
+        S(fn, t((5,), "flip"), t((5,)), "sum", 0.5, label="sum-beta"),
+        S(fn, t((2, 3)), t((2, 3)), "none", 0.0, label="none-l1"),
+        S(fn, t((0, 3)), t((0, 3)), "none", label="empty"),
+    ]
+
+
+@sample_of("smooth_l1_loss_backward", dtypes=NN_DTYPES)
+def _smooth_l1_backward(fn, d, t):
+    return [
+        S(fn, t(()), t((3, 4)), t((3, 4), "T"), "mean", 1.0, label="mean"),
+        S(fn, t(()), t((5,), "flip"), t((5,)), "sum", 0.0, label="sum-l1"),
+        S(fn, t((2, 3)), t((2, 3)), t((2, 3)), "none", 0.5, label="none"),
+        S(fn, t(()), t((0, 3)), t((0, 3)), "mean", 1.0, label="empty"),
+    ]
+
+
+@sample_of("binary_cross_entropy_with_logits", dtypes=NN_DTYPES)
+def _bce_with_logits(fn, d, t):
+    weights = (t((3,), lo=0.5, hi=2), "sum", t((3,), lo=0.5, hi=3))
+    return [
+        S(fn, t((3, 4), lo=-4, hi=4), t((3, 4), "T", lo=0, hi=1), label="mean"),
+        Sample(fn, (t((2, 3), "flip"), t((2, 3), lo=0, hi=1), *weights),
+               label="weights", grad_args=(0, 1)),  # no gradient for the weights
+        S(fn, t(()), t((), lo=0, hi=1), None, "none", label="0d"),
+        S(fn, t((0, 3)), t((0, 3), lo=0, hi=1), None, "none", label="empty"),
+    ]  # fmt: skip
 
 
 for _op in OPERATORS.values():

@@ -596,6 +596,29 @@ SAMPLES.update(
             ),
         ],
         "sigmoid": [("plain", NNF.sigmoid, [leaf(S, -3, 3)])],
+        "silu": [("nhwc", NNF.silu, [nhwc((1, 2, 2, 2), -4, 4)])],
+        "silu_backward": [
+            ("plain", lambda g, x: OPERATORS["silu_backward"](g, x), [leaf(S), leaf(S, -4, 4, 1)])
+        ],
+        "hardtanh": [
+            ("plain", lambda x: NNF.hardtanh(x, -0.5, 0.25), [leaf(S)]),
+            ("relu6", NNF.relu6, [nhwc((1, 2, 2, 2), -2, 8)]),
+        ],
+        "hardtanh_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["hardtanh_backward"](g, x, -0.5, 0.25),
+                [leaf(S), leaf(S, seed=1)],
+            )
+        ],
+        "hardswish": [("plain", NNF.hardswish, [leaf(S, -5, 5)])],
+        "hardswish_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["hardswish_backward"](g, x),
+                [leaf(S), leaf(S, -5, 5, 1)],
+            )
+        ],
         "softmax": [
             ("last", lambda x: NNF.softmax(x, -1), [leaf(S, -2, 2)]),
             ("channels", lambda x: NNF.softmax(x, 1), [nhwc((1, 3, 2, 2))]),
@@ -631,6 +654,36 @@ SAMPLES.update(
         "mse_loss": [
             ("mean", NNF.mse_loss, [leaf(S), leaf(S, seed=1)]),
             ("none", lambda a, b: NNF.mse_loss(a, b, "none"), [leaf(S), leaf(S, seed=1)]),
+        ],
+        "smooth_l1_loss": [
+            ("mean", NNF.smooth_l1_loss, [leaf(S, -2, 2), leaf(S, seed=1)]),
+            (
+                "none_beta",
+                lambda a, b: NNF.smooth_l1_loss(a, b, "none", beta=0.3),
+                [leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+        ],
+        "smooth_l1_loss_backward": [
+            (
+                "mean",
+                lambda g, x, t: OPERATORS["smooth_l1_loss_backward"](g, x, t, "mean", 0.5),
+                [leaf(()), leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+            (
+                "none",
+                lambda g, x, t: OPERATORS["smooth_l1_loss_backward"](g, x, t, "none", 1.0),
+                [leaf(S, seed=2), leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+        ],
+        "binary_cross_entropy_with_logits": [
+            ("mean", NNF.binary_cross_entropy_with_logits, [leaf(S, -4, 4), leaf(S, 0, 1, 1)]),
+            (
+                "weights_none",
+                lambda a, b: NNF.binary_cross_entropy_with_logits(
+                    a, b, const([0.5, 1.0, 2.0, 1.5]), "none", const([2.0, 0.5, 1.0, 3.0])
+                ),
+                [leaf((3, 4), -4, 4), leaf((3, 4), 0, 1, 1)],
+            ),
         ],
         "to_layout": [
             ("nhwc", lambda x: NNF.to_layout(x, "NHWC") * 2.0, [leaf((1, 2, 2, 3))]),

@@ -432,6 +432,19 @@ SAMPLES.update(
         lambda: OPERATORS["gelu_backward"](T((6,), "float32"), T((6,), "float32", -30, 30), "none"),
     ],
     sigmoid=[lambda: F.sigmoid(A(SPECIALS)), lambda: F.sigmoid(nc((2, 3), "float32"))],
+    silu=[lambda: F.silu(A(SPECIALS)), lambda: F.silu(nc((2, 3), "float32"))],
+    silu_backward=[lambda: OPERATORS["silu_backward"](T((13,)), A(SPECIALS[:10] + [-9.0, 3, -3]))],
+    hardtanh=[
+        lambda: F.hardtanh(A(SPECIALS)),
+        lambda: F.relu6(nc((2, 3), "float32", low=-2, high=8)),
+    ],
+    hardtanh_backward=[
+        lambda: OPERATORS["hardtanh_backward"](T((13,)), A(SPECIALS[:10] + [6.0, 0.5, 7]), 0, 6)
+    ],
+    hardswish=[lambda: F.hardswish(A(SPECIALS + [-3.0, 3.0, 4.0]))],
+    hardswish_backward=[
+        lambda: OPERATORS["hardswish_backward"](T((13,)), A(SPECIALS[:10] + [-3.0, 3.0, 2.0]))
+    ],
     softmax=[
         lambda: F.softmax(T((3, 4), "float32"), 1),
         lambda: F.softmax(nc((2, 3, 2)), 0),
@@ -455,6 +468,28 @@ SAMPLES.update(
         lambda: F.mse_loss(T((3, 4), "float32"), T((3, 4), "float32")),
         lambda: F.mse_loss(nc((2, 3)), T((2, 3)), reduction="sum"),
         lambda: F.mse_loss(T((2, 3)), T((2, 3)), reduction="none"),
+    ],
+    smooth_l1_loss=[
+        lambda: F.smooth_l1_loss(T((3, 4), "float32"), T((3, 4), "float32")),
+        lambda: F.smooth_l1_loss(nc((2, 3)), T((2, 3)), "none", beta=0.0),
+        lambda: F.smooth_l1_loss(A(SPECIALS), A(SPECIALS[::-1]), "none", beta=0.5),
+    ],
+    smooth_l1_loss_backward=[
+        lambda: OPERATORS["smooth_l1_loss_backward"](
+            A(0.5), A(SPECIALS), A(SPECIALS[::-1]), "mean", 0.5
+        ),
+        lambda: OPERATORS["smooth_l1_loss_backward"](
+            T((2, 3), "float32"), nc((2, 3), "float32"), T((2, 3), "float32"), "none", 0.0
+        ),
+    ],
+    binary_cross_entropy_with_logits=[
+        lambda: F.binary_cross_entropy_with_logits(
+            T((3, 4), "float32"), T((3, 4), "float32", 0, 1)
+        ),
+        lambda: F.binary_cross_entropy_with_logits(
+            nc((2, 3), low=-40, high=40), T((2, 3), low=0, high=1), T((3,)), "sum", T((3,), low=0.5)
+        ),
+        lambda: F.binary_cross_entropy_with_logits(A(SPECIALS), A([0.5] * 13), reduction="none"),
     ],
     nll_loss=[
         lambda: F.nll_loss(F.log_softmax(T((4, 3)), 1), A([0, 2, 1, 2], "int64")),

@@ -441,6 +441,42 @@ def sigmoid(ks, input):
         return _keep_layout(1 / (1 + np.exp(-x)), input._data)
 
 
+def silu(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # -inf: -inf / inf = NaN
+        return _keep_layout(x / (1 + np.exp(-x)), input._data)
+
+
+def silu_backward(ks, grad, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = 1 / (1 + np.exp(-x))
+        return _keep_layout(grad._data * (s * (1 + x * (1 - s))), input._data)
+
+
+def hardtanh(ks, input, min_val, max_val):
+    x = input._data  # NaN stays NaN: np.clip propagates it
+    return _keep_layout(np.clip(x, min_val, max_val), x)
+
+
+def hardtanh_backward(ks, grad, input, min_val, max_val):
+    x = input._data
+    return _keep_layout(np.where((x > min_val) & (x < max_val), grad._data, 0), x)
+
+
+def hardswish(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # -inf * 0
+        return _keep_layout(x * np.clip(x + 3, 0, 6) / 6, input._data)
+
+
+def hardswish_backward(ks, grad, input):
+    x, g = input._data, grad._data
+    with np.errstate(invalid="ignore"):  # NaN input: neither branch, grad passes
+        d = np.where(x <= -3, 0.0, np.where(x < 3, g * (x / 3 + 0.5), g))
+    return _keep_layout(d, x)
+
+
 def softmax(ks, input, dim):
     x = input._data.astype(np.float64)
     e = np.exp(x - x.max(axis=dim, keepdims=True))
@@ -503,6 +539,38 @@ def mse_loss(ks, input, target, reduction):
     return from_array(np.asarray(total, squares.dtype))
 
 
+def _reduced_loss(losses, reduction, dtype):
+    if reduction == "none":
+        return from_array(np.asarray(losses, dtype, order="C"))
+    with np.errstate(invalid="ignore"):  # empty: 0 / 0, NaN
+        total = losses.sum() if reduction == "sum" else losses.sum() / losses.size
+    return from_array(np.asarray(total, dtype))
+
+
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    d = np.abs(input._data.astype(np.float64) - target._data)
+    with np.errstate(divide="ignore", invalid="ignore"):  # beta 0: the quadratic unused
+        losses = np.where(d < beta, 0.5 * d**2 / beta, d - 0.5 * beta)
+    return _reduced_loss(losses, reduction, input._data.dtype)
+
+
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    d = input._data.astype(np.float64) - target._data
+    with np.errstate(divide="ignore", invalid="ignore"):  # beta 0: d / beta unused
+        slope = np.where(np.abs(d) < beta, d / beta, np.sign(d))
+    g = grad._data / (d.size if reduction == "mean" and d.size else 1)
+    return from_array(np.asarray(slope * g, input._data.dtype, order="C"))
+
+
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    x, t = input._data.astype(np.float64), target._data
+    w = 1.0 if weight is None else weight._data
+    pw = 1.0 if pos_weight is None else pos_weight._data
+    # -log(sigmoid(x)) = log(1 + exp(-x)), -log(1 - sigmoid(x)) = log(1 + exp(x))
+    losses = w * (pw * t * np.logaddexp(0, -x) + (1 - t) * np.logaddexp(0, x))
+    return _reduced_loss(losses, reduction, input._data.dtype)
+
+
 def to_layout(ks, input, layout):
     x = input._data
     if layout == "NHWC":
@@ -536,12 +604,21 @@ KERNELS = [
     gelu,
     gelu_backward,
     sigmoid,
+    silu,
+    silu_backward,
+    hardtanh,
+    hardtanh_backward,
+    hardswish,
+    hardswish_backward,
     softmax,
     log_softmax,
     softmax_backward,
     log_softmax_backward,
     nll_loss,
     mse_loss,
+    smooth_l1_loss,
+    smooth_l1_loss_backward,
+    binary_cross_entropy_with_logits,
     to_layout,
 ]
 NAMES = {

@@ -1,6 +1,6 @@
 """``lamina.nn``: neural networks as in PyTorch -- ``functional`` (the dispatched
 primitives and their composites), ``init`` (PyTorch's initializations) and modules
-(``Module``, ``Parameter``, layers, containers, losses)."""
+(``Module``, ``Parameter``, layers, recurrent layers, containers, losses)."""
 
 from . import functional, init, utils
 from .modules import (
@@ -8,11 +8,17 @@ from .modules import (
     AdaptiveAvgPool2d,
     AvgPool2d,
     BatchNorm2d,
+    BCELoss,
+    BCEWithLogitsLoss,
     Conv2d,
     CrossEntropyLoss,
     Dropout,
     Flatten,
+    Hardswish,
+    Hardtanh,
     Identity,
+    KLDivLoss,
+    L1Loss,
     LeakyReLU,
     Linear,
     LocalResponseNorm,
@@ -25,21 +31,35 @@ from .modules import (
     NLLLoss,
     Parameter,
     ReLU,
+    ReLU6,
     Sequential,
     Sigmoid,
+    SiLU,
+    SmoothL1Loss,
     Softmax,
 )
+from .recurrent import GRU, LSTM, GRUCell, LSTMCell
 
 __all__ = [
     "GELU",
+    "GRU",
+    "LSTM",
     "AdaptiveAvgPool2d",
     "AvgPool2d",
+    "BCELoss",
+    "BCEWithLogitsLoss",
     "BatchNorm2d",
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
     "Flatten",
+    "GRUCell",
+    "Hardswish",
+    "Hardtanh",
     "Identity",
+    "KLDivLoss",
+    "L1Loss",
+    "LSTMCell",
     "LeakyReLU",
     "Linear",
     "LocalResponseNorm",
@@ -52,8 +72,11 @@ __all__ = [
     "NLLLoss",
     "Parameter",
     "ReLU",
+    "ReLU6",
     "Sequential",
+    "SiLU",
     "Sigmoid",
+    "SmoothL1Loss",
     "Softmax",
     "functional",
     "init",

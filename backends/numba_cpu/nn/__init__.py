@@ -3,7 +3,8 @@
 conv.py           conv2d and its backward operators (blocked im2col + BLAS), linear
 pooling.py        max, min, average and adaptive average pooling, their backward
 normalization.py  batch norm and local response norm, forward and backward
-activation.py     relu, leaky_relu, gelu, sigmoid and their gradients; softmax
+activation.py     relu, leaky_relu, gelu, sigmoid, silu, hardtanh, hardswish and their
+                  gradients; softmax
 loss.py           nll_loss, mse_loss
 layout.py         NCHW and channels-last memory (Note [Layouts]), to_layout
 windows.py        window tables of convolution and pooling
