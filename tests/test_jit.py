@@ -252,6 +252,13 @@ def test_dynamic_variants_of_sizes_do_not_count_against_the_limit():
     assert len(compiled.graphs) == 3 and len(kernels) == 1  # one loop serves every size
 
 
+def test_the_same_tensor_twice_and_two_tensors_are_two_inputs():
+    compiled = jit.compile(lambda x, y: lm.exp(x * y) + 1.0)
+    x, y = rand(4), rand(4, seed=1)
+    equal(compiled(x, x), lm.exp(x * x) + 1.0)
+    equal(compiled(x, y), lm.exp(x * y) + 1.0)  # the same variant, not x twice
+
+
 def test_layout_dtype_grad_mode_and_table_rebuilds_are_guarded():
     compiled = jit.compile(lambda x: x * 2.0 + 1.0)
     x = rand(3, 4)

@@ -60,9 +60,11 @@ def _flatten(obj: Any, found: list) -> None:
             _flatten(x, found)
 
 
-def _replace(obj: Any, twins: dict) -> Any:
+def _replace(obj: Any, twins: Any) -> Any:
+    """``obj`` with its tensors replaced by the next items of ``twins``, in the order
+    ``_flatten`` finds them."""
     if isinstance(obj, Tensor):
-        return twins[id(obj)]
+        return next(twins)
     if isinstance(obj, (tuple, list)):
         return type(obj)(_replace(x, twins) for x in obj)
     if isinstance(obj, dict):
@@ -102,11 +104,12 @@ def _start(fn: Callable, args: tuple, kwargs: dict, on_break: Any = None) -> tup
     tracer = Tracer(graph, on_break)
     tensors: list = []
     _flatten((args, kwargs), tensors)
-    twins = {}
-    for i, t in enumerate(tensors):
-        if id(t) not in twins:
-            twins[id(t)] = tracer.add_input(t, INPUT, f"x{i}" if len(tensors) > 1 else "x")
-    return tracer, tensors, _replace(args, twins), _replace(kwargs, twins)
+    # one input per argument position, the same tensor passed twice included: a later
+    # call may pass two tensors there (the guards do not compare identities)
+    names = [f"x{i}" if len(tensors) > 1 else "x" for i in range(len(tensors))]
+    twins = iter([tracer.add_input(t, INPUT, n) for t, n in zip(tensors, names)])
+    args, kwargs = _replace((args, kwargs), twins)
+    return tracer, tensors, args, kwargs
 
 
 def trace(fn: Callable, *example_inputs: Any, **example_kwargs: Any) -> Graph:
@@ -368,7 +371,7 @@ class _Segments:
         fn = self.compiled.fn
         tracer, tensors, targs, tkwargs = _start(fn, args, kwargs, self.on_break)
         self.tracer = tracer
-        for value, t in zip(tracer.graph.inputs, dict.fromkeys(tensors)):
+        for value, t in zip(tracer.graph.inputs, tensors):
             self.env[value] = t
         with tracing(tracer):
             out = fn(*targs, **tkwargs)
