@@ -353,6 +353,38 @@ def test_a_compiled_module_trains_step_by_step_as_eager():
     assert len(compiled._compiled.variants) == 2
 
 
+def test_training_compiles_the_backward_from_the_formulas():
+    x = rand(4, 3).requires_grad_()
+    w = rand(3, 5, seed=1).requires_grad_()
+    seen = []
+    w.register_hook(lambda g: seen.append(g.shape))
+
+    def f(x, w):
+        return lm.sum(lm.tanh(x @ w) * 2.0 + 1.0)
+
+    compiled = jit.compile(f)
+    grads = []
+    for run in (f, compiled, compiled):
+        x.grad = w.grad = None
+        run(x, w).backward()
+        grads.append((x.grad.numpy().copy(), w.grad.numpy().copy()))
+    for got in grads[1:]:
+        np.testing.assert_array_equal(got[0], grads[0][0])
+        np.testing.assert_array_equal(got[1], grads[0][1])
+    assert seen == [(3, 5)] * 3  # a user's hook runs on the compiled backward too
+    (variant,) = compiled.variants.values()
+    assert str(variant.plan.forward.graph) == (
+        "graph(x0: float32[4, 3], x1: float32[3, 5]):\n"
+        "  %0: float32[4, 5] = matmul(x0, x1)\n"
+        "  %1: float32[4, 5], %3: float32[4, 5] = fused[tanh, multiply, add](%0)\n"
+        "  %4: float32[] = sum(%3, (0, 1), None, False)\n"
+        "  return (%4, %1, x1, x0)"  # the loss, and what the backward reads
+    )
+    backward = [n.name for n in variant.plan.backward.graph.nodes]
+    assert "fused[multiply, multiply, subtract, multiply]" in backward  # tanh's, fused
+    assert backward.count("matmul") == 2
+
+
 def test_a_replaced_parameter_is_seen():
     model = lm.nn.Linear(3, 2)
     compiled = jit.compile(model)

@@ -34,6 +34,7 @@ from lamina.dispatch import entries, keys
 from lamina.dispatch.tensor import Tensor
 
 from . import passes as P
+from . import training
 from .executor import Plan, call_node
 from .graph import CONSTANT, INPUT, Graph, Value
 from .tracer import GraphBreak, Tracer, current, tracing
@@ -207,7 +208,7 @@ class Break:
 class Variant:
     """One compiled variant: a whole graph's plan, or segments (Note [Graph breaks])."""
 
-    plan: Plan | None = None
+    plan: Plan | training.Training | None = None
     graph: Graph | None = None
     breaks: list[Break] = field(default_factory=list)
 
@@ -314,6 +315,11 @@ class CompiledFunction:
                 return None
             self.recompiles.append(changed)
         grad = is_grad_enabled()
+        if grad:  # training, where something the function reads requires grad
+            trained = training.build(self.fn, args, kwargs, _start, self.passes)
+            if trained is not None:  # Note [Joint graph]
+                variant = self.variants[key] = Variant(trained, trained.graph)
+                return variant
         tracer, _, targs, tkwargs = _start(self.fn, args, kwargs)
         try:
             with tracing(tracer):

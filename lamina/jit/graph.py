@@ -153,10 +153,13 @@ class Graph:
     # ------------------------------------------------------------ printing
 
     def __str__(self) -> str:
-        ins = ", ".join(f"{v.name}: {v.type_str()}" for v in self.inputs if v.kind == INPUT)
+        # tensors passed in (inputs, a backward's gradients and saved values) in the
+        # header; parameters and constants, read from their tensors, below it
+        passed = [v for v in self.inputs if v.kind in (INPUT, None)]
+        ins = ", ".join(f"{v.name}: {v.type_str()}" for v in passed)
         lines = [f"graph({ins}):"]
         for v in self.inputs:
-            if v.kind != INPUT:
+            if v.kind not in (INPUT, None):
                 lines.append(f"  {v.name}: {v.type_str()} = {v.kind}")
         for node in self.nodes:
             lines.append("  " + format_node(node))

@@ -46,6 +46,10 @@ _lamina_dirs = tuple(
 )
 
 
+# the file names of code lamina generates (bindings, argument checks, plans)
+_GENERATED = ("<binding of ", "<checked ", "<lamina.jit plan")
+
+
 class GraphBreak(Exception):
     """A value a trace cannot give: the program read a tensor's values, or called an
     operator whose result shape depends on them."""
@@ -75,8 +79,9 @@ def user_line() -> str:
     """``file:line: source`` of the innermost frame outside lamina: the user's call."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_lamina_dirs):
+        name = frame.f_code.co_filename
+        path = os.path.abspath(name)
+        if not (path.startswith(_lamina_dirs) or name.startswith(_GENERATED)):
             import linecache
 
             source = linecache.getline(path, frame.f_lineno).strip()
@@ -94,6 +99,7 @@ class Tracer:
         self.values: dict[int, Value] = {}  # id(meta tensor) -> its Value
         self.metas: dict[int, Tensor] = {}  # id(real tensor) -> its meta twin
         self.keep: list[Any] = []  # tensors whose ids are keys above stay alive
+        self.storages: dict[int, Value] = {}  # id(a meta twin's storage) -> its Value
 
     def add_input(
         self, t: Tensor, kind: str, name: str | None = None, source: Any = None
@@ -109,6 +115,7 @@ class Tracer:
 
     def _bind(self, twin: Tensor, value: Value) -> None:
         self.values[id(twin)] = value
+        self.storages[id(twin._data)] = value
         self.keep.append(twin)
 
     def meta_of(self, a: Any) -> Any:
@@ -116,6 +123,10 @@ class Tracer:
         met for the first time becomes a constant input), sequences element by element."""
         if isinstance(a, Tensor):
             if id(a) in self.values:
+                return a
+            alias = self.storages.get(id(a._data))
+            if alias is not None and alias.shape == a._shape:  # a detached alias (a node's
+                self._bind(a, alias)  # saved result): the same Value
                 return a
             twin = self.metas.get(id(a))
             if twin is None:

@@ -5,11 +5,11 @@ reads its inputs once and writes only the values that leave it.
 Note [Fusion groups]: the pass walks the nodes in order. An elementwise call the CPU's
 fused loops can compute (``fused.can_fuse``), whose result is a new C-contiguous tensor
 that needs no gradient, joins the open group of one of its inputs' producers when it has
-that group's shape; else it opens a group. A group closes when a call outside it uses
-one of its values: the fused call takes the place of the group's last member, so a
-value read in between would not exist yet. A group of one call stays that call. The
-values a group returns are those used after it or returned by the graph; the others
-live only in registers.
+that group's shape (the open groups of that shape it reads from merge into one); else
+it opens a group. A group closes when a call outside it uses one of its values: the
+fused call takes the place of the group's last member, so a value read in between would
+not exist yet. A group of one call stays that call. The values a group returns are
+those used after it or returned by the graph; the others live only in registers.
 """
 
 from __future__ import annotations
@@ -141,27 +141,34 @@ def _size(shape: tuple) -> int:
 
 def run(graph: Graph) -> Graph:
     comps = {n: c for n in graph.nodes if (c := _computation(n)) is not None}
+    position = {n: i for i, n in enumerate(graph.nodes)}
     group_of: dict[Value, list[Node]] = {}  # a value of an open group -> the group
     groups: list[list[Node]] = []
     for node in graph.nodes:
         if node in comps:
             shape = node.results[0].shape
-            joined = next(
-                (
-                    group_of[v]
-                    for v in node.inputs()
-                    if v in group_of and group_of[v][-1].results[0].shape == shape
-                ),
-                None,
-            )
-            for v in node.inputs():  # a second open group it reads from closes
-                if v in group_of and group_of[v] is not joined:
-                    _close(group_of, group_of[v])
-            group = joined if joined is not None else []
+            # the open groups of this shape it reads from merge into one (each is open:
+            # nothing outside it has read its values yet); others it reads from close
+            joined: list[Node] | None = None
+            for v in node.inputs():
+                group = group_of.get(v)
+                if group is None or group is joined:
+                    continue
+                if group[-1].results[0].shape != shape:
+                    _close(group_of, group)
+                elif joined is None:
+                    joined = group
+                else:
+                    joined += group
+                    joined.sort(key=position.__getitem__)
+                    for n in group:
+                        group_of[n.results[0]] = joined
+                    group.clear()  # merged: no longer a group of its own
             if joined is None:
-                groups.append(group)
-            group.append(node)
-            group_of[node.results[0]] = group
+                joined = []
+                groups.append(joined)
+            joined.append(node)
+            group_of[node.results[0]] = joined
         else:
             for v in node.inputs():
                 if v in group_of:
