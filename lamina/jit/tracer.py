@@ -251,4 +251,5 @@ def _on_read(t: Tensor) -> Any:
     if tracer is None or id(t) not in tracer.values:
         return None  # not ours: the meta device refuses as usual
     value = tracer.values[id(t)]
-    return _break(tracer, f"reading the values of {value.name}", user_line(), read=value)
+    made = f" (a result of {value.node.name})" if value.node is not None else ""
+    return _break(tracer, f"reading the values of {value.name}{made}", user_line(), read=value)
