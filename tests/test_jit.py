@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import lamina as lm
 from lamina import jit
+from lamina.dispatch import layouts
 from lamina.dispatch.schema import OPERATORS
 from lamina.jit import passes
 
@@ -192,6 +193,13 @@ def _clone(a):
     return a
 
 
+def _layout(t):
+    """The strides of a non-empty dense tensor, those of size-1 axes left out."""
+    if t.is_sparse or 0 in t.shape:
+        return None
+    return tuple(s for n, s in zip(t.shape, layouts.strides_of(t)) if n != 1)
+
+
 def _tensors(out):
     if isinstance(out, lm.Tensor):
         return [out]
@@ -219,7 +227,7 @@ def test_every_sample_compiled_equals_eager(name):
         lm.random.seed(3)
         got = jit.compile(sample.fn)(*cargs, **ckwargs)
         for g, w in zip(_tensors(got), _tensors(want), strict=True):
-            assert (g.dtype, g.shape) == (w.dtype, w.shape), sample
+            assert (g.dtype, g.shape, _layout(g)) == (w.dtype, w.shape, _layout(w)), sample
             if name != "empty":  # uninitialized values
                 np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=repr(sample))
         # arguments written in place are written alike
@@ -420,6 +428,15 @@ def test_two_threads_call_one_compiled_function_at_once():
 # ---------------------------------------------------------------- bad input
 
 
+CALLS = 0
+
+
+def _counting(x):
+    global CALLS
+    CALLS += 1  # would happen once compiled, at every call eagerly
+    return x + 1.0
+
+
 def test_bad_input_gets_clear_errors():
     with pytest.raises(TypeError, match="needs a function or a Module"):
         jit.compile(3)
@@ -427,5 +444,7 @@ def test_bad_input_gets_clear_errors():
         jit.compile(lambda x: x, passes=["fusion"])
     with pytest.raises(TypeError, match="returns a object"):
         jit.compile(lambda x: object())(rand(2))
+    with pytest.raises(jit.SideEffectError, match="assigns the global 'CALLS'"):
+        jit.compile(_counting)(rand(2))
     with pytest.raises(RuntimeError, match="already running"):
         jit.trace(lambda x: jit.trace(lambda y: y + 1, x), rand(2))

@@ -2,7 +2,15 @@
 run it without per-operator dispatch (the README's "Compile" section; the Notes of
 tracer.py, compiler.py, executor.py and passes/ say how)."""
 
-from .compiler import CompiledFunction, Explanation, RecompileWarning, compile, explain, trace
+from .compiler import (
+    CompiledFunction,
+    Explanation,
+    RecompileWarning,
+    SideEffectError,
+    compile,
+    explain,
+    trace,
+)
 from .graph import Graph, GraphError, Node, Value
 from .passes import DEFAULT as DEFAULT_PASSES
 from .passes import PASSES
@@ -18,6 +26,7 @@ __all__ = [
     "GraphError",
     "Node",
     "RecompileWarning",
+    "SideEffectError",
     "Value",
     "compile",
     "explain",

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,38 @@ def _rebuilt(like: Any, items: list) -> Any:
     return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 
+class SideEffectError(RuntimeError):
+    """A traced function changed Python state a compiled call would not change again."""
+
+
+def _globals_of(fn: Callable) -> dict:
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__globals__", {})
+
+
+@contextmanager
+def _no_global_writes(fn: Callable) -> Iterator[None]:
+    """Note [Side effects]: a compiled function's Python runs once per variant, when it
+    is traced; later calls run the graph. Assigning a global while running would then
+    happen once instead of at every call: a silently different program, so it is an
+    error naming the global. (Changes to objects, such as appending to a list, cannot be
+    seen this way: the guide says so.)"""
+    namespace = _globals_of(fn)
+    before = dict(namespace)
+    yield
+    changed = sorted(
+        k for k, v in namespace.items() if not k.startswith("__") and before.get(k, k) is not v
+    )
+    if changed:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise SideEffectError(
+            f"lamina.jit: {name} assigns the global {changed[0]!r} while it runs; a "
+            "compiled function runs its Python once, when it is traced, so later calls "
+            "would not assign it: move the assignment out of the function, or call it "
+            "eagerly"
+        )
+
+
 def _start(fn: Callable, args: tuple, kwargs: dict, on_break: Any = None) -> tuple:
     """A tracer with the tensors of ``args`` and ``kwargs`` as inputs, and the
     arguments with meta twins in their place."""
@@ -118,7 +151,7 @@ def trace(fn: Callable, *example_inputs: Any, **example_kwargs: Any) -> Graph:
     dtype, shape and strides of each result, traced on meta tensors (nothing is
     computed). A read of values raises GraphBreak naming the user's line."""
     tracer, _, args, kwargs = _start(fn, example_inputs, example_kwargs)
-    with tracing(tracer):
+    with _no_global_writes(fn), tracing(tracer):
         out = fn(*args, **kwargs)
     tracer.graph.outputs = _output_of(tracer, out)
     return tracer.graph
@@ -316,13 +349,13 @@ class CompiledFunction:
             self.recompiles.append(changed)
         grad = is_grad_enabled()
         if grad:  # training, where something the function reads requires grad
-            trained = training.build(self.fn, args, kwargs, _start, self.passes)
+            trained = training.build(self.fn, args, kwargs, _start, self.passes, _no_global_writes)
             if trained is not None:  # Note [Joint graph]
                 variant = self.variants[key] = Variant(trained, trained.graph)
                 return variant
         tracer, _, targs, tkwargs = _start(self.fn, args, kwargs)
         try:
-            with tracing(tracer):
+            with _no_global_writes(self.fn), tracing(tracer):
                 out = self.fn(*targs, **tkwargs)
             tracer.graph.outputs = _output_of(tracer, out)
         except GraphBreak as e:

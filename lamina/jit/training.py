@@ -68,13 +68,15 @@ class Training:
         return [*out, *([None] * len(saved))]
 
 
-def build(fn: Any, args: tuple, kwargs: dict, start: Any, names: Any) -> Training | None:
+def build(
+    fn: Any, args: tuple, kwargs: dict, start: Any, names: Any, no_global_writes: Any
+) -> Training | None:
     """The training plans of ``fn`` on these arguments, or None where the function's
     result is not a floating tensor or a tuple of them that all require grad (such
     functions run with autograd recording through the forward plan instead)."""
     tracer, _, targs, tkwargs = start(fn, args, kwargs)
     graph = tracer.graph
-    with tracing(tracer):
+    with no_global_writes(fn), tracing(tracer):
         try:
             out = fn(*targs, **tkwargs)
         except GraphBreak:  # compiled in segments, autograd recording through them
