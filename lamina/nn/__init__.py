@@ -37,6 +37,7 @@ from .modules import (
     SiLU,
     SmoothL1Loss,
     Softmax,
+    Tanh,
 )
 from .recurrent import GRU, LSTM, GRUCell, LSTMCell
 
@@ -78,6 +79,7 @@ __all__ = [
     "Sigmoid",
     "SmoothL1Loss",
     "Softmax",
+    "Tanh",
     "functional",
     "init",
     "utils",

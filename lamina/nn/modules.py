@@ -911,6 +911,13 @@ class Sigmoid(Module):
         return F.sigmoid(x)
 
 
+class Tanh(Module):
+    """tanh(x), elementwise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.tanh(x)
+
+
 class Softmax(Module):
     """softmax along ``dim``."""
 
