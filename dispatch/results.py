@@ -277,6 +277,11 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
         _same,
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
+    "embedding": lambda op, args: (args[0]._dtype, (*args[1]._shape, args[0]._shape[1])),
+    "embedding_dense_backward": lambda op, args: (
+        args[0]._dtype,
+        (args[2], args[0]._shape[-1]),
+    ),
     **dict.fromkeys(("softmax_backward", "log_softmax_backward"), _like(1)),
 }
 
@@ -290,6 +295,28 @@ def _batch_norm(op: Operator, args: tuple) -> list:
     x = args[1] if op.name == "native_batch_norm_backward" else args[0]
     channels = (x._shape[1],)
     return [(x._dtype, x._shape), (x._dtype, channels), (x._dtype, channels)]
+
+
+def _layer_norm(op: Operator, args: tuple) -> list:
+    """native_layer_norm: (result, mean, inverse standard deviation), the statistics
+    one per normalized slice, shaped to broadcast; its backward: the gradients of
+    input, weight and bias (the last two of normalized_shape)."""
+    if op.name == "native_layer_norm_backward":
+        x, normalized = args[1], tuple(args[2])
+        return [(x._dtype, x._shape)] + [(x._dtype, normalized)] * 2
+    x, normalized = args[0], args[1]
+    stats = x._shape[: len(x._shape) - len(normalized)] + (1,) * len(normalized)
+    return [(x._dtype, x._shape)] + [(x._dtype, stats)] * 2
+
+
+def _group_norm(op: Operator, args: tuple) -> list:
+    """native_group_norm: (result, mean, inverse standard deviation), the statistics
+    (N, num_groups); its backward: the gradients of input, weight and bias."""
+    if op.name == "native_group_norm_backward":
+        x = args[1]
+        return [(x._dtype, x._shape)] + [(x._dtype, (x._shape[1],))] * 2
+    x, num_groups = args[0], args[3]
+    return [(x._dtype, x._shape)] + [(x._dtype, (x._shape[0], num_groups))] * 2
 
 
 def _with_indices(op: Operator, args: tuple) -> list:
@@ -343,6 +370,10 @@ def _values_and_indices(*index_fields: bool) -> Callable[[Operator, tuple], list
 SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
     "native_batch_norm": _batch_norm,
     "native_batch_norm_backward": _batch_norm,
+    "native_layer_norm": _layer_norm,
+    "native_layer_norm_backward": _layer_norm,
+    "native_group_norm": _group_norm,
+    "native_group_norm_backward": _group_norm,
     "max_pool2d_with_indices": _with_indices,
     "min_pool2d_with_indices": _with_indices,
     "native_local_response_norm": lambda op, args: [(args[0]._dtype, args[0]._shape)] * 2,

@@ -1,4 +1,4 @@
-"""Batch normalization and local response normalization, forward and backward.
+"""Batch, layer, group and local response normalization, forward and backward.
 
 Note [Channel views]: both normalize along axis 1. A tensor is seen either
 channels-first, as a C-contiguous (N, C, S) array (S the product of the other axes:
@@ -309,6 +309,167 @@ def bn_grad_cl(gate, loop):
     return kernel
 
 
+# ---------------------------------------------------------------- layer and group norm
+# Note [Norm statistics]: layer and group norm take each slice's mean and variance from
+# one pass of float64 sums of (x - shift) and its square, the shift a value of the
+# slice (its first: the variance then loses no digits to cancellation unless the
+# values themselves spread far beyond their distance from it). The float32 terms
+# convert to float64 as they are added (vectorized); the normalization and the
+# gradients then run in the data's dtype.
+
+
+def ln_forward(loop):
+    """Per row of x (R, D): mean[i] and rstd[i] = 1 / sqrt(var + eps) (Note [Norm
+    statistics]), then out = (x - mean) * rstd * weight + bias, the row still in cache."""
+
+    def kernel(x, weight, bias, mean, rstd, out, eps):
+        d = x.shape[1]
+        for i in loop(x.shape[0]):
+            row, res = x[i], out[i]
+            shift = np.float64(row[0])
+            s = 0.0
+            q = 0.0
+            for j in range(d):
+                v = row[j] - shift
+                s += v
+                q += v * v
+            m = s / d
+            inv = 1.0 / math.sqrt(max(q / d - m * m, 0.0) + eps)
+            mean[i], rstd[i] = shift + m, inv
+            mu, a = x.dtype.type(shift + m), x.dtype.type(inv)
+            for j in range(d):
+                res[j] = (row[j] - mu) * a * weight[j] + bias[j]
+
+    return kernel
+
+
+def ln_backward(loop):
+    """Per row of g, x (R, D), with gw = g * weight and xhat = (x - mean) * rstd:
+    gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)); the column sums of g * xhat
+    and g (the weight's and bias's gradients) into float64 partial sums, one row of
+    ``weight_sums`` and ``bias_sums`` per chunk of rows."""
+
+    def kernel(g, x, weight, mean, rstd, gx, weight_sums, bias_sums):
+        r, d = x.shape
+        chunks = weight_sums.shape[0]
+        size = (r + chunks - 1) // chunks
+        for t in loop(chunks):
+            sw, sb = weight_sums[t], bias_sums[t]
+            for j in range(d):
+                sw[j], sb[j] = 0.0, 0.0
+            for i in range(t * size, min(r, (t + 1) * size)):
+                grow, xrow, res = g[i], x[i], gx[i]
+                mu, inv = x.dtype.type(mean[i]), x.dtype.type(rstd[i])
+                a = 0.0
+                b = 0.0
+                for j in range(d):
+                    xhat = (xrow[j] - mu) * inv
+                    gw = grow[j] * weight[j]
+                    a += gw
+                    b += gw * xhat
+                    sw[j] += grow[j] * xhat
+                    sb[j] += grow[j]
+                ca, cb = x.dtype.type(a / d), x.dtype.type(b / d)
+                for j in range(d):
+                    xhat = (xrow[j] - mu) * inv
+                    res[j] = inv * (grow[j] * weight[j] - ca - xhat * cb)
+
+    return kernel
+
+
+@jitable
+def centred(a, b, centre):
+    d = a - centre
+    return d, d * d
+
+
+@jitable
+def gradient_terms(g, x, centre):
+    return g, g * (x - centre)
+
+
+@jitable
+def normalized(a, b, centre, p, q, r):
+    return (b - centre) * q + r
+
+
+@jitable
+def input_gradient(a, b, centre, p, q, r):
+    return a * p + (b - centre) * q + r
+
+
+def gn_sums_cf(terms, loop):
+    """Per (n, c) of a, b (N, C, S): float64 sums over S of the two ``terms`` of
+    (a, b, centre[n, c]) into first[n, c], second[n, c]: (x - shift, its square) for
+    the statistics (Note [Norm statistics]), (g, g * (x - mean)) for the gradients."""
+
+    def kernel(a, b, centre, first, second):
+        c, s = a.shape[1], a.shape[2]
+        for t in loop(a.shape[0] * c):
+            i, k = t // c, t % c
+            arow, brow, ctr = a[i, k], b[i, k], a.dtype.type(centre[i, k])
+            p = 0.0
+            q = 0.0
+            for j in range(s):
+                u, v = terms(arow[j], brow[j], ctr)
+                p += u
+                q += v
+            first[i, k], second[i, k] = p, q
+
+    return kernel
+
+
+def gn_sums_cl(terms, loop):
+    """gn_sums_cf over channels-last a, b (N, S, C): the sums run down the pixels."""
+
+    def kernel(a, b, centre, first, second):
+        s, c = a.shape[1], a.shape[2]
+        for i in loop(a.shape[0]):
+            p, q = first[i], second[i]
+            ctr = np.empty(c, a.dtype)
+            for k in range(c):
+                p[k], q[k], ctr[k] = 0.0, 0.0, centre[i, k]
+            for j in range(s):
+                arow, brow = a[i, j], b[i, j]
+                for k in range(c):
+                    u, v = terms(arow[k], brow[k], ctr[k])
+                    p[k] += u
+                    q[k] += v
+
+    return kernel
+
+
+def gn_apply_cf(combine, loop):
+    """out = combine(a, b, centre, p, q, r) with per-(n, c) coefficients, over a, b
+    (N, C, S): (x - mean) * q + bias forward, g * p + (x - mean) * q + r backward."""
+
+    def kernel(a, b, centre, p, q, r, out):
+        c, s = a.shape[1], a.shape[2]
+        for t in loop(a.shape[0] * c):
+            i, k = t // c, t % c
+            arow, brow, res = a[i, k], b[i, k], out[i, k]
+            mk, pk, qk, rk = centre[i, k], p[i, k], q[i, k], r[i, k]
+            for j in range(s):
+                res[j] = combine(arow[j], brow[j], mk, pk, qk, rk)
+
+    return kernel
+
+
+def gn_apply_cl(combine, loop):
+    """gn_apply_cf over channels-last a, b (N, S, C), one pixel row at a time."""
+
+    def kernel(a, b, centre, p, q, r, out):
+        s, c = a.shape[1], a.shape[2]
+        for t in loop(a.shape[0] * s):
+            i, j = t // s, t % s
+            arow, brow, res = a[i, j], b[i, j], out[i, j]
+            mi, pi, qi, ri = centre[i], p[i], q[i], r[i]
+            for k in range(c):
+                res[k] = combine(arow[k], brow[k], mi[k], pi[k], qi[k], ri[k])
+
+    return kernel
+
+
 def _signature(template, dtype):
     """The argument types of ``template``'s kernel for data of ``dtype``: made only when
     it compiles (making Numba types took ~50 us a call, serially between the parallel
@@ -324,6 +485,12 @@ def _signature(template, dtype):
         bn_backward_cf: (a3, a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
         bn_grad_sums_cl: (a2, a2, a2, f64, f64_2, f64_2),
         bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2, t.boolean),
+        ln_forward: (a2, vec, vec, f64, f64, a2, t.float64),
+        ln_backward: (a2, a2, vec, f64, f64, a2, f64_2, f64_2),
+        gn_sums_cf: (a3, a3, f64_2, f64_2, f64_2),
+        gn_sums_cl: (a3, a3, f64_2, f64_2, f64_2),
+        gn_apply_cf: (a3, a3, a2, a2, a2, a2, a3),
+        gn_apply_cl: (a3, a3, a2, a2, a2, a2, a3),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
         lrn_forward_cl: (a2, a2, a2, *lrn_forward),
         lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
@@ -424,6 +591,146 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
         from_array(from_channel_view(gx, data, channels_last)),
         from_array(gw.astype(data.dtype)),
         from_array(gb.astype(data.dtype)),
+    )
+
+
+def _rows(data, k):
+    """data (C-contiguous) as (rows, product of the last k axes)."""
+    return data.reshape(
+        math.prod(data.shape[: data.ndim - k]), math.prod(data.shape[data.ndim - k :])
+    )
+
+
+def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
+    data = np.ascontiguousarray(input._data)
+    k = len(normalized_shape)
+    x = _rows(data, k)
+    stats_shape = data.shape[: data.ndim - k] + (1,) * k
+    w = _params(weight, x.shape[1], 1, data.dtype).reshape(-1)
+    b = _params(bias, x.shape[1], 0, data.dtype).reshape(-1)
+    out = np.empty_like(x)
+    mean, rstd = np.zeros(x.shape[0]), np.full(x.shape[0], np.nan)
+    if x.size:  # else PyTorch's: empty slices have mean 0 and rstd NaN
+        _entry(ln_forward, (), data.dtype, x.size)(x, w, b, mean, rstd, out, eps)
+    return (
+        from_array(out.reshape(data.shape)),
+        from_array(mean.astype(data.dtype).reshape(stats_shape)),
+        from_array(rstd.astype(data.dtype).reshape(stats_shape)),
+    )
+
+
+def native_layer_norm_backward(ks, grad, input, normalized_shape, mean, rstd, weight):
+    data = np.ascontiguousarray(input._data)
+    x = _rows(data, len(normalized_shape))
+    g = _rows(np.ascontiguousarray(grad._data), len(normalized_shape))
+    d = x.shape[1]
+    w = _params(weight, d, 1, data.dtype).reshape(-1)
+    gx = np.empty_like(x)
+    chunks = _threads() if x.size >= _parallel_min else 1
+    weight_sums, bias_sums = np.zeros((chunks, d)), np.zeros((chunks, d))
+    if x.size:
+        m = mean._data.astype(np.float64).reshape(-1)
+        inv = rstd._data.astype(np.float64).reshape(-1)
+        entry = _entry(ln_backward, (), data.dtype, x.size)
+        entry(g, x, w, m, inv, gx, weight_sums, bias_sums)
+    shape = tuple(normalized_shape)
+    return (
+        from_array(gx.reshape(data.shape)),
+        from_array(weight_sums.sum(axis=0).astype(data.dtype).reshape(shape)),
+        from_array(bias_sums.sum(axis=0).astype(data.dtype).reshape(shape)),
+    )
+
+
+def _group_view(data):
+    """(x, channels_last): x (N, C, S) channels-first or (N, S, C) channels-last
+    (Note [Channel views])."""
+    x, channels_last = channel_view(data)
+    if channels_last:
+        return x.reshape(data.shape[0], -1, data.shape[1]), True
+    return x, False
+
+
+def _group_result(a, like, channels_last):
+    """A kernel's result in _group_view's shape as an array shaped and laid out like
+    ``like``."""
+    return from_channel_view(
+        a.reshape(-1, like.shape[1]) if channels_last else a, like, channels_last
+    )
+
+
+def _per_channel(stat, groups, c):
+    """A (N, groups) statistic repeated for each channel of its group: (N, C)."""
+    return np.repeat(stat, c // groups, axis=1)
+
+
+def _group_kernels(channels_last):
+    return (gn_sums_cl, gn_apply_cl) if channels_last else (gn_sums_cf, gn_apply_cf)
+
+
+def native_group_norm(ks, input, weight, bias, num_groups, eps):
+    data = input._data
+    n, c = data.shape[:2]
+    x, channels_last = _group_view(data)
+    pixels = x.shape[2] if not channels_last else x.shape[1]
+    count = c // num_groups * pixels
+    out = np.empty_like(x)
+    mean, rstd = np.zeros((n, num_groups)), np.full((n, num_groups), np.nan)
+    if x.size:  # else PyTorch's: empty groups have mean 0 and rstd NaN
+        sums, apply = _group_kernels(channels_last)
+        shift = (x[:, 0, :] if channels_last else x[:, :, 0]).astype(np.float64)
+        first, second = np.empty((n, c)), np.empty((n, c))
+        _entry(sums, (centred,), data.dtype, x.size)(x, x, shift, first, second)
+        # sum (x - mean)^2 over a group = sum over its channels of second + 2 (shift -
+        # mean) first + pixels (shift - mean)^2 (each channel's shift its own)
+        grouped = (n, num_groups, c // num_groups)
+        mean = (first + pixels * shift).reshape(grouped).sum(axis=2) / count
+        dev = shift.reshape(grouped) - mean[:, :, None]
+        spread = second.reshape(grouped) + dev * (2 * first.reshape(grouped) + pixels * dev)
+        with np.errstate(invalid="ignore"):  # an infinite x: NaN statistics
+            rstd = 1.0 / np.sqrt(np.maximum(spread.sum(axis=2) / count, 0.0) + eps)
+        w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
+        centre = _per_channel(mean, num_groups, c).astype(data.dtype)
+        scale = (_per_channel(rstd, num_groups, c) * w).astype(data.dtype)
+        offset = np.ascontiguousarray(np.broadcast_to(b, (n, c)))
+        entry = _entry(apply, (normalized,), data.dtype, x.size)
+        entry(x, x, centre, scale, scale, offset, out)
+    return (
+        from_array(_group_result(out, data, channels_last)),
+        from_array(mean.astype(data.dtype)),
+        from_array(rstd.astype(data.dtype)),
+    )
+
+
+def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
+    data = input._data
+    n, c = data.shape[:2]
+    x, channels_last = _group_view(data)
+    g = _same_view(grad._data, data, channels_last).reshape(x.shape)
+    gx = np.empty_like(x)
+    if not x.size:
+        zeros = from_array(np.zeros(c, data.dtype))
+        return from_array(_group_result(gx, data, channels_last)), zeros, zeros
+    sums, apply = _group_kernels(channels_last)
+    pixels = x.shape[1] if channels_last else x.shape[2]
+    count = c // num_groups * pixels
+    grouped = (n, num_groups, c // num_groups)
+    m, inv = mean._data.astype(np.float64), rstd._data.astype(np.float64)
+    centre = _per_channel(m, num_groups, c)
+    total, products = np.empty((n, c)), np.empty((n, c))  # sum g, sum g (x - mean)
+    _entry(sums, (gradient_terms,), data.dtype, x.size)(g, x, centre, total, products)
+    w = _params(weight, c, 1, data.dtype).astype(np.float64)
+    inv_c = _per_channel(inv, num_groups, c)
+    weighted = (w * total).reshape(grouped).sum(axis=2)
+    weighted_products = (w * products).reshape(grouped).sum(axis=2)
+    p = inv_c * w
+    q = _per_channel(-(inv**3) * weighted_products / count, num_groups, c)
+    r = _per_channel(-inv * weighted / count, num_groups, c)
+    coefficients = [v.astype(data.dtype) for v in (centre, p, q, r)]
+    _entry(apply, (input_gradient,), data.dtype, x.size)(g, x, *coefficients, gx)
+    return (
+        from_array(_group_result(gx, data, channels_last)),
+        from_array((products * inv_c).sum(axis=0).astype(data.dtype)),
+        from_array(total.sum(axis=0).astype(data.dtype)),
     )
 
 
@@ -562,6 +869,10 @@ def local_response_norm_backward(ks, grad, input, result, scale, size, alpha, be
 KERNELS = {
     "native_batch_norm": native_batch_norm,
     "native_batch_norm_backward": native_batch_norm_backward,
+    "native_layer_norm": native_layer_norm,
+    "native_layer_norm_backward": native_layer_norm_backward,
+    "native_group_norm": native_group_norm,
+    "native_group_norm_backward": native_group_norm_backward,
     "native_local_response_norm": native_local_response_norm,
     "local_response_norm_backward": local_response_norm_backward,
 }
