@@ -1,6 +1,7 @@
 """``lamina.nn``: neural networks as in PyTorch -- ``functional`` (the dispatched
 primitives and their composites), ``init`` (PyTorch's initializations) and modules
-(``Module``, ``Parameter``, layers, containers, losses)."""
+(``Module``, ``Parameter``, layers, containers, losses; attention and the
+Transformer encoder in ``transformer``)."""
 
 from . import functional, init, utils
 from .modules import (
@@ -11,8 +12,11 @@ from .modules import (
     Conv2d,
     CrossEntropyLoss,
     Dropout,
+    Embedding,
     Flatten,
+    GroupNorm,
     Identity,
+    LayerNorm,
     LeakyReLU,
     Linear,
     LocalResponseNorm,
@@ -29,6 +33,7 @@ from .modules import (
     Sigmoid,
     Softmax,
 )
+from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
     "GELU",
@@ -38,8 +43,11 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Embedding",
     "Flatten",
+    "GroupNorm",
     "Identity",
+    "LayerNorm",
     "LeakyReLU",
     "Linear",
     "LocalResponseNorm",
@@ -49,12 +57,15 @@ __all__ = [
     "MinPool2d",
     "Module",
     "ModuleList",
+    "MultiheadAttention",
     "NLLLoss",
     "Parameter",
     "ReLU",
     "Sequential",
     "Sigmoid",
     "Softmax",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "functional",
     "init",
     "utils",
