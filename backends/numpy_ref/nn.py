@@ -397,7 +397,7 @@ def native_layer_norm_backward(ks, grad, input, normalized_shape, mean, rstd, we
 
 def _groups(a, num_groups):
     """a (N, C, ...) as (N, num_groups, C / num_groups * ...)."""
-    return a.reshape(a.shape[0], num_groups, -1)
+    return a.reshape(a.shape[0], num_groups, a.shape[1] // num_groups * math.prod(a.shape[2:]))
 
 
 def native_group_norm(ks, input, weight, bias, num_groups, eps):
