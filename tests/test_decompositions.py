@@ -591,12 +591,11 @@ SAMPLES["native_batch_norm_backward"] = [
 ]
 
 
-def _norm_backward(name, forward, grad_layout=None):
+def _norm_backward(name, forward):
     """The backward operator ``name`` at the statistics of ``forward()``'s call."""
-    args, (out, mean, rstd) = forward()
+    args, (_, mean, rstd) = forward()
     x = args[0]
     g = T(x.shape, x.dtype.name)
-    g = F.to_layout(g, grad_layout) if grad_layout else g
     if name == "native_layer_norm_backward":
         return OPERATORS[name](g, x, args[1], mean, rstd, args[2])
     return OPERATORS[name](g, x, mean, rstd, args[1], args[3])

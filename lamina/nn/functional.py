@@ -198,10 +198,10 @@ def scaled_dot_product_attention(
     keeps the positions where it is True, a float one is added; either broadcasts to
     (..., L, S). is_causal keeps the positions at or below the diagonal. dropout_p
     drops attention weights (always: pass 0 in evaluation, as in PyTorch)."""
-    return attention(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
+    return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
 
 
-def attention(
+def _attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,

@@ -107,7 +107,7 @@ class MultiheadAttention(Module):
         q, k, v = self._projections(query, key, value, self_attention)
         mask = self._mask(attn_mask, key_padding_mask, batch, length, source, q.dtype)
         p = self.dropout if self.training else 0.0
-        out, weights = F.attention(q, k, v, mask, p, False, None)
+        out, weights = F._attention(q, k, v, mask, p, False, None)
         # (N, H, L, D) -> (L, N, E)
         out = ops.reshape(ops.permute_dims(out, (2, 0, 1, 3)), (length, batch, self.embed_dim))
         out = self.out_proj(out)
