@@ -320,7 +320,10 @@ def bn_grad_cl(gate, loop):
 
 def ln_forward(loop):
     """Per row of x (R, D): mean[i] and rstd[i] = 1 / sqrt(var + eps) (Note [Norm
-    statistics]), then out = (x - mean) * rstd * weight + bias, the row still in cache."""
+    statistics]), then out = (x - mean) * rstd * weight + bias, the row still in cache.
+    x - mean is taken as (x - shift) - (mean - shift): exact in the data's dtype where
+    x is within a factor 2 of the shift, where mean rounded to it would cost up to half
+    an ulp of the mean (large against the spread for data far from zero)."""
 
     def kernel(x, weight, bias, mean, rstd, out, eps):
         d = x.shape[1]
@@ -336,9 +339,9 @@ def ln_forward(loop):
             m = s / d
             inv = 1.0 / math.sqrt(max(q / d - m * m, 0.0) + eps)
             mean[i], rstd[i] = shift + m, inv
-            mu, a = x.dtype.type(shift + m), x.dtype.type(inv)
+            first, mu, a = row[0], x.dtype.type(m), x.dtype.type(inv)
             for j in range(d):
-                res[j] = (row[j] - mu) * a * weight[j] + bias[j]
+                res[j] = ((row[j] - first) - mu) * a * weight[j] + bias[j]
 
     return kernel
 
@@ -359,11 +362,12 @@ def ln_backward(loop):
                 sw[j], sb[j] = 0.0, 0.0
             for i in range(t * size, min(r, (t + 1) * size)):
                 grow, xrow, res = g[i], x[i], gx[i]
-                mu, inv = x.dtype.type(mean[i]), x.dtype.type(rstd[i])
+                first, inv = xrow[0], x.dtype.type(rstd[i])
+                mu = x.dtype.type(mean[i] - first)
                 a = 0.0
                 b = 0.0
                 for j in range(d):
-                    xhat = (xrow[j] - mu) * inv
+                    xhat = ((xrow[j] - first) - mu) * inv
                     gw = grow[j] * weight[j]
                     a += gw
                     b += gw * xhat
@@ -371,7 +375,7 @@ def ln_backward(loop):
                     sb[j] += grow[j]
                 ca, cb = x.dtype.type(a / d), x.dtype.type(b / d)
                 for j in range(d):
-                    xhat = (xrow[j] - mu) * inv
+                    xhat = ((xrow[j] - first) - mu) * inv
                     res[j] = inv * (grow[j] * weight[j] - ca - xhat * cb)
 
     return kernel
