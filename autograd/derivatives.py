@@ -1024,6 +1024,28 @@ def _embedding(g, r, n, w, indices, padding_idx):
     return (_EMBEDDING_BACKWARD(*args), None, None)
 
 
+def _attention(gs, r, n, q, k, v, mask, is_causal, scale, need_weights):
+    """From the saved weights P (the forward ran with need_weights): dV = P^T dO,
+    dScores = softmax's backward of dO V^T, dQ = dScores K scale, dK = dScores^T Q
+    scale, dMask = dScores summed to the mask's shape. Under create_graph (and where
+    the forward kept no weights) P is recomputed by the decomposition, so it depends on
+    q and k again."""
+    g = gs[0]
+    if g is None:
+        return _NONE[:7]
+    weights = r[1]
+    if is_grad_enabled() or not need_weights:
+        weights = DECOMPOSITIONS["native_scaled_dot_product_attention"](
+            None, q, k, v, mask, is_causal, scale, True
+        )[1]
+    gv = n[2] and ops.matmul(ops.matrix_transpose(weights), g)
+    scores = _SOFTMAX_BACKWARD(ops.matmul(g, ops.matrix_transpose(v)), weights, -1)
+    gq = n[0] and ops.matmul(scores, k) * scale
+    gk = n[1] and ops.matmul(ops.matrix_transpose(scores), q) * scale
+    gmask = n[3] and _sum_to(scores, mask.shape)
+    return (gq, gk, gv, gmask, None, None, None)
+
+
 def _channel_window_sum(t, before, after):
     """The sum of t over the channels [c - before, c + after] of each channel c (zeros
     outside), differentiable: shifted slices of a copy padded with zeros."""
@@ -1153,6 +1175,13 @@ DERIVATIVES.update(
             D("native_layer_norm", _layer_norm, saves=(0, 2), uses_result=True, outputs=1),
             D("native_group_norm", _group_norm, saves=(0, 1), uses_result=True, outputs=1),
             D("embedding", _embedding, saves=(1,), sizes=(0,)),
+            D(
+                "native_scaled_dot_product_attention",
+                _attention,
+                saves=None,
+                uses_result=True,
+                outputs=1,
+            ),
             D("native_local_response_norm", _lrn, saves=(0,), uses_result=True, outputs=1),
             D("relu", lambda g, r, n, x: (_RELU_BACKWARD(g, r),), uses_result=True),
             D(

@@ -1421,6 +1421,38 @@ def embedding_dense_backward(ks, grad, indices, num_weights, padding_idx):
     return ops.where(ops.expand_dims(kept, axis=1), out, 0.0)
 
 
+def attention_weights(
+    query: Tensor, key: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float
+) -> Tensor:
+    """softmax(query @ key^T * scale + mask) over the keys, in dispatched operators
+    (any broadcasting of the leading axes that matmul allows): the weights of
+    scaled_dot_product_attention, its masks checked."""
+    fn = "scaled_dot_product_attention"
+    lead = meta.broadcast_shapes(fn, query.shape[:-2], key.shape[:-2])
+    meta.attention_mask(attn_mask, (*lead, query.shape[-2], key.shape[-2]), is_causal, query)
+    # scaling the queries costs L x E multiplications, the scores L x S
+    scores = ops.matmul(query * scale, ops.matrix_transpose(key))
+    if is_causal:
+        ones = ops.ones(scores.shape[-2:], dtype=D.bool_, device=query.device)
+        attn_mask = ops.tril(ones)
+    if attn_mask is not None and attn_mask.dtype == D.bool_:
+        scores = ops.where(attn_mask, scores, -math.inf)
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return _call("softmax", scores, -1)
+
+
+@decomposition("native_scaled_dot_product_attention")
+def native_scaled_dot_product_attention(
+    ks, query, key, value, attn_mask, is_causal, scale, need_weights
+):
+    weights = attention_weights(query, key, attn_mask, is_causal, scale)
+    out = ops.matmul(weights, value)
+    if not need_weights:
+        weights = ops.full((0,), 0, dtype=query.dtype, device=query.device)
+    return out, weights
+
+
 # ---------------------------------------------------------------- convolution gradients
 
 

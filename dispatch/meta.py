@@ -878,6 +878,53 @@ def group_norm(input: Any, weight: Any, bias: Any, num_groups: int, eps: float) 
     return input, weight, bias, num_groups, _norm_eps("group_norm", eps)
 
 
+def attention_mask(attn_mask: Any, scores: Shape, is_causal: bool, query: Any) -> None:
+    """scaled_dot_product_attention's mask: boolean or of the query's dtype, broadcasting
+    to the attention weights' shape ``scores`` (..., L, S), and none with is_causal."""
+    fn = "scaled_dot_product_attention"
+    if attn_mask is None:
+        return
+    if is_causal:
+        raise ValueError(f"{fn}: attn_mask must be None when is_causal is True")
+    try:
+        fits = broadcast_shapes(fn, attn_mask._shape, scores) == scores
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{fn}: attn_mask of shape {attn_mask._shape} does not broadcast to the "
+            f"attention weights' shape {scores} (..., L, S)"
+        )
+    if attn_mask._dtype is not D.bool_ and attn_mask._dtype is not query._dtype:
+        raise TypeError(
+            f"{fn}: attn_mask must be boolean or of the query's dtype "
+            f"{query._dtype.name}, got {attn_mask._dtype.name}"
+        )
+
+
+def attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    is_causal: bool,
+    scale: float,
+    need_weights: bool,
+) -> tuple:
+    fn = "scaled_dot_product_attention"
+    _floating(fn, "query", query)
+    for name, t in (("key", key), ("value", value)):
+        _like_input(fn, name, t, query)
+    q, k, v = query._shape, key._shape, value._shape
+    if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]) or q[-1] != k[-1] or k[-2] != v[-2]:
+        raise ValueError(
+            f"{fn}: expected query (..., L, E), key (..., S, E) and value (..., S, Ev) "
+            f"of the same leading shape, got {q}, {k} and {v}"
+        )
+    attention_mask(attn_mask, (*q[:-1], k[-2]), is_causal, query)
+    return query, key, value, attn_mask, is_causal, finite(fn, "scale", scale), need_weights
+
+
 def embedding(weight: Any, indices: Any, padding_idx: Any) -> tuple:
     """Integer indices as int64; padding_idx in [0, num_embeddings) (a negative one
     counts from the end, as in PyTorch). Whether the indices are in range depends on

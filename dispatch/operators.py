@@ -811,6 +811,21 @@ define(
     "accumulating; the row padding_idx stays zero.",
 )
 define(
+    "native_scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, "
+    "attn_mask: Tensor | None, is_causal: bool, scale: float, need_weights: bool) "
+    "-> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.attention,
+    doc="softmax(query @ key^T * scale + mask) @ value for (..., L, E) queries and "
+    "(..., S, E) keys and (..., S, Ev) values of the same leading shape, and the "
+    "attention weights (..., L, S) when need_weights (saved for backward; else an "
+    "empty tensor). A boolean attn_mask keeps where True, a float one is added; "
+    "is_causal keeps the positions at or below the diagonal.",
+)
+define(
     "relu(input: Tensor) -> Tensor",
     "nn",
     dtypes=FLOATING,

@@ -1032,6 +1032,30 @@ def _embedding_backward(fn, d, t):
     ]
 
 
+@sample_of("native_scaled_dot_product_attention", dtypes=NN_DTYPES)
+def _attention(fn, d, t):
+    q, k, v = t((2, 3, 4, 2)), t((2, 3, 5, 2)), t((2, 3, 5, 3))
+    keep = lm.asarray(np.array([[True, False, True, True, False]] * 4))
+    keep = keep if not t.smooth else None  # -inf scores: no finite differences
+    return [
+        S(fn, q, k, v, None, False, 0.7, True, label="plain"),
+        S(
+            fn,
+            t((3, 2), "T"),
+            t((4, 2), "flip"),
+            t((4, 3)),
+            t((3, 4)),
+            False,
+            0.5,
+            True,
+            label="views-float-mask-unbatched",
+        ),
+        S(fn, q, k, v, keep, False, 1.0, False, label="bool-mask-no-weights"),
+        S(fn, t((1, 4, 2)), t((1, 4, 2)), t((1, 4, 2)), None, True, 0.5, True, label="causal"),
+        S(fn, t((0, 4, 2)), t((0, 5, 2)), t((0, 5, 3)), None, False, 1.0, True, label="empty"),
+    ]
+
+
 @sample_of("relu", "sigmoid", dtypes=NN_DTYPES)
 def _activation(fn, d, t):
     return [

@@ -582,6 +582,23 @@ SAMPLES.update(
                 [leaf((5, 3))],
             ),
         ],
+        "native_scaled_dot_product_attention": [
+            (
+                "float_mask",
+                lambda q, k, v, m: NNF.scaled_dot_product_attention(q, k, v, m),
+                [
+                    leaf((2, 3, 2)),
+                    leaf((2, 4, 2), seed=1),
+                    leaf((2, 4, 3), seed=2),
+                    leaf((3, 4), seed=3),
+                ],
+            ),
+            (
+                "causal_views",
+                lambda q, k, v: NNF.scaled_dot_product_attention(q, k, v, is_causal=True),
+                [strided((3, 2)), strided((3, 2), seed=1, kind="step"), leaf((3, 2), seed=2)],
+            ),
+        ],
         "native_local_response_norm": [
             ("plain", lambda x: NNF.local_response_norm(x, 3, alpha=0.5, k=1.5), [leaf(IMAGE)]),
             (

@@ -641,6 +641,14 @@ SAMPLES["embedding_dense_backward"] = [
     lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4)), _INDICES, 6, 3),
     lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4), "float32"), _INDICES, 5, None),
 ]
+_KEEP = A([[True, False, True, True], [False, True, True, True], [True] * 4], "bool")
+SAMPLES["native_scaled_dot_product_attention"] = [
+    lambda: F.scaled_dot_product_attention(T((2, 3, 2)), T((2, 4, 2)), T((2, 4, 3)), _KEEP),
+    lambda: F.scaled_dot_product_attention(
+        T((1, 4, 2), "float32"), T((1, 4, 2), "float32"), T((1, 4, 2), "float32"), is_causal=True
+    ),
+    lambda: F.scaled_dot_product_attention(T((3, 2)), T((4, 2)), T((4, 1)), T((3, 4)), scale=0.3),
+]
 SAMPLES["coalesce"] = SAMPLES["sparse_mask"] = []  # errors on dense tensors: test_dense_errors
 
 UNDEFINED_VALUES = {"empty"}

@@ -197,7 +197,7 @@ def test_attention_bad_masks():
         F.scaled_dot_product_attention(q, q, q, attn_mask=lm.asarray(np.ones((4, 6), bool)))
     with pytest.raises(ValueError, match="attn_mask must be None when is_causal"):
         F.scaled_dot_product_attention(q, q, q, lm.asarray(np.ones((5, 5), bool)), is_causal=True)
-    with pytest.raises(TypeError, match="attn_mask must be boolean or floating"):
+    with pytest.raises(TypeError, match="attn_mask must be boolean or of the query's dtype"):
         F.scaled_dot_product_attention(q, q, q, attn_mask=lm.asarray(np.ones((5, 5), "int64")))
     mha = nn.MultiheadAttention(4, 2)
     x = lm.randn((5, 3, 4))

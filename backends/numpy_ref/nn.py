@@ -463,6 +463,28 @@ def embedding_dense_backward(ks, grad, indices, num_weights, padding_idx):
     return from_array(out)
 
 
+def native_scaled_dot_product_attention(
+    ks, query, key, value, attn_mask, is_causal, scale, need_weights
+):
+    q, k, v = (t._data.astype(np.float64) for t in (query, key, value))
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    length, source = scores.shape[-2:]
+    mask = np.tril(np.ones((length, source), bool)) if is_causal else None
+    mask = attn_mask._data if attn_mask is not None else mask
+    if mask is not None and mask.dtype == np.bool_:
+        scores = np.where(mask, scores, -np.inf)
+    elif mask is not None:
+        scores = scores + mask
+    with np.errstate(invalid="ignore"):  # a row masked entirely: NaN
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True, initial=-np.inf))
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    dtype = query._data.dtype
+    out = from_array(np.ascontiguousarray((weights @ v).astype(dtype)))
+    if not need_weights:
+        return out, from_array(np.empty(0, dtype))
+    return out, from_array(np.ascontiguousarray(weights.astype(dtype)))
+
+
 def native_local_response_norm(ks, input, size, alpha, beta, k):
     x = input._data
     scale = k + alpha / size * _window_sum_of_squares(x, size)
@@ -644,6 +666,7 @@ KERNELS = [
     native_group_norm_backward,
     embedding,
     embedding_dense_backward,
+    native_scaled_dot_product_attention,
     native_local_response_norm,
     local_response_norm_backward,
     relu,

@@ -18,6 +18,7 @@ import math
 from lamina.autograd import is_grad_enabled
 from lamina.dispatch import arguments, bindings, dtypes, meta, ops
 from lamina.dispatch.arguments import checked
+from lamina.dispatch.decompositions import attention_weights
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
@@ -27,6 +28,7 @@ _NATIVE_BATCH_NORM = OPERATORS["native_batch_norm"]
 _NATIVE_LAYER_NORM = OPERATORS["native_layer_norm"]
 _NATIVE_GROUP_NORM = OPERATORS["native_group_norm"]
 _EMBEDDING = OPERATORS["embedding"]
+_ATTENTION = OPERATORS["native_scaled_dot_product_attention"]
 _NATIVE_LRN = OPERATORS["native_local_response_norm"]
 # the internal pooling operators without indices, behind bindings that check arguments
 _max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
@@ -209,47 +211,31 @@ def _attention(
     dropout_p: float,
     is_causal: bool,
     scale: float | None,
-) -> tuple[Tensor, Tensor]:
-    """scaled_dot_product_attention's result and its attention weights (what
-    MultiheadAttention returns with need_weights)."""
+    weights_carry_gradients: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """scaled_dot_product_attention's result and its attention weights (None where
+    they are not needed: the fused operator then keeps none). The fused operator (Note
+    [Fused attention]) takes the common case; dropout, leading axes that broadcast and
+    weights that gradients flow through (MultiheadAttention's need_weights) take the
+    composite of dispatched operators."""
     fn = "scaled_dot_product_attention"
-    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
-        raise ValueError(f"{fn}: query, key and value need at least 2 dimensions (..., L, E)")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p}")
-    length, source = query.shape[-2], key.shape[-2]
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise ValueError(f"{fn}: query, key and value need at least 2 dimensions (..., L, E)")
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
-    # scaling the queries costs L x E multiplications, the scores L x S
-    scores = ops.matmul(query * scale, ops.matrix_transpose(key))
-    if is_causal:
-        if attn_mask is not None:
-            raise ValueError(f"{fn}: attn_mask must be None when is_causal is True")
-        attn_mask = ops.tril(ops.ones((length, source), dtype="bool", device=query.device))
-    if attn_mask is not None:
-        scores = _masked(fn, scores, attn_mask)
-    weights = softmax(scores, -1)  # noqa: F821 (installed from the schema)
+    same_lead = query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
+    if not dropout_p and same_lead and not weights_carry_gradients:
+        need_weights = _needs_grad(query) or _needs_grad(key) or _needs_grad(value)
+        need_weights |= attn_mask is not None and _needs_grad(attn_mask)
+        args = (query, key, value, attn_mask, is_causal, scale, need_weights)
+        out, weights = _ATTENTION(*_ATTENTION.check(*args))
+        return out, weights if need_weights else None
+    weights = attention_weights(query, key, attn_mask, is_causal, scale)
     if dropout_p:
         weights = dropout(weights, dropout_p)
     return ops.matmul(weights, value), weights
-
-
-def _masked(fn: str, scores: Tensor, mask: Tensor) -> Tensor:
-    """scores where a boolean mask is True (-inf elsewhere), or plus a float mask."""
-    try:
-        shape = meta.broadcast_shapes(fn, mask.shape, scores.shape)
-    except ValueError:
-        shape = None
-    if shape != scores.shape:
-        raise ValueError(
-            f"{fn}: attn_mask of shape {mask.shape} does not broadcast to the attention "
-            f"weights' shape {scores.shape} (..., L, S)"
-        )
-    if mask.dtype == dtypes.bool_:
-        return ops.where(mask, scores, -math.inf)
-    if mask.dtype.kind != "f":
-        raise TypeError(f"{fn}: attn_mask must be boolean or floating, got {mask.dtype}")
-    return scores + mask
 
 
 @checked

@@ -2,8 +2,9 @@
 ``TransformerEncoderLayer`` and ``TransformerEncoder``, with PyTorch's parameter names
 (so state dicts carry over), initializations and masks.
 
-Attention itself is F.scaled_dot_product_attention, a composite of dispatched
-operators (matmul, softmax, where, dropout), so its gradients are theirs.
+Attention itself is F.scaled_dot_product_attention's: one fused operator, or with
+dropout or weights to return a composite of dispatched operators (matmul, softmax,
+where, dropout).
 MultiheadAttention's masks follow PyTorch's convention, the opposite of
 scaled_dot_product_attention's for booleans: True in ``attn_mask`` or
 ``key_padding_mask`` marks a position that is *not* attended to.
@@ -107,7 +108,7 @@ class MultiheadAttention(Module):
         q, k, v = self._projections(query, key, value, self_attention)
         mask = self._mask(attn_mask, key_padding_mask, batch, length, source, q.dtype)
         p = self.dropout if self.training else 0.0
-        out, weights = F._attention(q, k, v, mask, p, False, None)
+        out, weights = F._attention(q, k, v, mask, p, False, None, need_weights)
         # (N, H, L, D) -> (L, N, E)
         out = ops.reshape(ops.permute_dims(out, (2, 0, 1, 3)), (length, batch, self.embed_dim))
         out = self.out_proj(out)

@@ -4,15 +4,16 @@ conv.py           conv2d and its backward operators (blocked im2col + BLAS), lin
 pooling.py        max, min, average and adaptive average pooling, their backward
 normalization.py  batch, layer, group and local response norm, forward and backward
 embedding.py      embedding lookup and its dense gradient
+attention.py      scaled dot-product attention in one kernel
 activation.py     relu, leaky_relu, gelu, sigmoid and their gradients; softmax
 loss.py           nll_loss, mse_loss
 layout.py         NCHW and channels-last memory (Note [Layouts]), to_layout
 windows.py        window tables of convolution and pooling
 """
 
-from . import activation, conv, embedding, layout, loss, normalization, pooling
+from . import activation, attention, conv, embedding, layout, loss, normalization, pooling
 
-MODULES = (activation, conv, embedding, layout, loss, normalization, pooling)
+MODULES = (activation, attention, conv, embedding, layout, loss, normalization, pooling)
 
 
 def register(registry):
