@@ -191,6 +191,14 @@ def test_scaled_dot_product_attention_gradients_and_scale():
     np.testing.assert_allclose(scaled, want, atol=1e-12)
 
 
+def test_attention_with_broadcast_leading_axes_or_dropout_takes_the_composite():
+    q, k, v = rand(2, 3, 5, 4), rand(1, 3, 6, 4), rand(3, 6, 2)
+    out = F.scaled_dot_product_attention(*(lm.asarray(a) for a in (q, k, v)))
+    np.testing.assert_allclose(out.numpy(), ref_attention(q, k, v), atol=1e-12)
+    dropped = F.scaled_dot_product_attention(*(lm.asarray(a) for a in (q, q, q)), dropout_p=1.0)
+    assert not dropped.numpy().any()
+
+
 def test_attention_bad_masks():
     q = lm.asarray(rand(2, 3, 5, 4))
     with pytest.raises(ValueError, match=r"attn_mask of shape \(4, 6\) does not broadcast"):
