@@ -98,24 +98,23 @@ class MultiheadAttention(Module):
         if is_causal and attn_mask is None:
             raise ValueError("MultiheadAttention: is_causal needs the causal attn_mask")
         batched, self_attention = query.ndim == 3, query is key and key is value
+        # Note [Attention layouts]: the inputs stay (N, L, E) or (L, N, E) as given: the
+        # projections' heads are views of (N, H, L, D) order, which the attention copies
+        # once, and its (N, H, L, D) result is copied once back into the input's order
+        axis = 0 if self.batch_first else 1  # the batch axis
         if not batched:  # (L, E): a batch of one
-            query, key, value = (ops.expand_dims(t, axis=1) for t in (query, key, value))
+            query, key, value = (ops.expand_dims(t, axis=axis) for t in (query, key, value))
             if key_padding_mask is not None:
                 key_padding_mask = ops.expand_dims(key_padding_mask, axis=0)
-        elif self.batch_first:  # (N, L, E): the (L, N, E) the rest works on
-            query, key, value = (ops.permute_dims(t, (1, 0, 2)) for t in (query, key, value))
-        length, batch, source = query.shape[0], query.shape[1], key.shape[0]
+        batch, length, source = query.shape[axis], query.shape[1 - axis], key.shape[1 - axis]
         q, k, v = self._projections(query, key, value, self_attention)
         mask = self._mask(attn_mask, key_padding_mask, batch, length, source, q.dtype)
         p = self.dropout if self.training else 0.0
         out, weights = F._attention(q, k, v, mask, p, False, None, need_weights)
-        # (N, H, L, D) -> (L, N, E)
-        out = ops.reshape(ops.permute_dims(out, (2, 0, 1, 3)), (length, batch, self.embed_dim))
-        out = self.out_proj(out)
-        if self.batch_first and batched:
-            out = ops.permute_dims(out, (1, 0, 2))
-        elif not batched:
-            out = out[:, 0]
+        out = ops.permute_dims(out, (0, 2, 1, 3) if self.batch_first else (2, 0, 1, 3))
+        out = self.out_proj(ops.reshape(out, (*query.shape[:2], self.embed_dim)))
+        if not batched:
+            out = out[0] if self.batch_first else out[:, 0]
         if not need_weights:
             return out, None
         if average_attn_weights:
@@ -125,19 +124,21 @@ class MultiheadAttention(Module):
     def _projections(
         self, query: Tensor, key: Tensor, value: Tensor, self_attention: bool
     ) -> list[Tensor]:
-        """q, k, v (N, H, L or S, D) from (L or S, N, E): one product for
-        self-attention, else one per input with its third of the weight."""
+        """q, k, v (N, H, L or S, D) from inputs (N, L, E) or (L, N, E): views of one
+        product for self-attention, else of one product per input with its third of
+        the weight (Note [Attention layouts])."""
         e, w, b = self.embed_dim, self.in_proj_weight, self.in_proj_bias
-        if self_attention:
-            joined = F.linear(query, w, b)
-            projected = [joined[..., i * e : (i + 1) * e] for i in range(3)]
-        else:
-            projected = [
-                F.linear(t, w[i * e : (i + 1) * e], None if b is None else b[i * e : (i + 1) * e])
-                for i, t in enumerate((query, key, value))
-            ]
-        shape = (-1, query.shape[1], self.num_heads, self.head_dim)
-        return [ops.permute_dims(ops.reshape(t, shape), (1, 2, 0, 3)) for t in projected]
+        heads = (self.num_heads, self.head_dim)
+        order = (0, 2, 1, 3) if self.batch_first else (1, 2, 0, 3)
+        if self_attention:  # (A, B, 3E) -> (A, B, 3, H, D) -> 3 x (N, H, L, D)
+            joined = ops.reshape(F.linear(query, w, b), (*query.shape[:2], 3, *heads))
+            return [ops.permute_dims(joined[:, :, i], order) for i in range(3)]
+        projected = []
+        for i, t in enumerate((query, key, value)):
+            part = slice(i * e, (i + 1) * e)
+            t = F.linear(t, w[part], None if b is None else b[part])
+            projected.append(ops.permute_dims(ops.reshape(t, (*t.shape[:2], *heads)), order))
+        return projected
 
     def _mask(
         self,
