@@ -402,29 +402,85 @@ def input_gradient(a, b, centre, p, q, r):
     return a * p + (b - centre) * q + r
 
 
-def gn_sums_cf(terms, loop):
-    """Per (n, c) of a, b (N, C, S): float64 sums over S of the two ``terms`` of
-    (a, b, centre[n, c]) into first[n, c], second[n, c]: (x - shift, its square) for
-    the statistics (Note [Norm statistics]), (g, g * (x - mean)) for the gradients."""
+def gn_forward_cf(loop):
+    """Per (n, group) of x (N, C, S), whose C / G channels are contiguous: mean[n, g]
+    and rstd[n, g] (Note [Norm statistics], shifted by the group's first value), then
+    out = (x - mean) * rstd * weight[c] + bias[c] while the group is in cache (x - mean
+    taken relative to the shift, as ln_forward)."""
 
-    def kernel(a, b, centre, first, second):
-        c, s = a.shape[1], a.shape[2]
-        for t in loop(a.shape[0] * c):
-            i, k = t // c, t % c
-            arow, brow, ctr = a[i, k], b[i, k], a.dtype.type(centre[i, k])
-            p = 0.0
+    def kernel(x, weight, bias, groups, mean, rstd, out, eps):
+        c, s = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for t in loop(x.shape[0] * groups):
+            i, g = t // groups, t % groups
+            channels = range(g * per, (g + 1) * per)
+            first = x[i, g * per, 0]
+            shift = np.float64(first)
+            a = 0.0
             q = 0.0
-            for j in range(s):
-                u, v = terms(arow[j], brow[j], ctr)
-                p += u
-                q += v
-            first[i, k], second[i, k] = p, q
+            for k in channels:
+                row = x[i, k]
+                for j in range(s):
+                    v = row[j] - shift
+                    a += v
+                    q += v * v
+            m = a / count
+            inv = 1.0 / math.sqrt(max(q / count - m * m, 0.0) + eps)
+            mean[i, g], rstd[i, g] = shift + m, inv
+            mu = x.dtype.type(m)
+            for k in channels:
+                row, res = x[i, k], out[i, k]
+                scale, offset = x.dtype.type(inv * weight[k]), bias[k]
+                for j in range(s):
+                    res[j] = ((row[j] - first) - mu) * scale + offset
+
+    return kernel
+
+
+def gn_backward_cf(loop):
+    """Per (n, group) of g, x (N, C, S): the per-channel float64 sums total[n, c] of g
+    and products[n, c] of g * (x - mean), then, while the group is in cache,
+    gx = g * rstd * weight[c] + (x - mean) * q + r with the group's coefficients of
+    group norm's gradient (as native_group_norm_backward's channels-last path)."""
+
+    def kernel(g, x, weight, groups, mean, rstd, gx, total, products):
+        c, s = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for t in loop(x.shape[0] * groups):
+            i, gr = t // groups, t % groups
+            channels = range(gr * per, (gr + 1) * per)
+            first = x[i, gr * per, 0]
+            mu, inv = x.dtype.type(mean[i, gr] - first), rstd[i, gr]
+            weighted = 0.0
+            weighted_products = 0.0
+            for k in channels:
+                grow, xrow = g[i, k], x[i, k]
+                a = 0.0
+                b = 0.0
+                for j in range(s):
+                    a += grow[j]
+                    b += grow[j] * ((xrow[j] - first) - mu)
+                total[i, k], products[i, k] = a, b
+                weighted += weight[k] * a
+                weighted_products += weight[k] * b
+            q = x.dtype.type(-inv * inv * inv * weighted_products / count)
+            r = x.dtype.type(-inv * weighted / count)
+            for k in channels:
+                grow, xrow, res = g[i, k], x[i, k], gx[i, k]
+                p = x.dtype.type(inv * weight[k])
+                for j in range(s):
+                    res[j] = grow[j] * p + ((xrow[j] - first) - mu) * q + r
 
     return kernel
 
 
 def gn_sums_cl(terms, loop):
-    """gn_sums_cf over channels-last a, b (N, S, C): the sums run down the pixels."""
+    """Per (n, c) of channels-last a, b (N, S, C): float64 sums down the pixels of the
+    two ``terms`` of (a, b, centre[n, c]) into first[n, c], second[n, c]: (x - shift,
+    its square) for the statistics (Note [Norm statistics]), (g, g * (x - mean)) for
+    the gradients."""
 
     def kernel(a, b, centre, first, second):
         s, c = a.shape[1], a.shape[2]
@@ -443,24 +499,10 @@ def gn_sums_cl(terms, loop):
     return kernel
 
 
-def gn_apply_cf(combine, loop):
-    """out = combine(a, b, centre, p, q, r) with per-(n, c) coefficients, over a, b
-    (N, C, S): (x - mean) * q + bias forward, g * p + (x - mean) * q + r backward."""
-
-    def kernel(a, b, centre, p, q, r, out):
-        c, s = a.shape[1], a.shape[2]
-        for t in loop(a.shape[0] * c):
-            i, k = t // c, t % c
-            arow, brow, res = a[i, k], b[i, k], out[i, k]
-            mk, pk, qk, rk = centre[i, k], p[i, k], q[i, k], r[i, k]
-            for j in range(s):
-                res[j] = combine(arow[j], brow[j], mk, pk, qk, rk)
-
-    return kernel
-
-
 def gn_apply_cl(combine, loop):
-    """gn_apply_cf over channels-last a, b (N, S, C), one pixel row at a time."""
+    """out = combine(a, b, centre, p, q, r) with per-(n, c) coefficients over
+    channels-last a, b (N, S, C), one pixel row at a time: (x - mean) * q + bias
+    forward, g * p + (x - mean) * q + r backward."""
 
     def kernel(a, b, centre, p, q, r, out):
         s, c = a.shape[1], a.shape[2]
@@ -491,9 +533,9 @@ def _signature(template, dtype):
         bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2, t.boolean),
         ln_forward: (a2, vec, vec, f64, f64, a2, t.float64),
         ln_backward: (a2, a2, vec, f64, f64, a2, f64_2, f64_2),
-        gn_sums_cf: (a3, a3, f64_2, f64_2, f64_2),
+        gn_forward_cf: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
+        gn_backward_cf: (a3, a3, vec, t.int64, f64_2, f64_2, a3, f64_2, f64_2),
         gn_sums_cl: (a3, a3, f64_2, f64_2, f64_2),
-        gn_apply_cf: (a3, a3, a2, a2, a2, a2, a3),
         gn_apply_cl: (a3, a3, a2, a2, a2, a2, a3),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
         lrn_forward_cl: (a2, a2, a2, *lrn_forward),
@@ -667,42 +709,46 @@ def _per_channel(stat, groups, c):
     return np.repeat(stat, c // groups, axis=1)
 
 
-def _group_kernels(channels_last):
-    return (gn_sums_cl, gn_apply_cl) if channels_last else (gn_sums_cf, gn_apply_cf)
-
-
 def native_group_norm(ks, input, weight, bias, num_groups, eps):
     data = input._data
     n, c = data.shape[:2]
     x, channels_last = _group_view(data)
-    pixels = x.shape[2] if not channels_last else x.shape[1]
-    count = c // num_groups * pixels
     out = np.empty_like(x)
     mean, rstd = np.zeros((n, num_groups)), np.full((n, num_groups), np.nan)
-    if x.size:  # else PyTorch's: empty groups have mean 0 and rstd NaN
-        sums, apply = _group_kernels(channels_last)
-        shift = (x[:, 0, :] if channels_last else x[:, :, 0]).astype(np.float64)
-        first, second = np.empty((n, c)), np.empty((n, c))
-        _entry(sums, (centred,), data.dtype, x.size)(x, x, shift, first, second)
-        # sum (x - mean)^2 over a group = sum over its channels of second + 2 (shift -
-        # mean) first + pixels (shift - mean)^2 (each channel's shift its own)
-        grouped = (n, num_groups, c // num_groups)
-        mean = (first + pixels * shift).reshape(grouped).sum(axis=2) / count
-        dev = shift.reshape(grouped) - mean[:, :, None]
-        spread = second.reshape(grouped) + dev * (2 * first.reshape(grouped) + pixels * dev)
-        with np.errstate(invalid="ignore"):  # an infinite x: NaN statistics
-            rstd = 1.0 / np.sqrt(np.maximum(spread.sum(axis=2) / count, 0.0) + eps)
-        w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
-        centre = _per_channel(mean, num_groups, c).astype(data.dtype)
-        scale = (_per_channel(rstd, num_groups, c) * w).astype(data.dtype)
-        offset = np.ascontiguousarray(np.broadcast_to(b, (n, c)))
-        entry = _entry(apply, (normalized,), data.dtype, x.size)
-        entry(x, x, centre, scale, scale, offset, out)
+    w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
+    if x.size and channels_last:
+        mean, rstd = _group_norm_cl(x, w, b, num_groups, eps, out)
+    elif x.size:  # else PyTorch's: empty groups have mean 0 and rstd NaN
+        forward = _entry(gn_forward_cf, (), data.dtype, x.size)
+        forward(x, w, b, num_groups, mean, rstd, out, eps)
     return (
         from_array(_group_result(out, data, channels_last)),
         from_array(mean.astype(data.dtype)),
         from_array(rstd.astype(data.dtype)),
     )
+
+
+def _group_norm_cl(x, w, b, num_groups, eps, out):
+    """Channels-last x (N, S, C) normalized into out; (mean, rstd). Each channel's sums
+    are shifted by its first value (Note [Norm statistics]) and combined by group."""
+    n, pixels, c = x.shape
+    count = c // num_groups * pixels
+    shift = x[:, 0, :].astype(np.float64)
+    first, second = np.empty((n, c)), np.empty((n, c))
+    _entry(gn_sums_cl, (centred,), x.dtype, x.size)(x, x, shift, first, second)
+    # sum (x - mean)^2 over a group = sum over its channels of second + 2 (shift - mean)
+    # first + pixels (shift - mean)^2 (each channel's shift its own)
+    grouped = (n, num_groups, c // num_groups)
+    mean = (first + pixels * shift).reshape(grouped).sum(axis=2) / count
+    dev = shift.reshape(grouped) - mean[:, :, None]
+    spread = second.reshape(grouped) + dev * (2 * first.reshape(grouped) + pixels * dev)
+    with np.errstate(invalid="ignore"):  # an infinite x: NaN statistics
+        rstd = 1.0 / np.sqrt(np.maximum(spread.sum(axis=2) / count, 0.0) + eps)
+    centre = _per_channel(mean, num_groups, c).astype(x.dtype)
+    scale = (_per_channel(rstd, num_groups, c) * w).astype(x.dtype)
+    offset = np.ascontiguousarray(np.broadcast_to(b, (n, c)))
+    _entry(gn_apply_cl, (normalized,), x.dtype, x.size)(x, x, centre, scale, scale, offset, out)
+    return mean, rstd
 
 
 def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
@@ -711,31 +757,37 @@ def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
     x, channels_last = _group_view(data)
     g = _same_view(grad._data, data, channels_last).reshape(x.shape)
     gx = np.empty_like(x)
-    if not x.size:
-        zeros = from_array(np.zeros(c, data.dtype))
-        return from_array(_group_result(gx, data, channels_last)), zeros, zeros
-    sums, apply = _group_kernels(channels_last)
-    pixels = x.shape[1] if channels_last else x.shape[2]
-    count = c // num_groups * pixels
-    grouped = (n, num_groups, c // num_groups)
     m, inv = mean._data.astype(np.float64), rstd._data.astype(np.float64)
-    centre = _per_channel(m, num_groups, c)
-    total, products = np.empty((n, c)), np.empty((n, c))  # sum g, sum g (x - mean)
-    _entry(sums, (gradient_terms,), data.dtype, x.size)(g, x, centre, total, products)
-    w = _params(weight, c, 1, data.dtype).astype(np.float64)
-    inv_c = _per_channel(inv, num_groups, c)
-    weighted = (w * total).reshape(grouped).sum(axis=2)
-    weighted_products = (w * products).reshape(grouped).sum(axis=2)
-    p = inv_c * w
-    q = _per_channel(-(inv**3) * weighted_products / count, num_groups, c)
-    r = _per_channel(-inv * weighted / count, num_groups, c)
-    coefficients = [v.astype(data.dtype) for v in (centre, p, q, r)]
-    _entry(apply, (input_gradient,), data.dtype, x.size)(g, x, *coefficients, gx)
+    w = _params(weight, c, 1, data.dtype)
+    total, products = np.zeros((n, c)), np.zeros((n, c))  # sum g, sum g (x - mean)
+    if x.size and channels_last:
+        _group_norm_backward_cl(g, x, w, num_groups, m, inv, gx, total, products)
+    elif x.size:
+        backward = _entry(gn_backward_cf, (), data.dtype, x.size)
+        backward(g, x, w, num_groups, m, inv, gx, total, products)
     return (
         from_array(_group_result(gx, data, channels_last)),
-        from_array((products * inv_c).sum(axis=0).astype(data.dtype)),
+        from_array((products * _per_channel(inv, num_groups, c)).sum(axis=0).astype(data.dtype)),
         from_array(total.sum(axis=0).astype(data.dtype)),
     )
+
+
+def _group_norm_backward_cl(g, x, w, num_groups, mean, rstd, gx, total, products):
+    """gx of channels-last g, x (N, S, C), and the per-channel sums total of g and
+    products of g * (x - mean): gx = g * rstd * weight + (x - mean) * q + r."""
+    n, pixels, c = x.shape
+    count = c // num_groups * pixels
+    grouped = (n, num_groups, c // num_groups)
+    centre = _per_channel(mean, num_groups, c)
+    _entry(gn_sums_cl, (gradient_terms,), x.dtype, x.size)(g, x, centre, total, products)
+    w = w.astype(np.float64)
+    weighted = (w * total).reshape(grouped).sum(axis=2)
+    weighted_products = (w * products).reshape(grouped).sum(axis=2)
+    p = _per_channel(rstd, num_groups, c) * w
+    q = _per_channel(-(rstd**3) * weighted_products / count, num_groups, c)
+    r = _per_channel(-rstd * weighted / count, num_groups, c)
+    coefficients = [v.astype(x.dtype) for v in (centre, p, q, r)]
+    _entry(gn_apply_cl, (input_gradient,), x.dtype, x.size)(g, x, *coefficients, gx)
 
 
 # ---------------------------------------------------------------- local response norm
