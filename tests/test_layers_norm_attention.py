@@ -318,3 +318,40 @@ def test_modules_equal_pytorchs_with_copied_weights():
         x = rand(3, 5, 8, dtype="float32")
         with torch.no_grad():
             close(layer(lm.asarray(x)), theirs_layer(torch.tensor(x)))
+
+
+# ---------------------------------------------------------------- threads
+
+
+@pytest.fixture
+def two_threads():
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    yield
+    lm.set_num_threads(before)
+
+
+PARALLEL = [  # inputs of 2**17 elements (Note [Parallel threshold]), float32
+    ("layer_norm", (512, 256), lambda x: F.layer_norm(x, 256, x[0], x[1])),
+    ("group_norm", (2, 16, 64, 64), lambda x: F.group_norm(x, 4)),
+    ("group_norm_nhwc", (2, 16, 64, 64), lambda x: F.group_norm(F.to_layout(x, "NHWC"), 4)),
+    ("attention", (2, 4, 128, 16), lambda x: F.scaled_dot_product_attention(x, x * 0.5, x)),
+]
+
+
+@pytest.mark.parametrize("shape, fn", [c[1:] for c in PARALLEL], ids=[c[0] for c in PARALLEL])
+def test_parallel_kernels_equal_the_serial_ones(shape, fn, two_threads):
+    """The prange variants (chunked partial sums, per-chunk scratch blocks) give the
+    serial kernels' values and gradients, to float32 rounding of other sum orders."""
+    data = rand(*shape, dtype="float32")
+    results = []
+    for threads in (2, 1):
+        lm.set_num_threads(threads)
+        x = lm.asarray(data).requires_grad_()
+        out = fn(x)
+        lm.sum(out * out).backward()
+        with lm.no_grad():  # attention keeps no weights then: a scratch block per chunk
+            plain = fn(x)
+        results.append((out.detach().numpy(), x.grad.numpy(), plain.numpy()))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
