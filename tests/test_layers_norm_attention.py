@@ -171,8 +171,8 @@ def test_scaled_dot_product_attention(mask):
         m[..., 0] = True  # every query keeps a key
     elif mask == "float-over-batch":  # (L, S)
         m = rand(5, 6)
-    if causal:
-        q = rand(2, 3, 6, 4)  # square: every query keeps its diagonal
+    if causal:  # 40 queries: two blocks of rows (CAUSAL_ROWS), the second past the keys
+        q, k, v = rand(2, 3, 40, 4), rand(2, 3, 37, 4), rand(2, 3, 37, 2)
     lm_mask = None if m is None else lm.asarray(m)
     out = F.scaled_dot_product_attention(
         *(lm.asarray(a) for a in (q, k, v)), attn_mask=lm_mask, is_causal=causal

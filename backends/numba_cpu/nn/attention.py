@@ -9,7 +9,9 @@ scores, the masked ones, the softmax) and was 1.5x PyTorch's fused kernel at bat
 4 heads, 128 positions of 64 (one thread); this is within 1.1x. The weights are kept
 (written to the result) only when backward needs them; otherwise each chunk of blocks
 reuses one (L, S) scratch block. A causal row stops at its diagonal: the exponentials
-and the row's scaling skip the masked part. A row whose every key is masked is NaN
+and the row's scaling skip the masked part, and the products run by blocks of
+CAUSAL_ROWS rows against the keys up to the block's last row (3/8 of the
+multiply-adds skipped at 128 positions). A row whose every key is masked is NaN
 (as the composite and PyTorch's math path).
 """
 
@@ -41,6 +43,9 @@ _stat = os.stat(K.__file__)
 _MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
 
 
+CAUSAL_ROWS = 32  # causal products by blocks of rows, each against the keys it sees
+
+
 def attention_blocks(exp, cast, loop, stamp=_MATH_STAMP):
     """out[b] = softmax(q[b] @ k[b]^T * scale + mask[mask_block[b]]) @ v[b] over the
     blocks b of (B, L, E) q, (B, S, E) k, (B, S, Ev) v, the weights into scores[b]
@@ -49,12 +54,16 @@ def attention_blocks(exp, cast, loop, stamp=_MATH_STAMP):
     def kernel(q, k, v, mask, mask_block, causal, scale, chunks, keep, scores, out):
         stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
         blocks, length, source = q.shape[0], q.shape[1], k.shape[1]
+        rows = CAUSAL_ROWS if causal else length
         size = (blocks + chunks - 1) // chunks
         factor = cast(scale)
         for t in loop(chunks):
             for b in range(t * size, min(blocks, (t + 1) * size)):
                 p = scores[b] if keep else scores[t]
-                blas.gemm(q[b], k[b], p, False, True, 0.0)
+                for r0 in range(0, length, rows):  # a causal block stops at its diagonal
+                    r1 = min(length, r0 + rows)
+                    end = min(source, r1) if causal else source
+                    blas.gemm(q[b][r0:r1], k[b][:end], p[r0:r1, :end], False, True, 0.0)
                 block = mask[mask_block[b]]
                 for i in range(length):
                     row, bias = p[i], block[i]
@@ -74,7 +83,10 @@ def attention_blocks(exp, cast, loop, stamp=_MATH_STAMP):
                         row[j] *= f
                     for j in range(n, source):
                         row[j] = 0
-                blas.gemm(p, v[b], out[b], False, False, 0.0)
+                for r0 in range(0, length, rows):
+                    r1 = min(length, r0 + rows)
+                    end = min(source, r1) if causal else source
+                    blas.gemm(p[r0:r1, :end], v[b][:end], out[b][r0:r1], False, False, 0.0)
 
     return kernel
 
