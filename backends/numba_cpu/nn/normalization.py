@@ -315,7 +315,10 @@ def bn_grad_cl(gate, loop):
 # slice (its first: the variance then loses no digits to cancellation unless the
 # values themselves spread far beyond their distance from it). The float32 terms
 # convert to float64 as they are added (vectorized); the normalization and the
-# gradients then run in the data's dtype.
+# gradients then run in the data's dtype. Group norm's channels-first groups are longer:
+# there runs of RUN terms are summed in the data's dtype first (full vector width), then
+# added in float64.
+RUN = 256
 
 
 def ln_forward(loop):
@@ -415,19 +418,22 @@ def gn_forward_cf(loop):
         for t in loop(x.shape[0] * groups):
             i, g = t // groups, t % groups
             channels = range(g * per, (g + 1) * per)
-            first = x[i, g * per, 0]
-            shift = np.float64(first)
+            first, zero = x[i, g * per, 0], x.dtype.type(0)
             a = 0.0
             q = 0.0
             for k in channels:
                 row = x[i, k]
-                for j in range(s):
-                    v = row[j] - shift
-                    a += v
-                    q += v * v
+                for j0 in range(0, s, RUN):
+                    pa, pq = zero, zero
+                    for j in range(j0, min(s, j0 + RUN)):
+                        v = row[j] - first
+                        pa += v
+                        pq += v * v
+                    a += pa
+                    q += pq
             m = a / count
             inv = 1.0 / math.sqrt(max(q / count - m * m, 0.0) + eps)
-            mean[i, g], rstd[i, g] = shift + m, inv
+            mean[i, g], rstd[i, g] = first + m, inv
             mu = x.dtype.type(m)
             for k in channels:
                 row, res = x[i, k], out[i, k]
@@ -459,9 +465,13 @@ def gn_backward_cf(loop):
                 grow, xrow = g[i, k], x[i, k]
                 a = 0.0
                 b = 0.0
-                for j in range(s):
-                    a += grow[j]
-                    b += grow[j] * ((xrow[j] - first) - mu)
+                for j0 in range(0, s, RUN):
+                    pa, pb = x.dtype.type(0), x.dtype.type(0)
+                    for j in range(j0, min(s, j0 + RUN)):
+                        pa += grow[j]
+                        pb += grow[j] * ((xrow[j] - first) - mu)
+                    a += pa
+                    b += pb
                 total[i, k], products[i, k] = a, b
                 weighted += weight[k] * a
                 weighted_products += weight[k] * b
@@ -477,9 +487,10 @@ def gn_backward_cf(loop):
 
 
 def gn_sums_cl(terms, loop):
-    """Per (n, c) of channels-last a, b (N, S, C): float64 sums down the pixels of the
-    two ``terms`` of (a, b, centre[n, c]) into first[n, c], second[n, c]: (x - shift,
-    its square) for the statistics (Note [Norm statistics]), (g, g * (x - mean)) for
+    """Per (n, c) of channels-last a, b (N, S, C): sums down the pixels (float64, of
+    runs of ROWS in a's dtype) of the two ``terms`` of (a, b, centre[n, c]) into
+    first[n, c], second[n, c]: (x - shift, its square) for the statistics (Note [Norm
+    statistics]), (g, g * (x - mean)) for
     the gradients."""
 
     def kernel(a, b, centre, first, second):
@@ -487,14 +498,20 @@ def gn_sums_cl(terms, loop):
         for i in loop(a.shape[0]):
             p, q = first[i], second[i]
             ctr = np.empty(c, a.dtype)
+            pp, pq = np.zeros(c, a.dtype), np.zeros(c, a.dtype)
             for k in range(c):
                 p[k], q[k], ctr[k] = 0.0, 0.0, centre[i, k]
-            for j in range(s):
-                arow, brow = a[i, j], b[i, j]
+            for j0 in range(0, s, ROWS):  # runs of ROWS pixels in a's dtype, as bn_sums_cl
+                for j in range(j0, min(s, j0 + ROWS)):
+                    arow, brow = a[i, j], b[i, j]
+                    for k in range(c):
+                        u, v = terms(arow[k], brow[k], ctr[k])
+                        pp[k] += u
+                        pq[k] += v
                 for k in range(c):
-                    u, v = terms(arow[k], brow[k], ctr[k])
-                    p[k] += u
-                    q[k] += v
+                    p[k] += pp[k]
+                    q[k] += pq[k]
+                    pp[k], pq[k] = 0, 0
 
     return kernel
 
