@@ -1439,7 +1439,12 @@ def attention_weights(
         scores = ops.where(attn_mask, scores, -math.inf)
     elif attn_mask is not None:
         scores = scores + attn_mask
-    return _call("softmax", scores, -1)
+    weights = _call("softmax", scores, -1)
+    if attn_mask is None or is_causal:  # every row keeps a key
+        return weights
+    # a row whose every key is masked: zeros, not NaN (PyTorch's safe softmax)
+    masked = ops.max(scores, axis=-1, keepdims=True) == -math.inf
+    return ops.where(masked, 0.0, weights)
 
 
 @decomposition("native_scaled_dot_product_attention")

@@ -823,7 +823,8 @@ define(
     "(..., S, E) keys and (..., S, Ev) values of the same leading shape, and the "
     "attention weights (..., L, S) when need_weights (saved for backward; else an "
     "empty tensor). A boolean attn_mask keeps where True, a float one is added; "
-    "is_causal keeps the positions at or below the diagonal.",
+    "is_causal keeps the positions at or below the diagonal. A row whose every key "
+    "is masked gets zero weights.",
 )
 define(
     "relu(input: Tensor) -> Tensor",

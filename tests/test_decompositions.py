@@ -641,7 +641,7 @@ SAMPLES["embedding_dense_backward"] = [
     lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4)), _INDICES, 6, 3),
     lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4), "float32"), _INDICES, 5, None),
 ]
-_KEEP = A([[True, False, True, True], [False, True, True, True], [True] * 4], "bool")
+_KEEP = A([[True, False, True, True], [False] * 4, [True] * 4], "bool")  # a row masked
 SAMPLES["native_scaled_dot_product_attention"] = [
     lambda: F.scaled_dot_product_attention(T((2, 3, 2)), T((2, 4, 2)), T((2, 4, 3)), _KEEP),
     lambda: F.scaled_dot_product_attention(

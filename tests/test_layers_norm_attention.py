@@ -158,8 +158,29 @@ def ref_attention(q, k, v, mask=None, causal=False):
         scores = np.where(mask, scores, -np.inf)
     elif mask is not None:
         scores = scores + mask
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+    with np.errstate(invalid="ignore"):  # a row of -inf only: NaN
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+
+def test_a_query_whose_every_key_is_masked_gets_zeros():
+    """PyTorch's safe softmax, in the fused kernel and the composite (dropout_p=0 and
+    need_weights take the two), with the gradients of the other rows unchanged."""
+    q = lm.asarray(rand(2, 3, 4)).requires_grad_()
+    keep = np.ones((3, 3), bool)
+    keep[1] = False
+    for fused in (True, False):
+        x = q if fused else q[None]  # leading axes that broadcast: the composite
+        out = F.scaled_dot_product_attention(x, q, q, lm.asarray(keep))
+        out = out if fused else out[0]
+        assert not out.detach().numpy()[:, 1].any()
+        np.testing.assert_allclose(
+            np.delete(out.detach().numpy(), 1, axis=1),
+            np.delete(ref_attention(*(q.detach().numpy(),) * 3, keep), 1, axis=1),
+            atol=1e-12,
+        )
+        (grad,) = lm.autograd.grad(lm.sum(out), q)
+        assert np.isfinite(grad.numpy()).all()
 
 
 @pytest.mark.parametrize("mask", ["none", "bool-over-heads", "float-over-batch", "causal"])

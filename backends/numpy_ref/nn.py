@@ -475,9 +475,11 @@ def native_scaled_dot_product_attention(
         scores = np.where(mask, scores, -np.inf)
     elif mask is not None:
         scores = scores + mask
-    with np.errstate(invalid="ignore"):  # a row masked entirely: NaN
-        weights = np.exp(scores - scores.max(axis=-1, keepdims=True, initial=-np.inf))
+    top = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - top)
         weights = weights / weights.sum(axis=-1, keepdims=True)
+    weights = np.where(top == -np.inf, 0.0, weights)  # every key masked: zeros
     dtype = query._data.dtype
     out = from_array(np.ascontiguousarray((weights @ v).astype(dtype)))
     if not need_weights:

@@ -198,8 +198,9 @@ def scaled_dot_product_attention(
     """softmax(query @ key^T * scale + mask) @ value over (..., L, E) queries, (..., S,
     E) keys and (..., S, Ev) values; scale defaults to 1 / sqrt(E). A boolean attn_mask
     keeps the positions where it is True, a float one is added; either broadcasts to
-    (..., L, S). is_causal keeps the positions at or below the diagonal. dropout_p
-    drops attention weights (always: pass 0 in evaluation, as in PyTorch)."""
+    (..., L, S); a query whose every key is masked gets zeros (as in PyTorch).
+    is_causal keeps the positions at or below the diagonal. dropout_p drops attention
+    weights (always: pass 0 in evaluation, as in PyTorch)."""
     return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
 
 

@@ -11,8 +11,8 @@ scores, the masked ones, the softmax) and was 1.5x PyTorch's fused kernel at bat
 reuses one (L, S) scratch block. A causal row stops at its diagonal: the exponentials
 and the row's scaling skip the masked part, and the products run by blocks of
 CAUSAL_ROWS rows against the keys up to the block's last row (3/8 of the
-multiply-adds skipped at 128 positions). A row whose every key is masked is NaN
-(as the composite and PyTorch's math path).
+multiply-adds skipped at 128 positions). A row whose every key is masked gives zero
+weights, as PyTorch's scaled_dot_product_attention (its safe softmax).
 """
 
 import math
@@ -73,12 +73,14 @@ def attention_blocks(exp, cast, loop, stamp=_MATH_STAMP):
                         s = row[j] * factor + bias[j]
                         row[j] = s
                         m = K.fold_max(m, s)
+                    if m == -np.inf:  # every key masked: zeros (PyTorch's safe softmax)
+                        n = 0
                     total = cast(0.0)
                     for j in range(n):
                         e = exp(row[j] - m)
                         row[j] = e
                         total += e
-                    f = cast(1.0) / total
+                    f = cast(1.0) / total if n else cast(0.0)
                     for j in range(n):
                         row[j] *= f
                     for j in range(n, source):
