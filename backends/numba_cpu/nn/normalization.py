@@ -384,27 +384,6 @@ def ln_backward(loop):
     return kernel
 
 
-@jitable
-def centred(a, b, centre):
-    d = a - centre
-    return d, d * d
-
-
-@jitable
-def gradient_terms(g, x, centre):
-    return g, g * (x - centre)
-
-
-@jitable
-def normalized(a, b, centre, p, q, r):
-    return (b - centre) * q + r
-
-
-@jitable
-def input_gradient(a, b, centre, p, q, r):
-    return a * p + (b - centre) * q + r
-
-
 def gn_forward_cf(loop):
     """Per (n, group) of x (N, C, S), whose C / G channels are contiguous: mean[n, g]
     and rstd[n, g] (Note [Norm statistics], shifted by the group's first value), then
@@ -448,7 +427,7 @@ def gn_backward_cf(loop):
     """Per (n, group) of g, x (N, C, S): the per-channel float64 sums total[n, c] of g
     and products[n, c] of g * (x - mean), then, while the group is in cache,
     gx = g * rstd * weight[c] + (x - mean) * q + r with the group's coefficients of
-    group norm's gradient (as native_group_norm_backward's channels-last path)."""
+    group norm's gradient (gn_backward_cl's in the other layout)."""
 
     def kernel(g, x, weight, groups, mean, rstd, gx, total, products):
         c, s = x.shape[1], x.shape[2]
@@ -486,49 +465,99 @@ def gn_backward_cf(loop):
     return kernel
 
 
-def gn_sums_cl(terms, loop):
-    """Per (n, c) of channels-last a, b (N, S, C): sums down the pixels (float64, of
-    runs of ROWS in a's dtype) of the two ``terms`` of (a, b, centre[n, c]) into
-    first[n, c], second[n, c]: (x - shift, its square) for the statistics (Note [Norm
-    statistics]), (g, g * (x - mean)) for
-    the gradients."""
+def gn_forward_cl(loop):
+    """Per sample n of channels-last x (N, S, C) (in L2 at the usual sizes): float64
+    per-channel sums of x - shift and its square down the pixels (runs of ROWS pixels in
+    x's dtype, as bn_sums_cl; the shift each channel's first value), combined by group:
+    sum (x - mean)^2 = second + 2 (shift - mean) first + S (shift - mean)^2 over its
+    channels; then out = (x - mean) * rstd * weight + bias, x - mean taken relative to
+    the shift (as ln_forward)."""
 
-    def kernel(a, b, centre, first, second):
-        s, c = a.shape[1], a.shape[2]
-        for i in loop(a.shape[0]):
-            p, q = first[i], second[i]
-            ctr = np.empty(c, a.dtype)
-            pp, pq = np.zeros(c, a.dtype), np.zeros(c, a.dtype)
-            for k in range(c):
-                p[k], q[k], ctr[k] = 0.0, 0.0, centre[i, k]
-            for j0 in range(0, s, ROWS):  # runs of ROWS pixels in a's dtype, as bn_sums_cl
+    def kernel(x, weight, bias, groups, mean, rstd, out, eps):
+        s, c = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for i in loop(x.shape[0]):
+            shift = x[i, 0]
+            first, second = np.zeros(c), np.zeros(c)
+            run_first, run_second = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
+            for j0 in range(0, s, ROWS):
                 for j in range(j0, min(s, j0 + ROWS)):
-                    arow, brow = a[i, j], b[i, j]
+                    row = x[i, j]
                     for k in range(c):
-                        u, v = terms(arow[k], brow[k], ctr[k])
-                        pp[k] += u
-                        pq[k] += v
+                        d = row[k] - shift[k]
+                        run_first[k] += d
+                        run_second[k] += d * d
                 for k in range(c):
-                    p[k] += pp[k]
-                    q[k] += pq[k]
-                    pp[k], pq[k] = 0, 0
+                    first[k] += run_first[k]
+                    second[k] += run_second[k]
+                    run_first[k], run_second[k] = 0, 0
+            centre, scale = np.empty(c, x.dtype), np.empty(c, x.dtype)
+            for g in range(groups):
+                channels = range(g * per, (g + 1) * per)
+                total = 0.0
+                for k in channels:
+                    total += first[k] + s * np.float64(shift[k])
+                m = total / count
+                spread = 0.0
+                for k in channels:
+                    dev = shift[k] - m
+                    spread += second[k] + dev * (2.0 * first[k] + s * dev)
+                inv = 1.0 / math.sqrt(max(spread / count, 0.0) + eps)
+                mean[i, g], rstd[i, g] = m, inv
+                for k in channels:
+                    centre[k], scale[k] = m - shift[k], inv * weight[k]
+            for j in range(s):
+                row, res = x[i, j], out[i, j]
+                for k in range(c):
+                    res[k] = ((row[k] - shift[k]) - centre[k]) * scale[k] + bias[k]
 
     return kernel
 
 
-def gn_apply_cl(combine, loop):
-    """out = combine(a, b, centre, p, q, r) with per-(n, c) coefficients over
-    channels-last a, b (N, S, C), one pixel row at a time: (x - mean) * q + bias
-    forward, g * p + (x - mean) * q + r backward."""
+def gn_backward_cl(loop):
+    """Per sample n of channels-last g, x (N, S, C): the per-channel float64 sums
+    total[n, c] of g and products[n, c] of g * (x - mean) (runs of ROWS pixels in x's
+    dtype), then gx = g * rstd * weight + (x - mean) * q + r with the group's
+    coefficients (as gn_backward_cf's)."""
 
-    def kernel(a, b, centre, p, q, r, out):
-        s, c = a.shape[1], a.shape[2]
-        for t in loop(a.shape[0] * s):
-            i, j = t // s, t % s
-            arow, brow, res = a[i, j], b[i, j], out[i, j]
-            mi, pi, qi, ri = centre[i], p[i], q[i], r[i]
+    def kernel(g, x, weight, groups, mean, rstd, gx, total, products):
+        s, c = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for i in loop(x.shape[0]):
+            shift, sums, sums_x = x[i, 0], total[i], products[i]
+            centre = np.empty(c, x.dtype)
+            run_g, run_x = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
             for k in range(c):
-                res[k] = combine(arow[k], brow[k], mi[k], pi[k], qi[k], ri[k])
+                centre[k], sums[k], sums_x[k] = mean[i, k // per] - shift[k], 0.0, 0.0
+            for j0 in range(0, s, ROWS):
+                for j in range(j0, min(s, j0 + ROWS)):
+                    grow, xrow = g[i, j], x[i, j]
+                    for k in range(c):
+                        run_g[k] += grow[k]
+                        run_x[k] += grow[k] * ((xrow[k] - shift[k]) - centre[k])
+                for k in range(c):
+                    sums[k] += run_g[k]
+                    sums_x[k] += run_x[k]
+                    run_g[k], run_x[k] = 0, 0
+            p, q, r = np.empty(c, x.dtype), np.empty(c, x.dtype), np.empty(c, x.dtype)
+            for gr in range(groups):
+                channels = range(gr * per, (gr + 1) * per)
+                weighted = 0.0
+                weighted_products = 0.0
+                for k in channels:
+                    weighted += weight[k] * sums[k]
+                    weighted_products += weight[k] * sums_x[k]
+                inv = rstd[i, gr]
+                for k in channels:
+                    p[k] = inv * weight[k]
+                    q[k] = -inv * inv * inv * weighted_products / count
+                    r[k] = -inv * weighted / count
+            for j in range(s):
+                grow, xrow, res = g[i, j], x[i, j], gx[i, j]
+                for k in range(c):
+                    res[k] = grow[k] * p[k] + ((xrow[k] - shift[k]) - centre[k]) * q[k] + r[k]
 
     return kernel
 
@@ -552,8 +581,8 @@ def _signature(template, dtype):
         ln_backward: (a2, a2, vec, f64, f64, a2, f64_2, f64_2),
         gn_forward_cf: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
         gn_backward_cf: (a3, a3, vec, t.int64, f64_2, f64_2, a3, f64_2, f64_2),
-        gn_sums_cl: (a3, a3, f64_2, f64_2, f64_2),
-        gn_apply_cl: (a3, a3, a2, a2, a2, a2, a3),
+        gn_forward_cl: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
+        gn_backward_cl: (a3, a3, vec, t.int64, f64_2, f64_2, a3, f64_2, f64_2),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
         lrn_forward_cl: (a2, a2, a2, *lrn_forward),
         lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
@@ -733,39 +762,14 @@ def native_group_norm(ks, input, weight, bias, num_groups, eps):
     out = np.empty_like(x)
     mean, rstd = np.zeros((n, num_groups)), np.full((n, num_groups), np.nan)
     w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
-    if x.size and channels_last:
-        mean, rstd = _group_norm_cl(x, w, b, num_groups, eps, out)
-    elif x.size:  # else PyTorch's: empty groups have mean 0 and rstd NaN
-        forward = _entry(gn_forward_cf, (), data.dtype, x.size)
-        forward(x, w, b, num_groups, mean, rstd, out, eps)
+    if x.size:  # else PyTorch's: empty groups have mean 0 and rstd NaN
+        template = gn_forward_cl if channels_last else gn_forward_cf
+        _entry(template, (), data.dtype, x.size)(x, w, b, num_groups, mean, rstd, out, eps)
     return (
         from_array(_group_result(out, data, channels_last)),
         from_array(mean.astype(data.dtype)),
         from_array(rstd.astype(data.dtype)),
     )
-
-
-def _group_norm_cl(x, w, b, num_groups, eps, out):
-    """Channels-last x (N, S, C) normalized into out; (mean, rstd). Each channel's sums
-    are shifted by its first value (Note [Norm statistics]) and combined by group."""
-    n, pixels, c = x.shape
-    count = c // num_groups * pixels
-    shift = x[:, 0, :].astype(np.float64)
-    first, second = np.empty((n, c)), np.empty((n, c))
-    _entry(gn_sums_cl, (centred,), x.dtype, x.size)(x, x, shift, first, second)
-    # sum (x - mean)^2 over a group = sum over its channels of second + 2 (shift - mean)
-    # first + pixels (shift - mean)^2 (each channel's shift its own)
-    grouped = (n, num_groups, c // num_groups)
-    mean = (first + pixels * shift).reshape(grouped).sum(axis=2) / count
-    dev = shift.reshape(grouped) - mean[:, :, None]
-    spread = second.reshape(grouped) + dev * (2 * first.reshape(grouped) + pixels * dev)
-    with np.errstate(invalid="ignore"):  # an infinite x: NaN statistics
-        rstd = 1.0 / np.sqrt(np.maximum(spread.sum(axis=2) / count, 0.0) + eps)
-    centre = _per_channel(mean, num_groups, c).astype(x.dtype)
-    scale = (_per_channel(rstd, num_groups, c) * w).astype(x.dtype)
-    offset = np.ascontiguousarray(np.broadcast_to(b, (n, c)))
-    _entry(gn_apply_cl, (normalized,), x.dtype, x.size)(x, x, centre, scale, scale, offset, out)
-    return mean, rstd
 
 
 def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
@@ -777,34 +781,14 @@ def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
     m, inv = mean._data.astype(np.float64), rstd._data.astype(np.float64)
     w = _params(weight, c, 1, data.dtype)
     total, products = np.zeros((n, c)), np.zeros((n, c))  # sum g, sum g (x - mean)
-    if x.size and channels_last:
-        _group_norm_backward_cl(g, x, w, num_groups, m, inv, gx, total, products)
-    elif x.size:
-        backward = _entry(gn_backward_cf, (), data.dtype, x.size)
-        backward(g, x, w, num_groups, m, inv, gx, total, products)
+    if x.size:
+        template = gn_backward_cl if channels_last else gn_backward_cf
+        _entry(template, (), data.dtype, x.size)(g, x, w, num_groups, m, inv, gx, total, products)
     return (
         from_array(_group_result(gx, data, channels_last)),
         from_array((products * _per_channel(inv, num_groups, c)).sum(axis=0).astype(data.dtype)),
         from_array(total.sum(axis=0).astype(data.dtype)),
     )
-
-
-def _group_norm_backward_cl(g, x, w, num_groups, mean, rstd, gx, total, products):
-    """gx of channels-last g, x (N, S, C), and the per-channel sums total of g and
-    products of g * (x - mean): gx = g * rstd * weight + (x - mean) * q + r."""
-    n, pixels, c = x.shape
-    count = c // num_groups * pixels
-    grouped = (n, num_groups, c // num_groups)
-    centre = _per_channel(mean, num_groups, c)
-    _entry(gn_sums_cl, (gradient_terms,), x.dtype, x.size)(g, x, centre, total, products)
-    w = w.astype(np.float64)
-    weighted = (w * total).reshape(grouped).sum(axis=2)
-    weighted_products = (w * products).reshape(grouped).sum(axis=2)
-    p = _per_channel(rstd, num_groups, c) * w
-    q = _per_channel(-(rstd**3) * weighted_products / count, num_groups, c)
-    r = _per_channel(-rstd * weighted / count, num_groups, c)
-    coefficients = [v.astype(x.dtype) for v in (centre, p, q, r)]
-    _entry(gn_apply_cl, (input_gradient,), x.dtype, x.size)(g, x, *coefficients, gx)
 
 
 # ---------------------------------------------------------------- local response norm
