@@ -29,6 +29,7 @@ import math
 from lamina.dispatch import fft as FFT
 from lamina.dispatch import linalg as LA
 from lamina.dispatch import ops
+from lamina.dispatch.decompositions import DECOMPOSITIONS
 from lamina.dispatch.dtypes import bool_, real_of
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
@@ -885,6 +886,9 @@ _AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
 _ADAPTIVE = OPERATORS["adaptive_avg_pool2d"]
 _ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
 _BN_BACKWARD = OPERATORS["native_batch_norm_backward"]
+_LN_BACKWARD = OPERATORS["native_layer_norm_backward"]
+_GN_BACKWARD = OPERATORS["native_group_norm_backward"]
+_EMBEDDING_BACKWARD = OPERATORS["embedding_dense_backward"]
 _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
 _RELU_BACKWARD = OPERATORS["relu_backward"]
 _LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
@@ -984,6 +988,67 @@ def _batch_norm_composite(g, r, x, w, training, eps):
     mean_g = ops.reshape(gb, shape) / count
     mean_gx = ops.reshape(gw, shape) / count
     return scale * (g - mean_g - xhat * mean_gx), gw, gb
+
+
+# Layer norm, group norm and embedding: the backward kernels, or under create_graph
+# their decompositions (dispatched operators, so differentiable again), the statistics
+# recomputed from x by the forward's decomposition (they depend on it).
+
+
+def _layer_norm(gs, r, n, x, normalized_shape, w, b, eps):
+    g = gs[0]
+    if g is None:
+        return _NONE[:5]
+    if is_grad_enabled():
+        decomposed = DECOMPOSITIONS["native_layer_norm"]
+        _, mean, rstd = decomposed(None, x, normalized_shape, None, None, eps)
+        backward = DECOMPOSITIONS["native_layer_norm_backward"]
+        gx, gw, gb = backward(None, g, x, normalized_shape, mean, rstd, w)
+    else:
+        gx, gw, gb = _LN_BACKWARD(g, x, normalized_shape, r[1], r[2], w)
+    return (n[0] and gx, None, n[2] and gw, n[3] and gb, None)
+
+
+def _group_norm(gs, r, n, x, w, b, num_groups, eps):
+    g = gs[0]
+    if g is None:
+        return _NONE[:5]
+    if is_grad_enabled():
+        _, mean, rstd = DECOMPOSITIONS["native_group_norm"](None, x, None, None, num_groups, eps)
+        backward = DECOMPOSITIONS["native_group_norm_backward"]
+        gx, gw, gb = backward(None, g, x, mean, rstd, w, num_groups)
+    else:
+        gx, gw, gb = _GN_BACKWARD(g, x, r[1], r[2], w, num_groups)
+    return (n[0] and gx, n[1] and gw, n[2] and gb, None, None)
+
+
+def _embedding(g, r, n, w, indices, padding_idx):
+    args = (g, indices, w.shape[0], padding_idx)
+    if is_grad_enabled():
+        return (DECOMPOSITIONS["embedding_dense_backward"](None, *args), None, None)
+    return (_EMBEDDING_BACKWARD(*args), None, None)
+
+
+def _attention(gs, r, n, q, k, v, mask, is_causal, scale, need_weights):
+    """From the saved weights P (the forward ran with need_weights): dV = P^T dO,
+    dScores = softmax's backward of dO V^T, dQ = dScores K scale, dK = dScores^T Q
+    scale, dMask = dScores summed to the mask's shape. Under create_graph (and where
+    the forward kept no weights) P is recomputed by the decomposition, so it depends on
+    q and k again."""
+    g = gs[0]
+    if g is None:
+        return _NONE[:7]
+    weights = r[1]
+    if is_grad_enabled() or not need_weights:
+        weights = DECOMPOSITIONS["native_scaled_dot_product_attention"](
+            None, q, k, v, mask, is_causal, scale, True
+        )[1]
+    gv = n[2] and ops.matmul(ops.matrix_transpose(weights), g)
+    scores = _SOFTMAX_BACKWARD(ops.matmul(g, ops.matrix_transpose(v)), weights, -1)
+    gq = n[0] and ops.matmul(scores, k) * scale
+    gk = n[1] and ops.matmul(ops.matrix_transpose(scores), q) * scale
+    gmask = n[3] and _sum_to(scores, mask.shape)
+    return (gq, gk, gv, gmask, None, None, None)
 
 
 def _channel_window_sum(t, before, after):
@@ -1160,6 +1225,16 @@ DERIVATIVES.update(
                 sizes=(0,),
             ),
             D("native_batch_norm", _batch_norm, saves=(0, 1), uses_result=True, outputs=1),
+            D("native_layer_norm", _layer_norm, saves=(0, 2), uses_result=True, outputs=1),
+            D("native_group_norm", _group_norm, saves=(0, 1), uses_result=True, outputs=1),
+            D("embedding", _embedding, saves=(1,), sizes=(0,)),
+            D(
+                "native_scaled_dot_product_attention",
+                _attention,
+                saves=None,
+                uses_result=True,
+                outputs=1,
+            ),
             D("native_local_response_norm", _lrn, saves=(0,), uses_result=True, outputs=1),
             D("relu", lambda g, r, n, x: (_RELU_BACKWARD(g, r),), uses_result=True),
             D(

@@ -1379,6 +1379,151 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
     return gx, sgx * invstd, gb
 
 
+def _moments(x: Tensor, axes: tuple, eps: float) -> tuple[Tensor, Tensor]:
+    """The mean and 1 / sqrt(biased variance + eps) over ``axes`` (kept as 1s), two
+    passes in x's dtype (the kernels: one of float64 sums); empty slices have mean 0
+    and NaN, as PyTorch's layer and group norm give."""
+    kept = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    if not math.prod(x.shape[d] for d in axes):
+        nan = ops.full(kept, math.nan, dtype=x.dtype, device=x.device)
+        return ops.full(kept, 0, dtype=x.dtype, device=x.device), nan
+    mean = ops.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    variance = ops.mean(centered * centered, axis=axes, keepdims=True)
+    return mean, ops.divide(1, ops.sqrt(variance + eps))
+
+
+def _normalized_gradient(g: Tensor, xhat: Tensor, rstd: Tensor, axes: tuple) -> Tensor:
+    """The gradient of xhat = (x - mean(x)) * rstd(x) with respect to x, given g with
+    respect to xhat: rstd * (g - mean(g) - xhat * mean(g * xhat)) over ``axes``."""
+    if not g.size:
+        return g
+    mean_g = ops.mean(g, axis=axes, keepdims=True)
+    return rstd * (g - mean_g - xhat * ops.mean(g * xhat, axis=axes, keepdims=True))
+
+
+def _trailing(x: Tensor, count: int) -> tuple:
+    return tuple(range(x.ndim - count, x.ndim))
+
+
+@decomposition("native_layer_norm")
+def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
+    mean, rstd = _moments(input, _trailing(input, len(normalized_shape)), eps)
+    out = (input - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+@decomposition("native_layer_norm_backward")
+def native_layer_norm_backward(ks, grad, input, normalized_shape, mean, rstd, weight):
+    axes = _trailing(input, len(normalized_shape))
+    leading = tuple(range(input.ndim - len(axes)))
+    xhat = (input - mean) * rstd
+    scaled = grad if weight is None else grad * weight
+    gx = _normalized_gradient(scaled, xhat, rstd, axes)
+    return gx, ops.sum(grad * xhat, axis=leading), ops.sum(grad, axis=leading)
+
+
+def _grouped(x: Tensor, num_groups: int) -> Tensor:
+    """x (N, C, ...) as (N, num_groups, the rest)."""
+    n, c = x.shape[:2]
+    return ops.reshape(x, (n, num_groups, c // num_groups * math.prod(x.shape[2:])))
+
+
+@decomposition("native_group_norm")
+def native_group_norm(ks, input, weight, bias, num_groups, eps):
+    groups = _grouped(input, num_groups)
+    mean, rstd = _moments(groups, (2,), eps)
+    out = ops.reshape((groups - mean) * rstd, input.shape)
+    if weight is not None:
+        out = out * _per_channel(weight, input)
+    if bias is not None:
+        out = out + _per_channel(bias, input)
+    stats = input.shape[:1] + (num_groups,)
+    return out, ops.reshape(mean, stats), ops.reshape(rstd, stats)
+
+
+@decomposition("native_group_norm_backward")
+def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
+    stats = input.shape[:1] + (num_groups, 1)
+    rstd = ops.reshape(rstd, stats)
+    xhat = (_grouped(input, num_groups) - ops.reshape(mean, stats)) * rstd
+    scaled = grad if weight is None else grad * _per_channel(weight, input)
+    gx = _normalized_gradient(_grouped(scaled, num_groups), xhat, rstd, (2,))
+    axes = _channel_axes(input)
+    xhat = ops.reshape(xhat, input.shape)
+    return ops.reshape(gx, input.shape), ops.sum(grad * xhat, axis=axes), ops.sum(grad, axis=axes)
+
+
+def _embedding_rows(indices: Tensor, rows: int) -> Tensor:
+    """The indices flat; an IndexError (as the kernels') for one outside [0, rows)."""
+    flat = ops.reshape(indices, (-1,))
+    if flat.size and (ops.min(flat).item() < 0 or ops.max(flat).item() >= rows):
+        outside = flat[ops.logical_or(flat < 0, flat >= rows)]
+        raise IndexError(
+            f"embedding: index {outside[0].item()} is out of range for {rows} embeddings"
+        )
+    return flat
+
+
+@decomposition("embedding")
+def embedding(ks, weight, indices, padding_idx):
+    rows = _call("getitem", weight, _embedding_rows(indices, weight.shape[0]))
+    return ops.reshape(rows, (*indices.shape, weight.shape[1]))
+
+
+@decomposition("embedding_dense_backward")
+def embedding_dense_backward(ks, grad, indices, num_weights, padding_idx):
+    flat = _embedding_rows(indices, num_weights)
+    dim = grad.shape[-1]
+    zeros = ops.full((num_weights, dim), 0, dtype=grad.dtype, device=grad.device)
+    out = _call("index_add", zeros, (flat,), ops.reshape(grad, (flat.size, dim)))
+    if padding_idx is None:
+        return out
+    kept = ops.arange(num_weights, device=grad.device) != padding_idx
+    return ops.where(ops.expand_dims(kept, axis=1), out, 0.0)
+
+
+def attention_weights(
+    query: Tensor, key: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float
+) -> Tensor:
+    """softmax(query @ key^T * scale + mask) over the keys, in dispatched operators
+    (any broadcasting of the leading axes that matmul allows): the weights of
+    scaled_dot_product_attention, its masks checked."""
+    fn = "scaled_dot_product_attention"
+    lead = meta.broadcast_shapes(fn, query.shape[:-2], key.shape[:-2])
+    meta.attention_mask(attn_mask, (*lead, query.shape[-2], key.shape[-2]), is_causal, query)
+    # scaling the queries costs L x E multiplications, the scores L x S
+    scores = ops.matmul(query * scale, ops.matrix_transpose(key))
+    if is_causal:
+        ones = ops.ones(scores.shape[-2:], dtype=D.bool_, device=query.device)
+        attn_mask = ops.tril(ones)
+    if attn_mask is not None and attn_mask.dtype == D.bool_:
+        scores = ops.where(attn_mask, scores, -math.inf)
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    weights = _call("softmax", scores, -1)
+    if attn_mask is None or is_causal:  # every row keeps a key
+        return weights
+    # a row whose every key is masked: zeros, not NaN (PyTorch's safe softmax)
+    masked = ops.max(scores, axis=-1, keepdims=True) == -math.inf
+    return ops.where(masked, 0.0, weights)
+
+
+@decomposition("native_scaled_dot_product_attention")
+def native_scaled_dot_product_attention(
+    ks, query, key, value, attn_mask, is_causal, scale, need_weights
+):
+    weights = attention_weights(query, key, attn_mask, is_causal, scale)
+    out = ops.matmul(weights, value)
+    if not need_weights:
+        weights = ops.full((0,), 0, dtype=query.dtype, device=query.device)
+    return out, weights
+
+
 # ---------------------------------------------------------------- convolution gradients
 
 

@@ -143,6 +143,8 @@ IMAGE = frozenset(
         "local_response_norm_backward",
         "native_batch_norm",
         "native_batch_norm_backward",
+        "native_group_norm",
+        "native_group_norm_backward",
     }
 )
 

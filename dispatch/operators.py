@@ -748,6 +748,85 @@ define(
     "grad counts only where that result is positive.",
 )
 define(
+    "native_layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None, "
+    "bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.layer_norm,
+    doc="Layer normalization over the trailing normalized_shape axes, and the mean and "
+    "inverse standard deviation of each normalized slice (shaped to broadcast against "
+    "input), saved for backward.",
+)
+define(
+    "native_layer_norm_backward(grad: Tensor, input: Tensor, normalized_shape: Shape, "
+    "mean: Tensor, rstd: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="layer_norm's gradients with respect to input, weight and bias (the last two of "
+    "normalized_shape), from the saved mean and inverse standard deviation.",
+)
+define(
+    "native_group_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, "
+    "num_groups: int, eps: float) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.group_norm,
+    doc="Group normalization of (N, C, ...) over each of num_groups groups of channels "
+    "and every other axis but 0, with a per-channel weight and bias; the (N, num_groups) "
+    "mean and inverse standard deviation are saved for backward.",
+)
+define(
+    "native_group_norm_backward(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor, "
+    "weight: Tensor | None, num_groups: int) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="group_norm's gradients with respect to input, weight and bias, from the saved "
+    "mean and inverse standard deviation.",
+)
+define(
+    "embedding(weight: Tensor, indices: Tensor, padding_idx: int | None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.embedding,
+    doc="The rows of weight (num_embeddings, embedding_dim) at integer indices of any "
+    "shape: a result of shape indices.shape + (embedding_dim,). The row padding_idx "
+    "gets no gradient.",
+)
+define(
+    "embedding_dense_backward(grad: Tensor, indices: Tensor, num_weights: int, "
+    "padding_idx: int | None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="embedding's gradient with respect to weight: the rows of grad summed into "
+    "zeros (num_weights, embedding_dim) at their indices, repeated indices "
+    "accumulating; the row padding_idx stays zero.",
+)
+define(
+    "native_scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, "
+    "attn_mask: Tensor | None, is_causal: bool, scale: float, need_weights: bool) "
+    "-> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.attention,
+    doc="softmax(query @ key^T * scale + mask) @ value for (..., L, E) queries and "
+    "(..., S, E) keys and (..., S, Ev) values of the same leading shape, and the "
+    "attention weights (..., L, S) when need_weights (saved for backward; else an "
+    "empty tensor). A boolean attn_mask keeps where True, a float one is added; "
+    "is_causal keeps the positions at or below the diagonal. A row whose every key "
+    "is masked gets zero weights.",
+)
+define(
     "relu(input: Tensor) -> Tensor",
     "nn",
     dtypes=FLOATING,

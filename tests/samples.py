@@ -952,6 +952,110 @@ def _batch_norm_backward(fn, d, t):
     return out
 
 
+def _ln_cases(t):
+    """(input, normalized_shape, weight, bias, label)"""
+    return [
+        (t((3, 4, 5)), (5,), t((5,)), t((5,)), "last-axis"),
+        (t((2, 3, 4), "T"), (3, 4), t((3, 4)), None, "T-two-axes"),
+        (t((4, 6), "flip"), (6,), None, None, "flip-no-affine"),
+        (t((0, 5)), (5,), t((5,)), t((5,)), "empty"),
+    ]
+
+
+@sample_of("native_layer_norm", dtypes=NN_DTYPES)
+def _layer_norm(fn, d, t):
+    return [S(fn, *case[:-1], 1e-5, label=case[-1]) for case in _ln_cases(t)]
+
+
+@sample_of("native_layer_norm_backward", dtypes=NN_DTYPES)
+def _layer_norm_backward(fn, d, t):
+    out = []
+    for x, shape, w, b, label in _ln_cases(t):
+        _, mean, rstd = OPERATORS["native_layer_norm"](x, shape, w, b, 1e-5)
+        out.append(S(fn, t(x.shape, "flip"), x, shape, mean, rstd, w, label=label))
+    return out
+
+
+def _gn_cases(t):
+    """(input, weight, bias, num_groups, label)"""
+    return [
+        (t((2, 4, 3, 2)), t((4,)), t((4,)), 2, "nchw"),
+        (F.to_layout(t((2, 6, 3, 3)), "NHWC"), t((6,)), None, 3, "nhwc"),
+        (t((3, 4, 5), "T"), None, None, 4, "T-3d"),
+        (t((2, 6)), t((6,)), t((6,)), 1, "2d"),
+        (t((0, 4, 2, 2)), None, None, 2, "empty"),
+    ]
+
+
+@sample_of("native_group_norm", dtypes=NN_DTYPES)
+def _group_norm(fn, d, t):
+    return [S(fn, *case[:-1], 1e-5, label=case[-1]) for case in _gn_cases(t)]
+
+
+@sample_of("native_group_norm_backward", dtypes=NN_DTYPES)
+def _group_norm_backward(fn, d, t):
+    out = []
+    for x, w, b, groups, label in _gn_cases(t):
+        _, mean, rstd = OPERATORS["native_group_norm"](x, w, b, groups, 1e-5)
+        grad = t(x.shape)
+        grad = F.to_layout(grad, "NHWC") if label == "nhwc" else grad
+        out.append(S(fn, grad, x, mean, rstd, w, groups, label=label))
+    return out
+
+
+def _embedding_indices(t):
+    """(indices, num_embeddings, padding_idx, label): repeated indices and a padding row
+    (not in smooth samples: its gradient is zero by definition, not by differences)."""
+    padding = None if t.smooth else 1
+    return [
+        (t.ints((3, 5), 0, 10), 10, None, "2d"),
+        (lm.asarray(np.array([[1, 1, 5], [0, 1, 1]])), 6, padding, "repeats-padding"),
+        (lm.asarray(np.int64(3)), 4, None, "0d"),
+        (t.ints((0,), 0, 5), 5, None, "empty"),
+    ]
+
+
+@sample_of("embedding", dtypes=NN_DTYPES)
+def _embedding(fn, d, t):
+    out = []
+    for indices, rows, padding, label in _embedding_indices(t):
+        weight = t((rows, 3), "flip" if label == "repeats-padding" else "c")
+        out.append(S(fn, weight, indices, padding, label=label))
+    return out
+
+
+@sample_of("embedding_dense_backward", dtypes=NN_DTYPES)
+def _embedding_backward(fn, d, t):
+    return [
+        S(fn, t((*indices.shape, 3)), indices, rows, padding, label=label)
+        for indices, rows, padding, label in _embedding_indices(t)
+    ]
+
+
+@sample_of("native_scaled_dot_product_attention", dtypes=NN_DTYPES)
+def _attention(fn, d, t):
+    q, k, v = t((2, 3, 4, 2)), t((2, 3, 5, 2)), t((2, 3, 5, 3))
+    keep = lm.asarray(np.array([[True, False, True, True, False]] * 3 + [[False] * 5]))
+    keep = keep if not t.smooth else None  # -inf scores: no finite differences
+    return [
+        S(fn, q, k, v, None, False, 0.7, True, label="plain"),
+        S(
+            fn,
+            t((3, 2), "T"),
+            t((4, 2), "flip"),
+            t((4, 3)),
+            t((3, 4)),
+            False,
+            0.5,
+            True,
+            label="views-float-mask-unbatched",
+        ),
+        S(fn, q, k, v, keep, False, 1.0, False, label="bool-mask-no-weights"),
+        S(fn, t((1, 4, 2)), t((1, 4, 2)), t((1, 4, 2)), None, True, 0.5, True, label="causal"),
+        S(fn, t((0, 4, 2)), t((0, 5, 2)), t((0, 5, 3)), None, False, 1.0, True, label="empty"),
+    ]
+
+
 @sample_of("relu", "sigmoid", dtypes=NN_DTYPES)
 def _activation(fn, d, t):
     return [

@@ -555,6 +555,50 @@ SAMPLES.update(
                 [nhwc((2, 3, 2, 2)), leaf((3,), seed=1)],
             ),
         ],
+        "native_layer_norm": [
+            (
+                "two_axes_affine",
+                lambda x, w, b: NNF.layer_norm(x, (3, 2), w, b),
+                [leaf((2, 3, 2)), leaf((3, 2), seed=1), leaf((3, 2), seed=2)],
+            ),
+            ("strided", lambda x: NNF.layer_norm(x, 3), [strided((4, 3))]),
+        ],
+        "native_group_norm": [
+            (
+                "affine",
+                lambda x, w, b: NNF.group_norm(x, 2, w, b),
+                [leaf((2, 4, 2, 3)), leaf((4,), seed=1), leaf((4,), seed=2)],
+            ),
+            (
+                "nhwc",
+                lambda x, w: NNF.group_norm(x, 3, w),
+                [nhwc((2, 6, 2, 2)), leaf((6,), seed=1)],
+            ),
+        ],
+        "embedding": [
+            (
+                "repeats",  # (padding_idx's zero gradient differs from differences)
+                lambda w: NNF.embedding(index([[1, 4, 1], [0, 2, 1]]), w),
+                [leaf((5, 3))],
+            ),
+        ],
+        "native_scaled_dot_product_attention": [
+            (
+                "float_mask",
+                lambda q, k, v, m: NNF.scaled_dot_product_attention(q, k, v, m),
+                [
+                    leaf((2, 3, 2)),
+                    leaf((2, 4, 2), seed=1),
+                    leaf((2, 4, 3), seed=2),
+                    leaf((3, 4), seed=3),
+                ],
+            ),
+            (
+                "causal_views",
+                lambda q, k, v: NNF.scaled_dot_product_attention(q, k, v, is_causal=True),
+                [strided((3, 2)), strided((3, 2), seed=1, kind="step"), leaf((3, 2), seed=2)],
+            ),
+        ],
         "native_local_response_norm": [
             ("plain", lambda x: NNF.local_response_norm(x, 3, alpha=0.5, k=1.5), [leaf(IMAGE)]),
             (

@@ -624,6 +624,66 @@ SAMPLES["native_batch_norm_backward"] = [
     lambda: _bn_backward(False),
     lambda: _bn_backward(True, True, "float32"),
 ]
+
+
+def _norm_backward(name, forward):
+    """The backward operator ``name`` at the statistics of ``forward()``'s call."""
+    args, (_, mean, rstd) = forward()
+    x = args[0]
+    g = T(x.shape, x.dtype.name)
+    if name == "native_layer_norm_backward":
+        return OPERATORS[name](g, x, args[1], mean, rstd, args[2])
+    return OPERATORS[name](g, x, mean, rstd, args[1], args[3])
+
+
+def _ln(shape, normalized, dtype="float64", affine=True):
+    params = (T(normalized, dtype), T(normalized, dtype)) if affine else (None, None)
+    args = (T(shape, dtype), normalized, *params, 1e-5)
+    return args, OPERATORS["native_layer_norm"](*args)
+
+
+def _gn(x, groups, affine=True):
+    c, dtype = x.shape[1], x.dtype.name
+    params = (T((c,), dtype), T((c,), dtype)) if affine else (None, None)
+    args = (x, *params, groups, 1e-5)
+    return args, OPERATORS["native_group_norm"](*args)
+
+
+_LN_CASES = [
+    lambda: _ln((4, 3, 6), (6,)),
+    lambda: _ln((3, 2, 5), (2, 5), "float32", affine=False),
+    lambda: _ln((2, 0), (0,)),  # empty slices: mean 0, rstd NaN
+]
+_GN_CASES = [
+    lambda: _gn(T((2, 6, 3, 4)), 3),
+    lambda: _gn(F.to_layout(T((2, 4, 3, 3), "float32"), "NHWC"), 2, affine=False),
+    lambda: _gn(T((3, 4)), 2),
+]
+SAMPLES["native_layer_norm"] = [lambda c=c: c()[1] for c in _LN_CASES]
+SAMPLES["native_layer_norm_backward"] = [
+    lambda c=c: _norm_backward("native_layer_norm_backward", c) for c in _LN_CASES[:2]
+]
+SAMPLES["native_group_norm"] = [lambda c=c: c()[1] for c in _GN_CASES]
+SAMPLES["native_group_norm_backward"] = [
+    lambda c=c: _norm_backward("native_group_norm_backward", c) for c in _GN_CASES
+]
+_INDICES = A([[0, 3, 3], [4, 1, 3]], "int64")
+SAMPLES["embedding"] = [
+    lambda: F.embedding(_INDICES, T((5, 3))),
+    lambda: F.embedding(A(2, "int64"), T((4, 2), "float32")),
+]
+SAMPLES["embedding_dense_backward"] = [
+    lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4)), _INDICES, 6, 3),
+    lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4), "float32"), _INDICES, 5, None),
+]
+_KEEP = A([[True, False, True, True], [False] * 4, [True] * 4], "bool")  # a row masked
+SAMPLES["native_scaled_dot_product_attention"] = [
+    lambda: F.scaled_dot_product_attention(T((2, 3, 2)), T((2, 4, 2)), T((2, 4, 3)), _KEEP),
+    lambda: F.scaled_dot_product_attention(
+        T((1, 4, 2), "float32"), T((1, 4, 2), "float32"), T((1, 4, 2), "float32"), is_causal=True
+    ),
+    lambda: F.scaled_dot_product_attention(T((3, 2)), T((4, 2)), T((4, 1)), T((3, 4)), scale=0.3),
+]
 SAMPLES["coalesce"] = SAMPLES["sparse_mask"] = []  # errors on dense tensors: test_dense_errors
 
 UNDEFINED_VALUES = {"empty"}

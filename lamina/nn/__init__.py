@@ -1,6 +1,7 @@
 """``lamina.nn``: neural networks as in PyTorch -- ``functional`` (the dispatched
 primitives and their composites), ``init`` (PyTorch's initializations) and modules
-(``Module``, ``Parameter``, layers, recurrent layers, containers, losses)."""
+(``Module``, ``Parameter``, layers, containers, losses; recurrent layers in
+``recurrent``, attention and the Transformer encoder in ``transformer``)."""
 
 from . import functional, init, utils
 from .modules import (
@@ -13,12 +14,15 @@ from .modules import (
     Conv2d,
     CrossEntropyLoss,
     Dropout,
+    Embedding,
     Flatten,
+    GroupNorm,
     Hardswish,
     Hardtanh,
     Identity,
     KLDivLoss,
     L1Loss,
+    LayerNorm,
     LeakyReLU,
     Linear,
     LocalResponseNorm,
@@ -40,6 +44,7 @@ from .modules import (
     Tanh,
 )
 from .recurrent import GRU, LSTM, GRUCell, LSTMCell
+from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
     "GELU",
@@ -53,14 +58,17 @@ __all__ = [
     "Conv2d",
     "CrossEntropyLoss",
     "Dropout",
+    "Embedding",
     "Flatten",
     "GRUCell",
+    "GroupNorm",
     "Hardswish",
     "Hardtanh",
     "Identity",
     "KLDivLoss",
     "L1Loss",
     "LSTMCell",
+    "LayerNorm",
     "LeakyReLU",
     "Linear",
     "LocalResponseNorm",
@@ -70,6 +78,7 @@ __all__ = [
     "MinPool2d",
     "Module",
     "ModuleList",
+    "MultiheadAttention",
     "NLLLoss",
     "Parameter",
     "ReLU",
@@ -80,6 +89,8 @@ __all__ = [
     "SmoothL1Loss",
     "Softmax",
     "Tanh",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
     "functional",
     "init",
     "utils",

@@ -5,22 +5,30 @@ The dispatched operators of namespace "nn.functional" (dispatch/operators.py: co
 linear, the poolings, relu, softmax, the losses, to_layout, ...) are installed here
 from the schema (their signatures: ``functional.pyi``, generated beside this file); the
 functions below are composites of operators, as in PyTorch:
-pooling with ``return_indices``, batch and local response normalization over the
-internal operators that also return what backward needs, cross_entropy, dropout,
-flatten and ``layout_of``.
+pooling with ``return_indices``, batch, layer, group and local response
+normalization over the internal operators that also return what backward needs,
+embedding, scaled_dot_product_attention, cross_entropy, dropout, flatten and
+``layout_of``.
 """
 
 from __future__ import annotations
 
+import math
+
 from lamina.autograd import is_grad_enabled
 from lamina.dispatch import arguments, bindings, dtypes, meta, ops
 from lamina.dispatch.arguments import checked
+from lamina.dispatch.decompositions import attention_weights
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
 bindings.install(globals(), "nn.functional")
 
 _NATIVE_BATCH_NORM = OPERATORS["native_batch_norm"]
+_NATIVE_LAYER_NORM = OPERATORS["native_layer_norm"]
+_NATIVE_GROUP_NORM = OPERATORS["native_group_norm"]
+_EMBEDDING = OPERATORS["embedding"]
+_ATTENTION = OPERATORS["native_scaled_dot_product_attention"]
 _NATIVE_LRN = OPERATORS["native_local_response_norm"]
 # the internal pooling operators without indices, behind bindings that check arguments
 _max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
@@ -31,15 +39,19 @@ _COMPOSITES = [
     "binary_cross_entropy",
     "cross_entropy",
     "dropout",
+    "embedding",
     "flatten",
     "kl_div",
     "l1_loss",
+    "group_norm",
+    "layer_norm",
     "layout_of",
     "local_response_norm",
     "max_pool2d",
     "min_pool2d",
     "one_hot",
     "relu6",
+    "scaled_dot_product_attention",
 ]
 __all__ = sorted([op.name for op in bindings.public_operators("nn.functional")] + _COMPOSITES)
 
@@ -122,6 +134,114 @@ def batch_norm(
     unbiased) by ``momentum``; otherwise by the running statistics."""
     args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
     return _NATIVE_BATCH_NORM(*_NATIVE_BATCH_NORM.check(*args))[0]
+
+
+@checked
+def layer_norm(
+    input: Tensor,
+    normalized_shape: int | tuple[int, ...] | list[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalization of each slice over the trailing ``normalized_shape`` axes by its
+    mean and (biased) variance, then * weight + bias (of normalized_shape)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    args = (input, tuple(normalized_shape), weight, bias, eps)
+    return _NATIVE_LAYER_NORM(*_NATIVE_LAYER_NORM.check(*args))[0]
+
+
+@checked
+def group_norm(
+    input: Tensor,
+    num_groups: int,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalization of (N, C, ...) over each of num_groups groups of C / num_groups
+    channels (and every axis after them), then * weight + bias per channel."""
+    args = (input, weight, bias, num_groups, eps)
+    return _NATIVE_GROUP_NORM(*_NATIVE_GROUP_NORM.check(*args))[0]
+
+
+@checked
+def embedding(
+    input: Tensor,
+    weight: Tensor,
+    padding_idx: int | None = None,
+    max_norm: float | None = None,
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+) -> Tensor:
+    """The rows of weight (num_embeddings, embedding_dim) at the integer indices
+    ``input``: a result of shape input.shape + (embedding_dim,). The row padding_idx
+    gets no gradient; repeated indices add their gradients. Renormalizing rows
+    (max_norm), frequency scaling and sparse gradients are not supported."""
+    for name, value, default in (
+        ("max_norm", max_norm, None),
+        ("scale_grad_by_freq", scale_grad_by_freq, False),
+        ("sparse", sparse, False),
+    ):
+        if value != default:
+            raise NotImplementedError(f"embedding: {name}={value!r} is not supported")
+    return _EMBEDDING(*_EMBEDDING.check(weight, input, padding_idx))
+
+
+@checked
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """softmax(query @ key^T * scale + mask) @ value over (..., L, E) queries, (..., S,
+    E) keys and (..., S, Ev) values; scale defaults to 1 / sqrt(E). A boolean attn_mask
+    keeps the positions where it is True, a float one is added; either broadcasts to
+    (..., L, S); a query whose every key is masked gets zeros (as in PyTorch).
+    is_causal keeps the positions at or below the diagonal. dropout_p drops attention
+    weights (always: pass 0 in evaluation, as in PyTorch)."""
+    return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale)[0]
+
+
+def _attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    weights_carry_gradients: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """scaled_dot_product_attention's result and its attention weights (None where
+    they are not needed: the fused operator then keeps none). The fused operator (Note
+    [Fused attention]) takes the common case; dropout, leading axes that broadcast and
+    weights that gradients flow through (MultiheadAttention's need_weights) take the
+    composite of dispatched operators."""
+    fn = "scaled_dot_product_attention"
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"{fn}: dropout_p must be in [0, 1], got {dropout_p}")
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise ValueError(f"{fn}: query, key and value need at least 2 dimensions (..., L, E)")
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] else 1.0
+    same_lead = query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
+    if not dropout_p and same_lead and not weights_carry_gradients:
+        need_weights = _needs_grad(query) or _needs_grad(key) or _needs_grad(value)
+        need_weights |= attn_mask is not None and _needs_grad(attn_mask)
+        args = (query, key, value, attn_mask, is_causal, scale, need_weights)
+        out, weights = _ATTENTION(*_ATTENTION.check(*args))
+        return out, weights if need_weights else None
+    weights = attention_weights(query, key, attn_mask, is_causal, scale)
+    if dropout_p:
+        weights = dropout(weights, dropout_p)
+    return ops.matmul(weights, value), weights
 
 
 @checked

@@ -697,6 +697,136 @@ class BatchNorm2d(Module):
         )
 
 
+def _affine(module: Module, shape: tuple, weight: bool, bias: bool, dtype: Any, device: Any):
+    """A normalization's weight (ones) and bias (zeros) of ``shape``, each registered as
+    None when absent."""
+    for name, present, fill in (("weight", weight, init.ones_), ("bias", bias, init.zeros_)):
+        value = Parameter(fill(_empty(shape, dtype, device))) if present else None
+        module.register_parameter(name, value)
+
+
+class LayerNorm(Module):
+    """Layer normalization over the trailing ``normalized_shape`` axes (F.layer_norm);
+    with elementwise_affine a weight (ones) and, with bias, a bias (zeros) of that
+    shape."""
+
+    @checked
+    def __init__(
+        self,
+        normalized_shape: int | tuple[int, ...] | list[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        _affine(
+            self,
+            self.normalized_shape,
+            elementwise_affine,
+            elementwise_affine and bias,
+            dtype,
+            device,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class GroupNorm(Module):
+    """Group normalization of (N, C, ...) over num_groups groups of channels
+    (F.group_norm); with affine a per-channel weight (ones) and bias (zeros)."""
+
+    @checked
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError(
+                f"GroupNorm: num_groups={num_groups} must be positive and divide "
+                f"num_channels={num_channels}"
+            )
+        self.num_groups, self.num_channels = num_groups, num_channels
+        self.eps, self.affine = eps, affine
+        _affine(self, (num_channels,), affine, affine, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class Embedding(Module):
+    """A lookup table of num_embeddings rows of embedding_dim (F.embedding), drawn from
+    N(0, 1) with the padding_idx row zeroed, as in PyTorch."""
+
+    @checked
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(
+                    f"Embedding: padding_idx must be within num_embeddings "
+                    f"({num_embeddings}), got {padding_idx}"
+                )
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        self.weight = Parameter(_empty((num_embeddings, embedding_dim), dtype, device))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.embedding(
+            input,
+            self.weight,
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
+        )
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        return text + ("" if self.padding_idx is None else f", padding_idx={self.padding_idx}")
+
+
 class _Pool(Module):
     _fn: Callable
 

@@ -2,7 +2,9 @@
 
 conv.py           conv2d and its backward operators (blocked im2col + BLAS), linear
 pooling.py        max, min, average and adaptive average pooling, their backward
-normalization.py  batch norm and local response norm, forward and backward
+normalization.py  batch, layer, group and local response norm, forward and backward
+embedding.py      embedding lookup and its dense gradient
+attention.py      scaled dot-product attention in one kernel
 activation.py     relu, leaky_relu, gelu, sigmoid, silu, hardtanh, hardswish and their
                   gradients; softmax
 loss.py           nll_loss, mse_loss
@@ -10,9 +12,9 @@ layout.py         NCHW and channels-last memory (Note [Layouts]), to_layout
 windows.py        window tables of convolution and pooling
 """
 
-from . import activation, conv, layout, loss, normalization, pooling
+from . import activation, attention, conv, embedding, layout, loss, normalization, pooling
 
-MODULES = (activation, conv, layout, loss, normalization, pooling)
+MODULES = (activation, attention, conv, embedding, layout, loss, normalization, pooling)
 
 
 def register(registry):
