@@ -1,6 +1,7 @@
 """numba_cpu's neural-network primitives (seed 2), one module per family:
 
 conv.py           conv2d and its backward operators (blocked im2col + BLAS), linear
+depthwise.py      depthwise conv2d's direct loops (called by conv.py)
 pooling.py        max, min, average and adaptive average pooling, their backward
 normalization.py  batch norm and local response norm, forward and backward
 activation.py     relu, leaky_relu, gelu, sigmoid and their gradients; softmax

@@ -30,7 +30,8 @@ adjoint of im2col (col2im). The im2col blocks are not saved for backward: rebuil
 one costs a few percent of its GEMM, keeping them all 9x the input's memory.
 
 Groups run as one GEMM per group on that group's channels (a column slice of the
-matrices, which BLAS takes as it is).
+matrices, which BLAS takes as it is); depthwise convolutions (one input channel per
+group) run direct loops instead (Note [Depthwise convolution], depthwise.py).
 """
 
 import copy
@@ -42,7 +43,7 @@ from lamina.dispatch import meta
 from lamina.dispatch.tensor import from_array
 
 from .. import blas, gemm
-from . import winograd
+from . import depthwise, winograd
 from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, scratch, zeros_image
 from .windows import tap_ranges
 
@@ -509,11 +510,11 @@ SMALL_PLANE = 100
 
 def _order(geo, layout, dtype):
     """The memory order the kernels of this convolution run in (Note [Small NCHW
-    planes])."""
+    planes]; a depthwise one's NCHW rows would be too short to vectorize)."""
     if (
         layout == NCHW
         and geo.ho * geo.wo <= SMALL_PLANE
-        and not geo.pointwise
+        and (depthwise.applies(geo) or not geo.pointwise)
         and winograd.algorithm(geo, dtype) is None
     ):
         return NHWC
@@ -635,7 +636,12 @@ def conv2d(ks, input, weight, bias, stride, padding, dilation, groups):
 
 def _forward(x, w, bias, geo, layout, out):
     """out = the convolution of images x (in ``layout``) with w, plus bias: by Winograd
-    (Note [Winograd]) where it suits, else by blocked im2col (Note [Convolution])."""
+    (Note [Winograd]) where it suits, else by blocked im2col (Note [Convolution]);
+    depthwise by direct loops (Note [Depthwise convolution])."""
+    if depthwise.applies(geo):
+        return _by_images(
+            geo, lambda i0, i1, g: depthwise.forward(x[i0:i1], w, bias, g, layout, out[i0:i1])
+        )
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
         return _forward(s2d.input(x, layout), s2d.weight(w), bias, s2d.geo, layout, out)
@@ -733,6 +739,10 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
 
 def _input_grad(gk, w, geo, order, dtype):
     """The input gradient (images in ``order``) from grad gk (in ``order``)."""
+    if depthwise.applies(geo):
+        gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        _by_images(geo, lambda i0, i1, g: depthwise.input_grad(gk[i0:i1], w, g, order, gx[i0:i1]))
+        return gx
     # the transposed convolution multiplies its zero padding by the weight: a NaN or
     # infinite weight would spread NaN over the border, which the scatter (PyTorch's
     # col2im) never reads; checking the weight costs a pass over it, not the images
@@ -856,6 +866,8 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
 
 
 def _weight_grad(x, gk, alg, geo, order):
+    if depthwise.applies(geo):
+        return depthwise.weight_grad(x, gk, geo, order)
     if alg is not None:
         gw = winograd.weight_grad(x, gk, alg, geo, order)
         if gw is not None:

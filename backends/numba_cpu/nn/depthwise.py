@@ -1,0 +1,295 @@
+"""Depthwise convolution (groups == input channels, MobileNet's 3x3 layers): direct
+loops for the forward pass and both gradients, in either layout.
+
+Note [Depthwise convolution]: each output channel ``co`` reads one input channel
+``co // m`` (m = C_out / C_in, the channel multiplier), so a depthwise convolution does
+kH kW multiply-adds per output value -- too little work for im2col + GEMM, which ran
+one skinny GEMM per group (measured on 16x144x56x56, 3x3, one thread, channels-last:
+512 ms against PyTorch's 7). The kernels here visit the kernel taps directly, with no
+bound test per element: the output rows and columns whose tap falls inside the input
+are tables (windows.tap_ranges). Their innermost loop is contiguous:
+
+    NHWC: over the channels of one pixel (``tap_nhwc``): out[n, oh, ow, :] +=
+          x[n, ih, iw, :] * w[i, j, :];
+    NCHW: over the output columns of one output row (``tap_nchw``): out[n, co, oh, a:b]
+          += w[co, i, j] * x[n, c, ih, a sw + off : b sw + off : sw], the stride a
+          compile-time constant (unit stride vectorizes; stride 2 loads pairs).
+
+The three operators are one loop over (image, output row, tap, output pixel) each per
+layout (``nhwc_taps``, ``nchw_taps``), differing only in what a tap does: the forward
+pass accumulates into the output, the input gradient scatters into the input's
+gradient (the adjoint), the weight gradient accumulates x * grad per tap (NCHW: into a
+row per tap, summed at the end of each plane, so the innermost loop is no reduction).
+Each kernel runs serially on a range of images; threads take the batch in parts (Note
+[Split convolutions] in conv.py), the weight gradient summing the parts'.
+"""
+
+import copy
+
+import numpy as np
+
+from lamina.backends import jit
+from lamina.backends.jit import jitable
+
+from .layout import NHWC
+from .windows import tap_ranges
+
+
+def applies(geo):
+    """Whether conv2d of geometry ``geo`` is depthwise (one input channel per group)."""
+    return geo.groups == geo.c and geo.cin == 1 and geo.groups > 1
+
+
+# ---------------------------------------------------------------- what a tap does
+
+
+@jitable(**jit.CALLEE, inline="always")
+def multiply_add(dst, src, w, m):
+    """dst[k m + q] += src[k] * w[k m + q]: the forward pass's and the NHWC weight
+    gradient's tap (channel multiplier m)."""
+    if m == 1:
+        for k in range(src.size):
+            dst[k] += src[k] * w[k]
+    else:
+        for k in range(src.size):
+            v = src[k]
+            for q in range(m):
+                dst[k * m + q] += v * w[k * m + q]
+
+
+@jitable(**jit.CALLEE, inline="always")
+def multiply_add_back(dst, src, w, m):
+    """dst[k] += sum over q of src[k m + q] * w[k m + q]: the adjoint of multiply_add in
+    src (the input gradient's tap)."""
+    if m == 1:
+        for k in range(dst.size):
+            dst[k] += src[k] * w[k]
+    else:
+        for k in range(dst.size):
+            total = dst[k]
+            for q in range(m):
+                total += src[k * m + q] * w[k * m + q]
+            dst[k] = total
+
+
+@jitable(**jit.CALLEE, inline="always")
+def input_grad_nhwc(xs, ws, ys, m):
+    multiply_add_back(xs, ys, ws, m)
+
+
+@jitable(**jit.CALLEE, inline="always")
+def weight_grad_nhwc(xs, ws, ys, m):
+    multiply_add(ws, xs, ys, m)
+
+
+def nhwc_taps(tap):
+    """The loop over the taps of images x (N, H, W, C), weight w (kH, kW, C_out) and
+    y (N, Ho, Wo, C_out) for the gradients: ``tap`` updates x or w from the two others
+    at one (input pixel, kernel tap, output pixel)."""
+
+    def kernel(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
+        kh, kw = w.shape[0], w.shape[1]
+        for n in range(y.shape[0]):
+            for oh in range(y.shape[1]):
+                yrow = y[n, oh]
+                for i in range(kh):
+                    if oh < lo_h[i] or oh >= hi_h[i]:
+                        continue
+                    xrow = x[n, oh * sh - pt + i * dh]
+                    for j in range(kw):
+                        ws, off = w[i, j], j * dw - pl
+                        for ow in range(lo_w[j], hi_w[j]):
+                            tap(xrow[ow * sw + off], ws, yrow[ow], m)
+
+    return kernel
+
+
+@jitable(**jit.CALLEE, inline="always")
+def forward_nchw(xs, ys, w, acc, i, j):
+    wv = w[i, j]
+    for k in range(ys.size):
+        ys[k] += wv * xs[k]
+
+
+@jitable(**jit.CALLEE, inline="always")
+def input_grad_nchw(xs, ys, w, acc, i, j):
+    wv = w[i, j]
+    for k in range(ys.size):
+        xs[k] += wv * ys[k]
+
+
+@jitable(**jit.CALLEE, inline="always")
+def weight_grad_nchw(xs, ys, w, acc, i, j):
+    row = acc[i, j]
+    for k in range(ys.size):
+        row[k] += xs[k] * ys[k]
+
+
+def forward_pixels(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
+    """The NHWC forward pass output pixel by output pixel: each pixel's channels sum
+    their taps while in the L1 cache, and a 3 x 3 kernel with every tap inside the
+    input and no channel multiplier (MobileNet's) sums its nine taps in one loop over
+    the channels, in registers (Note [Depthwise convolution])."""
+    kh, kw = w.shape[0], w.shape[1]
+    h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
+    w0, w1 = lo_w.max(), hi_w.min()
+    nine = kh == 3 and kw == 3 and m == 1
+    for n in range(y.shape[0]):
+        for oh in range(y.shape[1]):
+            ih = oh * sh - pt
+            for ow in range(y.shape[2]):
+                ys, iw = y[n, oh, ow], ow * sw - pl
+                if nine and h0 <= oh < h1 and w0 <= ow < w1:
+                    x0, x1, x2 = x[n, ih], x[n, ih + dh], x[n, ih + 2 * dh]
+                    a, b, c = iw, iw + dw, iw + 2 * dw
+                    w0_, w1_, w2_ = w[0], w[1], w[2]
+                    for k in range(ys.size):
+                        ys[k] = (
+                            bias[k]
+                            + x0[a, k] * w0_[0, k]
+                            + x0[b, k] * w0_[1, k]
+                            + x0[c, k] * w0_[2, k]
+                            + x1[a, k] * w1_[0, k]
+                            + x1[b, k] * w1_[1, k]
+                            + x1[c, k] * w1_[2, k]
+                            + x2[a, k] * w2_[0, k]
+                            + x2[b, k] * w2_[1, k]
+                            + x2[c, k] * w2_[2, k]
+                        )
+                    continue
+                for k in range(ys.size):
+                    ys[k] = bias[k]
+                for i in range(kh):
+                    if lo_h[i] <= oh < hi_h[i]:
+                        for j in range(kw):
+                            if lo_w[j] <= ow < hi_w[j]:
+                                multiply_add(ys, x[n, ih + i * dh, iw + j * dw], w[i, j], m)
+
+
+def nchw_taps(tap, with_bias, with_sums, sw):
+    """The loop over the taps of images x (N, C, H, W), weight w (C_out, 1, kH, kW)
+    and y (N, C_out, Ho, Wo), plane by plane: ``tap`` updates one of them from the
+    two others for one output row segment and one kernel tap (the input row read
+    ``sw`` apart, a constant); with_bias, each output row starts from its channel's
+    bias; with_sums, ``acc`` (kH, kW, Wo) holds a weight gradient's per-tap sums over
+    one plane, added to w[co] at its end."""
+
+    def kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
+        kh, kw = w.shape[2], w.shape[3]
+        for n in range(y.shape[0]):
+            for co in range(y.shape[1]):
+                xplane, yplane, wk = x[n, co // m], y[n, co], w[co, 0]
+                for oh in range(y.shape[2]):
+                    yrow = yplane[oh]
+                    if with_bias:
+                        for ow in range(yrow.size):
+                            yrow[ow] = bias[co]
+                    for i in range(kh):
+                        if oh < lo_h[i] or oh >= hi_h[i]:
+                            continue
+                        xrow = xplane[oh * sh - pt + i * dh]
+                        for j in range(kw):
+                            lo, hi, off = lo_w[j], hi_w[j], j * dw - pl
+                            if hi == lo:
+                                continue
+                            a, b = lo * sw + off, (hi - 1) * sw + off + 1
+                            if sw == 1:  # a contiguous slice: the tap's loop vectorizes
+                                tap(xrow[a:b], yrow[lo:hi], wk, acc, i, j)
+                            else:
+                                tap(xrow[a:b:sw], yrow[lo:hi], wk, acc, i, j)
+                if with_sums:
+                    for i in range(kh):
+                        for j in range(kw):
+                            row = acc[i, j]
+                            wk[i, j] += row.sum()
+                            row[:] = 0
+
+    return kernel
+
+
+# ---------------------------------------------------------------- compiled kernels
+
+_NHWC = {"input": input_grad_nhwc, "weight": weight_grad_nhwc}
+_NCHW = {"forward": forward_nchw, "input": input_grad_nchw, "weight": weight_grad_nchw}
+
+
+def _compiled(layout, mode, sw, dtype):
+    """The kernel of ``mode`` ("forward", "input", "weight") in ``layout``; NCHW kernels
+    are compiled per stride along the width."""
+    t, i64, idx = jit.types, jit.types.int64, jit.index()
+    a1, a3, a4 = (jit.array(dtype, d) for d in (1, 3, 4))
+    if layout == NHWC:
+        key = (layout, mode, dtype)
+        sig = t.void(a4, a3, a4, a1, *[i64] * 7, idx, idx, idx, idx)
+
+        def build():
+            kernel = forward_pixels if mode == "forward" else nhwc_taps(_NHWC[mode])
+            return jit.compile_kernel(kernel, sig, nogil=True)
+    else:
+        key = (layout, mode, sw, dtype)
+        sig = t.void(a4, a4, a4, a1, a3, *[i64] * 6, idx, idx, idx, idx)
+
+        def build():
+            template = nchw_taps(_NCHW[mode], mode == "forward", mode == "weight", sw)
+            return jit.compile_kernel(template, sig, nogil=True)
+
+    return jit.cached((nhwc_taps, key), build)
+
+
+def _run(mode, layout, x, w, y, bias, geo, stride, pads, dilation):
+    """Run ``mode``'s kernel on kernel-order images x and y (x the input side: its
+    size is (geo.h, geo.w), y's (geo.ho, geo.wo)), w (kH, kW, C_out) in NHWC, (C_out,
+    1, kH, kW) in NCHW; pads are the top and left padding."""
+    (sh, sw), (pt, pl), (dh, dw) = stride, pads, dilation
+    m = geo.c_out // geo.c
+    rows = tap_ranges(geo.h, geo.ho, geo.kh, sh, pt, dh)
+    cols = tap_ranges(geo.w, geo.wo, geo.kw, sw, pl, dw)
+    kernel = _compiled(layout, mode, sw, x.dtype)
+    if bias is None:
+        bias = np.zeros(y.shape[3] if layout == NHWC else y.shape[1], x.dtype)
+    if layout == NHWC:
+        kernel(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, *rows, *cols)
+    else:
+        acc = np.zeros((geo.kh, geo.kw, geo.wo) if mode == "weight" else (1, 1, 1), x.dtype)
+        kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, *rows, *cols)
+
+
+def _geometry(geo):
+    return (geo.sh, geo.sw), (geo.pt, geo.pl), (geo.dh, geo.dw)
+
+
+def _tap_major(w):
+    """(C_out, 1, kH, kW) -> the NHWC kernels' (kH, kW, C_out)."""
+    return np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))
+
+
+def forward(x, w, bias, geo, layout, out):
+    """out = the depthwise convolution of images x (a part of the batch) plus bias."""
+    w = _tap_major(w) if layout == NHWC else np.ascontiguousarray(w)
+    _run("forward", layout, x, w, out, bias, geo, *_geometry(geo))
+
+
+def input_grad(g, w, geo, layout, gx):
+    """Accumulates the input gradient of grad g into gx (zeros). In NHWC with stride 1
+    and no channel multiplier it is the forward pass of g with the flipped kernel
+    (padded by the kernel's extent minus the padding), which gathers, not scatters."""
+    if layout == NHWC and (geo.sh, geo.sw, geo.c_out) == (1, 1, geo.c):
+        flipped = copy.copy(geo)
+        flipped.h, flipped.w, flipped.ho, flipped.wo = geo.ho, geo.wo, geo.h, geo.w
+        pads = (geo.dh * (geo.kh - 1) - geo.pt, geo.dw * (geo.kw - 1) - geo.pl)
+        wf = _tap_major(w[:, :, ::-1, ::-1])
+        _run("forward", layout, g, wf, gx, None, flipped, (1, 1), pads, (geo.dh, geo.dw))
+        return
+    w = _tap_major(w) if layout == NHWC else np.ascontiguousarray(w)
+    _run("input", layout, gx, w, g, None, geo, *_geometry(geo))
+
+
+def weight_grad(x, g, geo, layout):
+    """The weight gradient (C_out, 1, kH, kW) of images x and grad g."""
+    if layout == NHWC:
+        gw = np.zeros((geo.kh, geo.kw, geo.c_out), x.dtype)
+        _run("weight", layout, x, gw, g, None, geo, *_geometry(geo))
+        return np.ascontiguousarray(gw.transpose(2, 0, 1))[:, None]
+    gw = np.zeros((geo.c_out, 1, geo.kh, geo.kw), x.dtype)
+    _run("weight", layout, x, gw, g, None, geo, *_geometry(geo))
+    return gw
