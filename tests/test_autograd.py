@@ -444,6 +444,16 @@ SAMPLES.update(
                 [nhwc((1, 2, 4, 5)), leaf((2, 2, 2, 2), seed=1)],
             ),
             ("unbatched_1x1", NNF.conv2d, [leaf((3, 2, 3)), leaf((2, 3, 1, 1), seed=1)]),
+            (
+                "depthwise_nhwc_stride2",
+                lambda x, w, b: NNF.conv2d(x, w, b, stride=2, padding=1, groups=3),
+                [nhwc((2, 3, 5, 6)), leaf((6, 1, 3, 3), seed=1), leaf((6,), seed=2)],
+            ),
+            (
+                "depthwise_3x3",
+                lambda x, w: NNF.conv2d(x, w, padding=1, groups=4),
+                [leaf((1, 4, 5, 5)), leaf((4, 1, 3, 3), seed=1)],
+            ),
         ],
         "conv2d_backward_input": [
             (
