@@ -28,6 +28,7 @@ bindings.install(globals(), "nn.functional")
 _NATIVE_BATCH_NORM = OPERATORS["native_batch_norm"]
 _NATIVE_LRN = OPERATORS["native_local_response_norm"]
 _CONV_INPUT = OPERATORS["conv2d_backward_input"]
+_RESAMPLE = OPERATORS["resample2d"]
 # the internal pooling operators without indices, behind bindings that check arguments
 _max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
 _min_pool_values = bindings.generated_binding(OPERATORS["min_pool2d"])
@@ -278,12 +279,41 @@ def pad(
             f"pad: mode {mode!r} pads the last 1-3 axes of a (batch and) channels input: "
             f"{len(pad)} pads need a {dims + 1}-D or {dims + 2}-D input, got shape {input.shape}"
         )
+    tables = []
     for axis, (before, after) in zip(axes, zip(pad[::2], pad[1::2])):
         size = input.shape[axis]
         _PAD_CHECKS[mode](before, after, size, axis)
-        index = _PAD_INDICES[mode](np.arange(-before, size + after), size)
-        input = input[(slice(None),) * axis + (ops.asarray(index),)]
-    return input
+        tables.append(_PAD_INDICES[mode](np.arange(-before, size + after), size))
+    # the last two axes by resample2d (one of height 1 for a single padded axis), a
+    # third by indexing
+    shape = input.shape
+    if dims == 1:
+        tables.append(np.zeros(1, np.int64))
+        input = ops.expand_dims(input, axis=-2)
+    elif dims == 3:
+        input = ops.reshape(input, (*shape[:-4], shape[-4] * shape[-3], *shape[-2:]))
+    out = _resample(input, tables[1], tables[0])
+    if dims == 1:
+        return ops.squeeze(out, axis=-2)
+    if dims == 3:
+        out = ops.reshape(out, (*shape[:-2], *out.shape[-2:]))
+        out = out[(slice(None),) * (input.ndim - 3 + dims - 2) + (ops.asarray(tables[2]),)]
+    return out
+
+
+def _resample(input, rows, cols, row_weights=None, col_weights=None):
+    """resample2d with tables (NumPy arrays: indices (size,) or (size, taps), weights
+    (size, taps)) made tensors on the input's device."""
+    device = input.device
+
+    def table(a, dtype=dtypes.int64):
+        a = a.reshape(a.shape[0], -1)
+        return ops.asarray(np.ascontiguousarray(a), dtype=dtype, device=device)
+
+    if row_weights is None:
+        return _RESAMPLE(input, table(rows), table(cols), None, None)
+    weights = (table(w, input.dtype) for w in (row_weights, col_weights))
+    return _RESAMPLE(input, table(rows), table(cols), *weights)
 
 
 def _pad_constant(input: Tensor, axis: int, before: int, after: int, fill: float) -> Tensor:
@@ -376,25 +406,22 @@ def interpolate(
         scales = [1.0 / f for f in factors]
     if min(sizes) < 1:
         raise ValueError(f"{fn}: the output size {sizes} must be positive")
-    for axis, (n, o, scale) in enumerate(zip(sizes_in, sizes, scales), start=2):
+    tables, weights = [], []
+    for n, o, scale in zip(sizes_in, sizes, scales):
         dst = np.arange(o, dtype=np.float64)
-        take = (slice(None),) * axis
         if mode == "nearest":
             index = np.floor(dst.astype(np.float32) * np.float32(scale)).astype(np.int64)
-            index = np.minimum(index, n - 1)
-            input = input[take + (ops.asarray(index),)]
+            tables.append(np.minimum(index, n - 1))
             continue
         if align_corners:
             src = dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
         else:
             src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
         lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
-        hi = np.minimum(lo + 1, n - 1)
-        shape = (o,) + (1,) * (3 - axis)
-        weight = ops.asarray((src - lo).reshape(shape), dtype=input.dtype, device=input.device)
-        near, far = input[take + (ops.asarray(lo),)], input[take + (ops.asarray(hi),)]
-        input = near + (far - near) * weight
-    return input
+        far = src - lo
+        tables.append(np.stack([lo, np.minimum(lo + 1, n - 1)], axis=1))
+        weights.append(np.stack([1.0 - far, far], axis=1))
+    return _resample(input, *tables, *weights)
 
 
 @checked

@@ -8,11 +8,12 @@ activation.py     relu, leaky_relu, gelu, sigmoid and their gradients; softmax
 loss.py           nll_loss, mse_loss
 layout.py         NCHW and channels-last memory (Note [Layouts]), to_layout
 windows.py        window tables of convolution and pooling
+resize.py         resampling (interpolate, pad's reflect, replicate, circular modes)
 """
 
-from . import activation, conv, layout, loss, normalization, pooling
+from . import activation, conv, layout, loss, normalization, pooling, resize
 
-MODULES = (activation, conv, layout, loss, normalization, pooling)
+MODULES = (activation, conv, layout, loss, normalization, pooling, resize)
 
 
 def register(registry):
