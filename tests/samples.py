@@ -816,6 +816,32 @@ def _conv2d_backward(fn, d, t):
     return out
 
 
+def _resample_cases(t):
+    """(input, rows, cols, row weights, col weights, label): an NHWC view and bilinear
+    weights, a transposed view with one tap (a gather), an empty batch"""
+    nhwc = F.to_layout(t((2, 3, 4, 5)), "NHWC")
+    return [
+        (nhwc, t.ints((7, 2), 0, 4), t.ints((3, 2), 0, 5), t((7, 2), lo=0, hi=1),
+         t((3, 2), lo=0, hi=1), "nhwc-weights"),
+        (t((1, 2, 5, 4), "T"), t.ints((6, 1), 0, 5), t.ints((9, 1), 0, 4), None, None,
+         "T-gather"),
+        (t((0, 2, 3, 3)), t.ints((4, 1), 0, 3), t.ints((2, 1), 0, 3), None, None, "empty"),
+    ]  # fmt: skip
+
+
+@sample_of("resample2d", "resample2d_backward", dtypes=NN_DTYPES)
+def _resample2d(fn, d, t):
+    out = []
+    for x, rows, cols, rw, cw, label in _resample_cases(t):
+        if fn.name == "resample2d":
+            args = (x, rows, cols, rw, cw)
+        else:
+            args = (t((*x.shape[:-2], rows.shape[0], cols.shape[0]), "flip"), rows, cols, rw, cw, x)
+        # the tables and their weights are constants (interpolate's, pad's): no gradient
+        out.append(Sample(fn, args, label=label, grad_args=(0,)))
+    return out
+
+
 @sample_of("linear", dtypes=NN_DTYPES)
 def _linear(fn, d, t):
     return [
