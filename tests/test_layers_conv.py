@@ -283,6 +283,26 @@ def test_adaptive_avg_pool2d_any_output_size():
     _close(out.numpy(), expected, np.float64)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_adaptive_max_pool2d_any_output_size(layout):
+    x = RNG.standard_normal((2, 3, 7, 10))
+    x[0, 0, 1, 1] = np.nan  # a NaN wins its windows
+    out, indices = F.adaptive_max_pool2d(_tensor(x, layout), (3, 4), return_indices=True)
+    for i in range(3):
+        for j in range(4):
+            r0, r1 = i * 7 // 3, -(-(i + 1) * 7 // 3)
+            c0, c1 = j * 10 // 4, -(-(j + 1) * 10 // 4)
+            window = x[:, :, r0:r1, c0:c1].reshape(2, 3, -1)
+            first = np.argmax(np.where(np.isnan(window), np.inf, window), axis=-1)
+            rows, cols = r0 + first // (c1 - c0), c0 + first % (c1 - c0)
+            np.testing.assert_array_equal(indices.numpy()[:, :, i, j], rows * 10 + cols)
+            np.testing.assert_array_equal(out.numpy()[:, :, i, j], np.nanmax(window, -1) * (
+                1 + 0 * window.sum(-1)))  # fmt: skip
+    assert F.layout_of(out) == layout
+    leaf = lm.asarray(RNG.standard_normal((1, 2, 5, 7))).requires_grad_()
+    assert gradcheck(lambda x: F.adaptive_max_pool2d(x, (3, 2)), [leaf])
+
+
 def test_modules_conv1d_and_transpose():
     m = nn.Conv1d(4, 6, 3, padding=1, groups=2)
     assert m.weight.shape == (6, 2, 3)

@@ -99,17 +99,44 @@ def _needs_grad(input: Tensor) -> bool:
 def adaptive_max_pool2d(
     input: Tensor, output_size: Size2, return_indices: bool = False
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Max pooling to output_size where the input's size is a multiple of it (windows of
-    equal size, as adaptive pooling makes them then)."""
+    """The largest value of each window [floor(i H / h), ceil((i + 1) H / h)) x (the
+    same along W), and with return_indices its flat index into the H x W plane; max
+    pooling's rules (the first largest value, a NaN wins). Where the input's size is a
+    multiple of output_size the windows are max_pool2d's."""
     h, w = input.shape[-2:]
     sizes = meta.adaptive_output_size("adaptive_max_pool2d", input, output_size)
-    if h % sizes[0] or w % sizes[1]:
-        raise ValueError(
-            f"adaptive_max_pool2d: the input's size {h} x {w} must be a multiple of "
-            f"output_size {sizes} (windows of unequal size are not supported)"
-        )
-    kernel = (h // sizes[0], w // sizes[1])
-    return max_pool2d(input, kernel, kernel, return_indices=return_indices)
+    if h % sizes[0] == 0 and w % sizes[1] == 0:
+        kernel = (h // sizes[0], w // sizes[1])
+        return max_pool2d(input, kernel, kernel, return_indices=return_indices)
+    indices = _adaptive_max_indices(input.detach(), sizes)
+    if layout_of(input) == "NHWC":  # the values follow the indices' layout
+        indices = to_layout(indices, "NHWC")  # noqa: F821 (from the schema)
+    out = OPERATORS["pool2d_gather"](input, indices)
+    return (out, indices) if return_indices else out
+
+
+def _adaptive_max_indices(x: Tensor, sizes: tuple[int, int]) -> Tensor:
+    """Each adaptive window's argmax (flat into the plane): the window's k-th taps of
+    every window, for each k, gathered by resample2d (a window shorter than the longest
+    repeats its last tap, which changes no maximum) and the first largest (or NaN)
+    taken, window taps in row-major order."""
+    taps = []  # per axis: (window tap, output position) -> input position
+    for n, o in zip(x.shape[-2:], sizes):
+        first = np.arange(o) * n // o
+        last = -(-(np.arange(o) + 1) * n // o)  # one past the window
+        longest = int((last - first).max())
+        taps.append(np.minimum(first[None] + np.arange(longest)[:, None], last[None] - 1))
+    candidates = [_resample(x, r, c) for r in taps[0] for c in taps[1]]
+    stacked = ops.stack(candidates, axis=-1)
+    nan_first = ops.where(ops.isnan(stacked), np.inf, stacked)  # a NaN wins, as in max pooling
+    best = ops.argmax(nan_first, axis=-1)
+    width = x.shape[-1]
+    positions = np.stack([r[:, None] * width + c[None] for r in taps[0] for c in taps[1]])
+    table = ops.asarray(positions.transpose(1, 2, 0).reshape(-1), device=x.device)
+    flat = best + ops.asarray(
+        np.arange(sizes[0] * sizes[1]) * len(candidates), device=x.device
+    ).reshape(sizes)
+    return table[flat]
 
 
 # ---------------------------------------------------------------- convolution variants
