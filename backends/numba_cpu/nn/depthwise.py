@@ -125,22 +125,47 @@ def weight_grad_nchw(xs, ys, w, acc, i, j):
         row[k] += xs[k] * ys[k]
 
 
-def forward_pixels(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
+@jitable(**jit.CALLEE, inline="always")
+def pad_image(x, pt, pl, padded):
+    """padded = image x (H, W, C) with pt rows and pl columns of zeros before it and
+    zeros after it up to padded's size."""
+    h, w = x.shape[0], x.shape[1]
+    for r in range(padded.shape[0]):
+        for q in range(padded.shape[1]):
+            dst, ih, iw = padded[r, q], r - pt, q - pl
+            if 0 <= ih < h and 0 <= iw < w:
+                src = x[ih, iw]
+                for k in range(dst.size):
+                    dst[k] = src[k]
+            else:
+                for k in range(dst.size):
+                    dst[k] = 0
+
+
+def forward_pixels(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w, padded):
     """The NHWC forward pass output pixel by output pixel: each pixel's channels sum
     their taps while in the L1 cache, and a 3 x 3 kernel with every tap inside the
     input and no channel multiplier (MobileNet's) sums its nine taps in one loop over
-    the channels, in registers (Note [Depthwise convolution])."""
+    the channels, in registers (Note [Depthwise convolution]). Given a ``padded``
+    image (not 0 x 0: small images, whose border pixels would be most of them), each
+    image is first copied into it zero-padded, and every pixel has its nine taps."""
     kh, kw = w.shape[0], w.shape[1]
     h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
     w0, w1 = lo_w.max(), hi_w.min()
     nine = kh == 3 and kw == 3 and m == 1
+    if padded.shape[0]:
+        h0, h1, w0, w1 = 0, y.shape[1], 0, y.shape[2]
     for n in range(y.shape[0]):
+        image, top, left = x[n], pt, pl
+        if padded.shape[0]:
+            pad_image(image, pt, pl, padded)
+            image, top, left = padded, 0, 0
         for oh in range(y.shape[1]):
-            ih = oh * sh - pt
+            ih = oh * sh - top
             for ow in range(y.shape[2]):
-                ys, iw = y[n, oh, ow], ow * sw - pl
+                ys, iw = y[n, oh, ow], ow * sw - left
                 if nine and h0 <= oh < h1 and w0 <= ow < w1:
-                    x0, x1, x2 = x[n, ih], x[n, ih + dh], x[n, ih + 2 * dh]
+                    x0, x1, x2 = image[ih], image[ih + dh], image[ih + 2 * dh]
                     a, b, c = iw, iw + dw, iw + 2 * dw
                     w0_, w1_, w2_ = w[0], w[1], w[2]
                     for k in range(ys.size):
@@ -163,7 +188,7 @@ def forward_pixels(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, h
                     if lo_h[i] <= oh < hi_h[i]:
                         for j in range(kw):
                             if lo_w[j] <= ow < hi_w[j]:
-                                multiply_add(ys, x[n, ih + i * dh, iw + j * dw], w[i, j], m)
+                                multiply_add(ys, image[ih + i * dh, iw + j * dw], w[i, j], m)
 
 
 def nchw_taps(tap, with_bias, with_sums, sw):
@@ -220,7 +245,7 @@ def _compiled(layout, mode, sw, dtype):
     a1, a3, a4 = (jit.array(dtype, d) for d in (1, 3, 4))
     if layout == NHWC:
         key = (layout, mode, dtype)
-        sig = t.void(a4, a3, a4, a1, *[i64] * 7, idx, idx, idx, idx)
+        sig = t.void(a4, a3, a4, a1, *[i64] * 7, idx, idx, idx, idx, *[a3][: mode == "forward"])
 
         def build():
             kernel = forward_pixels if mode == "forward" else nhwc_taps(_NHWC[mode])
@@ -247,11 +272,28 @@ def _run(mode, layout, x, w, y, bias, geo, stride, pads, dilation):
     kernel = _compiled(layout, mode, sw, x.dtype)
     if bias is None:
         bias = np.zeros(y.shape[3] if layout == NHWC else y.shape[1], x.dtype)
-    if layout == NHWC:
+    if layout == NHWC and mode == "forward":
+        kernel(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, *rows, *cols, _padded(geo, w, x.dtype))
+    elif layout == NHWC:
         kernel(x, w, y, bias, m, sh, sw, pt, pl, dh, dw, *rows, *cols)
     else:
         acc = np.zeros((geo.kh, geo.kw, geo.wo) if mode == "weight" else (1, 1, 1), x.dtype)
         kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, *rows, *cols)
+
+
+# The small images whose forward pass runs zero-padded (forward_pixels), and only
+# where the weight is finite: padding reads zeros where the direct loops read nothing,
+# and an infinite or NaN weight times a zero would spread NaN over the border.
+SMALL_IMAGE = 400
+
+
+def _padded(geo, w, dtype):
+    """forward_pixels' padded image (a 0 x 0 one where it runs unpadded)."""
+    if geo.h * geo.w > SMALL_IMAGE or not np.isfinite(w).all():
+        return np.empty((0, 0, 0), dtype)
+    hp = (geo.ho - 1) * geo.sh + geo.dh * (geo.kh - 1) + 1
+    wp = (geo.wo - 1) * geo.sw + geo.dw * (geo.kw - 1) + 1
+    return np.empty((hp, wp, geo.c), dtype)
 
 
 def _geometry(geo):

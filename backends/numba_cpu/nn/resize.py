@@ -9,7 +9,8 @@ small (one entry per output row and column), computed by lamina.nn.functional.
     NHWC: each output pixel is a contiguous run of channels: the innermost loop copies
           (or weighs) whole pixels, and vectorizes for any table;
     NCHW: each output row first combines its one or two input rows (contiguous,
-          vectorized), then gathers its columns from that row.
+          vectorized), then gathers its columns from that row; one tap per axis whose
+          columns come in long runs (padding's) copies the runs.
 
 The adjoint scatters the same way: per image in NHWC, per plane in NCHW, so a thread
 never adds into another's memory. Big calls run their images (planes) on lamina's
@@ -36,7 +37,7 @@ threads.on_change(_set_threshold)
 
 
 def forward_nhwc(taps, loop):
-    def kernel(x, out, rows, cols, rw, cw, work):
+    def kernel(x, out, rows, cols, rw, cw, work, runs):
         ho, wo = out.shape[1], out.shape[2]
         for n in loop(out.shape[0]):
             for i in range(ho):
@@ -61,7 +62,7 @@ def forward_nhwc(taps, loop):
 def backward_nhwc(taps, loop):
     """The adjoint of forward_nhwc into gx (zeros), one image per job."""
 
-    def kernel(gx, grad, rows, cols, rw, cw, work):
+    def kernel(gx, grad, rows, cols, rw, cw, work, runs):
         ho, wo = grad.shape[1], grad.shape[2]
         for n in loop(grad.shape[0]):
             for i in range(ho):
@@ -90,7 +91,7 @@ def backward_nhwc(taps, loop):
 def forward_nchw(taps, loop):
     """Planes x (P, H, W) -> out (P, Ho, Wo); ``work`` holds one row per chunk."""
 
-    def kernel(x, out, rows, cols, rw, cw, work):
+    def kernel(x, out, rows, cols, rw, cw, work, runs):
         planes, ho, wo = out.shape[0], out.shape[1], out.shape[2]
         chunks = work.shape[0]
         for chunk in loop(chunks):
@@ -98,6 +99,14 @@ def forward_nchw(taps, loop):
             for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
                 for i in range(ho):
                     orow = out[p, i]
+                    if taps == 1 and runs.shape[0]:
+                        src = x[p, rows[i, 0]]
+                        for r in range(runs.shape[0]):
+                            d0, s0, length = runs[r, 0], runs[r, 1], runs[r, 2]
+                            dst, run = orow[d0 : d0 + length], src[s0 : s0 + length]
+                            for k in range(length):
+                                dst[k] = run[k]
+                        continue
                     if taps == 1:
                         src = x[p, rows[i, 0]]
                         for j in range(wo):
@@ -115,7 +124,7 @@ def forward_nchw(taps, loop):
 def backward_nchw(taps, loop):
     """The adjoint of forward_nchw into gx (zeros)."""
 
-    def kernel(gx, grad, rows, cols, rw, cw, work):
+    def kernel(gx, grad, rows, cols, rw, cw, work, runs):
         planes, ho, wo = grad.shape[0], grad.shape[1], grad.shape[2]
         chunks = work.shape[0]
         for chunk in loop(chunks):
@@ -158,11 +167,27 @@ def _run(template, taps, images, other, rows, cols, rw, cw, layout):
     w2 = jit.array(dtype, 2)
 
     def build():
-        sig = t.void(a, a, i2, i2, w2, w2, w2)
+        sig = t.void(a, a, i2, i2, w2, w2, w2, i2)
         return jit.compile_kernel(template(taps, loop), sig, parallel=big, nogil=True)
 
     kernel = jit.cached((template, taps, dtype, loop), build)
-    kernel(images, other, rows, cols, rw, cw, work)
+    runs = _runs(cols) if taps == 1 and layout != NHWC and template is forward_nchw else _NO_RUNS
+    kernel(images, other, rows, cols, rw, cw, work, runs)
+
+
+_NO_RUNS = np.empty((0, 3), np.int64)
+
+
+def _runs(cols):
+    """(output column, input column, length) of each run of consecutive input columns
+    in a one-tap table, where the runs are long enough to copy as runs (padding's
+    tables: one long run and short ones at the edges), else none (nearest's)."""
+    table = cols[:, 0]
+    starts = np.flatnonzero(np.diff(table, prepend=table[0] - 2) != 1)
+    if 4 * len(starts) > len(table):
+        return _NO_RUNS
+    lengths = np.diff(np.append(starts, len(table)))
+    return np.ascontiguousarray(np.stack([starts, table[starts], lengths], axis=1))
 
 
 _TEMPLATES = {
