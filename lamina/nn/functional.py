@@ -291,9 +291,12 @@ def pad(
     axes = range(input.ndim - 1, input.ndim - 1 - len(pad) // 2, -1)  # last axis first
     if mode == "constant":
         fill = 0.0 if value is None else value
+        pixels_last = len(pad) <= 4 and input.ndim == 4 and layout_of(input) == "NHWC"
+        if pixels_last:  # pad the (N, H, W, C) view: its concats copy contiguous runs
+            input, axes = ops.permute_dims(input, (0, 2, 3, 1)), (2, 1)
         for axis, (before, after) in zip(axes, zip(pad[::2], pad[1::2])):
             input = _pad_constant(input, axis, before, after, fill)
-        return input
+        return ops.permute_dims(input, (0, 3, 1, 2)) if pixels_last else input
     if mode not in _PAD_INDICES:
         raise ValueError(
             f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}"
