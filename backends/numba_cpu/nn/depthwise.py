@@ -9,17 +9,20 @@ one skinny GEMM per group (measured on 16x144x56x56, 3x3, one thread, channels-l
 bound test per element: the output rows and columns whose tap falls inside the input
 are tables (windows.tap_ranges). Their innermost loop is contiguous:
 
-    NHWC: over the channels of one pixel (``tap_nhwc``): out[n, oh, ow, :] +=
-          x[n, ih, iw, :] * w[i, j, :];
-    NCHW: over the output columns of one output row (``tap_nchw``): out[n, co, oh, a:b]
-          += w[co, i, j] * x[n, c, ih, a sw + off : b sw + off : sw], the stride a
-          compile-time constant (unit stride vectorizes; stride 2 loads pairs).
+    NHWC: over the channels of one pixel. The forward pass runs output pixel by output
+          pixel (``forward_pixels``), a 3 x 3 kernel's pixels with all taps inside
+          the input summing their nine taps in one loop (``nine_taps``); small images
+          are copied zero-padded first, so that every pixel is such a one. The input
+          gradient of a stride-1 convolution is that forward pass of grad with the
+          flipped kernel (a gather); other gradients visit (output pixel, tap) pairs
+          (``nhwc_taps``), scattering into the input's gradient or accumulating
+          x * grad into the weight's.
+    NCHW: over the output columns of one output row and one tap (``nchw_taps``):
+          out[n, co, oh, a:b] += w[co, i, j] * x[n, c, ih, a sw + off : b sw + off : sw],
+          the stride a compile-time constant (unit stride vectorizes); the weight
+          gradient accumulates into a row per tap, summed at the end of each plane, so
+          the innermost loop is no reduction.
 
-The three operators are one loop over (image, output row, tap, output pixel) each per
-layout (``nhwc_taps``, ``nchw_taps``), differing only in what a tap does: the forward
-pass accumulates into the output, the input gradient scatters into the input's
-gradient (the adjoint), the weight gradient accumulates x * grad per tap (NCHW: into a
-row per tap, summed at the end of each plane, so the innermost loop is no reduction).
 Each kernel runs serially on a range of images; threads take the batch in parts (Note
 [Split convolutions] in conv.py), the weight gradient summing the parts'. The NHWC
 kernels take no channel multiplier, which would break their loop over channels into
@@ -70,7 +73,7 @@ def nhwc_taps(tap):
     y (N, Ho, Wo, C_out) for the gradients: ``tap`` updates x or w from the two others
     at one (input pixel, kernel tap, output pixel)."""
 
-    def kernel(x, w, y, bias, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
+    def kernel(x, w, y, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
         kh, kw = w.shape[0], w.shape[1]
         for n in range(y.shape[0]):
             for oh in range(y.shape[1]):
@@ -245,7 +248,12 @@ def _compiled(layout, mode, sw, dtype):
     a1, a3, a4 = (jit.array(dtype, d) for d in (1, 3, 4))
     if layout == NHWC:
         key = (layout, mode, dtype)
-        sig = t.void(a4, a3, a4, a1, *[i64] * 6, idx, idx, idx, idx, *[a3][: mode == "forward"])
+        tables = (*[i64] * 6, idx, idx, idx, idx)
+        sig = (
+            t.void(a4, a3, a4, a1, *tables, a3)
+            if mode == "forward"
+            else t.void(a4, a3, a4, *tables)
+        )
 
         def build():
             kernel = forward_pixels if mode == "forward" else nhwc_taps(_NHWC[mode])
@@ -270,12 +278,12 @@ def _run(mode, layout, x, w, y, bias, geo, stride, pads, dilation):
     rows = tap_ranges(geo.h, geo.ho, geo.kh, sh, pt, dh)
     cols = tap_ranges(geo.w, geo.wo, geo.kw, sw, pl, dw)
     kernel = _compiled(layout, mode, sw, x.dtype)
-    if bias is None:
+    if bias is None:  # the forward kernels start from it
         bias = np.zeros(y.shape[3] if layout == NHWC else y.shape[1], x.dtype)
     if layout == NHWC and mode == "forward":
         kernel(x, w, y, bias, sh, sw, pt, pl, dh, dw, *rows, *cols, _padded(geo, w, x.dtype))
     elif layout == NHWC:
-        kernel(x, w, y, bias, sh, sw, pt, pl, dh, dw, *rows, *cols)
+        kernel(x, w, y, sh, sw, pt, pl, dh, dw, *rows, *cols)
     else:
         acc = np.zeros((geo.kh, geo.kw, geo.wo) if mode == "weight" else (1, 1, 1), x.dtype)
         kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, *rows, *cols)
