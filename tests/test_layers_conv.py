@@ -327,6 +327,7 @@ BAD = [
      "output_padding"),
     (lambda: F.conv_transpose2d(_ones(1, 6, 5, 5), _ones(6, 2, 3, 3), groups=4), "groups=4"),
     (lambda: F.pad(lm.zeros((1, 2, 3)), (1, 2, 3)), "pad must hold an even number"),
+    (lambda: F.conv1d(_ones(1, 4, 5), _ones(4, 3, 3), groups=3), "groups=3"),
     (lambda: F.pad(lm.zeros((1, 2, 3)), (3, 0), "reflect"), "smaller than the size 3"),
     (lambda: F.pad(lm.zeros((1, 2, 3, 4)), (1, 1), "replicate"), "2-D or 3-D input"),
     (lambda: F.pad(lm.zeros((1, 2, 3)), (1, 1), "wrap"), "mode must be"),
@@ -339,3 +340,9 @@ BAD = [
 def test_bad_input_is_refused_clearly(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_conv_transpose2d_refuses_mixed_dtypes():
+    weight = lm.ones((4, 2, 3, 3), dtype=lm.float64)
+    with pytest.raises(TypeError, match="weight has dtype"):
+        F.conv_transpose2d(lm.ones((1, 4, 5, 5), dtype=lm.float32), weight)

@@ -8,7 +8,7 @@ functions below are composites of operators, as in PyTorch:
 pooling with ``return_indices``, batch and local response normalization over the
 internal operators that also return what backward needs, cross_entropy, dropout,
 flatten and ``layout_of``; conv1d and conv_transpose2d over conv2d's operators, pad and
-interpolate over indexing.
+interpolate over resample2d (Note [Resampling]).
 """
 
 from __future__ import annotations
@@ -225,6 +225,9 @@ def conv_transpose2d(
             f"{fn}: input has {input.shape[-3]} channels, but weight {weight.shape} expects "
             f"{weight.shape[0]}"
         )
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.dtype != input.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype}, but input has dtype {input.dtype}")
     stride, padding, dilation, output_padding = (
         arguments.pair(v, fn, name)
         for v, name in (
