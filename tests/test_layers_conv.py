@@ -81,13 +81,24 @@ def test_depthwise_matches_oracle(case, dtype, layout):
         assert F.layout_of(out) == F.layout_of(lx.grad) == layout
 
 
-@pytest.mark.parametrize("groups", [1, 2, 4, 8])
-def test_every_groups_value_matches_oracle(groups):
-    x = RNG.standard_normal((2, 8, 7, 6))
-    wt = RNG.standard_normal((8, 8 // groups, 3, 3))
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("groups", [1, 2, 4, 16])
+def test_every_groups_value_matches_oracle(groups, layout):
+    """16 channels: 2 groups of 8 run group by group (Winograd's), 4 and 16
+    (depthwise) not."""
+    x, wt = RNG.standard_normal((2, 16, 7, 6)), RNG.standard_normal((16, 16 // groups, 3, 3))
     args = _checked_conv(x, wt, None, 1, 1, 1, groups)
-    out = F.conv2d(lm.asarray(x), lm.asarray(wt), None, 1, 1, 1, groups)
+    lx, lw = _tensor(x, layout, True), lm.asarray(wt).requires_grad_()
+    out = F.conv2d(lx, lw, None, 1, 1, 1, groups)
+    g = RNG.standard_normal(out.shape)
+    out.backward(_tensor(g, layout))
+    geometry = args[3:]
     _close(out.numpy(), ref.conv2d(None, *args).numpy(), np.float64)
+    gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *geometry)
+    _close(lx.grad.numpy(), gx.numpy(), np.float64)
+    gw, _ = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry)
+    _close(lw.grad.numpy(), gw.numpy(), np.float64)
+    assert F.layout_of(out) == F.layout_of(lx.grad) == layout
 
 
 def test_depthwise_gradcheck_both_layouts():
