@@ -879,6 +879,8 @@ DERIVATIVES = {
 _CONV = OPERATORS["conv2d"]
 _CONV_INPUT = OPERATORS["conv2d_backward_input"]
 _CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+_RESAMPLE = OPERATORS["resample2d"]
+_RESAMPLE_BACKWARD = OPERATORS["resample2d_backward"]
 _SCATTER = OPERATORS["pool2d_scatter"]
 _GATHER = OPERATORS["pool2d_gather"]
 _AVG = OPERATORS["avg_pool2d"]
@@ -1189,6 +1191,16 @@ DERIVATIVES.update(
             D("conv2d", _conv2d, saves=(0, 1)),
             D("conv2d_backward_input", _conv2d_backward_input, saves=(0, 1)),
             D("conv2d_backward_weight", _conv2d_backward_weight, saves=(0, 1)),
+            D(  # the tables and weights are constants: no gradient
+                "resample2d",
+                lambda g, r, n, x, *tables: (_RESAMPLE_BACKWARD(g, *tables, x), *_NONE[:4]),
+                saves=(0, 1, 2, 3, 4),  # the input for its shape and layout
+            ),
+            D(
+                "resample2d_backward",
+                lambda u, r, n, g, *tables_and_x: (_RESAMPLE(u, *tables_and_x[:4]), *_NONE[:5]),
+                saves=(1, 2, 3, 4),
+            ),
             D("linear", _linear, saves=(0, 1)),
             D("max_pool2d", _values_pool("max_pool2d_with_indices"), saves=(0,)),
             D("min_pool2d", _values_pool("min_pool2d_with_indices"), saves=(0,)),

@@ -1548,6 +1548,31 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     return _call("concat", parts, 0), grad_bias
 
 
+def _resample_matrix(table: Tensor, weights: Tensor | None, size: int, like: Tensor) -> Tensor:
+    """(len(table), size): each output position's weight on each input position."""
+    positions = ops.arange(size, device=like.device)
+    hits = ops.astype(ops.expand_dims(table, axis=-1) == positions, like.dtype)  # (o, taps, n)
+    if weights is None:
+        return hits[:, 0]
+    return ops.sum(hits * ops.expand_dims(weights, axis=-1), axis=1)
+
+
+@decomposition("resample2d")
+def resample2d(ks, input, rows, cols, row_weights, col_weights):
+    h, w = input.shape[-2:]
+    mh = _resample_matrix(rows, row_weights, h, input)
+    mw = _resample_matrix(cols, col_weights, w, input)
+    return _pool_rows_columns(input, mh, mw)
+
+
+@decomposition("resample2d_backward")
+def resample2d_backward(ks, grad, rows, cols, row_weights, col_weights, input):
+    h, w = input.shape[-2:]
+    mh = _resample_matrix(rows, row_weights, h, grad)
+    mw = _resample_matrix(cols, col_weights, w, grad)
+    return _pool_rows_columns(grad, ops.matrix_transpose(mh), ops.matrix_transpose(mw))
+
+
 @decomposition("conv2d_backward_input")
 def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, groups):
     """A convolution of grad, spread out by the stride, with the flipped, transposed

@@ -129,6 +129,8 @@ IMAGE = frozenset(
     {
         "conv2d",
         "conv2d_backward_input",
+        "resample2d",
+        "resample2d_backward",
         "max_pool2d",
         "min_pool2d",
         "max_pool2d_with_indices",

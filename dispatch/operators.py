@@ -593,6 +593,29 @@ define(
     doc="conv2d's gradients with respect to its weight and its bias: (grad_weight, grad_bias).",
 )
 define(
+    "resample2d(input: Tensor, rows: Tensor, cols: Tensor, row_weights: Tensor | None = None, "
+    "col_weights: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.resample2d,
+    doc="Each output pixel (i, j) of an image is input[..., rows[i, a], cols[j, b]] weighted "
+    "by row_weights[i, a] col_weights[j, b], summed over the taps a and b (without weights: "
+    "the first tap alone): interpolate's sampling, and pad's in its reflect, replicate and "
+    "circular modes, in the input's layout.",
+)
+define(
+    "resample2d_backward(grad: Tensor, rows: Tensor, cols: Tensor, row_weights: Tensor | "
+    "None, col_weights: Tensor | None, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="resample2d's gradient with respect to its input (its adjoint), in the input's shape "
+    "and layout (its values are not read).",
+)
+define(
     "linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor",
     "nn",
     dtypes=FLOATING,

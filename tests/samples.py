@@ -791,6 +791,8 @@ def _conv_cases(t):
         (t((2, 6, 6, 5), "flip"), t((3, 2, 2, 2)), t((3,)), (1, 1), (1, 2, 1, 2), (2, 3), 3,
          "same", "groups-same"),
         (t((0, 3, 4, 4)), t((2, 3, 2, 2)), None, (1, 1), (0, 0, 0, 0), (1, 1), 1, 0, "empty"),
+        (t((2, 3, 7, 6)), t((6, 1, 3, 3)), t((6,)), (2, 2), (1, 1, 1, 1), (1, 1), 3, 1,
+         "depthwise-multiplier"),
     ]  # fmt: skip
 
 
@@ -811,6 +813,32 @@ def _conv2d_backward(fn, d, t):
             out.append(S(fn, grad, w, x, s, pad, dil, g, label=label))
         else:
             out.append(S(fn, grad, x, w.shape, s, pad, dil, g, label=label))
+    return out
+
+
+def _resample_cases(t):
+    """(input, rows, cols, row weights, col weights, label): an NHWC view and bilinear
+    weights, a transposed view with one tap (a gather), an empty batch"""
+    nhwc = F.to_layout(t((2, 3, 4, 5)), "NHWC")
+    return [
+        (nhwc, t.ints((7, 2), 0, 4), t.ints((3, 2), 0, 5), t((7, 2), lo=0, hi=1),
+         t((3, 2), lo=0, hi=1), "nhwc-weights"),
+        (t((1, 2, 5, 4), "T"), t.ints((6, 1), 0, 5), t.ints((9, 1), 0, 4), None, None,
+         "T-gather"),
+        (t((0, 2, 3, 3)), t.ints((4, 1), 0, 3), t.ints((2, 1), 0, 3), None, None, "empty"),
+    ]  # fmt: skip
+
+
+@sample_of("resample2d", "resample2d_backward", dtypes=NN_DTYPES)
+def _resample2d(fn, d, t):
+    out = []
+    for x, rows, cols, rw, cw, label in _resample_cases(t):
+        if fn.name == "resample2d":
+            args = (x, rows, cols, rw, cw)
+        else:
+            args = (t((*x.shape[:-2], rows.shape[0], cols.shape[0]), "flip"), rows, cols, rw, cw, x)
+        # the tables and their weights are constants (interpolate's, pad's): no gradient
+        out.append(Sample(fn, args, label=label, grad_args=(0,)))
     return out
 
 

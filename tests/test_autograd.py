@@ -405,6 +405,7 @@ SAMPLES = {
 NNF = lm.nn.functional
 CONV_INPUT = OPERATORS["conv2d_backward_input"]
 CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+RESAMPLE_BACKWARD = OPERATORS["resample2d_backward"]
 SCATTER, GATHER = OPERATORS["pool2d_scatter"], OPERATORS["pool2d_gather"]
 AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
 ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
@@ -422,6 +423,15 @@ def _image(*shape, nhwc=False):
     operators that read only an input's shape and layout."""
     x = const(np.zeros(shape))
     return NNF.to_layout(x, "NHWC") if nhwc else x
+
+
+def _bilinear_tables():
+    """resample2d's tables of a 3 x 4 image resized bilinearly to 5 x 7 (made on the
+    samples' device)."""
+    rows = index([[0, 1], [0, 1], [1, 2], [1, 2], [2, 2]])
+    cols = index([[0, 1], [0, 1], [1, 2], [1, 2], [2, 3], [2, 3], [3, 3]])
+    weights = (const(np.random.default_rng(3).uniform(0, 1, (n, 2))) for n in (5, 7))
+    return (rows, cols, *weights)
 
 
 def _pool_indices():
@@ -444,6 +454,31 @@ SAMPLES.update(
                 [nhwc((1, 2, 4, 5)), leaf((2, 2, 2, 2), seed=1)],
             ),
             ("unbatched_1x1", NNF.conv2d, [leaf((3, 2, 3)), leaf((2, 3, 1, 1), seed=1)]),
+            (
+                "depthwise_nhwc_stride2",
+                lambda x, w, b: NNF.conv2d(x, w, b, stride=2, padding=1, groups=3),
+                [nhwc((2, 3, 5, 6)), leaf((6, 1, 3, 3), seed=1), leaf((6,), seed=2)],
+            ),
+            (
+                "depthwise_3x3",
+                lambda x, w: NNF.conv2d(x, w, padding=1, groups=4),
+                [leaf((1, 4, 5, 5)), leaf((4, 1, 3, 3), seed=1)],
+            ),
+        ],
+        "resample2d": [
+            (
+                "bilinear_nhwc",
+                lambda x: NNF.interpolate(x, size=(5, 7), mode="bilinear"),
+                [nhwc((1, 2, 3, 4))],
+            ),
+            ("reflect", lambda x: NNF.pad(x, (2, 1, 1, 2), "reflect"), [leaf((2, 3, 4))]),
+        ],
+        "resample2d_backward": [
+            (
+                "bilinear",
+                lambda g: RESAMPLE_BACKWARD(g, *_bilinear_tables(), _image(1, 2, 3, 4)),
+                [leaf((1, 2, 5, 7))],
+            )
         ],
         "conv2d_backward_input": [
             (

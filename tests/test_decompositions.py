@@ -523,6 +523,10 @@ SAMPLES.update(
         lambda: F.local_response_norm(T((2, 5, 3, 4)), 3),
         lambda: F.local_response_norm(IMAGES[2](), 2, alpha=0.01, beta=0.5, k=2.0),
     ],
+    resample2d=[
+        lambda: F.interpolate(T((2, 3, 5, 4)), scale_factor=2, mode="bilinear"),
+        lambda: F.pad(IMAGES[2](), (1, 2, 2, 1), "reflect"),
+    ],
     conv2d_backward_input=[
         lambda: (
             F.conv2d(
@@ -563,6 +567,14 @@ SAMPLES["adaptive_avg_pool2d_backward"] = [
         F.adaptive_avg_pool2d(s[0]().requires_grad_(), s[1])
     )
     for s in ((IMAGES[1], (3, 2)), (IMAGES[2], 1), (IMAGES[3], (4, 3)))
+]
+SAMPLES["resample2d_backward"] = [
+    lambda: (
+        F.interpolate(T((2, 3, 5, 4)).requires_grad_(), size=(7, 3), mode="bilinear")
+        .sum()
+        .backward()
+    ),
+    lambda: F.pad(IMAGES[2]().requires_grad_(), (1, 2, 2, 1), "circular").sum().backward(),
 ]
 SAMPLES["local_response_norm_backward"] = [
     lambda: F.local_response_norm(T((2, 5, 3, 4)).requires_grad_(), 3).sum().backward(),

@@ -114,6 +114,34 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     return from_array(gw), from_array(g.sum(axis=(0, 2, 3)))
 
 
+def _resample_matrix(table, weights, size):
+    """(out, size): each output position's weight on each input position."""
+    m = np.zeros((table.shape[0], size))
+    taps = 1 if weights is None else table.shape[1]
+    for o in range(table.shape[0]):
+        for a in range(taps):
+            m[o, table[o, a]] += 1.0 if weights is None else weights[o, a]
+    return m
+
+
+def _resample_matrices(rows, cols, row_weights, col_weights, h, w):
+    rw, cw = (None if t is None else t._data for t in (row_weights, col_weights))
+    return _resample_matrix(rows._data, rw, h), _resample_matrix(cols._data, cw, w)
+
+
+def resample2d(ks, input, rows, cols, row_weights, col_weights):
+    x = input._data
+    mh, mw = _resample_matrices(rows, cols, row_weights, col_weights, *x.shape[-2:])
+    out = np.einsum("oh,...hw,pw->...op", mh, x, mw).astype(x.dtype)
+    return _result(out, x)
+
+
+def resample2d_backward(ks, grad, rows, cols, row_weights, col_weights, input):
+    g, x = grad._data, input._data
+    mh, mw = _resample_matrices(rows, cols, row_weights, col_weights, *x.shape[-2:])
+    return _result(np.einsum("oh,...op,pw->...hw", mh, g, mw).astype(g.dtype), x)
+
+
 def linear(ks, input, weight, bias):
     out = input._data @ weight._data.T
     if bias is not None:
@@ -719,6 +747,8 @@ KERNELS = [
     conv2d,
     conv2d_backward_input,
     conv2d_backward_weight,
+    resample2d,
+    resample2d_backward,
     linear,
     max_pool2d_with_indices,
     min_pool2d_with_indices,

@@ -629,6 +629,175 @@ class Conv2d(Module):
         return text + ("" if self.bias is not None else ", bias=False")
 
 
+class Conv1d(Conv2d):
+    """1-D convolution (F.conv1d); weight (out, in / groups, k), initialized as
+    Conv2d's of kernel size (1, k)."""
+
+    @checked
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int],
+        stride: int | tuple[int] = 1,
+        padding: int | tuple[int] | str = 0,
+        dilation: int | tuple[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        k, s, d = (_single(v) for v in (kernel_size, stride, dilation))
+        pad2 = padding if isinstance(padding, str) else (0, _single(padding))
+        super().__init__(
+            in_channels, out_channels, (1, k), (1, s), pad2, (1, d), groups, bias,
+            padding_mode, device, dtype,
+        )  # fmt: skip
+        self.kernel_size, self.stride, self.dilation = (k,), (s,), (d,)
+        self.padding = padding if isinstance(padding, str) else (_single(padding),)
+        self.weight = Parameter(ops.reshape(self.weight.detach(), (out_channels, -1, k)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
+            f"groups={self.groups}" + ("" if self.bias is not None else ", bias=False")
+        )
+
+
+def _single(v: Any) -> int:
+    return v[0] if isinstance(v, (tuple, list)) else v
+
+
+class ConvTranspose2d(Module):
+    """2-D transposed convolution (F.conv_transpose2d); weight (in, out / groups, kH,
+    kW) and bias start as PyTorch's (Conv2d's rule applied to that weight)."""
+
+    @checked
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        output_padding: int | tuple[int, int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | tuple[int, int] = 1,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if padding_mode != "zeros":
+            raise ValueError(
+                f"ConvTranspose2d: only padding_mode='zeros' is supported, got {padding_mode!r}"
+            )
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"ConvTranspose2d: groups={groups} must be positive and divide "
+                f"in_channels={in_channels} and out_channels={out_channels}"
+            )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.output_padding = _pair(padding), _pair(output_padding)
+        self.dilation, self.groups = _pair(dilation), groups
+        shape = (in_channels, out_channels // groups, *self.kernel_size)
+        self.weight = Parameter(_empty(shape, dtype, device))
+        self.bias = Parameter(_empty((out_channels,), dtype, device)) if bias else None
+        self.reset_parameters()
+
+    reset_parameters = Conv2d.reset_parameters
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, "
+            f"output_padding={self.output_padding}"
+        )
+
+
+class Upsample(Module):
+    """Resizing to ``size`` or by ``scale_factor`` (F.interpolate)."""
+
+    def __init__(
+        self,
+        size: int | tuple[int, int] | None = None,
+        scale_factor: float | tuple[float, float] | None = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.size, self.scale_factor = size, scale_factor
+        self.mode, self.align_corners = mode, align_corners
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self) -> str:
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
+
+
+class _Pad2d(Module):
+    """Padding of the last two axes by (left, right, top, bottom) (F.pad)."""
+
+    mode = "constant"
+
+    def __init__(self, padding: int | tuple[int, int, int, int]) -> None:
+        super().__init__()
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, self.padding, self.mode)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}"
+
+
+class ZeroPad2d(_Pad2d):
+    """Zeros around the last two axes (negative padding crops)."""
+
+
+class ConstantPad2d(_Pad2d):
+    """``value`` around the last two axes (negative padding crops)."""
+
+    def __init__(self, padding: int | tuple[int, int, int, int], value: float) -> None:
+        super().__init__(padding)
+        self.value = value
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, self.padding, "constant", self.value)
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, value={self.value}"
+
+
+class ReflectionPad2d(_Pad2d):
+    """The last two axes mirrored at their edges (the edge not repeated)."""
+
+    mode = "reflect"
+
+
+class ReplicationPad2d(_Pad2d):
+    """The last two axes' edge values repeated."""
+
+    mode = "replicate"
+
+
 class BatchNorm2d(Module):
     """Batch normalization of (N, C, H, W) inputs over N, H and W: batch statistics in
     training (updating the running ones by ``momentum``, or their cumulative average
