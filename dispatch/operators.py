@@ -1025,7 +1025,7 @@ define(
     namespace=NN,
     check=meta.binary_cross_entropy_with_logits,
     doc="weight ((1 - target) input - l log(sigmoid(input))), l = 1 + (pos_weight - 1) "
-    "target, without overflow (log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))), reduced "
+    "target, without overflow (log(sigmoid(x)) = min(x, 0) - log1p(exp(-abs(x)))), reduced "
     "by 'mean', 'sum' or 'none'; weight and pos_weight broadcast to the input (no "
     "gradient for them).",
 )
@@ -1037,8 +1037,8 @@ define(
     tags=DIFF,
     namespace=NN,
     check=meta.smooth_l1_loss,
-    doc="0.5 d ** 2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d = input - "
-    "target; beta=0: |d|), reduced by 'mean', 'sum' or 'none'.",
+    doc="0.5 d ** 2 / beta where abs(d) < beta, abs(d) - 0.5 beta elsewhere (d = input - "
+    "target; beta=0: abs(d)), reduced by 'mean', 'sum' or 'none'.",
 )
 define(
     "smooth_l1_loss_backward(grad: Tensor, input: Tensor, target: Tensor, reduction: str, "
@@ -1048,7 +1048,7 @@ define(
     tags=DIFF,
     namespace=None,
     doc="smooth_l1_loss's gradient with respect to input (target's is its negative): "
-    "grad (divided by the number of elements for 'mean') times d / beta where |d| < "
+    "grad (divided by the number of elements for 'mean') times d / beta where abs(d) < "
     "beta, sign(d) elsewhere.",
 )
 define(

@@ -747,7 +747,7 @@ def binary_cross_entropy(
 
 @checked
 def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """|input - target| (its gradient 0 where they are equal, as PyTorch's sign)."""
+    """abs(input - target) (its gradient 0 where they are equal, as PyTorch's sign)."""
     _loss_operands("l1_loss", input, target)
     return _reduced("l1_loss", ops.abs(input - target), reduction)
 
