@@ -8,6 +8,8 @@ Subcommands:
               data-parallel training of an MLP and the convnets on 1 and 2 processes:
               images/s, scaling efficiency, overlap and all_reduce bandwidth, lamina
               beside PyTorch's DDP and mpi4py (lamina.tools.bench.distributed)
+    models    ResNet-18, MobileNet v2 and a Transformer encoder: training and
+              inference items/s, lamina beside PyTorch (lamina.tools.bench.models)
     nn        convolution, pooling, LRN, batch norm and activation primitives on
               AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), lamina beside
               PyTorch (lamina.tools.bench.nn)
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import convnet, distributed, nn, ops
+from . import convnet, distributed, models, nn, ops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,7 +39,13 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    subcommands = {"convnet": convnet, "distributed": distributed, "nn": nn, "ops": ops}
+    subcommands = {
+        "convnet": convnet,
+        "distributed": distributed,
+        "models": models,
+        "nn": nn,
+        "ops": ops,
+    }
     for name, module in subcommands.items():
         module.add_arguments(
             commands.add_parser(
