@@ -141,3 +141,23 @@ def test_unknown_models_are_refused(bad, capsys):
     with pytest.raises(SystemExit):
         main(["models", "--models", bad])
     assert "--models" in capsys.readouterr().err
+
+
+def test_a_gradient_zero_but_for_rounding_is_compared_at_the_models_scale(monkeypatch):
+    """Note [Gradients zero but for rounding]: a convolution's bias before batch norm."""
+    pytest.importorskip("torch")
+    libs = [convnet._lamina(), convnet._torch()]
+    lm.random.seed(2)
+    built = {}
+    for lib in libs:
+        nn = lib.nn
+        layers = [nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(64, 5)]
+        built[lib.name] = nn.Sequential(*layers).float()
+    convnet.copy_weights(built["lamina"], built["torch"])
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((4, 3, 4, 4)), rng.integers(0, 5, 4)
+    agreement = convnet.compare_step("tiny", built, libs, lambda lib: lib.tensor(x), y)
+    assert agreement.ok, agreement.message()
+    monkeypatch.setattr(convnet, "ZERO_GRADIENT", 0.0)
+    noise = convnet.compare_step("tiny", built, libs, lambda lib: lib.tensor(x), y)
+    assert not noise.ok and noise.worst == "0.bias" and noise.worst_abs < 1e-15

@@ -355,12 +355,7 @@ def report(args, cases, results, libs, verdicts) -> str:
     if messages:
         lines += ["", *messages]
     if peer and any(isinstance(v, convnet.Agreement) for v in verdicts.values()):
-        lines.append(
-            f"(agreement: one training step at batch {CHECK_BATCH} in float64; loss within "
-            f"rtol {convnet.LOSS_TOLERANCE['rtol']:g} + atol {convnet.LOSS_TOLERANCE['atol']:g}, "
-            f"each gradient within rtol {convnet.GRAD_TOLERANCE['rtol']:g} + atol "
-            f"{convnet.GRAD_TOLERANCE['atol']:g} x its largest |value|)"
-        )
+        lines.append(convnet.tolerance_text(CHECK_BATCH))
     return "\n".join(lines)
 
 
@@ -397,7 +392,11 @@ def _json(args, cases, results, libs, verdicts) -> str:
         "versions": {lib.name: lib.version for lib in libs},
         "inputs": {name: _input(name) for name in args.models},
         "agreement": {name: _verdict_json(v) for name, v in verdicts.items()},
-        "tolerance": {"loss": convnet.LOSS_TOLERANCE, "gradient": convnet.GRAD_TOLERANCE},
+        "tolerance": {
+            "loss": convnet.LOSS_TOLERANCE,
+            "gradient": convnet.GRAD_TOLERANCE,
+            "gradient_scale_floor": convnet.ZERO_GRADIENT,
+        },
         "results": rows,
     }
     return json.dumps(out, indent=2)
