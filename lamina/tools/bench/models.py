@@ -67,7 +67,7 @@ def _conv_bn(nn, c_in, c_out, kernel, stride=1, groups=1, activation=None) -> li
     return [conv, nn.BatchNorm2d(c_out)] + ([activation()] if activation else [])
 
 
-def _resnet18(lib: Lib, classes: int, imagenet_stem: bool):
+def _resnet18(lib: Lib, spec: Model, imagenet_stem: bool):
     """ResNet-18 as torchvision builds it; the CIFAR stem keeps the input's size."""
     nn = _Layers(lib.nn)
 
@@ -96,7 +96,7 @@ def _resnet18(lib: Lib, classes: int, imagenet_stem: bool):
     for c_out, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
         stages.append(nn.Sequential(BasicBlock(c_in, c_out, stride), BasicBlock(c_out, c_out, 1)))
         c_in = c_out
-    head = [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
+    head = [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, spec.classes)]
     return nn.Sequential(*stem, *stages, *head)
 
 
@@ -112,7 +112,7 @@ MOBILENET_V2_STAGES = (
 )
 
 
-def _mobilenet_v2(lib: Lib, classes: int):
+def _mobilenet_v2(lib: Lib, spec: Model):
     """MobileNet v2 (width 1.0) as torchvision builds it, without the dropout before
     the classifier (the agreement check needs both libraries to compute the same)."""
     nn = _Layers(lib.nn)
@@ -136,15 +136,16 @@ def _mobilenet_v2(lib: Lib, classes: int):
             layers.append(InvertedResidual(c_in, c_out, stride if i == 0 else 1, expansion))
             c_in = c_out
     layers += _conv_bn(nn, c_in, 1280, 1, activation=nn.ReLU6)
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, classes)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, spec.classes)]
     return nn.Sequential(*layers)
 
 
-def _transformer(lib: Lib, classes: int, vocabulary: int, sequence: int):
+def _transformer(lib: Lib, spec: Model):
     """Token and learned position embeddings, a Transformer encoder, mean pooling over
     the sequence and a linear classifier."""
     nn = _Layers(lib.nn)
     width, heads, feedforward, layers = 256, 4, 1024, 6
+    (sequence,), vocabulary, classes = spec.input, spec.vocabulary, spec.classes
 
     class TransformerClassifier(nn.Module):
         def __init__(self):
@@ -169,15 +170,10 @@ def _transformer(lib: Lib, classes: int, vocabulary: int, sequence: int):
 class Model:
     """A reference model: how to build it in a library, and its inputs."""
 
-    title: str
-    build: Callable  # build(lib, classes) -> the model
+    build: Callable  # build(lib, this Model) -> the model
     input: tuple  # one item's shape: an image (C, H, W) or a sequence (length,)
     classes: int
     vocabulary: int = 0  # token ids in [0, vocabulary) when the input is a sequence
-
-    @property
-    def item(self) -> str:
-        return "sequence" if self.vocabulary else "image"
 
     def inputs(self, rng, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """A batch of inputs and their classes, NumPy arrays (images float32)."""
@@ -193,25 +189,15 @@ class Model:
 
     def make(self, lib: Lib, layout: str):
         """The model in ``lib``, float32, in ``layout`` (images only)."""
-        model = self.build(lib, self.classes).float()
+        model = self.build(lib, self).float()
         return model if self.vocabulary else lib.model_to_layout(model, layout)
 
 
 MODELS = {
-    "resnet18_cifar": Model(
-        "ResNet-18, CIFAR stem", functools.partial(_resnet18, imagenet_stem=False), (3, 32, 32), 100
-    ),
-    "resnet18": Model(
-        "ResNet-18", functools.partial(_resnet18, imagenet_stem=True), (3, 64, 64), 100
-    ),
-    "mobilenet_v2": Model("MobileNet v2", _mobilenet_v2, (3, 64, 64), 100),
-    "transformer": Model(
-        "Transformer encoder",
-        functools.partial(_transformer, vocabulary=1000, sequence=128),
-        (128,),
-        10,
-        vocabulary=1000,
-    ),
+    "resnet18_cifar": Model(functools.partial(_resnet18, imagenet_stem=False), (3, 32, 32), 100),
+    "resnet18": Model(functools.partial(_resnet18, imagenet_stem=True), (3, 64, 64), 100),
+    "mobilenet_v2": Model(_mobilenet_v2, (3, 64, 64), 100),
+    "transformer": Model(_transformer, (128,), 10, vocabulary=1000),
 }
 
 
