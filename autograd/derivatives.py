@@ -29,6 +29,7 @@ import math
 from lamina.dispatch import fft as FFT
 from lamina.dispatch import linalg as LA
 from lamina.dispatch import ops
+from lamina.dispatch.decompositions import DECOMPOSITIONS
 from lamina.dispatch.dtypes import bool_, real_of
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
@@ -878,6 +879,8 @@ DERIVATIVES = {
 _CONV = OPERATORS["conv2d"]
 _CONV_INPUT = OPERATORS["conv2d_backward_input"]
 _CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+_RESAMPLE = OPERATORS["resample2d"]
+_RESAMPLE_BACKWARD = OPERATORS["resample2d_backward"]
 _SCATTER = OPERATORS["pool2d_scatter"]
 _GATHER = OPERATORS["pool2d_gather"]
 _AVG = OPERATORS["avg_pool2d"]
@@ -885,10 +888,18 @@ _AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
 _ADAPTIVE = OPERATORS["adaptive_avg_pool2d"]
 _ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
 _BN_BACKWARD = OPERATORS["native_batch_norm_backward"]
+_LN_BACKWARD = OPERATORS["native_layer_norm_backward"]
+_GN_BACKWARD = OPERATORS["native_group_norm_backward"]
+_EMBEDDING_BACKWARD = OPERATORS["embedding_dense_backward"]
 _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
 _RELU_BACKWARD = OPERATORS["relu_backward"]
 _LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
 _GELU_BACKWARD = OPERATORS["gelu_backward"]
+_SIGMOID = OPERATORS["sigmoid"]
+_SILU_BACKWARD = OPERATORS["silu_backward"]
+_HARDTANH_BACKWARD = OPERATORS["hardtanh_backward"]
+_HARDSWISH_BACKWARD = OPERATORS["hardswish_backward"]
+_SMOOTH_L1_BACKWARD = OPERATORS["smooth_l1_loss_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
@@ -981,6 +992,67 @@ def _batch_norm_composite(g, r, x, w, training, eps):
     return scale * (g - mean_g - xhat * mean_gx), gw, gb
 
 
+# Layer norm, group norm and embedding: the backward kernels, or under create_graph
+# their decompositions (dispatched operators, so differentiable again), the statistics
+# recomputed from x by the forward's decomposition (they depend on it).
+
+
+def _layer_norm(gs, r, n, x, normalized_shape, w, b, eps):
+    g = gs[0]
+    if g is None:
+        return _NONE[:5]
+    if is_grad_enabled():
+        decomposed = DECOMPOSITIONS["native_layer_norm"]
+        _, mean, rstd = decomposed(None, x, normalized_shape, None, None, eps)
+        backward = DECOMPOSITIONS["native_layer_norm_backward"]
+        gx, gw, gb = backward(None, g, x, normalized_shape, mean, rstd, w)
+    else:
+        gx, gw, gb = _LN_BACKWARD(g, x, normalized_shape, r[1], r[2], w)
+    return (n[0] and gx, None, n[2] and gw, n[3] and gb, None)
+
+
+def _group_norm(gs, r, n, x, w, b, num_groups, eps):
+    g = gs[0]
+    if g is None:
+        return _NONE[:5]
+    if is_grad_enabled():
+        _, mean, rstd = DECOMPOSITIONS["native_group_norm"](None, x, None, None, num_groups, eps)
+        backward = DECOMPOSITIONS["native_group_norm_backward"]
+        gx, gw, gb = backward(None, g, x, mean, rstd, w, num_groups)
+    else:
+        gx, gw, gb = _GN_BACKWARD(g, x, r[1], r[2], w, num_groups)
+    return (n[0] and gx, n[1] and gw, n[2] and gb, None, None)
+
+
+def _embedding(g, r, n, w, indices, padding_idx):
+    args = (g, indices, w.shape[0], padding_idx)
+    if is_grad_enabled():
+        return (DECOMPOSITIONS["embedding_dense_backward"](None, *args), None, None)
+    return (_EMBEDDING_BACKWARD(*args), None, None)
+
+
+def _attention(gs, r, n, q, k, v, mask, is_causal, scale, need_weights):
+    """From the saved weights P (the forward ran with need_weights): dV = P^T dO,
+    dScores = softmax's backward of dO V^T, dQ = dScores K scale, dK = dScores^T Q
+    scale, dMask = dScores summed to the mask's shape. Under create_graph (and where
+    the forward kept no weights) P is recomputed by the decomposition, so it depends on
+    q and k again."""
+    g = gs[0]
+    if g is None:
+        return _NONE[:7]
+    weights = r[1]
+    if is_grad_enabled() or not need_weights:
+        weights = DECOMPOSITIONS["native_scaled_dot_product_attention"](
+            None, q, k, v, mask, is_causal, scale, True
+        )[1]
+    gv = n[2] and ops.matmul(ops.matrix_transpose(weights), g)
+    scores = _SOFTMAX_BACKWARD(ops.matmul(g, ops.matrix_transpose(v)), weights, -1)
+    gq = n[0] and ops.matmul(scores, k) * scale
+    gk = n[1] and ops.matmul(ops.matrix_transpose(scores), q) * scale
+    gmask = n[3] and _sum_to(scores, mask.shape)
+    return (gq, gk, gv, gmask, None, None, None)
+
+
 def _channel_window_sum(t, before, after):
     """The sum of t over the channels [c - before, c + after] of each channel c (zeros
     outside), differentiable: shifted slices of a copy padded with zeros."""
@@ -1025,6 +1097,12 @@ def _gelu_second(x, approximate):
     return ops.exp(-0.5 * x * x) * (2.0 - x * x) / _SQRT_2PI
 
 
+def _silu_second(x):
+    """silu's second derivative, s (1 - s) (2 + x (1 - 2 s)) with s = sigmoid(x)."""
+    s = _SIGMOID(x)
+    return s * (1.0 - s) * (2.0 + x * (1.0 - 2.0 * s))
+
+
 def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
     """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere: 0 at
     an ignored target and off the target's class even where the coefficient is NaN (a
@@ -1056,6 +1134,48 @@ def _mse_loss(g, r, n, x, t, reduction):
     return (n[0] and grad, n[1] and -grad, None)
 
 
+def _loss_scale(g, x, reduction):
+    """g spread over the elements: over their number for 'mean' (0 when empty)."""
+    if reduction == "mean":
+        return g * (1.0 / x.size if x.size else 0.0)
+    return g
+
+
+def _smooth_l1_loss(g, r, n, x, t, reduction, beta):
+    grad = _SMOOTH_L1_BACKWARD(g, x, t, reduction, beta)
+    return (n[0] and grad, n[1] and -grad, None, None)
+
+
+def _smooth_l1_loss_backward(u, r, n, g, x, t, reduction, beta):
+    """Linear in g; in x (and -t) the slope's derivative, 1 / beta where |d| < beta."""
+    gg = None
+    if n[0]:
+        gg = _SMOOTH_L1_BACKWARD(u, x, t, "none", beta)
+        if reduction != "none":  # g was 0-d: the sum of its effects
+            gg = _loss_scale(ops.sum(gg), x, reduction)
+    gx = None
+    if n[1] or n[2]:
+        inside = ops.abs(x - t) < beta
+        gx = ops.where(inside, u * _loss_scale(g, x, reduction) / (beta or 1.0), 0.0)
+    return (gg, n[1] and gx, n[2] and -gx, None, None)
+
+
+def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
+    """d/dx = l sigmoid(x) - pos_weight t, d/dt = -x - (pos_weight - 1) log(sigmoid(x))
+    with l = 1 + (pos_weight - 1) t (pos_weight 1 without one); none for the weights."""
+    scale = _loss_scale(g, x, reduction)
+    if weight is not None:
+        scale = scale * weight
+    s = _SIGMOID(x)
+    if pos_weight is None:
+        gx, gt = n[0] and s - t, n[1] and -x
+    else:
+        log_sigmoid = ops.minimum(x, 0.0) - ops.log1p(ops.exp(-ops.abs(x)))
+        gx = n[0] and ((pos_weight - 1.0) * t + 1.0) * s - pos_weight * t
+        gt = n[1] and -x - (pos_weight - 1.0) * log_sigmoid
+    return (n[0] and gx * scale, n[1] and gt * scale, None, None, None)
+
+
 def _linear(g, r, n, x, w, b):
     g2 = ops.reshape(g, (-1, w.shape[0]))
     gx = n[0] and ops.matmul(g, w)
@@ -1071,6 +1191,16 @@ DERIVATIVES.update(
             D("conv2d", _conv2d, saves=(0, 1)),
             D("conv2d_backward_input", _conv2d_backward_input, saves=(0, 1)),
             D("conv2d_backward_weight", _conv2d_backward_weight, saves=(0, 1)),
+            D(  # the tables and weights are constants: no gradient
+                "resample2d",
+                lambda g, r, n, x, *tables: (_RESAMPLE_BACKWARD(g, *tables, x), *_NONE[:4]),
+                saves=(0, 1, 2, 3, 4),  # the input for its shape and layout
+            ),
+            D(
+                "resample2d_backward",
+                lambda u, r, n, g, *tables_and_x: (_RESAMPLE(u, *tables_and_x[:4]), *_NONE[:5]),
+                saves=(1, 2, 3, 4),
+            ),
             D("linear", _linear, saves=(0, 1)),
             D("max_pool2d", _values_pool("max_pool2d_with_indices"), saves=(0,)),
             D("min_pool2d", _values_pool("min_pool2d_with_indices"), saves=(0,)),
@@ -1107,6 +1237,16 @@ DERIVATIVES.update(
                 sizes=(0,),
             ),
             D("native_batch_norm", _batch_norm, saves=(0, 1), uses_result=True, outputs=1),
+            D("native_layer_norm", _layer_norm, saves=(0, 2), uses_result=True, outputs=1),
+            D("native_group_norm", _group_norm, saves=(0, 1), uses_result=True, outputs=1),
+            D("embedding", _embedding, saves=(1,), sizes=(0,)),
+            D(
+                "native_scaled_dot_product_attention",
+                _attention,
+                saves=None,
+                uses_result=True,
+                outputs=1,
+            ),
             D("native_local_response_norm", _lrn, saves=(0,), uses_result=True, outputs=1),
             D("relu", lambda g, r, n, x: (_RELU_BACKWARD(g, r),), uses_result=True),
             D(
@@ -1143,6 +1283,39 @@ DERIVATIVES.update(
                 saves=(0, 1),
             ),
             D("sigmoid", lambda g, r, n, x: (g * r * (1.0 - r),), uses_result=True),
+            D("silu", lambda g, r, n, x: (_SILU_BACKWARD(g, x),), saves=(0,)),
+            D(
+                "silu_backward",
+                lambda u, r, n, g, x: (
+                    n[0] and _SILU_BACKWARD(u, x),
+                    n[1] and u * g * _silu_second(x),
+                ),
+                saves=(0, 1),
+            ),
+            D(
+                "hardtanh",
+                lambda g, r, n, x, lo, hi: (_HARDTANH_BACKWARD(g, x, lo, hi), None, None),
+                saves=(0,),
+            ),
+            D(
+                "hardtanh_backward",
+                lambda u, r, n, g, x, lo, hi: (
+                    n[0] and _HARDTANH_BACKWARD(u, x, lo, hi),
+                    n[1] and _zero(u),  # piecewise constant slope: 0 almost everywhere
+                    None,
+                    None,
+                ),
+                saves=(1,),
+            ),
+            D("hardswish", lambda g, r, n, x: (_HARDSWISH_BACKWARD(g, x),), saves=(0,)),
+            D(
+                "hardswish_backward",
+                lambda u, r, n, g, x: (
+                    n[0] and _HARDSWISH_BACKWARD(u, x),
+                    n[1] and ops.where((x > -3.0) & (x < 3.0), u * g * (1.0 / 3.0), 0.0),
+                ),
+                saves=(0, 1),
+            ),
             D(
                 "softmax",
                 lambda g, r, n, x, dim: (_SOFTMAX_BACKWARD(g, r, dim), None),
@@ -1175,6 +1348,9 @@ DERIVATIVES.update(
             ),
             D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
             D("mse_loss", _mse_loss, saves=(0, 1)),
+            D("smooth_l1_loss", _smooth_l1_loss, saves=(0, 1)),
+            D("smooth_l1_loss_backward", _smooth_l1_loss_backward, saves=(0, 1, 2)),
+            D("binary_cross_entropy_with_logits", _bce_with_logits, saves=(0, 1, 2, 4)),
             D("to_layout", lambda g, r, n, x, layout: (g, None)),
         ]
     }

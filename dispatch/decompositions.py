@@ -1033,6 +1033,40 @@ def sigmoid(ks, input):
     return ops.divide(1, ops.exp(ops.negative(input)) + 1)
 
 
+@decomposition("silu")
+def silu(ks, input):
+    return input / (ops.exp(ops.negative(input)) + 1)
+
+
+@decomposition("silu_backward")
+def silu_backward(ks, grad, input):
+    s = ops.divide(1, ops.exp(ops.negative(input)) + 1)
+    return grad * (s * (1 + input * (1 - s)))
+
+
+@decomposition("hardtanh")
+def hardtanh(ks, input, min_val, max_val):
+    # NaN fails both tests and passes, as in the kernel
+    return ops.where(input < min_val, min_val, ops.where(input > max_val, max_val, input))
+
+
+@decomposition("hardtanh_backward")
+def hardtanh_backward(ks, grad, input, min_val, max_val):
+    return ops.where((input > min_val) & (input < max_val), grad, 0)
+
+
+@decomposition("hardswish")
+def hardswish(ks, input):
+    t = input + 3
+    return input * ops.where(t < 0, 0, ops.where(t > 6, 6, t)) / 6
+
+
+@decomposition("hardswish_backward")
+def hardswish_backward(ks, grad, input):
+    ramp = ops.where(input < 3, grad * (input / 3 + 0.5), grad)  # NaN input: grad
+    return ops.where(input <= -3, 0, ramp)
+
+
 def _shifted(input: Tensor, dim: int) -> Tensor:
     """input minus its maximum along dim (an empty input as it is)."""
     if input.size == 0:
@@ -1070,6 +1104,38 @@ def mse_loss(ks, input, target, reduction):
     if reduction == "none":
         return squares
     return ops.sum(squares) if reduction == "sum" else ops.mean(squares)
+
+
+def _reduced_loss(losses: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return losses
+    return ops.sum(losses) if reduction == "sum" else ops.mean(losses)
+
+
+@decomposition("smooth_l1_loss")
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    d = ops.abs(input - target)
+    quadratic = (0.5 / beta) * d * d if beta else d  # beta 0: |d| everywhere
+    return _reduced_loss(ops.where(d < beta, quadratic, d - 0.5 * beta), reduction)
+
+
+@decomposition("smooth_l1_loss_backward")
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    d = input - target
+    slope = ops.minimum(ops.maximum(d / beta, -1.0), 1.0) if beta else ops.sign(d)
+    if reduction == "mean":
+        grad = grad / input.size if input.size else grad
+    return slope * grad
+
+
+@decomposition("binary_cross_entropy_with_logits")
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), with no overflow."""
+    log_sigmoid = ops.minimum(input, 0.0) - ops.log1p(ops.exp(-ops.abs(input)))
+    if pos_weight is not None:
+        log_sigmoid = log_sigmoid * ((pos_weight - 1.0) * target + 1.0)
+    losses = (1.0 - target) * input - log_sigmoid
+    return _reduced_loss(losses if weight is None else losses * weight, reduction)
 
 
 @decomposition("nll_loss")
@@ -1313,6 +1379,151 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
     return gx, sgx * invstd, gb
 
 
+def _moments(x: Tensor, axes: tuple, eps: float) -> tuple[Tensor, Tensor]:
+    """The mean and 1 / sqrt(biased variance + eps) over ``axes`` (kept as 1s), two
+    passes in x's dtype (the kernels: one of float64 sums); empty slices have mean 0
+    and NaN, as PyTorch's layer and group norm give."""
+    kept = tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+    if not math.prod(x.shape[d] for d in axes):
+        nan = ops.full(kept, math.nan, dtype=x.dtype, device=x.device)
+        return ops.full(kept, 0, dtype=x.dtype, device=x.device), nan
+    mean = ops.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    variance = ops.mean(centered * centered, axis=axes, keepdims=True)
+    return mean, ops.divide(1, ops.sqrt(variance + eps))
+
+
+def _normalized_gradient(g: Tensor, xhat: Tensor, rstd: Tensor, axes: tuple) -> Tensor:
+    """The gradient of xhat = (x - mean(x)) * rstd(x) with respect to x, given g with
+    respect to xhat: rstd * (g - mean(g) - xhat * mean(g * xhat)) over ``axes``."""
+    if not g.size:
+        return g
+    mean_g = ops.mean(g, axis=axes, keepdims=True)
+    return rstd * (g - mean_g - xhat * ops.mean(g * xhat, axis=axes, keepdims=True))
+
+
+def _trailing(x: Tensor, count: int) -> tuple:
+    return tuple(range(x.ndim - count, x.ndim))
+
+
+@decomposition("native_layer_norm")
+def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
+    mean, rstd = _moments(input, _trailing(input, len(normalized_shape)), eps)
+    out = (input - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+@decomposition("native_layer_norm_backward")
+def native_layer_norm_backward(ks, grad, input, normalized_shape, mean, rstd, weight):
+    axes = _trailing(input, len(normalized_shape))
+    leading = tuple(range(input.ndim - len(axes)))
+    xhat = (input - mean) * rstd
+    scaled = grad if weight is None else grad * weight
+    gx = _normalized_gradient(scaled, xhat, rstd, axes)
+    return gx, ops.sum(grad * xhat, axis=leading), ops.sum(grad, axis=leading)
+
+
+def _grouped(x: Tensor, num_groups: int) -> Tensor:
+    """x (N, C, ...) as (N, num_groups, the rest)."""
+    n, c = x.shape[:2]
+    return ops.reshape(x, (n, num_groups, c // num_groups * math.prod(x.shape[2:])))
+
+
+@decomposition("native_group_norm")
+def native_group_norm(ks, input, weight, bias, num_groups, eps):
+    groups = _grouped(input, num_groups)
+    mean, rstd = _moments(groups, (2,), eps)
+    out = ops.reshape((groups - mean) * rstd, input.shape)
+    if weight is not None:
+        out = out * _per_channel(weight, input)
+    if bias is not None:
+        out = out + _per_channel(bias, input)
+    stats = input.shape[:1] + (num_groups,)
+    return out, ops.reshape(mean, stats), ops.reshape(rstd, stats)
+
+
+@decomposition("native_group_norm_backward")
+def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
+    stats = input.shape[:1] + (num_groups, 1)
+    rstd = ops.reshape(rstd, stats)
+    xhat = (_grouped(input, num_groups) - ops.reshape(mean, stats)) * rstd
+    scaled = grad if weight is None else grad * _per_channel(weight, input)
+    gx = _normalized_gradient(_grouped(scaled, num_groups), xhat, rstd, (2,))
+    axes = _channel_axes(input)
+    xhat = ops.reshape(xhat, input.shape)
+    return ops.reshape(gx, input.shape), ops.sum(grad * xhat, axis=axes), ops.sum(grad, axis=axes)
+
+
+def _embedding_rows(indices: Tensor, rows: int) -> Tensor:
+    """The indices flat; an IndexError (as the kernels') for one outside [0, rows)."""
+    flat = ops.reshape(indices, (-1,))
+    if flat.size and (ops.min(flat).item() < 0 or ops.max(flat).item() >= rows):
+        outside = flat[ops.logical_or(flat < 0, flat >= rows)]
+        raise IndexError(
+            f"embedding: index {outside[0].item()} is out of range for {rows} embeddings"
+        )
+    return flat
+
+
+@decomposition("embedding")
+def embedding(ks, weight, indices, padding_idx):
+    rows = _call("getitem", weight, _embedding_rows(indices, weight.shape[0]))
+    return ops.reshape(rows, (*indices.shape, weight.shape[1]))
+
+
+@decomposition("embedding_dense_backward")
+def embedding_dense_backward(ks, grad, indices, num_weights, padding_idx):
+    flat = _embedding_rows(indices, num_weights)
+    dim = grad.shape[-1]
+    zeros = ops.full((num_weights, dim), 0, dtype=grad.dtype, device=grad.device)
+    out = _call("index_add", zeros, (flat,), ops.reshape(grad, (flat.size, dim)))
+    if padding_idx is None:
+        return out
+    kept = ops.arange(num_weights, device=grad.device) != padding_idx
+    return ops.where(ops.expand_dims(kept, axis=1), out, 0.0)
+
+
+def attention_weights(
+    query: Tensor, key: Tensor, attn_mask: Tensor | None, is_causal: bool, scale: float
+) -> Tensor:
+    """softmax(query @ key^T * scale + mask) over the keys, in dispatched operators
+    (any broadcasting of the leading axes that matmul allows): the weights of
+    scaled_dot_product_attention, its masks checked."""
+    fn = "scaled_dot_product_attention"
+    lead = meta.broadcast_shapes(fn, query.shape[:-2], key.shape[:-2])
+    meta.attention_mask(attn_mask, (*lead, query.shape[-2], key.shape[-2]), is_causal, query)
+    # scaling the queries costs L x E multiplications, the scores L x S
+    scores = ops.matmul(query * scale, ops.matrix_transpose(key))
+    if is_causal:
+        ones = ops.ones(scores.shape[-2:], dtype=D.bool_, device=query.device)
+        attn_mask = ops.tril(ones)
+    if attn_mask is not None and attn_mask.dtype == D.bool_:
+        scores = ops.where(attn_mask, scores, -math.inf)
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    weights = _call("softmax", scores, -1)
+    if attn_mask is None or is_causal:  # every row keeps a key
+        return weights
+    # a row whose every key is masked: zeros, not NaN (PyTorch's safe softmax)
+    masked = ops.max(scores, axis=-1, keepdims=True) == -math.inf
+    return ops.where(masked, 0.0, weights)
+
+
+@decomposition("native_scaled_dot_product_attention")
+def native_scaled_dot_product_attention(
+    ks, query, key, value, attn_mask, is_causal, scale, need_weights
+):
+    weights = attention_weights(query, key, attn_mask, is_causal, scale)
+    out = ops.matmul(weights, value)
+    if not need_weights:
+        weights = ops.full((0,), 0, dtype=query.dtype, device=query.device)
+    return out, weights
+
+
 # ---------------------------------------------------------------- convolution gradients
 
 
@@ -1335,6 +1546,31 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
         w = _call("conv2d", xs, gs, None, dilation, padding, stride, 1)
         parts.append(ops.permute_dims(w[:, :, :kh, :kw], (1, 0, 2, 3)))
     return _call("concat", parts, 0), grad_bias
+
+
+def _resample_matrix(table: Tensor, weights: Tensor | None, size: int, like: Tensor) -> Tensor:
+    """(len(table), size): each output position's weight on each input position."""
+    positions = ops.arange(size, device=like.device)
+    hits = ops.astype(ops.expand_dims(table, axis=-1) == positions, like.dtype)  # (o, taps, n)
+    if weights is None:
+        return hits[:, 0]
+    return ops.sum(hits * ops.expand_dims(weights, axis=-1), axis=1)
+
+
+@decomposition("resample2d")
+def resample2d(ks, input, rows, cols, row_weights, col_weights):
+    h, w = input.shape[-2:]
+    mh = _resample_matrix(rows, row_weights, h, input)
+    mw = _resample_matrix(cols, col_weights, w, input)
+    return _pool_rows_columns(input, mh, mw)
+
+
+@decomposition("resample2d_backward")
+def resample2d_backward(ks, grad, rows, cols, row_weights, col_weights, input):
+    h, w = input.shape[-2:]
+    mh = _resample_matrix(rows, row_weights, h, grad)
+    mw = _resample_matrix(cols, col_weights, w, grad)
+    return _pool_rows_columns(grad, ops.matrix_transpose(mh), ops.matrix_transpose(mw))
 
 
 @decomposition("conv2d_backward_input")

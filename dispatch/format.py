@@ -34,10 +34,14 @@ def format_sparse(t):
 def format_tensor(t):
     if t.is_sparse:
         return format_sparse(t)
-    if isinstance(t._data, MetaStorage):  # no values: PyTorch's style
+    try:
+        data = t._host()  # a CPU copy for tensors of other devices
+    except RuntimeError:
+        if not isinstance(t._data, MetaStorage):
+            raise
+        # no values (a meta tensor a trace does not stand for): PyTorch's style
         dtype = "" if _implied(t.dtype) else f", dtype={t.dtype!r}"
         return f"tensor(..., device='meta', size={t.shape}{dtype})"
-    data = t._host()  # a CPU copy for tensors of other devices
     prefix = "tensor("
     body = np.array2string(data, separator=", ", prefix=prefix, threshold=1000, edgeitems=3)
     extras = []
@@ -45,7 +49,7 @@ def format_tensor(t):
         extras.append(f"shape={t.shape}")
     if not _implied(t.dtype) or (data.size == 0 and t.dtype is not D.default_float):
         extras.append(f"dtype={t.dtype!r}")
-    if t.device != "cpu":
+    if t.device != "cpu" and not isinstance(t._data, MetaStorage):  # meta: a trace's read
         extras.append(f"device={str(t.device)!r}")
     return prefix + body + "".join(", " + e for e in extras) + ")"
 

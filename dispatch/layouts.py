@@ -117,12 +117,20 @@ KEEPS_ORDER = frozenset(
         "gelu",
         "gelu_backward",
         "sigmoid",
+        "silu",
+        "silu_backward",
+        "hardtanh",
+        "hardtanh_backward",
+        "hardswish",
+        "hardswish_backward",
     }
 )
 IMAGE = frozenset(
     {
         "conv2d",
         "conv2d_backward_input",
+        "resample2d",
+        "resample2d_backward",
         "max_pool2d",
         "min_pool2d",
         "max_pool2d_with_indices",
@@ -137,6 +145,8 @@ IMAGE = frozenset(
         "local_response_norm_backward",
         "native_batch_norm",
         "native_batch_norm_backward",
+        "native_group_norm",
+        "native_group_norm_backward",
     }
 )
 

@@ -673,6 +673,25 @@ def conv2d(
     return input, weight, bias, stride, padding, dilation, groups
 
 
+def resample2d(input: Any, rows: Any, cols: Any, row_weights: Any, col_weights: Any) -> tuple:
+    """Index tables (size, taps) of int64, one or two taps, and their weights (input's
+    dtype) either both given or neither; the indices' range is the kernels' check."""
+    fn = "resample2d"
+    _image(fn, input)
+    if (row_weights is None) != (col_weights is None):
+        raise ValueError(f"{fn}: row_weights and col_weights must be given together")
+    for name, table, weights in (("rows", rows, row_weights), ("cols", cols, col_weights)):
+        if table._dtype.name != "int64" or len(table._shape) != 2 or table._shape[1] not in (1, 2):
+            raise ValueError(
+                f"{fn}: {name} must be an int64 table (size, 1 or 2 taps), got "
+                f"{table._dtype.name} of shape {table._shape}"
+            )
+        _like_input(fn, f"{name[:-1]}_weights", weights, input, table._shape)
+    if row_weights is not None and (rows._shape[1:], cols._shape[1:]) != ((2,), (2,)):
+        raise ValueError(f"{fn}: weighted rows and cols must have two taps each")
+    return input, rows, cols, row_weights, col_weights
+
+
 def linear(input: Any, weight: Any, bias: Any) -> tuple:
     _floating("linear", "input", input)
     _like_input("linear", "weight", weight, input)
@@ -840,6 +859,114 @@ def batch_norm(
     return input, weight, bias, running_mean, running_var, training, momentum, eps, relu
 
 
+def _norm_eps(fn: str, eps: float) -> float:
+    eps = finite(fn, "eps", eps)
+    if eps < 0:
+        raise ValueError(f"{fn}: eps must not be negative, got {eps}")
+    return eps
+
+
+def layer_norm(input: Any, normalized_shape: Shape, weight: Any, bias: Any, eps: float) -> tuple:
+    _floating("layer_norm", "input", input)
+    shape, k = tuple(normalized_shape), len(normalized_shape)
+    if not k or input._shape[len(input._shape) - k :] != shape or k > len(input._shape):
+        raise ValueError(
+            f"layer_norm: normalized_shape {shape} must be the last axes of the input's "
+            f"shape {input._shape} (at least one axis)"
+        )
+    for name, t in (("weight", weight), ("bias", bias)):
+        _like_input("layer_norm", name, t, input, shape)
+    return input, shape, weight, bias, _norm_eps("layer_norm", eps)
+
+
+def group_norm(input: Any, weight: Any, bias: Any, num_groups: int, eps: float) -> tuple:
+    _floating("group_norm", "input", input)
+    if len(input._shape) < 2:
+        raise ValueError(
+            f"group_norm: expected an input of 2 or more dimensions (N, C, ...), "
+            f"got shape {input._shape}"
+        )
+    c = input._shape[1]
+    if num_groups < 1 or c % num_groups:
+        raise ValueError(
+            f"group_norm: num_groups={num_groups} must be positive and divide the "
+            f"{c} channels of the input"
+        )
+    for name, t in (("weight", weight), ("bias", bias)):
+        _like_input("group_norm", name, t, input, (c,))
+    return input, weight, bias, num_groups, _norm_eps("group_norm", eps)
+
+
+def attention_mask(attn_mask: Any, scores: Shape, is_causal: bool, query: Any) -> None:
+    """scaled_dot_product_attention's mask: boolean or of the query's dtype, broadcasting
+    to the attention weights' shape ``scores`` (..., L, S), and none with is_causal."""
+    fn = "scaled_dot_product_attention"
+    if attn_mask is None:
+        return
+    if is_causal:
+        raise ValueError(f"{fn}: attn_mask must be None when is_causal is True")
+    try:
+        fits = broadcast_shapes(fn, attn_mask._shape, scores) == scores
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{fn}: attn_mask of shape {attn_mask._shape} does not broadcast to the "
+            f"attention weights' shape {scores} (..., L, S)"
+        )
+    if attn_mask._dtype is not D.bool_ and attn_mask._dtype is not query._dtype:
+        raise TypeError(
+            f"{fn}: attn_mask must be boolean or of the query's dtype "
+            f"{query._dtype.name}, got {attn_mask._dtype.name}"
+        )
+
+
+def attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    is_causal: bool,
+    scale: float,
+    need_weights: bool,
+) -> tuple:
+    fn = "scaled_dot_product_attention"
+    _floating(fn, "query", query)
+    for name, t in (("key", key), ("value", value)):
+        _like_input(fn, name, t, query)
+    q, k, v = query._shape, key._shape, value._shape
+    if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]) or q[-1] != k[-1] or k[-2] != v[-2]:
+        raise ValueError(
+            f"{fn}: expected query (..., L, E), key (..., S, E) and value (..., S, Ev) "
+            f"of the same leading shape, got {q}, {k} and {v}"
+        )
+    attention_mask(attn_mask, (*q[:-1], k[-2]), is_causal, query)
+    return query, key, value, attn_mask, is_causal, finite(fn, "scale", scale), need_weights
+
+
+def embedding(weight: Any, indices: Any, padding_idx: Any) -> tuple:
+    """Integer indices as int64; padding_idx in [0, num_embeddings) (a negative one
+    counts from the end, as in PyTorch). Whether the indices are in range depends on
+    their values: the kernels check that."""
+    _floating("embedding", "weight", weight)
+    if len(weight._shape) != 2:
+        raise ValueError(
+            f"embedding: weight must be (num_embeddings, embedding_dim), got shape {weight._shape}"
+        )
+    if indices._dtype.kind not in "iu":
+        raise TypeError(f"embedding: input must hold integer indices, got {indices._dtype.name}")
+    if indices._dtype is not D.int64:
+        indices = OPERATORS["astype"](indices, D.int64, True)
+    rows = weight._shape[0]
+    if padding_idx is not None:
+        if not -rows <= padding_idx < rows:
+            raise ValueError(
+                f"embedding: padding_idx must be within num_embeddings ({rows}), got {padding_idx}"
+            )
+        padding_idx %= rows
+    return weight, indices, padding_idx
+
+
 def activation(name: str) -> Any:
     if name == "leaky_relu":  # its slope is a setting (Note [Numeric settings])
         return leaky_relu
@@ -910,6 +1037,49 @@ def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
         )
     _reduction("mse_loss", reduction)
     return input, target, reduction
+
+
+def hardtanh(input: Any, min_val: float, max_val: float) -> tuple:
+    _floating("hardtanh", "input", input)
+    if not min_val <= max_val:  # NaN fails too
+        raise ValueError(
+            f"hardtanh: min_val must not exceed max_val, got min_val={min_val}, max_val={max_val}"
+        )
+    return input, float(min_val), float(max_val)
+
+
+def _pointwise_loss(fn: str, input: Any, target: Any, reduction: str) -> None:
+    """A floating input, a target of its dtype and shape, a known reduction."""
+    _floating(fn, "input", input)
+    _like_input(fn, "target", target, input)
+    if target._shape != input._shape:
+        raise ValueError(
+            f"{fn}: target shape {target._shape} differs from input shape {input._shape}"
+        )
+    _reduction(fn, reduction)
+
+
+def binary_cross_entropy_with_logits(
+    input: Any, target: Any, weight: Any, reduction: str, pos_weight: Any
+) -> tuple:
+    fn = "binary_cross_entropy_with_logits"
+    _pointwise_loss(fn, input, target, reduction)
+    for name, w in (("weight", weight), ("pos_weight", pos_weight)):
+        _like_input(fn, name, w, input)
+        if w is not None and broadcast_shapes(fn, w._shape, input._shape) != input._shape:
+            raise ValueError(
+                f"{fn}: {name} of shape {w._shape} does not broadcast to the input's shape "
+                f"{input._shape}"
+            )
+    return input, target, weight, reduction, pos_weight
+
+
+def smooth_l1_loss(input: Any, target: Any, reduction: str, beta: float) -> tuple:
+    _pointwise_loss("smooth_l1_loss", input, target, reduction)
+    beta = finite("smooth_l1_loss", "beta", beta)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be non-negative, got {beta}")
+    return input, target, reduction, beta
 
 
 def to_layout(input: Any, layout: str) -> tuple:

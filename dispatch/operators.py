@@ -593,6 +593,29 @@ define(
     doc="conv2d's gradients with respect to its weight and its bias: (grad_weight, grad_bias).",
 )
 define(
+    "resample2d(input: Tensor, rows: Tensor, cols: Tensor, row_weights: Tensor | None = None, "
+    "col_weights: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.resample2d,
+    doc="Each output pixel (i, j) of an image is input[..., rows[i, a], cols[j, b]] weighted "
+    "by row_weights[i, a] col_weights[j, b], summed over the taps a and b (without weights: "
+    "the first tap alone): interpolate's sampling, and pad's in its reflect, replicate and "
+    "circular modes, in the input's layout.",
+)
+define(
+    "resample2d_backward(grad: Tensor, rows: Tensor, cols: Tensor, row_weights: Tensor | "
+    "None, col_weights: Tensor | None, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="resample2d's gradient with respect to its input (its adjoint), in the input's shape "
+    "and layout (its values are not read).",
+)
+define(
     "linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor",
     "nn",
     dtypes=FLOATING,
@@ -748,6 +771,85 @@ define(
     "grad counts only where that result is positive.",
 )
 define(
+    "native_layer_norm(input: Tensor, normalized_shape: Shape, weight: Tensor | None, "
+    "bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.layer_norm,
+    doc="Layer normalization over the trailing normalized_shape axes, and the mean and "
+    "inverse standard deviation of each normalized slice (shaped to broadcast against "
+    "input), saved for backward.",
+)
+define(
+    "native_layer_norm_backward(grad: Tensor, input: Tensor, normalized_shape: Shape, "
+    "mean: Tensor, rstd: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="layer_norm's gradients with respect to input, weight and bias (the last two of "
+    "normalized_shape), from the saved mean and inverse standard deviation.",
+)
+define(
+    "native_group_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, "
+    "num_groups: int, eps: float) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.group_norm,
+    doc="Group normalization of (N, C, ...) over each of num_groups groups of channels "
+    "and every other axis but 0, with a per-channel weight and bias; the (N, num_groups) "
+    "mean and inverse standard deviation are saved for backward.",
+)
+define(
+    "native_group_norm_backward(grad: Tensor, input: Tensor, mean: Tensor, rstd: Tensor, "
+    "weight: Tensor | None, num_groups: int) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="group_norm's gradients with respect to input, weight and bias, from the saved "
+    "mean and inverse standard deviation.",
+)
+define(
+    "embedding(weight: Tensor, indices: Tensor, padding_idx: int | None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.embedding,
+    doc="The rows of weight (num_embeddings, embedding_dim) at integer indices of any "
+    "shape: a result of shape indices.shape + (embedding_dim,). The row padding_idx "
+    "gets no gradient.",
+)
+define(
+    "embedding_dense_backward(grad: Tensor, indices: Tensor, num_weights: int, "
+    "padding_idx: int | None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="embedding's gradient with respect to weight: the rows of grad summed into "
+    "zeros (num_weights, embedding_dim) at their indices, repeated indices "
+    "accumulating; the row padding_idx stays zero.",
+)
+define(
+    "native_scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, "
+    "attn_mask: Tensor | None, is_causal: bool, scale: float, need_weights: bool) "
+    "-> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.attention,
+    doc="softmax(query @ key^T * scale + mask) @ value for (..., L, E) queries and "
+    "(..., S, E) keys and (..., S, Ev) values of the same leading shape, and the "
+    "attention weights (..., L, S) when need_weights (saved for backward; else an "
+    "empty tensor). A boolean attn_mask keeps where True, a float one is added; "
+    "is_causal keeps the positions at or below the diagonal. A row whose every key "
+    "is masked gets zero weights.",
+)
+define(
     "relu(input: Tensor) -> Tensor",
     "nn",
     dtypes=FLOATING,
@@ -861,6 +963,93 @@ define(
     namespace=NN,
     check=meta.mse_loss,
     doc="(input - target) ** 2 reduced by 'mean', 'sum' or 'none' (shapes must match).",
+)
+define(
+    "silu(input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("silu"),
+    doc="input * sigmoid(input) (computed as input / (1 + exp(-input))), in the input's layout.",
+)
+define(
+    "silu_backward(grad: Tensor, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad times silu's derivative at input, s (1 + input (1 - s)) with s = sigmoid(input).",
+)
+define(
+    "hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.hardtanh,
+    doc="input clamped to [min_val, max_val] (NaN stays NaN), in the input's layout; "
+    "relu6 is hardtanh(input, 0, 6).",
+)
+define(
+    "hardtanh_backward(grad: Tensor, input: Tensor, min_val: float, max_val: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad where min_val < input < max_val, 0 elsewhere (at the bounds too).",
+)
+define(
+    "hardswish(input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.activation("hardswish"),
+    doc="input * min(max(input + 3, 0), 6) / 6, in the input's layout.",
+)
+define(
+    "hardswish_backward(grad: Tensor, input: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="0 where input <= -3, grad * (input / 3 + 1 / 2) where input < 3, grad elsewhere.",
+)
+define(
+    "binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None "
+    "= None, reduction: str = 'mean', pos_weight: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.binary_cross_entropy_with_logits,
+    doc="weight ((1 - target) input - l log(sigmoid(input))), l = 1 + (pos_weight - 1) "
+    "target, without overflow (log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))), reduced "
+    "by 'mean', 'sum' or 'none'; weight and pos_weight broadcast to the input (no "
+    "gradient for them).",
+)
+define(
+    "smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = 'mean', beta: float "
+    "= 1.0) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=NN,
+    check=meta.smooth_l1_loss,
+    doc="0.5 d ** 2 / beta where |d| < beta, |d| - 0.5 beta elsewhere (d = input - "
+    "target; beta=0: |d|), reduced by 'mean', 'sum' or 'none'.",
+)
+define(
+    "smooth_l1_loss_backward(grad: Tensor, input: Tensor, target: Tensor, reduction: str, "
+    "beta: float) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="smooth_l1_loss's gradient with respect to input (target's is its negative): "
+    "grad (divided by the number of elements for 'mean') times d / beta where |d| < "
+    "beta, sign(d) elsewhere.",
 )
 define(
     "to_layout(input: Tensor, layout: str) -> Tensor",

@@ -243,6 +243,11 @@ def _loss(op: Operator, args: tuple) -> tuple:
     return x._dtype, shape if reduction == "none" else ()
 
 
+def _pointwise_loss(i: int) -> Callable[[Operator, tuple], tuple]:
+    """A loss of each element, reduced by argument ``i``: the input's shape for 'none'."""
+    return lambda op, args: (args[0]._dtype, args[0]._shape if args[i] == "none" else ())
+
+
 def _like(i: int) -> Callable[[Operator, tuple], tuple]:
     """The dtype of the first argument, the shape of argument ``i`` (a backward
     operator's result has its input's shape)."""
@@ -252,6 +257,11 @@ def _like(i: int) -> Callable[[Operator, tuple], tuple]:
 NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     "conv2d": _conv2d,
     "conv2d_backward_input": _like(2),
+    "resample2d": lambda op, args: (
+        args[0]._dtype,
+        (*args[0]._shape[:-2], args[1]._shape[0], args[2]._shape[0]),
+    ),
+    "resample2d_backward": _like(5),
     "linear": lambda op, args: (args[0]._dtype, (*args[0]._shape[:-1], args[1]._shape[0])),
     **dict.fromkeys(("max_pool2d", "min_pool2d", "avg_pool2d"), _pool2d),
     "pool2d_scatter": lambda op, args: (args[0]._dtype, args[2]),
@@ -271,12 +281,26 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
             "gelu",
             "gelu_backward",
             "sigmoid",
+            "silu",
+            "silu_backward",
+            "hardtanh",
+            "hardtanh_backward",
+            "hardswish",
+            "hardswish_backward",
             "softmax",
             "log_softmax",
         ),
         _same,
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
+    "smooth_l1_loss": _pointwise_loss(2),
+    "smooth_l1_loss_backward": _like(1),
+    "binary_cross_entropy_with_logits": _pointwise_loss(3),
+    "embedding": lambda op, args: (args[0]._dtype, (*args[1]._shape, args[0]._shape[1])),
+    "embedding_dense_backward": lambda op, args: (
+        args[0]._dtype,
+        (args[2], args[0]._shape[-1]),
+    ),
     **dict.fromkeys(("softmax_backward", "log_softmax_backward"), _like(1)),
 }
 
@@ -290,6 +314,28 @@ def _batch_norm(op: Operator, args: tuple) -> list:
     x = args[1] if op.name == "native_batch_norm_backward" else args[0]
     channels = (x._shape[1],)
     return [(x._dtype, x._shape), (x._dtype, channels), (x._dtype, channels)]
+
+
+def _layer_norm(op: Operator, args: tuple) -> list:
+    """native_layer_norm: (result, mean, inverse standard deviation), the statistics
+    one per normalized slice, shaped to broadcast; its backward: the gradients of
+    input, weight and bias (the last two of normalized_shape)."""
+    if op.name == "native_layer_norm_backward":
+        x, normalized = args[1], tuple(args[2])
+        return [(x._dtype, x._shape)] + [(x._dtype, normalized)] * 2
+    x, normalized = args[0], args[1]
+    stats = x._shape[: len(x._shape) - len(normalized)] + (1,) * len(normalized)
+    return [(x._dtype, x._shape)] + [(x._dtype, stats)] * 2
+
+
+def _group_norm(op: Operator, args: tuple) -> list:
+    """native_group_norm: (result, mean, inverse standard deviation), the statistics
+    (N, num_groups); its backward: the gradients of input, weight and bias."""
+    if op.name == "native_group_norm_backward":
+        x = args[1]
+        return [(x._dtype, x._shape)] + [(x._dtype, (x._shape[1],))] * 2
+    x, num_groups = args[0], args[3]
+    return [(x._dtype, x._shape)] + [(x._dtype, (x._shape[0], num_groups))] * 2
 
 
 def _with_indices(op: Operator, args: tuple) -> list:
@@ -340,9 +386,22 @@ def _values_and_indices(*index_fields: bool) -> Callable[[Operator, tuple], list
     return lambda op, args: [(D.int64 if i else args[0]._dtype, None) for i in index_fields]
 
 
+def _attention(op: Operator, args: tuple) -> list:
+    """native_scaled_dot_product_attention: (output (..., L, Ev), weights (..., L, S)
+    or an empty (0,) without need_weights)."""
+    q, k, v, need_weights = args[0], args[1], args[2], args[-1]
+    weights = (*q._shape[:-1], k._shape[-2]) if need_weights else (0,)
+    return [(q._dtype, (*q._shape[:-1], v._shape[-1])), (q._dtype, weights)]
+
+
 SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
     "native_batch_norm": _batch_norm,
     "native_batch_norm_backward": _batch_norm,
+    "native_layer_norm": _layer_norm,
+    "native_layer_norm_backward": _layer_norm,
+    "native_group_norm": _group_norm,
+    "native_group_norm_backward": _group_norm,
+    "native_scaled_dot_product_attention": _attention,
     "max_pool2d_with_indices": _with_indices,
     "min_pool2d_with_indices": _with_indices,
     "native_local_response_norm": lambda op, args: [(args[0]._dtype, args[0]._shape)] * 2,

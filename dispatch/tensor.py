@@ -16,7 +16,7 @@ import numpy as np
 
 from . import core, keys
 from .arguments import checked
-from .devices import Device, device_of_key
+from .devices import Device, device_of_key, move
 from .dtypes import BY_NAME, DType, from_numpy
 from .format import format_tensor
 from .schema import OPERATORS
@@ -190,7 +190,9 @@ class Tensor(_Base):
 
     def _host(self) -> np.ndarray:
         """The values as a NumPy array: the storage for CPU tensors, a copy otherwise."""
-        return self.numpy() if self._ks & keys.CPU else self.to_device("cpu").numpy()
+        # moved without a call of to_device: a read of values, not an operation a mode
+        # (a trace: Note [Tracing] in lamina.jit) would record
+        return self.numpy() if self._ks & keys.CPU else move(self, "cpu").numpy()
 
     def item(self) -> bool | int | float:
         if self.size != 1:

@@ -46,7 +46,7 @@ from lamina.dispatch.dtypes import bool_ as bool
 from lamina.dispatch.ops import *  # noqa: F403  (every public function)
 from lamina.dispatch.tensor import Tensor
 
-from . import distributed, fft, layers, linalg, memory, nn, optim, random, utils
+from . import distributed, fft, jit, layers, linalg, memory, nn, optim, random, utils
 from .serialization import load, save
 
 __version__ = "0.1.0"
@@ -63,7 +63,7 @@ _bindings.install(globals())  # switching the dispatcher layer rebinds them here
 _pytorch.install(globals())  # PyTorch's spelling beside the Array API's (float, long, ...)
 _tensor.upper.namespace = _sys.modules[__name__]  # Tensor.__array_namespace__
 
-# the built-in plugins, then the autograd layer (registered like a backend), then the
-# installed third-party plugins last, so that they see a complete lamina
-backends.load_builtin((autograd.plugin, "autograd"))
+# the built-in plugins, then the autograd and trace layers (registered like backends),
+# then the installed third-party plugins last, so that they see a complete lamina
+backends.load_builtin((autograd.plugin, "autograd"), (jit.tracer, "trace"))
 backends.load_entry_points()

@@ -791,6 +791,8 @@ def _conv_cases(t):
         (t((2, 6, 6, 5), "flip"), t((3, 2, 2, 2)), t((3,)), (1, 1), (1, 2, 1, 2), (2, 3), 3,
          "same", "groups-same"),
         (t((0, 3, 4, 4)), t((2, 3, 2, 2)), None, (1, 1), (0, 0, 0, 0), (1, 1), 1, 0, "empty"),
+        (t((2, 3, 7, 6)), t((6, 1, 3, 3)), t((6,)), (2, 2), (1, 1, 1, 1), (1, 1), 3, 1,
+         "depthwise-multiplier"),
     ]  # fmt: skip
 
 
@@ -811,6 +813,32 @@ def _conv2d_backward(fn, d, t):
             out.append(S(fn, grad, w, x, s, pad, dil, g, label=label))
         else:
             out.append(S(fn, grad, x, w.shape, s, pad, dil, g, label=label))
+    return out
+
+
+def _resample_cases(t):
+    """(input, rows, cols, row weights, col weights, label): an NHWC view and bilinear
+    weights, a transposed view with one tap (a gather), an empty batch"""
+    nhwc = F.to_layout(t((2, 3, 4, 5)), "NHWC")
+    return [
+        (nhwc, t.ints((7, 2), 0, 4), t.ints((3, 2), 0, 5), t((7, 2), lo=0, hi=1),
+         t((3, 2), lo=0, hi=1), "nhwc-weights"),
+        (t((1, 2, 5, 4), "T"), t.ints((6, 1), 0, 5), t.ints((9, 1), 0, 4), None, None,
+         "T-gather"),
+        (t((0, 2, 3, 3)), t.ints((4, 1), 0, 3), t.ints((2, 1), 0, 3), None, None, "empty"),
+    ]  # fmt: skip
+
+
+@sample_of("resample2d", "resample2d_backward", dtypes=NN_DTYPES)
+def _resample2d(fn, d, t):
+    out = []
+    for x, rows, cols, rw, cw, label in _resample_cases(t):
+        if fn.name == "resample2d":
+            args = (x, rows, cols, rw, cw)
+        else:
+            args = (t((*x.shape[:-2], rows.shape[0], cols.shape[0]), "flip"), rows, cols, rw, cw, x)
+        # the tables and their weights are constants (interpolate's, pad's): no gradient
+        out.append(Sample(fn, args, label=label, grad_args=(0,)))
     return out
 
 
@@ -952,6 +980,110 @@ def _batch_norm_backward(fn, d, t):
     return out
 
 
+def _ln_cases(t):
+    """(input, normalized_shape, weight, bias, label)"""
+    return [
+        (t((3, 4, 5)), (5,), t((5,)), t((5,)), "last-axis"),
+        (t((2, 3, 4), "T"), (3, 4), t((3, 4)), None, "T-two-axes"),
+        (t((4, 6), "flip"), (6,), None, None, "flip-no-affine"),
+        (t((0, 5)), (5,), t((5,)), t((5,)), "empty"),
+    ]
+
+
+@sample_of("native_layer_norm", dtypes=NN_DTYPES)
+def _layer_norm(fn, d, t):
+    return [S(fn, *case[:-1], 1e-5, label=case[-1]) for case in _ln_cases(t)]
+
+
+@sample_of("native_layer_norm_backward", dtypes=NN_DTYPES)
+def _layer_norm_backward(fn, d, t):
+    out = []
+    for x, shape, w, b, label in _ln_cases(t):
+        _, mean, rstd = OPERATORS["native_layer_norm"](x, shape, w, b, 1e-5)
+        out.append(S(fn, t(x.shape, "flip"), x, shape, mean, rstd, w, label=label))
+    return out
+
+
+def _gn_cases(t):
+    """(input, weight, bias, num_groups, label)"""
+    return [
+        (t((2, 4, 3, 2)), t((4,)), t((4,)), 2, "nchw"),
+        (F.to_layout(t((2, 6, 3, 3)), "NHWC"), t((6,)), None, 3, "nhwc"),
+        (t((3, 4, 5), "T"), None, None, 4, "T-3d"),
+        (t((2, 6)), t((6,)), t((6,)), 1, "2d"),
+        (t((0, 4, 2, 2)), None, None, 2, "empty"),
+    ]
+
+
+@sample_of("native_group_norm", dtypes=NN_DTYPES)
+def _group_norm(fn, d, t):
+    return [S(fn, *case[:-1], 1e-5, label=case[-1]) for case in _gn_cases(t)]
+
+
+@sample_of("native_group_norm_backward", dtypes=NN_DTYPES)
+def _group_norm_backward(fn, d, t):
+    out = []
+    for x, w, b, groups, label in _gn_cases(t):
+        _, mean, rstd = OPERATORS["native_group_norm"](x, w, b, groups, 1e-5)
+        grad = t(x.shape)
+        grad = F.to_layout(grad, "NHWC") if label == "nhwc" else grad
+        out.append(S(fn, grad, x, mean, rstd, w, groups, label=label))
+    return out
+
+
+def _embedding_indices(t):
+    """(indices, num_embeddings, padding_idx, label): repeated indices and a padding row
+    (not in smooth samples: its gradient is zero by definition, not by differences)."""
+    padding = None if t.smooth else 1
+    return [
+        (t.ints((3, 5), 0, 10), 10, None, "2d"),
+        (lm.asarray(np.array([[1, 1, 5], [0, 1, 1]])), 6, padding, "repeats-padding"),
+        (lm.asarray(np.int64(3)), 4, None, "0d"),
+        (t.ints((0,), 0, 5), 5, None, "empty"),
+    ]
+
+
+@sample_of("embedding", dtypes=NN_DTYPES)
+def _embedding(fn, d, t):
+    out = []
+    for indices, rows, padding, label in _embedding_indices(t):
+        weight = t((rows, 3), "flip" if label == "repeats-padding" else "c")
+        out.append(S(fn, weight, indices, padding, label=label))
+    return out
+
+
+@sample_of("embedding_dense_backward", dtypes=NN_DTYPES)
+def _embedding_backward(fn, d, t):
+    return [
+        S(fn, t((*indices.shape, 3)), indices, rows, padding, label=label)
+        for indices, rows, padding, label in _embedding_indices(t)
+    ]
+
+
+@sample_of("native_scaled_dot_product_attention", dtypes=NN_DTYPES)
+def _attention(fn, d, t):
+    q, k, v = t((2, 3, 4, 2)), t((2, 3, 5, 2)), t((2, 3, 5, 3))
+    keep = lm.asarray(np.array([[True, False, True, True, False]] * 3 + [[False] * 5]))
+    keep = keep if not t.smooth else None  # -inf scores: no finite differences
+    return [
+        S(fn, q, k, v, None, False, 0.7, True, label="plain"),
+        S(
+            fn,
+            t((3, 2), "T"),
+            t((4, 2), "flip"),
+            t((4, 3)),
+            t((3, 4)),
+            False,
+            0.5,
+            True,
+            label="views-float-mask-unbatched",
+        ),
+        S(fn, q, k, v, keep, False, 1.0, False, label="bool-mask-no-weights"),
+        S(fn, t((1, 4, 2)), t((1, 4, 2)), t((1, 4, 2)), None, True, 0.5, True, label="causal"),
+        S(fn, t((0, 4, 2)), t((0, 5, 2)), t((0, 5, 3)), None, False, 1.0, True, label="empty"),
+    ]
+
+
 @sample_of("relu", "sigmoid", dtypes=NN_DTYPES)
 def _activation(fn, d, t):
     return [
@@ -970,6 +1102,26 @@ def _param_activation(fn, d, t):
         S(fn, t((2, 3, 4), "T"), *option, label="T-option"),
         S(fn, t(()), *option, label="0d"),
         S(fn, t((0, 3)), label="empty"),
+    ]
+
+
+@sample_of("silu", "hardswish", "hardtanh", dtypes=NN_DTYPES)
+def _more_activations(fn, d, t):
+    bounds = (-0.5, 0.25) if fn.__name__ == "hardtanh" else ()
+    return [
+        S(fn, t((2, 3, 4), "T", lo=-4, hi=4), *bounds, label="T"),
+        S(fn, t(()), label="0d"),
+        S(fn, t((0, 3)), label="empty"),
+    ]
+
+
+@sample_of("silu_backward", "hardswish_backward", "hardtanh_backward", dtypes=NN_DTYPES)
+def _more_activations_backward(fn, d, t):
+    bounds = (-0.5, 0.25) if fn.name == "hardtanh_backward" else ()
+    return [
+        S(fn, t((2, 3, 4)), t((2, 3, 4), "T", lo=-4, hi=4), *bounds, label="T"),
+        S(fn, t(()), t(()), *bounds, label="0d"),
+        S(fn, t((0, 3)), t((0, 3)), *bounds, label="empty"),
     ]
 
 
@@ -1026,6 +1178,38 @@ def _mse(fn, d, t):
         S(fn, t(()), t(()), "none", label="0d"),
         S(fn, t((0, 3)), t((0, 3)), "none", label="empty"),
     ]
+
+
+@sample_of("smooth_l1_loss", dtypes=NN_DTYPES)
+def _smooth_l1(fn, d, t):
+    return [
+        S(fn, t((3, 4)), t((3, 4), "T"), label="mean"),
+        S(fn, t((5,), "flip"), t((5,)), "sum", 0.5, label="sum-beta"),
+        S(fn, t((2, 3)), t((2, 3)), "none", 0.0, label="none-l1"),
+        S(fn, t((0, 3)), t((0, 3)), "none", label="empty"),
+    ]
+
+
+@sample_of("smooth_l1_loss_backward", dtypes=NN_DTYPES)
+def _smooth_l1_backward(fn, d, t):
+    return [
+        S(fn, t(()), t((3, 4)), t((3, 4), "T"), "mean", 1.0, label="mean"),
+        S(fn, t(()), t((5,), "flip"), t((5,)), "sum", 0.0, label="sum-l1"),
+        S(fn, t((2, 3)), t((2, 3)), t((2, 3)), "none", 0.5, label="none"),
+        S(fn, t(()), t((0, 3)), t((0, 3)), "mean", 1.0, label="empty"),
+    ]
+
+
+@sample_of("binary_cross_entropy_with_logits", dtypes=NN_DTYPES)
+def _bce_with_logits(fn, d, t):
+    weights = (t((3,), lo=0.5, hi=2), "sum", t((3,), lo=0.5, hi=3))
+    return [
+        S(fn, t((3, 4), lo=-4, hi=4), t((3, 4), "T", lo=0, hi=1), label="mean"),
+        Sample(fn, (t((2, 3), "flip"), t((2, 3), lo=0, hi=1), *weights),
+               label="weights", grad_args=(0, 1)),  # no gradient for the weights
+        S(fn, t(()), t((), lo=0, hi=1), None, "none", label="0d"),
+        S(fn, t((0, 3)), t((0, 3), lo=0, hi=1), None, "none", label="empty"),
+    ]  # fmt: skip
 
 
 for _op in OPERATORS.values():

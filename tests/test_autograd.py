@@ -405,6 +405,7 @@ SAMPLES = {
 NNF = lm.nn.functional
 CONV_INPUT = OPERATORS["conv2d_backward_input"]
 CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+RESAMPLE_BACKWARD = OPERATORS["resample2d_backward"]
 SCATTER, GATHER = OPERATORS["pool2d_scatter"], OPERATORS["pool2d_gather"]
 AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
 ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
@@ -422,6 +423,15 @@ def _image(*shape, nhwc=False):
     operators that read only an input's shape and layout."""
     x = const(np.zeros(shape))
     return NNF.to_layout(x, "NHWC") if nhwc else x
+
+
+def _bilinear_tables():
+    """resample2d's tables of a 3 x 4 image resized bilinearly to 5 x 7 (made on the
+    samples' device)."""
+    rows = index([[0, 1], [0, 1], [1, 2], [1, 2], [2, 2]])
+    cols = index([[0, 1], [0, 1], [1, 2], [1, 2], [2, 3], [2, 3], [3, 3]])
+    weights = (const(np.random.default_rng(3).uniform(0, 1, (n, 2))) for n in (5, 7))
+    return (rows, cols, *weights)
 
 
 def _pool_indices():
@@ -444,6 +454,31 @@ SAMPLES.update(
                 [nhwc((1, 2, 4, 5)), leaf((2, 2, 2, 2), seed=1)],
             ),
             ("unbatched_1x1", NNF.conv2d, [leaf((3, 2, 3)), leaf((2, 3, 1, 1), seed=1)]),
+            (
+                "depthwise_nhwc_stride2",
+                lambda x, w, b: NNF.conv2d(x, w, b, stride=2, padding=1, groups=3),
+                [nhwc((2, 3, 5, 6)), leaf((6, 1, 3, 3), seed=1), leaf((6,), seed=2)],
+            ),
+            (
+                "depthwise_3x3",
+                lambda x, w: NNF.conv2d(x, w, padding=1, groups=4),
+                [leaf((1, 4, 5, 5)), leaf((4, 1, 3, 3), seed=1)],
+            ),
+        ],
+        "resample2d": [
+            (
+                "bilinear_nhwc",
+                lambda x: NNF.interpolate(x, size=(5, 7), mode="bilinear"),
+                [nhwc((1, 2, 3, 4))],
+            ),
+            ("reflect", lambda x: NNF.pad(x, (2, 1, 1, 2), "reflect"), [leaf((2, 3, 4))]),
+        ],
+        "resample2d_backward": [
+            (
+                "bilinear",
+                lambda g: RESAMPLE_BACKWARD(g, *_bilinear_tables(), _image(1, 2, 3, 4)),
+                [leaf((1, 2, 5, 7))],
+            )
         ],
         "conv2d_backward_input": [
             (
@@ -555,6 +590,50 @@ SAMPLES.update(
                 [nhwc((2, 3, 2, 2)), leaf((3,), seed=1)],
             ),
         ],
+        "native_layer_norm": [
+            (
+                "two_axes_affine",
+                lambda x, w, b: NNF.layer_norm(x, (3, 2), w, b),
+                [leaf((2, 3, 2)), leaf((3, 2), seed=1), leaf((3, 2), seed=2)],
+            ),
+            ("strided", lambda x: NNF.layer_norm(x, 3), [strided((4, 3))]),
+        ],
+        "native_group_norm": [
+            (
+                "affine",
+                lambda x, w, b: NNF.group_norm(x, 2, w, b),
+                [leaf((2, 4, 2, 3)), leaf((4,), seed=1), leaf((4,), seed=2)],
+            ),
+            (
+                "nhwc",
+                lambda x, w: NNF.group_norm(x, 3, w),
+                [nhwc((2, 6, 2, 2)), leaf((6,), seed=1)],
+            ),
+        ],
+        "embedding": [
+            (
+                "repeats",  # (padding_idx's zero gradient differs from differences)
+                lambda w: NNF.embedding(index([[1, 4, 1], [0, 2, 1]]), w),
+                [leaf((5, 3))],
+            ),
+        ],
+        "native_scaled_dot_product_attention": [
+            (
+                "float_mask",
+                lambda q, k, v, m: NNF.scaled_dot_product_attention(q, k, v, m),
+                [
+                    leaf((2, 3, 2)),
+                    leaf((2, 4, 2), seed=1),
+                    leaf((2, 4, 3), seed=2),
+                    leaf((3, 4), seed=3),
+                ],
+            ),
+            (
+                "causal_views",
+                lambda q, k, v: NNF.scaled_dot_product_attention(q, k, v, is_causal=True),
+                [strided((3, 2)), strided((3, 2), seed=1, kind="step"), leaf((3, 2), seed=2)],
+            ),
+        ],
         "native_local_response_norm": [
             ("plain", lambda x: NNF.local_response_norm(x, 3, alpha=0.5, k=1.5), [leaf(IMAGE)]),
             (
@@ -596,6 +675,29 @@ SAMPLES.update(
             ),
         ],
         "sigmoid": [("plain", NNF.sigmoid, [leaf(S, -3, 3)])],
+        "silu": [("nhwc", NNF.silu, [nhwc((1, 2, 2, 2), -4, 4)])],
+        "silu_backward": [
+            ("plain", lambda g, x: OPERATORS["silu_backward"](g, x), [leaf(S), leaf(S, -4, 4, 1)])
+        ],
+        "hardtanh": [
+            ("plain", lambda x: NNF.hardtanh(x, -0.5, 0.25), [leaf(S)]),
+            ("relu6", NNF.relu6, [nhwc((1, 2, 2, 2), -2, 8)]),
+        ],
+        "hardtanh_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["hardtanh_backward"](g, x, -0.5, 0.25),
+                [leaf(S), leaf(S, seed=1)],
+            )
+        ],
+        "hardswish": [("plain", NNF.hardswish, [leaf(S, -5, 5)])],
+        "hardswish_backward": [
+            (
+                "plain",
+                lambda g, x: OPERATORS["hardswish_backward"](g, x),
+                [leaf(S), leaf(S, -5, 5, 1)],
+            )
+        ],
         "softmax": [
             ("last", lambda x: NNF.softmax(x, -1), [leaf(S, -2, 2)]),
             ("channels", lambda x: NNF.softmax(x, 1), [nhwc((1, 3, 2, 2))]),
@@ -631,6 +733,36 @@ SAMPLES.update(
         "mse_loss": [
             ("mean", NNF.mse_loss, [leaf(S), leaf(S, seed=1)]),
             ("none", lambda a, b: NNF.mse_loss(a, b, "none"), [leaf(S), leaf(S, seed=1)]),
+        ],
+        "smooth_l1_loss": [
+            ("mean", NNF.smooth_l1_loss, [leaf(S, -2, 2), leaf(S, seed=1)]),
+            (
+                "none_beta",
+                lambda a, b: NNF.smooth_l1_loss(a, b, "none", beta=0.3),
+                [leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+        ],
+        "smooth_l1_loss_backward": [
+            (
+                "mean",
+                lambda g, x, t: OPERATORS["smooth_l1_loss_backward"](g, x, t, "mean", 0.5),
+                [leaf(()), leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+            (
+                "none",
+                lambda g, x, t: OPERATORS["smooth_l1_loss_backward"](g, x, t, "none", 1.0),
+                [leaf(S, seed=2), leaf(S, -2, 2), leaf(S, seed=1)],
+            ),
+        ],
+        "binary_cross_entropy_with_logits": [
+            ("mean", NNF.binary_cross_entropy_with_logits, [leaf(S, -4, 4), leaf(S, 0, 1, 1)]),
+            (
+                "weights_none",
+                lambda a, b: NNF.binary_cross_entropy_with_logits(
+                    a, b, const([0.5, 1.0, 2.0, 1.5]), "none", const([2.0, 0.5, 1.0, 3.0])
+                ),
+                [leaf((3, 4), -4, 4), leaf((3, 4), 0, 1, 1)],
+            ),
         ],
         "to_layout": [
             ("nhwc", lambda x: NNF.to_layout(x, "NHWC") * 2.0, [leaf((1, 2, 2, 3))]),

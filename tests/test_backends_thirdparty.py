@@ -140,6 +140,7 @@ def test_the_example_is_discovered_through_its_entry_point():
         *(keys.device_key(d) for d in keys.devices()),
         keys.SPARSE,
         keys.AUTOGRAD,
+        keys.LAYER_KEYS["trace"],  # lamina.jit's tracer
     ]
 
 
@@ -543,7 +544,7 @@ def test_backends_list_records_and_prints_as_an_aligned_table(second):
 def test_dump_table_shows_the_new_device_keys_and_their_plugins(second):
     dump = lm.dispatch.dump_table("add")
     names = [r[0] for r in dump]  # other installed plugins' devices may sit between
-    assert names[0] == "CPU" and names[-2:] == ["Sparse", "Autograd"]
+    assert names[0] == "CPU" and names[-3:] == ["Sparse", "Autograd", "Trace"]
     assert names.index("counting") < names.index("counting2")
     r = rows("add")
     assert r["counting"] == ("lamina_example_backend.CountingBackend.add", "example", 0)

@@ -432,6 +432,19 @@ SAMPLES.update(
         lambda: OPERATORS["gelu_backward"](T((6,), "float32"), T((6,), "float32", -30, 30), "none"),
     ],
     sigmoid=[lambda: F.sigmoid(A(SPECIALS)), lambda: F.sigmoid(nc((2, 3), "float32"))],
+    silu=[lambda: F.silu(A(SPECIALS)), lambda: F.silu(nc((2, 3), "float32"))],
+    silu_backward=[lambda: OPERATORS["silu_backward"](T((13,)), A(SPECIALS[:10] + [-9.0, 3, -3]))],
+    hardtanh=[
+        lambda: F.hardtanh(A(SPECIALS)),
+        lambda: F.relu6(nc((2, 3), "float32", low=-2, high=8)),
+    ],
+    hardtanh_backward=[
+        lambda: OPERATORS["hardtanh_backward"](T((13,)), A(SPECIALS[:10] + [6.0, 0.5, 7]), 0, 6)
+    ],
+    hardswish=[lambda: F.hardswish(A(SPECIALS + [-3.0, 3.0, 4.0]))],
+    hardswish_backward=[
+        lambda: OPERATORS["hardswish_backward"](T((13,)), A(SPECIALS[:10] + [-3.0, 3.0, 2.0]))
+    ],
     softmax=[
         lambda: F.softmax(T((3, 4), "float32"), 1),
         lambda: F.softmax(nc((2, 3, 2)), 0),
@@ -455,6 +468,28 @@ SAMPLES.update(
         lambda: F.mse_loss(T((3, 4), "float32"), T((3, 4), "float32")),
         lambda: F.mse_loss(nc((2, 3)), T((2, 3)), reduction="sum"),
         lambda: F.mse_loss(T((2, 3)), T((2, 3)), reduction="none"),
+    ],
+    smooth_l1_loss=[
+        lambda: F.smooth_l1_loss(T((3, 4), "float32"), T((3, 4), "float32")),
+        lambda: F.smooth_l1_loss(nc((2, 3)), T((2, 3)), "none", beta=0.0),
+        lambda: F.smooth_l1_loss(A(SPECIALS), A(SPECIALS[::-1]), "none", beta=0.5),
+    ],
+    smooth_l1_loss_backward=[
+        lambda: OPERATORS["smooth_l1_loss_backward"](
+            A(0.5), A(SPECIALS), A(SPECIALS[::-1]), "mean", 0.5
+        ),
+        lambda: OPERATORS["smooth_l1_loss_backward"](
+            T((2, 3), "float32"), nc((2, 3), "float32"), T((2, 3), "float32"), "none", 0.0
+        ),
+    ],
+    binary_cross_entropy_with_logits=[
+        lambda: F.binary_cross_entropy_with_logits(
+            T((3, 4), "float32"), T((3, 4), "float32", 0, 1)
+        ),
+        lambda: F.binary_cross_entropy_with_logits(
+            nc((2, 3), low=-40, high=40), T((2, 3), low=0, high=1), T((3,)), "sum", T((3,), low=0.5)
+        ),
+        lambda: F.binary_cross_entropy_with_logits(A(SPECIALS), A([0.5] * 13), reduction="none"),
     ],
     nll_loss=[
         lambda: F.nll_loss(F.log_softmax(T((4, 3)), 1), A([0, 2, 1, 2], "int64")),
@@ -487,6 +522,10 @@ SAMPLES.update(
     native_local_response_norm=[
         lambda: F.local_response_norm(T((2, 5, 3, 4)), 3),
         lambda: F.local_response_norm(IMAGES[2](), 2, alpha=0.01, beta=0.5, k=2.0),
+    ],
+    resample2d=[
+        lambda: F.interpolate(T((2, 3, 5, 4)), scale_factor=2, mode="bilinear"),
+        lambda: F.pad(IMAGES[2](), (1, 2, 2, 1), "reflect"),
     ],
     conv2d_backward_input=[
         lambda: (
@@ -528,6 +567,14 @@ SAMPLES["adaptive_avg_pool2d_backward"] = [
         F.adaptive_avg_pool2d(s[0]().requires_grad_(), s[1])
     )
     for s in ((IMAGES[1], (3, 2)), (IMAGES[2], 1), (IMAGES[3], (4, 3)))
+]
+SAMPLES["resample2d_backward"] = [
+    lambda: (
+        F.interpolate(T((2, 3, 5, 4)).requires_grad_(), size=(7, 3), mode="bilinear")
+        .sum()
+        .backward()
+    ),
+    lambda: F.pad(IMAGES[2]().requires_grad_(), (1, 2, 2, 1), "circular").sum().backward(),
 ]
 SAMPLES["local_response_norm_backward"] = [
     lambda: F.local_response_norm(T((2, 5, 3, 4)).requires_grad_(), 3).sum().backward(),
@@ -588,6 +635,66 @@ SAMPLES["native_batch_norm_backward"] = [
     lambda: _bn_backward(True),
     lambda: _bn_backward(False),
     lambda: _bn_backward(True, True, "float32"),
+]
+
+
+def _norm_backward(name, forward):
+    """The backward operator ``name`` at the statistics of ``forward()``'s call."""
+    args, (_, mean, rstd) = forward()
+    x = args[0]
+    g = T(x.shape, x.dtype.name)
+    if name == "native_layer_norm_backward":
+        return OPERATORS[name](g, x, args[1], mean, rstd, args[2])
+    return OPERATORS[name](g, x, mean, rstd, args[1], args[3])
+
+
+def _ln(shape, normalized, dtype="float64", affine=True):
+    params = (T(normalized, dtype), T(normalized, dtype)) if affine else (None, None)
+    args = (T(shape, dtype), normalized, *params, 1e-5)
+    return args, OPERATORS["native_layer_norm"](*args)
+
+
+def _gn(x, groups, affine=True):
+    c, dtype = x.shape[1], x.dtype.name
+    params = (T((c,), dtype), T((c,), dtype)) if affine else (None, None)
+    args = (x, *params, groups, 1e-5)
+    return args, OPERATORS["native_group_norm"](*args)
+
+
+_LN_CASES = [
+    lambda: _ln((4, 3, 6), (6,)),
+    lambda: _ln((3, 2, 5), (2, 5), "float32", affine=False),
+    lambda: _ln((2, 0), (0,)),  # empty slices: mean 0, rstd NaN
+]
+_GN_CASES = [
+    lambda: _gn(T((2, 6, 3, 4)), 3),
+    lambda: _gn(F.to_layout(T((2, 4, 3, 3), "float32"), "NHWC"), 2, affine=False),
+    lambda: _gn(T((3, 4)), 2),
+]
+SAMPLES["native_layer_norm"] = [lambda c=c: c()[1] for c in _LN_CASES]
+SAMPLES["native_layer_norm_backward"] = [
+    lambda c=c: _norm_backward("native_layer_norm_backward", c) for c in _LN_CASES[:2]
+]
+SAMPLES["native_group_norm"] = [lambda c=c: c()[1] for c in _GN_CASES]
+SAMPLES["native_group_norm_backward"] = [
+    lambda c=c: _norm_backward("native_group_norm_backward", c) for c in _GN_CASES
+]
+_INDICES = A([[0, 3, 3], [4, 1, 3]], "int64")
+SAMPLES["embedding"] = [
+    lambda: F.embedding(_INDICES, T((5, 3))),
+    lambda: F.embedding(A(2, "int64"), T((4, 2), "float32")),
+]
+SAMPLES["embedding_dense_backward"] = [
+    lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4)), _INDICES, 6, 3),
+    lambda: OPERATORS["embedding_dense_backward"](T((2, 3, 4), "float32"), _INDICES, 5, None),
+]
+_KEEP = A([[True, False, True, True], [False] * 4, [True] * 4], "bool")  # a row masked
+SAMPLES["native_scaled_dot_product_attention"] = [
+    lambda: F.scaled_dot_product_attention(T((2, 3, 2)), T((2, 4, 2)), T((2, 4, 3)), _KEEP),
+    lambda: F.scaled_dot_product_attention(
+        T((1, 4, 2), "float32"), T((1, 4, 2), "float32"), T((1, 4, 2), "float32"), is_causal=True
+    ),
+    lambda: F.scaled_dot_product_attention(T((3, 2)), T((4, 2)), T((4, 1)), T((3, 4)), scale=0.3),
 ]
 SAMPLES["coalesce"] = SAMPLES["sparse_mask"] = []  # errors on dense tensors: test_dense_errors
 

@@ -117,7 +117,9 @@ def test_keys_are_single_bits_in_priority_order():
     assert all(k & keys.BACKEND_MASK == k for k in backend_keys)
     assert max(backend_keys) < SPARSE < AUTOGRAD
     assert SPARSE == 1 << keys.MAX_BACKENDS and AUTOGRAD == SPARSE << 1
-    assert keys.all_keys() == [*backend_keys, SPARSE, AUTOGRAD]
+    trace = keys.LAYER_KEYS["trace"]  # lamina.jit's tracer, the layer above autograd
+    assert trace == AUTOGRAD << 1
+    assert keys.all_keys() == [*backend_keys, SPARSE, AUTOGRAD, trace]
     assert [keys.key_name(k) for k in (CPU, SPARSE, AUTOGRAD)] == ["CPU", "Sparse", "Autograd"]
     assert keys.keyset_names(CPU | SPARSE | AUTOGRAD) == ["CPU", "Sparse", "Autograd"]
     with pytest.raises(ValueError, match="unknown device 'nodevice'.*cpu"):
@@ -146,7 +148,7 @@ def test_cpu_tensors_carry_the_cpu_key_set(x):
 
 def test_every_operator_has_a_table_of_the_right_length():
     length = max(keys.all_keys()).bit_length() + 1
-    assert length == AUTOGRAD.bit_length() + 1
+    assert length == keys.LAYER_KEYS["trace"].bit_length() + 1  # the layer above autograd
     assert len(lm.dispatch.OPERATORS) > 100
     for name, op in lm.dispatch.OPERATORS.items():
         assert op.name == name

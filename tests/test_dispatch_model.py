@@ -68,8 +68,9 @@ from lamina.dispatch.decompositions import DECOMPOSITIONS
 from lamina.dispatch.tensor import from_storage
 
 CPU, SPARSE, AUTOGRAD = keys.CPU, keys.SPARSE, keys.AUTOGRAD
+TRACER = keys.LAYER_KEYS["trace"]  # lamina.jit's tracer: a built-in kernel for every operator
 BACKENDS = keys.BACKEND_MASK
-LAYER_OF = {SPARSE: "sparse", AUTOGRAD: "autograd"}
+LAYER_OF = {SPARSE: "sparse", AUTOGRAD: "autograd", TRACER: "trace"}
 # Core operators (Note [Core operators]): a device gets no decomposition of them, so
 # every slot of the probe device is decided by the configuration's registrations
 H, C, B = "atan2", "nextafter", "bitwise_and"  # bitwise_and: integers, not differentiable
@@ -386,8 +387,8 @@ class Model:
         elif key & BACKENDS and fallbacks:  # rule 3, or 2 when something declines to it
             rule, base = 2 if decliners else 3, self.ranked(fallbacks)[0]
         elif decliners:  # rule 2: they decline to nothing
-            rule, base = 2, FLOORS[key == AUTOGRAD]
-        elif key == AUTOGRAD:  # rule 4
+            rule, base = 2, FLOORS[key in (AUTOGRAD, TRACER)]
+        elif key in (AUTOGRAD, TRACER):  # rule 4
             return Slot(4, False, marker="fallthrough")
         else:  # rule 5
             return missing
@@ -403,10 +404,10 @@ class Model:
         )
 
     def active_keys(self) -> list[int]:
-        return [*sorted(self.devices), SPARSE, AUTOGRAD]
+        return [*sorted(self.devices), SPARSE, AUTOGRAD, TRACER]
 
     def mask(self, op: str) -> int:
-        bits = (1 << b for b in range(AUTOGRAD.bit_length()))
+        bits = (1 << b for b in range(TRACER.bit_length()))
         return sum(key for key in bits if self.slot(op, key).in_mask)
 
     def call(self, op: str, raw: int, scalar: bool = False) -> Outcome:

@@ -61,6 +61,7 @@ PAGES = {
     "guide/autograd.md": (5, 28),
     "guide/nn.md": (5, 37),
     "guide/threads.md": (1, 4),
+    "guide/compile.md": (4, 12),
 }
 
 

@@ -275,8 +275,7 @@ def test_adaptive_max_pool_divisible_sizes():
     np.testing.assert_array_equal(
         F.adaptive_max_pool2d(x, (3, 2)).numpy(), F.max_pool2d(x, (2, 2)).numpy()
     )
-    with pytest.raises(ValueError, match="must be a multiple"):
-        F.adaptive_max_pool2d(x, (4, 3))
+    assert F.adaptive_max_pool2d(x, (4, 3)).shape == (1, 2, 4, 3)  # any size: test_layers_conv
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -30,7 +30,16 @@ _NAMED = {
 }
 
 
+# A hook a tracer sets (Note [Tracing] in lamina.jit): called with a meta tensor whose
+# values are asked for, it returns a CPU tensor with them, or None to refuse as usual.
+on_read = None
+
+
 def _no_values(t):
+    if on_read is not None:
+        values = on_read(t)
+        if values is not None:
+            return values
     raise RuntimeError(
         f"a meta tensor (shape {t.shape}, {t.dtype}) has no values to read or move; "
         "meta tensors only describe results"

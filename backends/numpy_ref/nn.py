@@ -114,6 +114,34 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     return from_array(gw), from_array(g.sum(axis=(0, 2, 3)))
 
 
+def _resample_matrix(table, weights, size):
+    """(out, size): each output position's weight on each input position."""
+    m = np.zeros((table.shape[0], size))
+    taps = 1 if weights is None else table.shape[1]
+    for o in range(table.shape[0]):
+        for a in range(taps):
+            m[o, table[o, a]] += 1.0 if weights is None else weights[o, a]
+    return m
+
+
+def _resample_matrices(rows, cols, row_weights, col_weights, h, w):
+    rw, cw = (None if t is None else t._data for t in (row_weights, col_weights))
+    return _resample_matrix(rows._data, rw, h), _resample_matrix(cols._data, cw, w)
+
+
+def resample2d(ks, input, rows, cols, row_weights, col_weights):
+    x = input._data
+    mh, mw = _resample_matrices(rows, cols, row_weights, col_weights, *x.shape[-2:])
+    out = np.einsum("oh,...hw,pw->...op", mh, x, mw).astype(x.dtype)
+    return _result(out, x)
+
+
+def resample2d_backward(ks, grad, rows, cols, row_weights, col_weights, input):
+    g, x = grad._data, input._data
+    mh, mw = _resample_matrices(rows, cols, row_weights, col_weights, *x.shape[-2:])
+    return _result(np.einsum("oh,...op,pw->...hw", mh, g, mw).astype(g.dtype), x)
+
+
 def linear(ks, input, weight, bias):
     out = input._data @ weight._data.T
     if bias is not None:
@@ -352,6 +380,141 @@ def _window_sum_of_squares(x, size):
     return total
 
 
+def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
+    x = input._data.astype(np.float64)
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    with np.errstate(invalid="ignore", divide="ignore"):  # empty slices: NaN rstd
+        mean = x.mean(axis=axes, keepdims=True) if x.size else np.zeros(_kept(x, axes))
+        var = x.var(axis=axes, keepdims=True) if x.size else np.full(_kept(x, axes), np.nan)
+    rstd = 1 / np.sqrt(var + eps)
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * weight._data
+    if bias is not None:
+        out = out + bias._data
+    dtype = input._data.dtype
+    return tuple(from_array(np.asarray(a.astype(dtype), order="C")) for a in (out, mean, rstd))
+
+
+def _kept(x, axes):
+    return tuple(1 if d in axes else n for d, n in enumerate(x.shape))
+
+
+def _normalized_gradient(g, xhat, rstd, axes):
+    """The input gradient of xhat = (x - mean(x)) * rstd(x) given g, the gradient with
+    respect to xhat: rstd * (g - mean(g) - xhat * mean(g * xhat)) over ``axes``."""
+    return rstd * (
+        g - g.mean(axis=axes, keepdims=True) - xhat * (g * xhat).mean(axis=axes, keepdims=True)
+    )
+
+
+def native_layer_norm_backward(ks, grad, input, normalized_shape, mean, rstd, weight):
+    x, g = input._data.astype(np.float64), grad._data.astype(np.float64)
+    lead = tuple(range(x.ndim - len(normalized_shape)))
+    axes = tuple(range(len(lead), x.ndim))
+    xhat = (x - mean._data) * rstd._data
+    w = 1.0 if weight is None else weight._data.astype(np.float64)
+    gx = _normalized_gradient(g * w, xhat, rstd._data, axes) if x.size else g
+    dtype = input._data.dtype
+    return (
+        from_array(np.asarray(gx.astype(dtype), order="C")),
+        from_array(np.asarray((g * xhat).sum(axis=lead).astype(dtype), order="C")),
+        from_array(np.asarray(g.sum(axis=lead).astype(dtype), order="C")),
+    )
+
+
+def _groups(a, num_groups):
+    """a (N, C, ...) as (N, num_groups, C / num_groups * ...)."""
+    return a.reshape(a.shape[0], num_groups, a.shape[1] // num_groups * math.prod(a.shape[2:]))
+
+
+def native_group_norm(ks, input, weight, bias, num_groups, eps):
+    x = input._data.astype(np.float64)
+    n, c = x.shape[:2]
+    xg = _groups(x, num_groups)
+    with np.errstate(invalid="ignore", divide="ignore"):  # empty groups: NaN rstd
+        mean = xg.mean(axis=2) if xg.shape[2] else np.zeros((n, num_groups))
+        rstd = (
+            1 / np.sqrt(xg.var(axis=2) + eps) if xg.shape[2] else np.full((n, num_groups), np.nan)
+        )
+    out = ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = out * weight._data.reshape(shape)
+    if bias is not None:
+        out = out + bias._data.reshape(shape)
+    dtype = input._data.dtype
+    return (
+        _result(out.astype(dtype), input._data),
+        from_array(mean.astype(dtype)),
+        from_array(rstd.astype(dtype)),
+    )
+
+
+def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
+    x, g = input._data.astype(np.float64), grad._data.astype(np.float64)
+    c = x.shape[1]
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    m, inv = mean._data[:, :, None], rstd._data[:, :, None]
+    xhat = ((_groups(x, num_groups) - m) * inv).reshape(x.shape)
+    w = np.ones(c) if weight is None else weight._data.astype(np.float64)
+    gw = _groups(g * w.reshape(shape), num_groups)
+    gx = _normalized_gradient(gw, _groups(xhat, num_groups), inv, 2) if x.size else gw
+    axes = tuple(d for d in range(x.ndim) if d != 1)
+    dtype = input._data.dtype
+    return (
+        _result(gx.reshape(x.shape).astype(dtype), input._data),
+        from_array((g * xhat).sum(axis=axes).astype(dtype)),
+        from_array(g.sum(axis=axes).astype(dtype)),
+    )
+
+
+def _embedding_indices(indices, rows):
+    i = indices._data.astype(np.int64)
+    bad = (i < 0) | (i >= rows)
+    if bad.any():
+        raise IndexError(f"embedding: index {i[bad][0]} is out of range for {rows} embeddings")
+    return i
+
+
+def embedding(ks, weight, indices, padding_idx):
+    return from_array(weight._data[_embedding_indices(indices, weight._shape[0])])
+
+
+def embedding_dense_backward(ks, grad, indices, num_weights, padding_idx):
+    i = _embedding_indices(indices, num_weights).reshape(-1)
+    g = grad._data.reshape(i.size, grad._shape[-1])
+    out = np.zeros((num_weights, g.shape[1]), g.dtype)
+    np.add.at(out, i, g)
+    if padding_idx is not None:
+        out[padding_idx] = 0
+    return from_array(out)
+
+
+def native_scaled_dot_product_attention(
+    ks, query, key, value, attn_mask, is_causal, scale, need_weights
+):
+    q, k, v = (t._data.astype(np.float64) for t in (query, key, value))
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    length, source = scores.shape[-2:]
+    mask = np.tril(np.ones((length, source), bool)) if is_causal else None
+    mask = attn_mask._data if attn_mask is not None else mask
+    if mask is not None and mask.dtype == np.bool_:
+        scores = np.where(mask, scores, -np.inf)
+    elif mask is not None:
+        scores = scores + mask
+    top = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - top)
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    weights = np.where(top == -np.inf, 0.0, weights)  # every key masked: zeros
+    dtype = query._data.dtype
+    out = from_array(np.ascontiguousarray((weights @ v).astype(dtype)))
+    if not need_weights:
+        return out, from_array(np.empty(0, dtype))
+    return out, from_array(np.ascontiguousarray(weights.astype(dtype)))
+
+
 def native_local_response_norm(ks, input, size, alpha, beta, k):
     x = input._data
     scale = k + alpha / size * _window_sum_of_squares(x, size)
@@ -441,6 +604,42 @@ def sigmoid(ks, input):
         return _keep_layout(1 / (1 + np.exp(-x)), input._data)
 
 
+def silu(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # -inf: -inf / inf = NaN
+        return _keep_layout(x / (1 + np.exp(-x)), input._data)
+
+
+def silu_backward(ks, grad, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = 1 / (1 + np.exp(-x))
+        return _keep_layout(grad._data * (s * (1 + x * (1 - s))), input._data)
+
+
+def hardtanh(ks, input, min_val, max_val):
+    x = input._data  # NaN stays NaN: np.clip propagates it
+    return _keep_layout(np.clip(x, min_val, max_val), x)
+
+
+def hardtanh_backward(ks, grad, input, min_val, max_val):
+    x = input._data
+    return _keep_layout(np.where((x > min_val) & (x < max_val), grad._data, 0), x)
+
+
+def hardswish(ks, input):
+    x = input._data.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # -inf * 0
+        return _keep_layout(x * np.clip(x + 3, 0, 6) / 6, input._data)
+
+
+def hardswish_backward(ks, grad, input):
+    x, g = input._data, grad._data
+    with np.errstate(invalid="ignore"):  # NaN input: neither branch, grad passes
+        d = np.where(x <= -3, 0.0, np.where(x < 3, g * (x / 3 + 0.5), g))
+    return _keep_layout(d, x)
+
+
 def softmax(ks, input, dim):
     x = input._data.astype(np.float64)
     e = np.exp(x - x.max(axis=dim, keepdims=True))
@@ -503,6 +702,38 @@ def mse_loss(ks, input, target, reduction):
     return from_array(np.asarray(total, squares.dtype))
 
 
+def _reduced_loss(losses, reduction, dtype):
+    if reduction == "none":
+        return from_array(np.asarray(losses, dtype, order="C"))
+    with np.errstate(invalid="ignore"):  # empty: 0 / 0, NaN
+        total = losses.sum() if reduction == "sum" else losses.sum() / losses.size
+    return from_array(np.asarray(total, dtype))
+
+
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    d = np.abs(input._data.astype(np.float64) - target._data)
+    with np.errstate(divide="ignore", invalid="ignore"):  # beta 0: the quadratic unused
+        losses = np.where(d < beta, 0.5 * d**2 / beta, d - 0.5 * beta)
+    return _reduced_loss(losses, reduction, input._data.dtype)
+
+
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    d = input._data.astype(np.float64) - target._data
+    with np.errstate(divide="ignore", invalid="ignore"):  # beta 0: d / beta unused
+        slope = np.where(np.abs(d) < beta, d / beta, np.sign(d))
+    g = grad._data / (d.size if reduction == "mean" and d.size else 1)
+    return from_array(np.asarray(slope * g, input._data.dtype, order="C"))
+
+
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    x, t = input._data.astype(np.float64), target._data
+    w = 1.0 if weight is None else weight._data
+    pw = 1.0 if pos_weight is None else pos_weight._data
+    # -log(sigmoid(x)) = log(1 + exp(-x)), -log(1 - sigmoid(x)) = log(1 + exp(x))
+    losses = w * (pw * t * np.logaddexp(0, -x) + (1 - t) * np.logaddexp(0, x))
+    return _reduced_loss(losses, reduction, input._data.dtype)
+
+
 def to_layout(ks, input, layout):
     x = input._data
     if layout == "NHWC":
@@ -516,6 +747,8 @@ KERNELS = [
     conv2d,
     conv2d_backward_input,
     conv2d_backward_weight,
+    resample2d,
+    resample2d_backward,
     linear,
     max_pool2d_with_indices,
     min_pool2d_with_indices,
@@ -527,6 +760,13 @@ KERNELS = [
     adaptive_avg_pool2d_backward,
     native_batch_norm,
     native_batch_norm_backward,
+    native_layer_norm,
+    native_layer_norm_backward,
+    native_group_norm,
+    native_group_norm_backward,
+    embedding,
+    embedding_dense_backward,
+    native_scaled_dot_product_attention,
     native_local_response_norm,
     local_response_norm_backward,
     relu,
@@ -536,12 +776,21 @@ KERNELS = [
     gelu,
     gelu_backward,
     sigmoid,
+    silu,
+    silu_backward,
+    hardtanh,
+    hardtanh_backward,
+    hardswish,
+    hardswish_backward,
     softmax,
     log_softmax,
     softmax_backward,
     log_softmax_backward,
     nll_loss,
     mse_loss,
+    smooth_l1_loss,
+    smooth_l1_loss_backward,
+    binary_cross_entropy_with_logits,
     to_layout,
 ]
 NAMES = {

@@ -629,6 +629,175 @@ class Conv2d(Module):
         return text + ("" if self.bias is not None else ", bias=False")
 
 
+class Conv1d(Conv2d):
+    """1-D convolution (F.conv1d); weight (out, in / groups, k), initialized as
+    Conv2d's of kernel size (1, k)."""
+
+    @checked
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int],
+        stride: int | tuple[int] = 1,
+        padding: int | tuple[int] | str = 0,
+        dilation: int | tuple[int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        k, s, d = (_single(v) for v in (kernel_size, stride, dilation))
+        pad2 = padding if isinstance(padding, str) else (0, _single(padding))
+        super().__init__(
+            in_channels, out_channels, (1, k), (1, s), pad2, (1, d), groups, bias,
+            padding_mode, device, dtype,
+        )  # fmt: skip
+        self.kernel_size, self.stride, self.dilation = (k,), (s,), (d,)
+        self.padding = padding if isinstance(padding, str) else (_single(padding),)
+        self.weight = Parameter(ops.reshape(self.weight.detach(), (out_channels, -1, k)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
+            f"groups={self.groups}" + ("" if self.bias is not None else ", bias=False")
+        )
+
+
+def _single(v: Any) -> int:
+    return v[0] if isinstance(v, (tuple, list)) else v
+
+
+class ConvTranspose2d(Module):
+    """2-D transposed convolution (F.conv_transpose2d); weight (in, out / groups, kH,
+    kW) and bias start as PyTorch's (Conv2d's rule applied to that weight)."""
+
+    @checked
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        output_padding: int | tuple[int, int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | tuple[int, int] = 1,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if padding_mode != "zeros":
+            raise ValueError(
+                f"ConvTranspose2d: only padding_mode='zeros' is supported, got {padding_mode!r}"
+            )
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"ConvTranspose2d: groups={groups} must be positive and divide "
+                f"in_channels={in_channels} and out_channels={out_channels}"
+            )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
+        self.padding, self.output_padding = _pair(padding), _pair(output_padding)
+        self.dilation, self.groups = _pair(dilation), groups
+        shape = (in_channels, out_channels // groups, *self.kernel_size)
+        self.weight = Parameter(_empty(shape, dtype, device))
+        self.bias = Parameter(_empty((out_channels,), dtype, device)) if bias else None
+        self.reset_parameters()
+
+    reset_parameters = Conv2d.reset_parameters
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(
+            x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+            self.groups, self.dilation,
+        )  # fmt: skip
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding}, "
+            f"output_padding={self.output_padding}"
+        )
+
+
+class Upsample(Module):
+    """Resizing to ``size`` or by ``scale_factor`` (F.interpolate)."""
+
+    def __init__(
+        self,
+        size: int | tuple[int, int] | None = None,
+        scale_factor: float | tuple[float, float] | None = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self.size, self.scale_factor = size, scale_factor
+        self.mode, self.align_corners = mode, align_corners
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self) -> str:
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
+
+
+class _Pad2d(Module):
+    """Padding of the last two axes by (left, right, top, bottom) (F.pad)."""
+
+    mode = "constant"
+
+    def __init__(self, padding: int | tuple[int, int, int, int]) -> None:
+        super().__init__()
+        self.padding = tuple(padding) if isinstance(padding, (tuple, list)) else (padding,) * 4
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, self.padding, self.mode)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}"
+
+
+class ZeroPad2d(_Pad2d):
+    """Zeros around the last two axes (negative padding crops)."""
+
+
+class ConstantPad2d(_Pad2d):
+    """``value`` around the last two axes (negative padding crops)."""
+
+    def __init__(self, padding: int | tuple[int, int, int, int], value: float) -> None:
+        super().__init__(padding)
+        self.value = value
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pad(x, self.padding, "constant", self.value)
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, value={self.value}"
+
+
+class ReflectionPad2d(_Pad2d):
+    """The last two axes mirrored at their edges (the edge not repeated)."""
+
+    mode = "reflect"
+
+
+class ReplicationPad2d(_Pad2d):
+    """The last two axes' edge values repeated."""
+
+    mode = "replicate"
+
+
 class BatchNorm2d(Module):
     """Batch normalization of (N, C, H, W) inputs over N, H and W: batch statistics in
     training (updating the running ones by ``momentum``, or their cumulative average
@@ -695,6 +864,136 @@ class BatchNorm2d(Module):
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
             f"affine={self.affine}, track_running_stats={self.track_running_stats}"
         )
+
+
+def _affine(module: Module, shape: tuple, weight: bool, bias: bool, dtype: Any, device: Any):
+    """A normalization's weight (ones) and bias (zeros) of ``shape``, each registered as
+    None when absent."""
+    for name, present, fill in (("weight", weight, init.ones_), ("bias", bias, init.zeros_)):
+        value = Parameter(fill(_empty(shape, dtype, device))) if present else None
+        module.register_parameter(name, value)
+
+
+class LayerNorm(Module):
+    """Layer normalization over the trailing ``normalized_shape`` axes (F.layer_norm);
+    with elementwise_affine a weight (ones) and, with bias, a bias (zeros) of that
+    shape."""
+
+    @checked
+    def __init__(
+        self,
+        normalized_shape: int | tuple[int, ...] | list[int],
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps, self.elementwise_affine = eps, elementwise_affine
+        _affine(
+            self,
+            self.normalized_shape,
+            elementwise_affine,
+            elementwise_affine and bias,
+            dtype,
+            device,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )
+
+
+class GroupNorm(Module):
+    """Group normalization of (N, C, ...) over num_groups groups of channels
+    (F.group_norm); with affine a per-channel weight (ones) and bias (zeros)."""
+
+    @checked
+    def __init__(
+        self,
+        num_groups: int,
+        num_channels: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ValueError(
+                f"GroupNorm: num_groups={num_groups} must be positive and divide "
+                f"num_channels={num_channels}"
+            )
+        self.num_groups, self.num_channels = num_groups, num_channels
+        self.eps, self.affine = eps, affine
+        _affine(self, (num_channels,), affine, affine, dtype, device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class Embedding(Module):
+    """A lookup table of num_embeddings rows of embedding_dim (F.embedding), drawn from
+    N(0, 1) with the padding_idx row zeroed, as in PyTorch."""
+
+    @checked
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(
+                    f"Embedding: padding_idx must be within num_embeddings "
+                    f"({num_embeddings}), got {padding_idx}"
+                )
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx, self.max_norm, self.norm_type = padding_idx, max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
+        self.weight = Parameter(_empty((num_embeddings, embedding_dim), dtype, device))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight[self.padding_idx] = 0.0
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.embedding(
+            input,
+            self.weight,
+            self.padding_idx,
+            self.max_norm,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
+        )
+
+    def extra_repr(self) -> str:
+        text = f"{self.num_embeddings}, {self.embedding_dim}"
+        return text + ("" if self.padding_idx is None else f", padding_idx={self.padding_idx}")
 
 
 class _Pool(Module):
@@ -852,11 +1151,70 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
+class SiLU(Module):
+    """x * sigmoid(x). ``inplace`` is accepted for PyTorch compatibility, as ReLU's."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.silu(x)
+
+
+class Hardtanh(Module):
+    """x clamped to [min_val, max_val]. ``inplace`` is accepted for PyTorch
+    compatibility, as ReLU's."""
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        if not min_val <= max_val:
+            raise ValueError(
+                f"Hardtanh: min_val must not exceed max_val, got {min_val} and {max_val}"
+            )
+        self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class ReLU6(Hardtanh):
+    """min(max(x, 0), 6): Hardtanh(0, 6), as in PyTorch."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class Hardswish(Module):
+    """x * relu6(x + 3) / 6. ``inplace`` is accepted for PyTorch compatibility, as
+    ReLU's."""
+
+    def __init__(self, inplace: bool = False) -> None:
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardswish(x)
+
+
 class Sigmoid(Module):
     """1 / (1 + exp(-x))."""
 
     def forward(self, x: Tensor) -> Tensor:
         return F.sigmoid(x)
+
+
+class Tanh(Module):
+    """tanh(x), elementwise."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.tanh(x)
 
 
 class Softmax(Module):
@@ -963,3 +1321,69 @@ class MSELoss(Module):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.mse_loss(input, target, self.reduction)
+
+
+class BCELoss(Module):
+    """F.binary_cross_entropy of probabilities, with optional element weights."""
+
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean") -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(Module):
+    """F.binary_cross_entropy_with_logits, with optional element weights and weights
+    of the positive class."""
+
+    def __init__(
+        self,
+        weight: Tensor | None = None,
+        reduction: str = "mean",
+        pos_weight: Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(
+            input, target, self.weight, self.reduction, self.pos_weight
+        )
+
+
+class L1Loss(Module):
+    """F.l1_loss."""
+
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.l1_loss(input, target, self.reduction)
+
+
+class SmoothL1Loss(Module):
+    """F.smooth_l1_loss."""
+
+    def __init__(self, reduction: str = "mean", beta: float = 1.0) -> None:
+        super().__init__()
+        self.reduction, self.beta = reduction, beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class KLDivLoss(Module):
+    """F.kl_div of log-probabilities and (log-)probabilities."""
+
+    def __init__(self, reduction: str = "mean", log_target: bool = False) -> None:
+        super().__init__()
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.kl_div(input, target, self.reduction, self.log_target)

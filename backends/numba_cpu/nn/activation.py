@@ -1,12 +1,13 @@
-"""Activations and their gradients (relu, leaky_relu, gelu, sigmoid), softmax and
-log_softmax.
+"""Activations and their gradients (relu, leaky_relu, gelu, sigmoid, silu, hardtanh,
+hardswish), softmax and log_softmax.
 
 The activations are one flat loop over the memory of a dense tensor (Note [Layouts]):
 the result has the input's strides, so a channels-last activation stays channels-last.
 Two templates, ``unary`` and ``binary`` (a gradient and the tensor it depends on),
 instantiated with the scalar functions below (Note [Kernel cache]: they live in this
 file, beside the templates); each takes one parameter of the data's dtype (the slope,
-or 0), so the arithmetic stays in float32 for float32 data.
+or 0; hardtanh's a pair of them, its bounds), so the arithmetic stays in float32 for
+float32 data.
 """
 
 import math
@@ -105,6 +106,54 @@ def sigmoid(x, unused):
     return K.vector_sigmoid(x)
 
 
+# silu as PyTorch computes it, x / (1 + exp(-x)): -inf gives NaN (-inf / inf) there too
+
+
+@jitable(inline="always", **jit.CALLEE)
+def silu(x, unused):
+    c = type(x)
+    return x / (c(1.0) + K.vector_exp(-x))
+
+
+@jitable(inline="always", **jit.CALLEE)
+def silu_backward(g, x, unused):
+    c = type(x)
+    s = c(1.0) / (c(1.0) + K.vector_exp(-x))
+    return g * s * (c(1.0) + x * (c(1.0) - s))
+
+
+# hardtanh and hardswish: NaN passes through the forward (clamp's rule) and no gradient
+# passes at or beyond the kinks, NaN included, as in PyTorch; hardswish's gradient is
+# grad itself at NaN (PyTorch's branches: neither x <= -3 nor x < 3 holds)
+
+
+@jitable
+def hardtanh(x, bounds):
+    lo, hi = bounds
+    return lo if x < lo else (hi if x > hi else x)
+
+
+@jitable
+def hardtanh_backward(g, x, bounds):
+    lo, hi = bounds
+    return g if lo < x < hi else type(g)(0.0)
+
+
+@jitable
+def hardswish(x, unused):
+    c = type(x)
+    t = x + c(3.0)
+    return x * (c(0.0) if t < 0 else (c(6.0) if t > 6 else t)) / c(6.0)
+
+
+@jitable
+def hardswish_backward(g, x, unused):
+    c = type(x)
+    if x <= -3:
+        return c(0.0)
+    return g * (x / c(3.0) + c(0.5)) if x < 3 else g
+
+
 # ---------------------------------------------------------------- templates
 
 
@@ -125,13 +174,17 @@ def binary(fn, loop):
     return kernel
 
 
-def _entry(template, fn, dtype, size):
+def _entry(template, fn, dtype, size, pair):
+    """The kernel of template and fn for dtype; its parameter is a scalar of dtype, or
+    a pair of them (fixed by fn, which the cache key holds)."""
     loop = range if size < _parallel_min else jit.prange
 
     def build():
         arr = jit.array(dtype)
         operands = (arr,) * (2 if template is unary else 3)
-        sig = jit.types.void(*operands, jit.numba.from_dtype(dtype))
+        scalar = jit.numba.from_dtype(dtype)
+        param = jit.types.UniTuple(scalar, 2) if pair else scalar
+        sig = jit.types.void(*operands, param)
         return jit.compile_kernel(template(fn, loop), sig, parallel=loop is jit.prange)
 
     return jit.cached((template, fn, dtype, loop), build)
@@ -140,7 +193,7 @@ def _entry(template, fn, dtype, size):
 def _unary(fn, x, p=0.0):
     flat, data = dense(x._data)
     out_flat, out = flat_output(data)
-    _entry(unary, fn, data.dtype, flat.size)(flat, out_flat, p)
+    _entry(unary, fn, data.dtype, flat.size, isinstance(p, tuple))(flat, out_flat, p)
     return from_array(out)
 
 
@@ -149,7 +202,7 @@ def _binary(fn, grad, x, p=0.0):
     flat, data = dense(x._data)
     out_flat, out = flat_output(data)
     g = flat_like(grad._data, data)
-    _entry(binary, fn, data.dtype, flat.size)(g, flat, out_flat, p)
+    _entry(binary, fn, data.dtype, flat.size, isinstance(p, tuple))(g, flat, out_flat, p)
     return from_array(out)
 
 
@@ -179,6 +232,30 @@ def gelu_backward_kernel(ks, grad, input, approximate):
 
 def sigmoid_kernel(ks, input):
     return _unary(sigmoid, input)
+
+
+def silu_kernel(ks, input):
+    return _unary(silu, input)
+
+
+def silu_backward_kernel(ks, grad, input):
+    return _binary(silu_backward, grad, input)
+
+
+def hardtanh_kernel(ks, input, min_val, max_val):
+    return _unary(hardtanh, input, (min_val, max_val))
+
+
+def hardtanh_backward_kernel(ks, grad, input, min_val, max_val):
+    return _binary(hardtanh_backward, grad, input, (min_val, max_val))
+
+
+def hardswish_kernel(ks, input):
+    return _unary(hardswish, input)
+
+
+def hardswish_backward_kernel(ks, grad, input):
+    return _binary(hardswish_backward, grad, input)
 
 
 # ---------------------------------------------------------------- softmax
@@ -370,6 +447,12 @@ KERNELS = {
     "gelu": gelu_kernel,
     "gelu_backward": gelu_backward_kernel,
     "sigmoid": sigmoid_kernel,
+    "silu": silu_kernel,
+    "silu_backward": silu_backward_kernel,
+    "hardtanh": hardtanh_kernel,
+    "hardtanh_backward": hardtanh_backward_kernel,
+    "hardswish": hardswish_kernel,
+    "hardswish_backward": hardswish_backward_kernel,
     "softmax": softmax_kernel,
     "log_softmax": log_softmax_kernel,
     "softmax_backward": softmax_backward_kernel,

@@ -1,10 +1,23 @@
 """Losses: nll_loss and mse_loss, NumPy where it is the right tool (a gather along the
-class axis, one subtraction and a sum); their gradients are formulas of dispatched
-operators (autograd/derivatives.py)."""
+class axis, one subtraction and a sum); smooth_l1_loss and
+binary_cross_entropy_with_logits, one Numba pass that computes each element's loss and
+stores or sums it. Their gradients are formulas of dispatched operators
+(autograd/derivatives.py)."""
+
+import os
 
 import numpy as np
 
+from lamina.backends import jit
+from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import from_array
+
+from .. import kernels as K
+
+# Note [Kernel cache]: these kernels call kernels.py's vector math, so they close over
+# that file's stamp, as activation.py's do
+_stat = os.stat(K.__file__)
+_MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
 
 
 def class_targets(fn, target, classes, ignore_index):
@@ -63,6 +76,139 @@ def _mse_reduce(d, reduction):
     return from_array(np.asarray(total, squares.dtype))
 
 
+# ---------------------------------------------------------------- fused pointwise losses
+# One scalar function per loss, of (input, target, parameter), as the activations'; the
+# templates store each element's loss or add them up in float64. They live here, beside
+# the scalar functions, for Numba's cache (Note [Kernel cache]).
+
+
+@jitable
+def smooth_l1(x, t, beta):
+    d = abs(x - t)  # PyTorch's form; beta = 0 leaves |d| (the first branch never runs)
+    return type(x)(0.5) * d * d / beta if d < beta else d - type(x)(0.5) * beta
+
+
+@jitable
+def smooth_l1_slope(x, t, beta_scale):
+    # PyTorch's branches, but 0 at d = 0 when beta is 0 (l1's sign(0)); NaN stays NaN
+    beta, scale = beta_scale
+    d = x - t
+    if d >= beta and d > 0:
+        return scale
+    if d <= -beta and d < 0:
+        return -scale
+    return d / beta * scale if beta > 0 else d * scale
+
+
+@jitable(inline="always", **jit.CALLEE)
+def bce_with_logits(x, t, unused):
+    c = type(x)
+    e = K.vector_exp(-abs(x))
+    u = c(1.0) + e
+    # log1p(e) to full precision from log(1 + e) (Goldberg's correction): log(u)
+    # rounds away e's last bits, (u - 1) / e says by how much
+    log1p_e = e if u == c(1.0) else K.vector_log(u) * (e / (u - c(1.0)))
+    log_sigmoid = (x if x < 0 else c(0.0)) - log1p_e
+    return (c(1.0) - t) * x - log_sigmoid
+
+
+def each(fn, stamp=_MATH_STAMP):
+    def kernel(x, t, out, p):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        for i in range(out.size):
+            out[i] = fn(x[i], t[i], p)
+
+    return kernel
+
+
+def summed(fn, stamp=_MATH_STAMP):
+    def kernel(x, t, p):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        total = 0.0
+        for i in range(x.size):
+            total += fn(x[i], t[i], p)
+        return total
+
+    return kernel
+
+
+def _kernel(template, fn, dtype, pair=False):
+    """template's kernel of fn for dtype; its parameter a scalar of dtype, or a pair of
+    them (fixed by fn, which the cache key holds)."""
+
+    def build():
+        arr, scalar = jit.array(dtype), jit.numba.from_dtype(dtype)
+        param = jit.types.UniTuple(scalar, 2) if pair else scalar
+        if template is summed:  # its sum may be reordered, so that it vectorizes
+            sig = jit.types.float64(arr, arr, param)
+            return jit.compile_kernel(summed(fn), sig, fastmath=jit.REASSOCIATE)
+        return jit.compile_kernel(each(fn), jit.types.void(arr, arr, arr, param))
+
+    return jit.cached((template, fn, dtype), build)
+
+
+def _pointwise_loss(fn, input, target, p, weight, reduction):
+    """fn's loss of each element, times weight, reduced: one pass without a weight."""
+    x = np.ascontiguousarray(input._data).reshape(-1)
+    t = np.ascontiguousarray(target._data).reshape(-1)
+    if reduction != "none" and weight is None:
+        total = _kernel(summed, fn, x.dtype)(x, t, p)
+        return _total(total, x.size, x.dtype, reduction)
+    losses = np.empty_like(x)
+    _kernel(each, fn, x.dtype)(x, t, losses, p)
+    return _weighted(losses.reshape(input._shape), weight, reduction)
+
+
+def _weighted(losses, weight, reduction):
+    if weight is not None:
+        losses = losses * weight._data
+    if reduction == "none":
+        return from_array(np.asarray(losses, order="C"))  # ascontiguousarray: 0-d -> 1-d
+    return _total(losses.sum(dtype=np.float64), losses.size, losses.dtype, reduction)
+
+
+def _total(total, size, dtype, reduction):
+    if reduction == "mean":
+        total = total / size if size else np.nan  # empty: NaN, as in PyTorch
+    return from_array(np.asarray(total, dtype))
+
+
+def smooth_l1_loss(ks, input, target, reduction, beta):
+    return _pointwise_loss(smooth_l1, input, target, beta, None, reduction)
+
+
+def smooth_l1_loss_backward(ks, grad, input, target, reduction, beta):
+    """One pass for a reduced loss's (0-d) grad; a full grad ('none') multiplies after."""
+    x = np.ascontiguousarray(input._data).reshape(-1)
+    t = np.ascontiguousarray(target._data).reshape(-1)
+    g = grad._data
+    scale = 1.0 if reduction == "none" else float(g)
+    if reduction == "mean" and x.size:
+        scale /= x.size
+    out = np.empty_like(x)
+    _kernel(each, smooth_l1_slope, x.dtype, pair=True)(x, t, out, (beta, scale))
+    out = out.reshape(input._shape)
+    if reduction == "none":
+        np.multiply(out, g, out=out)
+    return from_array(out)
+
+
+def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_weight):
+    if pos_weight is not None:  # the positive term weighted: NumPy's passes
+        x, t = input._data, target._data
+        with np.errstate(over="ignore", invalid="ignore"):  # NaN/inf data: no warnings
+            log_sigmoid = np.minimum(x, 0) - np.log1p(np.exp(-np.abs(x)))
+            losses = (1 - t) * x - ((pos_weight._data - 1) * t + 1) * log_sigmoid
+        return _weighted(losses, weight, reduction)
+    return _pointwise_loss(bce_with_logits, input, target, 0.0, weight, reduction)
+
+
 def register(registry):
-    for fn in (nll_loss, mse_loss):
+    for fn in (
+        nll_loss,
+        mse_loss,
+        smooth_l1_loss,
+        smooth_l1_loss_backward,
+        binary_cross_entropy_with_logits,
+    ):
         registry.register(fn.__name__, "cpu", fn)

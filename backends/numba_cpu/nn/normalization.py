@@ -1,4 +1,4 @@
-"""Batch normalization and local response normalization, forward and backward.
+"""Batch, layer, group and local response normalization, forward and backward.
 
 Note [Channel views]: both normalize along axis 1. A tensor is seen either
 channels-first, as a C-contiguous (N, C, S) array (S the product of the other axes:
@@ -309,6 +309,259 @@ def bn_grad_cl(gate, loop):
     return kernel
 
 
+# ---------------------------------------------------------------- layer and group norm
+# Note [Norm statistics]: layer and group norm take each slice's mean and variance from
+# one pass of float64 sums of (x - shift) and its square, the shift a value of the
+# slice (its first: the variance then loses no digits to cancellation unless the
+# values themselves spread far beyond their distance from it). The float32 terms
+# convert to float64 as they are added (vectorized); the normalization and the
+# gradients then run in the data's dtype. Group norm's channels-first groups are longer:
+# there runs of RUN terms are summed in the data's dtype first (full vector width), then
+# added in float64.
+RUN = 256
+
+
+def ln_forward(loop):
+    """Per row of x (R, D): mean[i] and rstd[i] = 1 / sqrt(var + eps) (Note [Norm
+    statistics]), then out = (x - mean) * rstd * weight + bias, the row still in cache.
+    x - mean is taken as (x - shift) - (mean - shift): exact in the data's dtype where
+    x is within a factor 2 of the shift, where mean rounded to it would cost up to half
+    an ulp of the mean (large against the spread for data far from zero)."""
+
+    def kernel(x, weight, bias, mean, rstd, out, eps):
+        d = x.shape[1]
+        for i in loop(x.shape[0]):
+            row, res = x[i], out[i]
+            shift = np.float64(row[0])
+            s = 0.0
+            q = 0.0
+            for j in range(d):
+                v = row[j] - shift
+                s += v
+                q += v * v
+            m = s / d
+            inv = 1.0 / math.sqrt(max(q / d - m * m, 0.0) + eps)
+            mean[i], rstd[i] = shift + m, inv
+            first, mu, a = row[0], x.dtype.type(m), x.dtype.type(inv)
+            for j in range(d):
+                res[j] = ((row[j] - first) - mu) * a * weight[j] + bias[j]
+
+    return kernel
+
+
+def ln_backward(loop):
+    """Per row of g, x (R, D), with gw = g * weight and xhat = (x - mean) * rstd:
+    gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)); the column sums of g * xhat
+    and g (the weight's and bias's gradients) into float64 partial sums, one row of
+    ``weight_sums`` and ``bias_sums`` per chunk of rows."""
+
+    def kernel(g, x, weight, mean, rstd, gx, weight_sums, bias_sums):
+        r, d = x.shape
+        chunks = weight_sums.shape[0]
+        size = (r + chunks - 1) // chunks
+        for t in loop(chunks):
+            sw, sb = weight_sums[t], bias_sums[t]
+            for j in range(d):
+                sw[j], sb[j] = 0.0, 0.0
+            for i in range(t * size, min(r, (t + 1) * size)):
+                grow, xrow, res = g[i], x[i], gx[i]
+                first, inv = xrow[0], x.dtype.type(rstd[i])
+                mu = x.dtype.type(mean[i] - first)
+                a = 0.0
+                b = 0.0
+                for j in range(d):
+                    xhat = ((xrow[j] - first) - mu) * inv
+                    gw = grow[j] * weight[j]
+                    a += gw
+                    b += gw * xhat
+                    sw[j] += grow[j] * xhat
+                    sb[j] += grow[j]
+                ca, cb = x.dtype.type(a / d), x.dtype.type(b / d)
+                for j in range(d):
+                    xhat = ((xrow[j] - first) - mu) * inv
+                    res[j] = inv * (grow[j] * weight[j] - ca - xhat * cb)
+
+    return kernel
+
+
+def gn_forward_cf(loop):
+    """Per (n, group) of x (N, C, S), whose C / G channels are contiguous: mean[n, g]
+    and rstd[n, g] (Note [Norm statistics], shifted by the group's first value), then
+    out = (x - mean) * rstd * weight[c] + bias[c] while the group is in cache (x - mean
+    taken relative to the shift, as ln_forward)."""
+
+    def kernel(x, weight, bias, groups, mean, rstd, out, eps):
+        c, s = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for t in loop(x.shape[0] * groups):
+            i, g = t // groups, t % groups
+            channels = range(g * per, (g + 1) * per)
+            first, zero = x[i, g * per, 0], x.dtype.type(0)
+            a = 0.0
+            q = 0.0
+            for k in channels:
+                row = x[i, k]
+                for j0 in range(0, s, RUN):
+                    pa, pq = zero, zero
+                    for j in range(j0, min(s, j0 + RUN)):
+                        v = row[j] - first
+                        pa += v
+                        pq += v * v
+                    a += pa
+                    q += pq
+            m = a / count
+            inv = 1.0 / math.sqrt(max(q / count - m * m, 0.0) + eps)
+            mean[i, g], rstd[i, g] = first + m, inv
+            mu = x.dtype.type(m)
+            for k in channels:
+                row, res = x[i, k], out[i, k]
+                scale, offset = x.dtype.type(inv * weight[k]), bias[k]
+                for j in range(s):
+                    res[j] = ((row[j] - first) - mu) * scale + offset
+
+    return kernel
+
+
+def gn_backward_cf(loop):
+    """Per (n, group) of g, x (N, C, S): the per-channel float64 sums total[n, c] of g
+    and products[n, c] of g * (x - mean), then, while the group is in cache,
+    gx = g * rstd * weight[c] + (x - mean) * q + r with the group's coefficients of
+    group norm's gradient (gn_backward_cl's in the other layout)."""
+
+    def kernel(g, x, weight, groups, mean, rstd, gx, total, products):
+        c, s = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for t in loop(x.shape[0] * groups):
+            i, gr = t // groups, t % groups
+            channels = range(gr * per, (gr + 1) * per)
+            first = x[i, gr * per, 0]
+            mu, inv = x.dtype.type(mean[i, gr] - first), rstd[i, gr]
+            weighted = 0.0
+            weighted_products = 0.0
+            for k in channels:
+                grow, xrow = g[i, k], x[i, k]
+                a = 0.0
+                b = 0.0
+                for j0 in range(0, s, RUN):
+                    pa, pb = x.dtype.type(0), x.dtype.type(0)
+                    for j in range(j0, min(s, j0 + RUN)):
+                        pa += grow[j]
+                        pb += grow[j] * ((xrow[j] - first) - mu)
+                    a += pa
+                    b += pb
+                total[i, k], products[i, k] = a, b
+                weighted += weight[k] * a
+                weighted_products += weight[k] * b
+            q = x.dtype.type(-inv * inv * inv * weighted_products / count)
+            r = x.dtype.type(-inv * weighted / count)
+            for k in channels:
+                grow, xrow, res = g[i, k], x[i, k], gx[i, k]
+                p = x.dtype.type(inv * weight[k])
+                for j in range(s):
+                    res[j] = grow[j] * p + ((xrow[j] - first) - mu) * q + r
+
+    return kernel
+
+
+def gn_forward_cl(loop):
+    """Per sample n of channels-last x (N, S, C) (in L2 at the usual sizes): float64
+    per-channel sums of x - shift and its square down the pixels (runs of ROWS pixels in
+    x's dtype, as bn_sums_cl; the shift each channel's first value), combined by group:
+    sum (x - mean)^2 = second + 2 (shift - mean) first + S (shift - mean)^2 over its
+    channels; then out = (x - mean) * rstd * weight + bias, x - mean taken relative to
+    the shift (as ln_forward)."""
+
+    def kernel(x, weight, bias, groups, mean, rstd, out, eps):
+        s, c = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for i in loop(x.shape[0]):
+            shift = x[i, 0]
+            first, second = np.zeros(c), np.zeros(c)
+            run_first, run_second = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
+            for j0 in range(0, s, ROWS):
+                for j in range(j0, min(s, j0 + ROWS)):
+                    row = x[i, j]
+                    for k in range(c):
+                        d = row[k] - shift[k]
+                        run_first[k] += d
+                        run_second[k] += d * d
+                for k in range(c):
+                    first[k] += run_first[k]
+                    second[k] += run_second[k]
+                    run_first[k], run_second[k] = 0, 0
+            centre, scale = np.empty(c, x.dtype), np.empty(c, x.dtype)
+            for g in range(groups):
+                channels = range(g * per, (g + 1) * per)
+                total = 0.0
+                for k in channels:
+                    total += first[k] + s * np.float64(shift[k])
+                m = total / count
+                spread = 0.0
+                for k in channels:
+                    dev = shift[k] - m
+                    spread += second[k] + dev * (2.0 * first[k] + s * dev)
+                inv = 1.0 / math.sqrt(max(spread / count, 0.0) + eps)
+                mean[i, g], rstd[i, g] = m, inv
+                for k in channels:
+                    centre[k], scale[k] = m - shift[k], inv * weight[k]
+            for j in range(s):
+                row, res = x[i, j], out[i, j]
+                for k in range(c):
+                    res[k] = ((row[k] - shift[k]) - centre[k]) * scale[k] + bias[k]
+
+    return kernel
+
+
+def gn_backward_cl(loop):
+    """Per sample n of channels-last g, x (N, S, C): the per-channel float64 sums
+    total[n, c] of g and products[n, c] of g * (x - mean) (runs of ROWS pixels in x's
+    dtype), then gx = g * rstd * weight + (x - mean) * q + r with the group's
+    coefficients (as gn_backward_cf's)."""
+
+    def kernel(g, x, weight, groups, mean, rstd, gx, total, products):
+        s, c = x.shape[1], x.shape[2]
+        per = c // groups
+        count = per * s
+        for i in loop(x.shape[0]):
+            shift, sums, sums_x = x[i, 0], total[i], products[i]
+            centre = np.empty(c, x.dtype)
+            run_g, run_x = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
+            for k in range(c):
+                centre[k], sums[k], sums_x[k] = mean[i, k // per] - shift[k], 0.0, 0.0
+            for j0 in range(0, s, ROWS):
+                for j in range(j0, min(s, j0 + ROWS)):
+                    grow, xrow = g[i, j], x[i, j]
+                    for k in range(c):
+                        run_g[k] += grow[k]
+                        run_x[k] += grow[k] * ((xrow[k] - shift[k]) - centre[k])
+                for k in range(c):
+                    sums[k] += run_g[k]
+                    sums_x[k] += run_x[k]
+                    run_g[k], run_x[k] = 0, 0
+            p, q, r = np.empty(c, x.dtype), np.empty(c, x.dtype), np.empty(c, x.dtype)
+            for gr in range(groups):
+                channels = range(gr * per, (gr + 1) * per)
+                weighted = 0.0
+                weighted_products = 0.0
+                for k in channels:
+                    weighted += weight[k] * sums[k]
+                    weighted_products += weight[k] * sums_x[k]
+                inv = rstd[i, gr]
+                for k in channels:
+                    p[k] = inv * weight[k]
+                    q[k] = -inv * inv * inv * weighted_products / count
+                    r[k] = -inv * weighted / count
+            for j in range(s):
+                grow, xrow, res = g[i, j], x[i, j], gx[i, j]
+                for k in range(c):
+                    res[k] = grow[k] * p[k] + ((xrow[k] - shift[k]) - centre[k]) * q[k] + r[k]
+
+    return kernel
+
+
 def _signature(template, dtype):
     """The argument types of ``template``'s kernel for data of ``dtype``: made only when
     it compiles (making Numba types took ~50 us a call, serially between the parallel
@@ -324,6 +577,12 @@ def _signature(template, dtype):
         bn_backward_cf: (a3, a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
         bn_grad_sums_cl: (a2, a2, a2, f64, f64_2, f64_2),
         bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2, t.boolean),
+        ln_forward: (a2, vec, vec, f64, f64, a2, t.float64),
+        ln_backward: (a2, a2, vec, f64, f64, a2, f64_2, f64_2),
+        gn_forward_cf: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
+        gn_backward_cf: (a3, a3, vec, t.int64, f64_2, f64_2, a3, f64_2, f64_2),
+        gn_forward_cl: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
+        gn_backward_cl: (a3, a3, vec, t.int64, f64_2, f64_2, a3, f64_2, f64_2),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
         lrn_forward_cl: (a2, a2, a2, *lrn_forward),
         lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
@@ -424,6 +683,111 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
         from_array(from_channel_view(gx, data, channels_last)),
         from_array(gw.astype(data.dtype)),
         from_array(gb.astype(data.dtype)),
+    )
+
+
+def _rows(data, k):
+    """data (C-contiguous) as (rows, product of the last k axes)."""
+    return data.reshape(
+        math.prod(data.shape[: data.ndim - k]), math.prod(data.shape[data.ndim - k :])
+    )
+
+
+def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
+    data = np.ascontiguousarray(input._data)
+    k = len(normalized_shape)
+    x = _rows(data, k)
+    stats_shape = data.shape[: data.ndim - k] + (1,) * k
+    w = _params(weight, x.shape[1], 1, data.dtype).reshape(-1)
+    b = _params(bias, x.shape[1], 0, data.dtype).reshape(-1)
+    out = np.empty_like(x)
+    mean, rstd = np.zeros(x.shape[0]), np.full(x.shape[0], np.nan)
+    if x.size:  # else PyTorch's: empty slices have mean 0 and rstd NaN
+        _entry(ln_forward, (), data.dtype, x.size)(x, w, b, mean, rstd, out, eps)
+    return (
+        from_array(out.reshape(data.shape)),
+        from_array(mean.astype(data.dtype).reshape(stats_shape)),
+        from_array(rstd.astype(data.dtype).reshape(stats_shape)),
+    )
+
+
+def native_layer_norm_backward(ks, grad, input, normalized_shape, mean, rstd, weight):
+    data = np.ascontiguousarray(input._data)
+    x = _rows(data, len(normalized_shape))
+    g = _rows(np.ascontiguousarray(grad._data), len(normalized_shape))
+    d = x.shape[1]
+    w = _params(weight, d, 1, data.dtype).reshape(-1)
+    gx = np.empty_like(x)
+    chunks = _threads() if x.size >= _parallel_min else 1
+    weight_sums, bias_sums = np.zeros((chunks, d)), np.zeros((chunks, d))
+    if x.size:
+        m = mean._data.astype(np.float64).reshape(-1)
+        inv = rstd._data.astype(np.float64).reshape(-1)
+        entry = _entry(ln_backward, (), data.dtype, x.size)
+        entry(g, x, w, m, inv, gx, weight_sums, bias_sums)
+    shape = tuple(normalized_shape)
+    return (
+        from_array(gx.reshape(data.shape)),
+        from_array(weight_sums.sum(axis=0).astype(data.dtype).reshape(shape)),
+        from_array(bias_sums.sum(axis=0).astype(data.dtype).reshape(shape)),
+    )
+
+
+def _group_view(data):
+    """(x, channels_last): x (N, C, S) channels-first or (N, S, C) channels-last
+    (Note [Channel views])."""
+    x, channels_last = channel_view(data)
+    if channels_last:
+        return x.reshape(data.shape[0], -1, data.shape[1]), True
+    return x, False
+
+
+def _group_result(a, like, channels_last):
+    """A kernel's result in _group_view's shape as an array shaped and laid out like
+    ``like``."""
+    return from_channel_view(
+        a.reshape(-1, like.shape[1]) if channels_last else a, like, channels_last
+    )
+
+
+def _per_channel(stat, groups, c):
+    """A (N, groups) statistic repeated for each channel of its group: (N, C)."""
+    return np.repeat(stat, c // groups, axis=1)
+
+
+def native_group_norm(ks, input, weight, bias, num_groups, eps):
+    data = input._data
+    n, c = data.shape[:2]
+    x, channels_last = _group_view(data)
+    out = np.empty_like(x)
+    mean, rstd = np.zeros((n, num_groups)), np.full((n, num_groups), np.nan)
+    w, b = _params(weight, c, 1, data.dtype), _params(bias, c, 0, data.dtype)
+    if x.size:  # else PyTorch's: empty groups have mean 0 and rstd NaN
+        template = gn_forward_cl if channels_last else gn_forward_cf
+        _entry(template, (), data.dtype, x.size)(x, w, b, num_groups, mean, rstd, out, eps)
+    return (
+        from_array(_group_result(out, data, channels_last)),
+        from_array(mean.astype(data.dtype)),
+        from_array(rstd.astype(data.dtype)),
+    )
+
+
+def native_group_norm_backward(ks, grad, input, mean, rstd, weight, num_groups):
+    data = input._data
+    n, c = data.shape[:2]
+    x, channels_last = _group_view(data)
+    g = _same_view(grad._data, data, channels_last).reshape(x.shape)
+    gx = np.empty_like(x)
+    m, inv = mean._data.astype(np.float64), rstd._data.astype(np.float64)
+    w = _params(weight, c, 1, data.dtype)
+    total, products = np.zeros((n, c)), np.zeros((n, c))  # sum g, sum g (x - mean)
+    if x.size:
+        template = gn_backward_cl if channels_last else gn_backward_cf
+        _entry(template, (), data.dtype, x.size)(g, x, w, num_groups, m, inv, gx, total, products)
+    return (
+        from_array(_group_result(gx, data, channels_last)),
+        from_array((products * _per_channel(inv, num_groups, c)).sum(axis=0).astype(data.dtype)),
+        from_array(total.sum(axis=0).astype(data.dtype)),
     )
 
 
@@ -562,6 +926,10 @@ def local_response_norm_backward(ks, grad, input, result, scale, size, alpha, be
 KERNELS = {
     "native_batch_norm": native_batch_norm,
     "native_batch_norm_backward": native_batch_norm_backward,
+    "native_layer_norm": native_layer_norm,
+    "native_layer_norm_backward": native_layer_norm_backward,
+    "native_group_norm": native_group_norm,
+    "native_group_norm_backward": native_group_norm_backward,
     "native_local_response_norm": native_local_response_norm,
     "local_response_norm_backward": local_response_norm_backward,
 }

@@ -8,6 +8,9 @@ Subcommands:
               data-parallel training of an MLP and the convnets on 1 and 2 processes:
               images/s, scaling efficiency, overlap and all_reduce bandwidth, lamina
               beside PyTorch's DDP and mpi4py (lamina.tools.bench.distributed)
+    jit       compiled functions (lamina.jit) beside eager lamina, PyTorch eager,
+              torch.compile and NumPy: an elementwise chain, the cost of a compiled
+              call, an MLP training step and compile times (lamina.tools.bench.jit)
     models    ResNet-18, MobileNet v2 and a Transformer encoder: training and
               inference items/s, lamina beside PyTorch (lamina.tools.bench.models)
     nn        convolution, pooling, LRN, batch norm and activation primitives on
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import convnet, distributed, models, nn, ops
+from . import convnet, distributed, jit, models, nn, ops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     subcommands = {
         "convnet": convnet,
         "distributed": distributed,
+        "jit": jit,
         "models": models,
         "nn": nn,
         "ops": ops,

@@ -1,0 +1,562 @@
+"""``lm.jit.trace``, ``lm.jit.compile`` and ``lm.jit.explain``.
+
+Note [Guards]: a compiled variant is valid for the calls whose inputs match what its
+trace assumed: each tensor's shape, dtype, strides (its layout) and requires_grad
+(CPU tensors only: others run eagerly), the other arguments' values, grad mode, the
+dispatch tables' generation number (Note [Generation]) and, for a Module, its training
+flag and the identity of its parameters and buffers. ``_guard_key`` reads all of that
+into one tuple, the key of the variant's dict: a call costs that tuple and one lookup.
+A call matching no variant traces a new one, up to ``cache_limit`` variants per
+function; past it the function runs eagerly, with one warning naming what changed.
+
+Note [Graph breaks]: a program that reads a tensor's values (``float(t)``, ``if t:``,
+printing) or calls an operator whose result shape depends on values (``nonzero``)
+cannot be one graph. With ``fullgraph=True`` that is an error naming the operator and
+the user's line. Otherwise the variant runs in segments: at every call the program runs
+again under the tracer, the calls recorded since the last break become a graph (compiled
+once per distinct graph, kept by its printed form), which runs when a value is needed;
+the value is read, and the program goes on. Each segment is optimized and runs without
+dispatch, but the Python program and the trace run at each call: cheaper than eager
+only for large tensors. ``explain`` lists the breaks.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from lamina.autograd.grad_mode import is_grad_enabled
+from lamina.autograd.grad_mode import state as _grad
+from lamina.dispatch import entries, keys
+from lamina.dispatch.tensor import Tensor
+
+from . import passes as P
+from . import training
+from .executor import Plan, call_node
+from .graph import CONSTANT, INPUT, Graph, Value
+from .tracer import GraphBreak, Tracer, current, tracing
+
+CACHE_LIMIT = 8
+
+
+class RecompileWarning(UserWarning):
+    """A compiled function met more input variants than its cache holds and runs
+    eagerly from then on."""
+
+
+# ---------------------------------------------------------------- tracing
+
+
+def _flatten(obj: Any, found: list) -> None:
+    if isinstance(obj, Tensor):
+        found.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _flatten(x, found)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _flatten(x, found)
+
+
+def _replace(obj: Any, twins: Any) -> Any:
+    """``obj`` with its tensors replaced by the next items of ``twins``, in the order
+    ``_flatten`` finds them."""
+    if isinstance(obj, Tensor):
+        return next(twins)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_replace(x, twins) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _replace(v, twins) for k, v in obj.items()}
+    return obj
+
+
+def _output_of(tracer: Tracer, out: Any) -> Any:
+    """The traced function's result with its meta tensors as their Values; a result
+    that is not made of tensors, numbers, strings, None, tuples, lists and dicts is
+    refused (a compiled function could not return it again)."""
+    if isinstance(out, Tensor):
+        return tracer.value_of(tracer.meta_of(out))  # a tensor read from elsewhere: a constant
+    if isinstance(out, (tuple, list)):
+        return _rebuilt(out, [_output_of(tracer, x) for x in out])
+    if isinstance(out, dict):
+        return {k: _output_of(tracer, v) for k, v in out.items()}
+    if out is None or type(out) in (bool, int, float, complex, str):
+        return out
+    raise TypeError(
+        f"lamina.jit: the function returns a {type(out).__name__}; a compiled function "
+        "returns tensors, numbers, strings, None and tuples, lists or dicts of them"
+    )
+
+
+def _rebuilt(like: Any, items: list) -> Any:
+    """``items`` in a sequence of ``like``'s type (a named tuple's fields by position)."""
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+
+
+class SideEffectError(RuntimeError):
+    """A traced function changed Python state a compiled call would not change again."""
+
+
+def _globals_of(fn: Callable) -> dict:
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__globals__", {})
+
+
+@contextmanager
+def _no_global_writes(fn: Callable) -> Iterator[None]:
+    """Note [Side effects]: a compiled function's Python runs once per variant, when it
+    is traced; later calls run the graph. Assigning a global while running would then
+    happen once instead of at every call: a silently different program, so it is an
+    error naming the global. (Changes to objects, such as appending to a list, cannot be
+    seen this way: the guide says so.)"""
+    namespace = _globals_of(fn)
+    before = dict(namespace)
+    yield
+    changed = sorted(
+        k for k, v in namespace.items() if not k.startswith("__") and before.get(k, k) is not v
+    )
+    if changed:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise SideEffectError(
+            f"lamina.jit: {name} assigns the global {changed[0]!r} while it runs; a "
+            "compiled function runs its Python once, when it is traced, so later calls "
+            "would not assign it: move the assignment out of the function, or call it "
+            "eagerly"
+        )
+
+
+def _start(fn: Callable, args: tuple, kwargs: dict, on_break: Any = None) -> tuple:
+    """A tracer with the tensors of ``args`` and ``kwargs`` as inputs, and the
+    arguments with meta twins in their place."""
+    if current() is not None:
+        raise RuntimeError("lamina.jit: a trace is already running in this thread")
+    graph = Graph()
+    tracer = Tracer(graph, on_break)
+    tensors: list = []
+    _flatten((args, kwargs), tensors)
+    # one input per argument position, the same tensor passed twice included: a later
+    # call may pass two tensors there (the guards do not compare identities)
+    names = [f"x{i}" if len(tensors) > 1 else "x" for i in range(len(tensors))]
+    twins = iter([tracer.add_input(t, INPUT, n) for t, n in zip(tensors, names)])
+    args, kwargs = _replace((args, kwargs), twins)
+    return tracer, tensors, args, kwargs
+
+
+def trace(fn: Callable, *example_inputs: Any, **example_kwargs: Any) -> Graph:
+    """The graph of ``fn(*example_inputs)``: every operator call it makes, with the
+    dtype, shape and strides of each result, traced on meta tensors (nothing is
+    computed). A read of values raises GraphBreak naming the user's line."""
+    tracer, _, args, kwargs = _start(fn, example_inputs, example_kwargs)
+    with _no_global_writes(fn), tracing(tracer):
+        out = fn(*args, **kwargs)
+    tracer.graph.outputs = _output_of(tracer, out)
+    return tracer.graph
+
+
+# ---------------------------------------------------------------- guards
+
+
+def _guard_key(args: tuple, kwargs: dict, module: Any) -> tuple | None:
+    """Note [Guards]; None when an argument cannot be guarded (a tensor off the CPU,
+    an unhashable value): such a call runs eagerly."""
+    parts: list = [entries.generation, is_grad_enabled()]
+    for a in (*args, *kwargs.items()) if kwargs else args:
+        if isinstance(a, Tensor):
+            if not a._ks & keys.CPU:
+                return None
+            parts.append((a._shape, a._dtype, a._ks, a._flat is None and a._data.strides))
+        elif isinstance(a, (tuple, list)):
+            inner = _guard_key(tuple(a), {}, None)
+            if inner is None:
+                return None
+            parts.append((type(a), inner[2:]))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                return None
+            parts.append((type(a), a))
+    if module is not None:
+        parts.append(module.training)
+        parts.append(tuple(map(id, module.parameters())))
+        parts.append(tuple(map(id, module.buffers())))
+    return tuple(parts)
+
+
+def _differences(old: tuple, new: tuple) -> int:
+    """How many fields two guard keys differ in (a tensor's shape, dtype, keys and
+    strides counted apart)."""
+    if len(old) != len(new):
+        return 4 * len(new)
+    count = 0
+    for a, b in zip(old, new):
+        if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 4:
+            count += sum(x != y for x, y in zip(a, b))
+        else:
+            count += a != b
+    return count
+
+
+def _what_changed(old: tuple, new: tuple, names: list[str]) -> str:
+    """The first difference between two guard keys, in words."""
+    if old[0] != new[0]:
+        return "the dispatch tables were rebuilt (a plugin or a layer switch)"
+    if old[1] != new[1]:
+        return "grad mode"
+    for i, (a, b) in enumerate(zip(old[2:], new[2:])):
+        if a == b:
+            continue
+        name = names[i] if i < len(names) else f"argument {i}"
+        if isinstance(a, tuple) and len(a) == 4 and isinstance(b, tuple) and len(b) == 4:
+            (sa, da, _, ta), (sb, db, kb, tb) = a, b
+            if sa != sb:
+                if len(sa) != len(sb):
+                    return f"{name}: {len(sa)} dimensions instead of {len(sb)}"
+                d = next(k for k in range(len(sa)) if sa[k] != sb[k])
+                return f"{name}: size {sb[d]} instead of {sa[d]} in dimension {d}"
+            if da != db:
+                return f"{name}: dtype {db.name} instead of {da.name}"
+            if ta != tb:
+                return f"{name}: another memory layout (strides)"
+            grad = bool(kb & keys.AUTOGRAD)
+            return f"{name}: requires_grad={grad} instead of {not grad}"
+        return f"{name}: {b!r} instead of {a!r}"
+    return "the module's training flag or parameters"
+
+
+# ---------------------------------------------------------------- compiling
+
+
+@dataclass
+class Break:
+    reason: str
+    line: str
+
+
+@dataclass
+class Variant:
+    """One compiled variant: a whole graph's plan, or segments (Note [Graph breaks])."""
+
+    plan: Plan | training.Training | None = None
+    graph: Graph | None = None
+    breaks: list[Break] = field(default_factory=list)
+
+
+def _plan(graph: Graph, names: Sequence[str], grad: bool, positional: list | None = None) -> Plan:
+    graph = P.apply(graph, names)
+    graph.lint()
+    return Plan(graph, grad, positional)
+
+
+class CompiledFunction:
+    """``lm.jit.compile``'s result: calls ``fn`` through compiled variants (Note
+    [Guards]), with the same signature."""
+
+    def __init__(
+        self,
+        fn: Callable,
+        *,
+        module: Any = None,
+        dynamic: bool = False,
+        fullgraph: bool = False,
+        passes: Sequence[str] = P.DEFAULT,
+        cache_limit: int = CACHE_LIMIT,
+    ) -> None:
+        for name in passes:
+            if name not in P.PASSES:
+                raise ValueError(f"unknown pass {name!r}; the passes are {', '.join(P.PASSES)}")
+        self.fn, self.module, self.dynamic, self.fullgraph = fn, module, dynamic, fullgraph
+        self.passes, self.cache_limit = tuple(passes), cache_limit
+        self.variants: dict[tuple, Variant] = {}
+        self.recompiles: list[str] = []  # what changed, for each variant after the first
+        self.segments: dict[Any, Any] = {}  # printed segment graph -> (Plan, positional)
+        self._eager = False
+        functools.update_wrapper(self, fn)
+
+    # the hot path: the guard key, one lookup, the plan
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = None
+        if not kwargs and self.module is None:  # tensors only: the key inline
+            try:
+                key = (
+                    entries.generation,
+                    _grad.enabled,
+                    *[
+                        (a._shape, a._dtype, a._ks, a._flat is None and a._data.strides)
+                        for a in args
+                    ],
+                )
+            except AttributeError:  # not only tensors
+                pass
+            else:
+                variant = self.variants.get(key)
+                if variant is not None and variant.plan is not None:
+                    return variant.plan.run(args)  # a key with a tensor off the CPU has none
+        if key is None or any(not isinstance(a, Tensor) for a in args):
+            key = _guard_key(args, kwargs, self.module)
+        variant = self.variants.get(key)
+        if variant is not None and variant.plan is not None:
+            tensors: list = []
+            _flatten((args, kwargs), tensors)
+            return variant.plan.run(tensors)
+        if key is None or self._eager:
+            return self.fn(*args, **kwargs)
+        if variant is None:
+            variant = self._compile(key, args, kwargs)
+            if variant is None:
+                return self.fn(*args, **kwargs)
+            if variant.plan is not None:
+                tensors = []
+                _flatten((args, kwargs), tensors)
+                return variant.plan.run(tensors)
+        return self._run_segments(variant, args, kwargs)
+
+    @property
+    def graphs(self) -> list[Graph]:
+        """The graphs of the variants compiled so far (optimized)."""
+        return [v.graph for v in self.variants.values() if v.graph is not None]
+
+    def _names(self, args: tuple, kwargs: dict) -> list[str]:
+        import inspect
+
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+            return list(bound.arguments)
+        except (TypeError, ValueError):
+            return [f"argument {i}" for i in range(len(args) + len(kwargs))]
+
+    def _compile(self, key: tuple, args: tuple, kwargs: dict) -> Variant | None:
+        if self.variants:
+            # the nearest variant (the latest of equals) says what changed
+            old = min(reversed(self.variants), key=lambda k: _differences(k, key))
+            changed = _what_changed(old, key, self._names(args, kwargs))
+            if len(self.variants) >= self.cache_limit and not (
+                self.dynamic and _sizes_only(old, key)
+            ):
+                self._eager = True
+                warnings.warn(
+                    f"lamina.jit: {self.__name__} met {self.cache_limit} variants of its "
+                    f"inputs (the cache limit); it runs eagerly from now on. The last "
+                    f"change: {changed}",
+                    RecompileWarning,
+                    stacklevel=3,
+                )
+                return None
+            self.recompiles.append(changed)
+        grad = is_grad_enabled()
+        if grad:  # training, where something the function reads requires grad
+            trained = training.build(self.fn, args, kwargs, _start, self.passes, _no_global_writes)
+            if trained is not None:  # Note [Joint graph]
+                variant = self.variants[key] = Variant(trained, trained.graph)
+                return variant
+        tracer, _, targs, tkwargs = _start(self.fn, args, kwargs)
+        try:
+            with _no_global_writes(self.fn), tracing(tracer):
+                out = self.fn(*targs, **tkwargs)
+            tracer.graph.outputs = _output_of(tracer, out)
+        except GraphBreak as e:
+            if self.fullgraph:
+                raise GraphBreak(
+                    f"lamina.jit (fullgraph=True): {e.reason}: the program needs a value "
+                    "that a graph cannot know",
+                    e.line,
+                ) from None
+            variant = self.variants[key] = Variant(breaks=[Break(e.reason, e.line)])
+            return variant
+        graph = tracer.graph
+        variant = self.variants[key] = Variant(_plan(graph, self.passes, grad), graph)
+        return variant
+
+    # ------------------------------------------------------------ segments
+
+    def _run_segments(self, variant: Variant, args: tuple, kwargs: dict) -> Any:
+        runner = _Segments(self)
+        out = runner.run(args, kwargs)
+        if not variant.breaks or len(runner.breaks) > len(variant.breaks):
+            variant.breaks = runner.breaks
+        return out
+
+
+def _sizes_only(old: tuple, new: tuple) -> bool:
+    """Whether two guard keys differ only in tensor sizes (``dynamic=True``: such
+    variants are traced anew, their fused kernels shared, and not counted against the
+    cache limit)."""
+    if len(old) != len(new) or old[:2] != new[:2]:
+        return False
+    for a, b in zip(old[2:], new[2:]):
+        if a == b:
+            continue
+        tensors = all(isinstance(x, tuple) and len(x) == 4 for x in (a, b))
+        if not tensors or len(a[0]) != len(b[0]) or (a[1], a[3]) != (b[1], b[3]):
+            return False
+    return True
+
+
+class _Segments:
+    """One call of a program with graph breaks (Note [Graph breaks])."""
+
+    def __init__(self, compiled: CompiledFunction) -> None:
+        self.compiled = compiled
+        self.env: dict[Value, Tensor] = {}
+        self.start = 0
+        self.breaks: list[Break] = []
+        self.grad = is_grad_enabled()
+
+    def run(self, args: tuple, kwargs: dict) -> Any:
+        fn = self.compiled.fn
+        tracer, tensors, targs, tkwargs = _start(fn, args, kwargs, self.on_break)
+        self.tracer = tracer
+        for value, t in zip(tracer.graph.inputs, tensors):
+            self.env[value] = t
+        with tracing(tracer):
+            out = fn(*targs, **tkwargs)
+        self.flush()
+        return self._real(out)
+
+    def _real(self, out: Any) -> Any:
+        if isinstance(out, Tensor):
+            value = self.tracer.values.get(id(out))
+            return out if value is None else self.env[value]
+        if isinstance(out, (tuple, list)):
+            return _rebuilt(out, [self._real(x) for x in out])
+        if isinstance(out, dict):
+            return {k: self._real(v) for k, v in out.items()}
+        return out
+
+    def flush(self) -> None:
+        """Run the calls recorded since the last break as one graph."""
+        graph = self.tracer.graph
+        nodes, self.start = graph.nodes[self.start :], len(graph.nodes)
+        if not nodes:
+            return
+        for v in graph.inputs:  # constants met since: known now
+            if v not in self.env and v.source is not None:
+                self.env[v] = v.source
+        produced = {r for n in nodes for r in n.results}
+        alive = set(self.tracer.values.values())
+        outputs = tuple(r for n in nodes for r in n.results if r in alive)
+        external = list(dict.fromkeys(v for n in nodes for v in n.inputs() if v not in produced))
+        segment = Graph()
+        segment.inputs, segment.nodes, segment.outputs = external, nodes, outputs
+        key = _segment_key(segment)
+        found = self.compiled.segments.get(key)
+        if found is None:
+            found = _plan(segment, self.compiled.passes, self.grad, external)
+            self.compiled.segments[key] = found
+        results = found.run([self.env[v] for v in external])
+        self.env.update(zip(outputs, results))
+
+    def on_break(self, reason: str, line: str, read: Value | None = None, call: Any = None) -> Any:
+        self.breaks.append(Break(reason, line))
+        self.flush()
+        if read is not None:
+            return self.env[read]
+        results = call_node(call, self.env)
+        if not results:
+            return None
+        outs = []
+        for r in results:
+            twin = self.tracer.add_input(r, CONSTANT)
+            self.env[self.tracer.values[id(twin)]] = r
+            outs.append(twin)
+        return tuple(outs) if call.several else outs[0]
+
+
+def _segment_key(segment: Graph) -> Any:
+    """A segment's printed form (its types included) and the identities of the objects
+    its plan would bind (generators, host arrays): equal keys, equal programs."""
+    plain = (Value, tuple, list, type(None), bool, int, float, complex, str)
+    bound = [id(a) for node in segment.nodes for a in node.args if not isinstance(a, plain)]
+    types = tuple((v.dtype, v.shape, v.strides, v.requires_grad) for v in segment.inputs)
+    return (str(segment), types, tuple(bound))
+
+
+# ---------------------------------------------------------------- public API
+
+
+def compile(
+    fn_or_module: Any,
+    *,
+    dynamic: bool = False,
+    fullgraph: bool = False,
+    passes: Sequence[str] = P.DEFAULT,
+    cache_limit: int = CACHE_LIMIT,
+) -> Any:
+    """``fn_or_module`` compiled: a callable with the same signature that traces each
+    new variant of its inputs into a graph (Note [Guards]), optimizes it with
+    ``passes`` (default: common subexpressions, constant folding, dead code, elementwise
+    fusion; ``passes=()`` for none) and runs it without per-operator dispatch.
+    ``fullgraph=True`` makes a graph break an error (Note [Graph breaks]);
+    ``dynamic=True`` lets variants that differ only in sizes past ``cache_limit``
+    (their fused kernels are shared: a new size costs a trace, not a compile)."""
+    from lamina.nn import Module
+
+    options = dict(dynamic=dynamic, fullgraph=fullgraph, passes=passes, cache_limit=cache_limit)
+    if isinstance(fn_or_module, Module):
+        module = fn_or_module
+        compiled = CompiledFunction(module.forward, module=module, **options)
+        return _CompiledModule(module, compiled)
+    if not callable(fn_or_module):
+        raise TypeError(
+            f"lm.jit.compile needs a function or a Module, got {type(fn_or_module).__name__}"
+        )
+    return CompiledFunction(fn_or_module, **options)
+
+
+class _CompiledModule:
+    """A Module whose calls run compiled; everything else is the module's."""
+
+    def __init__(self, module: Any, compiled: CompiledFunction) -> None:
+        self.__dict__["_module"], self.__dict__["_compiled"] = module, compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._module, name, value)
+
+    def __repr__(self) -> str:
+        return f"compiled {self._module!r}"
+
+
+@dataclass
+class Explanation:
+    """What ``explain`` found: graphs, breaks and recompiles."""
+
+    graphs: list[Graph]
+    breaks: list[Break]
+    recompiles: list[str]
+
+    def __str__(self) -> str:
+        lines = [
+            f"{len(self.graphs)} graph(s), {len(self.breaks)} graph break(s), "
+            f"{len(self.recompiles)} recompile(s)"
+        ]
+        for i, g in enumerate(self.graphs):
+            lines.append(f"graph {i}: {len(g.nodes)} node(s)")
+        for b in self.breaks:
+            lines.append(f"break: {b.reason}\n    at {b.line}")
+        for r in self.recompiles:
+            lines.append(f"recompile: {r}")
+        return "\n".join(lines)
+
+
+def explain(fn: Any, *example_inputs: Any, **example_kwargs: Any) -> Explanation:
+    """Run ``fn`` (or a compiled function, a Module) once on the examples under the
+    compiler and say what it made of it: the graphs, each graph break with its reason
+    and the user's line, and the recompiles a compiled function has had."""
+    compiled = fn._compiled if isinstance(fn, _CompiledModule) else fn
+    if not isinstance(compiled, CompiledFunction):
+        compiled = compile(fn)
+        compiled = compiled._compiled if isinstance(compiled, _CompiledModule) else compiled
+    compiled(*example_inputs, **example_kwargs)
+    breaks = [b for v in compiled.variants.values() for b in v.breaks]
+    graphs = compiled.graphs + [p.graph for p in compiled.segments.values()]
+    return Explanation(graphs, breaks, list(compiled.recompiles))

@@ -1,0 +1,132 @@
+"""The executor: a graph turned into one generated Python function that calls each
+node's kernel directly, with no dispatch per node.
+
+Note [Executor]: every check a call makes in eager mode -- argument kinds, dtype rules,
+shapes, the choice of kernel by key set -- depends only on what the graph's guards fix
+(Note [Guards] in compiler.py), so it was made once, while tracing. What is left per
+node is the kernel the dispatch table held for the node's key set when the plan was
+made: ``op.table[ks.bit_length()](ks, *args)``, its arguments straight from local
+variables, Python numbers and the like inlined or bound as constants. The source can be
+printed (``Plan.source``), like any generated code in lamina. Tables rebuilt since
+(a plugin registered, a layer switched) change ``entries.generation``, which the guards
+check, so a plan never calls a kernel its table no longer holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lamina.dispatch import keys
+from lamina.dispatch.schema import Operator
+
+from .graph import INPUT, Graph, Node, Value, map_values
+
+
+def node_keys(node: Node, grad: bool) -> int:
+    """The key set of a node's call on the CPU: CPU (creation operators take their
+    device from it too), and AUTOGRAD where an input requires grad and ``grad`` (grad
+    mode at the trace) is on."""
+    ks = keys.CPU
+    if grad and any(v.requires_grad for v in node.inputs()):
+        ks |= keys.AUTOGRAD
+    return ks & node.target.mask
+
+
+class Plan:
+    """A graph's generated function: ``plan(inputs)`` with the real tensors of the
+    graph's INPUT values (or of ``positional``), in order; the other inputs,
+    parameters and constants, are their tensors (the same objects at each call)."""
+
+    def __init__(self, graph: Graph, grad: bool = False, positional: list | None = None) -> None:
+        self.graph = graph
+        names: dict[Value, str] = {}
+        bound: dict[str, Any] = {}
+
+        def bind(obj: Any, prefix: str) -> str:
+            name = f"{prefix}{len(bound)}"
+            bound[name] = obj
+            return name
+
+        def arg(a: Any) -> str:
+            if isinstance(a, Value):
+                return names[a]
+            if isinstance(a, tuple) and hasattr(a, "_fields"):  # a named tuple
+                return f"{bind(type(a), 'c')}(" + ", ".join(arg(x) for x in a) + ")"
+            if isinstance(a, tuple):
+                return "(" + "".join(arg(x) + ", " for x in a) + ")"
+            if isinstance(a, list):
+                return "[" + ", ".join(arg(x) for x in a) + "]"
+            if isinstance(a, dict):
+                return "{" + ", ".join(f"{k!r}: {arg(v)}" for k, v in a.items()) + "}"
+            if (
+                a is None
+                or type(a) in (bool, int, str)
+                or (type(a) is float and a == a and abs(a) != float("inf"))
+            ):
+                return repr(a)
+            return bind(a, "c")
+
+        inputs = [v for v in graph.inputs if v.kind == INPUT] if positional is None else positional
+        lines = ["def run(inputs):"]
+        for i, v in enumerate(inputs):
+            names[v] = f"x{i}"
+        if inputs:
+            lines.append("    " + "".join(names[v] + ", " for v in inputs) + "= inputs")
+        for v in graph.inputs:
+            if v not in names:
+                names[v] = bind(v.source, "p")
+        for i, node in enumerate(graph.nodes):
+            for j, r in enumerate(node.results):
+                names[r] = f"v{i}_{j}"
+            args = ", ".join(arg(a) for a in node.args)
+            if isinstance(node.target, Operator):
+                ks = node_keys(node, grad)
+                kernel = bind(_entry(node.target, ks, node.args), "k")
+                call = f"{kernel}({ks}, {args})"
+            elif hasattr(node.target, "emit"):  # a kernel a pass made: its own lines
+                results = [names[r] for r in node.results]
+                arguments = [arg(a) for a in node.args]
+                lines += ["    " + line for line in node.target.emit(arguments, results, bind)]
+                continue
+            else:  # another kernel a pass made: called with its arguments
+                call = f"{bind(node.target, 'k')}({args})"
+            if not node.results:
+                lines.append(f"    {call}")
+            elif node.several:
+                lines.append("    " + "".join(names[r] + ", " for r in node.results) + f"= {call}")
+            else:
+                lines.append(f"    {names[node.results[0]]} = {call}")
+        lines.append(f"    return {arg(graph.outputs)}")
+        self.source = "\n".join(lines) + "\n"
+        namespace = dict(bound)
+        exec(
+            compile(self.source, f"<lamina.jit plan of {len(graph.nodes)} nodes>", "exec"),
+            namespace,
+        )
+        self.run = namespace["run"]
+
+    def __call__(self, inputs: list) -> Any:
+        return self.run(inputs)
+
+
+_NUMBERS = (bool, int, float, complex)
+
+
+def _entry(op: Operator, ks: int, args: tuple) -> Any:
+    """The kernel a call of ``op`` with key set ``ks`` reaches: the scalar table's
+    entry for a binary elementwise call with a Python number operand (Note [Kernel
+    variants]), else the table's."""
+    if op.category == "elementwise" and len(args) == 2 and any(type(a) in _NUMBERS for a in args):
+        return op.scalar_table[ks.bit_length()]
+    return op.table[ks.bit_length()]
+
+
+def call_node(node: Node, env: dict) -> list:
+    """Run one operator node now on the real tensors ``env`` gives its Values (grad
+    off): the results as a list (empty for an in-place call)."""
+    ks = node_keys(node, False)
+    args = map_values(node.args, env.__getitem__)
+    out = _entry(node.target, ks, args)(ks, *args)
+    if "inplace" in node.target.tags:
+        return []
+    return list(out) if node.several else [out]

@@ -1,0 +1,255 @@
+"""Capture through the dispatcher: a TRACE key above AUTOGRAD, applied by a mode, that
+records every operator call of a program into a Graph while the meta device computes
+what each call returns.
+
+Note [Tracing]: while a trace is on in a thread, ``modes.include(TRACE)`` puts TRACE in
+the key set of every call the thread makes (Note [Modes]): calls without tensor
+arguments too, so creation and random operators are seen. TRACE has a kernel for every
+operator (``_tracing_kernel``): it swaps each tensor argument for its meta twin (the
+program's inputs were given meta twins when the trace began; a tensor met for the first
+time -- a parameter, a tensor the function read from a global or a closure -- becomes
+an input of the graph, read at each call), turns a device argument "cpu" into "meta",
+and continues below TRACE, where the meta device runs the operator's description
+(Note [Result rules]) without computing anything. The results are meta tensors too;
+the node records which Values they are. So the program runs once, in microseconds per
+call, whatever its sizes, and the graph's types are the descriptions'.
+
+A tensor the program reads a value of (``float(t)``, ``bool(t)``, ``t.tolist()``,
+printing it), or an operator whose result shape depends on values (``nonzero``), cannot
+be traced on meta: the trace calls ``on_break`` with the reason and the user's line
+(Note [Graph breaks] in compiler.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from lamina.backends import meta as meta_device
+from lamina.backends.hookspecs import hookimpl
+from lamina.dispatch import devices, keys, modes
+from lamina.dispatch.schema import OPERATORS, Operator
+from lamina.dispatch.tensor import Tensor
+
+from .graph import CONSTANT, PARAMETER, Graph, Node, Value
+
+_local = threading.local()  # .tracer: the Tracer of this thread's trace, or None
+_key = 0  # the TRACE key, once the layer is registered
+# the directories of lamina's packages: frames there are not the user's
+_lamina_dirs = tuple(
+    os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
+    for name in ("lamina", "lamina.dispatch", "lamina.backends", "lamina.autograd")
+)
+
+
+# the file names of code lamina generates (bindings, argument checks, plans)
+_GENERATED = ("<binding of ", "<checked ", "<lamina.jit plan")
+
+
+class GraphBreak(Exception):
+    """A value a trace cannot give: the program read a tensor's values, or called an
+    operator whose result shape depends on them."""
+
+    def __init__(self, reason: str, line: str) -> None:
+        super().__init__(f"{reason}, at {line}" if line else reason)
+        self.reason, self.line = reason, line
+
+
+def trace_key() -> int:
+    """The TRACE key (Note [Tracing])."""
+    return keys.LAYER_KEYS["trace"]
+
+
+@hookimpl
+def lamina_register_kernels(registry: Any) -> None:
+    """The tracer, registered as one of lamina's layers (``import lamina``): a kernel
+    for every operator at the TRACE key, and the meta device's hook for reads."""
+    global _key
+    _key = keys.register_layer_key("trace")
+    for op in OPERATORS.values():
+        registry.register(op.name, "trace", _tracing_kernel(op))
+    meta_device.on_read = _on_read
+
+
+def user_line() -> str:
+    """``file:line: source`` of the innermost frame outside lamina: the user's call."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        path = os.path.abspath(name)
+        if not (path.startswith(_lamina_dirs) or name.startswith(_GENERATED)):
+            import linecache
+
+            source = linecache.getline(path, frame.f_lineno).strip()
+            return f"{os.path.basename(path)}:{frame.f_lineno}: {source}"
+        frame = frame.f_back
+    return ""
+
+
+class Tracer:
+    """The state of one trace: the graph, and the Value of each meta tensor made."""
+
+    def __init__(self, graph: Graph, on_break: Callable[[str, str], Any] | None = None) -> None:
+        self.graph = graph
+        self.on_break = on_break
+        self.values: dict[int, Value] = {}  # id(meta tensor) -> its Value
+        self.metas: dict[int, Tensor] = {}  # id(real tensor) -> its meta twin
+        self.keep: list[Any] = []  # tensors whose ids are keys above stay alive
+        self.storages: dict[int, Value] = {}  # id(a meta twin's storage) -> its Value
+
+    def add_input(
+        self, t: Tensor, kind: str, name: str | None = None, source: Any = None
+    ) -> Tensor:
+        """A meta twin of real tensor ``t``, bound to a new input Value."""
+        value = self.graph.new_value(t, kind, name)
+        value.source = source
+        twin = _meta_twin(t)
+        self._bind(twin, value)
+        self.metas[id(t)] = twin
+        self.keep.append(t)
+        return twin
+
+    def _bind(self, twin: Tensor, value: Value) -> None:
+        self.values[id(twin)] = value
+        self.storages[id(twin._data)] = value
+        self.keep.append(twin)
+
+    def meta_of(self, a: Any) -> Any:
+        """An argument as the meta device gets it: tensors as meta twins (a real tensor
+        met for the first time becomes a constant input), sequences element by element."""
+        if isinstance(a, Tensor):
+            if id(a) in self.values:
+                return a
+            alias = self.storages.get(id(a._data))
+            if alias is not None and alias.shape == a._shape:  # a detached alias (a node's
+                self._bind(a, alias)  # saved result): the same Value
+                return a
+            twin = self.metas.get(id(a))
+            if twin is None:
+                if a.requires_grad and a.grad_fn is None and a.device.name == "cpu":
+                    twin = self.add_input(a, PARAMETER, source=a)
+                else:
+                    twin = self.add_input(a, CONSTANT, source=a)
+            return twin
+        if isinstance(a, (tuple, list)):
+            return type(a)(self.meta_of(x) for x in a)
+        return a
+
+    def value_of(self, a: Any) -> Any:
+        if isinstance(a, Tensor):
+            return self.values[id(a)]
+        if isinstance(a, (tuple, list)):
+            return type(a)(self.value_of(x) for x in a)
+        return a
+
+    def record(self, op: Operator, args: tuple, result: Any, line: str) -> None:
+        node = Node(op, self.value_of(args), line=line)
+        several = isinstance(result, tuple)
+        node.several = several
+        if "inplace" in op.tags:  # returns its first argument: no new Value
+            self.graph.nodes.append(node)
+            return
+        for r in result if several else (result,):
+            value = self.graph.new_value(r)
+            value.node = node
+            node.results.append(value)
+            self._bind(r, value)
+        self.graph.nodes.append(node)
+
+
+def current() -> Tracer | None:
+    return getattr(_local, "tracer", None)
+
+
+class tracing:
+    """Context: trace this thread's calls into ``tracer``'s graph."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def __enter__(self) -> Tracer:
+        key = trace_key()
+        if current() is not None:
+            raise RuntimeError("lamina.jit: a trace is already running in this thread")
+        _local.tracer = self.tracer
+        self._mode = modes.include(key)
+        self._mode.__enter__()
+        return self.tracer
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+        _local.tracer = None
+
+
+def _meta_twin(t: Tensor) -> Tensor:
+    if t.device.name != "cpu":
+        raise NotImplementedError(
+            f"lamina.jit traces CPU tensors only, got one on {t.device.name!r}"
+        )
+    twin = devices.move(t.detach(), "meta")  # not a call: nothing the trace records
+    if t.requires_grad:
+        twin.requires_grad_()
+    return twin
+
+
+def _tracing_kernel(op: Operator) -> Callable:
+    def kernel(ks: int, *args: Any) -> Any:
+        tracer = current()
+        below = ks & ~_key
+        if tracer is None:  # a mode from another trace's thread: pass through
+            return op.table[below.bit_length()](below, *args)
+        line = user_line()
+        meta_args = recorded = tracer.meta_of(args)
+        if op.name == "to_device":  # creation operators have their device in ks
+            if meta_args[1] != "cpu":
+                node = Node(op, tracer.value_of(recorded))
+                return _break(tracer, f"to_device to {meta_args[1]!r}", line, call=node)
+            meta_args = (meta_args[0], "meta", *meta_args[2:])
+        if below & keys.BACKEND_MASK & ~(keys.CPU | _meta_key()):
+            return _break(tracer, f"{op.name} on a device other than the CPU", line)
+        below = ((below & ~keys.BACKEND_MASK) | _meta_key()) & op.mask
+        try:
+            result = op.table[below.bit_length()](below, *meta_args)
+        except NotImplementedError as e:  # a shape that depends on values
+            node = Node(op, tracer.value_of(recorded), several=op.returns != "Tensor")
+            return _break(tracer, str(e), line, call=node)
+        tracer.record(op, recorded, result, line)
+        return result
+
+    kernel.__qualname__ = kernel.__name__ = f"trace_{op.name}"
+    return kernel
+
+
+@functools.cache
+def _meta_key() -> int:
+    return keys.device_key("meta")
+
+
+def _flat(args: Any) -> Any:
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+def _break(tracer: Tracer, reason: str, line: str, **need: Any) -> Any:
+    """A graph break: GraphBreak, or what the tracer's ``on_break`` gives for ``need``
+    (``read=`` a Value whose values are read, ``call=`` a Node to run eagerly)."""
+    if tracer.on_break is None:
+        raise GraphBreak(reason, line)
+    return tracer.on_break(reason, line, **need)
+
+
+def _on_read(t: Tensor) -> Any:
+    """The meta device's hook for a read of values: a graph break inside a trace."""
+    tracer = current()
+    if tracer is None or id(t) not in tracer.values:
+        return None  # not ours: the meta device refuses as usual
+    value = tracer.values[id(t)]
+    made = f" (a result of {value.node.name})" if value.node is not None else ""
+    return _break(tracer, f"reading the values of {value.name}{made}", user_line(), read=value)

@@ -1,0 +1,137 @@
+"""Compiled training: the backward of a compiled function is a compiled graph too.
+
+Note [Joint graph]: AOTAutograd's joint graph, on lamina's operators. The forward is
+traced with autograd on (the meta twins of tensors that require grad require grad, so
+the autograd layer below TRACE records its nodes on meta tensors); then, still under
+the trace, ``autograd.grad`` runs the derivative formulas -- dispatched operators like
+any other -- from placeholder gradients of the outputs, and the trace records them too.
+The nodes before that point are the forward graph, the rest the backward graph. The
+forward returns the user's outputs and every forward value the backward reads (what it
+saves: the partition is by use, so nothing the formulas do not read is kept); the
+backward takes the output gradients and those values and returns one gradient per
+input that requires grad. Both are optimized and planned like any graph (elementwise
+chains of the backward fuse as the forward's do) and run without autograd. A call runs
+the forward plan, then records one autograd node (``Derivative`` "compiled") whose
+formula runs the backward plan: ``loss.backward()``, gradient hooks, gradient
+accumulation and optimizers see an ordinary node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lamina.autograd import derivatives, engine
+from lamina.autograd import graph as autograd_graph
+from lamina.autograd.grad_mode import no_grad
+from lamina.dispatch import modes, ops
+from lamina.dispatch.tensor import Tensor
+
+from . import passes as P
+from .executor import Plan
+from .graph import CONSTANT, INPUT, PARAMETER, Graph, Value
+from .tracer import GraphBreak, trace_key, tracing
+
+
+class Training:
+    """A compiled function's forward and backward plans (Note [Joint graph])."""
+
+    def __init__(
+        self,
+        forward: Plan,
+        backward: Plan,
+        n_outputs: int,
+        single: bool,
+        diff: list[Value],
+        inputs: list[Value],
+        saved: list[Value],
+    ) -> None:
+        self.forward, self.backward = forward, backward
+        self.n_outputs, self.single = n_outputs, single
+        self.diff, self.inputs, self.saved = diff, inputs, saved
+        self.derivative = derivatives.Derivative("compiled", self._formula, saves=None)
+        self.graph = forward.graph
+
+    def run(self, tensors: list) -> Any:
+        with no_grad():
+            produced = self.forward.run(tensors)
+        outputs, saved = list(produced[: self.n_outputs]), list(produced[self.n_outputs :])
+        real = dict(zip(self.inputs, tensors))
+        diff = [real[v] if v.kind == INPUT else v.source for v in self.diff]
+        autograd_graph.record(self.derivative, (*diff, *saved), tuple(outputs))
+        return outputs[0] if self.single else tuple(outputs)
+
+    def _formula(self, g: Any, result: Any, needs: list, *args: Any) -> list:
+        grads = list(g) if self.n_outputs > 1 else [g]
+        saved = args[len(self.diff) :]
+        with no_grad():
+            out = self.backward.run([*grads, *saved])
+        return [*out, *([None] * len(saved))]
+
+
+def build(
+    fn: Any, args: tuple, kwargs: dict, start: Any, names: Any, no_global_writes: Any
+) -> Training | None:
+    """The training plans of ``fn`` on these arguments, or None where the function's
+    result is not a floating tensor or a tuple of them that all require grad (such
+    functions run with autograd recording through the forward plan instead)."""
+    tracer, _, targs, tkwargs = start(fn, args, kwargs)
+    graph = tracer.graph
+    with no_global_writes(fn), tracing(tracer):
+        try:
+            out = fn(*targs, **tkwargs)
+        except GraphBreak:  # compiled in segments, autograd recording through them
+            return None
+        single = isinstance(out, Tensor)
+        outs = [out] if single else list(out) if isinstance(out, tuple) else None
+        if not outs or not all(isinstance(o, Tensor) and o.requires_grad for o in outs):
+            return None
+        forward_count = len(graph.nodes)
+        twins = [t for t in tracer.keep if id(t) in tracer.values and t.requires_grad]
+        kinds = [tracer.values[id(t)].kind for t in twins]
+        if CONSTANT in kinds:  # a non-leaf read from elsewhere: its graph is not ours
+            return None
+        diff_twins = [t for t, kind in zip(twins, kinds) if kind in (INPUT, PARAMETER)]
+        if not diff_twins:
+            return None
+        placeholders = []
+        with modes.exclude(trace_key()):  # made, not recorded
+            for k, o in enumerate(outs):
+                twin = ops.empty(o.shape, dtype=o.dtype, device="meta")
+                tracer._bind(twin, graph.new_value(twin, None, f"g{k}"))
+                placeholders.append(twin)
+        grads = engine.grad(outs, diff_twins, placeholders, allow_unused=True)
+    outputs = [tracer.values[id(o)] for o in outs]
+    diff = [tracer.values[id(t)] for t in diff_twins]
+    gvalues = [tracer.values[id(p)] for p in placeholders]
+    forward_nodes, backward_nodes = graph.nodes[:forward_count], graph.nodes[forward_count:]
+    produced = {r for n in backward_nodes for r in n.results}
+    read = list(
+        dict.fromkeys(
+            v for n in backward_nodes for v in n.inputs() if v not in produced and v not in gvalues
+        )
+    )
+    # a gradient may be an alias the engine made of a traced tensor: meta_of finds it
+    grad_values = [None if g is None else tracer.value_of(tracer.meta_of(g)) for g in grads]
+    for v in grad_values:  # a gradient that is a forward value or an input as is
+        if v is not None and v not in produced and v not in gvalues and v not in read:
+            read.append(v)
+    inputs = [v for v in graph.inputs if v.kind == INPUT]
+
+    for node in graph.nodes:  # both graphs run without autograd (Note [Joint graph])
+        for v in node.results:
+            v.requires_grad = False
+    fwd = Graph()
+    fwd.inputs, fwd.nodes = list(graph.inputs), forward_nodes
+    fwd.outputs = tuple(outputs + read)
+    bwd = Graph()
+    bwd.inputs, bwd.nodes = gvalues + read, backward_nodes
+    bwd.outputs = tuple(grad_values)
+    forward_plan = Plan(_optimized(fwd, names))
+    backward_plan = Plan(_optimized(bwd, names), positional=gvalues + read)
+    return Training(forward_plan, backward_plan, len(outs), single, diff, inputs, read)
+
+
+def _optimized(graph: Graph, names: Any) -> Graph:
+    graph = P.apply(graph, names)
+    graph.lint()
+    return graph

@@ -1,0 +1,338 @@
+"""Recurrent layers: ``LSTM``, ``GRU`` and their one-step cells ``LSTMCell`` and
+``GRUCell``, with PyTorch's parameters (names, shapes, gate order, initialization),
+arguments and results, so that state dicts and code port unchanged.
+
+They are built from dispatched operators, so autograd runs through them: a layer
+projects the whole sequence's input with one matrix product up front, then runs a
+matrix product of the hidden state and the gates per step. Gate order (the blocks of
+rows of each weight): LSTM input, forget, cell, output (i, f, g, o); GRU reset,
+update, new (r, z, n).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lamina.dispatch import ops
+from lamina.dispatch.arguments import checked
+from lamina.dispatch.tensor import Tensor
+
+from . import functional as F
+from . import init
+from .modules import Module, Parameter
+
+
+def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """The next (h, c) from the pre-activations (N, 4H) of gates i, f, g, o."""
+    # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
+    # one concatenation, where each slice's would be a zero tensor of the whole and an add
+    i, f, g, o = ops.split(gates, c.shape[-1], axis=-1)
+    c = F.sigmoid(f) * c + F.sigmoid(i) * ops.tanh(g)
+    return F.sigmoid(o) * ops.tanh(c), c
+
+
+def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor) -> Tensor:
+    """The next h from the input's (N, 3H) and the hidden state's projections, each
+    with its own bias (b_hn sits inside r * (...), as in PyTorch)."""
+    size = h.shape[-1]
+    x_rz, x_n = ops.split(xw, [2 * size, size], axis=-1)  # Note [Recurrent pieces]
+    h_rz, h_n = ops.split(hw, [2 * size, size], axis=-1)
+    r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=-1)
+    n = ops.tanh(x_n + r * h_n)
+    return n + z * (h - n)  # (1 - z) n + z h
+
+
+def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
+    """Uninitialized (reset_parameters fills it), of lamina's default float dtype
+    unless dtype says otherwise."""
+    return Parameter(ops.empty(shape, dtype=dtype, device=device))
+
+
+def _uniform_init(module: Module, hidden_size: int) -> None:
+    """Every weight and bias in U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) (PyTorch's)."""
+    bound = 1.0 / math.sqrt(hidden_size) if hidden_size else 0.0
+    for p in module.parameters():
+        init.uniform_(p, -bound, bound)
+
+
+def _floating(cls: str, input: Tensor) -> None:
+    if input.dtype.kind != "f":
+        raise TypeError(f"{cls}: input must be a floating tensor, got {input.dtype}")
+
+
+def _state(cls: str, name: str, t: Tensor | None, shape: tuple, like: Tensor) -> Tensor:
+    """A given initial state of ``shape``, or zeros."""
+    if t is None:
+        return ops.zeros(shape, dtype=like.dtype, device=like.device)
+    if t.shape != shape:
+        raise ValueError(f"{cls}: expected {name} of shape {shape}, got {t.shape}")
+    return t
+
+
+class _RNNBase(Module):
+    """The multi-layer sequence loop shared by LSTM and GRU."""
+
+    gates: int  # blocks of rows in each weight
+
+    @checked
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        cls = type(self).__name__
+        if input_size < 1 or hidden_size < 1 or num_layers < 1:
+            raise ValueError(
+                f"{cls}: input_size, hidden_size and num_layers must be positive, got "
+                f"{input_size}, {hidden_size} and {num_layers}"
+            )
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"{cls}: dropout must be in [0, 1], got {dropout}")
+        if bidirectional:
+            raise NotImplementedError(f"{cls}: bidirectional=True is not supported yet")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
+        self.bidirectional = bidirectional
+        rows = self.gates * hidden_size
+        for layer in range(num_layers):
+            columns = input_size if layer == 0 else hidden_size
+            shapes = {"weight_ih": (rows, columns), "weight_hh": (rows, hidden_size)}
+            if bias:
+                shapes.update(bias_ih=(rows,), bias_hh=(rows,))
+            for name, shape in shapes.items():
+                setattr(self, f"{name}_l{layer}", _parameter(shape, dtype, device))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _uniform_init(self, self.hidden_size)
+
+    def _weights(self, layer: int) -> tuple:
+        """weight_ih, weight_hh, bias_ih, bias_hh of ``layer`` (biases None without bias)."""
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        return tuple(getattr(self, f"{n}_l{layer}", None) for n in names)
+
+    def _sequence(self, input: Tensor) -> tuple[Tensor, bool]:
+        """The input as (L, N, input_size), and whether it had a batch axis."""
+        cls = type(self).__name__
+        _floating(cls, input)
+        if input.ndim not in (2, 3):
+            raise ValueError(f"{cls}: expected a 2-D or 3-D input, got shape {input.shape}")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(
+                f"{cls}: expected input of size {self.input_size} in its last axis, "
+                f"got shape {input.shape}"
+            )
+        batched = input.ndim == 3
+        if not batched:
+            input = ops.expand_dims(input, axis=1)
+        elif self.batch_first:
+            input = ops.permute_dims(input, (1, 0, 2))
+        if input.shape[0] == 0:
+            raise ValueError(
+                f"{cls}: expected a sequence of length 1 or more, got shape {input.shape}"
+            )
+        return input, batched
+
+    def _initial(self, name: str, t: Tensor | None, x: Tensor, batched: bool) -> Tensor:
+        """The initial state (num_layers, N, H) (given without N for an unbatched input)."""
+        n = x.shape[1]
+        shape = (
+            (self.num_layers, n, self.hidden_size)
+            if batched
+            else (self.num_layers, self.hidden_size)
+        )
+        t = _state(type(self).__name__, name, t, shape, x)
+        return t if batched else ops.expand_dims(t, axis=1)
+
+    def _between_layers(self, x: Tensor, layer: int) -> Tensor:
+        """PyTorch's dropout on every layer's output but the last, while training."""
+        if self.dropout and self.training and layer < self.num_layers - 1:
+            return F.dropout(x, self.dropout)
+        return x
+
+    def _output(self, out: Tensor, batched: bool) -> Tensor:
+        """The last layer's (L, N, H) steps in the input's arrangement."""
+        if not batched:
+            return ops.squeeze(out, axis=1)
+        return ops.permute_dims(out, (1, 0, 2)) if self.batch_first else out
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.batch_first:
+            s += ", batch_first=True"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        return s
+
+
+def _final(states: list[Tensor], batched: bool) -> Tensor:
+    out = ops.stack(states, axis=0)  # (num_layers, N, H)
+    return out if batched else ops.squeeze(out, axis=1)
+
+
+class LSTM(_RNNBase):
+    """A multi-layer long short-term memory over a sequence: ``forward(input, hx=None)``
+    with input (L, N, input_size) ((N, L, input_size) with batch_first, (L,
+    input_size) unbatched) and hx = (h_0, c_0), each (num_layers, N, hidden_size) or
+    None for zeros, returns (output, (h_n, c_n)): every step's last-layer h, and each
+    layer's last h and c. ``proj_size`` and ``bidirectional`` are not supported."""
+
+    gates = 4
+
+    def __init__(self, *args: Any, proj_size: int = 0, **kwargs: Any) -> None:
+        if proj_size:
+            raise NotImplementedError("LSTM: proj_size is not supported yet")
+        super().__init__(*args, **kwargs)
+
+    def forward(
+        self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        x, batched = self._sequence(input)
+        h0, c0 = (None, None) if hx is None else hx
+        h0 = self._initial("h_0", h0, x, batched)
+        c0 = self._initial("c_0", c0, x, batched)
+        hs, cs = [], []
+        for layer in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
+            # both biases enter the sum of every gate: added once, to the projection
+            xw = F.linear(x, w_ih, None if b_ih is None else b_ih + b_hh)
+            h, c = h0[layer], c0[layer]
+            steps = []
+            for xw_t in ops.unstack(xw):  # Note [Recurrent pieces]
+                h, c = _lstm_gates(xw_t + F.linear(h, w_hh), c)
+                steps.append(h)
+            hs.append(h)
+            cs.append(c)
+            x = self._between_layers(ops.stack(steps, axis=0), layer)
+        return self._output(x, batched), (_final(hs, batched), _final(cs, batched))
+
+
+class GRU(_RNNBase):
+    """A multi-layer gated recurrent unit over a sequence: ``forward(input, hx=None)``
+    with input as LSTM's and h_0 (num_layers, N, hidden_size) or None for zeros,
+    returns (output, h_n). ``bidirectional`` is not supported."""
+
+    gates = 3
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        x, batched = self._sequence(input)
+        h0 = self._initial("h_0", hx, x, batched)
+        hs = []
+        for layer in range(self.num_layers):
+            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
+            xw = F.linear(x, w_ih, b_ih)
+            h = h0[layer]
+            steps = []
+            for xw_t in ops.unstack(xw):  # Note [Recurrent pieces]
+                h = _gru_gates(xw_t, F.linear(h, w_hh, b_hh), h)
+                steps.append(h)
+            hs.append(h)
+            x = self._between_layers(ops.stack(steps, axis=0), layer)
+        return self._output(x, batched), _final(hs, batched)
+
+
+class _CellBase(Module):
+    """One step: weight_ih (G * hidden_size, input_size), weight_hh (G * hidden_size,
+    hidden_size), bias_ih and bias_hh (G * hidden_size,)."""
+
+    gates: int
+
+    @checked
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        bias: bool = True,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        cls = type(self).__name__
+        if input_size < 1 or hidden_size < 1:
+            raise ValueError(
+                f"{cls}: input_size and hidden_size must be positive, got {input_size} "
+                f"and {hidden_size}"
+            )
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        rows = self.gates * hidden_size
+        self.weight_ih = _parameter((rows, input_size), dtype, device)
+        self.weight_hh = _parameter((rows, hidden_size), dtype, device)
+        if bias:
+            self.bias_ih = _parameter((rows,), dtype, device)
+            self.bias_hh = _parameter((rows,), dtype, device)
+        else:
+            self.bias_ih = self.bias_hh = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _uniform_init(self, self.hidden_size)
+
+    def _step_input(self, input: Tensor) -> Tensor:
+        """The input as (N, input_size)."""
+        cls = type(self).__name__
+        _floating(cls, input)
+        if input.ndim not in (1, 2) or input.shape[-1] != self.input_size:
+            raise ValueError(
+                f"{cls}: expected input of shape (N, {self.input_size}) or "
+                f"({self.input_size},), got {input.shape}"
+            )
+        return input if input.ndim == 2 else ops.expand_dims(input, axis=0)
+
+    def _hidden(self, name: str, t: Tensor | None, x: Tensor, batched: bool) -> Tensor:
+        shape = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
+        t = _state(type(self).__name__, name, t, shape, x)
+        return t if batched else ops.expand_dims(t, axis=0)
+
+    def _projections(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        return F.linear(x, self.weight_ih, self.bias_ih), F.linear(h, self.weight_hh, self.bias_hh)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+def _unbatched(t: Tensor, batched: bool) -> Tensor:
+    return t if batched else ops.squeeze(t, axis=0)
+
+
+class LSTMCell(_CellBase):
+    """One LSTM step: ``forward(input, hx=None)`` with input (N, input_size) or
+    (input_size,) and hx = (h, c) (or None for zeros) returns the next (h, c)."""
+
+    gates = 4
+
+    def forward(
+        self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        batched = input.ndim == 2
+        x = self._step_input(input)
+        h, c = (None, None) if hx is None else hx
+        h, c = self._hidden("h", h, x, batched), self._hidden("c", c, x, batched)
+        xw, hw = self._projections(x, h)
+        h, c = _lstm_gates(xw + hw, c)
+        return _unbatched(h, batched), _unbatched(c, batched)
+
+
+class GRUCell(_CellBase):
+    """One GRU step: ``forward(input, hx=None)`` with input (N, input_size) or
+    (input_size,) and hx (or None for zeros) returns the next h."""
+
+    gates = 3
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
+        batched = input.ndim == 2
+        x = self._step_input(input)
+        h = self._hidden("hx", hx, x, batched)
+        return _unbatched(_gru_gates(*self._projections(x, h), h), batched)

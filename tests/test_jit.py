@@ -1,0 +1,450 @@
+"""lamina.jit: traces print as golden graphs, passes keep what they promise (one
+fused kernel for an elementwise chain), and a compiled function equals eager -- on
+every sample of every operator, on random elementwise programs, through graph breaks,
+recompiles, mutation, training and two threads."""
+
+import copy
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import samples as S
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lamina as lm
+from lamina import jit
+from lamina.dispatch import layouts
+from lamina.dispatch.schema import OPERATORS
+from lamina.jit import passes
+
+F = lm.nn.functional
+
+
+def rand(*shape, dtype=np.float32, seed=0):
+    return lm.asarray(np.random.default_rng(seed).uniform(-2, 2, shape).astype(dtype))
+
+
+def equal(got, want):
+    """Same structure, dtypes, shapes and values (NaN where NaN)."""
+    if isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            equal(g, w)
+        return
+    if not isinstance(want, lm.Tensor):
+        assert got == want
+        return
+    assert isinstance(got, lm.Tensor) and got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+# ---------------------------------------------------------------- graphs
+
+
+def test_a_trace_prints_as_a_golden_graph_and_lints():
+    def f(x, w):
+        h = F.relu(x @ w + 1.0)
+        return lm.sum(h, axis=1), h.T
+
+    graph = jit.trace(f, rand(4, 3), rand(3, 5))
+    graph.lint()
+    assert str(graph) == (
+        "graph(x0: float32[4, 3], x1: float32[3, 5]):\n"
+        "  %0: float32[4, 5] = matmul(x0, x1)\n"
+        "  %1: float32[4, 5] = add(%0, 1.0)\n"
+        "  %2: float32[4, 5] = relu(%1)\n"
+        "  %3: float32[4] = sum(%2, (1,), None, False)\n"
+        "  %4: float32[5, 4]{1,5} = matrix_transpose(%2)\n"
+        "  return (%3, %4)"
+    )
+
+
+def test_lint_names_the_broken_invariant():
+    graph = jit.trace(lambda x: lm.exp(x) + 1.0, rand(3))
+    graph.nodes.reverse()
+    with pytest.raises(jit.GraphError, match="uses %0 before it is defined"):
+        graph.lint()
+
+
+def test_creation_and_random_calls_are_captured_and_draw_anew_at_each_call():
+    def f(x):
+        return x + lm.zeros((3,)) + lm.rand((3,))
+
+    graph = jit.trace(f, rand(3))
+    assert [n.name for n in graph.nodes] == ["full", "add", "rand", "add"]
+    compiled = jit.compile(f)
+    x = rand(3)
+    lm.random.seed(7)
+    first, second = compiled(x), compiled(x)
+    lm.random.seed(7)
+    equal(first, f(x))
+    equal(second, f(x))
+    assert not np.array_equal(first.numpy(), second.numpy())  # never a frozen draw
+
+
+def test_an_elementwise_chain_is_one_kernel_and_a_chain_feeding_a_reduction_two():
+    a, b, c, d = (rand(5, 4, seed=i) for i in range(4))
+    chain = passes.apply(jit.trace(lambda a, b, c, d: a + b * c - d, a, b, c, d))
+    assert [n.name for n in chain.nodes] == ["fused[multiply, add, subtract]"]
+    reduced = passes.apply(jit.trace(lambda a, b: lm.sum(lm.exp(a * b), axis=0), a, b))
+    assert [n.name for n in reduced.nodes] == ["fused[multiply, exp]", "sum"]
+    common = passes.apply(jit.trace(lambda a, b: (a * b + 1.0) - (a * b + 1.0) * 0.0, a, b))
+    assert len(common.nodes) == 1 and common.nodes[0].target.ops == [
+        "multiply",
+        "add",
+        "multiply",
+        "subtract",
+    ]
+
+
+def test_the_passes_fold_constants_drop_dead_code_and_keep_random_calls():
+    def f(x):
+        dead = lm.exp(x)  # noqa: F841 (unused: dropped)
+        lm.rand((2,))  # unused, but a draw: kept
+        return x * (lm.ones((2,)) * 3.0)
+
+    graph = passes.apply(jit.trace(f, rand(2)), ["cse", "fold", "dce"])
+    assert [n.name for n in graph.nodes] == ["rand", "multiply"]
+    assert sum(v.kind == "constant" for v in graph.inputs) == 1
+
+
+def test_compiled_equals_eager_with_broadcasting_scalars_views_and_mixed_dtypes():
+    def f(x, y, z):
+        u = x * y.T + 2  # a transposed operand
+        v = lm.maximum(u, z) - 0.5  # broadcast (5,) against (4, 5)
+        return lm.where(v > 0, v, u), lm.astype(v, lm.float64) + z[1:3].sum()
+
+    x, y = rand(4, 5), rand(5, 4, seed=1)
+    z = rand(5, seed=2)
+    compiled = jit.compile(f)
+    for _ in range(2):
+        equal(compiled(x, y, z), f(x, y, z))
+    ints = lm.asarray(np.arange(20, dtype=np.int32).reshape(4, 5))
+    equal(compiled(ints, y, z), f(ints, y, z))  # another dtype: a second variant
+    assert len(compiled.variants) == 2
+
+
+_UNARY = ["exp", "tanh", "negative", "abs", "square", "sin"]
+_BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "divide"]
+
+
+@st.composite
+def programs(draw):
+    """A random elementwise program on three inputs: steps of unary and binary
+    operators over earlier values, Python numbers and broadcast shapes."""
+    steps = []
+    for i in range(draw(st.integers(1, 8))):
+        if draw(st.booleans()):
+            steps.append(("u", draw(st.sampled_from(_UNARY)), draw(st.integers(0, i + 2))))
+        else:
+            other = draw(
+                st.one_of(
+                    st.tuples(st.just("value"), st.integers(0, i + 2)),
+                    st.tuples(st.just("number"), st.sampled_from([0.5, -3, 2.0])),
+                )
+            )
+            steps.append(("b", draw(st.sampled_from(_BINARY)), draw(st.integers(0, i + 2)), other))
+    shapes = draw(st.sampled_from([((3, 4), (3, 4), (4,)), ((2, 1), (1, 5), ()), ((6,),) * 3]))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    return steps, shapes, dtype
+
+
+@settings(max_examples=25, deadline=None)
+@given(programs())
+def test_random_elementwise_programs_compiled_equal_eager(program):
+    steps, shapes, dtype = program
+
+    def f(a, b, c):
+        values = [a, b, c]
+        for step in steps:
+            fn = getattr(lm, step[1])
+            if step[0] == "u":
+                values.append(fn(values[step[2]]))
+            else:
+                kind, other = step[3]
+                values.append(fn(values[step[2]], values[other] if kind == "value" else other))
+        return values[-1]
+
+    inputs = [rand(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    with np.errstate(all="ignore"):
+        want = f(*inputs)
+        got = jit.compile(f)(*inputs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+# ---------------------------------------------------------------- every operator
+
+# not compiled: moves between devices and sparse conversions (eager only)
+NOT_COMPILED = {"to_device", "to_sparse", "to_dense", "coalesce", "sparse_mask"}
+
+
+def _clone(a):
+    if isinstance(a, lm.Generator):  # the same draws again
+        return copy.deepcopy(a)
+    if isinstance(a, lm.Tensor):
+        return lm.asarray(a.numpy().copy()) if a.device == "cpu" and not a.is_sparse else a
+    if type(a) in (list, tuple):
+        return type(a)(_clone(b) for b in a)
+    if type(a) is dict:
+        return {k: _clone(v) for k, v in a.items()}
+    return a
+
+
+def _layout(t):
+    """The strides of a non-empty dense tensor, those of size-1 axes left out."""
+    if t.is_sparse or 0 in t.shape:
+        return None
+    return tuple(s for n, s in zip(t.shape, layouts.strides_of(t)) if n != 1)
+
+
+def _tensors(out):
+    if isinstance(out, lm.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+@pytest.mark.core_independent  # Note [Core-independent tests]
+@pytest.mark.parametrize("name", sorted(set(OPERATORS) - NOT_COMPILED))
+def test_every_sample_compiled_equals_eager(name):
+    for sample in S.samples(name):
+        if any(a.is_sparse for a in _tensors((sample.args, list(sample.kwargs.values())))):
+            continue
+        args, kwargs = _clone(sample.args), _clone(sample.kwargs)
+        lm.random.seed(3)
+        try:
+            want = sample.fn(*args, **kwargs)
+        except Exception as error:  # bad input: the same error compiled
+            with pytest.raises(type(error)):
+                lm.random.seed(3)
+                jit.compile(sample.fn)(*_clone(sample.args), **_clone(sample.kwargs))
+            continue
+        cargs, ckwargs = _clone(sample.args), _clone(sample.kwargs)
+        lm.random.seed(3)
+        got = jit.compile(sample.fn)(*cargs, **ckwargs)
+        for g, w in zip(_tensors(got), _tensors(want), strict=True):
+            assert (g.dtype, g.shape, _layout(g)) == (w.dtype, w.shape, _layout(w)), sample
+            if name != "empty":  # uninitialized values
+                np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=repr(sample))
+        # arguments written in place are written alike
+        for g, w in zip(_tensors((cargs, ckwargs)), _tensors((args, kwargs))):
+            np.testing.assert_array_equal(g.numpy(), w.numpy(), err_msg=repr(sample))
+
+
+# ---------------------------------------------------------------- guards
+
+
+def test_a_new_size_recompiles_and_past_the_limit_runs_eagerly_with_one_warning():
+    compiled = jit.compile(lambda x: lm.exp(x) * 2.0, cache_limit=2)
+    for n in (3, 4):
+        equal(compiled(rand(n)), lm.exp(rand(n)) * 2.0)
+    assert compiled.recompiles == ["x: size 4 instead of 3 in dimension 0"]
+    with pytest.warns(jit.RecompileWarning, match="size 5 instead of 4 in dimension 0"):
+        equal(compiled(rand(5)), lm.exp(rand(5)) * 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        equal(compiled(rand(6)), lm.exp(rand(6)) * 2.0)  # eager, warned once
+
+
+def test_dynamic_variants_of_sizes_do_not_count_against_the_limit():
+    compiled = jit.compile(lambda x: lm.exp(x) * 2.0 + x, cache_limit=1, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (3, 4, 5):
+            equal(compiled(rand(n)), lm.exp(rand(n)) * 2.0 + rand(n))
+    kernels = {id(g.nodes[0].target.entry) for g in compiled.graphs}
+    assert len(compiled.graphs) == 3 and len(kernels) == 1  # one loop serves every size
+
+
+def test_the_same_tensor_twice_and_two_tensors_are_two_inputs():
+    compiled = jit.compile(lambda x, y: lm.exp(x * y) + 1.0)
+    x, y = rand(4), rand(4, seed=1)
+    equal(compiled(x, x), lm.exp(x * x) + 1.0)
+    equal(compiled(x, y), lm.exp(x * y) + 1.0)  # the same variant, not x twice
+
+
+def test_layout_dtype_grad_mode_and_table_rebuilds_are_guarded():
+    compiled = jit.compile(lambda x: x * 2.0 + 1.0)
+    x = rand(3, 4)
+    compiled(x)
+    compiled(x.T)  # another layout
+    compiled(lm.astype(x, lm.float64))
+    lm.layers.disable("autograd")
+    lm.layers.enable("autograd")
+    compiled(x)
+    assert compiled.recompiles == [
+        "x: size 4 instead of 3 in dimension 0",
+        "x: dtype float64 instead of float32",
+        "the dispatch tables were rebuilt (a plugin or a layer switch)",
+    ]
+
+
+# ---------------------------------------------------------------- graph breaks
+
+
+def test_a_graph_break_runs_the_parts_compiled_and_explain_names_the_line():
+    def f(x):
+        y = x * 2.0 + 1.0
+        if float(y.sum()) > 0:  # the break
+            return lm.exp(y) - 1.0
+        return -y
+
+    x = rand(6)
+    compiled = jit.compile(f)
+    for v in (x, -x - 5.0):
+        equal(compiled(v), f(v))
+    found = jit.explain(compiled, x)
+    assert len(found.breaks) >= 1
+    assert "reading the values of" in found.breaks[0].reason
+    assert "if float(y.sum()) > 0:  # the break" in found.breaks[0].line
+    assert "test_jit.py" in str(found)
+    with pytest.raises(jit.GraphBreak, match=r"fullgraph=True.*test_jit.py:\d+: if float"):
+        jit.compile(f, fullgraph=True)(x)
+
+
+def test_value_dependent_shapes_and_printing_break_the_graph(capsys):
+    def f(x):
+        kept = lm.nonzero(x > 0)[0]
+        print(kept)
+        return kept * 2
+
+    x = rand(8)
+    equal(jit.compile(f)(x), f(x))
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == printed[1] and "meta" not in printed[0]  # the values, as eager
+
+
+def test_in_place_writes_of_inputs_happen_as_in_eager():
+    def f(x, y):
+        x += y
+        x[0] = 5.0
+        return x * 2.0
+
+    x, y = rand(4), rand(4, seed=1)
+    x_eager, x_compiled = _clone(x), _clone(x)
+    want = f(x_eager, y)
+    equal(jit.compile(f)(x_compiled, y), want)
+    equal(x_compiled, x_eager)
+
+
+# ---------------------------------------------------------------- modules and training
+
+
+def _mlp(seed):
+    lm.random.seed(seed)
+    return lm.nn.Sequential(lm.nn.Linear(6, 8), lm.nn.ReLU(), lm.nn.Linear(8, 3))
+
+
+def test_a_compiled_module_trains_step_by_step_as_eager():
+    eager, model = _mlp(0), _mlp(0)
+    compiled = jit.compile(model)
+    x, y = rand(5, 6), lm.asarray(np.array([0, 2, 1, 1, 0]))
+    opts = [lm.optim.SGD(m.parameters(), lr=0.1) for m in (eager, model)]
+    for _ in range(3):
+        losses = []
+        for run, opt in ((eager, opts[0]), (compiled, opts[1])):
+            opt.zero_grad()
+            loss = F.cross_entropy(run(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+        assert losses[0] == losses[1]
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    model.eval()
+    with lm.no_grad():
+        equal(compiled(x), eager.eval()(x))  # eval and no-grad: new variants
+    assert len(compiled._compiled.variants) == 2
+
+
+def test_training_compiles_the_backward_from_the_formulas():
+    x = rand(4, 3).requires_grad_()
+    w = rand(3, 5, seed=1).requires_grad_()
+    seen = []
+    w.register_hook(lambda g: seen.append(g.shape))
+
+    def f(x, w):
+        return lm.sum(lm.tanh(x @ w) * 2.0 + 1.0)
+
+    compiled = jit.compile(f)
+    grads = []
+    for run in (f, compiled, compiled):
+        x.grad = w.grad = None
+        run(x, w).backward()
+        grads.append((x.grad.numpy().copy(), w.grad.numpy().copy()))
+    for got in grads[1:]:
+        np.testing.assert_array_equal(got[0], grads[0][0])
+        np.testing.assert_array_equal(got[1], grads[0][1])
+    assert seen == [(3, 5)] * 3  # a user's hook runs on the compiled backward too
+    (variant,) = compiled.variants.values()
+    assert str(variant.plan.forward.graph) == (
+        "graph(x0: float32[4, 3], x1: float32[3, 5]):\n"
+        "  %0: float32[4, 5] = matmul(x0, x1)\n"
+        "  %1: float32[4, 5], %3: float32[4, 5] = fused[tanh, multiply, add](%0)\n"
+        "  %4: float32[] = sum(%3, (0, 1), None, False)\n"
+        "  return (%4, %1, x1, x0)"  # the loss, and what the backward reads
+    )
+    backward = [n.name for n in variant.plan.backward.graph.nodes]
+    assert "fused[multiply, multiply, subtract, multiply]" in backward  # tanh's, fused
+    assert backward.count("matmul") == 2
+
+
+def test_a_replaced_parameter_is_seen():
+    model = lm.nn.Linear(3, 2)
+    compiled = jit.compile(model)
+    x = rand(4, 3)
+    with lm.no_grad():
+        compiled(x)
+        model.weight = lm.nn.Parameter(lm.zeros((2, 3)))
+        equal(compiled(x), model(x))
+
+
+def test_two_threads_call_one_compiled_function_at_once():
+    compiled = jit.compile(lambda x, y: lm.tanh(x * y + 1.0) - y)
+    pairs = [(rand(64, seed=i), rand(64, seed=i + 10)) for i in range(4)]
+    compiled(*pairs[0])
+    failures = []
+
+    def work(pair):
+        for _ in range(50):
+            got = compiled(*pair)
+            if not np.array_equal(
+                got.numpy(), (lm.tanh(pair[0] * pair[1] + 1.0) - pair[1]).numpy()
+            ):
+                failures.append(pair)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in pairs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+# ---------------------------------------------------------------- bad input
+
+
+CALLS = 0
+
+
+def _counting(x):
+    global CALLS
+    CALLS += 1  # would happen once compiled, at every call eagerly
+    return x + 1.0
+
+
+def test_bad_input_gets_clear_errors():
+    with pytest.raises(TypeError, match="needs a function or a Module"):
+        jit.compile(3)
+    with pytest.raises(ValueError, match="unknown pass 'fusion'"):
+        jit.compile(lambda x: x, passes=["fusion"])
+    with pytest.raises(TypeError, match="returns a object"):
+        jit.compile(lambda x: object())(rand(2))
+    with pytest.raises(jit.SideEffectError, match="assigns the global 'CALLS'"):
+        jit.compile(_counting)(rand(2))
+    with pytest.raises(RuntimeError, match="already running"):
+        jit.trace(lambda x: jit.trace(lambda y: y + 1, x), rand(2))

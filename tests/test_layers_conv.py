@@ -1,0 +1,359 @@
+"""Convolution variants, padding and resizing: depthwise and grouped conv2d against the
+NumPy oracle in both layouts, conv1d and conv_transpose2d against float64 references,
+pad against np.pad, interpolate against PyTorch's sampling rules written out in
+NumPy, their gradients by finite differences, and their bad input. PyTorch, where
+importable, is an extra comparison."""
+
+import numpy as np
+import pytest
+
+import lamina as lm
+import lamina.nn.functional as F
+from lamina import nn
+from lamina.autograd import gradcheck
+from lamina.backends.numpy_ref import nn as ref
+from lamina.dispatch.schema import OPERATORS
+
+RNG = np.random.default_rng(0)
+
+
+def _torch():
+    try:
+        import torch as t
+    except ImportError:
+        pytest.skip("PyTorch is not importable")
+    return t
+
+
+def _tensor(a, layout="NCHW", grad=False):
+    if layout == "NHWC":
+        t = lm.asarray(np.ascontiguousarray(a.transpose(0, 2, 3, 1))).permute(0, 3, 1, 2)
+    else:
+        t = lm.asarray(a)
+    return t.requires_grad_() if grad else t
+
+
+def _checked_conv(x, w, b, stride, padding, dilation, groups):
+    """conv2d's canonical arguments (what its kernels, and the oracle's, take)."""
+    pads = padding if isinstance(padding, str) else (padding, padding)
+    args = (lm.asarray(x), lm.asarray(w), None if b is None else lm.asarray(b))
+    return OPERATORS["conv2d"].check(*args, (stride,) * 2, pads, (dilation,) * 2, groups)
+
+
+def _close(a, b, dtype):
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol * 10)
+
+
+# (batch, channels, H, W, kernel, stride, padding, dilation, channel multiplier)
+DEPTHWISE = [
+    (2, 5, 9, 7, 3, 1, 1, 1, 1),  # MobileNet's 3x3 stride 1 (odd sizes)
+    (2, 4, 10, 9, 3, 2, 1, 1, 1),  # 3x3 stride 2
+    (1, 3, 6, 11, 3, 2, 1, 1, 2),  # with a channel multiplier
+    (2, 3, 12, 13, 5, 3, 2, 2, 1),  # dilated, wider kernel
+    (2, 3, 6, 7, 2, 1, "same", 1, 3),  # even kernel, 'same'
+    (0, 4, 5, 5, 3, 1, 1, 1, 1),  # empty batch
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", DEPTHWISE, ids=str)
+def test_depthwise_matches_oracle(case, dtype, layout):
+    n, c, h, w, k, s, p, d, m = case
+    x = RNG.standard_normal((n, c, h, w)).astype(dtype)
+    wt = RNG.standard_normal((c * m, 1, k, k)).astype(dtype)
+    b = RNG.standard_normal(c * m).astype(dtype)
+    lx, lw, lb = _tensor(x, layout, True), lm.asarray(wt).requires_grad_(), lm.asarray(b)
+    lb.requires_grad_()
+    out = F.conv2d(lx, lw, lb, s, p, d, c)
+    g = RNG.standard_normal(out.shape).astype(dtype)
+    out.backward(_tensor(g, layout))
+    args = _checked_conv(x, wt, b, s, p, d, c)
+    geometry = args[3:]
+    _close(out.numpy(), ref.conv2d(None, *args).numpy(), dtype)
+    gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *geometry)
+    gw, gb = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry)
+    _close(lx.grad.numpy(), gx.numpy(), dtype)
+    _close(lw.grad.numpy(), gw.numpy(), dtype)
+    _close(lb.grad.numpy(), gb.numpy(), dtype)
+    if n and min(out.shape[2:]) > 1 and c * m > 1:  # layouts kept (both count as NCHW else)
+        assert F.layout_of(out) == F.layout_of(lx.grad) == layout
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("groups", [1, 2, 4, 16])
+def test_every_groups_value_matches_oracle(groups, layout):
+    """16 channels: 2 groups of 8 run group by group (Winograd's), 4 and 16
+    (depthwise) not."""
+    x, wt = RNG.standard_normal((2, 16, 7, 6)), RNG.standard_normal((16, 16 // groups, 3, 3))
+    args = _checked_conv(x, wt, None, 1, 1, 1, groups)
+    lx, lw = _tensor(x, layout, True), lm.asarray(wt).requires_grad_()
+    out = F.conv2d(lx, lw, None, 1, 1, 1, groups)
+    g = RNG.standard_normal(out.shape)
+    out.backward(_tensor(g, layout))
+    geometry = args[3:]
+    _close(out.numpy(), ref.conv2d(None, *args).numpy(), np.float64)
+    gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *geometry)
+    _close(lx.grad.numpy(), gx.numpy(), np.float64)
+    gw, _ = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry)
+    _close(lw.grad.numpy(), gw.numpy(), np.float64)
+    assert F.layout_of(out) == F.layout_of(lx.grad) == layout
+
+
+def test_depthwise_gradcheck_both_layouts():
+    for layout in ("NCHW", "NHWC"):
+        x = _tensor(RNG.uniform(-1, 1, (2, 3, 5, 6)), layout, True)
+        w = lm.asarray(RNG.uniform(-1, 1, (6, 1, 3, 3))).requires_grad_()
+        assert gradcheck(lambda x, w: F.conv2d(x, w, None, 2, 1, 1, 3), [x, w])
+
+
+def test_conv1d_matches_float64_reference():
+    x, w, b = (
+        RNG.standard_normal((2, 4, 11)),
+        RNG.standard_normal((6, 2, 3)),
+        RNG.standard_normal(6),
+    )
+    out = F.conv1d(lm.asarray(x), lm.asarray(w), lm.asarray(b), stride=2, padding=1, groups=2)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1)))
+    expected = np.empty((2, 6, 6))
+    for o in range(6):
+        g = o // 3
+        for t in range(6):
+            expected[:, o, t] = (
+                np.einsum("nck,ck->n", xp[:, 2 * g : 2 * g + 2, 2 * t : 2 * t + 3], w[o]) + b[o]
+            )
+    _close(out.numpy(), expected, np.float64)
+    same = F.conv1d(lm.asarray(x[0]), lm.asarray(w), None, padding="same", dilation=2, groups=2)
+    assert same.shape == (6, 11)
+    assert gradcheck(lambda x, w: F.conv1d(x, w, None, 1, "same", 2, 2), [
+        lm.asarray(x[:1]).requires_grad_(), lm.asarray(w).requires_grad_()])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "wshape, kwargs",
+    [
+        ((4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1)),
+        ((4, 2, 2, 2), dict(stride=2, groups=2)),
+        ((4, 1, 3, 3), dict(groups=4, dilation=2, padding=2)),
+    ],
+    ids=["s2-outpad", "k2s2-groups", "depthwise-dilated"],
+)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv_transpose2d_is_conv2d_adjoint(wshape, kwargs, layout):
+    """<conv_transpose2d(x), y> == <x, conv2d(y)>, with conv2d checked against the
+    oracle above; the output size is PyTorch's formula."""
+    x, wt = RNG.standard_normal((2, 4, 5, 6)), RNG.standard_normal(wshape)
+    out = F.conv_transpose2d(_tensor(x, layout), lm.asarray(wt), None, **kwargs)
+    s, p, d = (kwargs.get(k, dflt) for k, dflt in (("stride", 1), ("padding", 0), ("dilation", 1)))
+    size = [
+        (n - 1) * s - 2 * p + d * (wshape[2] - 1) + kwargs.get("output_padding", 0) + 1
+        for n in (5, 6)
+    ]
+    assert out.shape == (2, wshape[1] * kwargs.get("groups", 1), *size)
+    assert F.layout_of(out) == layout
+    y = RNG.standard_normal(out.shape)
+    back = F.conv2d(lm.asarray(y), lm.asarray(wt), None, s, p, d, kwargs.get("groups", 1))
+    assert back.shape == x.shape
+    np.testing.assert_allclose(np.sum(out.numpy() * y), np.sum(x * back.numpy()), rtol=1e-10)
+    b = RNG.standard_normal(out.shape[1])
+    leaves = [lm.asarray(a[:1]).requires_grad_() for a in (x,)] + [
+        lm.asarray(wt).requires_grad_(), lm.asarray(b).requires_grad_()]  # fmt: skip
+    assert gradcheck(lambda x, w, b: F.conv_transpose2d(x, w, b, **kwargs), leaves)
+
+
+def test_conv_variants_match_pytorch():
+    t = _torch()
+    x, w = RNG.standard_normal((2, 4, 5, 6)), RNG.standard_normal((4, 3, 3, 3))
+    ours = F.conv_transpose2d(lm.asarray(x), lm.asarray(w), None, 2, 1, 1).numpy()
+    theirs = t.nn.functional.conv_transpose2d(t.from_numpy(x), t.from_numpy(w), None, 2, 1, 1)
+    _close(ours, theirs.numpy(), np.float64)
+    x1, w1 = RNG.standard_normal((2, 6, 9)), RNG.standard_normal((6, 1, 3))
+    ours = F.conv1d(lm.asarray(x1), lm.asarray(w1), None, 2, 1, 1, 6).numpy()
+    theirs = t.nn.functional.conv1d(t.from_numpy(x1), t.from_numpy(w1), None, 2, 1, 1, 6)
+    _close(ours, theirs.numpy(), np.float64)
+
+
+PADS = [
+    ((1, 2, 0, 3), "constant", "constant"),
+    ((2, 1, 3, 0), "reflect", "reflect"),
+    ((3, 3, 1, 0), "replicate", "edge"),
+    ((2, 1, 3, 4), "circular", "wrap"),
+]
+
+
+@pytest.mark.parametrize("pad, mode, numpy_mode", PADS, ids=[p[1] for p in PADS])
+def test_pad_matches_numpy(pad, mode, numpy_mode):
+    x = RNG.standard_normal((2, 3, 5, 4))
+    out = F.pad(_tensor(x, "NHWC"), pad, mode)
+    widths = ((0, 0), (0, 0), (pad[2], pad[3]), (pad[0], pad[1]))
+    np.testing.assert_array_equal(out.numpy(), np.pad(x, widths, numpy_mode))
+    leaf = lm.asarray(x[:1, :2]).requires_grad_()
+    assert gradcheck(lambda x: F.pad(x, pad, mode), [leaf])
+
+
+def test_pad_any_axes_value_and_cropping():
+    x = RNG.standard_normal((2, 3, 4, 5))
+    out = F.pad(lm.asarray(x), (1, -2, -1, 2, 0, 1, 1, 0), value=1.5)
+    expected = np.pad(x[:, :, 1:, : 5 - 2], ((1, 0), (0, 1), (0, 2), (1, 0)), constant_values=1.5)
+    np.testing.assert_array_equal(out.numpy(), expected)
+    x5 = RNG.standard_normal((1, 2, 3, 4, 5))
+    out = F.pad(lm.asarray(x5), (1, 1, 2, 0, 0, 2), "reflect")
+    np.testing.assert_array_equal(
+        out.numpy(), np.pad(x5, ((0, 0), (0, 0), (0, 2), (2, 0), (1, 1)), "reflect")
+    )
+    assert gradcheck(lambda x: F.pad(x, (1, -2, 2, 0)), [lm.asarray(x[:1]).requires_grad_()])
+
+
+def test_pad_modules():
+    x = lm.asarray(RNG.standard_normal((1, 2, 3, 3)))
+    assert nn.ZeroPad2d(1)(x).shape == (1, 2, 5, 5)
+    assert float(nn.ConstantPad2d((1, 0, 0, 0), 2.0)(x).numpy()[0, 0, 0, 0]) == 2.0
+    np.testing.assert_array_equal(
+        nn.ReflectionPad2d(2)(x).numpy(),
+        np.pad(x.numpy(), ((0, 0), (0, 0), (2, 2), (2, 2)), "reflect"),
+    )
+    np.testing.assert_array_equal(
+        nn.ReplicationPad2d((0, 1, 2, 0))(x).numpy(),
+        np.pad(x.numpy(), ((0, 0), (0, 0), (2, 0), (0, 1)), "edge"),
+    )
+
+
+def _nearest_index(n_in, n_out, scale):
+    return np.minimum(
+        np.floor(np.arange(n_out, dtype=np.float32) * np.float32(scale)).astype(int), n_in - 1
+    )
+
+
+def _bilinear_matrix(n_in, n_out, scale, align_corners):
+    """(n_out, n_in): each output position's weights on the input positions."""
+    m = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        if align_corners:
+            src = o * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        else:
+            src = max((o + 0.5) * scale - 0.5, 0.0)
+        lo = min(int(np.floor(src)), n_in - 1)
+        hi = min(lo + 1, n_in - 1)
+        m[o, lo] += 1 - (src - lo)
+        m[o, hi] += src - lo
+    return m
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(scale_factor=2, mode="nearest"),
+        dict(size=(5, 11), mode="nearest"),
+        dict(scale_factor=2, mode="bilinear", align_corners=False),
+        dict(size=(4, 13), mode="bilinear", align_corners=False),
+        dict(size=(9, 3), mode="bilinear", align_corners=True),
+    ],
+    ids=str,
+)
+def test_interpolate_matches_pytorchs_rules(kwargs):
+    x = RNG.standard_normal((2, 3, 6, 7))
+    out = F.interpolate(_tensor(x, "NHWC"), **kwargs)
+    if "size" in kwargs:
+        size, scales = kwargs["size"], (6 / kwargs["size"][0], 7 / kwargs["size"][1])
+    else:
+        f = kwargs["scale_factor"]
+        size, scales = (6 * f, 7 * f), (1 / f, 1 / f)
+    if kwargs["mode"] == "nearest":
+        rows, cols = (_nearest_index(n, o, s) for n, o, s in zip((6, 7), size, scales))
+        expected = x[:, :, rows][:, :, :, cols]
+    else:
+        corners = kwargs["align_corners"]
+        mh, mw = (_bilinear_matrix(n, o, s, corners) for n, o, s in zip((6, 7), size, scales))
+        expected = np.einsum("oh,nchw,pw->ncop", mh, x, mw)
+    _close(out.numpy(), expected, np.float64)
+    leaf = lm.asarray(x[:1, :2]).requires_grad_()
+    assert gradcheck(lambda x: F.interpolate(x, **kwargs), [leaf])
+    assert nn.Upsample(**kwargs)(lm.asarray(x)).shape == out.shape
+
+
+def test_resizing_matches_pytorch():
+    t = _torch()
+    x = RNG.standard_normal((2, 3, 7, 5))
+    for kwargs in (dict(scale_factor=1.7), dict(size=(10, 3), mode="bilinear")):
+        theirs = t.nn.functional.interpolate(t.from_numpy(x), **kwargs).numpy()
+        _close(F.interpolate(lm.asarray(x), **kwargs).numpy(), theirs, np.float64)
+    theirs = t.nn.functional.pad(t.from_numpy(x), (2, 1, 3, 3), mode="reflect").numpy()
+    np.testing.assert_array_equal(F.pad(lm.asarray(x), (2, 1, 3, 3), "reflect").numpy(), theirs)
+
+
+def test_adaptive_avg_pool2d_any_output_size():
+    x = RNG.standard_normal((2, 3, 7, 10))
+    out = F.adaptive_avg_pool2d(_tensor(x, "NHWC"), (3, 4))
+    expected = np.empty((2, 3, 3, 4))
+    for i in range(3):
+        for j in range(4):
+            r0, r1 = i * 7 // 3, -(-(i + 1) * 7 // 3)
+            c0, c1 = j * 10 // 4, -(-(j + 1) * 10 // 4)
+            expected[:, :, i, j] = x[:, :, r0:r1, c0:c1].mean(axis=(2, 3))
+    _close(out.numpy(), expected, np.float64)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_adaptive_max_pool2d_any_output_size(layout):
+    x = RNG.standard_normal((2, 3, 7, 10))
+    x[0, 0, 1, 1] = np.nan  # a NaN wins its windows
+    out, indices = F.adaptive_max_pool2d(_tensor(x, layout), (3, 4), return_indices=True)
+    for i in range(3):
+        for j in range(4):
+            r0, r1 = i * 7 // 3, -(-(i + 1) * 7 // 3)
+            c0, c1 = j * 10 // 4, -(-(j + 1) * 10 // 4)
+            window = x[:, :, r0:r1, c0:c1].reshape(2, 3, -1)
+            first = np.argmax(np.where(np.isnan(window), np.inf, window), axis=-1)
+            rows, cols = r0 + first // (c1 - c0), c0 + first % (c1 - c0)
+            np.testing.assert_array_equal(indices.numpy()[:, :, i, j], rows * 10 + cols)
+            np.testing.assert_array_equal(out.numpy()[:, :, i, j], np.nanmax(window, -1) * (
+                1 + 0 * window.sum(-1)))  # fmt: skip
+    assert F.layout_of(out) == layout
+    leaf = lm.asarray(RNG.standard_normal((1, 2, 5, 7))).requires_grad_()
+    assert gradcheck(lambda x: F.adaptive_max_pool2d(x, (3, 2)), [leaf])
+
+
+def test_modules_conv1d_and_transpose():
+    m = nn.Conv1d(4, 6, 3, padding=1, groups=2)
+    assert m.weight.shape == (6, 2, 3)
+    assert m(lm.asarray(RNG.standard_normal((2, 4, 9)), dtype=lm.float32)).shape == (2, 6, 9)
+    t = nn.ConvTranspose2d(4, 6, 2, stride=2, groups=2)
+    assert t.weight.shape == (4, 3, 2, 2)
+    assert t(lm.asarray(RNG.standard_normal((1, 4, 5, 5)), dtype=lm.float32)).shape == (
+        1,
+        6,
+        10,
+        10,
+    )
+
+
+def _ones(*shape):
+    return lm.ones(shape)
+
+
+BAD = [
+    (lambda: F.conv2d(lm.zeros((1, 6, 5, 5)), lm.zeros((4, 3, 3, 3)), groups=4), "groups=4"),
+    (lambda: F.conv_transpose2d(_ones(1, 4, 5, 5), _ones(4, 2, 3, 3), stride=2, output_padding=2),
+     "output_padding"),
+    (lambda: F.conv_transpose2d(_ones(1, 6, 5, 5), _ones(6, 2, 3, 3), groups=4), "groups=4"),
+    (lambda: F.pad(lm.zeros((1, 2, 3)), (1, 2, 3)), "pad must hold an even number"),
+    (lambda: F.conv1d(_ones(1, 4, 5), _ones(4, 3, 3), groups=3), "groups=3"),
+    (lambda: F.pad(lm.zeros((1, 2, 3)), (3, 0), "reflect"), "smaller than the size 3"),
+    (lambda: F.pad(lm.zeros((1, 2, 3, 4)), (1, 1), "replicate"), "2-D or 3-D input"),
+    (lambda: F.pad(lm.zeros((1, 2, 3)), (1, 1), "wrap"), "mode must be"),
+    (lambda: F.interpolate(lm.zeros((1, 2, 3, 3)), size=4, scale_factor=2), "exactly one"),
+    (lambda: F.interpolate(lm.zeros((1, 2, 3)), size=4), "4-D"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_refused_clearly(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_conv_transpose2d_refuses_mixed_dtypes():
+    weight = lm.ones((4, 2, 3, 3), dtype=lm.float64)
+    with pytest.raises(TypeError, match="weight has dtype"):
+        F.conv_transpose2d(lm.ones((1, 4, 5, 5), dtype=lm.float32), weight)
