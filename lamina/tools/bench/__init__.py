@@ -14,8 +14,8 @@ Subcommands:
     models    ResNet-18, MobileNet v2 and a Transformer encoder: training and
               inference items/s, lamina beside PyTorch (lamina.tools.bench.models)
     nn        convolution, pooling, LRN, batch norm and activation primitives on
-              AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), lamina beside
-              PyTorch (lamina.tools.bench.nn)
+              AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), and those the
+              models add at their sizes, lamina beside PyTorch (lamina.tools.bench.nn)
     ops       every elementwise, reduction, scan, sorting and nn-function operator at
               10^2, 10^4 and 10^6 elements and 1 and 2 threads, lamina beside PyTorch
               and NumPy (lamina.tools.bench.ops)
