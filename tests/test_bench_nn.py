@@ -11,6 +11,7 @@ import struct
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from lamina.tools.bench import main, nn, output, timing
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
 
 # words of the project's own documents, which mean nothing to a user
 INTERNAL = re.compile(r"seed|issue|\.\./shared", re.IGNORECASE)
-TINY = ["--shape", "1", "2", "6", "6", "--rounds", "1", "--settle", "0"]
+TINY = ["--shape", "1", "2", "6", "6", "--primitives", "convnets", "--rounds", "1", "--settle", "0"]
 
 
 def _rows(out):
@@ -167,3 +168,37 @@ def test_plot_draws_the_ratio_per_primitive(tmp_path, capsys):
     _, args, cases, results = _report([], every, peer=True)
     nn.plot(tmp_path / "ratio.png", args, cases, results, _libs(peer=True))
     _assert_png(tmp_path / "ratio.png")
+
+
+def test_model_primitives_compute_the_same_in_both_libraries():
+    """Each forward case of bench models' primitives, at batch 1, gives PyTorch's
+    result (the cases call the same thing in both); those lamina lacks are left out."""
+    pytest.importorskip("torch")
+    libs = [nn._lamina(), nn._torch()]
+    cases = [c for c in nn._model_cases(batch=1) if "backward" not in c.name]
+    assert len(cases) == 6 and all(c.goal == nn.MODEL_GOAL for c in cases)
+    for case in cases:
+        if not hasattr(libs[0].F, case.needs):
+            continue
+        mine, ref = (case.make(lib, None, case.layout)() for lib in libs)
+        np.testing.assert_allclose(
+            mine.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4, err_msg=f"{case.name} {case.layout}"
+        )
+
+
+def test_primitives_option_selects_the_groups_and_missing_ones_are_named():
+    shape = (1, 2, 6, 6)
+
+    def names(cases):
+        return [(c.name, c.layout) for c in cases]
+
+    convnets, models = nn._cases(shape), nn._model_cases()
+    assert names(nn._selected_cases(shape, "convnets")) == names(convnets)
+    assert names(nn._selected_cases(shape, "models")) == names(models)
+    assert names(nn._selected_cases(shape, "all")) == names(convnets + models)
+    args = _args(["--primitives", "models"])
+    results = {(c.name, c.layout): {"lamina": 1e-3} for c in models[:1]}
+    text = nn.report(args, models[:1], results, _libs(False), ["layer_norm", "silu"])
+    assert "the primitives of ResNet, MobileNet v2 and a Transformer encoder" in text
+    assert "AlexNet" not in text
+    assert text.splitlines()[-1] == "not timed: lamina has no layer_norm, silu yet"

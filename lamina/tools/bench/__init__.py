@@ -11,9 +11,11 @@ Subcommands:
     jit       compiled functions (lamina.jit) beside eager lamina, PyTorch eager,
               torch.compile and NumPy: an elementwise chain, the cost of a compiled
               call, an MLP training step and compile times (lamina.tools.bench.jit)
+    models    ResNet-18, MobileNet v2 and a Transformer encoder: training and
+              inference items/s, lamina beside PyTorch (lamina.tools.bench.models)
     nn        convolution, pooling, LRN, batch norm and activation primitives on
-              AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), lamina beside
-              PyTorch (lamina.tools.bench.nn)
+              AlexNet/VGG/Inception-v1 shapes (16x64x56x56 float32), and those the
+              models add at their sizes, lamina beside PyTorch (lamina.tools.bench.nn)
     ops       every elementwise, reduction, scan, sorting and nn-function operator at
               10^2, 10^4 and 10^6 elements and 1 and 2 threads, lamina beside PyTorch
               and NumPy (lamina.tools.bench.ops)
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import convnet, distributed, jit, nn, ops
+from . import convnet, distributed, jit, models, nn, ops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +42,14 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    subcommands = {"convnet": convnet, "distributed": distributed, "jit": jit, "nn": nn, "ops": ops}
+    subcommands = {
+        "convnet": convnet,
+        "distributed": distributed,
+        "jit": jit,
+        "models": models,
+        "nn": nn,
+        "ops": ops,
+    }
     for name, module in subcommands.items():
         module.add_arguments(
             commands.add_parser(

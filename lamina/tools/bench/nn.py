@@ -4,7 +4,10 @@ Times the primitives of AlexNet-, VGG- and Inception-v1-like convnets -- conv2d
 (forward, and forward + backward for data and weight), max and average pooling, local
 response normalization, batch normalization in training and relu -- on an
 Inception-v1-sized 16 x 64 x 56 x 56 float32 input, in both memory layouts (NCHW and
-channels-last), with lamina and -- when it is importable -- PyTorch on the same number
+channels-last), and those of ``bench models``' ResNet, MobileNet v2 and Transformer
+at their sizes (named in each row: depthwise convolution, layer normalization,
+embedding, scaled dot-product attention, GELU and SiLU; a primitive lamina lacks is
+named and left out), with lamina and -- when it is importable -- PyTorch on the same number
 of threads, each library in a child process of its own (Note [Separate processes] in
 lamina.tools.bench.timing; ``--in-process`` times them in this one), round after round
 (each round runs every case of lamina, then of PyTorch, so a slow phase of a shared
@@ -38,6 +41,7 @@ class Case:
     goal: float | None  # the lamina / PyTorch time lamina aims for (None: no goal)
     flops: float | None  # per call, for GFLOP/s
     make: Callable  # make(lib, inputs) -> a function running one call
+    needs: str = ""  # the functional the case calls, where lamina may lack it
 
 
 def _conv_flops(n, c, h, w, c_out, k):
@@ -80,6 +84,91 @@ def _cases(shape):
             Case("relu", layout, 1.0 if nchw else None, None, _call("relu")),
             Case("relu forward + backward", layout, None, None, _call("relu", backward=True)),
         ]
+    return cases
+
+
+def _selected_cases(shape, primitives: str):
+    """The cases of ``--primitives``: the convnets' on ``shape``, the models', or all."""
+    return (_cases(shape) if primitives != "models" else []) + (
+        _model_cases() if primitives != "convnets" else []
+    )
+
+
+MODEL_GOAL = 1.2  # lamina / PyTorch time for the primitives of bench models
+
+
+def _model_cases(batch=16):
+    """The primitives of ``bench models``' networks at their sizes, for ``batch``
+    images or sequences: MobileNet v2's depthwise 3 x 3 convolution at 56 x 56 with 144
+    channels, and for sequences of 128 tokens the Transformer's layer normalization,
+    embedding, attention (4 heads of 64) and feed-forward activation (width 1024)."""
+    depthwise = (batch, 144, 56, 56)
+    tokens, width, attention = (batch, 128), 256, (batch, 4, 128, 64)
+    activation = (batch, 128, 1024)
+    dw_flops = 2.0 * np.prod(depthwise) * 9
+    sdpa_flops = 4.0 * np.prod(attention) * attention[2]  # q k^T and (softmax) v
+    size = "x".join
+    cases = []
+    for layout in ("NCHW", "NHWC"):
+        for backward, flops in ((False, dw_flops), (True, 3 * dw_flops)):
+            name = f"conv2d depthwise 3x3 {size(map(str, depthwise))}"
+            cases.append(
+                Case(
+                    name + (" forward + backward" if backward else ""),
+                    layout,
+                    MODEL_GOAL,
+                    flops,
+                    _fixed(_depthwise, [depthwise, (depthwise[1], 1, 3, 3)], backward),
+                    "conv2d",
+                )
+            )
+    rows = f"{tokens[0] * tokens[1]}x{width}"
+    for backward in (False, True):
+        cases.append(
+            Case(
+                f"layer_norm {rows}" + (" forward + backward" if backward else ""),
+                "",
+                MODEL_GOAL,
+                None,
+                _fixed(_layer_norm, [(tokens[0] * tokens[1], width), (width,), (width,)], backward),
+                "layer_norm",
+            )
+        )
+    cases.append(
+        Case(
+            f"embedding 1000x{width}, indices {size(map(str, tokens))} forward + backward",
+            "",
+            MODEL_GOAL,
+            None,
+            _fixed(_embedding, [(tokens, 1000), (1000, width)], backward=True),
+            "embedding",
+        )
+    )
+    for backward in (False, True):
+        cases.append(
+            Case(
+                f"scaled_dot_product_attention {size(map(str, attention))}"
+                + (" forward + backward" if backward else ""),
+                "",
+                MODEL_GOAL,
+                3 * sdpa_flops if backward else sdpa_flops,
+                _fixed(_sdpa, [attention] * 3, backward),
+                "scaled_dot_product_attention",
+            )
+        )
+    for fn in ("gelu", "silu"):
+        for backward in (False, True):
+            cases.append(
+                Case(
+                    f"{fn} {size(map(str, activation))}"
+                    + (" forward + backward" if backward else ""),
+                    "",
+                    MODEL_GOAL,
+                    None,
+                    _fixed(lambda F, x, fn=fn: getattr(F, fn)(x), [activation], backward),
+                    fn,
+                )
+            )
     return cases
 
 
@@ -177,6 +266,56 @@ def _call(fn_name, *args, weight=False, backward=False):
 
 
 _conv = _call("conv2d", None, 1, 1, weight=True)  # 3 x 3, no bias, stride 1, padding 1
+
+
+def _fixed(call, inputs, backward=False):
+    """A case calling ``call(F, *tensors)`` on inputs of their own sizes -- ``inputs``:
+    a shape for random float32 values, (shape, n) for indices in [0, n) -- the first
+    one and the output gradient in the case's layout (images: NCHW or NHWC, others "");
+    with ``backward``, its backward pass into every float input, from a random output
+    gradient."""
+
+    def make(lib, data, layout):
+        rng = np.random.default_rng(0)  # the same inputs in every process
+        tensors = []
+        for i, spec in enumerate(inputs):
+            if isinstance(spec[0], tuple):
+                tensors.append(lib.tensor(rng.integers(0, spec[1], spec[0])))
+            else:
+                values = rng.standard_normal(spec, dtype=np.float32)
+                as_input = _image if i == 0 else lambda lib, v, layout, grad: lib.tensor(v, grad)
+                tensors.append(as_input(lib, values, layout, backward))
+        if not backward:
+            return lambda: call(lib.F, *tensors)
+        out_shape = tuple(call(lib.F, *tensors).shape)
+        g = _image(lib, rng.standard_normal(out_shape, dtype=np.float32), layout)
+        floats = [t for t in tensors if t.requires_grad]
+
+        def run():
+            _zero_grad(*floats)
+            call(lib.F, *tensors).backward(g)
+
+        return run
+
+    return make
+
+
+def _depthwise(F, x, w):
+    return F.conv2d(x, w, None, 1, 1, 1, x.shape[1])
+
+
+def _layer_norm(F, x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def _embedding(F, indices, weight):
+    return F.embedding(indices, weight)
+
+
+def _sdpa(F, q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
 _conv_backward = _call("conv2d", None, 1, 1, weight=True, backward=True)
 
 
@@ -207,7 +346,7 @@ def runner(library: str, config: dict) -> timing.Runner:
     lib = _lamina() if library == "lamina" else _torch()
     shape = tuple(config["shape"])
     data = _data(shape)
-    known = {(c.name, c.layout): c for c in _cases(shape)}
+    known = {(c.name, c.layout): c for c in _selected_cases(shape, "all")}
     cases = {
         (name, layout): functools.partial(known[name, layout].make, lib, data, layout)
         for name, layout in config["cases"]
@@ -223,14 +362,20 @@ def measure(args):
     peer = None if args.no_torch else _torch()
     if peer is not None:
         libs.append(peer)
+    selected = _selected_cases(tuple(args.shape), args.primitives)
     cases = [
         c
-        for c in _cases(tuple(args.shape))
-        if args.layout in ("both", c.layout) and (not args.only or args.only in c.name)
+        for c in selected
+        if args.layout in ("both", c.layout) or not c.layout
+        if not args.only or args.only in c.name
     ]
     if not cases:
-        names = "; ".join(dict.fromkeys(c.name for c in _cases(tuple(args.shape))))
+        names = "; ".join(dict.fromkeys(c.name for c in selected))
         raise SystemExit(f"--only {args.only!r}: no primitive's name contains it ({names})")
+    missing = sorted({c.needs for c in cases if c.needs and not hasattr(libs[0].F, c.needs)})
+    cases = [c for c in cases if c.needs not in missing]
+    if not cases:
+        raise SystemExit(f"lamina has no {', '.join(missing)} yet: nothing to time")
     config = {
         "shape": list(args.shape),
         "threads": args.threads,
@@ -244,10 +389,10 @@ def measure(args):
         (c.name, c.layout): {n: statistics.median(samples[c.name, c.layout, n]) for n in names}
         for c in cases
     }
-    return cases, results, libs
+    return cases, results, libs, missing
 
 
-def report(args, cases, results, libs):
+def report(args, cases, results, libs, missing=()):
     peer = len(libs) > 1
     versions = f"lamina {libs[0].version}" + (f" and PyTorch {libs[1].version}" if peer else "")
     if args.in_process:
@@ -256,9 +401,18 @@ def report(args, cases, results, libs):
         where = "each in its own process" if peer else "in a process of its own"
     shape = "x".join(map(str, args.shape))
     lines = [] if peer else [output.without_torch(args)]
+    what = []
+    if args.primitives != "models":
+        what.append(
+            "convolution, pooling, LRN, batch norm and activation primitives of AlexNet-, "
+            f"VGG- and Inception-v1-like convnets (input {shape})"
+        )
+    if args.primitives != "convnets":
+        what.append(
+            "the primitives of ResNet, MobileNet v2 and a Transformer encoder (at the sizes named)"
+        )
     lines += [
-        "convolution, pooling, LRN, batch norm and activation primitives of AlexNet-, "
-        f"VGG- and Inception-v1-like convnets: float32, input {shape}, "
+        f"{' and '.join(what)}: float32, "
         f"{args.threads} thread(s), median of {args.rounds} rounds ({versions}"
         + (" interleaved" if peer else "")
         + f", {where}; lamina's pool allocator {args.allocator})",
@@ -292,8 +446,11 @@ def report(args, cases, results, libs):
         )
     if any(c.flops for c in cases):
         notes.append(
-            "GFLOP/s for conv2d: forward 2 N H W C_out C_in 9, forward + backward three times that"
+            "GFLOP/s for conv2d: forward 2 N H W C_out C_in 9 (depthwise: C_in 1), "
+            "attention 4 N heads L^2 d; forward + backward three times that"
         )
+    if missing:
+        notes.append(f"not timed: lamina has no {', '.join(missing)} yet")
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
@@ -360,6 +517,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
     )
     timing.add_allocator_option(p)
+    p.add_argument(
+        "--primitives",
+        choices=["convnets", "models", "all"],
+        default="all",
+        help="those of bench convnet's nets on --shape, those of bench models' at their "
+        "sizes, or all (all)",
+    )
     p.add_argument("--only", default="", help="only the primitives whose name contains this")
     p.add_argument(
         "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
@@ -383,11 +547,13 @@ def run(args) -> None:
         raise SystemExit("--threads and --rounds must be positive")
     if args.plot:
         output.pyplot()  # fail before measuring, not after
-    cases, results, libs = measure(args)
+    cases, results, libs, missing = measure(args)
     names = [lib.name for lib in libs]
     if args.json:
         if len(libs) == 1:
             print(output.without_torch(args), file=sys.stderr)  # stdout stays JSON
+        if missing:
+            print(f"not timed: lamina has no {', '.join(missing)} yet", file=sys.stderr)
         out = [
             {
                 "primitive": c.name,
@@ -400,6 +566,6 @@ def run(args) -> None:
         ]
         print(json.dumps(out, indent=2))
     else:
-        print(report(args, cases, results, libs))
+        print(report(args, cases, results, libs, missing))
     if args.plot:
         plot(args.plot, args, cases, results, libs)
