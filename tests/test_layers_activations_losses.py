@@ -19,6 +19,9 @@ import lamina.nn as nn
 import lamina.nn.functional as F
 from lamina.autograd import gradcheck
 
+# the layers' kernels and modules, the same under both per-call cores
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 NAN, INF = math.nan, math.inf
 SPECIALS = [NAN, INF, -INF, -3.0, 3.0, -1.0, 1.0, 0.0, 6.0, -0.0, -100.0, 100.0, 2.5]
 # F(x) and dF/dx at SPECIALS, float64, recorded from PyTorch

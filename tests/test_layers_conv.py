@@ -14,6 +14,9 @@ from lamina.autograd import gradcheck
 from lamina.backends.numpy_ref import nn as ref
 from lamina.dispatch.schema import OPERATORS
 
+# the layers' kernels and modules, the same under both per-call cores
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 RNG = np.random.default_rng(0)
 
 

@@ -17,6 +17,9 @@ import pytest
 import lamina as lm
 import lamina.nn as nn
 
+# the layers' kernels and modules, the same under both per-call cores
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 F = nn.functional
 RNG = np.random.default_rng(29)
 
