@@ -542,9 +542,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     p.add_argument("--target", type=float, default=0.02, help="seconds per timed sample (0.02)")
-    p.add_argument(
-        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
-    )
+    timing.add_library_options(p)
     p.add_argument(
         "--quick", action="store_true", help="a smoke run: 2 short rounds, no pause between"
     )
@@ -554,13 +552,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="leave out the compile times (a cold start takes torch.compile half a minute)",
     )
     timing.add_allocator_option(p)
-    p.add_argument("--no-torch", action="store_true", help="without PyTorch, even if installed")
-    p.add_argument(
-        "--in-process",
-        action="store_true",
-        help="time every library in this process (default: each in a child process of its "
-        "own, so that their thread pools do not compete)",
-    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw the times per call as bars")
 

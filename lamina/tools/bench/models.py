@@ -442,18 +442,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW", help="of the images")
     timing.add_allocator_option(p)
-    p.add_argument(
-        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
-    )
-    p.add_argument(
-        "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
-    )
-    p.add_argument(
-        "--in-process",
-        action="store_true",
-        help="time every library in this process (default: each in a child process of its "
-        "own, so that their thread pools do not compete)",
-    )
+    timing.add_library_options(p)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw items/s per model and mode as bars")
 

@@ -513,9 +513,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shape", type=int, nargs=4, default=[16, 64, 56, 56], metavar=("N", "C", "H", "W")
     )
-    p.add_argument(
-        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
-    )
+    timing.add_library_options(p)
     timing.add_allocator_option(p)
     p.add_argument(
         "--primitives",
@@ -525,15 +523,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "sizes, or all (all)",
     )
     p.add_argument("--only", default="", help="only the primitives whose name contains this")
-    p.add_argument(
-        "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
-    )
-    p.add_argument(
-        "--in-process",
-        action="store_true",
-        help="time every library in this process (default: each in a child process of its "
-        "own, so that their thread pools do not compete)",
-    )
     p.add_argument("--json", action="store_true", help="print the medians as JSON")
     p.add_argument(
         "--plot",

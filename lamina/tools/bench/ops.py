@@ -462,22 +462,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     p.add_argument("--target", type=float, default=0.01, help="seconds per timed sample (0.01)")
-    p.add_argument(
-        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
-    )
+    timing.add_library_options(p)
     p.add_argument(
         "--quick",
         action="store_true",
         help="a smoke run: a few operators, 10^2 elements, 1 thread, 2 short rounds",
     )
     timing.add_allocator_option(p)
-    p.add_argument("--no-torch", action="store_true", help="without PyTorch, even if installed")
-    p.add_argument(
-        "--in-process",
-        action="store_true",
-        help="time every library in this process (default: each in a child process of its "
-        "own, so that their thread pools do not compete)",
-    )
     p.add_argument("--json", action="store_true", help="print the medians as JSON")
 
 

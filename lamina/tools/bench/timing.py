@@ -122,6 +122,22 @@ class Runner:
         self.on_close()
 
 
+def add_library_options(p) -> None:
+    """``--settle``, ``--no-torch`` and ``--in-process``: how the libraries are run."""
+    p.add_argument(
+        "--settle", type=float, default=0.3, help="seconds to wait between libraries (0.3)"
+    )
+    p.add_argument(
+        "--no-torch", action="store_true", help="lamina alone, even if PyTorch is installed"
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="time every library in this process (default: each in a child process of its "
+        "own, so that their thread pools do not compete)",
+    )
+
+
 def add_allocator_option(p) -> None:
     p.add_argument(
         "--allocator",
