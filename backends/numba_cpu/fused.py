@@ -23,10 +23,11 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from lamina.backends import jit, loop_cache
+from lamina.backends import setup as S
 from lamina.dispatch import dtypes as D
-from lamina.dispatch.schema import OPERATORS
 
 from .elementwise import BY_NAME
 
@@ -56,17 +57,16 @@ class Group:
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def can_fuse(op_name: str, comp: D.DType, tensor_dtypes: list) -> bool:
-    """Whether an elementwise call computing in ``comp`` has a loop body a group can
+def can_fuse(op: Any, comp: D.DType, operands: list) -> bool:
+    """Whether an elementwise call of ``op`` computing in ``comp`` (``operands``: what
+    the dtype rules read, tensors' stand-ins and numbers) has a loop body a group can
     use: an operator with a scalar function, no value checks for ``comp`` (integer
-    powers refuse negative exponents), and not a comparison of mixed-sign integers
-    (Note [Mixed-sign comparisons]: NumPy's, not a loop)."""
-    ew = BY_NAME.get(op_name)
+    powers refuse negative exponents), and not a comparison the CPU kernel gives to
+    NumPy (Note [Mixed-sign comparisons])."""
+    ew = BY_NAME.get(op.name)
     if ew is None or comp.kind in ew.validate_kinds:
         return False
-    if "comparison" in OPERATORS[op_name].tags:
-        return not (D.uint64 in tensor_dtypes and any(d.kind == "i" for d in tensor_dtypes))
-    return True
+    return not S.mixed_sign_comparison(op, operands)
 
 
 def _ctor(dtype: D.DType) -> str:

@@ -109,14 +109,14 @@ class Plan:
         return self.run(inputs)
 
 
-_NUMBERS = (bool, int, float, complex)
+NUMBERS = (bool, int, float, complex)  # the Python numbers a call may take as operands
 
 
 def _entry(op: Operator, ks: int, args: tuple) -> Any:
     """The kernel a call of ``op`` with key set ``ks`` reaches: the scalar table's
     entry for a binary elementwise call with a Python number operand (Note [Kernel
     variants]), else the table's."""
-    if op.category == "elementwise" and len(args) == 2 and any(type(a) in _NUMBERS for a in args):
+    if op.category == "elementwise" and len(args) == 2 and any(type(a) in NUMBERS for a in args):
         return op.scalar_table[ks.bit_length()]
     return op.table[ks.bit_length()]
 

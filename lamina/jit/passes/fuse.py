@@ -14,6 +14,7 @@ those used after it or returned by the graph; the others live only in registers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +27,8 @@ from lamina.dispatch import layouts, meta
 from lamina.dispatch.schema import Operator
 from lamina.dispatch.tensor import from_array, from_flat
 
+from ..executor import NUMBERS
 from ..graph import Graph, Node, Value
-
-_NUMBERS = (bool, int, float, complex)
 
 
 class _Operand:
@@ -46,15 +46,14 @@ def _computation(node: Node) -> D.DType | None:
     result = node.results[0]
     if result.requires_grad or result.strides != layouts.contiguous(result.shape):
         return None
-    if not all(isinstance(a, Value) or type(a) in _NUMBERS for a in node.args):
+    if not all(isinstance(a, Value) or type(a) in NUMBERS for a in node.args):
         return None
     operands = [_Operand(a) if isinstance(a, Value) else a for a in node.args]
     try:
         comp = meta.promote(op, operands)
     except (TypeError, ValueError):
         return None
-    dtypes = [a.dtype for a in node.args if isinstance(a, Value)]
-    return comp if fused.can_fuse(op.name, comp, dtypes) else None
+    return comp if fused.can_fuse(op, comp, operands) else None
 
 
 class FusedCall:
@@ -65,7 +64,7 @@ class FusedCall:
     def __init__(self, group: fused.Group, shape: tuple, ops: list[str]) -> None:
         self.group, self.shape, self.ops = group, shape, ops
         self.name = "fused[" + ", ".join(ops) + "]"
-        self.size = _size(shape)
+        self.size = math.prod(shape)
         self.entry = fused.compile_group(group, self.size >= threads.parallel_threshold())
 
     def emit(self, args: list[str], results: list[str], bind: Callable[[Any, str], str]) -> list:
@@ -111,7 +110,7 @@ def _make(members: list[Node], comps: dict, leaving: list[Value]) -> Node:
         index[r] = j
         steps.append(fused.Step(node.name, tuple(operands), comps[node], r.dtype))
     shape = members[-1].results[0].shape
-    scalars = tuple(k for k, v in enumerate(inputs) if _size(v.shape) == 1 != _size(shape))
+    scalars = tuple(k for k, v in enumerate(inputs) if math.prod(v.shape) == 1 != math.prod(shape))
     flat = all(
         k in scalars or (v.shape == shape and v.strides == layouts.contiguous(shape))
         for k, v in enumerate(inputs)
@@ -130,13 +129,6 @@ def _make(members: list[Node], comps: dict, leaving: list[Value]) -> Node:
     for v in leaving:
         v.node = node
     return node
-
-
-def _size(shape: tuple) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def run(graph: Graph) -> Graph:
