@@ -9,6 +9,7 @@ import fcntl
 import importlib.util
 import os
 import pickle
+import sys
 import threading
 
 import numpy as np
@@ -26,11 +27,14 @@ def double(x, out):
 
 
 @pytest.fixture
-def kernel(tmp_path):
-    """``double`` from a fresh module in ``tmp_path``, and its cache directory."""
+def kernel(tmp_path, monkeypatch):
+    """``double`` from a fresh module in ``tmp_path``, and its cache directory. The
+    module is in ``sys.modules``, as every kernel's is: a cached variant names its
+    module, and loading it imports that module by name."""
     (tmp_path / "doubling.py").write_text(SOURCE)
     spec = importlib.util.spec_from_file_location("doubling", tmp_path / "doubling.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     return module.double, tmp_path / "__pycache__"
 
