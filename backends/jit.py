@@ -81,7 +81,7 @@ def _load() -> Any:
                     _register(fn, options)
                 for setup in _on_load:
                     setup(numba)
-                loop_cache.lock_numba_cache()  # Note [Numba's cache races]
+                loop_cache.harden_numba_cache()  # locked, keyed by options too
                 loop_cache.prune_numba_cache()  # Note [Numba's cache files]
                 globals().update(numba=numba, types=numba.types, prange=numba.prange)
                 _numba = numba
@@ -159,6 +159,8 @@ def compile_kernel(
     _check_cells(pyfunc)
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
     dispatcher = numba.njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
+    # Note [Cache keys and options] in loop_cache.py
+    dispatcher._cache.options = (parallel, tuple(sorted(fastmath or ())), nogil)
     dispatcher.compile(signature)
     if signature.args not in dispatcher.overloads:
         # the cache gave another variant's code for this signature (Note [Numba's cache

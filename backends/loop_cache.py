@@ -415,15 +415,36 @@ _PRUNED = "lamina-pruned"  # in the cache directory of backends/: the stamp last
 # signature loads another variant's machine code: a KeyError at best, a cfunc reading
 # its pointers as the wrong types at worst. So while Numba is in a lamina process, every
 # save (and flush) of an index takes an exclusive lock on a file of its cache directory
-# and every load a shared one (``lock_numba_cache``), which also keeps a load from
+# and every load a shared one (``harden_numba_cache``), which also keeps a load from
 # reading an index whose data file is not written yet; ``jit.compile_kernel`` still
 # checks what it got, for a cache damaged by a process without the lock.
 
 _LOCK = "lamina-numba.lock"  # in each of Numba's cache directories
 
+# Note [Cache keys and options]: Numba keys a cached variant by signature, bytecode and
+# closure cells, not by the options it was compiled with. One function compiled both
+# with ``parallel=True`` and without (sparse matrix products by rows), or with and
+# without ``fastmath``, ``nogil``, had one key: the process that asked second loaded the
+# first one's machine code -- a parallel loop where a serial one was wanted, called from
+# a thread of lamina's pool. So a cache whose ``options`` attribute is set (by
+# ``jit.compile_kernel``) adds them to every key.
 
-def lock_numba_cache() -> None:
-    """Note [Numba's cache races]: Numba's cache files, read and written under a lock."""
+
+def harden_numba_cache() -> None:
+    """Numba's cache files read and written under a lock (Note [Numba's cache races])
+    and keyed by compile options too (Note [Cache keys and options])."""
+    from numba.core.caching import Cache
+
+    if not getattr(Cache._index_key, "keyed_by_options", False):
+        index_key = Cache._index_key
+
+        def keyed_by_options(self: Any, sig: Any, codegen: Any) -> Any:
+            key = index_key(self, sig, codegen)
+            options = getattr(self, "options", None)
+            return key if options is None else (*key, options)
+
+        keyed_by_options.keyed_by_options = True  # type: ignore[attr-defined]
+        Cache._index_key = keyed_by_options
     try:
         import fcntl
     except ImportError:  # no flock (Windows): Numba's own behaviour

@@ -1,6 +1,7 @@
 """Numba's cache under concurrent processes (Note [Numba's cache races] in
 backends/loop_cache.py): saves are serialized by a lock file, and an index naming
-another variant's data is detected and compiled around, never run.
+another variant's data is detected and compiled around, never run; variants compiled
+with other options are keyed apart.
 
 The kernel lives in a module written to a temporary directory, so its cache files
 (``__pycache__`` beside it) belong to the test alone."""
@@ -26,16 +27,22 @@ def double(x, out):
 """
 
 
+def fresh_module(tmp_path, monkeypatch, name, source):
+    """Module ``name`` of ``source``, written to ``tmp_path``. It is in ``sys.modules``,
+    as every kernel's module is: a cached variant names its module, and loading it
+    imports that module by name."""
+    (tmp_path / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def kernel(tmp_path, monkeypatch):
-    """``double`` from a fresh module in ``tmp_path``, and its cache directory. The
-    module is in ``sys.modules``, as every kernel's is: a cached variant names its
-    module, and loading it imports that module by name."""
-    (tmp_path / "doubling.py").write_text(SOURCE)
-    spec = importlib.util.spec_from_file_location("doubling", tmp_path / "doubling.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+    """``double`` from a fresh module in ``tmp_path``, and its cache directory."""
+    module = fresh_module(tmp_path, monkeypatch, "doubling", SOURCE)
     return module.double, tmp_path / "__pycache__"
 
 
@@ -92,3 +99,17 @@ def test_a_save_waits_for_the_lock_of_its_cache_directory(kernel):
     assert not saver.is_alive()
     check(entries[0], np.float32)
     assert index_of(cache).exists()
+
+
+def test_variants_compiled_with_other_options_are_cached_apart(tmp_path, monkeypatch):
+    """Note [Cache keys and options]: with reassociation (and no signed zeros) LLVM
+    folds (x + c) - c into x; strictly it rounds. The variant compiled second, with the
+    other options, must not be the first one loaded from the cache."""
+    source = "def cancel(x, out):\n    out[0] = (x[0] + 1e16) - 1e16\n"
+    cancel = fresh_module(tmp_path, monkeypatch, "cancelling", source).cancel
+    array = jit.array(np.float64)
+    for fastmath, want in ((False, 0.0), ({"reassoc", "nsz"}, 1.0), (False, 0.0)):
+        entry = jit.compile_kernel(cancel, jit.types.none(array, array), fastmath=fastmath)
+        out = np.zeros(1)
+        entry(np.ones(1), out)
+        assert out[0] == want, fastmath
