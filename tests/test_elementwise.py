@@ -895,7 +895,8 @@ def _views(draw, shape):
     if kind == "reversed" and shape:
         return t[::-1], base[::-1]
     if kind == "stepped":
-        key = tuple(slice(None, None, 2) for _ in shape)
+        # the Ellipsis keeps a 0-d view an array (NumPy gives a scalar for base[()])
+        key = (*(slice(None, None, 2) for _ in shape), Ellipsis)
         return t[key], base[key]
     return t, base
 
