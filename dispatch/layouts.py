@@ -80,6 +80,13 @@ def image_layout(shape: Shape, strides: Shape) -> str | None:
     return None
 
 
+def in_layout(shape: Shape, strides: Shape, layout: str) -> bool:
+    """Whether an array of ``shape`` and ``strides`` is stored in image ``layout`` (a
+    1 x 1 image or a single channel is in both)."""
+    want = channels_last(shape) if layout == NHWC and len(shape) == 4 else contiguous(shape)
+    return (layout == NCHW or len(shape) == 4) and _same_layout(shape, strides, want)
+
+
 def _same_layout(shape: Shape, a: Shape, b: Shape) -> bool:
     return 0 in shape or _compact(shape, a)[1] == _compact(shape, b)[1]
 
@@ -154,7 +161,17 @@ IMAGE = frozenset(
 def layout_source(op: Operator, args: tuple) -> Any:
     """The tensor whose layout ``op``'s results follow, or None (C-contiguous results):
     the first argument of a KEEPS_ORDER operator or the image argument of an IMAGE
-    one (``input``; ``result`` for relu's backward, ``grad`` for pool2d_scatter's)."""
+    one (``input``; ``result`` for relu's backward, ``grad`` for pool2d_scatter's);
+    for a concat of channels-last images, the first (Inception's branches joined on
+    channels stay channels-last, as in PyTorch); for an elementwise operator, an
+    operand whose dense order every tensor operand of the result's shape shares (a
+    residual ``x + y`` of channels-last images is channels-last, as in PyTorch)."""
+    if op.category == "elementwise":
+        return _common_order_operand(args)
+    if op.name == "concat":
+        images = args[0]
+        nhwc = all(image_layout(t._shape, strides_of(t)) == NHWC for t in images)
+        return images[0] if images and nhwc and len(images[0]._shape) == 4 else None
     if op.name not in KEEPS_ORDER and op.name not in IMAGE:
         return None
     names = [p.name for p in op.params]
@@ -162,6 +179,24 @@ def layout_source(op: Operator, args: tuple) -> Any:
         if name in names:
             return args[names.index(name)]
     return args[0]
+
+
+def _common_order_operand(args: tuple) -> Any:
+    """An elementwise call's first tensor operand when every tensor operand has its
+    shape and one dense order that is not C order (the others being 0-d), else None."""
+    tensors = [a for a in args if hasattr(a, "_shape")]
+    full = [t for t in tensors if t._shape]
+    if not full or any(t._shape != full[0]._shape for t in full):
+        return None
+    first = strides_of(full[0])
+    if first == contiguous(full[0]._shape):
+        return None
+    order = dense_order(full[0]._shape, first)
+    if order is None:
+        return None
+    if any(dense_order(t._shape, strides_of(t)) != order for t in full[1:]):
+        return None
+    return full[0]
 
 
 def _in_order(shape: Shape, order: list[int]) -> Shape:
@@ -178,7 +213,7 @@ def new_strides(op: Operator, shape: Shape, like: Any) -> Shape:
     if like is None:
         return contiguous(shape)
     like_strides = strides_of(like)
-    if op.name in KEEPS_ORDER:
+    if op.name in KEEPS_ORDER or op.category == "elementwise":
         order = dense_order(like._shape, like_strides)
         if order is not None and tuple(shape) == like._shape:
             return _in_order(shape, order)

@@ -22,6 +22,7 @@ from numba.core.errors import NumbaPerformanceWarning
 import lamina as lm
 from lamina.backends import threads
 from lamina.backends.numba_cpu.elementwise import SIMD_MIN, SIMD_OPERATORS
+from lamina.dispatch import layouts
 from lamina.dispatch.schema import OPERATORS
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -137,6 +138,39 @@ def test_binary(op, dtype, layout):
     (t1, t2), (a1, a2) = I.binary_sample(op, dtype, dtype, layout)
     got = check(op, getattr(lm, op.name), [t1, t2], [a1, a2], f"{dtype} {layout}")
     assert got.shape == np.broadcast_shapes(a1.shape, a2.shape)
+
+
+def test_results_keep_the_dense_order_their_operands_share():
+    """Note [Result layouts]: an elementwise result, and a concat of images, keep the
+    dense layout every full-size operand shares (channels-last images stay so, as in
+    PyTorch; NumPy's "K" order); operands in different orders or broadcast give C
+    order. The meta device describes the same strides."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((2, 3, 4, 5)).astype(np.float32) for _ in range(2))
+    big = rng.standard_normal((4, 64, 16, 16)).astype(np.float32)  # NumPy's SIMD path
+
+    def nhwc(x):
+        return lm.nn.functional.to_layout(lm.asarray(x), "NHWC")
+
+    cases = [  # (computation, NumPy's values, whether channels-last)
+        (lambda: nhwc(a) + nhwc(b), a + b, True),
+        (lambda: nhwc(big) * nhwc(big), big * big, True),
+        (lambda: nhwc(a) * 2.0, a * 2, True),
+        (lambda: lm.exp(nhwc(a)), np.exp(a), True),
+        (lambda: nhwc(a) > nhwc(b), a > b, True),
+        (lambda: nhwc(a) * lm.asarray(np.float32(3)), a * 3, True),
+        (lambda: lm.concat([nhwc(a), nhwc(b)], axis=1), np.concatenate([a, b], 1), True),
+        (lambda: nhwc(a) + lm.asarray(b), a + b, False),
+        (lambda: nhwc(a) + lm.asarray(b[0, 0, 0]), a + b[0, 0, 0], False),
+        (lambda: lm.concat([nhwc(a), lm.asarray(b)], axis=1), np.concatenate([a, b], 1), False),
+    ]
+    for i, (compute, want, channels_last) in enumerate(cases):
+        got = compute()
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, err_msg=str(i))
+        strides = layouts.strides_of(got)
+        assert layouts.image_layout(got.shape, strides) == ("NHWC" if channels_last else "NCHW"), i
+    meta = lm.nn.functional.to_layout(lm.asarray(a), "NHWC").to("meta")
+    assert layouts.strides_of(meta + meta) == layouts.strides_of(nhwc(a) + nhwc(b))
 
 
 @pytest.mark.parametrize("op, dtype", I.op_dtype_params(I.BINARY))

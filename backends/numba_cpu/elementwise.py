@@ -12,7 +12,7 @@ import numpy as np
 
 from lamina.backends import jit, threads
 from lamina.backends import setup as S
-from lamina.dispatch import core
+from lamina.dispatch import core, layouts
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.schema import OPERATORS, tagged
 from lamina.dispatch.tensor import from_array
@@ -135,6 +135,18 @@ class Elementwise:
         arrays = [S.operand(a, d) for a, d in zip(args, ins)]
         if target is None:
             out = empty(shape, res.np)
+            if not all(a.flags.c_contiguous for a in arrays):
+                like = layouts.layout_source(op, args)
+                if like is not None:  # operands in one dense order: the result too, and
+                    # the loop runs over the memory in that order (Note [Result layouts])
+                    order = layouts.dense_order(like._shape, layouts.strides_of(like))
+                    physical = empty(tuple(shape[i] for i in order), res.np)
+                    out = physical.transpose(np.argsort(order))
+                    arrays = [a.transpose(order) if a.ndim else a for a in arrays]
+                    if comp.kind in self.validate_kinds and out.size:
+                        self.validate(op, comp, arrays)
+                    self.run(comp, physical, arrays)
+                    return from_array(out)
         else:
             S.inplace_check(op, target, res, shape)
             out = target._data

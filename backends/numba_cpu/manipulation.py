@@ -4,6 +4,7 @@ elementwise copy kernel (strided where it must be)."""
 import numpy as np
 
 from lamina.backends import setup as S
+from lamina.dispatch import layouts
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -27,7 +28,11 @@ def concat(ks, arrays, axis):
             )
     shape = list(first)
     shape[axis] = sum(t._shape[axis] for t in arrays)
-    out = empty(tuple(shape), comp.np)
+    if layouts.layout_source(op, (arrays, axis)) is None:
+        out = empty(tuple(shape), comp.np)
+    else:  # channels-last images: the result too (Note [Result layouts])
+        n, c, h, w = shape
+        out = empty((n, h, w, c), comp.np).transpose(0, 3, 1, 2)
     copy = _COPY
     start = 0
     for t in arrays:

@@ -233,6 +233,25 @@ static inline PyArrayObject *data_array(TensorObject *t, int i) {
     return a;
 }
 
+/* Whether a's strides are a C-contiguous array's with its axes permuted, other than C
+ * order itself: the reference's general path may keep such an order in its result
+ * (Note [Result layouts]), so a call with such operands is the reference's. */
+static int permuted_dense(PyArrayObject *a) {
+    if (PyArray_IS_C_CONTIGUOUS(a)) return 0;
+    int nd = PyArray_NDIM(a), used[NPY_MAXDIMS] = {0};
+    npy_intp step = PyArray_ITEMSIZE(a), *dims = PyArray_DIMS(a), *strides = PyArray_STRIDES(a);
+    for (int k = 0; k < nd; k++) {  /* from the innermost axis out, ignoring sizes of 1 */
+        int inner = -1;
+        for (int d = 0; d < nd; d++)
+            if (!used[d] && dims[d] != 1 && (inner < 0 || strides[d] < strides[inner])) inner = d;
+        if (inner < 0) break;
+        if (strides[inner] != step) return 0;
+        used[inner] = 1;
+        step *= dims[inner];
+    }
+    return 1;
+}
+
 /* the broadcast shape of up to two arrays, or -1 (not broadcastable: the reference's) */
 static int broadcast_dims(PyArrayObject *a, PyArrayObject *b, npy_intp *dims) {
     int na = PyArray_NDIM(a), nb = b == NULL ? 0 : PyArray_NDIM(b);
@@ -302,6 +321,9 @@ static PyObject *general_binary(KernelObject *k, TensorObject *ta, TensorObject 
     if (ta->ks != 1 || tb->ks != 1) return NULL;  /* dense CPU tensors only */
     PyArrayObject *a = data_array(ta, i), *b = data_array(tb, i);
     if (a == NULL || b == NULL) return NULL;
+    int na = PyArray_NDIM(a), nb = PyArray_NDIM(b);
+    if ((na || nb) && (!na || permuted_dense(a)) && (!nb || permuted_dense(b)))
+        return NULL;  /* perhaps one order not C's: the result keeps it */
     npy_intp dims[NPY_MAXDIMS];
     int nd = broadcast_dims(a, b, dims);
     if (nd < 0) return NULL;
@@ -311,7 +333,7 @@ static PyObject *general_binary(KernelObject *k, TensorObject *ta, TensorObject 
 static PyObject *general_unary(KernelObject *k, TensorObject *tx, int i, int out) {
     if (tx->ks != 1) return NULL;
     PyArrayObject *x = data_array(tx, i);
-    if (x == NULL) return NULL;
+    if (x == NULL || permuted_dense(x)) return NULL;  /* the result keeps x's order */
     return general_call(k, i, out, (PyObject *)x, NULL, PyArray_NDIM(x),
                         (npy_intp *)PyArray_DIMS(x), tx, NULL);
 }
@@ -361,7 +383,7 @@ static PyObject *general_scalar(KernelObject *k, TensorObject *t, PyObject *v, i
                                 int out) {
     if (t->ks != 1) return NULL;
     PyArrayObject *x = data_array(t, i);
-    if (x == NULL) return NULL;
+    if (x == NULL || permuted_dense(x)) return NULL;  /* the result keeps x's order */
     Py_INCREF(dtype_descrs[i]);
     PyObject *s = PyArray_NewFromDescr(&PyArray_Type, dtype_descrs[i], 0, NULL, NULL, NULL, 0, NULL);
     if (s == NULL) return NULL;
