@@ -446,5 +446,19 @@ def test_bad_input_gets_clear_errors():
         jit.compile(lambda x: object())(rand(2))
     with pytest.raises(jit.SideEffectError, match="assigns the global 'CALLS'"):
         jit.compile(_counting)(rand(2))
+
+    class Counting(lm.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", lm.zeros(()))
+
+        def forward(self, x):
+            self.count = self.count + 1  # in place (count.add_(1)) replays at each call
+            return x + 1.0
+
+    model = Counting()
+    with pytest.raises(jit.SideEffectError, match="assigns the module's tensor count"):
+        jit.compile(model)(rand(2))
+    assert model.count.device.name == "cpu" and float(model.count) == 0  # restored
     with pytest.raises(RuntimeError, match="already running"):
         jit.trace(lambda x: jit.trace(lambda y: y + 1, x), rand(2))

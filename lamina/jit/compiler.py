@@ -114,19 +114,45 @@ def _no_global_writes(fn: Callable) -> Iterator[None]:
     error naming the global. (Changes to objects, such as appending to a list, cannot be
     seen this way: the guide says so.)"""
     namespace = _globals_of(fn)
-    before = dict(namespace)
+    before, tensors = dict(namespace), _module_tensors(fn)
     yield
+    name = getattr(fn, "__qualname__", repr(fn))
     changed = sorted(
         k for k, v in namespace.items() if not k.startswith("__") and before.get(k, k) is not v
     )
     if changed:
-        name = getattr(fn, "__qualname__", repr(fn))
         raise SideEffectError(
             f"lamina.jit: {name} assigns the global {changed[0]!r} while it runs; a "
             "compiled function runs its Python once, when it is traced, so later calls "
             "would not assign it: move the assignment out of the function, or call it "
             "eagerly"
         )
+    now = _module_tensors(fn)
+    replaced = [k for k, v in tensors.items() if now.get(k) is not v]
+    modules = dict(fn.__self__.named_modules()) if replaced else {}
+    for prefix, table, attr in replaced:  # the module keeps its real tensors
+        getattr(modules[prefix], table)[attr] = tensors[prefix, table, attr]
+    if replaced:
+        prefix, _, attr = replaced[0]
+        raise SideEffectError(
+            f"lamina.jit: {name} assigns the module's tensor {prefix + '.' if prefix else ''}"
+            f"{attr} while it runs; later compiled calls would not: update it in place "
+            "(``t.add_(1)``, ``t.copy_(new)``), as the compiled graph then does at every call"
+        )
+
+
+def _module_tensors(fn: Callable) -> dict:
+    """(module path, table, name) -> tensor: the parameters and buffers of the Module
+    whose method ``fn`` is (none for other functions)."""
+    module = getattr(fn, "__self__", None)
+    if not hasattr(module, "named_modules"):
+        return {}
+    return {
+        (prefix, table, attr): value
+        for prefix, m in module.named_modules()
+        for table in ("_parameters", "_buffers")
+        for attr, value in getattr(m, table).items()
+    }
 
 
 def _start(fn: Callable, args: tuple, kwargs: dict, on_break: Any = None) -> tuple:
@@ -488,8 +514,8 @@ def compile(
 ) -> Any:
     """``fn_or_module`` compiled: a callable with the same signature that traces each
     new variant of its inputs into a graph (Note [Guards]), optimizes it with
-    ``passes`` (default: common subexpressions, constant folding, dead code, elementwise
-    fusion; ``passes=()`` for none) and runs it without per-operator dispatch.
+    ``passes`` (default: every pass of ``lm.jit.PASSES``, in that order; ``passes=()``
+    for none) and runs it without per-operator dispatch.
     ``fullgraph=True`` makes a graph break an error (Note [Graph breaks]);
     ``dynamic=True`` lets variants that differ only in sizes past ``cache_limit``
     (their fused kernels are shared: a new size costs a trace, not a compile)."""

@@ -840,7 +840,7 @@ class BatchNorm2d(Module):
             raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {x.shape}")
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
-            self.num_batches_tracked = self.num_batches_tracked + 1
+            self.num_batches_tracked.add_(1)  # in place, as a compiled step replays it
             if self.momentum is None:  # the cumulative moving average
                 momentum = 1.0 / float(self.num_batches_tracked)
         batch_stats = self.training or self.running_mean is None
