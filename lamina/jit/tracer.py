@@ -29,13 +29,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from lamina.autograd.grad_mode import no_grad
 from lamina.backends import meta as meta_device
+from lamina.backends.fallback import new_tensor
 from lamina.backends.hookspecs import hookimpl
 from lamina.dispatch import devices, keys, modes
+from lamina.dispatch.layouts import MetaStorage
 from lamina.dispatch.schema import OPERATORS, Operator
 from lamina.dispatch.tensor import Tensor
 
-from .graph import CONSTANT, PARAMETER, Graph, Node, Value
+from .graph import CONSTANT, PARAMETER, Graph, Node, Value, map_values
 
 _local = threading.local()  # .tracer: the Tracer of this thread's trace, or None
 _key = 0  # the TRACE key, once the layer is registered
@@ -183,6 +186,27 @@ class tracing:
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)
         _local.tracer = None
+
+
+def record_calls(graph: Graph, fn: Callable[..., Any], *args: Any) -> tuple[list[Node], Any]:
+    """The nodes of ``fn``'s calls on ``args`` (Values of ``graph`` in place of their
+    tensors), traced as a program's are, and the Values ``fn`` returned; the nodes are
+    not added to ``graph``. A pass writes new calls this way: through the operators'
+    own argument checks and descriptions, never by assembling nodes by hand."""
+    scratch = Graph()
+    scratch._count = graph._count  # new Values are named on from the graph's
+    tracer = Tracer(scratch)
+
+    def twin(value: Value) -> Tensor:
+        meta = new_tensor(MetaStorage(value.strides), "meta", value.dtype, value.shape)
+        tracer._bind(meta, value)
+        return meta
+
+    with no_grad(), tracing(tracer):
+        out = fn(*map_values(args, twin))
+    graph._count = scratch._count
+    graph.inputs += scratch.inputs  # tensors fn read from elsewhere
+    return scratch.nodes, tracer.value_of(out)
 
 
 def _meta_twin(t: Tensor) -> Tensor:

@@ -9,15 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..graph import Graph
-from . import cse, dce, fold, fuse
+from . import cse, dce, fold, fold_batch_norm, fuse, hoist, layout, rewrite
 
 PASSES: dict[str, Callable[[Graph], Graph]] = {
     "cse": cse.run,
     "fold": fold.run,
+    "layout": layout.run,
     "dce": dce.run,
+    "fold_batch_norm": fold_batch_norm.run,
+    "rewrite": rewrite.run,
+    "hoist": hoist.run,
     "fuse": fuse.run,
 }
-DEFAULT = ("cse", "fold", "dce", "fuse")
+DEFAULT = ("cse", "fold", "layout", "dce", "fold_batch_norm", "rewrite", "hoist", "fuse")
 
 
 def apply(graph: Graph, names: Sequence[str] = DEFAULT) -> Graph:

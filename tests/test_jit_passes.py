@@ -1,0 +1,220 @@
+"""The graph passes that optimize convnets, each alone on a golden graph (canonical
+printed graphs before and after, as TensorFlow's layout-pass tests), then all together
+on the three benchmark convnets: compiled equals eager in inference and training, in
+both memory layouts."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import lamina as lm
+from lamina import jit
+from lamina.jit import passes
+from lamina.jit.passes import hoist, layout
+from lamina.tools.bench import convnet
+
+F = lm.nn.functional
+
+
+def rand(*shape, seed=0):
+    return lm.asarray(np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32))
+
+
+def conv_bn_relu(bias=False):
+    """Conv2d, BatchNorm2d (running statistics away from 0 and 1), ReLU, in eval mode."""
+    lm.random.seed(0)
+    model = lm.nn.Sequential(
+        lm.nn.Conv2d(3, 4, 3, padding=1, bias=bias), lm.nn.BatchNorm2d(4), lm.nn.ReLU()
+    )
+    bn = model[1]
+    with lm.no_grad():
+        bn.running_mean.copy_(rand(4, seed=1))
+        bn.running_var.copy_(lm.abs(rand(4, seed=2)) + 0.5)
+        bn.weight.copy_(rand(4, seed=3))
+        bn.bias.copy_(rand(4, seed=4))
+    return model.eval()
+
+
+def close(got, want, rtol=1e-5):
+    got, want = got.numpy(), want.numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+# ---------------------------------------------------------------- rewrite
+
+
+def test_a_declared_fusion_applies_to_functional_code():
+    bn = conv_bn_relu()[1]
+
+    def f(x):
+        return F.relu(bn(x)) * 2.0
+
+    x = rand(2, 4, 5, 5)
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(f, x), ["rewrite"])
+        graph.lint()
+        assert str(graph) == (
+            "graph(x: float32[2, 4, 5, 5]):\n"
+            "  %0: float32[4] = parameter\n"
+            "  %1: float32[4] = parameter\n"
+            "  %2: float32[4] = constant\n"
+            "  %3: float32[4] = constant\n"
+            "  %9: float32[2, 4, 5, 5], %10: float32[4], %11: float32[4] = "
+            "native_batch_norm(x, %0, %1, %2, %3, False, 0.1, 1e-05, True)\n"
+            "  %8: float32[2, 4, 5, 5] = multiply(%9, 2.0)\n"
+            "  return %8"
+        )
+        got = jit.compile(f, passes=["rewrite"])(x)
+        np.testing.assert_array_equal(got.numpy(), f(x).numpy())  # declared exact
+
+
+def test_a_value_read_elsewhere_is_never_fused_away():
+    bn = conv_bn_relu()[1]
+
+    def f(x):
+        y = bn(x)
+        return F.relu(y), y  # batch norm's own result is returned too
+
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(f, rand(2, 4, 5, 5)), ["rewrite"])
+    assert [n.name for n in graph.nodes] == ["native_batch_norm", "relu"]
+
+
+# ---------------------------------------------------------------- fold_batch_norm
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_batch_norm_in_evaluation_folds_into_the_convolution(bias):
+    model = conv_bn_relu(bias)
+    x = rand(2, 3, 5, 5)
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(model, x), ["fold_batch_norm"])
+        graph.lint()
+        assert [n.name for n in graph.nodes][-2:] == ["conv2d", "relu"]
+        assert "native_batch_norm" not in str(graph)
+        for layout in ("NCHW", "NHWC"):
+            image = F.to_layout(x, layout)
+            close(jit.compile(model, passes=["fold_batch_norm"])(image), model(image))
+
+
+def test_batch_norm_in_training_and_a_shared_convolution_are_not_folded():
+    model = conv_bn_relu().train()
+    graph = passes.apply(jit.trace(model, rand(2, 3, 5, 5)), ["fold_batch_norm"])
+    assert "native_batch_norm" in [n.name for n in graph.nodes]
+    model.eval()
+    conv, bn = model[0], model[1]
+
+    def shared(x):
+        y = conv(x)
+        return bn(y), y
+
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(shared, rand(2, 3, 5, 5)), ["fold_batch_norm"])
+    assert [n.name for n in graph.nodes] == ["conv2d", "native_batch_norm"]
+
+
+# ---------------------------------------------------------------- hoist
+
+
+def test_calls_on_parameters_alone_are_hoisted_and_rerun_when_one_changes():
+    model = conv_bn_relu()
+    x = rand(2, 3, 5, 5)
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(model, x), ["fold_batch_norm", "hoist"])
+        assert str(graph) == (
+            "graph(x: float32[2, 3, 5, 5]):\n"
+            "  %0: float32[4, 3, 3, 3] = parameter\n"
+            "  %2: float32[4] = parameter\n"
+            "  %3: float32[4] = parameter\n"
+            "  %4: float32[4] = constant\n"
+            "  %5: float32[4] = constant\n"
+            "  %17: float32[4, 3, 3, 3], %15: float32[4] = hoisted[add, sqrt, divide, "
+            "multiply, negative, multiply, add, reshape, multiply](%5, %2, %4, %3, %0)\n"
+            "  %18: float32[2, 4, 5, 5] = conv2d(x, %17, %15, (1, 1), (1, 1, 1, 1), (1, 1), 1)\n"
+            "  %19: float32[2, 4, 5, 5] = relu(%18)\n"
+            "  return %19"
+        )
+        compiled = jit.compile(model, passes=["fold_batch_norm", "hoist"])
+        close(compiled(x), model(x))
+        (variant,) = compiled._compiled.variants.values()
+        (target,) = [n.target for n in variant.graph.nodes if isinstance(n.target, hoist.Hoisted)]
+        runs = []
+        plan_run = target.plan.run
+        target.plan.run = lambda tensors: runs.append(1) or plan_run(tensors)
+        compiled(x)
+        assert runs == []  # nothing changed: the last results serve
+        model[0].weight.mul_(0.5)  # an in-place write (an optimizer step)
+        model[1].running_var.add_(1.0)  # a buffer
+        close(compiled(x), model(x))
+        state = copy.deepcopy(conv_bn_relu().state_dict())
+        state["1.running_mean"] = rand(4, seed=9)
+        model.load_state_dict(state)
+        close(compiled(x), model(x))
+        assert len(runs) == 2
+
+
+# ---------------------------------------------------------------- layout
+
+
+def test_conversions_that_are_not_borders_are_removed():
+    def f(x):
+        there_and_back = F.to_layout(F.to_layout(x, "NHWC"), "NCHW")
+        return F.relu(there_and_back) + F.to_layout(x, "NCHW")
+
+    x = rand(2, 3, 4, 5)
+    graph = passes.apply(jit.trace(f, x), ["layout", "dce"])
+    assert str(graph) == (
+        "graph(x: float32[2, 3, 4, 5]):\n"
+        "  %2: float32[2, 3, 4, 5] = relu(x)\n"
+        "  %4: float32[2, 3, 4, 5] = add(%2, x)\n"
+        "  return %4"
+    )
+    np.testing.assert_array_equal(jit.compile(f)(x).numpy(), f(x).numpy())
+    kept = passes.apply(jit.trace(lambda x: F.to_layout(x, "NHWC"), x), ["layout", "dce"])
+    assert [n.name for n in kept.nodes] == ["to_layout"]  # returned: the program's own
+
+
+@pytest.mark.parametrize("name, borders", [("alexnet", 1), ("vgg", 1), ("inception", 0)])
+def test_a_channels_last_convnet_converts_only_at_its_borders(name, borders):
+    """Images enter channels-last and stay so through convolutions, pooling, batch
+    norm, relu and Inception's concatenations; they leave it once, where they are
+    flattened into features (Inception's global pooling leaves 1 x 1 images, in both
+    layouts at once)."""
+    model = convnet.build(convnet.ARCHITECTURES[name], convnet._lamina()).eval()
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(model, F.to_layout(rand(1, 3, 64, 64), "NHWC")))
+    assert len(layout.conversions(graph)) == borders
+
+
+# ---------------------------------------------------------------- the convnets
+
+
+@pytest.mark.core_independent  # Note [Core-independent tests]
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("name", list(convnet.ARCHITECTURES))
+def test_the_benchmark_convnets_compiled_equal_eager(name, layout):
+    """Inference within rounding (batch norm folds into the convolutions); training
+    (forward, backward, batch-norm statistics) bit for bit, step after step."""
+    lm.random.seed(0)
+    eager = convnet.build(convnet.ARCHITECTURES[name], convnet._lamina())
+    model = copy.deepcopy(eager)
+    compiled = jit.compile(model)
+    x = F.to_layout(rand(2, 3, 64, 64), layout)
+    y = lm.asarray(np.array([3, 7]))
+    optimizers = [lm.optim.SGD(m.parameters(), lr=0.01) for m in (eager, model)]
+    for _ in range(2):
+        losses = []
+        for run, optimizer in zip((eager, compiled), optimizers):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(run(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+        assert losses[0] == losses[1]
+    for a, b in zip(eager.state_dict().values(), model.state_dict().values()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    eager.eval(), model.eval()
+    with lm.no_grad():
+        close(compiled(x), eager(x), rtol=2e-5)
