@@ -47,10 +47,18 @@ class Derivative:
         "list_input",
         "binary_saves",
         "outputs",
+        "releases",
     )
 
-    def __init__(self, name, formula, saves=(), sizes=(), uses_result=False, outputs=None):
+    def __init__(
+        self, name, formula, saves=(), sizes=(), uses_result=False, outputs=None, releases=False
+    ):
         self.name, self.formula = name, formula
+        # Note [Releasing saved values]: a formula that ``releases`` is told, before its
+        # saved arguments, whether this backward is the node's last (no retain_graph), so
+        # that it may let go of each saved value as soon as it has used it (a compiled
+        # backward: Note [Joint graph] in lamina.jit) rather than all when it returns
+        self.releases = releases
         self.saves = saves  # indices of saved arguments; None saves them all
         # indices of tensor arguments the formula reads only the shape and dtype of: the
         # node keeps a graph.Sizes instead (as PyTorch's formulas keep self.sizes()), so

@@ -298,7 +298,10 @@ def _apply(node: Node, grads: list[Tensor | None], retain_graph: bool) -> Sequen
             pairs = enumerate(node.result)
             result = tuple([_result(p, node, i) if i < marked else p[1] for i, p in pairs])
     needs = [n is not None for n in node.next_nodes]
-    out = d.formula(g, result, needs, *node.saved)
+    if d.releases:  # Note [Releasing saved values]
+        out = d.formula(g, result, needs, not retain_graph, *node.saved)
+    else:
+        out = d.formula(g, result, needs, *node.saved)
     if not retain_graph and graph.saved_tensors(node):  # nothing to free: reusable
         node.saved = _FREED
         if node.versions:  # the class defaults need no instance entries

@@ -386,7 +386,8 @@ def test_training_compiles_the_backward_from_the_formulas():
         "  %0: float32[4, 5] = matmul(x0, x1)\n"
         "  %1: float32[4, 5], %3: float32[4, 5] = fused[tanh, multiply, add](%0)\n"
         "  %4: float32[] = sum(%3, (0, 1), None, False)\n"
-        "  return (%4, %1, x1, x0)"  # the loss, and what the backward reads
+        "  return (%4, x1, x0, %1)"  # the loss, and what the backward reads: the
+        # user's tensors, then the forward's own values (released as the backward goes)
     )
     backward = [n.name for n in variant.plan.backward.graph.nodes]
     assert "fused[multiply, multiply, subtract, multiply]" in backward  # tanh's, fused

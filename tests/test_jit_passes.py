@@ -188,6 +188,54 @@ def test_a_channels_last_convnet_converts_only_at_its_borders(name, borders):
     assert len(layout.conversions(graph)) == borders
 
 
+# ---------------------------------------------------------------- saved values
+
+
+def _vgg_step(run, x, y):
+    loss = F.cross_entropy(run(x), y)
+    loss.backward()
+    return loss
+
+
+@pytest.mark.core_independent  # the pool's counters: the C core's
+def test_a_compiled_training_step_peaks_no_higher_than_eager():
+    """Note [Saved values of a compiled step]: the forward's values the backward reads
+    are released after their last use there, as eager releases each node's saved
+    tensors; and a plan's intermediates after their last use (Note [Released values])."""
+    lm.random.seed(0)
+    model = convnet.build(convnet.ARCHITECTURES["vgg"], convnet._lamina())
+    compiled = jit.compile(model)
+    x, y = rand(8, 3, 64, 64), lm.asarray(np.arange(8))
+    lm.layers.enable("allocator")
+    try:
+        peaks = []
+        for run in (model, compiled):
+            _vgg_step(run, x, y)  # compiled, the pool filled
+            model.zero_grad()
+            lm.memory.reset_stats()
+            before = lm.memory.stats()["bytes_in_use"]
+            _vgg_step(run, x, y)
+            peaks.append(lm.memory.stats()["peak_bytes_in_use"] - before)
+            model.zero_grad()
+    finally:
+        lm.layers.disable("allocator")
+    assert 0 < peaks[1] <= peaks[0]
+
+
+def test_a_compiled_step_backpropagates_twice_only_when_retained():
+    model = lm.nn.Sequential(lm.nn.Linear(3, 4), lm.nn.Tanh(), lm.nn.Linear(4, 1))
+    compiled = jit.compile(model)
+    x = rand(5, 3)
+    loss = lm.sum(compiled(x))
+    loss.backward(retain_graph=True)
+    first = [p.grad.numpy().copy() for p in model.parameters()]
+    loss.backward()
+    for p, g in zip(model.parameters(), first):
+        np.testing.assert_allclose(p.grad.numpy(), 2 * g, rtol=1e-6)
+    with pytest.raises(RuntimeError, match="a second time"):
+        loss.backward()
+
+
 # ---------------------------------------------------------------- the convnets
 
 

@@ -35,9 +35,16 @@ def node_keys(node: Node, grad: bool) -> int:
 class Plan:
     """A graph's generated function: ``plan(inputs)`` with the real tensors of the
     graph's INPUT values (or of ``positional``), in order; the other inputs,
-    parameters and constants, are their tensors (the same objects at each call)."""
+    parameters and constants, are their tensors (the same objects at each call). With
+    ``consume``, ``inputs`` is a list the plan empties once it has read it."""
 
-    def __init__(self, graph: Graph, grad: bool = False, positional: list | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        grad: bool = False,
+        positional: list | None = None,
+        consume: bool = False,
+    ) -> None:
         self.graph = graph
         names: dict[Value, str] = {}
         bound: dict[str, Any] = {}
@@ -72,9 +79,12 @@ class Plan:
             names[v] = f"x{i}"
         if inputs:
             lines.append("    " + "".join(names[v] + ", " for v in inputs) + "= inputs")
+            if consume:  # the caller's list lets go: each input is released after its
+                lines.append("    inputs.clear()")  # last use (Note [Released values])
         for v in graph.inputs:
             if v not in names:
                 names[v] = bind(v.source, "p")
+        last_use = _last_uses(graph)
         for i, node in enumerate(graph.nodes):
             for j, r in enumerate(node.results):
                 names[r] = f"v{i}_{j}"
@@ -87,6 +97,7 @@ class Plan:
                 results = [names[r] for r in node.results]
                 arguments = [arg(a) for a in node.args]
                 lines += ["    " + line for line in node.target.emit(arguments, results, bind)]
+                lines += _release(last_use.get(i, ()), names)
                 continue
             else:  # another kernel a pass made: called with its arguments
                 call = f"{bind(node.target, 'k')}({args})"
@@ -96,6 +107,7 @@ class Plan:
                 lines.append("    " + "".join(names[r] + ", " for r in node.results) + f"= {call}")
             else:
                 lines.append(f"    {names[node.results[0]]} = {call}")
+            lines += _release(last_use.get(i, ()), names)
         lines.append(f"    return {arg(graph.outputs)}")
         self.source = "\n".join(lines) + "\n"
         namespace = dict(bound)
@@ -107,6 +119,28 @@ class Plan:
 
     def __call__(self, inputs: list) -> Any:
         return self.run(inputs)
+
+
+def _last_uses(graph: Graph) -> dict[int, list[Value]]:
+    """Note [Released values]: node index -> the values that node is the last to use
+    (or makes without anyone using them), none that the graph returns or was given:
+    the plan deletes its name for each then, so its memory goes back to the pool for
+    the calls after it, as eager's intermediate tensors do when their last reference
+    goes -- a plan's locals would otherwise hold every value until it returns."""
+    kept = set(graph.output_values()) | {v for v in graph.inputs if v.kind is not None}
+    last: dict[Value, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for v in (*node.inputs(), *node.results):
+            last[v] = i
+    found: dict[int, list[Value]] = {}
+    for v, i in last.items():
+        if v not in kept:
+            found.setdefault(i, []).append(v)
+    return found
+
+
+def _release(values: Any, names: dict) -> list[str]:
+    return ["    del " + ", ".join(names[v] for v in values)] if values else []
 
 
 NUMBERS = (bool, int, float, complex)  # the Python numbers a call may take as operands

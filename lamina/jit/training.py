@@ -44,28 +44,45 @@ class Training:
         diff: list[Value],
         inputs: list[Value],
         saved: list[Value],
+        n_kept: int,
     ) -> None:
         self.forward, self.backward = forward, backward
         self.n_outputs, self.single = n_outputs, single
         self.diff, self.inputs, self.saved = diff, inputs, saved
-        self.derivative = derivatives.Derivative("compiled", self._formula, saves=None)
+        self.n_kept = (
+            n_kept  # the first saved values: the user's (Note [Saved values of a compiled step])
+        )
+        self.derivative = derivatives.Derivative(
+            "compiled", self._formula, saves=None, releases=True
+        )
         self.graph = forward.graph
 
     def run(self, tensors: list) -> Any:
         with no_grad():
             produced = self.forward.run(tensors)
-        outputs, saved = list(produced[: self.n_outputs]), list(produced[self.n_outputs :])
+        n, k = self.n_outputs, self.n_outputs + self.n_kept
+        outputs, kept, box = list(produced[:n]), produced[n:k], list(produced[k:])
+        del produced
         real = dict(zip(self.inputs, tensors))
         diff = [real[v] if v.kind == INPUT else v.source for v in self.diff]
-        autograd_graph.record(self.derivative, (*diff, *saved), tuple(outputs))
+        autograd_graph.record(self.derivative, (*diff, *kept, box), tuple(outputs))
         return outputs[0] if self.single else tuple(outputs)
 
-    def _formula(self, g: Any, result: Any, needs: list, *args: Any) -> list:
-        grads = list(g) if self.n_outputs > 1 else [g]
-        saved = args[len(self.diff) :]
+    def _formula(self, g: Any, result: Any, needs: list, release: bool, *args: Any) -> list:
+        """Note [Saved values of a compiled step]: the values the backward reads that
+        the user can reach -- inputs, parameters, the outputs -- are saved as any
+        formula's (autograd checks that they did not change in place since); the
+        forward's own intermediates travel in one list, which the last backward empties
+        into the plan's inputs (Note [Releasing saved values]), so each goes back to
+        the pool after its last use in the backward, as eager's saved tensors go node
+        by node (Note [Released values] in executor.py)."""
+        kept, box = args[len(self.diff) : -1], args[-1]
+        inputs = [*(g if self.n_outputs > 1 else [g]), *kept, *box]
+        if release:
+            box.clear()
         with no_grad():
-            out = self.backward.run([*grads, *saved])
-        return [*out, *([None] * len(saved))]
+            out = self.backward.run(inputs)  # it empties ``inputs``
+        return [*out, *([None] * (len(kept) + 1))]
 
 
 def build(
@@ -115,6 +132,9 @@ def build(
     for v in grad_values:  # a gradient that is a forward value or an input as is
         if v is not None and v not in produced and v not in gvalues and v not in read:
             read.append(v)
+    # the user's tensors first (Note [Saved values of a compiled step])
+    users = [v for v in read if v.node is None or v in outputs]
+    read = users + [v for v in read if v not in users]
     inputs = [v for v in graph.inputs if v.kind == INPUT]
 
     for node in graph.nodes:  # both graphs run without autograd (Note [Joint graph])
@@ -127,8 +147,8 @@ def build(
     bwd.inputs, bwd.nodes = gvalues + read, backward_nodes
     bwd.outputs = tuple(grad_values)
     forward_plan = Plan(_optimized(fwd, names))
-    backward_plan = Plan(_optimized(bwd, names), positional=gvalues + read)
-    return Training(forward_plan, backward_plan, len(outs), single, diff, inputs, read)
+    backward_plan = Plan(_optimized(bwd, names), positional=gvalues + read, consume=True)
+    return Training(forward_plan, backward_plan, len(outs), single, diff, inputs, read, len(users))
 
 
 def _optimized(graph: Graph, names: Any) -> Graph:
