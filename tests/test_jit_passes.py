@@ -222,6 +222,37 @@ def test_a_compiled_training_step_peaks_no_higher_than_eager():
     assert 0 < peaks[1] <= peaks[0]
 
 
+def test_pool_indices_are_recomputed_where_the_backward_reads_the_pooled_input():
+    """Note [Recomputed pool indices]: relu's backward reads its result, the pooling's
+    input, so the forward pools values only and saves no int64 indices; the gradients
+    are eager's bit for bit."""
+    lm.random.seed(0)
+    model = lm.nn.Sequential(
+        lm.nn.Conv2d(2, 3, 3),
+        lm.nn.ReLU(),
+        lm.nn.MaxPool2d(2),
+        lm.nn.Flatten(),
+        lm.nn.Linear(12, 2),
+    )
+    eager = copy.deepcopy(model)
+    x = rand(2, 2, 6, 6)
+    compiled = jit.compile(model)
+    for run in (eager, compiled):
+        lm.sum(run(x)).backward()
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    (step,) = compiled._compiled.variants.values()
+    forward = [n.name for n in step.plan.forward.graph.nodes]
+    assert "max_pool2d" in forward and "max_pool2d_with_indices" not in forward
+    assert all(v.dtype.kind == "f" for v in step.plan.saved)
+    backward = [n.name for n in step.plan.backward.graph.nodes]
+    assert backward.index("max_pool2d_with_indices") < backward.index("pool2d_scatter")
+    without = jit.compile(model, passes=[p for p in passes.DEFAULT if p != "recompute"])
+    lm.sum(without(x)).backward()
+    (step,) = without._compiled.variants.values()
+    assert any(v.dtype.kind == "i" for v in step.plan.saved)  # what the pass saves
+
+
 def test_a_compiled_step_backpropagates_twice_only_when_retained():
     model = lm.nn.Sequential(lm.nn.Linear(3, 4), lm.nn.Tanh(), lm.nn.Linear(4, 1))
     compiled = jit.compile(model)

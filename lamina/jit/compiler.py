@@ -292,9 +292,7 @@ class CompiledFunction:
         passes: Sequence[str] = P.DEFAULT,
         cache_limit: int = CACHE_LIMIT,
     ) -> None:
-        for name in passes:
-            if name not in P.PASSES:
-                raise ValueError(f"unknown pass {name!r}; the passes are {', '.join(P.PASSES)}")
+        P.check(passes)
         self.fn, self.module, self.dynamic, self.fullgraph = fn, module, dynamic, fullgraph
         self.passes, self.cache_limit = tuple(passes), cache_limit
         self.variants: dict[tuple, Variant] = {}

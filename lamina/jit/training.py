@@ -121,6 +121,11 @@ def build(
     diff = [tracer.values[id(t)] for t in diff_twins]
     gvalues = [tracer.values[id(p)] for p in placeholders]
     forward_nodes, backward_nodes = graph.nodes[:forward_count], graph.nodes[forward_count:]
+    for name in names:
+        if name in P.JOINT:  # what the forward saves for the backward
+            forward_nodes, backward_nodes = P.JOINT[name](
+                graph, forward_nodes, backward_nodes, outputs
+            )
     produced = {r for n in backward_nodes for r in n.results}
     read = list(
         dict.fromkeys(

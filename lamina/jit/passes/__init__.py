@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..graph import Graph
-from . import cse, dce, fold, fold_batch_norm, fuse, hoist, layout, rewrite
+from . import cse, dce, fold, fold_batch_norm, fuse, hoist, layout, recompute, rewrite
 
 PASSES: dict[str, Callable[[Graph], Graph]] = {
     "cse": cse.run,
@@ -21,12 +21,32 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
     "hoist": hoist.run,
     "fuse": fuse.run,
 }
-DEFAULT = ("cse", "fold", "layout", "dce", "fold_batch_norm", "rewrite", "hoist", "fuse")
+# passes over a training step's joint graph, before it is split into forward and
+# backward (Note [Joint graph]): they choose what the forward saves
+JOINT = {"recompute": recompute.run}
+DEFAULT = (
+    "cse",
+    "fold",
+    "layout",
+    "dce",
+    "fold_batch_norm",
+    "rewrite",
+    "hoist",
+    "fuse",
+    "recompute",
+)
+
+
+def check(names: Sequence[str]) -> None:
+    for name in names:
+        if name not in PASSES and name not in JOINT:
+            known = ", ".join([*PASSES, *JOINT])
+            raise ValueError(f"unknown pass {name!r}; the passes are {known}")
 
 
 def apply(graph: Graph, names: Sequence[str] = DEFAULT) -> Graph:
+    check(names)
     for name in names:
-        if name not in PASSES:
-            raise ValueError(f"unknown pass {name!r}; the passes are {', '.join(PASSES)}")
-        graph = PASSES[name](graph)
+        if name in PASSES:
+            graph = PASSES[name](graph)
     return graph
