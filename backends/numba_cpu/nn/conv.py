@@ -48,9 +48,8 @@ The values are those of the two calls, bit for bit (the same additions, then rel
 comparison): the rewrites conv2d_relu and linear_relu (Note [Rewrites]) are exact.
 """
 
-import math
-
 import copy
+import math
 
 import numpy as np
 
