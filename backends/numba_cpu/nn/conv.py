@@ -1,6 +1,6 @@
-"""conv2d, its two backward operators, and linear: blocked im2col + BLAS GEMMs, and
-Winograd's minimal filtering for 3x3, 4x4 and 5x5 stride-1 convolutions (Note
-[Winograd], winograd.py).
+"""conv2d, its two backward operators, and linear (and both with relu fused: Note [Fused
+epilogues]): blocked im2col + BLAS GEMMs, and Winograd's minimal filtering for 3x3, 4x4
+and 5x5 stride-1 convolutions (Note [Winograd], winograd.py).
 
 Note [Convolution]: a convolution is a GEMM over the "im2col" matrix, whose row (NHWC)
 or column (NCHW) for an output pixel holds the kH x kW x C_in input values under the
@@ -256,8 +256,8 @@ NO_FLOOR, RELU = -np.inf, 0.0
 
 def _epilogue(out, bias, layout, floor):
     """out += bias (None: none), raised to ``floor``, in one pass over out (Note [Fused
-    epilogues]): images in ``layout``, NCHW channels-first, else channels last (NHWC
-    images, and linear's rows of features)."""
+    epilogues]): C-contiguous images in ``layout``, NCHW channels-first, else channels
+    last (NHWC images, and linear's rows of features)."""
     if bias is None and floor == NO_FLOOR:
         return
     channels = out.shape[1] if layout == NCHW else out.shape[-1]
