@@ -30,7 +30,7 @@ CASES = [
 def _data(shape, dtype, seed, special=False):
     values = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
     if special and values.size:
-        values.flat[::7] = 0.0  # zero inputs make -0.0 outputs where no bias is added
+        values.flat[::7] = 0.0
         values.flat[5] = np.nan
     return values
 
