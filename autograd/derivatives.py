@@ -921,6 +921,12 @@ def _conv2d(g, r, n, x, w, b, *geometry):
     return (gx, n[1] and gw, n[2] and gb, *_NONE[:4])
 
 
+def _relu_of(formula):
+    """The formula of relu(op(...)) from op's: grad where the result is positive, then
+    op's (Note [Fused epilogues])."""
+    return lambda g, r, n, *args: formula(_RELU_BACKWARD(g, r), None, n, *args)
+
+
 def _conv2d_backward_input(u, r, n, g, w, x, *geometry):
     """Its adjoint in grad is conv2d; in weight, the weight gradient of grad over u; x
     gives only its shape and layout (no gradient)."""
@@ -1197,6 +1203,7 @@ DERIVATIVES.update(
         d.name: d
         for d in [
             D("conv2d", _conv2d, saves=(0, 1)),
+            D("conv2d_relu", _relu_of(_conv2d), saves=(0, 1), uses_result=True),
             D("conv2d_backward_input", _conv2d_backward_input, saves=(0, 1)),
             D("conv2d_backward_weight", _conv2d_backward_weight, saves=(0, 1)),
             D(  # the tables and weights are constants: no gradient
@@ -1210,6 +1217,7 @@ DERIVATIVES.update(
                 saves=(1, 2, 3, 4),
             ),
             D("linear", _linear, saves=(0, 1)),
+            D("linear_relu", _relu_of(_linear), saves=(0, 1), uses_result=True),
             D("max_pool2d", _values_pool("max_pool2d_with_indices"), saves=(0,)),
             D("min_pool2d", _values_pool("min_pool2d_with_indices"), saves=(0,)),
             D("max_pool2d_with_indices", _index_pool, sizes=(0,), uses_result=True, outputs=1),

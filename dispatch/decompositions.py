@@ -989,6 +989,16 @@ def linear(ks, input, weight, bias):
     return out if bias is None else out + bias
 
 
+@decomposition("linear_relu")
+def linear_relu(ks, input, weight, bias):
+    return _call("relu", _call("linear", input, weight, bias))
+
+
+@decomposition("conv2d_relu")
+def conv2d_relu(ks, input, weight, bias, stride, padding, dilation, groups):
+    return _call("relu", _call("conv2d", input, weight, bias, stride, padding, dilation, groups))
+
+
 @decomposition("relu")
 def relu(ks, input):
     return ops.where(input < 0, 0, input)  # NaN and -0.0 pass, as the kernel's

@@ -135,6 +135,7 @@ KEEPS_ORDER = frozenset(
 IMAGE = frozenset(
     {
         "conv2d",
+        "conv2d_relu",
         "conv2d_backward_input",
         "resample2d",
         "resample2d_backward",

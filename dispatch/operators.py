@@ -575,6 +575,16 @@ define(
     "'valid' or 'same'.",
 )
 define(
+    f"conv2d_relu(input: Tensor, weight: Tensor, bias: Tensor | None, {CONV}) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.conv2d,
+    doc="relu(conv2d(...)): max(result, 0) applied where the bias is added, in the same "
+    "pass over the output (Note [Fused epilogues]).",
+)
+define(
     f"conv2d_backward_input(grad: Tensor, weight: Tensor, input: Tensor, {CONV}) -> Tensor",
     "nn",
     dtypes=FLOATING,
@@ -624,6 +634,16 @@ define(
     check=meta.linear,
     doc="input @ weight.T + bias: weight (out_features, in_features), over any leading "
     "axes of input.",
+)
+define(
+    "linear_relu(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.linear,
+    doc="relu(linear(...)): max(result, 0) applied where the bias is added, in the same "
+    "pass over the output (Note [Fused epilogues]).",
 )
 define(
     f"max_pool2d(input: Tensor, {POOL}) -> Tensor",

@@ -255,14 +255,17 @@ def _like(i: int) -> Callable[[Operator, tuple], tuple]:
 
 
 NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
-    "conv2d": _conv2d,
+    **dict.fromkeys(("conv2d", "conv2d_relu"), _conv2d),
     "conv2d_backward_input": _like(2),
     "resample2d": lambda op, args: (
         args[0]._dtype,
         (*args[0]._shape[:-2], args[1]._shape[0], args[2]._shape[0]),
     ),
     "resample2d_backward": _like(5),
-    "linear": lambda op, args: (args[0]._dtype, (*args[0]._shape[:-1], args[1]._shape[0])),
+    **dict.fromkeys(
+        ("linear", "linear_relu"),
+        lambda op, args: (args[0]._dtype, (*args[0]._shape[:-1], args[1]._shape[0])),
+    ),
     **dict.fromkeys(("max_pool2d", "min_pool2d", "avg_pool2d"), _pool2d),
     "pool2d_scatter": lambda op, args: (args[0]._dtype, args[2]),
     "pool2d_gather": _like(1),

@@ -16,7 +16,9 @@ forward is one operator call (``Module.operator`` and ``Module.operator_args``),
 the graph passes to captured graphs. Neither knows any fusion by name: adding one is a
 ``rewrite(...)`` here (and its fused operator, if it needs a new one). The fused
 operators stay ordinary operators with kernels on each device and formulas
-(``native_batch_norm``'s ``relu`` argument: Note [Fused batch norm and relu]).
+(``native_batch_norm``'s ``relu`` argument: Note [Fused batch norm and relu];
+``conv2d_relu`` and ``linear_relu``: Note [Fused epilogues] in the CPU backend's
+conv.py).
 """
 
 from __future__ import annotations
@@ -80,3 +82,25 @@ def _batch_norm_relu(x: Any, batch_norm: Stage, relu: Stage) -> Any:
     op = OPERATORS["native_batch_norm"]
     *args, _ = batch_norm(x)
     return op(*args, True)[0]
+
+
+@rewrite(
+    "conv2d_relu",
+    ("conv2d", "relu"),
+    exact=True,
+    doc="relu(conv2d(x)) as one convolution whose bias pass writes max(y, 0) "
+    "(Note [Fused epilogues])",
+)
+def _conv2d_relu(x: Any, conv2d: Stage, relu: Stage) -> Any:
+    return OPERATORS["conv2d_relu"](*conv2d(x))
+
+
+@rewrite(
+    "linear_relu",
+    ("linear", "relu"),
+    exact=True,
+    doc="relu(linear(x)) as one linear layer whose bias pass writes max(y, 0) "
+    "(Note [Fused epilogues])",
+)
+def _linear_relu(x: Any, linear: Stage, relu: Stage) -> Any:
+    return OPERATORS["linear_relu"](*linear(x))

@@ -13,3 +13,18 @@ def batch_norm_relu(
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     return REWRITES["batch_norm_relu"].apply(input, lambda x: args, lambda x: (x,))
+
+
+def conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """relu(F.conv2d(...)) through the conv2d_relu rewrite."""
+    pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    args = OPERATORS["conv2d"].check(
+        input, weight, bias, pair(stride), padding, pair(dilation), groups
+    )
+    return REWRITES["conv2d_relu"].apply(input, lambda x: args, lambda x: (x,))
+
+
+def linear_relu(input, weight, bias=None):
+    """relu(F.linear(...)) through the linear_relu rewrite."""
+    args = OPERATORS["linear"].check(input, weight, bias)
+    return REWRITES["linear_relu"].apply(input, lambda x: args, lambda x: (x,))

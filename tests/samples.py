@@ -804,6 +804,15 @@ def _conv2d(fn, d, t):
     ]
 
 
+@sample_of("conv2d_relu", dtypes=NN_DTYPES)
+def _conv2d_relu(fn, d, t):
+    return [
+        S(fn, x, w, b, s, pad, dil, g, label=label)
+        for x, w, b, s, pad, dil, g, _, label in _conv_cases(t)
+        if label in ("plain", "T", "empty", "depthwise-multiplier")
+    ]
+
+
 @sample_of("conv2d_backward_input", "conv2d_backward_weight", dtypes=NN_DTYPES)
 def _conv2d_backward(fn, d, t):
     out = []
@@ -847,6 +856,15 @@ def _linear(fn, d, t):
     return [
         S(fn, t((2, 3, 4)), t((5, 4)), t((5,)), label="3d"),
         S(fn, t((4,), "flip"), t((2, 4), "T"), label="1d-T"),
+        S(fn, t((0, 4)), t((3, 4)), t((3,)), label="empty"),
+    ]
+
+
+@sample_of("linear_relu", dtypes=NN_DTYPES)
+def _linear_relu(fn, d, t):
+    return [
+        S(fn, t((2, 3, 4)), t((5, 4)), t((5,)), label="3d"),
+        S(fn, t((4,), "flip"), t((2, 4), "T"), None, label="1d-T-no-bias"),
         S(fn, t((0, 4)), t((3, 4)), t((3,)), label="empty"),
     ]
 

@@ -405,6 +405,8 @@ SAMPLES = {
 NNF = lm.nn.functional
 CONV_INPUT = OPERATORS["conv2d_backward_input"]
 CONV_WEIGHT = OPERATORS["conv2d_backward_weight"]
+CONV, CONV_RELU = OPERATORS["conv2d"], OPERATORS["conv2d_relu"]
+LINEAR_RELU = OPERATORS["linear_relu"]
 RESAMPLE_BACKWARD = OPERATORS["resample2d_backward"]
 SCATTER, GATHER = OPERATORS["pool2d_scatter"], OPERATORS["pool2d_gather"]
 AVG_BACKWARD = OPERATORS["avg_pool2d_backward"]
@@ -465,6 +467,18 @@ SAMPLES.update(
                 [leaf((1, 4, 5, 5)), leaf((4, 1, 3, 3), seed=1)],
             ),
         ],
+        "conv2d_relu": [
+            (
+                "stride_bias",
+                lambda x, w, b: CONV_RELU(*CONV.check(x, w, b, (2, 1), 1, (1, 1), 1)),
+                [leaf((1, 2, 4, 5)), leaf((3, 2, 3, 2), seed=1), leaf((3,), seed=2)],
+            ),
+            (
+                "depthwise_nhwc",
+                lambda x, w: CONV_RELU(*CONV.check(x, w, None, (1, 1), 1, (1, 1), 3)),
+                [nhwc((1, 3, 4, 4)), leaf((3, 1, 3, 3), seed=1)],
+            ),
+        ],
         "resample2d": [
             (
                 "bilinear_nhwc",
@@ -497,6 +511,9 @@ SAMPLES.update(
         "linear": [
             ("batched", NNF.linear, [leaf((2, 3, 4)), leaf((5, 4), seed=1), leaf((5,), seed=2)]),
             ("vector", NNF.linear, [leaf((4,)), leaf((3, 4), seed=1)]),
+        ],
+        "linear_relu": [
+            ("batched", LINEAR_RELU, [leaf((2, 3, 4)), leaf((5, 4), seed=1), leaf((5,), seed=2)]),
         ],
         "max_pool2d_with_indices": [
             ("padded", lambda x: NNF.max_pool2d(x, 3, 2, padding=1), [leaf(IMAGE)]),

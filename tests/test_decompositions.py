@@ -613,6 +613,20 @@ def _bn(training, relu=False, dtype="float64", shape=(4, 3, 2, 5)):
     )
 
 
+SAMPLES["conv2d_relu"] = [
+    lambda: OPERATORS["conv2d_relu"](
+        *OPERATORS["conv2d"].check(T((2, 3, 7, 6)), T((4, 3, 3, 2)), T((4,)), (2, 2), 1, (1, 1), 1)
+    ),
+    lambda: OPERATORS["conv2d_relu"](  # depthwise, channels-last, no bias
+        *OPERATORS["conv2d"].check(
+            IMAGES[2](), T((4, 1, 3, 3), "float32"), None, (1, 1), 1, (1, 1), 4
+        )
+    ),
+]
+SAMPLES["linear_relu"] = [
+    lambda: OPERATORS["linear_relu"](T((4, 3)), T((5, 3)), T((5,))),
+    lambda: OPERATORS["linear_relu"](nc((2, 3, 3), "float32"), T((2, 3), "float32"), None),
+]
 SAMPLES["native_batch_norm"] = [
     lambda: _bn(True),
     lambda: _bn(False),

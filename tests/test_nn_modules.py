@@ -174,6 +174,44 @@ def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch)
     assert (seen[0].numpy() < 0).any()  # the hook saw batch norm's output, before relu
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_sequential_fuses_conv2d_and_linear_with_relu_with_the_same_results(layout, monkeypatch):
+    """Note [Fused epilogues]: a Conv2d or a Linear then a ReLU (in place or not) run as
+    one call, in training and evaluation, with the outputs, layouts and gradients of
+    the modules one by one, bit for bit."""
+    relu_calls = []
+    forward = nn.ReLU.forward
+    monkeypatch.setattr(nn.ReLU, "forward", lambda m, x: relu_calls.append(m) or forward(m, x))
+    data = np.random.default_rng(0).standard_normal((2, 3, 8, 8))
+    x = F.to_layout(lm.asarray(data, dtype=lm.get_default_dtype()), layout)
+    results = {}
+    for fuse in (True, False):
+        lm.random.seed(1)
+        model = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(8, 8, 3, padding=1),  # Winograd's
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(512, 10),
+            nn.ReLU(inplace=True),
+            nn.Linear(10, 3),
+        )
+        model.fuse = fuse
+        relu_calls.clear()
+        out = model(x)
+        lm.sum(out * out).backward()
+        assert len(relu_calls) == (0 if fuse else 3)
+        hidden = model[:4](x)
+        assert F.layout_of(hidden) == layout
+        model.eval()
+        with lm.no_grad():
+            results[fuse] = [out, model(x), hidden, *(p.grad for p in model.parameters())]
+    for got, want in zip(results[True], results[False], strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert (results[True][2].numpy() == 0).any()  # relu clipped some outputs
+
+
 def test_a_fusion_declared_in_one_place_is_applied_by_sequential(monkeypatch):
     """Note [Rewrites]: a new fusion is one ``rewrite`` declaration; Sequential applies
     it (the longest pattern first) without knowing it, and hands each stage's

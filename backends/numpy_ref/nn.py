@@ -73,6 +73,10 @@ def conv2d(ks, input, weight, bias, stride, padding, dilation, groups):
     return _result(_unbatched(out, x), x)
 
 
+def conv2d_relu(ks, input, weight, bias, stride, padding, dilation, groups):
+    return relu(ks, conv2d(ks, input, weight, bias, stride, padding, dilation, groups))
+
+
 def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, groups):
     g, w = _batched(grad._data), weight._data
     shape = _batched(input._data).shape
@@ -147,6 +151,10 @@ def linear(ks, input, weight, bias):
     if bias is not None:
         out = out + bias._data
     return from_array(np.ascontiguousarray(out))
+
+
+def linear_relu(ks, input, weight, bias):
+    return relu(ks, linear(ks, input, weight, bias))
 
 
 # ---------------------------------------------------------------- pooling
@@ -745,11 +753,13 @@ KERNELS = [
     max_pool2d,
     min_pool2d,
     conv2d,
+    conv2d_relu,
     conv2d_backward_input,
     conv2d_backward_weight,
     resample2d,
     resample2d_backward,
     linear,
+    linear_relu,
     max_pool2d_with_indices,
     min_pool2d_with_indices,
     pool2d_scatter,

@@ -553,6 +553,11 @@ class Linear(Module):
             bound = 1 / math.sqrt(self.in_features) if self.in_features else 0.0
             init.uniform_(self.bias, -bound, bound)
 
+    operator = "linear"
+
+    def operator_args(self, x: Tensor) -> tuple:
+        return OPERATORS["linear"].check(x, self.weight, self.bias)
+
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)
 
@@ -609,6 +614,13 @@ class Conv2d(Module):
             fan_in = init.fan_in_and_fan_out(self.weight)[0]
             bound = 1 / math.sqrt(fan_in) if fan_in else 0.0
             init.uniform_(self.bias, -bound, bound)
+
+    operator = "conv2d"
+
+    def operator_args(self, x: Tensor) -> tuple:
+        return OPERATORS["conv2d"].check(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return F.conv2d(

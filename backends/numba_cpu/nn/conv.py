@@ -1,6 +1,6 @@
-"""conv2d, its two backward operators, and linear: blocked im2col + BLAS GEMMs, and
-Winograd's minimal filtering for 3x3, 4x4 and 5x5 stride-1 convolutions (Note
-[Winograd], winograd.py).
+"""conv2d, its two backward operators, and linear (and both with relu fused: Note [Fused
+epilogues]): blocked im2col + BLAS GEMMs, and Winograd's minimal filtering for 3x3, 4x4
+and 5x5 stride-1 convolutions (Note [Winograd], winograd.py).
 
 Note [Convolution]: a convolution is a GEMM over the "im2col" matrix, whose row (NHWC)
 or column (NCHW) for an output pixel holds the kH x kW x C_in input values under the
@@ -32,9 +32,24 @@ one costs a few percent of its GEMM, keeping them all 9x the input's memory.
 Groups run as one GEMM per group on that group's channels (a column slice of the
 matrices, which BLAS takes as it is); depthwise convolutions (one input channel per
 group) run direct loops instead (Note [Depthwise convolution], depthwise.py).
+
+Note [Fused epilogues]: conv2d_relu and linear_relu are relu(conv2d(...)) and
+relu(linear(...)) with the relu applied where the bias is added (oneDNN's post-ops):
+the pass that adds the bias writes max(y, 0) instead of y, so relu's own pass over the
+output (a read and a write, and an allocation) is gone. Every path takes a ``floor``:
+an output y below it is raised to it (``floor if y < floor else y``), -inf for the
+plain operators (no output is below it, NaN included) and 0 for the fused ones, which
+is relu's own rule (NaN and -0.0 pass unchanged). The im2col paths and linear add the
+bias in one Numba pass (``_epilogue``) after their GEMMs, Winograd in its output
+transform (winograd.py's ``store_*``), depthwise convolutions (which start their sums
+from the bias) in the same pass without a bias. A missing bias is one of negative
+zeros: adding -0.0 changes no value, so a result of -0.0 stays -0.0, as relu leaves it.
+The values are those of the two calls, bit for bit (the same additions, then relu's
+comparison): the rewrites conv2d_relu and linear_relu (Note [Rewrites]) are exact.
 """
 
 import copy
+import math
 
 import numpy as np
 
@@ -190,6 +205,26 @@ def _im2col_flat(flat, base, kh, kw, dh, dw, wp, oh0, span, cols):
             dst[q] = src[q]
 
 
+def _epilogue_rows(out, bias, floor):
+    """out[p, c] = out[p, c] + bias[c], raised to floor where below it, for rows of
+    channels (pixels or samples, C) (Note [Fused epilogues])."""
+    for p in range(out.shape[0]):
+        row = out[p]
+        for c in range(row.size):
+            y = row[c] + bias[c]
+            row[c] = floor if y < floor else y
+
+
+def _epilogue_planes(out, bias, floor):
+    """The same of channels-first images (N, C, pixels)."""
+    for n in range(out.shape[0]):
+        for c in range(out.shape[1]):
+            row, b = out[n, c], bias[c]
+            for p in range(row.size):
+                y = row[p] + b
+                row[p] = floor if y < floor else y
+
+
 _SIGNATURES = {
     # (x or gx: 4-D, group channels and geometry: 11 ints, then the rest)
     _im2col_nhwc: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, a2),
@@ -198,6 +233,8 @@ _SIGNATURES = {
     _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14, x, x),
     _pad_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 4, a2),
     _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, *[i] * 7, a2),
+    _epilogue_rows: lambda t, a4, a2, i, x: t.void(a2, a2.copy(ndim=1), a2.dtype),
+    _epilogue_planes: lambda t, a4, a2, i, x: t.void(a4.copy(ndim=3), a2.copy(ndim=1), a2.dtype),
 }
 
 
@@ -211,6 +248,27 @@ def _kernel(pyfunc, dtype):
         return jit.compile_kernel(pyfunc, _signature(pyfunc, dtype), nogil=True)
 
     return jit.cached((pyfunc, dtype), build)
+
+
+# the floors of Note [Fused epilogues]: the plain operators' raises nothing, relu's
+NO_FLOOR, RELU = -np.inf, 0.0
+
+
+def _epilogue(out, bias, layout, floor):
+    """out += bias (None: none), raised to ``floor``, in one pass over out (Note [Fused
+    epilogues]): C-contiguous images in ``layout``, NCHW channels-first, else channels
+    last (NHWC images, and linear's rows of features)."""
+    if bias is None and floor == NO_FLOOR:
+        return
+    channels = out.shape[1] if layout == NCHW else out.shape[-1]
+    bias = np.full(channels, -0.0, out.dtype) if bias is None else bias
+    floor = out.dtype.type(floor)
+    if layout == NCHW:
+        planes = out.reshape(out.shape[0], channels, out.shape[2] * out.shape[3])
+        _kernel(_epilogue_planes, out.dtype)(planes, bias, floor)
+    else:
+        rows = out.reshape(math.prod(out.shape[:-1]), channels)
+        _kernel(_epilogue_rows, out.dtype)(rows, bias, floor)
 
 
 # ---------------------------------------------------------------- geometry
@@ -654,46 +712,59 @@ def _space_to_depth(geo, dtype):
 
 
 def conv2d(ks, input, weight, bias, stride, padding, dilation, groups):
+    return _conv2d(input, weight, bias, (stride, padding, dilation, groups), NO_FLOOR)
+
+
+def conv2d_relu(ks, input, weight, bias, stride, padding, dilation, groups):
+    """relu(conv2d(...)) in conv2d's passes (Note [Fused epilogues])."""
+    return _conv2d(input, weight, bias, (stride, padding, dilation, groups), RELU)
+
+
+def _conv2d(input, weight, bias, geometry, floor):
     x, layout, unbatched = image(input)
-    geo = Geometry(
-        (x.shape[0], *input._shape[-3:]), weight._shape, stride, padding, dilation, groups
-    )
+    geo = Geometry((x.shape[0], *input._shape[-3:]), weight._shape, *geometry)
     order = _order(geo, layout, x.dtype)
     out = empty_image(geo.n, geo.c_out, geo.ho, geo.wo, x.dtype, order)
     b = None if bias is None else bias._data
     if not geo.k:  # no input channels: every output is the bias (PyTorch's result)
         out[...] = 0 if b is None else (b if order == NHWC else b[:, None, None])
+        _epilogue(out, None, order, floor)
     else:
-        _forward(_reorder(x, layout, order), weight._data, b, geo, order, out)
+        _forward(_reorder(x, layout, order), weight._data, b, geo, order, out, floor)
     return from_array(logical(_reorder(out, order, layout), layout, unbatched))
 
 
-def _forward(x, w, bias, geo, layout, out):
-    """out = the convolution of images x (in ``layout``) with w, plus bias: by Winograd
-    (Note [Winograd]) where it suits, else by blocked im2col (Note [Convolution]);
-    depthwise by direct loops (Note [Depthwise convolution])."""
+def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
+    """out = the convolution of images x (in ``layout``) with w, plus bias, raised to
+    ``floor`` (Note [Fused epilogues]): by Winograd (Note [Winograd]) where it suits,
+    else by blocked im2col (Note [Convolution]); depthwise by direct loops (Note
+    [Depthwise convolution])."""
     if depthwise.applies(geo):
-        return _by_images(
-            geo, lambda i0, i1, g: depthwise.forward(x[i0:i1], w, bias, g, layout, out[i0:i1])
-        )
+
+        def depthwise_part(i0, i1, g):
+            depthwise.forward(x[i0:i1], w, bias, g, layout, out[i0:i1])
+            _epilogue(out[i0:i1], None, layout, floor)  # the sums started from the bias
+
+        return _by_images(geo, depthwise_part)
     if _by_groups(geo, x.dtype):
         one = _one_group(geo)
         for g in range(geo.groups):
             part = empty_image(geo.n, geo.cout, geo.ho, geo.wo, x.dtype, layout)
             b = None if bias is None else bias[_cols(g, geo.cout)]
-            _forward(_channels(x, g, geo.cin, layout), w[_cols(g, geo.cout)], b, one, layout, part)
+            xg, wg = _channels(x, g, geo.cin, layout), w[_cols(g, geo.cout)]
+            _forward(xg, wg, b, one, layout, part, floor)
             _channel_view(out, g, geo.cout, layout)[...] = part
         return
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
-        return _forward(s2d.input(x, layout), s2d.weight(w), bias, s2d.geo, layout, out)
+        return _forward(s2d.input(x, layout), s2d.weight(w), bias, s2d.geo, layout, out, floor)
     im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
     def part(i0, i1, g):
-        if alg is None or not winograd.forward(x[i0:i1], u, alg, g, layout, bias, out[i0:i1]):
-            im2col(x[i0:i1], w, g, out[i0:i1])
-            if bias is not None:
-                out[i0:i1] += bias if layout == NHWC else bias[:, None, None]
+        o = out[i0:i1]
+        if alg is None or not winograd.forward(x[i0:i1], u, alg, g, layout, bias, floor, o):
+            im2col(x[i0:i1], w, g, o)
+            _epilogue(o, bias, layout, floor)
 
     alg = winograd.algorithm(geo, x.dtype)
     u = None if alg is None else winograd.filters(w, alg)
@@ -950,7 +1021,16 @@ def _bias_grad(gk, order):
 
 
 def linear(ks, input, weight, bias):
-    """input @ weight.T + bias over the flattened leading axes.
+    return _linear(input, weight, bias, NO_FLOOR)
+
+
+def linear_relu(ks, input, weight, bias):
+    """relu(linear(...)) in linear's passes (Note [Fused epilogues])."""
+    return _linear(input, weight, bias, RELU)
+
+
+def _linear(input, weight, bias, floor):
+    """input @ weight.T + bias over the flattened leading axes, raised to ``floor``.
 
     Seed 2's transposed product: with fewer rows than output features (a small batch),
     (weight @ input.T).T puts the long dimension first, where OpenBLAS is faster:
@@ -963,16 +1043,17 @@ def linear(ks, input, weight, bias):
         out = np.ascontiguousarray(gemm.matmul(w, x2.T).T)
     else:
         out = gemm.matmul(x2, w.T)
-    if bias is not None:
-        out += bias._data
+    _epilogue(out, None if bias is None else bias._data, NHWC, floor)  # rows of features
     return from_array(out.reshape(x.shape[:-1] + (w.shape[0],)))
 
 
 KERNELS = {
     "conv2d": conv2d,
+    "conv2d_relu": conv2d_relu,
     "conv2d_backward_input": conv2d_backward_input,
     "conv2d_backward_weight": conv2d_backward_weight,
     "linear": linear,
+    "linear_relu": linear_relu,
 }
 
 

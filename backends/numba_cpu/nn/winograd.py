@@ -273,20 +273,24 @@ def fetch_nchw(x, n, row, slab, i, start, count):
 
 
 @jit.jitable
-def store_nhwc(rows, i, wo, bias, out, n, row):
-    """Output row ``row`` of NHWC image n = rows[i, :wo] (Wo, K) + bias."""
+def store_nhwc(rows, i, wo, bias, floor, out, n, row):
+    """Output row ``row`` of NHWC image n = rows[i, :wo] (Wo, K) + bias, raised to
+    floor where below it (Note [Fused epilogues] in conv.py)."""
     for w in range(wo):
         for k in range(rows.shape[2]):
-            out[n, row, w, k] = rows[i, w, k] + bias[k]
+            y = rows[i, w, k] + bias[k]
+            out[n, row, w, k] = floor if y < floor else y
 
 
 @jit.jitable
-def store_nchw(rows, i, wo, bias, out, n, row):
-    """Output row ``row`` of NCHW image n = rows[i, :wo] transposed, + bias."""
+def store_nchw(rows, i, wo, bias, floor, out, n, row):
+    """Output row ``row`` of NCHW image n = rows[i, :wo] transposed, + bias, raised to
+    floor."""
     for k in range(rows.shape[2]):
         b = bias[k]
         for w in range(wo):
-            out[n, k, row, w] = rows[i, w, k] + b
+            y = rows[i, w, k] + b
+            out[n, k, row, w] = floor if y < floor else y
 
 
 def transform_input(fetch, alg):
@@ -329,10 +333,11 @@ def transform_input(fetch, alg):
 
 def transform_output(store, alg):
     """The kernel writing the output rows of tile rows [r0, r1) from M (n^2, T, K):
-    A^T p A + bias per tile, through ``rows`` (m, m tw, K). Returns the outputs' sum."""
+    A^T p A + bias per tile, raised to floor, through ``rows`` (m, m tw, K). Returns
+    the sum of the outputs before the bias."""
     n, m, transform, write = alg.n, alg.m, alg.output, WRITE[alg.m]
 
-    def kernel(M, ho, wo, r0, r1, th, bias, tmp, rows, out):
+    def kernel(M, ho, wo, r0, r1, th, bias, floor, tmp, rows, out):
         tw, channels, total = rows.shape[1] // m, rows.shape[2], np.zeros(1, tmp.dtype)[0]
         for r in range(r0, r1):
             image, ty = r // th, r % th
@@ -345,7 +350,7 @@ def transform_output(store, alg):
                     for k in range(channels):
                         total += write(rows, i, j, k, 0, 1, transform(tmp, i, 0, k, 0, 1))
             for i in range(min(m, ho - m * ty)):
-                store(rows, i, wo, bias, out, image, m * ty + i)
+                store(rows, i, wo, bias, floor, out, image, m * ty + i)
         return total
 
     return kernel
@@ -403,7 +408,7 @@ def forward_blocks(transform, finish):
     kernel where it can call the BLAS, else Python calling the transforms' kernels (Note
     [GEMM in kernels]). False if a value on the way was not finite."""
 
-    def run(x, u, bias, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, out):
+    def run(x, u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, out):
         slab, tmp_in, tmp_out, rows, v_buf, m_buf = buffers
         total = x.shape[0] * th
         for r0 in range(0, total, rows_per_block):
@@ -411,7 +416,7 @@ def forward_blocks(transform, finish):
             if not math.isfinite(transform(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)):
                 return False
             blas.gemms(v, u, m, False, False, 0)
-            if not math.isfinite(finish(m, ho, wo, r0, r1, th, bias, tmp_out, rows, out)):
+            if not math.isfinite(finish(m, ho, wo, r0, r1, th, bias, floor, tmp_out, rows, out)):
                 return False
         return True
 
@@ -453,10 +458,10 @@ def _signature(template, dtype):
     i, x = t.int64, a1.dtype
     buffers = t.Tuple((a3, a3, a3, a3, a1, a1))
     return {
-        forward_blocks: t.boolean(a4, a3, a1, *[i] * 9, buffers, a4),
+        forward_blocks: t.boolean(a4, a3, a1, x, *[i] * 9, buffers, a4),
         weight_grad_blocks: t.boolean(a4, a4, *[i] * 9, buffers, a3),
         transform_input: x(a4, *[i] * 7, a3, a3, a3),
-        transform_output: x(a3, *[i] * 5, a1, a3, a3, a4),
+        transform_output: x(a3, *[i] * 5, a1, x, a3, a3, a4),
         transform_grad: x(a4, *[i] * 5, a3, a3, a3),
     }[template]
 
@@ -559,9 +564,10 @@ class _Tiles:
         return (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, self.th, self.tw, self.rows)
 
 
-def forward(x, u, alg, geo, layout, bias, out) -> bool:
-    """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``);
-    False if a value on the way was not finite (Note [Winograd and infinities])."""
+def forward(x, u, alg, geo, layout, bias, floor, out) -> bool:
+    """out = conv2d(x) + bias for images x in ``layout``, with filters u (``filters``),
+    raised to ``floor`` (Note [Fused epilogues] in conv.py); False if a value on the way
+    was not finite (Note [Winograd and infinities])."""
     dtype = x.dtype
     tiles = _Tiles(geo, alg, x.itemsize)
     buffers = (
@@ -574,7 +580,7 @@ def forward(x, u, alg, geo, layout, bias, out) -> bool:
     )
     bias = np.zeros(geo.c_out, dtype) if bias is None else np.ascontiguousarray(bias, dtype)
     run = _kernel(forward_blocks, alg, dtype, layout)
-    return run(x, u, bias, *tiles.geometry(geo), buffers, out)
+    return run(x, u, bias, dtype.type(floor), *tiles.geometry(geo), buffers, out)
 
 
 def weight_grad(x, g, alg, geo, layout):
