@@ -463,3 +463,26 @@ def test_bad_input_gets_clear_errors():
     assert model.count.device.name == "cpu" and float(model.count) == 0  # restored
     with pytest.raises(RuntimeError, match="already running"):
         jit.trace(lambda x: jit.trace(lambda y: y + 1, x), rand(2))
+
+
+def test_a_compiled_module_sees_every_change_of_its_tree():
+    """Note [Module generation]: the guard rereads the module only when some module
+    changed, and every path of change counts: a submodule's mode, a replaced buffer
+    or child, a table written directly."""
+    model = lm.nn.Sequential(lm.nn.Linear(3, 4), lm.nn.Dropout(0.5), lm.nn.Linear(4, 2))
+    compiled = jit.compile(model)
+    x = rand(5, 3)
+    with lm.no_grad():
+        model.eval()
+        evaluated = model(x)
+        equal(compiled(x), evaluated)
+        model[1].train()  # a submodule only: dropout draws again
+        assert not np.array_equal(compiled(x).numpy(), evaluated.numpy())
+        assert len(compiled._compiled.variants) == 2
+        model[1].eval()
+        setattr(model, "2", lm.nn.Linear(4, 2))  # a new child
+        equal(compiled(x), model(x))
+        model[0]._parameters["bias"] = lm.nn.Parameter(lm.ones((4,)))
+        equal(compiled(x), model(x))
+        compiled(x)
+    assert len(compiled._compiled.variants) == 4

@@ -3,9 +3,11 @@
 Note [Guards]: a compiled variant is valid for the calls whose inputs match what its
 trace assumed: each tensor's shape, dtype, strides (its layout) and requires_grad
 (CPU tensors only: others run eagerly), the other arguments' values, grad mode, the
-dispatch tables' generation number (Note [Generation]) and, for a Module, its training
-flag and the identity of its parameters and buffers. ``_guard_key`` reads all of that
-into one tuple, the key of the variant's dict: a call costs that tuple and one lookup.
+dispatch tables' generation number (Note [Generation]) and, for a Module, every
+submodule's training flag and the identity of its parameters and buffers (read again
+only when a module changed: Note [Module generation] in lamina.nn.modules).
+``_guard_key`` reads all of that into one tuple, the key of the variant's dict: a call
+costs that tuple and one lookup.
 A call matching no variant traces a new one, up to ``cache_limit`` variants per
 function; past it the function runs eagerly, with one warning naming what changed.
 
@@ -33,6 +35,7 @@ from lamina.autograd.grad_mode import is_grad_enabled
 from lamina.autograd.grad_mode import state as _grad
 from lamina.dispatch import entries, keys
 from lamina.dispatch.tensor import Tensor
+from lamina.nn import modules
 
 from . import passes as P
 from . import training
@@ -186,9 +189,9 @@ def trace(fn: Callable, *example_inputs: Any, **example_kwargs: Any) -> Graph:
 # ---------------------------------------------------------------- guards
 
 
-def _guard_key(args: tuple, kwargs: dict, module: Any) -> tuple | None:
+def _guard_key(args: tuple, kwargs: dict, module: tuple | None) -> tuple | None:
     """Note [Guards]; None when an argument cannot be guarded (a tensor off the CPU,
-    an unhashable value): such a call runs eagerly."""
+    an unhashable value): such a call runs eagerly. ``module``: ``_module_guard``'s."""
     parts: list = [entries.generation, is_grad_enabled()]
     for a in (*args, *kwargs.items()) if kwargs else args:
         if isinstance(a, Tensor):
@@ -207,10 +210,25 @@ def _guard_key(args: tuple, kwargs: dict, module: Any) -> tuple | None:
                 return None
             parts.append((type(a), a))
     if module is not None:
-        parts.append(module.training)
-        parts.append(tuple(map(id, module.parameters())))
-        parts.append(tuple(map(id, module.buffers())))
+        parts += module
     return tuple(parts)
+
+
+def _module_guard(module: Any) -> tuple:
+    """What a compiled module's variants depend on besides the arguments: every
+    submodule's mode and the identity of every parameter and buffer (Note [Guards])."""
+    return (
+        ("modes", tuple(m.training for m in module.modules())),
+        ("parameters", tuple(map(id, module.parameters()))),
+        ("buffers", tuple(map(id, module.buffers()))),
+    )
+
+
+_MODULE_CHANGES = {  # _module_guard's parts, in _what_changed's words
+    "modes": "the module's training flag (or a submodule's)",
+    "parameters": "the module's parameters (one added, removed or replaced)",
+    "buffers": "the module's buffers (one added, removed or replaced)",
+}
 
 
 def _differences(old: tuple, new: tuple) -> int:
@@ -236,6 +254,8 @@ def _what_changed(old: tuple, new: tuple, names: list[str]) -> str:
     for i, (a, b) in enumerate(zip(old[2:], new[2:])):
         if a == b:
             continue
+        if isinstance(a, tuple) and len(a) == 2 and a[0] in _MODULE_CHANGES:
+            return _MODULE_CHANGES[a[0]]
         name = names[i] if i < len(names) else f"argument {i}"
         if isinstance(a, tuple) and len(a) == 4 and isinstance(b, tuple) and len(b) == 4:
             (sa, da, _, ta), (sb, db, kb, tb) = a, b
@@ -251,7 +271,7 @@ def _what_changed(old: tuple, new: tuple, names: list[str]) -> str:
             grad = bool(kb & keys.AUTOGRAD)
             return f"{name}: requires_grad={grad} instead of {not grad}"
         return f"{name}: {b!r} instead of {a!r}"
-    return "the module's training flag or parameters"
+    return "the number of arguments"
 
 
 # ---------------------------------------------------------------- compiling
@@ -299,12 +319,21 @@ class CompiledFunction:
         self.recompiles: list[str] = []  # what changed, for each variant after the first
         self.segments: dict[Any, Any] = {}  # printed segment graph -> (Plan, positional)
         self._eager = False
+        self._module_state: tuple = (None, None)  # (module generation, _module_guard)
         functools.update_wrapper(self, fn)
+
+    def _module_key(self) -> tuple:
+        """``_module_guard`` of the module, read again only when a module changed
+        (Note [Module generation] in lamina.nn.modules)."""
+        if self._module_state[0] != modules.generation:
+            self._module_state = (modules.generation, _module_guard(self.module))
+        return self._module_state[1]
 
     # the hot path: the guard key, one lookup, the plan
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         key = None
-        if not kwargs and self.module is None:  # tensors only: the key inline
+        module = None if self.module is None else self._module_key()
+        if not kwargs:  # tensors only: the key inline
             try:
                 key = (
                     entries.generation,
@@ -313,6 +342,7 @@ class CompiledFunction:
                         (a._shape, a._dtype, a._ks, a._flat is None and a._data.strides)
                         for a in args
                     ],
+                    *(module or ()),
                 )
             except AttributeError:  # not only tensors
                 pass
@@ -321,7 +351,7 @@ class CompiledFunction:
                 if variant is not None and variant.plan is not None:
                     return variant.plan.run(args)  # a key with a tensor off the CPU has none
         if key is None or any(not isinstance(a, Tensor) for a in args):
-            key = _guard_key(args, kwargs, self.module)
+            key = _guard_key(args, kwargs, module)
         variant = self.variants.get(key)
         if variant is not None and variant.plan is not None:
             tensors: list = []

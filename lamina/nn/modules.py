@@ -71,6 +71,43 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
+# Note [Module generation]: one count for all modules, bumped whenever any of them
+# gains, loses or replaces a parameter, buffer or child (every change of its tables, by
+# whatever path) or switches between training and evaluation. A compiled module
+# (lamina.jit) reads which parameters and buffers it has, and its modes, again only
+# when the count moved: a guard of one comparison per call, not a walk of the tree.
+generation = 0
+
+
+class _Table(OrderedDict):
+    """A module's parameters, buffers or children (Note [Module generation])."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        global generation
+        generation += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        global generation
+        generation += 1
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        global generation
+        generation += 1
+        return super().pop(*args)
+
+    def popitem(self, last: bool = True) -> Any:
+        global generation
+        generation += 1
+        return super().popitem(last)
+
+    def clear(self) -> None:
+        global generation
+        generation += 1
+        super().clear()
+
+
 class Module:
     """The base of every layer: subclasses set parameters and children as attributes in
     ``__init__`` (after ``super().__init__()``) and define ``forward``."""
@@ -80,10 +117,10 @@ class Module:
     def __init__(self) -> None:
         d = self.__dict__
         d["training"] = True
-        d["_parameters"] = OrderedDict()
-        d["_buffers"] = OrderedDict()
+        d["_parameters"] = _Table()
+        d["_buffers"] = _Table()
         d["_persistent"] = set()
-        d["_modules"] = OrderedDict()
+        d["_modules"] = _Table()
         d["_forward_hooks"] = OrderedDict()
         d["_forward_pre_hooks"] = OrderedDict()
 
@@ -114,6 +151,9 @@ class Module:
                 raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r}")
             self._buffers[name] = value
         else:
+            if name == "training":  # Note [Module generation]
+                global generation
+                generation += 1
             object.__setattr__(self, name, value)
 
     def _forget(self, name: str, keep: dict) -> None:
@@ -250,8 +290,10 @@ class Module:
     # ---------------------------------------------------------- modes and state
     def train(self, mode: bool = True) -> Module:
         """Training mode (batch norm uses batch statistics, dropout drops), recursively."""
+        global generation
         for m in self.modules():
             m.__dict__["training"] = bool(mode)
+        generation += 1  # Note [Module generation]
         return self
 
     def eval(self) -> Module:
