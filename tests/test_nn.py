@@ -744,6 +744,42 @@ def test_strided_convolution_by_space_to_depth_matches_the_oracle(
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("stride, size", [(1, 3), (2, 5)], ids=["winograd", "space_to_depth"])
+def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, monkeypatch):
+    """Note [Filter cache]: served again only while the weight's bits are unchanged,
+    whatever changed them (an in-place operation, a write through a NumPy view, even
+    0.0 -> -0.0), and bounded in bytes."""
+    built = []
+    real = winograd._transform_filters
+    monkeypatch.setattr(winograd, "_transform_filters", lambda *a: built.append(1) or real(*a))
+    x = image((1, 16, 16, 16), "NCHW", "f8")
+    w = param((16, 16, size, size), dtype="f8")
+
+    def check():
+        got = F.conv2d(x, w, stride=stride, padding=size // 2)
+        with lm.backends.use("numpy_ref"):
+            want = F.conv2d(x, w, stride=stride, padding=size // 2)
+        _close_to_max(got.numpy(), want.numpy(), 1e-12)
+
+    check()
+    check()
+    assert len(built) == 1
+    with lm.no_grad():
+        w.mul_(2.0)
+    check()
+    w.numpy()[0, 0, 0, 0] = 5.0  # a write lamina does not see
+    check()
+    w.numpy()[1, 1, 1, 1] = 0.0
+    check()
+    w.numpy()[1, 1, 1, 1] = -0.0
+    check()
+    assert len(built) == 5
+    monkeypatch.setattr(winograd, "FILTER_CACHE_BYTES", 0)
+    w.numpy()[1, 1, 1, 1] = 1.0
+    check()
+    assert not winograd._prepared
+
+
 def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, winograd_calls):
     monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
     x, w = image((3, 16, 6, 5), "NHWC", requires_grad=True), param((16, 16, 3, 3))

@@ -757,7 +757,8 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
         return
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
-        return _forward(s2d.input(x, layout), s2d.weight(w), bias, s2d.geo, layout, out, floor)
+        weight = winograd.prepared(w, ("space to depth", geo.sh, geo.sw), s2d.weight)
+        return _forward(s2d.input(x, layout), weight, bias, s2d.geo, layout, out, floor)
     im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
     def part(i0, i1, g):
