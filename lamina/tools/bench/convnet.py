@@ -490,8 +490,7 @@ def _error_text(e: Exception, call: int) -> str:
     message's first line, and where it was raised (in lamina's packages, relative to
     the folder that holds them)."""
     frame = traceback.extract_tb(e.__traceback__)[-1]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lamina/tools
-    root = os.path.dirname(os.path.dirname(root))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
     where = frame.filename
     if where.startswith(root + os.sep):
         where = os.path.relpath(where, root)
@@ -582,14 +581,22 @@ def _peak_rss() -> int:
 
 def fresh(function: str, config: dict) -> dict | None:
     """What ``function(config, path)`` of this module wrote to ``path`` in a fresh
-    Python process; None (its error on stderr) where that process failed."""
+    Python process; None where that process failed (then what it printed goes to
+    stderr; otherwise nothing of it: compilers' warnings would bury the report)."""
     with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
         path = os.path.join(tmp, "result.json")
         code = (
             f"import json; from lamina.tools.bench.convnet import {function}; "
             f"{function}(json.loads({json.dumps(config)!r}), {path!r})"
         )
-        if subprocess.run([sys.executable, "-c", code], stdout=sys.stderr).returncode != 0:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        if done.returncode != 0:
+            print(done.stdout, file=sys.stderr)
             return None
         with open(path) as f:
             return json.load(f)

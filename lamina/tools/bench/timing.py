@@ -276,7 +276,9 @@ def started(module: str, libraries: list[str], config: dict, in_process: bool, t
             runners[-1].name = library + tag
         yield runners
     finally:
-        for runner in runners:
+        # last first: runners in this process that change one library's settings (eager
+        # and compiled lamina) each restore what the one before them found
+        for runner in reversed(runners):
             runner.close()
 
 
