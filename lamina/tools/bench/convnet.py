@@ -21,6 +21,19 @@ PyTorch (``--plot`` draws them as bars). lamina runs with its pool allocator on
 (``--allocator off`` to measure it without), as the README advises for training:
 without it a training step takes thousands of page faults, which two threads then take
 in turn.
+
+``--jit`` adds each library's compiled models: lamina's (``lm.jit.compile(model)``:
+in training its forward and backward compiled as one joint graph, the loss and the SGD
+step as in eager; ``--passes`` picks the graph passes) and torch.compile's (inductor,
+static shapes), each timed in a process of its own beside the eager ones, with lamina
+compiled / eager and lamina compiled / torch.compile. Before that, fresh processes
+check every compiled model against its library's eager one (a training step's loss
+and gradients, an inference's outputs, within the same tolerances; one that fails or
+disagrees is reported and not timed) and measure its compile time, cold (the first
+process, with the caches as they are) and warm (a second one); and, where models
+train, each library's memory of a training step: lamina's pool allocator's peak
+bytes in use and, for both libraries, the growth of the process's peak resident
+memory (PyTorch on the CPU counts no allocated bytes).
 """
 
 from __future__ import annotations
@@ -611,8 +624,10 @@ def _states(models: dict) -> dict:
 
 
 def measure(args):
-    """(cases, {(model, mode, batch): {(library, threads): median seconds}}, libraries,
-    {model: Agreement}); models that disagree with PyTorch are left out of the results.
+    """(cases, {(model, mode, batch): {(library, threads): median seconds, None where
+    not run}}, libraries, {model: Agreement}, Probes with ``--jit``, else None); models
+    that disagree with PyTorch are left out of the results, compiled models that fail
+    or disagree with their eager ones are not run (``probe_compiled``).
     Every thread count of ``args.threads`` has runners of its own, and all of them are
     interleaved round by round, so that the scaling columns compare samples taken
     side by side."""
