@@ -452,6 +452,7 @@ def runner(library: str, config: dict) -> timing.Runner:
 
 # a compiled library: the eager library whose models it compiles
 COMPILED = {"lamina.jit": "lamina", "torch.compile": "torch"}
+RECOMPILE_LIMIT = 256  # torch.compile's variants of one model's forward (``compiler``)
 
 
 def eager_of(library: str) -> str:
@@ -470,6 +471,11 @@ def compiler(library: str, passes: list[str] | None) -> Callable:
         return lambda model: lm.jit.compile(model, **options)
     import torch
 
+    # Dynamo limits the variants of one code object, and every model here runs
+    # Sequential.forward: past the default limit (8) a runner's later cases would run
+    # eagerly under torch.compile's heading (3 models x 2 modes x 2 batches did)
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
     return functools.partial(torch.compile, dynamic=False)
 
 
@@ -584,12 +590,19 @@ def step_memory(config: dict, path: str) -> None:
 
 
 def _peak_rss() -> int:
-    """The process's peak resident memory so far, in bytes (getrusage reports KiB on
-    Linux, bytes on macOS)."""
-    import resource  # Unix only
+    """The process's peak resident memory so far, in bytes: Linux's VmHWM where there
+    is one, since getrusage's peak on Linux starts from the parent's at fork (a bench
+    that imported PyTorch and built the models would hide a child's whole growth);
+    else getrusage's (KiB on Linux, bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(line for line in f if line.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
+    except (OSError, StopIteration):
+        import resource  # Unix only
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
 
 
 def fresh(function: str, config: dict) -> dict | None:
@@ -961,7 +974,7 @@ def _memory_report(probes: Probes) -> list[str]:
         "pool allocator's peak bytes in use during one step (after two) above those in "
         "use before it (lm.memory.stats(); arrays of at least its threshold, 128 KiB by "
         "default, at their size class); RSS, the increase of the process's peak resident "
-        "memory over its first three steps (getrusage; coarse: it includes loading the "
+        "memory over its first three steps (coarse: it includes loading the "
         "kernels and compiling, and PyTorch on the CPU has no allocator counter)",
         "",
     ]
