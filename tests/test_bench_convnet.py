@@ -232,3 +232,126 @@ def test_plot_draws_bars_per_model_mode_and_thread_count(tmp_path, capsys):
     results = {(c.model, c.mode, c.batch): seconds for c in cases}
     convnet.plot(tmp_path / "both.png", args, cases, results, libs)
     _assert_png(tmp_path / "both.png")
+    # --jit: the compiled models' bars beside, a case one of them did not run left out
+    args = convnet_args(["--batch", "1,8", "--threads", "1,2", "--jit"])
+    names = ("lamina", "lamina.jit", "torch", "torch.compile")
+    results = {
+        (c.model, c.mode, c.batch): {
+            (n, t): None if n == "lamina.jit" and c.model == "vgg" else 0.01 / t
+            for n in names
+            for t in (1, 2)
+        }
+        for c in cases
+    }
+    convnet.plot(tmp_path / "compiled.png", args, cases, results, libs)
+    _assert_png(tmp_path / "compiled.png")
+
+
+def test_jit_times_the_compiled_model_after_checking_it_against_eager(capsys):
+    """``--jit``: lamina.jit's column and its ratio to eager; the compiled model checked
+    against the eager one (and compile-timed) in a fresh process, cold and warm."""
+    main([*QUICK, "--no-torch", "--in-process", "--jit", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["results"]
+    assert row["lamina.jit_images_per_second"] > 0 and row["lamina_images_per_second"] > 0
+    checks = out["compiled"]["first_calls"]
+    assert [(c["start"], c["library"], c["model"], c["mode"]) for c in checks] == [
+        ("cold", "lamina.jit", "alexnet", "infer"),
+        ("warm", "lamina.jit", "alexnet", "infer"),
+    ]
+    assert all(c["agrees"] and 0 <= c["worst_ratio"] <= 1 and c["first"] > 0 for c in checks)
+    assert out["compiled"]["memory_bytes"] == []  # no training step asked for
+
+
+def _probes(memory: bool) -> convnet.Probes:
+    agrees = {"agrees": True, "loss": [4.6, 4.6], "worst": "0.weight", "worst_ratio": 0.01,
+              "worst_abs": 1e-7, "first": 2.5, "then": 0.5}  # fmt: skip
+    differs = {**agrees, "agrees": False, "worst": "3.weight", "worst_ratio": 7.0}
+    failed = {"error": "NotImplementedError at compiled call 2: no (raised at x.py:1)"}
+    checks = {}
+    for start in ("cold", "warm"):
+        checks[start, "lamina.jit", "vgg", "train"] = failed
+        checks[start, "lamina.jit", "vgg", "infer"] = agrees
+        checks[start, "torch.compile", "vgg", "train"] = differs
+        checks[start, "torch.compile", "vgg", "infer"] = {**agrees, "first": 0.501}
+    names = ["lamina", "lamina.jit", "torch", "torch.compile"]
+    found = {"rss": 50 * 2**20, "pool": 10 * 2**20}
+    steps = {("lamina", "vgg"): found, ("torch", "vgg"): {"rss": 60 * 2**20, "pool": None}}
+    return convnet.Probes(1, checks, 32, steps if memory else {}, names)
+
+
+def test_the_report_of_compiled_models_names_what_failed_and_their_costs():
+    args = convnet_args(["--jit", "--batch", "1,32", "--model", "vgg"])
+    probes = _probes(memory=True)
+    assert probes.refused() == {
+        "lamina.jit": [["vgg", "train"]],
+        "torch.compile": [["vgg", "train"]],
+    }
+    cases = convnet._cases(args)
+    seconds = {"lamina": 0.4, "lamina.jit": 0.2, "torch": 0.1, "torch.compile": 0.05}
+    results = {
+        (c.model, c.mode, c.batch): {
+            (n, 2): None if c.mode == "train" and n in convnet.COMPILED else s
+            for n, s in seconds.items()
+        }
+        for c in cases
+    }
+    libs = [SimpleNamespace(name=n, version="1.0") for n in ("lamina", "torch")]
+    text = convnet.report(args, cases, results, libs, {}, probes)
+    assert not INTERNAL.findall(text), INTERNAL.findall(text)
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("model"))
+    assert re.split(r"\s{2,}", lines[header])[3:] == [
+        "lamina img/s", "lamina.jit img/s", "torch img/s", "torch.compile img/s",
+        "lamina/torch", "lamina.jit/lamina", "lamina.jit/torch.compile",
+    ]  # fmt: skip
+    assert lines[header + 2].split() == ["vgg", "train", "1", "2.5", "10.0", "0.25x"]
+    assert lines[header + 4].split()[3:] == [
+        "2.5",
+        "5.0",
+        "10.0",
+        "20.0",
+        "0.25x",
+        "2.00x",
+        "0.25x",
+    ]
+    assert "lamina.jit vgg train: NOT TIMED -- compiling or running it failed: " \
+        "NotImplementedError at compiled call 2" in text  # fmt: skip
+    assert "torch.compile vgg train: NOT TIMED -- differs from eager torch: loss 4.6 vs 4.6; " \
+        "worst '3.weight'" in text  # fmt: skip
+    assert "lamina.jit vgg infer: agrees with eager lamina (worst: 0.weight" in text
+    compile_times = next(i for i, line in enumerate(lines) if line.endswith("torch.compile warm"))
+    assert lines[compile_times + 2].split() == ["vgg", "train", "failed", "failed", "2.00", "2.00"]
+    assert lines[compile_times + 3].split() == ["vgg", "infer", "2.00", "2.00", "<0.01", "<0.01"]
+    assert "cold: the first such process, with the kernel and compiler caches as" in text
+    memory = lines[
+        lines.index(next(line for line in lines if line.startswith("model  lamina pool")))
+    ]
+    assert re.split(r"\s{2,}", memory) == ["model", "lamina pool", "lamina.jit pool", "lamina RSS",
+                                  "lamina.jit RSS", "torch RSS", "torch.compile RSS"]  # fmt: skip
+    assert lines[-1].split() == [
+        "vgg",
+        "10.0",
+        "not",
+        "run",
+        "50.0",
+        "not",
+        "run",
+        "60.0",
+        "not",
+        "run",
+    ]
+    assert "PyTorch on the CPU has no allocator counter" in text
+    without_memory = convnet.report(args, cases, results, libs, {}, _probes(memory=False))
+    assert "memory of a training step" not in without_memory
+
+
+def test_passes_are_checked_and_need_jit(capsys):
+    args = convnet_args(["--jit", "--passes", "fuse, dce"])
+    assert args.passes == ["fuse", "dce"]
+    assert convnet_args(["--jit", "--passes", ""]).passes == []  # none
+    with pytest.raises(SystemExit):
+        convnet_args(["--jit", "--passes", "fuse,nope"])
+    assert "unknown pass 'nope'; the passes are" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="needs --jit"):
+        main(["convnet", "--passes", "fuse"])

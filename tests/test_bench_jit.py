@@ -8,7 +8,7 @@ import pytest
 
 import lamina as lm
 from lamina.tools.bench import jit as bench
-from lamina.tools.bench import main
+from lamina.tools.bench import main, timing
 
 pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
 
@@ -131,5 +131,5 @@ def test_eager_pytorch_runs_the_same_workloads_and_agrees():
     torch = bench._library("torch")
     for workload, size in [("chain", 10), ("add8", 1), ("mlp", bench.MLP["batch"])]:
         timed = bench._case(torch, workload, size)
-        assert timed is not bench._not_run
+        assert timed is not timing.not_run
         timed()

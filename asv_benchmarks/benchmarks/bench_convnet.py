@@ -40,3 +40,47 @@ class TrainStep(Benchmark):
 
     def peakmem_train_step(self, model, n_threads):
         self.step()
+
+
+class CompiledTrainStep(Benchmark):
+    """``TrainStep`` with the model compiled by lamina.jit (forward and backward as one
+    joint graph; the loss and SGD step as in eager): ``bench convnet --jit``'s
+    lamina.jit column. Skipped on commits without lamina.jit, and for a model it cannot
+    train (the skip names the error)."""
+
+    params = [list(convnet.ARCHITECTURES), [1, 2]]
+    param_names = ["model", "threads"]
+
+    def setup(self, model, n_threads):
+        if n_threads > max_threads():
+            raise NotImplementedError
+        lib = memo(("convnet lamina",), convnet._lamina)
+        try:
+            compile_model = convnet.compiler("lamina.jit", None)
+        except (AttributeError, ImportError):
+            raise NotImplementedError("this commit has no lamina.jit") from None
+        self._threads = threads(n_threads)
+        self._threads.__enter__()
+
+        def make():
+            net = compile_model(convnet.build(convnet.ARCHITECTURES[model], lib))
+            return convnet.step(lib, net, "train", BATCH, "NCHW")
+
+        self.step = memo(("convnet compiled train step", model), make)
+        try:  # twice: the second call runs the compiled plans, as the timed ones do
+            warm(
+                ("convnet compiled train step", model, n_threads),
+                lambda: (self.step(), self.step()),
+            )
+        except Exception as e:
+            self._threads.__exit__(None, None, None)
+            raise NotImplementedError(f"lamina.jit cannot train {model}: {e}") from None
+
+    def teardown(self, model, n_threads):
+        self._threads.__exit__(None, None, None)
+
+    def time_train_step(self, model, n_threads):
+        self.step()
+
+    def peakmem_train_step(self, model, n_threads):
+        self.step()

@@ -3,7 +3,8 @@
 Subcommands:
 
     convnet   AlexNet-, VGG- and Inception-v1-like convnets: training and inference
-              images/s, lamina beside PyTorch (lamina.tools.bench.convnet)
+              images/s, lamina beside PyTorch; --jit adds both compiled, with compile
+              times and a training step's memory (lamina.tools.bench.convnet)
     distributed
               data-parallel training of an MLP and the convnets on 1 and 2 processes:
               images/s, scaling efficiency, overlap and all_reduce bandwidth, lamina

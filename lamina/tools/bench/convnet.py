@@ -21,6 +21,19 @@ PyTorch (``--plot`` draws them as bars). lamina runs with its pool allocator on
 (``--allocator off`` to measure it without), as the README advises for training:
 without it a training step takes thousands of page faults, which two threads then take
 in turn.
+
+``--jit`` adds each library's compiled models: lamina's (``lm.jit.compile(model)``:
+in training its forward and backward compiled as one joint graph, the loss and the SGD
+step as in eager; ``--passes`` picks the graph passes) and torch.compile's (inductor,
+static shapes), each timed in a process of its own beside the eager ones, with lamina
+compiled / eager and lamina compiled / torch.compile. Before that, fresh processes
+check every compiled model against its library's eager one (a training step's loss
+and gradients, an inference's outputs, within the same tolerances; one that fails or
+disagrees is reported and not timed) and measure its compile time, cold (the first
+process, with the caches as they are) and warm (a second one); and, where models
+train, each library's memory of a training step: lamina's pool allocator's peak
+bytes in use and, for both libraries, the growth of the process's peak resident
+memory (PyTorch on the CPU counts no allocated bytes).
 """
 
 from __future__ import annotations
@@ -29,12 +42,17 @@ import argparse
 import contextlib
 import functools
 import json
+import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -304,19 +322,27 @@ def compare_step(name, models, libs, input_of: Callable, y) -> Agreement:
         model.float()
     (loss, loss_ref), (mine, ref) = losses, grads
     ok = _ratio(np.float64(loss), np.float64(loss_ref), **LOSS_TOLERANCE) <= 1
+    worst, worst_ratio, worst_abs = _worst(mine, ref)
+    return Agreement(name, ok and worst_ratio <= 1, (loss, loss_ref), worst, worst_ratio, worst_abs)
+
+
+def _worst(mine: dict, ref: dict) -> tuple[str, float, float]:
+    """(name, max |difference| / tolerance, max |difference|) of the array of ``mine``
+    farthest from its namesake in ``ref`` within GRAD_TOLERANCE (infinite where one is
+    missing or of another shape)."""
     worst, worst_ratio, worst_abs = "", -1.0, 0.0
     largest = max((float(np.max(np.abs(g), initial=0.0)) for g in ref.values()), default=0.0)
     for n, g_ref in ref.items():
         g = mine.get(n)
         if g is None or g.shape != g_ref.shape:
-            return Agreement(name, False, (loss, loss_ref), n, float("inf"), float("inf"))
+            return n, float("inf"), float("inf")
         scale = max(float(np.max(np.abs(g_ref), initial=0.0)), ZERO_GRADIENT * largest, 1e-30)
         atol = GRAD_TOLERANCE["atol"] * scale
         r = _ratio(g, g_ref, GRAD_TOLERANCE["rtol"], atol)
         if r > worst_ratio:
             worst, worst_ratio = n, r
             worst_abs = float(np.max(np.abs(g - g_ref)))
-    return Agreement(name, ok and worst_ratio <= 1, (loss, loss_ref), worst, worst_ratio, worst_abs)
+    return worst, worst_ratio, worst_abs
 
 
 # ---------------------------------------------------------------- measuring
@@ -333,9 +359,15 @@ def step(lib: Lib, model, mode: str, batch: int, layout: str) -> Callable:
     """A function running one training step or one inference of ``batch`` images
     (``run_step``), the same inputs in every process (the random generator starts from
     the batch size)."""
+    return run_step(lib, model, mode, *inputs(lib, batch, layout))
+
+
+def inputs(lib: Lib, batch: int, layout: str) -> tuple:
+    """(images, classes) of a batch, the same in every process (the random generator
+    starts from the batch size)."""
     rng = np.random.default_rng(batch)
     x = lib.to_layout(lib.tensor(rng.standard_normal((batch, *IMAGE), dtype=np.float32)), layout)
-    return run_step(lib, model, mode, x, lib.tensor(rng.integers(0, CLASSES, batch)))
+    return x, lib.tensor(rng.integers(0, CLASSES, batch))
 
 
 def run_step(lib: Lib, model, mode: str, x, y) -> Callable:
@@ -396,17 +428,204 @@ def models_of(lib: Lib, states: dict, layout: str) -> dict:
 
 def runner(library: str, config: dict) -> timing.Runner:
     """One library's cases (Note [Separate processes] in lamina.tools.bench.timing):
-    the models of the weights file ``config["weights"]`` (``save_states``), on
-    ``config["threads"]`` threads until the runner closes."""
-    lib = _lamina() if library == "lamina" else _torch()
+    the models of the weights file ``config["weights"]`` (``save_states``), compiled
+    for a compiled library (``COMPILED``), on ``config["threads"]`` threads until the
+    runner closes. The (model, mode) pairs of ``config["refused"][library]`` are
+    not run."""
+    lib, models = prepared(eager_of(library), config, list(load_states(config["weights"])))
     layout = config["layout"]
-    models = models_of(lib, load_states(config["weights"]), layout)
-    cases = {
-        (m, mode, batch): functools.partial(step, lib, models[m], mode, batch, layout)
-        for m, mode, batch in config["cases"]
-    }
-    undo = timing.apply_settings(library, config, lib.get_threads, lib.set_threads)
+    compile_model = compiler(library, config.get("passes")) if library in COMPILED else None
+    refused = {tuple(pair) for pair in config.get("refused", {}).get(library, [])}
+    cases = {}
+    for m, mode, batch in config["cases"]:
+        if (m, mode) in refused:
+            cases[m, mode, batch] = lambda: timing.not_run
+            continue
+        # a compiled model per case: the compilers' caches hold only so many variants
+        model = models[m] if compile_model is None else compile_model(models[m])
+        cases[m, mode, batch] = functools.partial(step, lib, model, mode, batch, layout)
+    undo = timing.apply_settings(eager_of(library), config, lib.get_threads, lib.set_threads)
     return timing.Runner(library, cases, target=0.05, most=20, on_close=undo)
+
+
+# ---------------------------------------------------------------- compiled models
+
+# a compiled library: the eager library whose models it compiles
+COMPILED = {"lamina.jit": "lamina", "torch.compile": "torch"}
+RECOMPILE_LIMIT = 256  # torch.compile's variants of one model's forward (``compiler``)
+
+
+def eager_of(library: str) -> str:
+    return COMPILED.get(library, library)
+
+
+def compiler(library: str, passes: list[str] | None) -> Callable:
+    """model -> the model compiled by ``library``: lm.jit.compile (with ``passes``;
+    None: its default ones) or torch.compile (its default backend, inductor, with static
+    shapes as lamina.jit's default: torch.compile's default would compile a second
+    batch size again with symbolic ones)."""
+    if library == "lamina.jit":
+        import lamina as lm
+
+        options = {} if passes is None else {"passes": passes}
+        return lambda model: lm.jit.compile(model, **options)
+    import torch
+
+    # Dynamo limits the variants of one code object, and every model here runs
+    # Sequential.forward: past the default limit (8) a runner's later cases would run
+    # eagerly under torch.compile's heading (3 models x 2 modes x 2 batches did)
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
+    return functools.partial(torch.compile, dynamic=False)
+
+
+def prepared(library: str, config: dict, names: list[str]) -> tuple[Lib, dict]:
+    """The Lib of eager ``library`` and {model name: model} of ``names``, from the
+    weights file ``config["weights"]``."""
+    lib = _lamina() if library == "lamina" else _torch()
+    states = load_states(config["weights"])
+    return lib, models_of(lib, {n: states[n] for n in names}, config["layout"])
+
+
+def result_of(lib: Lib, model, call: Callable, mode: str, x, y) -> dict[str, np.ndarray]:
+    """What a compiled model must reproduce of its eager one: a training step's loss
+    and every gradient of ``model``'s parameters (forward by ``call``, the model or its
+    compiled form, cross-entropy loss, backward; no SGD step: the weights stay as they
+    are), or an inference's outputs."""
+    if mode == "infer":
+        model.eval()
+        with lib.no_grad():
+            return {"output": lib.numpy(call(x)).copy()}
+    model.train()
+    model.zero_grad()
+    loss = lib.nn.CrossEntropyLoss()(call(x), y)
+    loss.backward()
+    found = {n: lib.numpy(p.grad).copy() for n, p in model.named_parameters()}
+    return {"loss": np.asarray(lib.numpy(loss), np.float64), **found}
+
+
+def _error_text(e: Exception, call: int) -> str:
+    """An exception of the compiled model's ``call``-th call in one line: its type, its
+    message's first line, and where it was raised (in lamina's packages, relative to
+    the folder that holds them)."""
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
+    where = frame.filename
+    if where.startswith(root + os.sep):
+        where = os.path.relpath(where, root)
+    message = (str(e).strip().splitlines() or [""])[0]
+    return (
+        f"{type(e).__name__} at compiled call {call}: {message} (raised at {where}:{frame.lineno})"
+    )
+
+
+def first_calls(config: dict, path: str) -> None:
+    """In a fresh process (``fresh``): ``config["model"]``'s result (``result_of``) in
+    ``config["mode"]`` at ``config["batch"]``, eagerly twice (the first call loads the
+    kernels), then compiled by ``config["library"]`` four times. Writes to ``path``
+    (JSON) the first compiled call's seconds, the median of the other three, and how far
+    the compiled result is from the eager one (``_worst``; the loss within
+    LOSS_TOLERANCE), or the error compiling or running the compiled model raised."""
+    library, name, mode = config["library"], config["model"], config["mode"]
+    lib, models = prepared(eager_of(library), config, [name])
+    timing.apply_settings(eager_of(library), config, lib.get_threads, lib.set_threads)
+    x, y = inputs(lib, config["batch"], config["layout"])
+    model = models[name]
+    for _ in range(2):
+        want = result_of(lib, model, model, mode, x, y)
+    compiled = compiler(library, config.get("passes"))(model)
+    seconds = []
+    try:
+        for _ in range(4):
+            start = time.perf_counter()
+            got = result_of(lib, model, compiled, mode, x, y)
+            seconds.append(time.perf_counter() - start)
+    except Exception as e:
+        found = {"error": _error_text(e, len(seconds) + 1)}
+    else:
+        loss = [float(got.pop("loss")), float(want.pop("loss"))] if mode == "train" else None
+        worst, ratio, difference = _worst(got, want)
+        loss_ok = loss is None or _ratio(np.float64(loss[0]), loss[1], **LOSS_TOLERANCE) <= 1
+        found = {
+            "agrees": loss_ok and ratio <= 1,
+            "loss": loss,
+            "worst": worst,
+            "worst_ratio": ratio,
+            "worst_abs": difference,
+            "first": seconds[0],
+            "then": statistics.median(seconds[1:]),
+        }
+    with open(path, "w") as f:
+        json.dump(found, f)
+
+
+def step_memory(config: dict, path: str) -> None:
+    """In a fresh process (``fresh``): three training steps of ``config["model"]`` at
+    ``config["batch"]`` in ``config["library"]``. Writes to ``path`` (JSON) the
+    increase of the process's peak resident memory over them ("rss", bytes) and, for
+    lamina with its pool allocator on, the pool's peak bytes in use during the third
+    above those in use before it ("pool", else None)."""
+    library, name = config["library"], config["model"]
+    lib, models = prepared(eager_of(library), config, [name])
+    timing.apply_settings(eager_of(library), config, lib.get_threads, lib.set_threads)
+    model = models[name]
+    if library in COMPILED:
+        model = compiler(library, config.get("passes"))(model)
+    train = run_step(lib, model, "train", *inputs(lib, config["batch"], config["layout"]))
+    before = _peak_rss()
+    train()
+    train()
+    pool = None
+    if eager_of(library) == "lamina" and config["allocator"]:
+        import lamina as lm
+
+        lm.memory.reset_stats()  # the peak starts again from the bytes in use now
+        resting = lm.memory.stats()["bytes_in_use"]
+        train()
+        pool = lm.memory.stats()["peak_bytes_in_use"] - resting
+    else:
+        train()
+    with open(path, "w") as f:
+        json.dump({"rss": _peak_rss() - before, "pool": pool}, f)
+
+
+def _peak_rss() -> int:
+    """The process's peak resident memory so far, in bytes: Linux's VmHWM where there
+    is one, since getrusage's peak on Linux starts from the parent's at fork (a bench
+    that imported PyTorch and built the models would hide a child's whole growth);
+    else getrusage's (KiB on Linux, bytes on macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(line for line in f if line.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
+    except (OSError, StopIteration):
+        import resource  # Unix only
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def fresh(function: str, config: dict) -> dict | None:
+    """What ``function(config, path)`` of this module wrote to ``path`` in a fresh
+    Python process; None where that process failed (then what it printed goes to
+    stderr; otherwise nothing of it: compilers' warnings would bury the report)."""
+    with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
+        path = os.path.join(tmp, "result.json")
+        code = (
+            f"import json; from lamina.tools.bench.convnet import {function}; "
+            f"{function}(json.loads({json.dumps(config)!r}), {path!r})"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        if done.returncode != 0:
+            print(done.stdout, file=sys.stderr)
+            return None
+        with open(path) as f:
+            return json.load(f)
 
 
 def _states(models: dict) -> dict:
@@ -418,8 +637,10 @@ def _states(models: dict) -> dict:
 
 
 def measure(args):
-    """(cases, {(model, mode, batch): {(library, threads): median seconds}}, libraries,
-    {model: Agreement}); models that disagree with PyTorch are left out of the results.
+    """(cases, {(model, mode, batch): {(library, threads): median seconds, None where
+    not run}}, libraries, {model: Agreement}, Probes with ``--jit``, else None); models
+    that disagree with PyTorch are left out of the results, compiled models that fail
+    or disagree with their eager ones are not run (``probe_compiled``).
     Every thread count of ``args.threads`` has runners of its own, and all of them are
     interleaved round by round, so that the scaling columns compare samples taken
     side by side."""
@@ -444,14 +665,26 @@ def measure(args):
             agreements[name] = check_agreement(name, models[name], libs, args.layout)
             print(agreements[name].message(), file=sys.stderr)
     cases = [c for c in cases if c.model not in agreements or agreements[c.model].ok]
-    results = time_cases("convnet", [lib.name for lib in libs], states, cases, args)
-    return cases, results, libs, agreements
+    names = timed_libraries(args, [lib.name for lib in libs])
+    probes = probe_compiled(args, states, cases, names) if args.jit else None
+    refused = probes.refused() if probes else {}
+    results = time_cases("convnet", names, states, cases, args, passes=args.passes, refused=refused)
+    return cases, results, libs, agreements, probes
 
 
-def time_cases(module: str, names: list[str], states: dict, cases: list[Case], args) -> dict:
-    """{(model, mode, batch): {(library, threads): median seconds}} of ``cases``, timed
-    by the runners of bench ``module`` (its ``runner(library, config)``) for the
-    libraries ``names``, with the models' weights ``states`` (``save_states``)."""
+def timed_libraries(args, eager: list[str]) -> list[str]:
+    """The eager libraries ``eager``, each followed with ``--jit`` by its compiler."""
+    compilers = {e: c for c, e in COMPILED.items()} if args.jit else {}
+    return [n for e in eager for n in (e, compilers.get(e)) if n]
+
+
+def time_cases(
+    module: str, names: list[str], states: dict, cases: list[Case], args, **config
+) -> dict:
+    """{(model, mode, batch): {(library, threads): median seconds, None where not run}}
+    of ``cases``, timed by the runners of bench ``module`` (its ``runner(library,
+    config)``) for the libraries ``names``, with the models' weights ``states``
+    (``save_states``) and ``config`` added to the runners' config."""
     states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
     allocator = timing.allocator_wanted(args)
     with (
@@ -468,13 +701,14 @@ def time_cases(module: str, names: list[str], states: dict, cases: list[Case], a
                 "threads": threads,
                 "allocator": allocator,
                 "cases": [[c.model, c.mode, c.batch] for c in cases],
+                **config,
             }
             tag = f" {threads}t"
             runners += on.enter_context(timing.started(module, names, config, args.in_process, tag))
         samples = timing.time_rounds(runners, len(cases), args.rounds, args.settle)
     return {
         (c.model, c.mode, c.batch): {
-            (n, t): statistics.median(samples[c.model, c.mode, c.batch, f"{n} {t}t"])
+            (n, t): _median(samples[c.model, c.mode, c.batch, f"{n} {t}t"])
             for n in names
             for t in args.threads
         }
@@ -482,37 +716,143 @@ def time_cases(module: str, names: list[str], states: dict, cases: list[Case], a
     }
 
 
+def _median(samples: list) -> float | None:
+    return None if None in samples else statistics.median(samples)
+
+
+@dataclass
+class Probes:
+    """What fresh processes found of the compiled models (``probe_compiled``)."""
+
+    batch: int  # of the agreement check and the compile times
+    checks: dict  # {(start, library, model, mode): first_calls' result, None if it failed}
+    memory_batch: int
+    memory: dict  # {(library, model): step_memory's result, None if it failed}
+    libraries: list[str]  # all timed, eager and compiled
+
+    def check(self, library: str, model: str, mode: str) -> dict | None:
+        """The cold start's result: its agreement check decides what is timed."""
+        return self.checks["cold", library, model, mode]
+
+    def refused(self) -> dict[str, list[list[str]]]:
+        """{compiled library: [[model, mode] that failed or disagree with eager]}."""
+        found = {}
+        for start, library, model, mode in self.checks:
+            check = self.check(library, model, mode)
+            if start == "cold" and (check is None or not check.get("agrees")):
+                found.setdefault(library, []).append([model, mode])
+        return found
+
+
+def probe_compiled(args, states: dict, cases: list[Case], names: list[str]) -> Probes:
+    """Each compiled library's models checked against their eager ones and their compile
+    times (``first_calls``), in a fresh process each, cold then warm (a second process
+    after the first); and, where ``cases`` train, each library's memory of a training
+    step at the largest batch (``step_memory``)."""
+    pairs = list(dict.fromkeys((c.model, c.mode) for c in cases))
+    compilers = [n for n in names if n in COMPILED]
+    trained = list(dict.fromkeys(c.model for c in cases if c.mode == "train"))
+    total = 2 * len(compilers) * len(pairs) + len(names) * len(trained)
+    probes = Probes(min(args.batch), {}, max(args.batch), {}, names)
+    with tempfile.TemporaryDirectory(prefix="lamina-convnet-") as tmp:
+        weights = os.path.join(tmp, "weights.npz")
+        save_states(weights, states)
+        config = {
+            "weights": weights,
+            "layout": args.layout,
+            "threads": args.threads[0],
+            "allocator": timing.allocator_wanted(args),
+            "passes": args.passes,
+        }
+        for start in ("cold", "warm"):
+            for library in compilers:
+                for model, mode in pairs:
+                    timing.progress(len(probes.checks), total, f"{start} {library} {model} {mode}")
+                    asked = {"library": library, "model": model, "mode": mode}
+                    found = fresh("first_calls", {**config, **asked, "batch": probes.batch})
+                    probes.checks[start, library, model, mode] = found
+                    if start == "cold":
+                        print(_check_message(library, model, mode, found), file=sys.stderr)
+        refused = probes.refused()
+        for model in trained:
+            for library in names:
+                if [model, "train"] in refused.get(library, []):
+                    continue
+                done = len(probes.checks) + len(probes.memory)
+                timing.progress(done, total, f"memory {library} {model}")
+                asked = {"library": library, "model": model, "batch": probes.memory_batch}
+                probes.memory[library, model] = fresh("step_memory", {**config, **asked})
+    timing.progress(total, total, "compiled models probed")
+    return probes
+
+
+def _check_message(library: str, model: str, mode: str, found: dict | None) -> str:
+    """A line saying whether ``library``'s compiled ``model`` agrees with its eager one."""
+    what = f"{library} {model} {mode}: "
+    if found is None:
+        return what + "NOT TIMED -- its process failed (its error is above)"
+    if "error" in found:
+        return what + f"NOT TIMED -- compiling or running it failed: {found['error']}"
+    against = f"eager {eager_of(library)}"
+    if found["agrees"]:
+        return (
+            what + f"agrees with {against} (worst: {found['worst']}, "
+            f"{found['worst_ratio']:.2g} of the tolerance)"
+        )
+    loss = "" if found["loss"] is None else "loss {:.6g} vs {:.6g}; ".format(*found["loss"])
+    return (
+        what + f"NOT TIMED -- differs from {against}: {loss}worst {found['worst']!r} off by "
+        f"{found['worst_abs']:.3g} ({found['worst_ratio']:.3g} times the tolerance)"
+    )
+
+
 # ---------------------------------------------------------------- reporting
 
 
-def _columns(args, peer: bool, unit: str = "img/s") -> list[tuple[str, Callable]]:
+def _columns(
+    args, peer: bool, unit: str = "img/s", compiled: bool = False
+) -> list[tuple[str, Callable]]:
     """(heading, cell(batch, one case's results)) of the table's measured columns: per
     thread count lamina's ``unit`` (items per second), and PyTorch's with lamina /
-    PyTorch; with several thread counts, then each library's scaling from the first
-    count to the last."""
-    counts, libs = args.threads, ["lamina", "torch"] if peer else ["lamina"]
+    PyTorch; with ``compiled``, each library's compiled model's beside it, with lamina
+    compiled / eager and lamina compiled / torch.compile; with several thread counts,
+    then each library's scaling from the first count to the last. A case a library did
+    not run (None) has empty cells."""
+    counts = args.threads
+    libs = timed_libraries(
+        SimpleNamespace(jit=compiled), ["lamina", "torch"] if peer else ["lamina"]
+    )
+    ratios = [("lamina", "torch")] if peer else []
+    if compiled:
+        ratios += [("lamina.jit", "lamina")] + ([("lamina.jit", "torch.compile")] if peer else [])
     several = len(counts) > 1
 
     def rate(lib, t):
-        return lambda b, r: f"{b / r[lib, t]:.1f}"
+        return lambda b, r: "" if r[lib, t] is None else f"{b / r[lib, t]:.1f}"
 
-    def ratio(t):
-        return lambda b, r: f"{r['torch', t] / r['lamina', t]:.2f}x"
+    def ratio(over, under, t):
+        return lambda b, r: _times(r[under, t], r[over, t])
 
     def scaling(lib):
-        return lambda b, r: f"{r[lib, counts[0]] / r[lib, counts[-1]]:.2f}x"
+        return lambda b, r: _times(r[lib, counts[0]], r[lib, counts[-1]])
 
     columns = []
     for t in counts:
         at = f" {t}t" if several else f" {unit}"
-        columns.append((f"lamina{at}", rate("lamina", t)))
-        if peer:
-            columns.append((f"torch{at}", rate("torch", t)))
-            columns.append((f"lamina/torch{f' {t}t' if several else ''}", ratio(t)))
+        columns += [(f"{lib}{at}", rate(lib, t)) for lib in libs]
+        columns += [
+            (f"{over}/{under}{f' {t}t' if several else ''}", ratio(over, under, t))
+            for over, under in ratios
+        ]
     if several:
         for lib in libs:
             columns.append((f"{lib} {counts[-1]}t/{counts[0]}t", scaling(lib)))
     return columns
+
+
+def _times(a: float | None, b: float | None) -> str:
+    """a / b as "1.23x"; empty where either is missing."""
+    return "" if a is None or b is None else f"{a / b:.2f}x"
 
 
 # the models' names in titles (ARCHITECTURES' keys are what --model takes)
@@ -528,7 +868,7 @@ def _models_title(args) -> str:
     return f"{'-, '.join(names[:-1])}- and {names[-1]}-like convnets"
 
 
-def report(args, cases, results, libs, agreements) -> str:
+def report(args, cases, results, libs, agreements, probes=None) -> str:
     peer = len(libs) > 1
     versions = " and ".join(f"{lib.name} {lib.version}" for lib in libs)
     threads = ", ".join(map(str, args.threads))
@@ -537,12 +877,14 @@ def report(args, cases, results, libs, agreements) -> str:
         f"{_models_title(args)} on {'x'.join(map(str, IMAGE))} float32 images, "
         f"{CLASSES} classes, layout {args.layout}, {threads} thread(s), images/s "
         f"(median of {args.rounds} rounds; {versions}"
-        + (", interleaved" if peer else "")
+        + (", interleaved" if peer or probes else "")
         + (", in this process" if args.in_process else ", each in its own process")
-        + f"; lamina's pool allocator {args.allocator})",
+        + f"; lamina's pool allocator {args.allocator}"
+        + (f"; lamina.jit's passes: {_passes_text(args.passes)}" if probes else "")
+        + ")",
         "",
     ]
-    columns = _columns(args, peer)
+    columns = _columns(args, peer, compiled=probes is not None)
     head = ["model", "mode", "batch"] + [name for name, _ in columns]
     rows = []
     for c in cases:
@@ -556,7 +898,101 @@ def report(args, cases, results, libs, agreements) -> str:
         lines.append("")
         lines += [a.message() for a in agreements.values()]
         lines.append(tolerance_text(CHECK_BATCH))
+    if probes:
+        lines += compiled_report(args, probes)
     return "\n".join(lines)
+
+
+def _passes_text(passes: list[str] | None) -> str:
+    if passes is None:
+        return "the default ones"
+    return ", ".join(passes) or "none"
+
+
+def _seconds(found: dict | None) -> str:
+    """A compile time: the first compiled call's seconds minus the next ones'."""
+    if found is None or "error" in found:
+        return "failed"
+    seconds = found["first"] - found["then"]
+    return "<0.01" if seconds < 0.005 else f"{seconds:.2f}"  # below: the calls' noise
+
+
+def _mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:.1f}"
+
+
+def compiled_report(args, probes: Probes) -> list[str]:
+    """The report's lines on the compiled models: their agreement with the eager ones,
+    their compile times and the memory of a training step."""
+    compilers = list(dict.fromkeys(library for _, library, _, _ in probes.checks))
+    pairs = list(dict.fromkeys((model, mode) for _, _, model, mode in probes.checks))
+    lines = ["", "compiled models against their eager ones, before timing:"]
+    lines += [
+        _check_message(library, model, mode, probes.check(library, model, mode))
+        for library in compilers
+        for model, mode in pairs
+    ]
+    lines.append(
+        f"(at batch {probes.batch} in float32; a training step's loss within rtol "
+        f"{LOSS_TOLERANCE['rtol']:g} + atol {LOSS_TOLERANCE['atol']:g}, each gradient and "
+        f"an inference's outputs within rtol {GRAD_TOLERANCE['rtol']:g} + atol "
+        f"{GRAD_TOLERANCE['atol']:g} x its largest |value|)"
+    )
+    lines += [
+        "",
+        f"compile time, seconds: in a fresh process, at batch {probes.batch} on "
+        f"{args.threads[0]} thread(s), the first compiled call minus the median of the next "
+        "three, after two eager calls loaded the kernels; cold: the first such process, "
+        "with the kernel and compiler caches as this machine has them (empty only the first "
+        "time lamina.jit or TorchInductor compiles these models here), warm: a second "
+        "process after it",
+        "",
+    ]
+    head = ["model", "mode"] + [f"{c} {start}" for c in compilers for start in ("cold", "warm")]
+    rows = [
+        [model, mode]
+        + [
+            _seconds(probes.checks[start, c, model, mode])
+            for c in compilers
+            for start in ("cold", "warm")
+        ]
+        for model, mode in pairs
+    ]
+    lines += output.table(head, rows, left=2)
+    if probes.memory:
+        lines += _memory_report(probes)
+    return lines
+
+
+def _memory_report(probes: Probes) -> list[str]:
+    libraries = probes.libraries
+    models = list(dict.fromkeys(model for _, model in probes.memory))
+    pooled = [n for n in libraries if eager_of(n) == "lamina"]
+    lines = [
+        "",
+        f"memory of a training step at batch {probes.memory_batch}, MiB: pool, lamina's "
+        "pool allocator's peak bytes in use during one step (after two) above those in "
+        "use before it (lm.memory.stats(); arrays of at least its threshold, 128 KiB by "
+        "default, at their size class); RSS, the increase of the process's peak resident "
+        "memory over its first three steps (coarse: it includes loading the "
+        "kernels and compiling, and PyTorch on the CPU has no allocator counter)",
+        "",
+    ]
+    head = ["model"] + [f"{n} pool" for n in pooled] + [f"{n} RSS" for n in libraries]
+
+    def cell(library, model, what):
+        if (library, model) not in probes.memory:
+            return "not run"  # the compiled model failed or disagrees
+        found = probes.memory[library, model]
+        return "failed" if found is None else _mib(found[what])
+
+    rows = [
+        [model]
+        + [cell(n, model, "pool") for n in pooled]
+        + [cell(n, model, "rss") for n in libraries]
+        for model in models
+    ]
+    return lines + output.table(head, rows, left=1)
 
 
 def tolerance_text(batch: int) -> str:
@@ -569,15 +1005,15 @@ def tolerance_text(batch: int) -> str:
     )
 
 
-def _json(args, cases, results, libs, agreements) -> str:
+def _json(args, cases, results, libs, agreements, probes=None) -> str:
     rows = []
     for c in cases:
         r = results[c.model, c.mode, c.batch]
         for t in args.threads:
             row = {"model": c.model, "mode": c.mode, "batch": c.batch, "threads": t}
-            for lib in libs:
-                row[f"{lib.name}_seconds"] = r[lib.name, t]
-                row[f"{lib.name}_images_per_second"] = c.batch / r[lib.name, t]
+            for name in dict.fromkeys(n for n, _ in r):  # None: not run
+                row[f"{name}_seconds"] = r[name, t]
+                row[f"{name}_images_per_second"] = r[name, t] and c.batch / r[name, t]
             rows.append(row)
     out = {
         "threads": args.threads,
@@ -603,17 +1039,43 @@ def _json(args, cases, results, libs, agreements) -> str:
         },
         "results": rows,
     }
+    if probes:
+        out["compiled"] = {
+            "passes": args.passes,
+            "check_batch": probes.batch,
+            "first_calls": [
+                {
+                    "start": start,
+                    "library": library,
+                    "model": model,
+                    "mode": mode,
+                    **(found or {"error": "its process failed"}),
+                }
+                for (start, library, model, mode), found in probes.checks.items()
+            ],
+            "memory_batch": probes.memory_batch,
+            "memory_bytes": [
+                {"library": library, "model": model, **(found or {"error": "its process failed"})}
+                for (library, model), found in probes.memory.items()
+            ],
+        }
     return json.dumps(out, indent=2)
 
 
 def plot(path, args, cases, results, libs) -> None:
-    """images/s as grouped bars (``draw_rates``)."""
+    """images/s as grouped bars (``draw_rates``), with ``--jit`` the compiled models'
+    beside their libraries'."""
     title = (
         f"{_models_title(args)}: images/s, {{libraries}}\n"
         f"{'x'.join(map(str, IMAGE))} float32 images, layout {args.layout}, "
         f"median of {args.rounds} rounds"
     )
-    draw_rates(path, cases, results, libs, args.batch, args.threads, "images/s", title)
+    versions = {lib.name: lib.version for lib in libs}
+    drawn = [
+        SimpleNamespace(name=n, version=versions[eager_of(n)])
+        for n in timed_libraries(args, list(versions))
+    ]
+    draw_rates(path, cases, results, drawn, args.batch, args.threads, "images/s", title)
 
 
 def draw_rates(path, cases, results, libs, batches, threads, unit: str, title: str) -> None:
@@ -625,7 +1087,12 @@ def draw_rates(path, cases, results, libs, batches, threads, unit: str, title: s
     groups = list(dict.fromkeys((c.model, c.mode) for c in cases))
     if not groups:
         raise SystemExit("--plot: nothing was timed, so there is nothing to plot")
-    maps = {"lamina": plt.cm.Blues, "torch": plt.cm.Oranges}
+    maps = {
+        "lamina": plt.cm.Blues,
+        "lamina.jit": plt.cm.Greens,
+        "torch": plt.cm.Oranges,
+        "torch.compile": plt.cm.Reds,
+    }
     names = {
         lib.name: f"{'PyTorch' if lib.name == 'torch' else lib.name} {lib.version}" for lib in libs
     }
@@ -639,14 +1106,16 @@ def draw_rates(path, cases, results, libs, batches, threads, unit: str, title: s
         sharey=True,
         squeeze=False,
     )
-    rates = [c.batch / s for c in cases for s in results[c.model, c.mode, c.batch].values()]
+    rates = [c.batch / s for c in cases for s in results[c.model, c.mode, c.batch].values() if s]
     for ax, t in zip(axes[:, 0], threads):
         for i, (lib, b) in enumerate(bars):
             shade = 0.45 + 0.45 * batches.index(b) / max(1, len(batches) - 1)
             xs = [g + (i - (len(bars) - 1) / 2) * width for g in range(len(groups))]
-            ys = [b / results[m, mode, b][lib, t] for m, mode in groups]
+            seconds = [results[m, mode, b][lib, t] for m, mode in groups]
+            ys = [math.nan if s is None else b / s for s in seconds]  # None: not run
             drawn = ax.bar(xs, ys, width, color=maps[lib](shade), label=f"{names[lib]}, batch {b}")
-            ax.bar_label(drawn, [f"{y:.0f}" for y in ys], fontsize=7, rotation=90, padding=2)
+            labels = ["" if math.isnan(y) else f"{y:.0f}" for y in ys]
+            ax.bar_label(drawn, labels, fontsize=7, rotation=90, padding=2)
         # a log scale keeps equal ratios equally tall across models whose rates differ by
         # decades; its bottom is set below the lowest bar, which would otherwise vanish,
         # its top leaves room for the value labels
@@ -702,6 +1171,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     timing.add_allocator_option(p)
     timing.add_library_options(p)
+    p.add_argument(
+        "--jit",
+        action="store_true",
+        help="add each library's compiled models (lm.jit.compile, torch.compile): images/s, "
+        "compile times and the memory of a training step",
+    )
+    p.add_argument(
+        "--passes",
+        type=_passes,
+        default=None,
+        help="with --jit, lamina.jit's graph passes, comma-separated, in order (default: "
+        "its default ones; '' for none), to measure one pass's effect",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument(
         "--plot",
@@ -710,11 +1192,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _passes(text: str) -> list[str]:
+    """The parser of ``--passes``: names of lamina.jit's graph passes."""
+    from lamina.jit import PASSES
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PASSES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"--passes: unknown pass {unknown[0]!r}; the passes are {', '.join(PASSES)}"
+        )
+    return names
+
+
 def run(args) -> None:
     if args.rounds < 1:
         raise SystemExit("--rounds must be positive")
     if args.in_process and len(args.threads) > 1:
         raise SystemExit("--in-process times one thread count: a library's is process-wide")
+    if args.passes is not None and not args.jit:
+        raise SystemExit("--passes chooses lamina.jit's passes: it needs --jit")
     if args.plot:
         output.pyplot()  # fail before measuring, not after
     measured = measure(args)

@@ -230,12 +230,6 @@ def agree(library: str, what: str, got, want) -> None:
         )
 
 
-def _not_run() -> None:
-    """The function timed for a workload a library cannot run (NumPy's training step, a
-    torch.compile that fails): every runner has the same cases, and its times are None
-    (``_Runner``)."""
-
-
 def _first_call(lib: Lib, what: str, call: Callable) -> Any:
     """``call()``, which compiles; where torch.compile cannot work (no C++ compiler),
     None and a line saying so. lamina.jit's failures are reported as they are."""
@@ -259,14 +253,14 @@ def elementwise_case(lib: Lib, what: str, fn: Callable, arrays: list, reference:
     run = lib.compile(fn)
     got = _first_call(lib, what, lambda: lib.numpy(run(*tensors)))
     if got is None:
-        return _not_run
+        return timing.not_run
     agree(lib.name, what, got, reference(*(a.astype(np.float64) for a in arrays)))
     return lambda: run(*tensors)
 
 
 def mlp_case(lib: Lib) -> Callable:
     if lib.mlp is None:
-        return _not_run
+        return timing.not_run
     data = mlp_data()
     model = lib.mlp()
     model.load_state_dict({k: lib.tensor(v.copy()) for k, v in data.items() if "." in k})
@@ -284,7 +278,7 @@ def mlp_case(lib: Lib) -> Callable:
 
     loss = _first_call(lib, "the MLP training step", lambda: lib.numpy(train_step()))
     if loss is None:
-        return _not_run
+        return timing.not_run
     want = mlp_reference()
     agree(lib.name, "MLP training step: loss", loss, want["loss"])
     for name, p in model.named_parameters():
@@ -306,14 +300,6 @@ def _case(lib: Lib, workload: str, size: int) -> Callable:
 # ---------------------------------------------------------------- measuring
 
 
-class _Runner(timing.Runner):
-    """A Runner whose cases that did not run (``_not_run``) time as None."""
-
-    def round(self):
-        for key, seconds in super().round():
-            yield key, None if self.runs[key][0] is _not_run else seconds
-
-
 def runner(library: str, config: dict) -> timing.Runner:
     """One library's cases ``config["cases"]`` ([workload, size] pairs) on one thread."""
     lib = _library(library)
@@ -323,7 +309,7 @@ def runner(library: str, config: dict) -> timing.Runner:
     }
     settings_of = "lamina" if library.startswith("lamina") else library  # the pool allocator
     undo = timing.apply_settings(settings_of, config, lib.get_threads, lib.set_threads)
-    return _Runner(
+    return timing.Runner(
         library, cases, target=config["target"], prime=config["target"], most=10**4, on_close=undo
     )
 

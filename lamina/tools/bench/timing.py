@@ -64,6 +64,12 @@ def calls_per_sample(fn: Callable, target: float, most: int) -> int:
 PRIME_SECONDS = 0.1  # the untimed run before each sample lasts at least this (Runner)
 
 
+def not_run() -> None:
+    """The function timed for a case a library cannot or may not run (NumPy's training
+    step, a torch.compile that fails, a compiled model that disagrees with its eager
+    one): every runner has the same cases, and this one's times are None."""
+
+
 class Runner:
     """Times one library's cases in the calling process. ``cases`` maps a key (a
     tuple of JSON scalars) to a function making the function to time (so that inputs
@@ -79,8 +85,9 @@ class Runner:
     bench's VGG at batch 32 on two threads, took 106-110 ms right after the pause and
     79-83 back to back (on one thread 126 and 125: the idle second CPU is slow to come
     back), and bench nn's first case, the NCHW convolution, 18-21 ms after one untimed
-    call against 10.6-10.9 back to back. ``close`` calls
-    ``on_close`` (restoring what the runner changed, such as thread counts)."""
+    call against 10.6-10.9 back to back. A case whose function is ``not_run`` times
+    as None. ``close`` calls ``on_close`` (restoring what the runner changed, such as
+    thread counts)."""
 
     def __init__(
         self,
@@ -108,6 +115,9 @@ class Runner:
     def round(self) -> Iterator[tuple[tuple, float]]:
         """Yields (key, seconds per call) for every case."""
         for key, (fn, number) in self.runs.items():
+            if fn is not_run:
+                yield key, None
+                continue
             primed = time.perf_counter() + self.prime
             for i in itertools.count():
                 fn()
@@ -266,7 +276,9 @@ def started(module: str, libraries: list[str], config: dict, in_process: bool, t
             runners[-1].name = library + tag
         yield runners
     finally:
-        for runner in runners:
+        # last first: runners in this process that change one library's settings (eager
+        # and compiled lamina) each restore what the one before them found
+        for runner in reversed(runners):
             runner.close()
 
 
