@@ -8,7 +8,9 @@ must not be returned (each call of the program returns tensors of its own). The 
 calls become one ``hoisted`` node at the top of the graph, which runs them (their own
 plan) when the storage or the version counter (Note [Version counters]) of a tensor
 they read differs from the last run's, and otherwise hands back the last run's results:
-an optimizer step, a ``load_state_dict`` or any in-place write to a parameter is seen.
+an optimizer step, a ``load_state_dict`` or any in-place operation on a parameter is
+seen (a write through a NumPy view of it, ``p.numpy()[...] = v``, is not: version
+counters do not see it, in PyTorch either).
 A graph that writes a tensor in place is left alone: a hoisted call would read the
 tensor before a write that it followed.
 """
