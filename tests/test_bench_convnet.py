@@ -104,8 +104,16 @@ def test_command_prints_a_table(where, capsys):
     assert row[:3] == ["alexnet", "infer", "1"] and float(row[3]) > 0
 
 
-def test_several_thread_counts_give_a_column_each_and_the_scaling(capsys):
+def test_several_thread_counts_give_a_column_each_and_the_scaling(capsys, monkeypatch):
+    configs = []
+    started = timing.started
+    monkeypatch.setattr(
+        timing,
+        "started",
+        lambda m, n, config, *a: configs.append(config) or started(m, n, config, *a),
+    )
     main([*QUICK, "--no-torch", "--threads", "1,2", "--json"])
+    assert [c["threads"] for c in configs] == [1, 2]  # each runner on its own count
     rows = json.loads(capsys.readouterr().out)["results"]
     assert [(r["model"], r["batch"], r["threads"]) for r in rows] == [
         ("alexnet", 1, 1),

@@ -679,12 +679,12 @@ def timed_libraries(args, eager: list[str]) -> list[str]:
 
 
 def time_cases(
-    module: str, names: list[str], states: dict, cases: list[Case], args, **config
+    module: str, names: list[str], states: dict, cases: list[Case], args, **extra
 ) -> dict:
     """{(model, mode, batch): {(library, threads): median seconds, None where not run}}
     of ``cases``, timed by the runners of bench ``module`` (its ``runner(library,
     config)``) for the libraries ``names``, with the models' weights ``states``
-    (``save_states``) and ``config`` added to the runners' config."""
+    (``save_states``) and ``extra`` added to the runners' config."""
     states = {name: state for name, state in states.items() if any(c.model == name for c in cases)}
     allocator = timing.allocator_wanted(args)
     with (
@@ -701,7 +701,7 @@ def time_cases(
                 "threads": threads,
                 "allocator": allocator,
                 "cases": [[c.model, c.mode, c.batch] for c in cases],
-                **config,
+                **extra,
             }
             tag = f" {threads}t"
             runners += on.enter_context(timing.started(module, names, config, args.in_process, tag))
