@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import keys
 from .schema import Operator
 
 Shape = tuple[int, ...]
@@ -186,6 +187,8 @@ def _common_order_operand(args: tuple) -> Any:
     """An elementwise call's first tensor operand when every tensor operand has its
     shape and one dense order that is not C order (the others being 0-d), else None."""
     tensors = [a for a in args if hasattr(a, "_shape")]
+    if any(t._ks & keys.SPARSE for t in tensors):  # no strides: a sparse result is COO
+        return None
     full = [t for t in tensors if t._shape]
     if not full or any(t._shape != full[0]._shape for t in full):
         return None
