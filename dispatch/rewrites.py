@@ -84,23 +84,21 @@ def _batch_norm_relu(x: Any, batch_norm: Stage, relu: Stage) -> Any:
     return op(*args, True)[0]
 
 
-@rewrite(
-    "conv2d_relu",
-    ("conv2d", "relu"),
-    exact=True,
-    doc="relu(conv2d(x)) as one convolution whose bias pass writes max(y, 0) "
-    "(Note [Fused epilogues])",
-)
-def _conv2d_relu(x: Any, conv2d: Stage, relu: Stage) -> Any:
-    return OPERATORS["conv2d_relu"](*conv2d(x))
+def _relu_epilogue(base: str) -> None:
+    """``base`` followed by relu as the operator ``{base}_relu``, whose bias pass
+    writes max(y, 0) (Note [Fused epilogues])."""
+    fused = f"{base}_relu"
+
+    @rewrite(
+        fused,
+        (base, "relu"),
+        exact=True,
+        doc=f"relu({base}(x)) as one {base} call whose bias pass writes max(y, 0) "
+        "(Note [Fused epilogues])",
+    )
+    def apply(x: Any, call: Stage, relu: Stage) -> Any:
+        return OPERATORS[fused](*call(x))
 
 
-@rewrite(
-    "linear_relu",
-    ("linear", "relu"),
-    exact=True,
-    doc="relu(linear(x)) as one linear layer whose bias pass writes max(y, 0) "
-    "(Note [Fused epilogues])",
-)
-def _linear_relu(x: Any, linear: Stage, relu: Stage) -> Any:
-    return OPERATORS["linear_relu"](*linear(x))
+for _base in ("conv2d", "linear"):
+    _relu_epilogue(_base)

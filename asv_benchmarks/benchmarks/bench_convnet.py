@@ -17,20 +17,30 @@ BATCH = 8
 class TrainStep(Benchmark):
     params = [list(convnet.ARCHITECTURES), [1, 2]]
     param_names = ["model", "threads"]
+    label = "convnet train step"
 
     def setup(self, model, n_threads):
         if n_threads > max_threads():
             raise NotImplementedError  # asv's way to skip a combination
+        lib = memo(("convnet lamina",), convnet._lamina)
+        wrap = self.wrapper()
         self._threads = threads(n_threads)
         self._threads.__enter__()
-        lib = memo(("convnet lamina",), convnet._lamina)
 
         def make():
-            net = convnet.build(convnet.ARCHITECTURES[model], lib)
+            net = wrap(convnet.build(convnet.ARCHITECTURES[model], lib))
             return convnet.step(lib, net, "train", BATCH, "NCHW")
 
-        self.step = memo(("convnet train step", model), make)
-        warm(("convnet train step", model, n_threads), self.step)
+        self.step = memo((self.label, model), make)
+        try:  # twice: a compiled model's second call runs its plans, as the timed ones do
+            warm((self.label, model, n_threads), lambda: (self.step(), self.step()))
+        except Exception as e:
+            self._threads.__exit__(None, None, None)
+            raise NotImplementedError(f"{self.label} cannot run {model}: {e}") from None
+
+    def wrapper(self):
+        """What the model is run through: itself, here."""
+        return lambda net: net
 
     def teardown(self, model, n_threads):
         self._threads.__exit__(None, None, None)
@@ -42,45 +52,16 @@ class TrainStep(Benchmark):
         self.step()
 
 
-class CompiledTrainStep(Benchmark):
+class CompiledTrainStep(TrainStep):
     """``TrainStep`` with the model compiled by lamina.jit (forward and backward as one
     joint graph; the loss and SGD step as in eager): ``bench convnet --jit``'s
     lamina.jit column. Skipped on commits without lamina.jit, and for a model it cannot
     train (the skip names the error)."""
 
-    params = [list(convnet.ARCHITECTURES), [1, 2]]
-    param_names = ["model", "threads"]
+    label = "convnet compiled train step"
 
-    def setup(self, model, n_threads):
-        if n_threads > max_threads():
-            raise NotImplementedError
-        lib = memo(("convnet lamina",), convnet._lamina)
+    def wrapper(self):
         try:
-            compile_model = convnet.compiler("lamina.jit", None)
+            return convnet.compiler("lamina.jit", None)
         except (AttributeError, ImportError):
             raise NotImplementedError("this commit has no lamina.jit") from None
-        self._threads = threads(n_threads)
-        self._threads.__enter__()
-
-        def make():
-            net = compile_model(convnet.build(convnet.ARCHITECTURES[model], lib))
-            return convnet.step(lib, net, "train", BATCH, "NCHW")
-
-        self.step = memo(("convnet compiled train step", model), make)
-        try:  # twice: the second call runs the compiled plans, as the timed ones do
-            warm(
-                ("convnet compiled train step", model, n_threads),
-                lambda: (self.step(), self.step()),
-            )
-        except Exception as e:
-            self._threads.__exit__(None, None, None)
-            raise NotImplementedError(f"lamina.jit cannot train {model}: {e}") from None
-
-    def teardown(self, model, n_threads):
-        self._threads.__exit__(None, None, None)
-
-    def time_train_step(self, model, n_threads):
-        self.step()
-
-    def peakmem_train_step(self, model, n_threads):
-        self.step()

@@ -79,32 +79,32 @@ class IncompatibleKeys(NamedTuple):
 generation = 0
 
 
+def _changed() -> None:
+    global generation
+    generation += 1
+
+
 class _Table(OrderedDict):
     """A module's parameters, buffers or children (Note [Module generation])."""
 
     def __setitem__(self, key: str, value: Any) -> None:
-        global generation
-        generation += 1
+        _changed()
         super().__setitem__(key, value)
 
     def __delitem__(self, key: str) -> None:
-        global generation
-        generation += 1
+        _changed()
         super().__delitem__(key)
 
     def pop(self, *args: Any) -> Any:
-        global generation
-        generation += 1
+        _changed()
         return super().pop(*args)
 
     def popitem(self, last: bool = True) -> Any:
-        global generation
-        generation += 1
+        _changed()
         return super().popitem(last)
 
     def clear(self) -> None:
-        global generation
-        generation += 1
+        _changed()
         super().clear()
 
 
@@ -152,8 +152,7 @@ class Module:
             self._buffers[name] = value
         else:
             if name == "training":  # Note [Module generation]
-                global generation
-                generation += 1
+                _changed()
             object.__setattr__(self, name, value)
 
     def _forget(self, name: str, keep: dict) -> None:
@@ -290,10 +289,9 @@ class Module:
     # ---------------------------------------------------------- modes and state
     def train(self, mode: bool = True) -> Module:
         """Training mode (batch norm uses batch statistics, dropout drops), recursively."""
-        global generation
         for m in self.modules():
             m.__dict__["training"] = bool(mode)
-        generation += 1  # Note [Module generation]
+        _changed()  # Note [Module generation]
         return self
 
     def eval(self) -> Module:
