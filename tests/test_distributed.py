@@ -44,6 +44,7 @@ CHECKS = [
     "mismatch",
     "bad arguments",
     "ddp gradients",
+    "ddp gradient_as_bucket_view",
     "ddp no_sync",
     "ddp unused parameters",
     "ddp different models",
@@ -159,6 +160,20 @@ def test_ddp_arguments_are_checked():
         dist.DistributedDataParallel(lambda x: x)
     with pytest.raises(ValueError, match="bucket_cap_mb must be a positive number"):
         dist.DistributedDataParallel(lm.nn.Linear(2, 2), bucket_cap_mb=0)
+
+
+def test_gradient_buckets_start_small_and_split_by_dtype():
+    from lamina.distributed.ddp import _buckets
+
+    mib = 2**20 // 4  # float32 elements in a MiB
+    sizes = [(mib, "float32"), (mib // 2, "float32"), (mib // 4, "float64"), (3 * mib, "float32")]
+    sizes += [(mib // 2, "float32"), (mib // 2, "float32")]
+    named = [(f"p{i}", lm.zeros(n, dtype=getattr(lm, d))) for i, (n, d) in enumerate(sizes)]
+    buckets = _buckets(named, cap_bytes=2.5 * 2**20)
+    # reversed: the last parameters first; the first bucket holds at most 1 MiB, the
+    # others 2.5 MiB or one larger parameter; a dtype change starts a bucket
+    assert [b.names for b in buckets] == [["p5", "p4"], ["p3"], ["p2"], ["p1", "p0"]]
+    assert [b.buffer.dtype.name for b in buckets] == ["float32", "float32", "float64", "float32"]
 
 
 @pytest.mark.parametrize(

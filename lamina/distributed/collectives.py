@@ -24,6 +24,7 @@ which ends whatever is left of the job.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import os
 import sys
@@ -40,6 +41,7 @@ REDUCE_OPS = ("sum", "mean", "max", "min")
 _KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 FAILURE_TAG = 1
 _SHAPE_SLOTS = 6  # dimensions compared one by one; the rest through a hash
+_SIGNATURE_SIZE = 5 + _SHAPE_SLOTS  # kind, detail, dtype, ndim, hash of the rest, dims
 
 
 class ReduceOp:
@@ -80,6 +82,7 @@ class ProcessGroup:
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.timeout = timeout
         self.failed = False  # a notice was received, or this rank sent one
+        self._signatures = np.empty((self.size, _SIGNATURE_SIZE), np.int64)  # agree's
 
     # Note [Waiting with a deadline]
     def wait(self, request: Any, what: str, pause: float = 0.0) -> None:
@@ -137,11 +140,13 @@ class ProcessGroup:
         """Check that every rank calls the same collective on the same shape and dtype:
         an all-gather of a small signature; on a difference every rank raises the same
         ValueError naming the ranks (a sum of mismatched buffers would be silently
-        wrong, or hang)."""
-        mine = _signature(kind, array, detail)
-        everyone = np.empty((self.size, mine.size), np.int64)
+        wrong, or hang). It runs before every collective, so it does as little as it
+        can in Python: a 1 MB all-reduce on two processes takes ~150 us, and each
+        microsecond here is visible."""
+        mine = _signature(kind, array.shape, array.dtype.char, detail)
+        everyone = self._signatures
         self.wait(self.comm.Iallgather(mine, everyone), kind)
-        if (everyone == mine).all():
+        if everyone.tobytes() == mine.tobytes() * self.size:
             return
         described = "; ".join(f"rank {r}: {_describe(s)}" for r, s in enumerate(everyone))
         raise ValueError(
@@ -151,15 +156,17 @@ class ProcessGroup:
         )
 
 
-def _signature(kind: str, array: np.ndarray, detail: int) -> np.ndarray:
-    shape = array.shape
+@functools.lru_cache(maxsize=1024)
+def _signature(kind: str, shape: tuple[int, ...], char: str, detail: int) -> np.ndarray:
     rest = int.from_bytes(
         hashlib.blake2b(repr(shape[_SHAPE_SLOTS:]).encode(), digest_size=7).digest(), "little"
     )
     padded = list(shape[:_SHAPE_SLOTS]) + [-1] * (_SHAPE_SLOTS - len(shape[:_SHAPE_SLOTS]))
-    return np.array(
-        [_KINDS.index(kind), detail, ord(array.dtype.char), len(shape), rest, *padded], np.int64
+    signature = np.array(
+        [_KINDS.index(kind), detail, ord(char), len(shape), rest, *padded], np.int64
     )
+    signature.flags.writeable = False  # shared by every call with these arguments
+    return signature
 
 
 def _describe(signature: np.ndarray) -> str:

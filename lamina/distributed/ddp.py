@@ -3,15 +3,20 @@ while backward still runs.
 
 Note [Gradient buckets]: the parameters that require grad are grouped, in reverse
 order (backward reaches the last layers first) and by dtype, into buckets of at most
-``bucket_cap_mb`` megabytes, each with one flat buffer. A hook on every parameter
-(``register_post_accumulate_grad_hook``) counts the gradients that are in; when a
-bucket is complete its gradients are copied into its buffer and an all-reduce of it is
-started, while backward goes on with the layers before. Buckets start strictly in
-order (a complete bucket waits for the ones before it), because MPI needs every rank
-to start its collectives in the same order. The first hook of a backward pass queues
-a callback at its end (``engine.queue_callback``), which finishes what is left: the
-unused parameters, the waits, and copying each averaged bucket back into the
-``.grad`` of its parameters.
+``bucket_cap_mb`` megabytes, each with one flat buffer; the first bucket holds at most
+1 MiB, as PyTorch's, so that the exchange starts early in backward even when the whole
+model would fit in one bucket. A hook on every parameter
+(``register_post_accumulate_grad_hook``) copies its gradient into its bucket, divided
+by the number of processes on the way (one pass over memory for both), and counts the
+gradients that are in; when a bucket is complete an all-reduce (a sum: of the
+divided gradients, so their mean) of it is started, while backward goes on with the
+layers before. Buckets start strictly in order (a complete bucket waits for the ones
+before it), because MPI needs every rank to start its collectives in the same order.
+The first hook of a backward pass queues a callback at its end
+(``engine.queue_callback``), which finishes what is left: the unused parameters, the
+waits, and the averaged gradients: copied back into each parameter's ``.grad``, or,
+with ``gradient_as_bucket_view=True``, ``.grad`` made a view of its bucket (no copy;
+the next backward pass overwrites it).
 
 MPI's nonblocking collectives move data only inside MPI calls (no progress thread, so
 none takes a core from computing), so every hook also tests the requests in flight,
@@ -50,13 +55,18 @@ class _Bucket:
             yield p, self.buffer[start:stop].reshape(p.shape)
 
 
+FIRST_BUCKET_BYTES = 2**20  # PyTorch's
+
+
 def _buckets(named: list[tuple[str, Tensor]], cap_bytes: float) -> list[_Bucket]:
-    """Reverse parameter order, one dtype per bucket, at most ``cap_bytes`` each (a
-    parameter larger than that has a bucket of its own)."""
+    """Reverse parameter order, one dtype per bucket, at most ``cap_bytes`` each and
+    the first at most ``FIRST_BUCKET_BYTES`` (a parameter larger than its bucket's cap
+    has a bucket of its own)."""
     buckets, params, names, size = [], [], [], 0
     for name, p in reversed(named):
         nbytes = p.numpy().nbytes
-        if params and (size + nbytes > cap_bytes or p.dtype is not params[0].dtype):
+        cap = cap_bytes if buckets else min(cap_bytes, FIRST_BUCKET_BYTES)
+        if params and (size + nbytes > cap or p.dtype is not params[0].dtype):
             buckets.append(_Bucket(params, names))
             params, names, size = [], [], 0
         params.append(p)
@@ -91,7 +101,10 @@ class DistributedDataParallel(Module):
     must agree on the parameters' names, shapes and dtypes). ``bucket_cap_mb`` sizes
     the gradient buckets (Note [Gradient buckets]). A parameter that gets no gradient
     in a backward pass is an error naming it, unless ``find_unused_parameters=True``,
-    which counts its gradient as zero. ``broadcast_buffers`` copies rank 0's buffers
+    which counts its gradient as zero. ``gradient_as_bucket_view=True`` leaves each
+    ``.grad`` a view of its bucket instead of a copy, saving a pass over the gradients
+    per step (a ``.grad`` kept from one step then changes in the next, as in PyTorch).
+    ``broadcast_buffers`` copies rank 0's buffers
     (batch-norm statistics) to every rank before each forward. ``no_sync()`` skips the
     exchange, for gradient accumulation: the next backward outside it averages
     everything accumulated."""
@@ -103,6 +116,7 @@ class DistributedDataParallel(Module):
         bucket_cap_mb: float = 25.0,
         find_unused_parameters: bool = False,
         broadcast_buffers: bool = True,
+        gradient_as_bucket_view: bool = False,
     ):
         super().__init__()
         if not isinstance(module, Module):
@@ -120,6 +134,7 @@ class DistributedDataParallel(Module):
         self.module = module
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self._group = g
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self._check_same_parameters(g, module)
@@ -195,13 +210,14 @@ class DistributedDataParallel(Module):
             self._next += 1
 
     def _start(self, bucket: _Bucket) -> None:
+        g = self._group
+        share = bucket.buffer.dtype.type(1.0 / g.size)  # of the sum: the mean
         for p, part in bucket.slices():
             grad = p.grad
             if grad is None:  # unused (find_unused_parameters): counts as zero
                 part[...] = 0
             else:
-                part[...] = grad.numpy()
-        g = self._group
+                np.multiply(grad.numpy(), share, out=part)
         bucket.request = g.comm.Iallreduce(g.mpi.IN_PLACE, bucket.buffer, g.mpi.SUM)
 
     def _progress(self) -> None:
@@ -233,13 +249,15 @@ class DistributedDataParallel(Module):
             self._start_complete()
             for b in self._buckets:
                 g.wait(b.request, "DistributedDataParallel backward")
-                scale = b.buffer.dtype.type(1.0 / g.size)  # the sum, averaged
                 for p, part in b.slices():
                     grad = p.grad
-                    if grad is None or not grad.numpy().flags.writeable:
-                        p.grad = from_array(part * scale)
+                    if self.gradient_as_bucket_view:
+                        p.grad = from_array(part)
+                        bump_version(p.grad)  # the bucket's memory was written
+                    elif grad is None or not grad.numpy().flags.writeable:
+                        p.grad = from_array(part.copy())
                     else:
-                        np.multiply(part, scale, out=grad.numpy())
+                        np.copyto(grad.numpy(), part)
                         bump_version(grad)
         finally:
             for b in self._buckets:

@@ -190,6 +190,24 @@ for (name, p), (_, q) in zip(ddp.module.named_parameters(), single.named_paramet
     np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14, err_msg=name)
 ok("ddp gradients")
 
+# gradient_as_bucket_view: the same averages, each .grad a view of its bucket, in two
+# passes (the second overwrites the buckets the first left in .grad)
+view = dist.DistributedDataParallel(
+    mlp(seed=rank), bucket_cap_mb=0.0005, gradient_as_bucket_view=True
+)
+for step in (0, 1):
+    single.zero_grad()
+    view.zero_grad()
+    x, y = data(step)
+    loss_fn(single(x), y).backward()
+    loss_fn(view(mine(x, y)[0]), mine(x, y)[1]).backward()
+    for (name, p), (_, q) in zip(view.module.named_parameters(), single.named_parameters()):
+        np.testing.assert_allclose(
+            p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14, err_msg=name
+        )
+        assert any(np.shares_memory(p.grad.numpy(), b.buffer) for b in view._buckets), name
+ok("ddp gradient_as_bucket_view")
+
 # no_sync: the first backward only accumulates; the second averages the sum
 single.zero_grad()
 ddp.zero_grad()
