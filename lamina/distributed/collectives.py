@@ -41,6 +41,9 @@ REDUCE_OPS = ("sum", "mean", "max", "min")
 _KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 FAILURE_TAG = 1
 _SHAPE_SLOTS = 6  # dimensions compared one by one; the rest through a hash
+# a wait polls without yielding its core this long: on a busy machine a yield costs a
+# time slice, many times a 1 MB all-reduce
+SPIN_SECONDS = 0.001
 _SIGNATURE_SIZE = 5 + _SHAPE_SLOTS  # kind, detail, dtype, ndim, hash of the rest, dims
 
 
@@ -96,7 +99,8 @@ class ProcessGroup:
             if polls % 64 and not pause:
                 continue
             self.check_notices()
-            if time.monotonic() - start > self.timeout:
+            now = time.monotonic()
+            if now - start > self.timeout:
                 raise DistributedTimeoutError(
                     f"{what}: rank {self.rank} waited {self.timeout:g} s for the other "
                     "ranks (one may be stuck, have stopped, or be calling a different "
@@ -104,8 +108,8 @@ class ProcessGroup:
                 )
             if pause:
                 time.sleep(pause)
-            else:  # as MPI's polling does: a rank sharing its core lets the other run
-                os.sched_yield()
+            elif now - start > SPIN_SECONDS:  # as MPI's polling does: a rank sharing
+                os.sched_yield()  # its core lets the other run, but not in a short wait
 
     def check_notices(self) -> None:
         notice = self._notice()
