@@ -52,18 +52,42 @@ _machine: Any = None  # llvmlite's target machine for position-independent code
 _libraries: list[ctypes.CDLL] = []  # open libraries stay open: the C core holds addresses
 
 
-def _stamp() -> str:
-    """A digest of everything, besides a loop's key, that its machine code depends on."""
-    import hashlib
-    import importlib.util
-
-    parts = [sys.version, sys.platform]
+def _source_stats() -> dict[str, tuple[int, int]]:
+    """Each backend source file's (size, mtime in ns), as they are now."""
+    stats = {}
     for root, dirs, files in sorted(os.walk(_SOURCES)):
         dirs.sort()
         for name in sorted(files):
             if name.endswith(".py"):
                 st = os.stat(os.path.join(root, name))
-                parts.append(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}")
+                stats[os.path.join(root, name)] = (st.st_size, st.st_mtime_ns)
+    return stats
+
+
+# Note [Source stamps]: what a process compiles comes from the sources it imported, not
+# from the files as they are when it saves: an edit while a process runs (a contributor
+# changing a kernel during a test run) must not label the old code with the new source.
+# So the backends' files are stat'ed once, when this module is imported (~0.3 ms), and
+# everything this process caches -- the loop libraries' directory (``_stamp``), Numba's
+# indexes of the backends' kernels (``harden_numba_cache``) -- is stamped with that
+# snapshot. A kernel whose Numba cache is set up after its file changed runs code of
+# either version, so it is compiled in memory only. Numba's own stamp covers one file
+# and is taken when its cache is set up, which for lamina's lazily compiled kernels is
+# after the edit: that saved old machine code under the new source's stamp, which every
+# later process then loaded (with a changed signature: garbage or a crash).
+_IMPORTED = _source_stats()
+_imported_stamp: str | None = None  # _stamp(_IMPORTED), once needed
+
+
+def _stamp(sources: dict[str, tuple[int, int]]) -> str:
+    """A digest of everything, besides a loop's key, that its machine code depends on:
+    the backends' ``sources`` (``_IMPORTED``: Note [Source stamps]), Python, Numba,
+    llvmlite and the CPU."""
+    import hashlib
+    import importlib.util
+
+    parts = [sys.version, sys.platform]
+    parts += [f"{path}:{size}:{mtime}" for path, (size, mtime) in sources.items()]
     for package in ("numba", "llvmlite"):
         spec = importlib.util.find_spec(package)  # finds, does not import
         origin = spec.origin if spec and spec.origin else ""
@@ -71,6 +95,14 @@ def _stamp() -> str:
         parts.append(f"{package}:{origin}:{st and st.st_mtime_ns}")
     parts.append(_cpu())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def imported_stamp() -> str:
+    """``_stamp`` of the sources as this process imported them (Note [Source stamps])."""
+    global _imported_stamp
+    if _imported_stamp is None:
+        _imported_stamp = _stamp(_IMPORTED)
+    return _imported_stamp
 
 
 def _cpu() -> str:
@@ -96,7 +128,7 @@ def directory() -> Path | None:
             base = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(
                 os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lamina"
             )
-            found = Path(base) / "loops" / _stamp()
+            found = Path(base) / "loops" / imported_stamp()
             with contextlib.suppress(OSError):  # in use: _prune keeps the recent ones
                 os.utime(found)
         _directory = found
@@ -391,8 +423,9 @@ def _open(path: str | Path) -> int | None:
 
 # Note [Numba's cache files]: Numba keeps a kernel in the cache directory of its source
 # file (``__pycache__`` beside it, or under NUMBA_CACHE_DIR): one index per function,
-# ``<module>.<qualname>-<first line>.py311.nbi``, stamped with its source (a hash of the
-# source's content) and naming one data file per compiled variant, ``<same>.<n>.nbc``.
+# ``<module>.<qualname>-<first line>.py311.nbi``, stamped with the backends' sources as
+# the saving process imported them (Note [Source stamps]; Numba's own stamp hashes the
+# one source file) and naming one data file per compiled variant, ``<same>.<n>.nbc``.
 # Numba ignores an index whose stamp is stale and rewrites it at its next save, but
 # deletes nothing: the index of a function that moved to another line stays for ever,
 # and so do the data files numbered past the rewritten index's count. So the first
@@ -431,10 +464,31 @@ _LOCK = "lamina-numba.lock"  # in each of Numba's cache directories
 
 
 def harden_numba_cache() -> None:
-    """Numba's cache files read and written under a lock (Note [Numba's cache races])
-    and keyed by compile options too (Note [Cache keys and options])."""
+    """Numba's cache files read and written under a lock (Note [Numba's cache races]),
+    keyed by compile options too (Note [Cache keys and options]) and, for the backends'
+    kernels, stamped with the sources this process imported (Note [Source stamps])."""
     from numba.core.caching import Cache
 
+    if not getattr(Cache.__init__, "stamped_as_imported", False):
+        init = Cache.__init__
+
+        def stamped_as_imported(self: Any, py_func: Any) -> None:
+            init(self, py_func)
+            source = os.path.realpath(py_func.__code__.co_filename)
+            if source not in _IMPORTED:
+                return  # not a backend's kernel: Numba's stamp of its file
+            try:
+                st = os.stat(source)
+                unchanged = (st.st_size, st.st_mtime_ns) == _IMPORTED[source]
+            except OSError:
+                unchanged = False
+            if unchanged:
+                self._cache_file._source_stamp = imported_stamp()
+            else:  # this process may run either version of the file: nothing from disk
+                self.disable()
+
+        stamped_as_imported.stamped_as_imported = True  # type: ignore[attr-defined]
+        Cache.__init__ = stamped_as_imported
     if not getattr(Cache._index_key, "keyed_by_options", False):
         index_key = Cache._index_key
 
@@ -475,7 +529,7 @@ def harden_numba_cache() -> None:
 def prune_numba_cache() -> None:
     """Remove Numba's stale cache files of the backends' kernels, once per change of
     their sources (Note [Numba's cache files]); Numba is loaded."""
-    stamp, here = _stamp(), _numba_locator(_SOURCES / "jit.py")
+    stamp, here = imported_stamp(), _numba_locator(_SOURCES / "jit.py")
     if here is None:
         return
     marker = Path(here.get_cache_path()) / _PRUNED
@@ -537,7 +591,7 @@ def _prune_numba_directory(directory: Path, modules: dict[str, Any]) -> None:
             with open(directory / name, "rb") as f:
                 version = pickle.load(f)
                 stamp, overloads = pickle.loads(f.read())
-            fresh = version == numba.__version__ and stamp == locator.get_source_stamp()
+            fresh = version == numba.__version__ and stamp == imported_stamp()
         except Exception:  # unreadable (damaged, another Numba's types), source gone: stale
             continue
         if fresh:

@@ -90,13 +90,13 @@ def test_an_edited_source_changes_the_stamp(tmp_path, monkeypatch, edit):
     source = tmp_path / "kernels.py"
     source.write_text("x = 1\n")
     monkeypatch.setattr(loop_cache, "_SOURCES", tmp_path)
-    before = loop_cache._stamp()
+    before = loop_cache._stamp(loop_cache._source_stats())
     if edit == "size":
         source.write_text("x = 10\n")
     else:
         st = source.stat()
         os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
-    assert loop_cache._stamp() != before
+    assert loop_cache._stamp(loop_cache._source_stats()) != before
 
 
 def test_only_the_most_recently_used_stamp_directories_are_kept(tmp_path):

@@ -113,3 +113,43 @@ def test_variants_compiled_with_other_options_are_cached_apart(tmp_path, monkeyp
         out = np.zeros(1)
         entry(np.ones(1), out)
         assert out[0] == want, fastmath
+
+
+SCALE = """
+def scale(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * {}
+"""
+
+
+def imported_now(monkeypatch, directory):
+    """As a process that imported the sources in ``directory`` now (Note [Source
+    stamps]): they stand for the backends' sources."""
+    monkeypatch.setattr(loop_cache, "_SOURCES", directory)
+    monkeypatch.setattr(loop_cache, "_IMPORTED", loop_cache._source_stats())
+    monkeypatch.setattr(loop_cache, "_imported_stamp", None)
+
+
+def test_a_kernel_edited_while_its_process_runs_is_cached_as_the_source_it_ran(
+    tmp_path, monkeypatch
+):
+    """Note [Source stamps]: a process that compiles a kernel after its file was edited
+    saves nothing; the next process, which imports the edited file, runs the edited
+    kernel. (The bytecode of x * 2 and x * 10 is the same, so Numba's key alone cannot
+    tell the two versions apart: only the stamp can.)"""
+    array = jit.array(np.float64)
+    x = np.arange(4.0)
+    old = fresh_module(tmp_path, monkeypatch, "scaling", SCALE.format(2)).scale
+    imported_now(monkeypatch, tmp_path)
+    (tmp_path / "scaling.py").write_text(SCALE.format(10))  # edited meanwhile
+    out = np.zeros(4)
+    jit.compile_kernel(old, jit.types.none(array, array))(x, out)
+    np.testing.assert_array_equal(out, x * 2)  # this process runs what it imported
+    assert not list((tmp_path / "__pycache__").glob("*scale*.nbi"))
+
+    new = fresh_module(tmp_path, monkeypatch, "scaling", SCALE.format(10)).scale
+    imported_now(monkeypatch, tmp_path)  # the next process
+    for _ in range(2):  # compiled and saved, then loaded from the cache
+        jit.compile_kernel(new, jit.types.none(array, array))(x, out)
+        np.testing.assert_array_equal(out, x * 10)
+    assert list((tmp_path / "__pycache__").glob("*scale*.nbi"))
