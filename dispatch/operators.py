@@ -1133,6 +1133,7 @@ define(
     dtypes="float",
     result="arg",
     namespace=None,
+    writes="generator",  # its state advances
     doc="Uniform samples in [0, 1).",
 )
 define(
@@ -1141,6 +1142,7 @@ define(
     dtypes="float",
     result="arg",
     namespace=None,
+    writes="generator",  # its state advances
     doc="Standard normal samples.",
 )
 

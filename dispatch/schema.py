@@ -282,8 +282,9 @@ def define(
     """Add one operator to the schema (Note [Operator schema]); with ``inplace`` also
     its in-place variant ``name_`` (``x1 op= x2``).
 
-    Note [Mutation]: ``writes`` names the tensor arguments an operator writes besides
-    its results (PyTorch's ``Tensor(a!)``): native_batch_norm's running statistics. An
+    Note [Mutation]: ``writes`` names the arguments an operator writes besides its
+    results (PyTorch's ``Tensor(a!)``): native_batch_norm's running statistics, the
+    random generator whose state rand and randn advance (two draws are not one). An
     operator tagged ``inplace`` writes its first argument and returns it; one tagged
     ``view`` returns results that share its first argument's storage (their strides:
     Note [Result layouts]). Nothing else writes or aliases its arguments, so a graph

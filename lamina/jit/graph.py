@@ -72,23 +72,24 @@ class Node:
         yield from values_in(self.args)
 
     def writes(self) -> list[Value]:
-        """The arguments this call writes (in-place operators, Note [Mutation])."""
+        """The Values among the arguments this call writes (Note [Mutation]; a random
+        generator is not a Value, and may be left out of a traced call)."""
         written = getattr(self.target, "writes", ())
         if "inplace" in getattr(self.target, "tags", ()):
             written = (self.target.params[0].name, *written)
         names = [p.name for p in getattr(self.target, "params", ())]
-        args = [self.args[names.index(w)] for w in written]
+        args = [self.args[i] for i in map(names.index, written) if i < len(self.args)]
         return [a for a in args if isinstance(a, Value)]
 
     @property
     def impure(self) -> bool:
         """Whether dropping, merging or reordering the call could change the program:
-        it writes an argument, draws random numbers (a generator argument) or makes
-        uninitialized memory (``empty``: two calls are two tensors)."""
-        params = getattr(self.target, "params", ())
+        it writes an argument (a tensor, or a random generator: Note [Mutation]) or
+        makes uninitialized memory (``empty``: two calls are two tensors)."""
+        target = self.target
         return (
-            bool(self.writes())
-            or any(p.name == "generator" for p in params)
+            bool(getattr(target, "writes", ()))
+            or "inplace" in getattr(target, "tags", ())
             or self.name == "empty"
         )
 
