@@ -6,17 +6,17 @@ order (backward reaches the last layers first) and by dtype, into buckets of at 
 ``bucket_cap_mb`` megabytes, each with one flat buffer; the first bucket holds at most
 1 MiB, as PyTorch's, so that the exchange starts early in backward even when the whole
 model would fit in one bucket. A hook on every parameter
-(``register_post_accumulate_grad_hook``) copies its gradient into its bucket, divided
-by the number of processes on the way (one pass over memory for both), and counts the
-gradients that are in; when a bucket is complete an all-reduce (a sum: of the
-divided gradients, so their mean) of it is started, while backward goes on with the
-layers before. Buckets start strictly in order (a complete bucket waits for the ones
-before it), because MPI needs every rank to start its collectives in the same order.
-The first hook of a backward pass queues a callback at its end
-(``engine.queue_callback``), which finishes what is left: the unused parameters, the
-waits, and the averaged gradients: copied back into each parameter's ``.grad``, or,
-with ``gradient_as_bucket_view=True``, ``.grad`` made a view of its bucket (no copy;
-the next backward pass overwrites it).
+(``register_post_accumulate_grad_hook``) copies its gradient into its bucket at once,
+while it is in the cache, divided by the number of processes on the way (one pass over
+memory for both), and counts the gradients that are in; when a bucket is complete an
+all-reduce (a sum: of the divided gradients, so their mean) of it is started, while
+backward goes on with the layers before. Buckets start strictly in order (a complete
+bucket waits for the ones before it), because MPI needs every rank to start its
+collectives in the same order. The first hook of a backward pass queues a callback at
+its end (``engine.queue_callback``), which finishes what is left: the unused
+parameters, the waits, and the averaged gradients: copied back into each parameter's
+``.grad``, or, with ``gradient_as_bucket_view=True``, ``.grad`` made a view of its
+bucket (no copy; the next backward pass overwrites it).
 
 MPI's nonblocking collectives move data only inside MPI calls (no progress thread, so
 none takes a core from computing), so every hook also tests the requests in flight,
@@ -142,10 +142,10 @@ class DistributedDataParallel(Module):
             g, [t.numpy() for t in module.state_dict().values()], "DistributedDataParallel"
         )
         self._buckets = _buckets(named, bucket_cap_mb * 2**20)
-        self._bucket_of = {}
+        self._bucket_of = {}  # id(parameter) -> (bucket index, its slice of the buffer)
         for i, b in enumerate(self._buckets):
-            for p in b.params:
-                self._bucket_of[id(p)] = i
+            for p, part in b.slices():
+                self._bucket_of[id(p)] = (i, part)
         self._syncing = True
         self._pass_started = False
         self._seen: set[int] = set()
@@ -195,7 +195,8 @@ class DistributedDataParallel(Module):
         if id(param) in self._seen:
             return  # counted once per pass: a bucket's count must end at its size
         self._seen.add(id(param))
-        i = self._bucket_of[id(param)]
+        i, part = self._bucket_of[id(param)]
+        self._copy_in(param, part)  # now, while the gradient is in the cache
         self._buckets[i].ready += 1
         if i == self._next:
             self._start_complete()
@@ -209,15 +210,18 @@ class DistributedDataParallel(Module):
             self._start(buckets[self._next])
             self._next += 1
 
+    def _copy_in(self, p: Tensor, part: np.ndarray) -> None:
+        grad = p.grad
+        if grad is None:  # unused (find_unused_parameters): counts as zero
+            part[...] = 0
+        else:  # divided on the way: the sum of the shares is the mean
+            np.multiply(grad.numpy(), part.dtype.type(1.0 / self._group.size), out=part)
+
     def _start(self, bucket: _Bucket) -> None:
-        g = self._group
-        share = bucket.buffer.dtype.type(1.0 / g.size)  # of the sum: the mean
         for p, part in bucket.slices():
-            grad = p.grad
-            if grad is None:  # unused (find_unused_parameters): counts as zero
-                part[...] = 0
-            else:
-                np.multiply(grad.numpy(), share, out=part)
+            if id(p) not in self._seen:  # unused in this pass; in no earlier one, zero
+                self._copy_in(p, part)
+        g = self._group
         bucket.request = g.comm.Iallreduce(g.mpi.IN_PLACE, bucket.buffer, g.mpi.SUM)
 
     def _progress(self) -> None:
