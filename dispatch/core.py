@@ -34,6 +34,7 @@ LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = (
 LOOP_ROWS, LOOP_COLUMNS = reference.LOOP_ROWS, reference.LOOP_COLUMNS
 PY_SCALARS = reference.PY_SCALARS
 with_modes = reference.with_modes  # Note [Modes] (modes.py)
+guard_key = reference.guard_key if _core is None else _core.guard_key
 
 if _core is None:
     IMPLEMENTATION = "python"

@@ -17,6 +17,7 @@ corner cases are the same code in both.
 * ``ElementwiseKernel``: the dense fast path of an elementwise operator, filled by a
   backend with its per-dtype loops (Note [Fast path]).
 * ``set_slot``: Tensor's operator methods (``__add__``, ...).
+* ``guard_key``: a compiled function's guard (Note [Guards] in lamina.jit's compiler).
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ def set_tensor_type(tensor_type: type) -> None:
     """The class kernels' outputs are made of (``tensor.Tensor``)."""
     global _tensor_type
     _tensor_type = tensor_type
+
+
+def guard_key(prefix: tuple, args: tuple) -> tuple | None:
+    """``prefix`` followed by, for each tensor of ``args``, (shape, dtype, key set,
+    strides or False): False for a C-contiguous CPU storage (its ``_flat``), its
+    strides otherwise. None when an argument is not a tensor with a storage that has
+    strides (a sparse one refuses: TypeError)."""
+    try:
+        return (
+            *prefix,
+            *[(a._shape, a._dtype, a._ks, a._flat is None and a._data.strides) for a in args],
+        )
+    except (AttributeError, TypeError):
+        return None
 
 
 # ---------------------------------------------------------------- bindings

@@ -162,3 +162,18 @@ def test_the_core_in_use_serves_the_hot_path():
     else:
         assert isinstance(kernel, reference.ElementwiseKernel)
         assert lm.Tensor.__mro__[1] is reference.TensorBase
+
+
+def test_the_core_builds_a_compiled_functions_guard_key():
+    """lamina.jit's guard key (Note [Guards] in its compiler), built by the core in use
+    (the suite runs under both): per tensor its shape, dtype, key set and strides
+    (False for a C-contiguous CPU storage); None, the compiler's general path, as soon
+    as an argument is not a tensor or has no strides (a sparse one)."""
+    dense = lm.asarray(np.arange(12.0).reshape(3, 4))
+    tensors = (dense, dense.T, lm.asarray(1.0), lm.zeros((0, 2)), dense.to_device("meta"))
+    strides = [False, (8, 32), False, False, (4, 1)]
+    want = ("generation", True, *[(t._shape, t._dtype, t._ks, s) for t, s in zip(tensors, strides)])
+    assert core.guard_key(("generation", True), tensors) == want
+    for other in (dense.to_sparse(), 2.0, "x"):
+        assert core.guard_key((), (dense, other)) is None
+    assert core.guard_key((1,), ()) == (1,)

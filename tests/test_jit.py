@@ -250,6 +250,18 @@ def test_a_new_size_recompiles_and_past_the_limit_runs_eagerly_with_one_warning(
         equal(compiled(rand(6)), lm.exp(rand(6)) * 2.0)  # eager, warned once
 
 
+def test_a_sparse_argument_runs_eagerly_beside_the_compiled_dense_variant():
+    compiled = jit.compile(lambda x: x * 2.0)
+    dense = lm.asarray(np.eye(3))
+    sparse = dense.to_sparse()
+    for _ in range(2):  # the guard's fast path, then its general one
+        result = compiled(sparse)
+        assert result.is_sparse
+        np.testing.assert_array_equal(result.to_dense().numpy(), 2 * np.eye(3))
+    equal(compiled(dense), dense * 2.0)
+    assert len(compiled.graphs) == 1  # the dense call's
+
+
 def test_dynamic_variants_of_sizes_do_not_count_against_the_limit():
     compiled = jit.compile(lambda x: lm.exp(x) * 2.0 + x, cache_limit=1, dynamic=True)
     with warnings.catch_warnings():

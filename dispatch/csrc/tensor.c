@@ -200,8 +200,52 @@ PyTypeObject TensorBaseType = {
     .tp_richcompare = tensor_richcompare,
 };
 
+/* reference.guard_key: prefix + one (shape, dtype, ks, strides or False) per tensor,
+ * or None for an argument that is not a tensor with a storage that has strides */
+static PyObject *mod_guard_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "guard_key(prefix, args): two tuples");
+        return NULL;
+    }
+    PyObject *prefix = args[0], *tensors = args[1];
+    Py_ssize_t np = PyTuple_GET_SIZE(prefix), n = PyTuple_GET_SIZE(tensors);
+    PyObject *key = PyTuple_New(np + n);
+    if (key == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < np; i++)
+        PyTuple_SET_ITEM(key, i, Py_NewRef(PyTuple_GET_ITEM(prefix, i)));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(tensors, i);
+        TensorObject *t = T(a);
+        if (!IS_TENSOR(a) || t->shape == NULL || t->dtype == NULL || t->ks_obj == NULL ||
+            t->flat == NULL || t->data == NULL)
+            goto not_tensors;
+        PyObject *strides = t->flat == Py_None ? PyObject_GetAttrString(t->data, "strides")
+                                               : Py_NewRef(Py_False);
+        if (strides == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError) &&
+                !PyErr_ExceptionMatches(PyExc_TypeError))
+                goto error;
+            PyErr_Clear();
+            goto not_tensors;
+        }
+        PyObject *item = PyTuple_Pack(4, t->shape, t->dtype, t->ks_obj, strides);
+        Py_DECREF(strides);
+        if (item == NULL) goto error;
+        PyTuple_SET_ITEM(key, np + i, item);
+    }
+    return key;
+not_tensors:
+    Py_DECREF(key);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(key);
+    return NULL;
+}
+
 static PyMethodDef tensor_functions[] = {
     {"set_tensor_type", mod_set_tensor_type, METH_O, "the class of kernel outputs"},
+    {"guard_key", (PyCFunction)(void (*)(void))mod_guard_key, METH_FASTCALL,
+     "a compiled function's guard key (reference.guard_key)"},
     {"set_dtypes", mod_set_dtypes, METH_O, "lamina's dtypes, in index order"},
     {NULL},
 };

@@ -33,7 +33,7 @@ from typing import Any
 
 from lamina.autograd.grad_mode import is_grad_enabled
 from lamina.autograd.grad_mode import state as _grad
-from lamina.dispatch import entries, keys
+from lamina.dispatch import core, entries, keys
 from lamina.dispatch.tensor import Tensor
 from lamina.nn import modules
 
@@ -190,14 +190,16 @@ def trace(fn: Callable, *example_inputs: Any, **example_kwargs: Any) -> Graph:
 
 
 def _guard_key(args: tuple, kwargs: dict, module: tuple | None) -> tuple | None:
-    """Note [Guards]; None when an argument cannot be guarded (a tensor off the CPU,
-    an unhashable value): such a call runs eagerly. ``module``: ``_module_guard``'s."""
+    """Note [Guards]; None when an argument cannot be guarded (a tensor off the CPU or
+    sparse, an unhashable value): such a call runs eagerly. ``module``:
+    ``_module_guard``'s."""
     parts: list = [entries.generation, is_grad_enabled()]
     for a in (*args, *kwargs.items()) if kwargs else args:
         if isinstance(a, Tensor):
-            if not a._ks & keys.CPU:
+            keyed = core.guard_key((), (a,))
+            if keyed is None or not a._ks & keys.CPU:
                 return None
-            parts.append((a._shape, a._dtype, a._ks, a._flat is None and a._data.strides))
+            parts.append(keyed[0])
         elif isinstance(a, (tuple, list)):
             inner = _guard_key(tuple(a), {}, None)
             if inner is None:
@@ -333,20 +335,11 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         key = None
         module = None if self.module is None else self._module_key()
-        if not kwargs:  # tensors only: the key inline
-            try:
-                key = (
-                    entries.generation,
-                    _grad.enabled,
-                    *[
-                        (a._shape, a._dtype, a._ks, a._flat is None and a._data.strides)
-                        for a in args
-                    ],
-                    *(module or ()),
-                )
-            except AttributeError:  # not only tensors
-                pass
-            else:
+        if not kwargs:  # tensors only: the key built by the per-call core
+            key = core.guard_key((entries.generation, _grad.enabled), args)
+            if key is not None:
+                if module:
+                    key += module
                 variant = self.variants.get(key)
                 if variant is not None and variant.plan is not None:
                     return variant.plan.run(args)  # a key with a tensor off the CPU has none
