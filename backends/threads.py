@@ -295,6 +295,49 @@ def get_num_threads() -> int:
     return _count
 
 
+_interop = 1  # calls of a compiled plan that may run at once (set_num_interop_threads)
+
+
+def set_num_interop_threads(n: int) -> None:
+    """Let a compiled function run up to ``n`` independent calls at once (Note
+    [Inter-op parallelism] in lamina.jit's executor), each on one of lamina's threads:
+    at most ``get_num_threads()`` run at once. 1, the default, runs every call after
+    the one before it."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_num_interop_threads: n must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"set_num_interop_threads: n must be at least 1, got {n}")
+    global _interop
+    _interop = n
+
+
+def get_num_interop_threads() -> int:
+    return _interop
+
+
+def concurrently(tasks: tuple[Callable[[], Any], ...], costs: tuple[int, ...]) -> list:
+    """``[task() for task in tasks]``, the tasks spread over up to
+    ``min(get_num_interop_threads(), get_num_threads())`` threads (a split: Note [Split
+    work]) by their ``costs``, the costliest first onto the least loaded thread."""
+    bins = min(_interop, _count, len(tasks))
+    if bins < 2 or getattr(_in_part, "active", False):
+        return [task() for task in tasks]
+    loads, members = [0] * bins, [[] for _ in range(bins)]
+    for i in sorted(range(len(tasks)), key=lambda i: -costs[i]):
+        least = loads.index(min(loads))
+        loads[least] += costs[i]
+        members[least].append(i)
+    results: list = [None] * len(tasks)
+
+    def run(start: int, stop: int) -> None:
+        for b in range(start, stop):
+            for i in members[b]:
+                results[i] = tasks[i]()
+
+    split(run, bins)
+    return results
+
+
 def synced(entry: Callable) -> Callable:
     """A parallel entry point that first gives the calling thread lamina's thread
     count (Note [Thread count])."""

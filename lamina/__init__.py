@@ -17,7 +17,12 @@ from lamina.backends.precision import (
     set_float32_matmul_precision,
 )
 from lamina.backends.sparse import sparse_coo_tensor
-from lamina.backends.threads import get_num_threads, set_num_threads
+from lamina.backends.threads import (
+    get_num_interop_threads,
+    get_num_threads,
+    set_num_interop_threads,
+    set_num_threads,
+)
 from lamina.dispatch import bindings as _bindings
 from lamina.dispatch import pytorch as _pytorch
 from lamina.dispatch import tensor as _tensor

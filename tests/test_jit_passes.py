@@ -276,6 +276,34 @@ def test_a_compiled_step_backpropagates_twice_only_when_retained():
 def test_the_benchmark_convnets_compiled_equal_eager(name, layout):
     """Inference within rounding (batch norm folds into the convolutions); training
     (forward, backward, batch-norm statistics) bit for bit, step after step."""
+    compiled_equals_eager(name, layout)
+
+
+@pytest.mark.core_independent  # Note [Core-independent tests]
+def test_inceptions_branches_run_at_once_and_equal_eager():
+    """Note [Inter-op parallelism]: on two threads, the branches of each Inception block
+    (and their gradients) run at once, each call on one thread: within rounding of
+    eager's, which splits a convolution's images over both (a weight gradient then
+    adds two partial sums)."""
+    threads = lm.get_num_threads()
+    lm.set_num_threads(2)
+    lm.set_num_interop_threads(2)
+    try:
+        compiled = compiled_equals_eager("inception", "NCHW", rtol=1e-6)
+    finally:
+        lm.set_num_interop_threads(1)
+        lm.set_num_threads(threads)
+    sources = []
+    for variant in compiled._compiled.variants.values():  # training and inference
+        plan = variant.plan
+        parts = [plan.forward, plan.backward] if hasattr(plan, "backward") else [plan]
+        sources += [part.source for part in parts]
+    assert len(sources) == 3 and all("def t" in source for source in sources)
+
+
+def compiled_equals_eager(name, layout, rtol=0.0):
+    """Two training steps bit for bit (within ``rtol``), then inference within
+    rounding; the compiled model."""
     lm.random.seed(0)
     eager = convnet.build(convnet.ARCHITECTURES[name], convnet._lamina())
     model = copy.deepcopy(eager)
@@ -291,9 +319,10 @@ def test_the_benchmark_convnets_compiled_equal_eager(name, layout):
             loss.backward()
             optimizer.step()
             losses.append(float(loss))
-        assert losses[0] == losses[1]
+        np.testing.assert_allclose(losses[0], losses[1], rtol=rtol, atol=rtol * 1e-3)
     for a, b in zip(eager.state_dict().values(), model.state_dict().values()):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=rtol, atol=rtol * 1e-3)
     eager.eval(), model.eval()
     with lm.no_grad():
         close(compiled(x), eager(x), rtol=2e-5)
+    return compiled

@@ -422,3 +422,33 @@ def test_a_failing_part_raises_after_every_part_ended(two_threads):
     with pytest.raises(ValueError, match="part 2 failed"):
         threads.split(part, 2)
     assert ended == [0]
+
+
+def test_concurrent_calls_return_in_order_and_raise_the_first_error():
+    """Note [Inter-op parallelism] in lamina.jit's executor: tasks spread over lamina's
+    threads by cost, their results in task order; a task's exception is raised once
+    all have ended; one interop thread runs them in the caller, one after another."""
+    count = lm.get_num_threads()
+    lm.set_num_threads(2)
+    try:
+        for interop in (1, 2):
+            lm.set_num_interop_threads(interop)
+            ran = []
+            tasks = tuple((lambda i=i: ran.append(threading.get_ident()) or i) for i in range(5))
+            assert threads.concurrently(tasks, (5, 1, 4, 2, 3)) == [0, 1, 2, 3, 4]
+            assert len(ran) == 5
+            if interop == 1:
+                assert set(ran) == {threading.get_ident()}
+
+            def fails():
+                raise ValueError("task failed")
+
+            with pytest.raises(ValueError, match="task failed"):
+                threads.concurrently((lambda: 1, fails), (1, 1))
+    finally:
+        lm.set_num_interop_threads(1)
+        lm.set_num_threads(count)
+    assert lm.get_num_interop_threads() == 1
+    for bad, error in ((0, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="set_num_interop_threads: n must"):
+            lm.set_num_interop_threads(bad)

@@ -14,8 +14,10 @@ check, so a plan never calls a kernel its table no longer holds.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from lamina.backends.threads import concurrently
 from lamina.dispatch import keys
 from lamina.dispatch.schema import Operator
 
@@ -84,10 +86,13 @@ class Plan:
         for v in graph.inputs:
             if v not in names:
                 names[v] = bind(v.source, "p")
-        last_use = _last_uses(graph)
-        for i, node in enumerate(graph.nodes):
+        nodes, groups = _schedule(graph)
+        for i, node in enumerate(nodes):
             for j, r in enumerate(node.results):
                 names[r] = f"v{i}_{j}"
+
+        def emit(node: Node) -> list[str]:
+            """The node's lines, unindented."""
             args = ", ".join(arg(a) for a in node.args)
             if isinstance(node.target, Operator):
                 ks = node_keys(node, grad)
@@ -95,19 +100,35 @@ class Plan:
                 call = f"{kernel}({ks}, {args})"
             elif hasattr(node.target, "emit"):  # a kernel a pass made: its own lines
                 results = [names[r] for r in node.results]
-                arguments = [arg(a) for a in node.args]
-                lines += ["    " + line for line in node.target.emit(arguments, results, bind)]
-                lines += _release(last_use.get(i, ()), names)
-                continue
+                return node.target.emit([arg(a) for a in node.args], results, bind)
             else:  # another kernel a pass made: called with its arguments
                 call = f"{bind(node.target, 'k')}({args})"
             if not node.results:
-                lines.append(f"    {call}")
-            elif node.several:
-                lines.append("    " + "".join(names[r] + ", " for r in node.results) + f"= {call}")
-            else:
-                lines.append(f"    {names[node.results[0]]} = {call}")
-            lines += _release(last_use.get(i, ()), names)
+                return [call]
+            if node.several:
+                return ["".join(names[r] + ", " for r in node.results) + f"= {call}"]
+            return [f"{names[node.results[0]]} = {call}"]
+
+        last_use = _last_uses(nodes, graph)
+        for group in groups:
+            if len(group) == 1:  # the common case: one call after another
+                lines += ["    " + line for line in emit(nodes[group[0]])]
+            else:  # Note [Inter-op parallelism]: one task per call
+                tasks = []
+                for i in group:
+                    results = "".join(names[r] + ", " for r in nodes[i].results)
+                    lines.append(f"    def t{i}():")
+                    lines += ["        " + line for line in emit(nodes[i])]
+                    lines.append(f"        return ({results})")
+                    tasks.append(f"t{i}")
+                unpack = "".join(
+                    "(" + "".join(names[r] + ", " for r in nodes[i].results) + "), " for i in group
+                )
+                costs = tuple(_cost(nodes[i]) for i in group)
+                run = bind(concurrently, "c")
+                lines.append(f"    {unpack}= {run}(({', '.join(tasks)},), {costs})")
+            for i in group:
+                lines += _release(last_use.get(i, ()), names)
         lines.append(f"    return {arg(graph.outputs)}")
         self.source = "\n".join(lines) + "\n"
         namespace = dict(bound)
@@ -121,7 +142,7 @@ class Plan:
         return self.run(inputs)
 
 
-def _last_uses(graph: Graph) -> dict[int, list[Value]]:
+def _last_uses(nodes: list[Node], graph: Graph) -> dict[int, list[Value]]:
     """Note [Released values]: node index -> the values that node is the last to use
     (or makes without anyone using them), none that the graph returns or was given:
     the plan deletes its name for each then, so its memory goes back to the pool for
@@ -129,7 +150,7 @@ def _last_uses(graph: Graph) -> dict[int, list[Value]]:
     goes -- a plan's locals would otherwise hold every value until it returns."""
     kept = set(graph.output_values()) | {v for v in graph.inputs if v.kind is not None}
     last: dict[Value, int] = {}
-    for i, node in enumerate(graph.nodes):
+    for i, node in enumerate(nodes):
         for v in (*node.inputs(), *node.results):
             last[v] = i
     found: dict[int, list[Value]] = {}
@@ -141,6 +162,61 @@ def _last_uses(graph: Graph) -> dict[int, list[Value]]:
 
 def _release(values: Any, names: dict) -> list[str]:
     return ["    del " + ", ".join(names[v] for v in values)] if values else []
+
+
+# Note [Inter-op parallelism]: calls that do not depend on each other -- the branches of
+# an Inception block -- may run at once (``lm.set_num_interop_threads``), each on one of
+# lamina's threads (``concurrently``: a split, Note [Split work], whose parts run the
+# calls given them one after another, their own kernels serially). A plan groups its
+# calls by level (the longest chain of calls before each), and a level with two or more
+# big calls (convolutions, pooling, matrix products: WORTH_A_THREAD elements of result
+# or more) becomes one group whose calls are spread over the threads by their cost;
+# every other call runs alone, in order. Only a graph that writes nothing and draws no
+# random numbers (no impure node) is reordered so: levels keep every dependency that
+# flows through values, and no other kind.
+WORTH_A_THREAD = 1 << 12
+_BIG = ("nn", "linalg")  # the operator categories whose calls may be big
+
+
+def _schedule(graph: Graph) -> tuple[list[Node], list[list[int]]]:
+    """The graph's nodes in the order the plan runs them, and the groups of their
+    indices run together, consecutive (Note [Inter-op parallelism]): each node alone,
+    in the graph's order, unless the graph can run levels of big calls at once."""
+    nodes = graph.nodes
+    if any(node.impure for node in nodes):
+        return nodes, [[i] for i in range(len(nodes))]
+    level: dict[Value, int] = {}
+    levels = []
+    for node in nodes:
+        depth = 1 + max((level.get(v, 0) for v in node.inputs()), default=0)
+        levels.append(depth)
+        level.update(dict.fromkeys(node.results, depth))
+    ordered: list[Node] = []
+    groups: list[list[int]] = []
+    for depth in sorted(set(levels)):
+        members = [i for i, d in enumerate(levels) if d == depth]
+        big = [i for i in members if _cost(nodes[i]) >= WORTH_A_THREAD]
+        big = big if len(big) >= 2 else []  # run first, together; the others one by one
+        rest = [i for i in members if i not in big]
+        start = len(ordered)
+        groups += [list(range(start, start + len(big)))] if big else []
+        groups += [[start + len(big) + j] for j in range(len(rest))]
+        ordered += [nodes[i] for i in big + rest]
+    if len(groups) == len(nodes):
+        return nodes, [[i] for i in range(len(nodes))]  # nothing at once: graph order
+    return ordered, groups
+
+
+def _cost(node: Node) -> int:
+    """A big call's work, roughly: its results' elements, times the weight's elements
+    per output channel for a convolution or a product (0 for other calls)."""
+    target = node.target
+    if not isinstance(target, Operator) or target.category not in _BIG:
+        return 0
+    elements = sum(math.prod(r.shape) for r in node.results if r.shape is not None)
+    weights = [v for v in node.inputs() if v.shape is not None and len(v.shape) >= 2]
+    per_output = math.prod(weights[1].shape[1:]) if len(weights) > 1 else 1
+    return elements * per_output
 
 
 NUMBERS = (bool, int, float, complex)  # the Python numbers a call may take as operands
