@@ -10,11 +10,12 @@ Note [Result layouts]: a result is a new C-contiguous tensor, except
   has the input's stride order when the input is dense (a C-contiguous array with its
   axes permuted), as the elementwise nn kernels give it.
 
-The meta device and the plugin result checks take a result's layout from here. The CPU
-kernels decide it themselves, from NumPy's contiguity flags (faster on the per-call
-path than these functions; allocating from the description would cost more than a
-small call), and cannot drift from it unnoticed: the meta-device test compares the two
-for every sample of every operator.
+The meta device takes a result's layout from here. The CPU kernels decide it
+themselves, from NumPy's contiguity flags (faster on the per-call path than these
+functions; allocating from the description would cost more than a small call), and
+cannot drift from it unnoticed: the meta-device test compares the two for every sample
+of every operator. A plugin's kernel may return any strides (its values and shape are
+what the result checks hold it to).
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def _compact(shape: Shape, strides: Shape) -> tuple[Shape, Shape]:
 def image_layout(shape: Shape, strides: Shape) -> str | None:
     """ "NCHW" (C-contiguous), "NHWC" (channels-last strides of a 4-D shape) or None
     (other strides). One that is both (one channel, or 1 x 1 images) is "NCHW"."""
-    if same_layout(shape, strides, contiguous(shape)):
+    if _same_layout(shape, strides, contiguous(shape)):
         return NCHW
-    if len(shape) == 4 and same_layout(shape, strides, channels_last(shape)):
+    if len(shape) == 4 and _same_layout(shape, strides, channels_last(shape)):
         return NHWC
     return None
 
@@ -87,10 +88,10 @@ def in_layout(shape: Shape, strides: Shape, layout: str) -> bool:
     """Whether an array of ``shape`` and ``strides`` is stored in image ``layout`` (a
     1 x 1 image or a single channel is in both)."""
     want = channels_last(shape) if layout == NHWC and len(shape) == 4 else contiguous(shape)
-    return (layout == NCHW or len(shape) == 4) and same_layout(shape, strides, want)
+    return (layout == NCHW or len(shape) == 4) and _same_layout(shape, strides, want)
 
 
-def same_layout(shape: Shape, a: Shape, b: Shape) -> bool:
+def _same_layout(shape: Shape, a: Shape, b: Shape) -> bool:
     return 0 in shape or _compact(shape, a)[1] == _compact(shape, b)[1]
 
 

@@ -453,25 +453,6 @@ def test_the_first_result_of_a_cpu_override_is_checked_against_the_rules(registe
         lm.square(lm.ones(3))
 
 
-def test_a_cpu_override_returning_another_memory_layout_is_refused(register):
-    """Note [Result layouts]: relu of a channels-last image is channels-last; a kernel
-    that returns it C-contiguous would make the next image kernel convert it."""
-
-    def relu(ks, x):
-        return lm.backends.new_tensor(np.ascontiguousarray(np.maximum(x.numpy(), 0)))
-
-    register(lambda r: r.register("relu", "cpu", relu, 1))
-    image = lm.nn.functional.to_layout(lm.ones((1, 3, 2, 2)), "NHWC")
-    with pytest.raises(
-        lm.backends.KernelResultError,
-        match=re.escape(
-            "returned a tensor with element strides (12, 4, 2, 1), but the operator's rules "
-            "give (12, 1, 6, 3) (Note [Result layouts])"
-        ),
-    ):
-        lm.nn.functional.relu(image)
-
-
 def test_check_kernels_checks_every_call_and_names_the_link_that_broke(register):
     calls = []
 
