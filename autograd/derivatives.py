@@ -1175,8 +1175,9 @@ def _smooth_l1_loss_backward(u, r, n, g, x, t, reduction, beta):
 
 
 def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
-    """d/dx = l sigmoid(x) - pos_weight t, d/dt = -x - (pos_weight - 1) log(sigmoid(x))
-    with l = 1 + (pos_weight - 1) t (pos_weight 1 without one); none for the weights."""
+    """d/dx = l sigmoid(x) - pos_weight t with l = 1 + (pos_weight - 1) t, d/dt = -x
+    without pos_weight, else log sigmoid(-x) - pos_weight log sigmoid(x) (PyTorch's form:
+    no inf - inf at x = -inf); none for the weights."""
     scale = _loss_scale(g, x, reduction)
     if weight is not None:
         scale = scale * weight
@@ -1184,9 +1185,9 @@ def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
     if pos_weight is None:
         gx, gt = n[0] and s - t, n[1] and -x
     else:
-        log_sigmoid = ops.minimum(x, 0.0) - ops.log1p(ops.exp(-ops.abs(x)))
+        tail = ops.log1p(ops.exp(-ops.abs(x)))  # log sigmoid(x) = min(x, 0) - tail
         gx = n[0] and ((pos_weight - 1.0) * t + 1.0) * s - pos_weight * t
-        gt = n[1] and -x - (pos_weight - 1.0) * log_sigmoid
+        gt = n[1] and (ops.minimum(-x, 0.0) - tail - pos_weight * (ops.minimum(x, 0.0) - tail))
     return (n[0] and gx * scale, n[1] and gt * scale, None, None, None)
 
 

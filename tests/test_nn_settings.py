@@ -4,13 +4,15 @@ and empty batches end to end in every nn operator.
 ``BAD_SETTINGS`` enumerates each class of bad setting -- reversed or non-finite bounds,
 negative or non-finite scales, values out of range, out-of-range dims, integers too large
 for the kernels' 64-bit integers or the pool's counters, zero sizes, target dtypes --
-across lamina.nn.functional, lamina.nn.init, lamina.memory and LAMINA_POOL_BYTES: each
-must raise its exception with a message naming the argument, before any kernel runs.
+across lamina.nn.functional, lamina.nn's modules, lamina.nn.init, lamina.memory and
+LAMINA_POOL_BYTES: each must raise its exception with a message naming the argument,
+before any kernel runs.
 
 ``EMPTY_BATCH`` runs every nn operator forward and backward on a batch of 0 images (both
-layouts where the operator has them) and checks the shapes of the result and of every
-gradient against PyTorch's (hand-computed here; compared with torch itself when it is
-installed).
+layouts where the operator has them; for attention 0 sequences, queries or keys, for
+embedding 0 indices; the recurrent modules as well) and checks the shapes of the result
+and of every gradient against PyTorch's (hand-computed here; compared with torch itself
+when it is installed).
 """
 
 from __future__ import annotations
@@ -208,6 +210,81 @@ BAD_SETTINGS = [
         lambda: bn(t(1, 3)),
         ValueError,
         r"expected more than 1 value per channel when training",
+    ),
+    # ---- the newer layers: layer and group norm's eps finite and non-negative (PyTorch
+    # takes any; 0 as there), groups dividing the channels, padding_idx within the
+    # table, heads dividing embed_dim, dropout probabilities in [0, 1]
+    (
+        "layer_norm eps negative",
+        lambda: lm.nn.LayerNorm(3, eps=-1e-5)(t(2, 3)),
+        ValueError,
+        r"layer_norm: eps must not be negative",
+    ),
+    (
+        "layer_norm eps nan",
+        lambda: F.layer_norm(t(2, 3), 3, eps=NAN),
+        ValueError,
+        r"layer_norm: eps must be a finite",
+    ),
+    (
+        "group_norm eps inf",
+        lambda: lm.nn.GroupNorm(1, 3, eps=INF)(image()),
+        ValueError,
+        r"group_norm: eps must be a finite",
+    ),
+    (
+        "group_norm groups 0",
+        lambda: lm.nn.GroupNorm(0, 3),
+        ValueError,
+        r"GroupNorm: num_groups=0 must be positive and divide num_channels=3",
+    ),
+    (
+        "group_norm groups not dividing",
+        lambda: F.group_norm(image(), 2),
+        ValueError,
+        r"group_norm: num_groups=2 must be positive and divide the 3 channels",
+    ),
+    (
+        "embedding padding_idx below",
+        lambda: lm.nn.Embedding(5, 3, padding_idx=-6),
+        ValueError,
+        r"Embedding: padding_idx must be within num_embeddings \(5\), got -6",
+    ),
+    (
+        "embedding padding_idx above",
+        lambda: F.embedding(lm.zeros((2,), dtype=lm.int64), t(5, 3), padding_idx=5),
+        ValueError,
+        r"embedding: padding_idx must be within num_embeddings \(5\), got 5",
+    ),
+    (
+        "attention heads not dividing",
+        lambda: lm.nn.MultiheadAttention(5, 2),
+        ValueError,
+        r"MultiheadAttention: embed_dim=5 must be divisible by num_heads=2",
+    ),
+    (
+        "attention heads 0",
+        lambda: lm.nn.MultiheadAttention(4, 0),
+        ValueError,
+        r"MultiheadAttention: embed_dim and num_heads must be positive, got 4 and 0",
+    ),
+    (
+        "attention dropout nan",
+        lambda: lm.nn.MultiheadAttention(4, 2, dropout=NAN),
+        ValueError,
+        r"MultiheadAttention: dropout must be in \[0, 1\], got nan",
+    ),
+    (
+        "lstm dropout 2",
+        lambda: lm.nn.LSTM(3, 4, dropout=2.0),
+        ValueError,
+        r"LSTM: dropout must be in \[0, 1\]",
+    ),
+    (
+        "smooth_l1 beta nan",
+        lambda: F.smooth_l1_loss(t(2), t(2), beta=NAN),
+        ValueError,
+        r"smooth_l1_loss: beta must be a finite",
     ),
     # ---- the other real settings: finite, in range
     (
@@ -687,6 +764,10 @@ class Factory:
             return self.torch.zeros(shape, dtype=self.torch.long)
         return lm.zeros(shape, dtype=lm.int64)
 
+    def module(self, name, *args, **kwargs):
+        """A module of this backend's nn (its parameters are not leaves)."""
+        return getattr((self.torch or lm).nn, name)(*args, **kwargs)
+
 
 def _bn(fn, f, x, training, relu=False):
     """batch norm, or the batch_norm_relu fusion (PyTorch: relu of batch norm)."""
@@ -935,6 +1016,123 @@ EMPTY_BATCH = [
         N4,
         False,
     ),
+    (
+        "layer_norm",
+        lambda fn, f, lay: fn.layer_norm(f.x(0, 3, 4, 4, layout=lay), (4, 4), f.p(4, 4), f.p(4, 4)),
+        (0, 3, 4, 4),
+        [(0, 3, 4, 4), (4, 4), (4, 4)],
+        N4,
+        True,
+    ),
+    (
+        "group_norm",
+        lambda fn, f, lay: fn.group_norm(f.x(0, 4, 3, 3, layout=lay), 2, f.p(4), f.p(4)),
+        (0, 4, 3, 3),
+        [(0, 4, 3, 3), (4,), (4,)],
+        N4,
+        True,
+    ),
+    (
+        "embedding no indices",
+        lambda fn, f, lay: fn.embedding(f.long(0, 3), f.p(5, 4)),
+        (0, 3, 4),
+        [(5, 4)],
+        (None,),
+        True,
+    ),
+    (
+        "attention no sequences",
+        lambda fn, f, lay: fn.scaled_dot_product_attention(
+            f.x(0, 2, 3, 4), f.x(0, 2, 5, 4), f.x(0, 2, 5, 4)
+        ),
+        (0, 2, 3, 4),
+        [(0, 2, 3, 4), (0, 2, 5, 4), (0, 2, 5, 4)],
+        (None,),
+        True,
+    ),
+    (
+        "attention no queries",
+        lambda fn, f, lay: fn.scaled_dot_product_attention(
+            f.x(2, 0, 4), f.x(2, 5, 4), f.x(2, 5, 4), is_causal=True
+        ),
+        (2, 0, 4),
+        [(2, 0, 4), (2, 5, 4), (2, 5, 4)],
+        (None,),
+        True,
+    ),
+    (
+        "attention no keys",
+        lambda fn, f, lay: fn.scaled_dot_product_attention(
+            f.x(2, 3, 4), f.x(2, 0, 4), f.x(2, 0, 4)
+        ),
+        (2, 3, 4),
+        [(2, 3, 4), (2, 0, 4), (2, 0, 4)],
+        (None,),
+        True,
+    ),
+    *[
+        (
+            op,
+            lambda fn, f, lay, op=op: getattr(fn, op)(f.x(0, 3, 4, 4, layout=lay)),
+            (0, 3, 4, 4),
+            [(0, 3, 4, 4)],
+            N4,
+            True,
+        )
+        for op in ("silu", "hardtanh", "relu6", "hardswish")
+    ],
+    (
+        "conv1d",
+        lambda fn, f, lay: fn.conv1d(f.x(0, 3, 8), f.p(4, 3, 3), f.p(4), padding=1),
+        (0, 4, 8),
+        [(0, 3, 8), (4, 3, 3), (4,)],
+        (None,),
+        True,
+    ),
+    (
+        "conv_transpose2d",
+        lambda fn, f, lay: fn.conv_transpose2d(
+            f.x(0, 3, 4, 4, layout=lay), f.p(3, 2, 3, 3), f.p(2), stride=2
+        ),
+        (0, 2, 9, 9),
+        [(0, 3, 4, 4), (3, 2, 3, 3), (2,)],
+        N4,
+        True,
+    ),
+    (
+        "interpolate bilinear",
+        lambda fn, f, lay: fn.interpolate(
+            f.x(0, 3, 4, 4, layout=lay), scale_factor=2, mode="bilinear"
+        ),
+        (0, 3, 8, 8),
+        [(0, 3, 4, 4)],
+        N4,
+        True,
+    ),
+    (
+        "pad reflect",
+        lambda fn, f, lay: fn.pad(f.x(0, 3, 4, 4, layout=lay), (1, 2, 0, 1), mode="reflect"),
+        (0, 3, 5, 7),
+        [(0, 3, 4, 4)],
+        N4,
+        True,
+    ),
+    (
+        "LSTM",
+        lambda fn, f, lay: f.module("LSTM", 3, 4, batch_first=True)(f.x(0, 5, 3))[0],
+        (0, 5, 4),
+        [(0, 5, 3)],
+        (None,),
+        True,
+    ),
+    (
+        "GRU",
+        lambda fn, f, lay: f.module("GRU", 3, 4, batch_first=True)(f.x(0, 5, 3))[0],
+        (0, 5, 4),
+        [(0, 5, 3)],
+        (None,),
+        True,
+    ),
 ]
 LOSSES = [
     (
@@ -964,6 +1162,16 @@ LOSSES = [
         (0,),
     ),
     ("mse_loss", lambda fn, f, r: fn.mse_loss(f.x(0, 5), f.c(0, 5), reduction=r), (0, 5)),
+    (
+        "binary_cross_entropy_with_logits",
+        lambda fn, f, r: fn.binary_cross_entropy_with_logits(f.x(0, 5), f.c(0, 5), reduction=r),
+        (0, 5),
+    ),
+    (
+        "smooth_l1_loss",
+        lambda fn, f, r: fn.smooth_l1_loss(f.x(0, 5), f.c(0, 5), reduction=r, beta=0.5),
+        (0, 5),
+    ),
 ]
 for _name, _call, _shape in LOSSES:
     for _r in ("mean", "sum", "none"):

@@ -48,7 +48,12 @@ class MultiheadAttention(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        if num_heads < 1 or embed_dim % num_heads:
+        if embed_dim < 1 or num_heads < 1:
+            raise ValueError(
+                f"MultiheadAttention: embed_dim and num_heads must be positive, got "
+                f"{embed_dim} and {num_heads}"
+            )
+        if embed_dim % num_heads:
             raise ValueError(
                 f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
                 f"num_heads={num_heads}"

@@ -8,7 +8,8 @@ needs no PyTorch):
 Every case is float64: its inputs, a fixed upstream gradient, and PyTorch's output and
 the gradients of every input that takes one. Floats are written as JSON numbers, the
 non-finite ones as the strings "nan", "inf" and "-inf" (-0.0 is a JSON number).
-lamina's fused batch norm + relu (the batch_norm_relu rewrite) is recorded as relu(batch_norm(...)).
+lamina's fused batch norm + relu (the batch_norm_relu rewrite) is recorded as relu(batch_norm(...)),
+lamina's min_pool2d (PyTorch has none) as -max_pool2d(-x).
 """
 
 import json
@@ -294,6 +295,155 @@ for reduction in ("mean", "sum", "none"):
         ints={"target": target},
     )
 
+# the newer activations: every special, and each one's bend points (hardtanh's and
+# relu6's bounds, hardswish's -3 and 3) exactly
+xa = values(IMG, 20, spread(N_IMG) + [(5, 0.0), (3, 3.0), (4, -3.0), (6, 6.0), (7, -1.0),
+                                       (8, 1.0), (11, 40.0), (12, -40.0)])  # fmt: skip
+for op in ("silu", "hardtanh", "relu6"):
+    case(op, op, {"input": xa}, ["input"], {}, BOTH)
+# hardswish's gradient at NaN is left out: PyTorch's depends on the element's place,
+# NaN from its CPU vector loop, the upstream gradient from its scalar loop (a tensor's
+# last elements, tensors under 16 elements); lamina passes the gradient
+# (tests/test_layers_activations_losses.py records it)
+case("hardswish", "hardswish", {"input": np.where(np.isnan(xa), 0.5, xa)}, ["input"], {}, BOTH)
+
+# layer and group norm: a slice (group) per special, others clean; specials in the
+# affine parameters
+ln_affine = {"weight": values((2, 2), 21, lo=0.5, hi=1.5), "bias": values((2, 2), 22)}
+case(
+    "layer_norm",
+    "layer_norm",
+    {"input": bn_all, **ln_affine},
+    ["input", "weight", "bias"],
+    {"normalized_shape": [2, 2]},
+    BOTH,
+)
+case("layer_norm_noaffine", "layer_norm", {"input": sm}, ["input"], {"normalized_shape": [5]})
+case(
+    "layer_norm_special_weight",
+    "layer_norm",
+    {
+        "input": values(IMG, 3),
+        "weight": values((2, 2), 21, [(1, math.nan), (2, -0.0)]),
+        "bias": values((2, 2), 22, [(3, math.inf)]),
+    },
+    ["input", "weight", "bias"],
+    {"normalized_shape": [2, 2]},
+)
+gx = values((2, 4, 2, 2), 23, spread(32))
+gn_affine = {"weight": values((4,), 24, lo=0.5, hi=1.5), "bias": values((4,), 25)}
+case(
+    "group_norm",
+    "group_norm",
+    {"input": gx, **gn_affine},
+    ["input", "weight", "bias"],
+    {"num_groups": 2},
+    BOTH,
+)
+case(
+    "group_norm_nan",
+    "group_norm",
+    {"input": values((2, 4, 2, 2), 23, [(1, math.nan)]), **gn_affine},
+    ["input", "weight", "bias"],
+    {"num_groups": 2},
+    BOTH,
+)
+case("local_response_norm", "local_response_norm", {"input": bn_all}, ["input"], {"size": 2}, BOTH)
+
+# embedding: specials in the weight; index 2 repeated (gradients add), then padding
+ew = values((5, 3), 26, [(1, math.nan), (6, math.inf), (8, -math.inf), (13, -0.0)])
+idx = np.array([[0, 2], [4, 2], [1, 3]])
+case("embedding", "embedding", {"weight": ew}, ["weight"], ints={"input": idx})
+case(
+    "embedding_padding",
+    "embedding",
+    {"weight": ew},
+    ["weight"],
+    {"padding_idx": 2},
+    ints={"input": idx},
+)
+
+# attention: a special in the query, the key and the value; an additive mask that
+# masks one query's every key. Causal: only the first value, which every query sees, is
+# special. PyTorch's CPU kernels add the mask's -inf to a hidden score, so a special
+# anywhere in a row (an infinite key, a NaN query) turns NaN its hidden weights too, and
+# through them the gradients of values and keys the row must not see; lamina leaves
+# hidden positions out (a PyTorch bug: masking that lets hidden data through)
+q = values((2, 3, 4), 27, [(1, math.nan)])
+k = values((2, 5, 4), 28, [(21, math.inf), (30, -0.0)])
+v = values((2, 5, 4), 29, [(3, -math.inf)])
+qkv = {"query": q, "key": k, "value": v}
+case("attention", "scaled_dot_product_attention", qkv, ["query", "key", "value"])
+case(
+    "attention_causal",
+    "scaled_dot_product_attention",
+    {"query": values((2, 3, 4), 27), "key": values((2, 5, 4), 28, [(30, -0.0)]), "value": v},
+    ["query", "key", "value"],
+    {"is_causal": True},
+)
+mask = np.zeros((3, 5))
+mask[0, :] = -math.inf
+mask[2, 1] = -math.inf
+case(
+    "attention_masked",
+    "scaled_dot_product_attention",
+    {"query": values((2, 3, 4), 27), "key": values((2, 5, 4), 28), "value": v, "attn_mask": mask},
+    ["query", "key", "value"],
+)
+
+# the newer losses
+bt = values((3, 4), 16, lo=0.0, hi=1.0)
+for reduction in ("mean", "none"):
+    case(
+        f"bce_with_logits_{reduction}",
+        "binary_cross_entropy_with_logits",
+        {"input": mx, "target": bt},
+        ["input", "target"],
+        {"reduction": reduction},
+    )
+case(
+    "bce_with_logits_weights",
+    "binary_cross_entropy_with_logits",
+    {
+        "input": mx,
+        "target": bt,
+        "weight": values((4,), 30, lo=0.5, hi=1.5),
+        "pos_weight": values((4,), 31, lo=0.5, hi=1.5),
+    },
+    ["input", "target"],
+    {"reduction": "sum"},
+)
+# beta=0 is PyTorch's l1_loss, whose gradient at NaN is 0 (PyTorch's sign(NaN) = 0, a
+# bug: beta > 0 gives NaN there); lamina's is NaN at any beta, so that case has no NaN
+for reduction, beta in [("mean", 1.0), ("none", 0.5), ("sum", 0.0)]:
+    case(
+        f"smooth_l1_loss_{reduction}_beta{beta}",
+        "smooth_l1_loss",
+        {"input": mx if beta else np.where(np.isnan(mx), 0.5, mx), "target": mt},
+        ["input", "target"],
+        {"reduction": reduction, "beta": beta},
+    )
+
+# the newer pooling (PyTorch has no min pooling: recorded as -max_pool2d(-x))
+for size in (2, 3):
+    case(
+        f"adaptive_avg_pool2d_{size}",
+        "adaptive_avg_pool2d",
+        {"input": px},
+        ["input"],
+        {"output_size": size},
+        BOTH,
+    )
+case("min_pool2d", "min_pool2d", {"input": px}, ["input"], {"kernel_size": 2}, BOTH)
+case(
+    "min_pool2d_pad",
+    "min_pool2d",
+    {"input": px},
+    ["input"],
+    {"kernel_size": 3, "stride": 2, "padding": 1},
+    BOTH,
+)
+
 
 def run_torch(c):
     ts = {
@@ -309,14 +459,10 @@ def run_torch(c):
         out = F.batch_norm(ts["input"], rm, rv, ts.get("weight"), ts.get("bias"), **kw)
         if relu:
             out = torch.relu(out)
-    elif op in ("conv2d", "linear"):
-        out = getattr(F, op)(ts["input"], ts["weight"], ts.get("bias"), **kw)
-    elif op == "mse_loss":
-        out = F.mse_loss(ts["input"], ts["target"], **kw)
-    elif op in ("nll_loss", "cross_entropy"):
-        out = getattr(F, op)(ts["input"], ints["target"], ts.get("weight"), **kw)
+    elif op == "min_pool2d":
+        out = -F.max_pool2d(-ts["input"], **kw)
     else:
-        out = getattr(F, op)(ts["input"], **kw)
+        out = getattr(F, op)(**ts, **ints, **kw)
     upstream = values(tuple(out.shape), 99, lo=0.5, hi=1.5)
     out.backward(torch.tensor(upstream))
     c["upstream"] = encode(upstream)
