@@ -372,6 +372,19 @@ def test_dtype_moves_keep_ties(kind, how):
         assert out["tied_is"] and out["count"] == 3
 
 
+def test_a_device_move_keeps_parameters_buffers_and_ties():
+    """As a dtype move: each distinct parameter moved once, a Parameter still, tied
+    weights one tensor; buffers move too (the meta device: shapes without values)."""
+    model = lm.nn.Sequential(lm.nn.Conv2d(3, 3, 1), lm.nn.BatchNorm2d(3), lm.nn.Conv2d(3, 3, 1))
+    model[2].weight = model[0].weight
+    assert model.to("meta") is model
+    weights = [model[0].weight, model[2].weight]
+    assert weights[0] is weights[1] and len(list(model.parameters())) == 5
+    for p in model.parameters():
+        assert isinstance(p, lm.nn.Parameter) and p.requires_grad and p.device == "meta"
+    assert {b.device.name for b in model.buffers()} == {"meta"}
+
+
 @pytest.mark.parametrize("key", list(SLICES))
 @pytest.mark.parametrize("cls", ["Sequential", "ModuleList"])
 def test_slices_keep_names_and_types(cls, key):
