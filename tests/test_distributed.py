@@ -45,6 +45,7 @@ CHECKS = [
     "bad arguments",
     "ddp gradients",
     "ddp gradient_as_bucket_view",
+    "ddp compiled",
     "ddp no_sync",
     "ddp unused parameters",
     "ddp different models",

@@ -95,7 +95,8 @@ class DistributedDataParallel(Module):
     """``DistributedDataParallel(module)``: train ``module`` on every rank, each on its
     own share of the data, with the gradients averaged over the ranks during backward,
     so that after ``backward()`` every rank holds the gradient of the whole batch (as
-    PyTorch's).
+    PyTorch's). ``module`` may be compiled (``lm.jit.compile(model)``: its calls run
+    compiled), or the wrapper compiled in turn (``lm.jit.compile(ddp)``).
 
     At wrap, rank 0's parameters and buffers are copied to every rank (and the ranks
     must agree on the parameters' names, shapes and dtypes). ``bucket_cap_mb`` sizes
@@ -119,6 +120,8 @@ class DistributedDataParallel(Module):
         gradient_as_bucket_view: bool = False,
     ):
         super().__init__()
+        run = module  # called by forward: a compiled module (lm.jit.compile) runs compiled
+        module = getattr(module, "_orig_mod", module)
         if not isinstance(module, Module):
             raise TypeError(
                 f"DistributedDataParallel: module must be an nn.Module, got {type(module).__name__}"
@@ -132,6 +135,7 @@ class DistributedDataParallel(Module):
             )
         g = group("DistributedDataParallel")
         self.module = module
+        self._run = run
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
         self.gradient_as_bucket_view = gradient_as_bucket_view
@@ -172,7 +176,7 @@ class DistributedDataParallel(Module):
             buffers = [b.numpy() for _, b in self.module.named_buffers()]
             if buffers:
                 _broadcast_arrays(self._group, buffers, "DistributedDataParallel.forward")
-        return self.module(*args, **kwargs)
+        return self._run(*args, **kwargs)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -555,10 +555,15 @@ def compile(
 
 
 class _CompiledModule:
-    """A Module whose calls run compiled; everything else is the module's."""
+    """A Module whose calls run compiled; everything else is the module's
+    (``_orig_mod``, as PyTorch names it)."""
 
     def __init__(self, module: Any, compiled: CompiledFunction) -> None:
         self.__dict__["_module"], self.__dict__["_compiled"] = module, compiled
+
+    @property
+    def _orig_mod(self) -> Any:
+        return self._module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)

@@ -208,6 +208,25 @@ for step in (0, 1):
         assert any(np.shares_memory(p.grad.numpy(), b.buffer) for b in view._buckets), name
 ok("ddp gradient_as_bucket_view")
 
+# compiled models: the wrapper around a compiled module, and the wrapper compiled
+for wrap in (
+    lambda m: dist.DistributedDataParallel(lm.jit.compile(m)),
+    lambda m: lm.jit.compile(dist.DistributedDataParallel(m)),
+):
+    model = mlp(seed=rank)
+    run = wrap(model)
+    for step in (0, 1):  # traced and compiled, then the compiled plan
+        single.zero_grad()
+        model.zero_grad()
+        x, y = data(step)
+        loss_fn(single(x), y).backward()
+        loss_fn(run(mine(x, y)[0]), mine(x, y)[1]).backward()
+        for (name, p), (_, q) in zip(model.named_parameters(), single.named_parameters()):
+            np.testing.assert_allclose(
+                p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14, err_msg=name
+            )
+ok("ddp compiled")
+
 # no_sync: the first backward only accumulates; the second averages the sum
 single.zero_grad()
 ddp.zero_grad()
