@@ -187,6 +187,7 @@ binary(
     "pow",
     "numeric",
     "x1 raised to x2 (``x1 ** x2``); integers to negative integer powers raise.",
+    tags=SIMD,
     numpy="power",
     dunder="pow",
 )
@@ -199,7 +200,13 @@ binary(
     numpy="true_divide",
     dunder="truediv",
 )
-binary("atan2", "real_float", "The angle of the point (x2, x1), in radians.", numpy="arctan2")
+binary(
+    "atan2",
+    "real_float",
+    "The angle of the point (x2, x1), in radians.",
+    tags=SIMD,
+    numpy="arctan2",
+)
 binary("copysign", "real_float", "The magnitude of x1 with the sign of x2.")
 binary("hypot", "real_float", "sqrt(x1**2 + x2**2), without overflow in the squares.")
 binary("logaddexp", "real_float", "log(exp(x1) + exp(x2)), without overflow.")

@@ -38,7 +38,7 @@ threads.on_change(_set_threshold)
 
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
-_SCALAR = {2: K.binary_scalar}
+_SCALAR = {2: K.binary_scalar, 3: K.ternary_scalars}
 _INPLACE = {2: K.binary_inplace}
 # the C core's loops by form (reference.LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED) and arity
 _C_LOOPS = {
@@ -113,8 +113,11 @@ class Elementwise:
         ins = [jit.array(d.np) for d in self.in_dtypes(comp)]
         if family is _FLAT:
             sig = types.void(*ins, out)
-        elif family is _SCALAR:
+        elif family is _SCALAR and self.arity == 2:
             sig = types.void(ins[0], jit.numba.from_dtype(comp.np), out, types.boolean)
+        elif family is _SCALAR:
+            scalars = [jit.numba.from_dtype(d.np) for d in self.in_dtypes(comp)[1:]]
+            sig = types.void(ins[0], *scalars, out)
         elif family is _INPLACE:
             sig = types.void(out, ins[1])
         else:
@@ -182,6 +185,11 @@ class Elementwise:
                     tensor, v = (b, a) if first else (a, b)
                     scalar[i](tensor.reshape(-1), v.reshape(-1)[0], out.reshape(-1), first)
                     return
+            if self.arity == 3 and dense[0] and arrays[1].size == 1 and arrays[2].size == 1:
+                scalar = self.scalar_parallel if parallel else self.scalar
+                b, c = (a.reshape(-1)[0] for a in arrays[1:])
+                scalar[i](arrays[0].reshape(-1), b, c, out.reshape(-1))
+                return
             if all(dense):
                 flat = self.flat_parallel if parallel else self.flat
                 flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))

@@ -972,6 +972,17 @@ def ternary_flat(fn, loop):
     return kernel
 
 
+def ternary_scalars(fn, loop):
+    """A contiguous tensor with two scalars (clip's bounds, ``where(cond, 1.0, 0.0)``):
+    a strided loop over the broadcast scalars took ~1.7 ns per element, this one 0.3."""
+
+    def kernel(a, v, w, out):
+        for i in loop(out.size):
+            out[i] = fn(a[i], v, w)
+
+    return kernel
+
+
 @jitable
 def _row_start(r, shape, strides, offset):
     """Element offset of row ``r`` (all dims but the last) of one strided operand."""
