@@ -2098,6 +2098,23 @@ def test_higher_order_matmul():
     assert np.allclose(hv.numpy(), 2 * an.T @ an @ v.numpy())
 
 
+def test_matmul_hands_a_transposed_weight_a_contiguous_gradient():
+    """``x @ w.T`` (a linear layer written out): w's gradient is C-contiguous, as in
+    PyTorch, so that the optimizer's update reads it in order (Note [Gradient layout]),
+    and equals the float64 product; a batched x keeps the general formula."""
+    rng = np.random.default_rng(4)
+    x, g = rng.standard_normal((5, 3)), rng.standard_normal((5, 4))
+    for dtype in ("float32", "float64"):
+        w = lm.asarray(rng.standard_normal((4, 3)).astype(dtype), requires_grad=True)
+        (lm.asarray(x.astype(dtype)) @ w.T).backward(lm.asarray(g.astype(dtype)))
+        assert w.grad.numpy().flags.c_contiguous
+        np.testing.assert_allclose(w.grad.numpy(), g.T @ x, rtol=1e-5)
+    xb = rng.standard_normal((2, 5, 3))
+    w = lm.asarray(rng.standard_normal((4, 3)), requires_grad=True)
+    lm.sum(lm.asarray(xb) @ w.T).backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.tile(xb.sum(axis=(0, 1)), (4, 1)))
+
+
 def test_higher_order_reductions():
     x = leaf((5,))
     v = const([1.0, -2.0, 0.5, 3.0, 0.0])
