@@ -1184,6 +1184,7 @@ def _nll(fn, d, t):
         Sample(fn, (t((2, 3, 4), "T"), t.ints((2, 4), 0, 3), t((3,), lo=0.5, hi=2), 1, "sum"),
                label="T-weight-ignore", grad_args=(0,)),  # no gradient for the weights
         S(fn, t((3,), "flip"), lm.asarray(2), None, -100, "none", label="1d"),
+        S(fn, t((2, 3, 4)), t.ints((4, 2), 0, 3).T, None, -100, "none", label="T-target"),
         S(fn, t((0, 3)), t.ints((0,), 0, 3), None, -100, "none", label="empty"),
     ]  # fmt: skip
 
