@@ -908,6 +908,25 @@ def test_parallel_kernels(two_threads):
         I.assert_matches(x[:, ::-1] + y, a[:, ::-1] + b, "float64")
 
 
+def test_narrow_elements_go_parallel_from_a_higher_threshold(two_threads):
+    """Note [Parallel threshold]: bool (and 8- and 16-bit) kernels stay serial up to
+    NARROW_FACTOR times the threshold, and run their prange variants above it; both
+    sides give NumPy's results (elementwise, any/all over a full scan, a sum of int8)."""
+    narrow = threads.narrow_threshold(threads.parallel_threshold())
+    assert narrow == threads.PARALLEL_ELEMENTS * threads.NARROW_FACTOR
+    for n in (threads.PARALLEL_ELEMENTS + 5, int(narrow) + 5):
+        b = np.zeros(n, bool)
+        b[-1] = True
+        b[::7] = True
+        x = lm.asarray(b)
+        I.assert_matches(lm.logical_not(x), ~b, "bool")
+        I.assert_matches(x & lm.asarray(b[::-1].copy()), b & b[::-1], "bool")
+        assert lm.any(lm.asarray(np.eye(1, n, n - 1, dtype=bool)[0])).item()
+        assert not lm.all(lm.asarray(~np.eye(1, n, n - 1, dtype=bool)[0])).item()
+        i8 = (np.arange(n) % 5).astype(np.int8)
+        assert lm.sum(lm.asarray(i8)).item() == i8.sum(dtype=np.int64)
+
+
 def test_set_num_threads_validates():
     with pytest.raises(ValueError, match="num_threads"):
         lm.set_num_threads(0)

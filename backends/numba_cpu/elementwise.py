@@ -23,11 +23,12 @@ from .layout import strided_args
 empty = np.empty
 KERNELS = []  # (ElementwiseKernel, Elementwise): their limits follow the thread count
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+_parallel_min_narrow = float("inf")  # the same, for elements under 4 bytes
 
 
 def _set_threshold(threshold):
-    global _parallel_min
-    _parallel_min = threshold
+    global _parallel_min, _parallel_min_narrow
+    _parallel_min, _parallel_min_narrow = threshold, threads.narrow_threshold(threshold)
     for kernel, ew in KERNELS:
         kernel.set_limit(_limit(ew, threshold))
 
@@ -170,7 +171,8 @@ class Elementwise:
         if n >= self.simd_min and comp.kind == "f":
             self.run_simd(out, *arrays)
             return
-        i, parallel = comp.index, n >= _parallel_min
+        i = comp.index
+        parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
         if out.flags.c_contiguous:
             dense = [a.shape == out.shape and a.flags.c_contiguous for a in arrays]
             if self.arity == 2 and (dense[0] or dense[1]):
