@@ -1,5 +1,4 @@
-"""Losses: nll_loss and mse_loss, NumPy where it is the right tool (a gather along the
-class axis, one subtraction and a sum); smooth_l1_loss and
+"""Losses: nll_loss, one Numba pass over the targets; mse_loss, smooth_l1_loss and
 binary_cross_entropy_with_logits, one Numba pass that computes each element's loss and
 stores or sums it. Their gradients are formulas of dispatched operators
 (autograd/derivatives.py)."""
@@ -80,26 +79,16 @@ def _pick_kernel(dtype):
     return jit.cached((_pick, dtype), build)
 
 
-def mse_loss(ks, input, target, reduction):
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
-        return _mse_reduce(input._data - target._data, reduction)
-
-
-def _mse_reduce(d, reduction):
-    squares = d * d
-    if reduction == "none":
-        return from_array(np.asarray(squares, order="C"))  # ascontiguousarray: 0-d -> 1-d
-    total = squares.sum(dtype=np.float64)
-    if reduction == "mean":
-        with np.errstate(invalid="ignore"):  # empty: NaN, as in PyTorch
-            total = total / squares.size
-    return from_array(np.asarray(total, squares.dtype))
-
-
 # ---------------------------------------------------------------- fused pointwise losses
 # One scalar function per loss, of (input, target, parameter), as the activations'; the
 # templates store each element's loss or add them up in float64. They live here, beside
 # the scalar functions, for Numba's cache (Note [Kernel cache]).
+
+
+@jitable
+def squared_error(x, t, unused):
+    d = x - t
+    return d * d
 
 
 @jitable
@@ -191,6 +180,12 @@ def _total(total, size, dtype, reduction):
     if reduction == "mean":
         total = total / size if size else np.nan  # empty: NaN, as in PyTorch
     return from_array(np.asarray(total, dtype))
+
+
+def mse_loss(ks, input, target, reduction):
+    """One pass for a reduced loss (NumPy's difference, square and float64 sum took
+    three, 1.8x PyTorch's time on 10^6 elements)."""
+    return _pointwise_loss(squared_error, input, target, 0.0, None, reduction)
 
 
 def smooth_l1_loss(ks, input, target, reduction, beta):
