@@ -922,6 +922,8 @@ _SILU_BACKWARD = OPERATORS["silu_backward"]
 _HARDTANH_BACKWARD = OPERATORS["hardtanh_backward"]
 _HARDSWISH_BACKWARD = OPERATORS["hardswish_backward"]
 _SMOOTH_L1_BACKWARD = OPERATORS["smooth_l1_loss_backward"]
+_NLL_LOSS = OPERATORS["nll_loss"]
+_NLL_LOSS_BACKWARD = OPERATORS["nll_loss_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
@@ -1132,28 +1134,12 @@ def _silu_second(x):
 
 
 def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
-    """-g w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere: 0 at
-    an ignored target and off the target's class even where the coefficient is NaN (a
-    'mean' over zero total weight: 0 / 0 where counted, as PyTorch's)."""
-    unbatched = x.ndim == 1
-    c = x.shape[0] if unbatched else x.shape[1]
-    counted = target != ignore_index
-    if weight is None:  # the common case in as few calls as it takes (each costs ~5 us)
-        w = ops.astype(counted, g.dtype)
-        scale = -g / ops.sum(w) if reduction == "mean" else -g
-        coef = ops.where(counted, scale, 0.0)
-    else:
-        w = ops.astype(counted, g.dtype) * weight[ops.where(counted, target, 0)]
-        coef = -w * g
-        if reduction == "mean":
-            coef = ops.where(counted, coef / ops.sum(w), 0.0)
-    # an ignored target (coefficient 0) may be a class index, whose column then gets 0
-    classes = ops.arange(c, device=g.device)
-    if unbatched:
-        return (ops.where(classes == target, coef, 0.0), *_NONE[:4])
-    along = tuple(-1 if d == 1 else 1 for d in range(x.ndim))
-    onehot = ops.reshape(classes, along) == ops.expand_dims(target, axis=1)
-    return (ops.where(onehot, ops.expand_dims(coef, axis=1), 0.0), *_NONE[:4])
+    return (_NLL_LOSS_BACKWARD(g, x, target, weight, ignore_index, reduction), *_NONE[:4])
+
+
+def _nll_loss_backward(u, r, n, g, x, target, weight, ignore_index, reduction):
+    """Linear in g: u's loss, as nll_loss computes it, is g's gradient."""
+    return (n[0] and _NLL_LOSS(u, target, weight, ignore_index, reduction), *_NONE[:5])
 
 
 def _mse_loss(g, r, n, x, t, reduction):
@@ -1379,7 +1365,8 @@ DERIVATIVES.update(
                 ),
                 saves=(0, 1),
             ),
-            D("nll_loss", _nll_loss, saves=(1, 2), sizes=(0,)),
+            D("nll_loss", _nll_loss, saves=(0, 1, 2)),
+            D("nll_loss_backward", _nll_loss_backward, saves=(2, 3)),
             D("mse_loss", _mse_loss, saves=(0, 1)),
             D("smooth_l1_loss", _smooth_l1_loss, saves=(0, 1)),
             D("smooth_l1_loss_backward", _smooth_l1_loss_backward, saves=(0, 1, 2)),

@@ -983,6 +983,17 @@ define(
     "integer targets, reduced by 'mean' (over the weights), 'sum' or 'none'.",
 )
 define(
+    "nll_loss_backward(grad: Tensor, input: Tensor, target: Tensor, weight: Tensor | None, "
+    "ignore_index: int, reduction: str) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="nll_loss's gradient with respect to input: -grad * weight[target[n]] (divided by "
+    "the targets' total weight for 'mean') at each target's class, 0 elsewhere and at "
+    "ignored targets.",
+)
+define(
     "mse_loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor",
     "nn",
     dtypes=FLOATING,

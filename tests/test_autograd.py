@@ -759,6 +759,27 @@ SAMPLES.update(
                 [leaf(S, -2, 2), leaf(S, seed=1)],
             ),
         ],
+        "nll_loss_backward": [  # the input gives only its shape: a constant
+            (
+                "mean-weight",
+                lambda g: OPERATORS["nll_loss_backward"](
+                    g,
+                    const(np.zeros((4, 3))),
+                    index([2, -100, 0, 1]),
+                    const([0.5, 1.0, 2.0]),
+                    -100,
+                    "mean",
+                ),
+                [leaf(())],
+            ),
+            (
+                "none",
+                lambda g: OPERATORS["nll_loss_backward"](
+                    g, const(np.zeros((2, 3, 2))), index([[0, 2], [1, 1]]), None, -100, "none"
+                ),
+                [leaf((2, 2), seed=2)],
+            ),
+        ],
         "smooth_l1_loss_backward": [
             (
                 "mean",
