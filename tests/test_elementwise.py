@@ -1139,6 +1139,19 @@ def test_clip_and_where_with_two_scalars(dtype):
         np.testing.assert_array_equal(got.numpy(), np.where(a > 0, 3, -2).astype(got.numpy().dtype))
 
 
+def test_hypot_special_values_and_extremes():
+    """hypot's vectorized form (the larger magnitude times sqrt(1 + r**2)) against libm's,
+    through NumPy: C99's special values (an infinity beats NaN, zeros of both signs),
+    magnitudes that would overflow or underflow squared, subnormals; within 2 ulp."""
+    x = [0.0, -0.0, np.inf, -np.inf, np.nan, 3.0, -4.0, 1e30, 1e-30, 1e-45, np.nan, 0.0, 7.0]
+    y = [-0.0, 0.0, np.nan, 3.0, -np.inf, -4.0, 3.0, 1e30, -1e-30, 1e-45, 1.0, 5.0, 1e-30]
+    for dtype in (np.float32, np.float64):
+        a, b = np.array(x, dtype), np.array(y, dtype)
+        got = lm.hypot(lm.asarray(a), lm.asarray(b)).numpy()
+        np.testing.assert_array_max_ulp(got, np.hypot(a, b), maxulp=2)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(np.hypot(a, b)))
+
+
 @pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])
 def test_clip_with_wider_integer_bounds_saturates_not_wraps(backend):
     """clip keeps x's dtype; an integer tensor bound of a wider dtype must bound as it
