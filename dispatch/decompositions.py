@@ -1175,6 +1175,27 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
     return total if reduction == "sum" else total / ops.sum(w)
 
 
+@decomposition("nll_loss_backward")
+def nll_loss_backward(ks, grad, input, target, weight, ignore_index, reduction):
+    """-grad w[t] / (sum of w[t] for 'mean') at each target's class, 0 elsewhere: 0 at
+    an ignored target and off the target's class even where the coefficient is NaN (a
+    'mean' over zero total weight: 0 / 0 where counted, as PyTorch's)."""
+    counted = target != ignore_index
+    w = ops.astype(counted, grad.dtype)
+    if weight is not None:
+        w = w * _call("getitem", weight, (ops.where(counted, target, 0),))
+    coef = -w * grad
+    if reduction == "mean":
+        coef = ops.where(counted, coef / ops.sum(w), 0.0)
+    # an ignored target (coefficient 0) may be a class index, whose column then gets 0
+    classes = ops.arange(input.shape[0 if input.ndim == 1 else 1], device=grad.device)
+    if input.ndim == 1:
+        return ops.where(classes == target, coef, 0.0)
+    along = tuple(-1 if d == 1 else 1 for d in range(input.ndim))
+    onehot = ops.reshape(classes, along) == ops.expand_dims(target, axis=1)
+    return ops.where(onehot, ops.expand_dims(coef, axis=1), 0.0)
+
+
 # Pooling of windows along one spatial axis at a time, as a matrix product: row i of
 # the (outputs, size) matrix holds the weights of output i's window.
 

@@ -187,6 +187,7 @@ binary(
     "pow",
     "numeric",
     "x1 raised to x2 (``x1 ** x2``); integers to negative integer powers raise.",
+    tags=SIMD,
     numpy="power",
     dunder="pow",
 )
@@ -199,10 +200,16 @@ binary(
     numpy="true_divide",
     dunder="truediv",
 )
-binary("atan2", "real_float", "The angle of the point (x2, x1), in radians.", numpy="arctan2")
+binary(
+    "atan2",
+    "real_float",
+    "The angle of the point (x2, x1), in radians.",
+    tags=SIMD,
+    numpy="arctan2",
+)
 binary("copysign", "real_float", "The magnitude of x1 with the sign of x2.")
 binary("hypot", "real_float", "sqrt(x1**2 + x2**2), without overflow in the squares.")
-binary("logaddexp", "real_float", "log(exp(x1) + exp(x2)), without overflow.")
+binary("logaddexp", "real_float", "log(exp(x1) + exp(x2)), without overflow.", tags=SIMD)
 binary(
     "bitwise_and", "intbool", "The bitwise AND of each pair (``x1 & x2``).", tags="", dunder="and"
 )
@@ -974,6 +981,17 @@ define(
     check=meta.nll_loss,
     doc="-input[n, target[n]] * weight[target[n]] for (N, C, ...) log-probabilities and "
     "integer targets, reduced by 'mean' (over the weights), 'sum' or 'none'.",
+)
+define(
+    "nll_loss_backward(grad: Tensor, input: Tensor, target: Tensor, weight: Tensor | None, "
+    "ignore_index: int, reduction: str) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="nll_loss's gradient with respect to input: -grad * weight[target[n]] (divided by "
+    "the targets' total weight for 'mean') at each target's class, 0 elsewhere and at "
+    "ignored targets.",
 )
 define(
     "mse_loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor",

@@ -1184,7 +1184,21 @@ def _nll(fn, d, t):
         Sample(fn, (t((2, 3, 4), "T"), t.ints((2, 4), 0, 3), t((3,), lo=0.5, hi=2), 1, "sum"),
                label="T-weight-ignore", grad_args=(0,)),  # no gradient for the weights
         S(fn, t((3,), "flip"), lm.asarray(2), None, -100, "none", label="1d"),
+        S(fn, t((2, 3, 4)), t.ints((4, 2), 0, 3).T, None, -100, "none", label="T-target"),
         S(fn, t((0, 3)), t.ints((0,), 0, 3), None, -100, "none", label="empty"),
+    ]  # fmt: skip
+
+
+@sample_of("nll_loss_backward", dtypes=NN_DTYPES)
+def _nll_backward(fn, d, t):
+    ints = t.ints
+    return [
+        S(fn, t(()), t((4, 3)), ints((4,), 0, 3), None, -100, "mean", label="mean"),
+        Sample(fn, (t(()), t((2, 3, 4), "T"), ints((4, 2), 0, 3).T, t((3,), lo=0.5, hi=2), 1,
+                    "sum"), label="T-weight-ignore", grad_args=(0,)),  # none for the weights
+        S(fn, t((3,)), t((3, 4)), ints((3, 2), 0, 4)[:, 0], None, -100, "none", label="none"),
+        S(fn, t(()), t((3,), "flip"), lm.asarray(2), None, -100, "mean", label="1d"),
+        S(fn, t((0,)), t((0, 3)), ints((0,), 0, 3), None, -100, "none", label="empty"),
     ]  # fmt: skip
 
 

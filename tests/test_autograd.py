@@ -759,6 +759,27 @@ SAMPLES.update(
                 [leaf(S, -2, 2), leaf(S, seed=1)],
             ),
         ],
+        "nll_loss_backward": [  # the input gives only its shape: a constant
+            (
+                "mean-weight",
+                lambda g: OPERATORS["nll_loss_backward"](
+                    g,
+                    const(np.zeros((4, 3))),
+                    index([2, -100, 0, 1]),
+                    const([0.5, 1.0, 2.0]),
+                    -100,
+                    "mean",
+                ),
+                [leaf(())],
+            ),
+            (
+                "none",
+                lambda g: OPERATORS["nll_loss_backward"](
+                    g, const(np.zeros((2, 3, 2))), index([[0, 2], [1, 1]]), None, -100, "none"
+                ),
+                [leaf((2, 2), seed=2)],
+            ),
+        ],
         "smooth_l1_loss_backward": [
             (
                 "mean",
@@ -2096,6 +2117,23 @@ def test_higher_order_matmul():
     an = a.numpy()
     assert np.allclose(g.numpy(), 2 * an.T @ an @ x.detach().numpy())
     assert np.allclose(hv.numpy(), 2 * an.T @ an @ v.numpy())
+
+
+def test_matmul_hands_a_transposed_weight_a_contiguous_gradient():
+    """``x @ w.T`` (a linear layer written out): w's gradient is C-contiguous, as in
+    PyTorch, so that the optimizer's update reads it in order (Note [Gradient layout]),
+    and equals the float64 product; a batched x keeps the general formula."""
+    rng = np.random.default_rng(4)
+    x, g = rng.standard_normal((5, 3)), rng.standard_normal((5, 4))
+    for dtype in ("float32", "float64"):
+        w = lm.asarray(rng.standard_normal((4, 3)).astype(dtype), requires_grad=True)
+        (lm.asarray(x.astype(dtype)) @ w.T).backward(lm.asarray(g.astype(dtype)))
+        assert w.grad.numpy().flags.c_contiguous
+        np.testing.assert_allclose(w.grad.numpy(), g.T @ x, rtol=1e-5)
+    xb = rng.standard_normal((2, 5, 3))
+    w = lm.asarray(rng.standard_normal((4, 3)), requires_grad=True)
+    lm.sum(lm.asarray(xb) @ w.T).backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.tile(xb.sum(axis=(0, 1)), (4, 1)))
 
 
 def test_higher_order_reductions():

@@ -502,6 +502,23 @@ SAMPLES.update(
         lambda: F.nll_loss(T((3,)), A(2, "int64")),
         lambda: F.nll_loss(T((2, 3)), A([1, 1], "int64"), ignore_index=1),
     ],
+    nll_loss_backward=[
+        lambda: OPERATORS["nll_loss_backward"](
+            A(0.5), T((4, 3)), A([0, 2, 1, 2], "int64"), None, -100, "mean"
+        ),
+        lambda: OPERATORS["nll_loss_backward"](
+            T((2, 4), "float32"),
+            T((2, 3, 4), "float32"),
+            A([[0, 1, 2, 1], [2, 2, 0, -100]], "int64"),
+            None,
+            -100,
+            "none",
+        ),
+        lambda: OPERATORS["nll_loss_backward"](
+            A(1.5), T((3, 4)), A([1, 3, 0], "int64"), T((4,), low=0.5), 1, "sum"
+        ),
+        lambda: OPERATORS["nll_loss_backward"](A(1.0), T((3,)), A(2, "int64"), None, -100, "mean"),
+    ],
     max_pool2d=[lambda x=x, w=w: F.max_pool2d(x(), **w) for x, w in zip(IMAGES, POOL_WINDOWS)],
     min_pool2d_with_indices=[
         lambda x=x, w=w: F.min_pool2d_with_indices(x(), **w) for x, w in zip(IMAGES, POOL_WINDOWS)

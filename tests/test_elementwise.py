@@ -885,6 +885,10 @@ def test_parallel_kernels(two_threads):
         I.assert_matches(-x, -a, "float64")  # unary flat_parallel
         c = lm.asarray(a > 0)
         I.assert_matches(lm.where(c.T, x.T, 0.0), np.where(a.T > 0, a.T, 0.0), "float64")
+        # a tensor with two scalars (ternary scalar_parallel)
+        want = np.where(a > 0, 1.0, -1.0).astype(np.float32)  # the default float
+        I.assert_matches(lm.where(c, 1.0, -1.0), want, "float32")
+        I.assert_matches(lm.clip(x, -0.5, 0.5), np.clip(a, -0.5, 0.5), "float64")
         # a tensor with a scalar (scalar_parallel), on either side, a Python number or a
         # size-1 tensor broadcast over it
         I.assert_matches(x * 0.5, a * 0.5, "float64")
@@ -902,6 +906,25 @@ def test_parallel_kernels(two_threads):
         I.assert_matches(t, (a - a + a[::-1]) ** 2 / 4.0 - 0.25, "float64")
     with lm.backends.use("numpy_ref"):
         I.assert_matches(x[:, ::-1] + y, a[:, ::-1] + b, "float64")
+
+
+def test_narrow_elements_go_parallel_from_a_higher_threshold(two_threads):
+    """Note [Parallel threshold]: bool (and 8- and 16-bit) kernels stay serial up to
+    NARROW_FACTOR times the threshold, and run their prange variants above it; both
+    sides give NumPy's results (elementwise, any/all over a full scan, a sum of int8)."""
+    narrow = threads.narrow_threshold(threads.parallel_threshold())
+    assert narrow == threads.PARALLEL_ELEMENTS * threads.NARROW_FACTOR
+    for n in (threads.PARALLEL_ELEMENTS + 5, int(narrow) + 5):
+        b = np.zeros(n, bool)
+        b[-1] = True
+        b[::7] = True
+        x = lm.asarray(b)
+        I.assert_matches(lm.logical_not(x), ~b, "bool")
+        I.assert_matches(x & lm.asarray(b[::-1].copy()), b & b[::-1], "bool")
+        assert lm.any(lm.asarray(np.eye(1, n, n - 1, dtype=bool)[0])).item()
+        assert not lm.all(lm.asarray(~np.eye(1, n, n - 1, dtype=bool)[0])).item()
+        i8 = (np.arange(n) % 5).astype(np.int8)
+        assert lm.sum(lm.asarray(i8)).item() == i8.sum(dtype=np.int64)
 
 
 def test_set_num_threads_validates():
@@ -1046,8 +1069,9 @@ def test_simd_loops_on_large_inputs(name):
     """From SIMD_MIN elements the transcendental functions run NumPy's SIMD loops
     (Note [NumPy SIMD loops]) on operands lamina sets up: contiguous, strided and
     reversed float inputs, integer inputs promoted to the default float, special values,
-    and no warnings for inf/nan results. The reference is NumPy's own loop in the
-    result dtype (the integers cast to the default float first, as lamina does)."""
+    and no warnings for inf/nan results; a binary one also with a scalar second operand
+    and one broadcast along the rows. The reference is NumPy's own loop in the result
+    dtype (the integers cast to the default float first, as lamina does)."""
     ref = getattr(
         np,
         {
@@ -1057,27 +1081,75 @@ def test_simd_loops_on_large_inputs(name):
             "asinh": "arcsinh",
             "acosh": "arccosh",
             "atanh": "arctanh",
+            "atan2": "arctan2",
+            "pow": "power",
         }.get(name, name),
     )
     rng = np.random.default_rng(7)
     base = rng.uniform(-3, 3, 3 * SIMD_MIN)
     base[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
     fn = getattr(lm, name)
+    binary = OPERATORS[name].arity == 2
 
-    def check(view, dtype):
+    def check(view, dtype, second=None):
+        other = lm.asarray(second) if isinstance(second, np.ndarray) else second
+        args = (lm.asarray(view),) if second is None else (lm.asarray(view), other)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            got = fn(lm.asarray(view))
+            got = fn(*args)
         with np.errstate(all="ignore"):
-            want = ref(view.astype(dtype.np))
+            x = view.astype(dtype.np)
+            want = ref(x) if second is None else ref(x, np.asarray(second, dtype.np))
         assert got.dtype == dtype
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, equal_nan=True)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=atol, equal_nan=True)
 
+    # logaddexp's loops round its two terms apart: near a zero result, absolutely close
+    atol = 1e-6 if name == "logaddexp" else 0
     for dtype in (lm.float32, lm.float64):
         n = base.astype(dtype.np)
         for view in (n, n[::2], n[::-1].reshape(-1, 4)):
-            check(view, dtype)
-    check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.get_default_dtype())
+            if binary:  # a Python scalar, a reversed view, a row broadcast down
+                for second in (1.5, view[::-1], *[view[0]][: view.ndim - 1]):
+                    check(view, dtype, second)
+            else:
+                check(view, dtype)
+    check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.get_default_dtype(), *[1.5][:binary])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16"])
+def test_clip_and_where_with_two_scalars(dtype):
+    """clip with scalar bounds and where with scalar values run one loop over the tensor
+    with the two scalars (kernels.ternary_scalars): against NumPy, with NaN in x and in a
+    bound, crossed bounds (min > max: max wins), a bound missing, odd and empty sizes."""
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 37):
+        a = (rng.standard_normal(n) * 4).astype(dtype)
+        if dtype == "float32" and n:
+            a[0] = np.nan
+        x = lm.asarray(a)
+        bounds = [(-1, 2), (2, -1), (None, 0), (1, None)]
+        if dtype == "float32":
+            bounds += [(float("nan"), 1.0), (-0.5, 0.25)]
+        for lo, hi in bounds:
+            got = lm.clip(x, lo, hi)
+            want = np.clip(a, *[np.asarray(b, dtype) if b is not None else None for b in (lo, hi)])
+            assert got.dtype == x.dtype
+            np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{lo} {hi}")
+        got = lm.where(lm.asarray(a > 0), 3, -2)
+        np.testing.assert_array_equal(got.numpy(), np.where(a > 0, 3, -2).astype(got.numpy().dtype))
+
+
+def test_hypot_special_values_and_extremes():
+    """hypot's vectorized form (the larger magnitude times sqrt(1 + r**2)) against libm's,
+    through NumPy: C99's special values (an infinity beats NaN, zeros of both signs),
+    magnitudes that would overflow or underflow squared, subnormals; within 2 ulp."""
+    x = [0.0, -0.0, np.inf, -np.inf, np.nan, 3.0, -4.0, 1e30, 1e-30, 1e-45, np.nan, 0.0, 7.0]
+    y = [-0.0, 0.0, np.nan, 3.0, -np.inf, -4.0, 3.0, 1e30, -1e-30, 1e-45, 1.0, 5.0, 1e-30]
+    for dtype in (np.float32, np.float64):
+        a, b = np.array(x, dtype), np.array(y, dtype)
+        got = lm.hypot(lm.asarray(a), lm.asarray(b)).numpy()
+        np.testing.assert_array_max_ulp(got, np.hypot(a, b), maxulp=2)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(np.hypot(a, b)))
 
 
 @pytest.mark.parametrize("backend", ["numba_cpu", "numpy_ref"])

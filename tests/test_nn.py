@@ -1106,6 +1106,20 @@ def test_loss_bad_input():
         lm.asarray([0, 4, 1]),
     )
     _raises(ValueError, r"in \[0, 4\).*got -1", F.nll_loss, logits, lm.asarray([0, -1, 1]))
+    # the gradient's kernel writes at each target's class: it checks them itself too
+    backward = OPERATORS["nll_loss_backward"]
+    for bad in ([0, 4, 1], [0, -1, 1]):
+        _raises(
+            ValueError,
+            r"in \[0, 4\)",
+            backward,
+            lm.asarray(1.0),
+            logits,
+            lm.asarray(bad),
+            None,
+            -100,
+            "mean",
+        )
     float_target = lm.zeros(3)  # the default float dtype
     _raises(
         TypeError,

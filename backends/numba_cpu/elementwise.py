@@ -6,6 +6,7 @@ promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and l
 from Numba's on-disk cache afterwards (Note [Kernel cache]).
 """
 
+import math
 import sys
 
 import numpy as np
@@ -23,11 +24,12 @@ from .layout import strided_args
 empty = np.empty
 KERNELS = []  # (ElementwiseKernel, Elementwise): their limits follow the thread count
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+_parallel_min_narrow = float("inf")  # the same, for elements under 4 bytes
 
 
 def _set_threshold(threshold):
-    global _parallel_min
-    _parallel_min = threshold
+    global _parallel_min, _parallel_min_narrow
+    _parallel_min, _parallel_min_narrow = threshold, threads.narrow_threshold(threshold)
     for kernel, ew in KERNELS:
         kernel.set_limit(_limit(ew, threshold))
 
@@ -38,7 +40,7 @@ threads.on_change(_set_threshold)
 
 _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
-_SCALAR = {2: K.binary_scalar}
+_SCALAR = {2: K.binary_scalar, 3: K.ternary_scalars}
 _INPLACE = {2: K.binary_inplace}
 # the C core's loops by form (reference.LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED) and arity
 _C_LOOPS = {
@@ -113,8 +115,11 @@ class Elementwise:
         ins = [jit.array(d.np) for d in self.in_dtypes(comp)]
         if family is _FLAT:
             sig = types.void(*ins, out)
-        elif family is _SCALAR:
+        elif family is _SCALAR and self.arity == 2:
             sig = types.void(ins[0], jit.numba.from_dtype(comp.np), out, types.boolean)
+        elif family is _SCALAR:
+            scalars = [jit.numba.from_dtype(d.np) for d in self.in_dtypes(comp)[1:]]
+            sig = types.void(ins[0], *scalars, out)
         elif family is _INPLACE:
             sig = types.void(out, ins[1])
         else:
@@ -167,7 +172,8 @@ class Elementwise:
         if n >= self.simd_min and comp.kind == "f":
             self.run_simd(out, *arrays)
             return
-        i, parallel = comp.index, n >= _parallel_min
+        i = comp.index
+        parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
         if out.flags.c_contiguous:
             dense = [a.shape == out.shape and a.flags.c_contiguous for a in arrays]
             if self.arity == 2 and (dense[0] or dense[1]):
@@ -182,6 +188,11 @@ class Elementwise:
                     tensor, v = (b, a) if first else (a, b)
                     scalar[i](tensor.reshape(-1), v.reshape(-1)[0], out.reshape(-1), first)
                     return
+            if self.arity == 3 and dense[0] and arrays[1].size == 1 and arrays[2].size == 1:
+                scalar = self.scalar_parallel if parallel else self.scalar
+                b, c = (a.reshape(-1)[0] for a in arrays[1:])
+                scalar[i](arrays[0].reshape(-1), b, c, out.reshape(-1))
+                return
             if all(dense):
                 flat = self.flat_parallel if parallel else self.flat
                 flat[i](*[a.reshape(-1) for a in arrays], out.reshape(-1))
@@ -339,6 +350,21 @@ VECTOR_SIMD_MIN = 2**14
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
 
 
+def logaddexp_loops(a, b, out):
+    """logaddexp by NumPy's SIMD loops (Note [NumPy SIMD loops]): NumPy's own ufunc
+    calls libm per element (~15 ns each for float32; Numba's loop too: the vector exp
+    and log of kernels.py do not vectorize together), max(a, b) + log1p(exp(-|a - b|))
+    in six SIMD passes took ~1.5 ns. Equal operands add log(2) (for the infinities of
+    one sign a - b is NaN); a and b are read before out is written (it may be either)."""
+    same = np.equal(a, b)
+    d = np.subtract(a, b)
+    for step in (np.abs, np.negative, np.exp, np.log1p):
+        step(d, out=d)
+    np.copyto(d, math.log(2.0), where=same)
+    np.maximum(a, b, out=out)
+    np.add(out, d, out=out)
+
+
 def refuse_negative_exponent(op, dtype, arrays):
     """Integers to negative integer powers raise, as in NumPy and PyTorch (a truncated
     1 / x**k would be a silently different answer from every other backend)."""
@@ -351,6 +377,7 @@ def refuse_negative_exponent(op, dtype, arrays):
 
 
 ELEMENTWISE_CHECKS = {"pow": ("i", refuse_negative_exponent)}
+SIMD_LOOPS = {"logaddexp": logaddexp_loops}  # SIMD loops other than NumPy's ufunc
 
 BY_NAME = {}  # operator name -> Elementwise (the overhead tool's raw-kernel row reads it)
 
@@ -361,7 +388,9 @@ def register(registry):
     operator of the schema has one."""
     for name, scalar_fn in ELEMENTWISE_SCALARS.items():
         op = OPERATORS[name]
-        simd = getattr(np, op.numpy) if op.name in SIMD_OPERATORS else None
+        simd = None
+        if op.name in SIMD_OPERATORS:
+            simd = SIMD_LOOPS.get(name) or getattr(np, op.numpy)
         ew = BY_NAME[name] = Elementwise(
             op, op.arity, scalar_fn, simd=simd, validate=ELEMENTWISE_CHECKS.get(name)
         )

@@ -126,7 +126,17 @@ def copysign(x, y):
 
 @jitable
 def hypot(x, y):
-    return math.hypot(x, y)
+    # the larger magnitude times sqrt(1 + r**2), r = smaller / larger, in selects, so
+    # that the loop vectorizes (libm's hypot, a call per element, took 2x PyTorch's
+    # time); an infinity wins over NaN (C99), two zeros give 0
+    one = type(x)(1.0)
+    a, b = abs(x), abs(y)
+    big = a if a > b else b
+    small = b if a > b else a
+    r = small / big
+    h = big * math.sqrt(one + r * r)
+    h = big if small == 0 else h
+    return type(x)(math.inf) if a == math.inf or b == math.inf else h
 
 
 @jitable
@@ -968,6 +978,17 @@ def ternary_flat(fn, loop):
     def kernel(a, b, c, out):
         for i in loop(out.size):
             out[i] = fn(a[i], b[i], c[i])
+
+    return kernel
+
+
+def ternary_scalars(fn, loop):
+    """A contiguous tensor with two scalars (clip's bounds, ``where(cond, 1.0, 0.0)``):
+    a strided loop over the broadcast scalars took ~1.7 ns per element, this one 0.3."""
+
+    def kernel(a, v, w, out):
+        for i in loop(out.size):
+            out[i] = fn(a[i], v, w)
 
     return kernel
 

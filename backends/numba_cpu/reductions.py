@@ -19,12 +19,13 @@ from .layout import rows_view
 empty = np.empty
 FAST = []  # the C core's reduction kernels: their limits follow the thread count
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+_parallel_min_narrow = float("inf")  # the same, for elements under 4 bytes
 _SPLIT = 16 * K._BLOCK  # a fold of one long row runs in parts this long, in parallel
 
 
 def _set_threshold(threshold):
-    global _parallel_min
-    _parallel_min = threshold
+    global _parallel_min, _parallel_min_narrow
+    _parallel_min, _parallel_min_narrow = threshold, threads.narrow_threshold(threshold)
     for kernel in FAST:
         kernel.set_limit(threshold)
 
@@ -53,7 +54,8 @@ class Reduction:
         self.template, self.fn, self.columns = template, fn, columns
 
     def __call__(self, rows, out, *more):
-        loop = range if rows.size < _parallel_min else jit.prange
+        threshold = _parallel_min if rows.itemsize >= 4 else _parallel_min_narrow
+        loop = range if rows.size < threshold else jit.prange
         template, flags = self.template, rows.flags
         layout = "C" if flags.c_contiguous else "A"
         if self.columns is not None and layout == "A" and flags.f_contiguous:

@@ -30,6 +30,7 @@ def _run(step, rows, out, init):
 
 def _scan(name, step, identity):
     op = OPERATORS[name]
+    inits = {}  # the identity as a 1-element array, by accumulator dtype
 
     def kernel(ks, x, axis, dtype, include_initial):
         res = S.sum_dtype(op, x, dtype)
@@ -38,11 +39,14 @@ def _scan(name, step, identity):
         n = rows.shape[1] + int(include_initial)
         out = np.empty((rows.shape[0], n), res.np)
         if out.size:
-            _run(step, rows, out, np.full(1, identity, res.np))
-        moved = [d for d in range(x.ndim) if d != axis] + [axis]
-        shape = [x._shape[d] for d in moved[:-1]] + [n]
-        result = np.moveaxis(out.reshape(shape), -1, axis)
-        return from_array(np.ascontiguousarray(result))
+            init = inits.get(res)
+            if init is None:
+                init = inits[res] = np.full(1, identity, res.np)
+            _run(step, rows, out, init)
+        shape = x._shape[:axis] + x._shape[axis + 1 :] + (n,)
+        if axis == x.ndim - 1:  # the scanned axis is last already
+            return from_array(out.reshape(shape))
+        return from_array(np.ascontiguousarray(np.moveaxis(out.reshape(shape), -1, axis)))
 
     kernel.__name__ = kernel.__qualname__ = name
     return kernel

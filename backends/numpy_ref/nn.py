@@ -701,6 +701,32 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
         return from_array(np.asarray(losses.sum() / np.sum(weights), x.dtype))
 
 
+def nll_loss_backward(ks, grad, input, target, weight, ignore_index, reduction):
+    x = input._data[None] if input._data.ndim == 1 else input._data
+    classes = x.shape[1]
+    t = target._data.reshape(-1)
+    g = np.broadcast_to(grad._data.astype(np.float64), target._shape).reshape(-1)
+    out = np.zeros((t.size, classes))  # one row per target, its classes last
+    w = np.ones(classes) if weight is None else weight._data.astype(np.float64)
+    counted = []
+    for i, cls in enumerate(t):
+        if cls == ignore_index:
+            continue
+        if not 0 <= cls < classes:
+            raise ValueError(
+                f"nll_loss_backward: target values must be class indices in [0, {classes}), "
+                f"got {cls}"
+            )
+        out[i, cls] = -g[i] * w[cls]
+        counted.append(i)
+    if reduction == "mean":  # zero total weight: 0 / 0 in the counted rows, as PyTorch's
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[counted] /= w[t[counted]].sum()
+    rows = out.reshape((x.shape[0],) + x.shape[2:] + (classes,))
+    result = np.moveaxis(rows, -1, 1).reshape(input._shape)
+    return from_array(np.ascontiguousarray(result, x.dtype))
+
+
 def mse_loss(ks, input, target, reduction):
     squares = (input._data - target._data) ** 2
     if reduction == "none":
@@ -797,6 +823,7 @@ KERNELS = [
     softmax_backward,
     log_softmax_backward,
     nll_loss,
+    nll_loss_backward,
     mse_loss,
     smooth_l1_loss,
     smooth_l1_loss_backward,

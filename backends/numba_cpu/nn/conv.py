@@ -1037,10 +1037,16 @@ def _linear(input, weight, bias, floor):
     (weight @ input.T).T puts the long dimension first, where OpenBLAS is faster:
     measured one thread, batch 64, 4096 -> 1000 float32: 7.9 ms -> 6.4 ms, 9216 -> 4096:
     73 -> 61 ms (on two threads the gap was wider); with 1024 rows and 256 features it
-    is slower (1.5 -> 2.5 ms), so larger batches keep input @ weight.T."""
+    is slower (1.5 -> 2.5 ms), so larger batches keep input @ weight.T. Its result is
+    copied into rows, which short products do not pay back: with the copy, one thread,
+    (rows, in -> out) 128, 256 -> 512: 205 -> 252 us, 128, 128 -> 512: 112 -> 162 us,
+    64, 256 -> 512: 128 -> 133 us; but 32, 256 -> 512: 94 -> 71 us, 64, 1024 -> 1000:
+    1086 -> 919 us, 128, 1024 -> 1024: 1781 -> 1701 us. So it needs 32 rows or fewer, or
+    1024 input features or more."""
     x, w = input._data, weight._data
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    if x2.shape[0] < w.shape[0]:
+    rows, features = x2.shape
+    if rows < w.shape[0] and (rows <= 32 or features >= 1024):
         out = np.ascontiguousarray(gemm.matmul(w, x2.T).T)
     else:
         out = gemm.matmul(x2, w.T)
