@@ -117,8 +117,8 @@ def _col2im_nhwc(cols, gx, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, 
                         dst[c] += src[c]
 
 
-def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_, cols):
-    """cols[(c * kh + i) * kw + j, (oh - oh0) * wo + ow] = x[n, c0 + c, ih, iw] (0
+def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, q0, lo_, hi_, cols):
+    """cols[(c * kh + i) * kw + j, q0 + (oh - oh0) * wo + ow] = x[n, c0 + c, ih, iw] (0
     outside), for output rows [oh0, oh1) of image n: each destination row is a strided
     copy of one input row between two runs of zeros (the output columns [lo_[j], hi_[j])
     of kernel column j fall inside the input: windows.tap_ranges), without a test per
@@ -128,7 +128,7 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo
         plane = x[n, c0 + c]
         for i in range(kh):
             for j in range(kw):
-                row = cols[(c * kh + i) * kw + j]
+                row = cols[(c * kh + i) * kw + j, q0:]
                 off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
                 for oh in range(oh0, oh1):
@@ -149,14 +149,14 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo
                         tail[k] = 0
 
 
-def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_):
+def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, q0, lo_, hi_):
     """The adjoint of _im2col_nchw: gx[n, c0 + c, ih, iw] += cols[...]."""
     h = gx.shape[2]
     for c in range(cin):
         plane = gx[n, c0 + c]
         for i in range(kh):
             for j in range(kw):
-                row = cols[(c * kh + i) * kw + j]
+                row = cols[(c * kh + i) * kw + j, q0:]
                 off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
                 if hi == lo:
@@ -229,8 +229,8 @@ _SIGNATURES = {
     # (x or gx: 4-D, group channels and geometry: 11 ints, then the rest)
     _im2col_nhwc: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, a2),
     _col2im_nhwc: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14),
-    _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, x, x, a2),
-    _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14, x, x),
+    _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 15, x, x, a2),
+    _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 15, x, x),
     _pad_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 4, a2),
     _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, *[i] * 7, a2),
     _epilogue_rows: lambda t, a4, a2, i, x: t.void(a2, a2.copy(ndim=1), a2.dtype),
@@ -459,7 +459,7 @@ def _forward_nchw(x, w, geo, out):
         for oh0, oh1 in _blocks(geo.ho, rows):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g, wg in enumerate(weights):
-                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
+                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, 0, *ranges, cols)
                 _gemm(wg, cols, o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
 
 
@@ -590,27 +590,109 @@ def _forward_nchw_flat(x, w, geo, out):
     loop(flat, weights, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, out)
 
 
-# Note [Small NCHW planes]: NCHW im2col blocks hold one image's output rows, so a
-# convolution with small output planes runs one skinny GEMM per image; channels-last
-# blocks run over the pixels of many images. An NCHW convolution whose output planes
-# have at most SMALL_PLANE pixels (and that Winograd does not take) is computed
-# channels-last, its operands and result transposed (cheap at that size). Measured
-# one thread, batch 32, forward + both gradients: AlexNet's 5x5 on 7x7 (48 -> 128
-# channels) 34 -> 19 ms, its 3x3 on 3x3 (128 -> 192) 16.8 -> 5.2 ms.
+# Note [Small planes]: NCHW im2col blocks hold one image's output rows, so a
+# convolution with small output planes would run one skinny GEMM per image; the
+# channels-last GEMM (Note [Convolution]) runs over many images but needs the weight
+# reordered to (kh kw C_in, C_out), a pass over the weight on every call that at
+# ResNet's late stages (3 x 3, 512 channels, 4 x 4 images) cost ten times the
+# convolution. So a convolution whose output planes have at most SMALL_PLANE pixels,
+# and that no Winograd route takes, runs over blocks of whole images channels-first:
+# the block's im2col matrix is (C_in kh kw, images x pixels), each image's columns
+# written by the NCHW im2col at its offset, and
+#
+#     out[C_out, images x pixels] = W[C_out, C_in kh kw] @ cols
+#
+# is one GEMM with the weight as it is stored, never copied; the input gradient is
+# W^T @ grad scattered back by col2im, the weight gradient grad @ cols^T, already in
+# the weight's order. The block's result is transposed into the images and the
+# images' gradient out of them (small at that size); channels-last images are
+# transposed to NCHW and back. Measured one thread, batch 32, forward + both
+# gradients, against the channels-last path with its reorder: ResNet's 512 -> 512 3 x 3
+# on 2 x 2 images 53.5 -> 20.7 ms, its 3 x 3 stride 2 from 256 to 512 channels 40.5 ->
+# 23.5 ms; at batch 1 the same 43.3 -> 1.7 and 19.4 -> 1.4 ms.
 SMALL_PLANE = 100
 
 
-def _order(geo, layout, dtype):
-    """The memory order the kernels of this convolution run in (Note [Small NCHW
-    planes]; a depthwise one's NCHW rows would be too short to vectorize)."""
-    if (
-        layout == NCHW
-        and geo.ho * geo.wo <= SMALL_PLANE
-        and (depthwise.applies(geo) or not geo.pointwise)
+def _batched(geo, dtype):
+    """Whether this convolution runs over blocks of whole images (Note [Small planes])."""
+    return (
+        geo.ho * geo.wo <= SMALL_PLANE
+        and not geo.pointwise
+        and not depthwise.applies(geo)
         and winograd.algorithm(geo, dtype) is None
-    ):
+        and not _by_groups(geo, dtype)
+        and _space_to_depth(geo, dtype) is None
+    )
+
+
+def _image_blocks(geo, itemsize):
+    """(first image, last image + 1, im2col columns) of each block of Note [Small
+    planes]."""
+    pixels = geo.ho * geo.wo
+    for i0, i1 in _blocks(geo.n, max(1, BLOCK_BYTES // (geo.k * pixels * itemsize))):
+        yield i0, i1, (i1 - i0) * pixels
+
+
+def _batched_cols(x, geo, g, i0, i1, cols):
+    """cols (k, (i1 - i0) pixels) = group g's im2col matrix of NCHW images [i0, i1)."""
+    im2col, ranges, pixels = _kernel(_im2col_nchw, x.dtype), geo.columns(), geo.ho * geo.wo
+    for n in range(i0, i1):
+        q0 = (n - i0) * pixels
+        im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, 0, geo.ho, q0, *ranges, cols)
+
+
+def _channels_first(a, i0, i1):
+    """NCHW images [i0, i1) of a as one (C, images x pixels) matrix (a copy)."""
+    a3 = a[i0:i1].reshape(i1 - i0, a.shape[1], a.shape[2] * a.shape[3])
+    return np.ascontiguousarray(a3.transpose(1, 0, 2)).reshape(a.shape[1], -1)
+
+
+def _forward_batched(x, w, geo, out):
+    cols_cache, product_cache = [None], [None]
+    for i0, i1, q in _image_blocks(geo, x.itemsize):
+        cols = scratch((geo.k, q), x.dtype, cols_cache)
+        product = scratch((geo.cout, q), x.dtype, product_cache)
+        for g in range(geo.groups):
+            _batched_cols(x, geo, g, i0, i1, cols)
+            _gemm(_nchw_weight(w, g, geo), cols, product)
+            block = product.reshape(geo.cout, i1 - i0, geo.ho, geo.wo)
+            out[i0:i1, _cols(g, geo.cout)] = block.transpose(1, 0, 2, 3)
+
+
+def _input_grad_batched(gk, w, geo, gx):
+    """Accumulates into gx (zeros)."""
+    col2im, cache = _kernel(_col2im_nchw, gk.dtype), [None]
+    ranges, pixels = geo.columns(), geo.ho * geo.wo
+    for i0, i1, q in _image_blocks(geo, gk.itemsize):
+        grad, cols = _channels_first(gk, i0, i1), scratch((geo.k, q), gk.dtype, cache)
+        for g in range(geo.groups):
+            _gemm(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
+            for n in range(i0, i1):
+                q0 = (n - i0) * pixels
+                col2im(
+                    cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, 0, geo.ho, q0, *ranges
+                )
+
+
+def _weight_grad_batched(gk, x, geo):
+    sums = np.empty((geo.groups, geo.cout, geo.k), x.dtype)
+    part, cache = np.empty((geo.cout, geo.k), x.dtype), [None]
+    for i0, i1, q in _image_blocks(geo, x.itemsize):
+        grad, cols = _channels_first(gk, i0, i1), scratch((geo.k, q), x.dtype, cache)
+        for g in range(geo.groups):
+            _batched_cols(x, geo, g, i0, i1, cols)
+            _gemm(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
+            if i0:
+                sums[g] += part
+    return sums.reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+
+
+def _order(geo, layout, dtype):
+    """The memory order the kernels of this convolution run in (Note [Small planes]; a
+    depthwise one's NCHW rows of small planes would be too short to vectorize)."""
+    if depthwise.applies(geo) and geo.ho * geo.wo <= SMALL_PLANE:
         return NHWC
-    return layout
+    return NCHW if _batched(geo, dtype) else layout
 
 
 def _reorder(a, src, dst):
@@ -759,7 +841,10 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
     if s2d is not None:
         weight = winograd.prepared(w, ("space to depth", geo.sh, geo.sw), s2d.weight)
         return _forward(s2d.input(x, layout), weight, bias, s2d.geo, layout, out, floor)
-    im2col = _forward_nhwc if layout == NHWC else _forward_nchw
+    if layout == NCHW and _batched(geo, x.dtype):
+        im2col = _forward_batched
+    else:
+        im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
     def part(i0, i1, g):
         o = out[i0:i1]
@@ -807,7 +892,7 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), dtype, cache)
             for g, wg in enumerate(weights):
                 _gemm(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], cols)
-                col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges)
+                col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, 0, *ranges)
 
 
 def _flipped(w, geo):
@@ -867,14 +952,17 @@ def _input_grad(gk, w, geo, order, dtype):
     # the transposed convolution multiplies its zero padding by the weight: a NaN or
     # infinite weight would spread NaN over the border, which the scatter (PyTorch's
     # col2im) never reads; checking the weight costs a pass over it, not the images
-    if geo.transposable and not geo.pointwise and np.isfinite(w).all():
+    batched = order == NCHW and _batched(geo, dtype)
+    if geo.transposable and not geo.pointwise and not batched and np.isfinite(w).all():
         gx, wf = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order), _flipped(w, geo)
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
         return gx
     gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
 
     def part(i0, i1, geo):
-        if order == NHWC:
+        if batched:
+            _input_grad_batched(gk[i0:i1], w, geo, gx[i0:i1])
+        elif order == NHWC:
             _backward_input_nhwc(gk[i0:i1].reshape(-1, geo.c_out), w, geo, dtype, gx[i0:i1])
         else:
             g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, geo.ho * geo.wo)
@@ -938,7 +1026,7 @@ def _backward_weight_nchw(g3, x, geo):
         for oh0, oh1 in _blocks(geo.ho, rows):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g in range(geo.groups):
-                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
+                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, 0, *ranges, cols)
                 gb = g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo]
                 np.dot(gb, cols.T, out=part)  # Note [dot, not matmul]
                 sums[g] += part
@@ -1004,6 +1092,8 @@ def _weight_grad(x, gk, alg, geo, order):
             return gw
     if order == NHWC:
         return _backward_weight_nhwc(gk.reshape(-1, geo.c_out), x, geo)
+    if _batched(geo, x.dtype):
+        return _weight_grad_batched(gk, x, geo)
     g3 = gk.reshape(gk.shape[0], geo.c_out, gk.shape[2] * gk.shape[3])
     return _backward_weight_nchw(g3, x, geo)
 
