@@ -954,7 +954,8 @@ def _input_grad(gk, w, geo, order, dtype):
     # col2im) never reads; checking the weight costs a pass over it, not the images
     batched = order == NCHW and _batched(geo, dtype)
     if geo.transposable and not geo.pointwise and not batched and np.isfinite(w).all():
-        gx, wf = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order), _flipped(w, geo)
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        wf = winograd.prepared(w, ("flipped", geo.groups), lambda w: _flipped(w, geo))
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
         return gx
     gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)

@@ -54,6 +54,14 @@ from .layout import NCHW, NHWC
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
 MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
+# Fewer output tiles (of the whole batch) than this and the weight's side -- the filter
+# cache's comparison and the transformed filters read per block, 16/9 of the weight --
+# costs more than the GEMMs save: measured one thread, float32, forward + both
+# gradients, 3 x 3 at batch 1 (16 tiles of F(2x2, 3x3)): 256 channels on 8 x 8 7.7 ms,
+# 3.2 by im2col (Note [Small planes] in conv.py); 512 on 4 x 4 (4 tiles) 70 -> 4.8 ms
+# (its input gradient's flipped filters were not cached then); at 32 tiles 512 on 4 x 4
+# 5.9 / 6.7 ms forward, 128 tiles 22 / 28 ms.
+MIN_TILES = 32
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
 # Note [Winograd family]: F(m x m, r x r) interpolates at n - 1 points and infinity,
@@ -519,6 +527,7 @@ def algorithm(geo, dtype):
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
         or min(geo.cin, geo.c_out) < MIN_CHANNELS
         or min(geo.ho, geo.wo) < MIN_SIZE
+        or geo.n * -(-geo.ho // alg.m) * -(-geo.wo // alg.m) < MIN_TILES
         or np.dtype(dtype) not in (np.float32, np.float64)
     ):
         return None
