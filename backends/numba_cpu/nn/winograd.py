@@ -54,14 +54,17 @@ from .layout import NCHW, NHWC
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
 MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
-# Fewer output tiles (of the whole batch) than this and the weight's side -- the filter
-# cache's comparison and the transformed filters read per block, 16/9 of the weight --
-# costs more than the GEMMs save: measured one thread, float32, forward + both
-# gradients, 3 x 3 at batch 1 (16 tiles of F(2x2, 3x3)): 256 channels on 8 x 8 7.7 ms,
-# 3.2 by im2col (Note [Small planes] in conv.py); 512 on 4 x 4 (4 tiles) 70 -> 4.8 ms
-# (its input gradient's flipped filters were not cached then); at 32 tiles 512 on 4 x 4
-# 5.9 / 6.7 ms forward, 128 tiles 22 / 28 ms.
-MIN_TILES = 32
+# Below MIN_TILES output tiles (of the whole batch) the weight's side costs more than
+# the GEMMs save: the filter transform (16/9 of the weight, read again per block), and
+# in training, where the weights change every step so the filter cache never serves,
+# the transform of the forward's filters and of the input gradient's flipped ones on
+# every call. Those convolutions -- ResNet's late stages, 3 x 3 on 8 x 8 and 4 x 4
+# images of 256 and 512 channels -- run by im2col (Note [Small planes] in conv.py).
+# Measured one thread, float32, forward + both gradients with Winograd / without: 256
+# channels on 8 x 8 at batch 1 (16 tiles) 7.7 / 3.2 ms, 512 on 4 x 4 at batch 8 (32
+# tiles) 87 / 22 ms; ResNet-18 (32 x 32 images) training at batch 8, 17 -> 27 images/s
+# with this bound raised from 32 to 256 (a shared machine: +-15%).
+MIN_TILES = 256
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
 # Note [Winograd family]: F(m x m, r x r) interpolates at n - 1 points and infinity,
@@ -546,12 +549,15 @@ def algorithm(geo, dtype):
 # Note [Filter cache]: the filter transform is most of a small convolution's time in
 # inference (measured one thread, 128 -> 64 channels 3 x 3: 402 us, against 6.5 us to
 # compare the weight with a copy), and the weights rarely change between calls. So the
-# last transforms (and the space-to-depth weights of strided convolutions) are kept
+# last transforms (and the space-to-depth weights of strided convolutions, the flipped
+# kernels of input gradients: conv.py) are kept
 # with a copy of the weight they came from, keyed by the weight's memory, and served
 # again only while its bits equal the copy's: by content, so a write through a NumPy
 # view of the weight is seen as well as any lamina operation. At most
-# FILTER_CACHE_BYTES (copies and results) stay, the oldest going first.
-FILTER_CACHE_BYTES = 32 << 20
+# FILTER_CACHE_BYTES (copies and results) stay, the oldest going first: enough for
+# the Winograd layers of a ResNet-18 in inference (~30 MB at batch 32), which at 32 MB
+# pushed each other out.
+FILTER_CACHE_BYTES = 64 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
 
 
