@@ -792,10 +792,10 @@ def batched_calls(monkeypatch):
 
 # Note [Small planes]: (id, input shape, weight shape, stride, padding, dilation, groups)
 SMALL_PLANE_CASES = [
-    ("3x3_odd", (3, 5, 4, 5), (6, 5, 3, 3), 1, 1, 1, 1),
-    ("3x3_stride_2_groups", (1, 6, 9, 7), (4, 3, 3, 3), 2, 1, 1, 2),
-    ("1x1_stride_2", (2, 8, 7, 7), (16, 8, 1, 1), 2, 0, 1, 1),
-    ("2x2_dilated", (2, 4, 7, 6), (5, 4, 2, 2), 1, 1, 2, 1),
+    ("3x3_odd", (3, 5, 3, 4), (40, 5, 3, 3), 1, 1, 1, 1),
+    ("3x3_stride_2_groups", (1, 6, 9, 7), (24, 3, 3, 3), 2, 1, 1, 2),
+    ("1x1_stride_2", (2, 8, 7, 7), (32, 8, 1, 1), 2, 0, 1, 1),
+    ("2x2_dilated", (1, 4, 5, 6), (32, 4, 2, 2), 1, 1, 2, 1),
 ]
 
 

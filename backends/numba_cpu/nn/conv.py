@@ -596,7 +596,9 @@ def _forward_nchw_flat(x, w, geo, out):
 # reordered to (kh kw C_in, C_out), a pass over the weight on every call that at
 # ResNet's late stages (3 x 3, 512 channels, 4 x 4 images) cost ten times the
 # convolution. So a convolution whose output planes have at most SMALL_PLANE pixels,
-# and that no Winograd route takes, runs over blocks of whole images channels-first:
+# that no Winograd route takes and whose weight is the bigger operand (no more output
+# pixels in the batch than output channels), runs over blocks of whole images
+# channels-first:
 # the block's im2col matrix is (C_in kh kw, images x pixels), each image's columns
 # written by the NCHW im2col at its offset, and
 #
@@ -606,10 +608,14 @@ def _forward_nchw_flat(x, w, geo, out):
 # W^T @ grad scattered back by col2im, the weight gradient grad @ cols^T, already in
 # the weight's order. The block's result is transposed into the images and the
 # images' gradient out of them (small at that size); channels-last images are
-# transposed to NCHW and back. Measured one thread, batch 32, forward + both
-# gradients, against the channels-last path with its reorder: ResNet's 512 -> 512 3 x 3
-# on 2 x 2 images 53.5 -> 20.7 ms, its 3 x 3 stride 2 from 256 to 512 channels 40.5 ->
-# 23.5 ms; at batch 1 the same 43.3 -> 1.7 and 19.4 -> 1.4 ms.
+# transposed to NCHW and back. Measured one thread, batch 1, forward + both gradients
+# (PyTorch's in the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images 43.3 -> 3.5
+# ms (2.9), its 3 x 3 stride 2 from 256 to 512 channels 19.4 -> 2.5 ms (1.5). With
+# more pixels than channels the NCHW im2col of short rows costs more than the reorder
+# (batch 32, 3 x 3 stride 2 from 128 to 256 channels on 8 x 8 outputs: forward 24 ms
+# against 9.2), and the convolution runs channels-last, its operands and result
+# transposed: AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and
+# both gradients, 34 -> 19 ms against NCHW blocks of one image.
 SMALL_PLANE = 100
 
 
@@ -617,6 +623,7 @@ def _batched(geo, dtype):
     """Whether this convolution runs over blocks of whole images (Note [Small planes])."""
     return (
         geo.ho * geo.wo <= SMALL_PLANE
+        and geo.n * geo.ho * geo.wo <= geo.c_out
         and not geo.pointwise
         and not depthwise.applies(geo)
         and winograd.algorithm(geo, dtype) is None
@@ -690,9 +697,16 @@ def _weight_grad_batched(gk, x, geo):
 def _order(geo, layout, dtype):
     """The memory order the kernels of this convolution run in (Note [Small planes]; a
     depthwise one's NCHW rows of small planes would be too short to vectorize)."""
-    if depthwise.applies(geo) and geo.ho * geo.wo <= SMALL_PLANE:
+    if _batched(geo, dtype):
+        return NCHW
+    if (
+        layout == NCHW
+        and geo.ho * geo.wo <= SMALL_PLANE
+        and (depthwise.applies(geo) or not geo.pointwise)
+        and winograd.algorithm(geo, dtype) is None
+    ):
         return NHWC
-    return NCHW if _batched(geo, dtype) else layout
+    return layout
 
 
 def _reorder(a, src, dst):
