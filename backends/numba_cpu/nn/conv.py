@@ -117,8 +117,8 @@ def _col2im_nhwc(cols, gx, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, 
                         dst[c] += src[c]
 
 
-def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, q0, lo_, hi_, cols):
-    """cols[(c * kh + i) * kw + j, q0 + (oh - oh0) * wo + ow] = x[n, c0 + c, ih, iw] (0
+def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_, cols):
+    """cols[(c * kh + i) * kw + j, (oh - oh0) * wo + ow] = x[n, c0 + c, ih, iw] (0
     outside), for output rows [oh0, oh1) of image n: each destination row is a strided
     copy of one input row between two runs of zeros (the output columns [lo_[j], hi_[j])
     of kernel column j fall inside the input: windows.tap_ranges), without a test per
@@ -128,7 +128,7 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, q0
         plane = x[n, c0 + c]
         for i in range(kh):
             for j in range(kw):
-                row = cols[(c * kh + i) * kw + j, q0:]
+                row = cols[(c * kh + i) * kw + j]
                 off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
                 for oh in range(oh0, oh1):
@@ -149,14 +149,14 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, q0
                         tail[k] = 0
 
 
-def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, q0, lo_, hi_):
+def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_):
     """The adjoint of _im2col_nchw: gx[n, c0 + c, ih, iw] += cols[...]."""
     h = gx.shape[2]
     for c in range(cin):
         plane = gx[n, c0 + c]
         for i in range(kh):
             for j in range(kw):
-                row = cols[(c * kh + i) * kw + j, q0:]
+                row = cols[(c * kh + i) * kw + j]
                 off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
                 if hi == lo:
@@ -229,8 +229,8 @@ _SIGNATURES = {
     # (x or gx: 4-D, group channels and geometry: 11 ints, then the rest)
     _im2col_nhwc: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, a2),
     _col2im_nhwc: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14),
-    _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 15, x, x, a2),
-    _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 15, x, x),
+    _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, x, x, a2),
+    _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14, x, x),
     _pad_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 4, a2),
     _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, *[i] * 7, a2),
     _epilogue_rows: lambda t, a4, a2, i, x: t.void(a2, a2.copy(ndim=1), a2.dtype),
@@ -459,7 +459,7 @@ def _forward_nchw(x, w, geo, out):
         for oh0, oh1 in _blocks(geo.ho, rows):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g, wg in enumerate(weights):
-                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, 0, *ranges, cols)
+                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
                 _gemm(wg, cols, o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
 
 
@@ -598,24 +598,24 @@ def _forward_nchw_flat(x, w, geo, out):
 # convolution. So a convolution whose output planes have at most SMALL_PLANE pixels,
 # that no Winograd route takes and whose weight is the bigger operand (no more output
 # pixels in the batch than output channels), runs over blocks of whole images
-# channels-first:
-# the block's im2col matrix is (C_in kh kw, images x pixels), each image's columns
-# written by the NCHW im2col at its offset, and
+# channels-first: the block's im2col matrix is (C_in kh kw, images x pixels), and
 #
 #     out[C_out, images x pixels] = W[C_out, C_in kh kw] @ cols
 #
 # is one GEMM with the weight as it is stored, never copied; the input gradient is
-# W^T @ grad scattered back by col2im, the weight gradient grad @ cols^T, already in
-# the weight's order. The block's result is transposed into the images and the
-# images' gradient out of them (small at that size); channels-last images are
-# transposed to NCHW and back. Measured one thread, batch 1, forward + both gradients
-# (PyTorch's in the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images 43.3 -> 3.5
-# ms (2.9), its 3 x 3 stride 2 from 256 to 512 channels 19.4 -> 2.5 ms (1.5). With
-# more pixels than channels the NCHW im2col of short rows costs more than the reorder
-# (batch 32, 3 x 3 stride 2 from 128 to 256 channels on 8 x 8 outputs: forward 24 ms
-# against 9.2), and the convolution runs channels-last, its operands and result
-# transposed: AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and
-# both gradients, 34 -> 19 ms against NCHW blocks of one image.
+# W^T @ grad scattered back, the weight gradient grad @ cols^T, already in the
+# weight's order. The block's images are zero-padded once and each kernel tap's rows
+# of the matrix are one strided NumPy copy of them (its scatter one strided addition):
+# the NCHW im2col kernel copies one output row at a time, which for rows of 4 to 8
+# pixels took 3x as long (256 channels, 8 x 8 -> 4 x 4 by stride 2, batch 32: 5.6
+# against 1.7 ms). The block's result is transposed into the images and the images'
+# gradient out of them (small at that size); channels-last images are transposed to
+# NCHW and back. Measured one thread, batch 1, forward + both gradients (PyTorch's in
+# the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images 43.3 -> 3.5 ms (2.9), its 3
+# x 3 stride 2 from 256 to 512 channels 19.4 -> 2.5 ms (1.5). With more pixels than
+# channels the convolution runs channels-last, its operands and result transposed:
+# AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and both
+# gradients, 34 -> 19 ms against NCHW blocks of one image.
 SMALL_PLANE = 100
 
 
@@ -633,61 +633,72 @@ def _batched(geo, dtype):
 
 
 def _image_blocks(geo, itemsize):
-    """(first image, last image + 1, im2col columns) of each block of Note [Small
-    planes]."""
-    pixels = geo.ho * geo.wo
-    for i0, i1 in _blocks(geo.n, max(1, BLOCK_BYTES // (geo.k * pixels * itemsize))):
-        yield i0, i1, (i1 - i0) * pixels
+    """(first image, last image + 1) of each block of Note [Small planes]."""
+    return _blocks(geo.n, max(1, BLOCK_BYTES // (geo.k * geo.ho * geo.wo * itemsize)))
 
 
-def _batched_cols(x, geo, g, i0, i1, cols):
-    """cols (k, (i1 - i0) pixels) = group g's im2col matrix of NCHW images [i0, i1)."""
-    im2col, ranges, pixels = _kernel(_im2col_nchw, x.dtype), geo.columns(), geo.ho * geo.wo
-    for n in range(i0, i1):
-        q0 = (n - i0) * pixels
-        im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, 0, geo.ho, q0, *ranges, cols)
+def _padded(geo, images, dtype):
+    """Zeros in the shape of ``images`` NCHW images padded, and the view of their
+    interior."""
+    hp, wp = geo.h + geo.pt + geo.pb, geo.w + geo.pl + geo.pr
+    padded = np.zeros((images, geo.c, hp, wp), dtype)
+    return padded, padded[:, :, geo.pt : geo.pt + geo.h, geo.pl : geo.pl + geo.w]
 
 
-def _channels_first(a, i0, i1):
-    """NCHW images [i0, i1) of a as one (C, images x pixels) matrix (a copy)."""
-    a3 = a[i0:i1].reshape(i1 - i0, a.shape[1], a.shape[2] * a.shape[3])
-    return np.ascontiguousarray(a3.transpose(1, 0, 2)).reshape(a.shape[1], -1)
+def _taps(padded, geo, g, cols):
+    """(view of the padded images' group g channels under each kernel tap, as (C_in,
+    images, ho, wo); the matching rows of cols (C_in kh kw, images x pixels))."""
+    rows = cols.reshape(geo.cin, geo.kh, geo.kw, padded.shape[0], geo.ho, geo.wo)
+    channels = padded[:, _cols(g, geo.cin)].transpose(1, 0, 2, 3)
+    for i in range(geo.kh):
+        for j in range(geo.kw):
+            top, left = i * geo.dh, j * geo.dw
+            bottom, right = top + geo.sh * (geo.ho - 1) + 1, left + geo.sw * (geo.wo - 1) + 1
+            yield channels[:, :, top : bottom : geo.sh, left : right : geo.sw], rows[:, i, j]
+
+
+def _channels_first(a):
+    """NCHW images as one (C, images x pixels) matrix (a copy)."""
+    return np.ascontiguousarray(a.transpose(1, 0, 2, 3)).reshape(a.shape[1], -1)
 
 
 def _forward_batched(x, w, geo, out):
-    cols_cache, product_cache = [None], [None]
-    for i0, i1, q in _image_blocks(geo, x.itemsize):
-        cols = scratch((geo.k, q), x.dtype, cols_cache)
-        product = scratch((geo.cout, q), x.dtype, product_cache)
+    for i0, i1 in _image_blocks(geo, x.itemsize):
+        padded, interior = _padded(geo, i1 - i0, x.dtype)
+        interior[...] = x[i0:i1]
+        cols = np.empty((geo.k, (i1 - i0) * geo.ho * geo.wo), x.dtype)
+        product = np.empty((geo.cout, cols.shape[1]), x.dtype)
         for g in range(geo.groups):
-            _batched_cols(x, geo, g, i0, i1, cols)
+            for tap, rows in _taps(padded, geo, g, cols):
+                rows[...] = tap
             _gemm(_nchw_weight(w, g, geo), cols, product)
             block = product.reshape(geo.cout, i1 - i0, geo.ho, geo.wo)
             out[i0:i1, _cols(g, geo.cout)] = block.transpose(1, 0, 2, 3)
 
 
 def _input_grad_batched(gk, w, geo, gx):
-    """Accumulates into gx (zeros)."""
-    col2im, cache = _kernel(_col2im_nchw, gk.dtype), [None]
-    ranges, pixels = geo.columns(), geo.ho * geo.wo
-    for i0, i1, q in _image_blocks(geo, gk.itemsize):
-        grad, cols = _channels_first(gk, i0, i1), scratch((geo.k, q), gk.dtype, cache)
+    for i0, i1 in _image_blocks(geo, gk.itemsize):
+        padded, interior = _padded(geo, i1 - i0, gk.dtype)
+        grad = _channels_first(gk[i0:i1])
+        cols = np.empty((geo.k, grad.shape[1]), gk.dtype)
         for g in range(geo.groups):
             _gemm(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
-            for n in range(i0, i1):
-                q0 = (n - i0) * pixels
-                col2im(
-                    cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, 0, geo.ho, q0, *ranges
-                )
+            for tap, rows in _taps(padded, geo, g, cols):
+                tap += rows
+        gx[i0:i1] = interior
 
 
 def _weight_grad_batched(gk, x, geo):
     sums = np.empty((geo.groups, geo.cout, geo.k), x.dtype)
-    part, cache = np.empty((geo.cout, geo.k), x.dtype), [None]
-    for i0, i1, q in _image_blocks(geo, x.itemsize):
-        grad, cols = _channels_first(gk, i0, i1), scratch((geo.k, q), x.dtype, cache)
+    part = np.empty((geo.cout, geo.k), x.dtype)
+    for i0, i1 in _image_blocks(geo, x.itemsize):
+        padded, interior = _padded(geo, i1 - i0, x.dtype)
+        interior[...] = x[i0:i1]
+        grad = _channels_first(gk[i0:i1])
+        cols = np.empty((geo.k, grad.shape[1]), x.dtype)
         for g in range(geo.groups):
-            _batched_cols(x, geo, g, i0, i1, cols)
+            for tap, rows in _taps(padded, geo, g, cols):
+                rows[...] = tap
             _gemm(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
             if i0:
                 sums[g] += part
@@ -906,7 +917,7 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), dtype, cache)
             for g, wg in enumerate(weights):
                 _gemm(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], cols)
-                col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, 0, *ranges)
+                col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges)
 
 
 def _flipped(w, geo):
@@ -966,8 +977,11 @@ def _input_grad(gk, w, geo, order, dtype):
     # the transposed convolution multiplies its zero padding by the weight: a NaN or
     # infinite weight would spread NaN over the border, which the scatter (PyTorch's
     # col2im) never reads; checking the weight costs a pass over it, not the images
-    batched = order == NCHW and _batched(geo, dtype)
-    if geo.transposable and not geo.pointwise and not batched and np.isfinite(w).all():
+    if order == NCHW and _batched(geo, dtype):
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        _by_images(geo, lambda i0, i1, g: _input_grad_batched(gk[i0:i1], w, g, gx[i0:i1]))
+        return gx
+    if geo.transposable and not geo.pointwise and np.isfinite(w).all():
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
         wf = winograd.prepared(w, ("flipped", geo.groups), lambda w: _flipped(w, geo))
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
@@ -975,9 +989,7 @@ def _input_grad(gk, w, geo, order, dtype):
     gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
 
     def part(i0, i1, geo):
-        if batched:
-            _input_grad_batched(gk[i0:i1], w, geo, gx[i0:i1])
-        elif order == NHWC:
+        if order == NHWC:
             _backward_input_nhwc(gk[i0:i1].reshape(-1, geo.c_out), w, geo, dtype, gx[i0:i1])
         else:
             g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, geo.ho * geo.wo)
@@ -1041,7 +1053,7 @@ def _backward_weight_nchw(g3, x, geo):
         for oh0, oh1 in _blocks(geo.ho, rows):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g in range(geo.groups):
-                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, 0, *ranges, cols)
+                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
                 gb = g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo]
                 np.dot(gb, cols.T, out=part)  # Note [dot, not matmul]
                 sums[g] += part
