@@ -832,6 +832,19 @@ def test_small_planes_run_over_blocks_of_images_matching_the_oracle(
         _close_to_max(got.numpy(), ref.numpy(), {"f8": 1e-13, "f4": 1e-5}[dtype])
 
 
+def test_small_planes_split_by_images_match_one_part(two_threads, monkeypatch, batched_calls):
+    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    x = image((3, 4, 5, 5), requires_grad=True)
+    w = param((32, 4, 3, 3))
+    fn = lambda x, w: F.conv2d(x, w, stride=2, padding=1)
+    (out,), grads = _run(fn, [x, w])
+    assert batched_calls.count("_forward_batched") == 2  # two parts
+    lm.set_num_threads(1)
+    (want,), want_grads = _run(fn, [x, w])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_small_planes_gradients_against_finite_differences():
     x = image((2, 3, 4, 5), requires_grad=True)
     w, b = param((4, 3, 3, 3)), param((4,), seed=2)

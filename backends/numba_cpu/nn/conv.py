@@ -610,9 +610,10 @@ def _forward_nchw_flat(x, w, geo, out):
 # pixels took 3x as long (256 channels, 8 x 8 -> 4 x 4 by stride 2, batch 32: 5.6
 # against 1.7 ms). The block's result is transposed into the images and the images'
 # gradient out of them (small at that size); channels-last images are transposed to
-# NCHW and back. Measured one thread, batch 1, forward + both gradients (PyTorch's in
-# the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images 43.3 -> 3.5 ms (2.9), its 3
-# x 3 stride 2 from 256 to 512 channels 19.4 -> 2.5 ms (1.5). With more pixels than
+# NCHW and back. Measured one thread, forward + both gradients, before / after
+# (PyTorch's in the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images at batch 1
+# 43.3 / 3.1 ms (2.4), at batch 32 53.5 / 19.5 ms (24.5); its 3 x 3 stride 2 from 256
+# to 512 channels 19.4 / 2.2 ms (1.5) and 40.5 / 29.8 ms (34.3). With more pixels than
 # channels the convolution runs channels-last, its operands and result transposed:
 # AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and both
 # gradients, 34 -> 19 ms against NCHW blocks of one image.

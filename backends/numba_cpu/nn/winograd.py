@@ -62,8 +62,9 @@ MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
 # images of 256 and 512 channels -- run by im2col (Note [Small planes] in conv.py).
 # Measured one thread, float32, forward + both gradients with Winograd / without: 256
 # channels on 8 x 8 at batch 1 (16 tiles) 7.7 / 3.2 ms, 512 on 4 x 4 at batch 8 (32
-# tiles) 87 / 22 ms; ResNet-18 (32 x 32 images) training at batch 8, 17 -> 27 images/s
-# with this bound raised from 32 to 256 (a shared machine: +-15%).
+# tiles) 87 / 22 ms; ResNet-18 (32 x 32 images) training at batch 8, 16 -> 27 images/s
+# with this bound raised from 32 to 256, and at batch 32 33 -> 39 from 128 to 256 (a
+# shared machine: +-15%).
 MIN_TILES = 256
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
@@ -554,10 +555,9 @@ def algorithm(geo, dtype):
 # with a copy of the weight they came from, keyed by the weight's memory, and served
 # again only while its bits equal the copy's: by content, so a write through a NumPy
 # view of the weight is seen as well as any lamina operation. At most
-# FILTER_CACHE_BYTES (copies and results) stay, the oldest going first: enough for
-# the Winograd layers of a ResNet-18 in inference (~30 MB at batch 32), which at 32 MB
-# pushed each other out.
-FILTER_CACHE_BYTES = 64 << 20
+# FILTER_CACHE_BYTES (copies and results) stay, the oldest going first: a ResNet-18's
+# in inference take 25 MB at batch 32 (32 x 32 images).
+FILTER_CACHE_BYTES = 32 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
 
 
