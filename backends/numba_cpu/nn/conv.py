@@ -975,13 +975,13 @@ def _input_grad(gk, w, geo, order, dtype):
             part = _input_grad(gg, w[_cols(g, geo.cout)], one, order, dtype)
             _channel_view(gx, g, geo.cin, order)[...] = part
         return gx
-    # the transposed convolution multiplies its zero padding by the weight: a NaN or
-    # infinite weight would spread NaN over the border, which the scatter (PyTorch's
-    # col2im) never reads; checking the weight costs a pass over it, not the images
     if order == NCHW and _batched(geo, dtype):
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
         _by_images(geo, lambda i0, i1, g: _input_grad_batched(gk[i0:i1], w, g, gx[i0:i1]))
         return gx
+    # the transposed convolution multiplies its zero padding by the weight: a NaN or
+    # infinite weight would spread NaN over the border, which the scatter (PyTorch's
+    # col2im) never reads; checking the weight costs a pass over it, not the images
     if geo.transposable and not geo.pointwise and np.isfinite(w).all():
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
         wf = winograd.prepared(w, ("flipped", geo.groups), lambda w: _flipped(w, geo))
