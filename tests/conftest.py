@@ -41,3 +41,13 @@ def _leaves_global_state_unchanged():
     after = state()
     changed = [what for what in before if before[what] != after[what]]
     assert not changed, f"the test left lamina's global state changed: {changed}"
+
+
+@pytest.fixture(autouse=True)
+def _winograd_at_any_tile_count(monkeypatch):
+    """Winograd's kernels run on the small images tests can check: the tile count below
+    which production leaves a convolution to im2col is a speed rule, tested on its own
+    (test_nn.py restores it)."""
+    from lamina.backends.numba_cpu.nn import winograd
+
+    monkeypatch.setattr(winograd, "MIN_TILES", 1)

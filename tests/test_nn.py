@@ -780,6 +780,114 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     assert not winograd._prepared
 
 
+@pytest.fixture
+def batched_calls(monkeypatch):
+    """The Note [Small planes] drivers conv2d called, in order."""
+    calls = []
+    for name in ("_forward_batched", "_input_grad_batched", "_weight_grad_batched"):
+        real = getattr(conv, name)
+        monkeypatch.setattr(conv, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
+    return calls
+
+
+# Note [Small planes]: (id, input shape, weight shape, stride, padding, dilation, groups)
+SMALL_PLANE_CASES = [
+    ("3x3_odd", (3, 5, 3, 4), (40, 5, 3, 3), 1, 1, 1, 1),
+    ("3x3_stride_2_groups", (1, 6, 9, 7), (24, 3, 3, 3), 2, 1, 1, 2),
+    ("1x1_stride_2", (2, 8, 7, 7), (32, 8, 1, 1), 2, 0, 1, 1),
+    ("2x2_dilated", (1, 4, 5, 6), (32, 4, 2, 2), 1, 1, 2, 1),
+]
+
+
+@pytest.mark.parametrize("variant", ["a_view_in_one_block", "blocks"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+@pytest.mark.parametrize("case", SMALL_PLANE_CASES, ids=[c[0] for c in SMALL_PLANE_CASES])
+def test_small_planes_run_over_blocks_of_images_matching_the_oracle(
+    case, dtype, layout, variant, batched_calls, monkeypatch
+):
+    """Forward and both gradients: of a non-contiguous view (no layout: NCHW) in one
+    block of images, or of images in ``layout`` in blocks of one image (the weight
+    gradient summed over them)."""
+    _, shape, wshape, stride, padding, dilation, groups = case
+    geo = conv.Geometry(shape, wshape, (stride,) * 2, (padding,) * 4, (dilation,) * 2, groups)
+    if variant == "blocks":
+        block = geo.k * geo.ho * geo.wo * np.dtype(dtype).itemsize
+        monkeypatch.setattr(conv, "BLOCK_BYTES", block)
+        x = image(shape, layout, dtype, requires_grad=True)
+        view = lambda x: x
+    else:
+        x = image((*shape[:3], shape[3] + 1), layout, dtype, requires_grad=True)
+        view = lambda x: x[..., 1:]
+    w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
+    fn = lambda x, w, b: F.conv2d(
+        view(x), w, b, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
+    (out,), grads = _run(fn, [x, w, b])
+    assert batched_calls == ["_forward_batched", "_input_grad_batched", "_weight_grad_batched"]
+    assert F.layout_of(out) == (layout if variant == "blocks" else "NCHW")
+    with lm.backends.use("numpy_ref"):
+        (want,), want_grads = _run(fn, [x, w, b])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        _close_to_max(got.numpy(), ref.numpy(), {"f8": 1e-13, "f4": 1e-5}[dtype])
+
+
+def test_small_planes_split_by_images_match_one_part(two_threads, monkeypatch, batched_calls):
+    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    x = image((3, 4, 5, 5), requires_grad=True)
+    w = param((32, 4, 3, 3))
+    fn = lambda x, w: F.conv2d(x, w, stride=2, padding=1)
+    (out,), grads = _run(fn, [x, w])
+    assert batched_calls.count("_forward_batched") == 2  # two parts
+    lm.set_num_threads(1)
+    (want,), want_grads = _run(fn, [x, w])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_small_planes_gradients_against_finite_differences():
+    x = image((2, 3, 4, 5), requires_grad=True)
+    w, b = param((4, 3, 3, 3)), param((4,), seed=2)
+    fn = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1)
+    assert lm.autograd.gradcheck(fn, [x, w, b])
+
+
+def test_winograd_needs_enough_tiles(monkeypatch):
+    """Below MIN_TILES output tiles of the whole batch, im2col: ResNet's 3 x 3 on 4 x 4
+    images at batch 8, not 64."""
+    monkeypatch.setattr(winograd, "MIN_TILES", 256)
+
+    def takes(n):
+        geo = conv.Geometry((n, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1,) * 4, (1, 1), 1)
+        return winograd.algorithm(geo, np.float32) is not None
+
+    assert takes(64) and not takes(8)
+
+
+def test_the_input_gradients_flipped_kernel_follows_the_weight(monkeypatch):
+    """Note [Filter cache] for the input gradient's flipped kernel: made once while the
+    weight is unchanged, again after a write through a NumPy view."""
+    built = []
+    real = conv._flipped
+    monkeypatch.setattr(conv, "_flipped", lambda *a: built.append(1) or real(*a))
+    x = image((1, 16, 8, 8), "NCHW", "f8", requires_grad=True)
+    w = param((16, 16, 3, 3), dtype="f8")
+    fn = lambda x, w: F.conv2d(x, w, padding=1)
+
+    def check():
+        (_,), got = _run(fn, [x, w])
+        with lm.backends.use("numpy_ref"):
+            (_,), want = _run(fn, [x, w])
+        _close_to_max(got[0].numpy(), want[0].numpy(), 1e-12)
+
+    check()
+    check()
+    assert len(built) == 1
+    w.numpy()[0, 1, 2, 0] = 7.0
+    check()
+    assert len(built) == 2
+
+
 def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, winograd_calls):
     monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
     x, w = image((3, 16, 6, 5), "NHWC", requires_grad=True), param((16, 16, 3, 3))

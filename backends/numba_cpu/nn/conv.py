@@ -590,19 +590,127 @@ def _forward_nchw_flat(x, w, geo, out):
     loop(flat, weights, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, out)
 
 
-# Note [Small NCHW planes]: NCHW im2col blocks hold one image's output rows, so a
-# convolution with small output planes runs one skinny GEMM per image; channels-last
-# blocks run over the pixels of many images. An NCHW convolution whose output planes
-# have at most SMALL_PLANE pixels (and that Winograd does not take) is computed
-# channels-last, its operands and result transposed (cheap at that size). Measured
-# one thread, batch 32, forward + both gradients: AlexNet's 5x5 on 7x7 (48 -> 128
-# channels) 34 -> 19 ms, its 3x3 on 3x3 (128 -> 192) 16.8 -> 5.2 ms.
+# Note [Small planes]: NCHW im2col blocks hold one image's output rows, so a
+# convolution with small output planes would run one skinny GEMM per image; the
+# channels-last GEMM (Note [Convolution]) runs over many images but needs the weight
+# reordered to (kh kw C_in, C_out), a pass over the weight on every call that at
+# ResNet's late stages (3 x 3, 512 channels, 4 x 4 images) cost ten times the
+# convolution. So a convolution whose output planes have at most SMALL_PLANE pixels,
+# that no Winograd route takes and whose weight is the bigger operand (no more output
+# pixels in the batch than output channels), runs over blocks of whole images
+# channels-first: the block's im2col matrix is (C_in kh kw, images x pixels), and
+#
+#     out[C_out, images x pixels] = W[C_out, C_in kh kw] @ cols
+#
+# is one GEMM with the weight as it is stored, never copied; the input gradient is
+# W^T @ grad scattered back, the weight gradient grad @ cols^T, already in the
+# weight's order. The block's images are zero-padded once and each kernel tap's rows
+# of the matrix are one strided NumPy copy of them (its scatter one strided addition):
+# the NCHW im2col kernel copies one output row at a time, which for rows of 4 to 8
+# pixels took 3x as long (256 channels, 8 x 8 -> 4 x 4 by stride 2, batch 32: 5.6
+# against 1.7 ms). The block's result is transposed into the images and the images'
+# gradient out of them (small at that size); channels-last images are transposed to
+# NCHW and back. Measured one thread, forward + both gradients, before / after
+# (PyTorch's in the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images at batch 1
+# 43.3 / 3.1 ms (2.4), at batch 32 53.5 / 19.5 ms (24.5); its 3 x 3 stride 2 from 256
+# to 512 channels 19.4 / 2.2 ms (1.5) and 40.5 / 29.8 ms (34.3). With more pixels than
+# channels the convolution runs channels-last, its operands and result transposed:
+# AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and both
+# gradients, 34 -> 19 ms against NCHW blocks of one image.
 SMALL_PLANE = 100
 
 
+def _batched(geo, dtype):
+    """Whether this convolution runs over blocks of whole images (Note [Small planes])."""
+    return (
+        geo.ho * geo.wo <= SMALL_PLANE
+        and geo.n * geo.ho * geo.wo <= geo.c_out
+        and not geo.pointwise
+        and not depthwise.applies(geo)
+        and winograd.algorithm(geo, dtype) is None
+        and not _by_groups(geo, dtype)
+        and _space_to_depth(geo, dtype) is None
+    )
+
+
+def _image_blocks(geo, itemsize):
+    """(first image, last image + 1) of each block of Note [Small planes]."""
+    return _blocks(geo.n, max(1, BLOCK_BYTES // (geo.k * geo.ho * geo.wo * itemsize)))
+
+
+def _padded(geo, images, dtype):
+    """Zeros in the shape of ``images`` NCHW images padded, and the view of their
+    interior."""
+    hp, wp = geo.h + geo.pt + geo.pb, geo.w + geo.pl + geo.pr
+    padded = np.zeros((images, geo.c, hp, wp), dtype)
+    return padded, padded[:, :, geo.pt : geo.pt + geo.h, geo.pl : geo.pl + geo.w]
+
+
+def _taps(padded, geo, g, cols):
+    """(view of the padded images' group g channels under each kernel tap, as (C_in,
+    images, ho, wo); the matching rows of cols (C_in kh kw, images x pixels))."""
+    rows = cols.reshape(geo.cin, geo.kh, geo.kw, padded.shape[0], geo.ho, geo.wo)
+    channels = padded[:, _cols(g, geo.cin)].transpose(1, 0, 2, 3)
+    for i in range(geo.kh):
+        for j in range(geo.kw):
+            top, left = i * geo.dh, j * geo.dw
+            bottom, right = top + geo.sh * (geo.ho - 1) + 1, left + geo.sw * (geo.wo - 1) + 1
+            yield channels[:, :, top : bottom : geo.sh, left : right : geo.sw], rows[:, i, j]
+
+
+def _channels_first(a):
+    """NCHW images as one (C, images x pixels) matrix (a copy)."""
+    return np.ascontiguousarray(a.transpose(1, 0, 2, 3)).reshape(a.shape[1], -1)
+
+
+def _forward_batched(x, w, geo, out):
+    for i0, i1 in _image_blocks(geo, x.itemsize):
+        padded, interior = _padded(geo, i1 - i0, x.dtype)
+        interior[...] = x[i0:i1]
+        cols = np.empty((geo.k, (i1 - i0) * geo.ho * geo.wo), x.dtype)
+        product = np.empty((geo.cout, cols.shape[1]), x.dtype)
+        for g in range(geo.groups):
+            for tap, rows in _taps(padded, geo, g, cols):
+                rows[...] = tap
+            _gemm(_nchw_weight(w, g, geo), cols, product)
+            block = product.reshape(geo.cout, i1 - i0, geo.ho, geo.wo)
+            out[i0:i1, _cols(g, geo.cout)] = block.transpose(1, 0, 2, 3)
+
+
+def _input_grad_batched(gk, w, geo, gx):
+    for i0, i1 in _image_blocks(geo, gk.itemsize):
+        padded, interior = _padded(geo, i1 - i0, gk.dtype)
+        grad = _channels_first(gk[i0:i1])
+        cols = np.empty((geo.k, grad.shape[1]), gk.dtype)
+        for g in range(geo.groups):
+            _gemm(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
+            for tap, rows in _taps(padded, geo, g, cols):
+                tap += rows
+        gx[i0:i1] = interior
+
+
+def _weight_grad_batched(gk, x, geo):
+    sums = np.empty((geo.groups, geo.cout, geo.k), x.dtype)
+    part = np.empty((geo.cout, geo.k), x.dtype)
+    for i0, i1 in _image_blocks(geo, x.itemsize):
+        padded, interior = _padded(geo, i1 - i0, x.dtype)
+        interior[...] = x[i0:i1]
+        grad = _channels_first(gk[i0:i1])
+        cols = np.empty((geo.k, grad.shape[1]), x.dtype)
+        for g in range(geo.groups):
+            for tap, rows in _taps(padded, geo, g, cols):
+                rows[...] = tap
+            _gemm(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
+            if i0:
+                sums[g] += part
+    return sums.reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+
+
 def _order(geo, layout, dtype):
-    """The memory order the kernels of this convolution run in (Note [Small NCHW
-    planes]; a depthwise one's NCHW rows would be too short to vectorize)."""
+    """The memory order the kernels of this convolution run in (Note [Small planes]; a
+    depthwise one's NCHW rows of small planes would be too short to vectorize)."""
+    if _batched(geo, dtype):
+        return NCHW
     if (
         layout == NCHW
         and geo.ho * geo.wo <= SMALL_PLANE
@@ -759,7 +867,10 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
     if s2d is not None:
         weight = winograd.prepared(w, ("space to depth", geo.sh, geo.sw), s2d.weight)
         return _forward(s2d.input(x, layout), weight, bias, s2d.geo, layout, out, floor)
-    im2col = _forward_nhwc if layout == NHWC else _forward_nchw
+    if layout == NCHW and _batched(geo, x.dtype):
+        im2col = _forward_batched
+    else:
+        im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
     def part(i0, i1, g):
         o = out[i0:i1]
@@ -864,11 +975,16 @@ def _input_grad(gk, w, geo, order, dtype):
             part = _input_grad(gg, w[_cols(g, geo.cout)], one, order, dtype)
             _channel_view(gx, g, geo.cin, order)[...] = part
         return gx
+    if order == NCHW and _batched(geo, dtype):
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        _by_images(geo, lambda i0, i1, g: _input_grad_batched(gk[i0:i1], w, g, gx[i0:i1]))
+        return gx
     # the transposed convolution multiplies its zero padding by the weight: a NaN or
     # infinite weight would spread NaN over the border, which the scatter (PyTorch's
     # col2im) never reads; checking the weight costs a pass over it, not the images
     if geo.transposable and not geo.pointwise and np.isfinite(w).all():
-        gx, wf = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order), _flipped(w, geo)
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        wf = winograd.prepared(w, ("flipped", geo.groups), lambda w: _flipped(w, geo))
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
         return gx
     gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
@@ -1004,6 +1120,8 @@ def _weight_grad(x, gk, alg, geo, order):
             return gw
     if order == NHWC:
         return _backward_weight_nhwc(gk.reshape(-1, geo.c_out), x, geo)
+    if _batched(geo, x.dtype):
+        return _weight_grad_batched(gk, x, geo)
     g3 = gk.reshape(gk.shape[0], geo.c_out, gk.shape[2] * gk.shape[3])
     return _backward_weight_nchw(g3, x, geo)
 

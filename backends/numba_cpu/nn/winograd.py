@@ -54,6 +54,19 @@ from .layout import NCHW, NHWC
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
 MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
+# Below MIN_TILES output tiles (of the whole batch) the weight's side costs more than
+# the GEMMs save: the transformed filters (16/9 or 4 times the weight's size, read
+# again per block), and in training, where the weights change every step so the
+# filter cache never serves, the transforms of the forward's filters and of the input
+# gradient's flipped ones on every call. Those convolutions -- ResNet's late stages,
+# 3 x 3 on 8 x 8 and 4 x 4 images of 256 and 512 channels -- run by im2col (Note
+# [Small planes] in conv.py). Measured one thread, float32, forward + both gradients
+# with Winograd (the flipped filters transformed on every call, as in training) /
+# without: 256 channels on 8 x 8 at batch 1 (16 tiles) 7.7 / 3.2 ms, 512 on 4 x 4 at
+# batch 8 (32 tiles) 87 / 22 ms; ResNet-18 (32 x 32 images) training at batch 8, 16
+# -> 27 images/s with this bound raised from 32 to 256, and at batch 32 33 -> 39 from
+# 128 to 256 (a shared machine: +-15%).
+MIN_TILES = 256
 BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
 
 # Note [Winograd family]: F(m x m, r x r) interpolates at n - 1 points and infinity,
@@ -519,6 +532,7 @@ def algorithm(geo, dtype):
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
         or min(geo.cin, geo.c_out) < MIN_CHANNELS
         or min(geo.ho, geo.wo) < MIN_SIZE
+        or geo.n * -(-geo.ho // alg.m) * -(-geo.wo // alg.m) < MIN_TILES
         or np.dtype(dtype) not in (np.float32, np.float64)
     ):
         return None
@@ -537,11 +551,13 @@ def algorithm(geo, dtype):
 # Note [Filter cache]: the filter transform is most of a small convolution's time in
 # inference (measured one thread, 128 -> 64 channels 3 x 3: 402 us, against 6.5 us to
 # compare the weight with a copy), and the weights rarely change between calls. So the
-# last transforms (and the space-to-depth weights of strided convolutions) are kept
-# with a copy of the weight they came from, keyed by the weight's memory, and served
-# again only while its bits equal the copy's: by content, so a write through a NumPy
-# view of the weight is seen as well as any lamina operation. At most
-# FILTER_CACHE_BYTES (copies and results) stay, the oldest going first.
+# last transforms (and the space-to-depth weights of strided convolutions, the flipped
+# kernels of input gradients: conv.py) are kept with a copy of the weight they came
+# from, keyed by the weight's memory, and served again only while its bits equal the
+# copy's: by content, so a write through a NumPy view of the weight is seen as well as
+# any lamina operation. At most FILTER_CACHE_BYTES (copies and results) stay, the
+# oldest going first: a ResNet-18's take 25 MB in inference at batch 32 (32 x 32
+# images).
 FILTER_CACHE_BYTES = 32 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
 
