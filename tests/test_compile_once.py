@@ -43,7 +43,9 @@ import numpy as np
 import lamina as lm
 from lamina import nn
 from lamina.backends import jit, loop_cache, threads
+from lamina.backends.numba_cpu.nn import winograd
 
+winograd.MIN_TILES = 1  # Winograd on these small images too (its rule is a speed rule)
 lm.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
 lm.random.seed(0)
 rng = np.random.default_rng(0)

@@ -624,7 +624,7 @@ def _batched(geo, dtype):
     """Whether this convolution runs over blocks of whole images (Note [Small planes])."""
     return (
         geo.ho * geo.wo <= SMALL_PLANE
-        and geo.n * geo.ho * geo.wo <= geo.c_out
+        and 0 < geo.n * geo.ho * geo.wo <= geo.c_out  # empty batches: the general path
         and not geo.pointwise
         and not depthwise.applies(geo)
         and winograd.algorithm(geo, dtype) is None
