@@ -151,6 +151,8 @@ def _prune(loops: Path) -> None:
 
 def _name(part: Any) -> str | None:
     """A name of one part of a key that is the same in every process, or None."""
+    if isinstance(part, str):  # a name the key's maker keeps stable (a fused group's)
+        return part
     qualname = getattr(part, "__qualname__", None)
     if qualname is not None:  # a function: a module-level one is found by its name
         return None if "<" in qualname else f"{part.__module__}.{qualname}"

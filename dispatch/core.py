@@ -35,6 +35,7 @@ LOOP_ROWS, LOOP_COLUMNS = reference.LOOP_ROWS, reference.LOOP_COLUMNS
 PY_SCALARS = reference.PY_SCALARS
 with_modes = reference.with_modes  # Note [Modes] (modes.py)
 guard_key = reference.guard_key if _core is None else _core.guard_key
+guard_token = reference.guard_token if _core is None else _core.guard_token
 
 if _core is None:
     IMPLEMENTATION = "python"
@@ -43,6 +44,7 @@ if _core is None:
     RecordingKernel = reference.RecordingKernel
     OperatorTable = reference.OperatorTable
     ElementwiseKernel = reference.ElementwiseKernel
+    FusedLoop = reference.FusedLoop
     unary_binding = reference.unary_binding
     binary_binding = reference.binary_binding
     set_slot = reference.set_slot
@@ -78,6 +80,9 @@ else:
 
     def ElementwiseKernel(*args, **kwargs):
         return _core.ElementwiseKernel(reference.ElementwiseKernel(*args, **kwargs))
+
+    def FusedLoop(*args):
+        return _core.FusedLoop(reference.FusedLoop(*args))
 
     def unary_binding(name, d):
         return _core.Binding(name, d, 1, reference.unary_binding(name, d))

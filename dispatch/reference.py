@@ -17,11 +17,14 @@ corner cases are the same code in both.
 * ``ElementwiseKernel``: the dense fast path of an elementwise operator, filled by a
   backend with its per-dtype loops (Note [Fast path]).
 * ``set_slot``: Tensor's operator methods (``__add__``, ...).
-* ``guard_key``: a compiled function's guard (Note [Guards] in lamina.jit's compiler).
+* ``guard_key``, ``guard_token``: a compiled function's guard (Note [Guards] in
+  lamina.jit's compiler).
+* ``FusedLoop``: a compiled plan's call of a fused elementwise loop (Note [Fused loops]).
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -93,6 +96,13 @@ def guard_key(prefix: tuple, args: tuple) -> tuple | None:
         )
     except (AttributeError, TypeError):
         return None
+
+
+def guard_token(prefix: tuple, args: tuple) -> tuple | None:
+    """A hashable of exactly the facts of ``guard_key(prefix, args)`` (``prefix``: of
+    ints), cheap to hash and compare: the key the compiled call's hot path looks up (the
+    C core's is bytes); None where ``guard_key`` must decide."""
+    return guard_key(prefix, args)
 
 
 # ---------------------------------------------------------------- bindings
@@ -403,6 +413,58 @@ class _Unchecked(ElementwiseKernel):
         self.flat[dt.index](fa, fb, t._flat)
         t._ks, t._dtype, t._shape = CPU, out_dt, shape
         return t
+
+
+# ---------------------------------------------------------------- fused loops
+# Note [Fused loops]: a group of elementwise calls that lamina.jit fused, over contiguous
+# operands below the parallel threshold, is one C function ``loop(pointers, n)``
+# (Note [Fused kernels] in numba_cpu/fused.py): ``pointers`` holds each input's data,
+# then each output's; an input has ``n`` elements, or one (a scalar of the group, read
+# at index 0); the outputs have ``n``. A compiled plan calls it through ``FusedLoop``,
+# which checks its inputs, allocates its outputs and wraps them as tensors of ``shape``:
+# one call per group, no Numba dispatcher, so a plan whose loops are in the loop cache
+# runs without importing Numba. Its inputs are fixed by the plan's guards; the checks
+# keep a wrong call (a plan bug) from reading out of bounds (Note [C safety]).
+
+_LOOP = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_longlong)
+
+
+class FusedLoop:
+    """``loop(inputs...)``: the fused loop at C ``address`` on tensors of the dtypes
+    and sizes of ``inputs`` ((DType, size) pairs), giving a new tensor of ``shape``
+    per dtype of ``outputs`` (one: the tensor; several: a tuple)."""
+
+    def __init__(self, address: int, shape: tuple, inputs: tuple, outputs: tuple) -> None:
+        self.address, self.shape, self.inputs, self.outputs = address, shape, inputs, outputs
+        self.size = int(np.prod(shape, dtype=np.int64))
+        self._loop = _LOOP(address)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.inputs):
+            raise TypeError(f"fused loop: {len(args)} inputs, expected {len(self.inputs)}")
+        pointers = []
+        for k, (a, (dtype, size)) in enumerate(zip(args, self.inputs)):
+            flat = getattr(a, "_flat", None)
+            if (
+                type(flat) is not np.ndarray
+                or a._dtype is not dtype
+                or flat.dtype != dtype.np
+                or flat.size != size
+            ):
+                raise TypeError(
+                    f"fused loop: input {k} is not a contiguous tensor of {size} elements "
+                    f"of {dtype}"
+                )
+            pointers.append(flat.ctypes.data)
+        results = [_empty(self.size, dtype.np) for dtype in self.outputs]
+        pointers += [out.ctypes.data for out in results]
+        self._loop((ctypes.c_void_p * len(pointers))(*pointers), self.size)
+        shape = self.shape
+        for m, (out, dtype) in enumerate(zip(results, self.outputs)):
+            t = results[m] = _new(_tensor_type)
+            t._data, t._flat = out if len(shape) == 1 else out.reshape(shape), out
+            t._ks, t._dtype, t._shape = CPU, dtype, shape
+        return results[0] if len(results) == 1 else tuple(results)
 
 
 _FORMS = {

@@ -177,3 +177,35 @@ def test_the_core_builds_a_compiled_functions_guard_key():
     for other in (dense.to_sparse(), 2.0, "x"):
         assert core.guard_key((), (dense, other)) is None
     assert core.guard_key((1,), ()) == (1,)
+
+
+def test_the_guard_token_holds_exactly_the_guard_keys_facts():
+    """Note [Guard tokens] in lamina.jit's compiler: two calls of CPU tensors have one
+    token exactly when they have one guard key; None where the key's general path
+    decides."""
+    dense = lm.asarray(np.arange(12.0).reshape(3, 4))
+    calls = [
+        (dense,),
+        (lm.asarray(np.ones((3, 4))),),  # the same facts, other values
+        (dense.T,),
+        (lm.asarray(np.ones((4, 3))),),  # the transpose's shape, contiguous
+        (lm.astype(dense, lm.float32),),
+        (dense[:, :2],),
+        (dense[:, ::2],),
+        (lm.asarray(1.0),),
+        (lm.zeros((0, 2)),),
+        (lm.zeros((2, 0)),),
+        (dense, dense),
+        (dense, dense.T),
+        (),
+    ]
+    for prefix in [(0, True), (0, False), (1, True), (1, True, 3)]:
+        for a in calls:
+            token = core.guard_token(prefix, a)
+            assert token is not None and hash(token) == hash(core.guard_token(prefix, a))
+            for b in calls:
+                same_key = core.guard_key(prefix, a) == core.guard_key(prefix, b)
+                assert (token == core.guard_token(prefix, b)) == same_key
+    assert core.guard_token((0, True), (dense,)) != core.guard_token((0, True, 0), (dense,))
+    for other in (dense.to_sparse(), 2.0, "x"):
+        assert core.guard_token((0,), (dense, other)) is None

@@ -99,6 +99,31 @@ def test_an_elementwise_chain_is_one_kernel_and_a_chain_feeding_a_reduction_two(
     ]
 
 
+def test_a_small_flat_group_is_one_call_of_its_c_loop_which_refuses_other_inputs():
+    """Note [Fused loops]: both cores call the same C loop; a call its plan's guards
+    would never make is refused, not read out of bounds."""
+    a, b = rand(5, 4), rand(1, seed=1)  # b: one element, read at index 0
+
+    def f(a, b):
+        t = a * b
+        return lm.exp(t), t - a  # two outputs
+
+    call = passes.apply(jit.trace(f, a, b)).nodes[0].target
+    assert call.c_loop and call.ops == ["multiply", "exp", "subtract"]
+    equal(call.entry(a, b), f(a, b))
+    for args, wrong in [
+        ((a,), "1 inputs, expected 2"),
+        ((a, a), "input 1 is not a contiguous tensor of 1 elements"),
+        ((rand(4, 5).T, b), "input 0 is not"),  # strided
+        ((lm.astype(a, lm.float64), b), "input 0 is not"),
+        ((a, 2.0), "input 1 is not"),
+    ]:
+        with pytest.raises(TypeError, match=wrong):
+            call.entry(*args)
+    empty = rand(0, 3)
+    equal(jit.compile(lambda x: lm.exp(x) * 2.0 - x)(empty), lm.exp(empty) * 2.0 - empty)
+
+
 def test_the_passes_fold_constants_drop_dead_code_and_keep_random_calls():
     def f(x):
         dead = lm.exp(x)  # noqa: F841 (unused: dropped)
@@ -268,7 +293,7 @@ def test_dynamic_variants_of_sizes_do_not_count_against_the_limit():
         warnings.simplefilter("error")
         for n in (3, 4, 5):
             equal(compiled(rand(n)), lm.exp(rand(n)) * 2.0 + rand(n))
-    kernels = {id(g.nodes[0].target.entry) for g in compiled.graphs}
+    kernels = {g.nodes[0].target.code for g in compiled.graphs}
     assert len(compiled.graphs) == 3 and len(kernels) == 1  # one loop serves every size
 
 

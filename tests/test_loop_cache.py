@@ -2,6 +2,7 @@
 as shared libraries, opened by later processes without compiling."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -54,6 +55,35 @@ def test_a_later_process_opens_the_loops_it_needs_without_compiling_or_numba(tmp
     assert first["compiled"] == 2 and first["opened"] == 2  # it uses what it stored
     assert second["compiled"] == 0 and second["opened"] == 2
     assert second["numba"] is False  # Note [Lazy Numba]: nothing needed it
+
+
+COMPILED = """
+import json, sys
+import lamina as lm
+from lamina.backends import jit
+x = lm.asarray([1.5, -2.0, 4.0], dtype=lm.float32)
+values = lm.jit.compile(lambda x: lm.exp(x * 0.5) - x)(x).tolist()
+print(json.dumps({"values": values, "compiled": len(jit._cfuncs), "numba": "numba" in sys.modules}))
+"""
+
+
+def test_a_compiled_functions_fused_loop_is_opened_without_numba(tmp_path):
+    """Note [Fused loops]: a warm start of a compiled elementwise function compiles
+    nothing and needs no Numba."""
+    environment = {**os.environ, "LAMINA_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", COMPILED], env=environment, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    want = [math.exp(v * 0.5) - v for v in (1.5, -2.0, 4.0)]
+    for run_ in runs:
+        assert run_["values"] == pytest.approx(want, rel=1e-6)
+    assert runs[0]["compiled"] >= 1 and runs[1]["compiled"] == 0
+    if C_CORE:  # the pure-Python core's eager calls use Numba entry points
+        assert runs[1]["numba"] is False
 
 
 def test_a_damaged_library_is_rebuilt(tmp_path):

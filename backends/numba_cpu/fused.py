@@ -73,11 +73,18 @@ def _ctor(dtype: D.DType) -> str:
     return f"np.{dtype.np.name}" if dtype.kind != "b" else "np.bool_"
 
 
-def source(group: Group, name: str, parallel: bool) -> str:
-    """The Python source of the group's kernel ``name(a0, ..., o0, ...)``."""
+def source(group: Group, name: str, parallel: bool, c_loop: bool = False) -> str:
+    """The Python source of the group's kernel ``name(a0, ..., o0, ...)``; with
+    ``c_loop``, of its C loop ``name(pointers, n)`` (a flat, serial group: Note [Fused
+    loops] in lamina.dispatch.reference), which views the pointers as the same arrays."""
     ins = [f"a{k}" for k in range(len(group.inputs))]
     outs = [f"o{m}" for m in range(len(group.outputs))]
-    lines = [f"def {name}({', '.join(ins + outs)}):"]
+    lines = [f"def {name}({'p, n' if c_loop else ', '.join(ins + outs)}):"]
+    if c_loop:
+        dtypes = [*group.inputs, *(group.steps[j].result for j in group.outputs)]
+        for k, (array, dtype) in enumerate(zip(ins + outs, dtypes)):
+            size = "1" if k in group.scalars else "n"
+            lines.append(f"    {array} = carray(p[{k}], ({size},), {_ctor(dtype)})")
     outer = "prange" if parallel else "range"
     if group.flat:
         lines.append(f"    for i in {outer}(o0.size):")
@@ -103,13 +110,14 @@ def source(group: Group, name: str, parallel: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _module_text(group: Group, name: str, parallel: bool) -> str:
+def _module_text(group: Group, name: str, parallel: bool, c_loop: bool = False) -> str:
     imports = ["import numpy as np"] + (["from numba import prange"] if parallel else [])
+    imports += ["from numba import carray"] if c_loop else []
     for j, step in enumerate(group.steps):
         fn = BY_NAME[step.op].scalar_fn(step.comp)
         imports.append(f"from {fn.__module__} import {fn.__name__} as F{j}")
     doc = '"""A fused elementwise kernel lamina generated (Note [Fused kernels])."""'
-    return "\n".join([doc, *imports, "", ""]) + source(group, name, parallel)
+    return "\n".join([doc, *imports, "", ""]) + source(group, name, parallel, c_loop)
 
 
 def compile_group(group: Group, parallel: bool) -> Callable:
@@ -129,6 +137,21 @@ def compile_group(group: Group, parallel: bool) -> Callable:
 
 
 _entries: dict = {}  # (Group.key(), parallel) -> entry point
+
+
+def loop_address(group: Group) -> int:
+    """The C address of a flat group's serial loop (Note [Fused loops] in
+    lamina.dispatch.reference), from the loop cache (no Numba in a process that finds
+    it there: Note [Loop cache]) or compiled on first use."""
+    assert group.flat, "only a flat group has a C loop"
+    name = f"fused_{group.key()}_loop"
+
+    def build(cache: bool) -> Any:
+        pyfunc = getattr(_load_module(_module_text(group, name, False, True), name), name)
+        signature = jit.types.void(jit.types.CPointer(jit.types.voidptr), jit.types.int64)
+        return jit.compile_cfunc(pyfunc, signature, cache)
+
+    return jit.c_loop(("fused", group.key()), build)
 
 
 def _load_module(text: str, name: str):

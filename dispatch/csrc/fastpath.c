@@ -1,6 +1,7 @@
 /* The fast paths (Note [C core files]): ElementwiseKernel, the dense elementwise fast
- * path with its general path (Note [C general path]), and ReductionKernel, the folds
- * over leading or trailing axes (Note [C reductions]). */
+ * path with its general path (Note [C general path]), ReductionKernel, the folds over
+ * leading or trailing axes (Note [C reductions]), and FusedLoop, a compiled plan's call
+ * of a fused elementwise loop (Note [Fused loops] in reference.py). */
 #include <fenv.h>
 
 #include "core.h"
@@ -1038,6 +1039,163 @@ static PyTypeObject ReductionType = {
     .tp_methods = reduction_methods,
 };
 
+/* ------------------------------------------------------------------ FusedLoop */
+
+/* reference.FusedLoop (Note [Fused loops]): every call whose inputs are what the loop was
+ * made for runs here; any other goes to the twin, which says what is wrong. */
+#define MAX_FUSED 64  /* operands of a group; a larger one is refused at construction */
+
+typedef void (*fused_loop_t)(void **, long long);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *reference;  /* the twin: its fields are the truth, its errors the errors */
+    PyObject *shape;
+    fused_loop_t loop;
+    npy_intp size;
+    int n_inputs, n_outputs;
+    int input_index[MAX_FUSED];      /* dtype index of each input */
+    npy_intp input_size[MAX_FUSED];  /* size or 1 */
+    int output_index[MAX_FUSED];
+} FusedLoopObject;
+
+static PyObject *fused_call(FusedLoopObject *f, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    void *pointers[MAX_FUSED];
+    if (nargs != f->n_inputs || kwnames != NULL) goto twin;
+    for (int k = 0; k < f->n_inputs; k++) {
+        PyObject *a = args[k];
+        if (!IS_TENSOR(a) || T(a)->dtype_index != f->input_index[k]) goto twin;
+        PyArrayObject *flat = flat_array(T(a), f->input_index[k]);
+        if (flat == NULL || PyArray_SIZE(flat) != f->input_size[k]) goto twin;
+        pointers[k] = PyArray_DATA(flat);
+    }
+    PyObject *results[MAX_FUSED];
+    for (int m = 0; m < f->n_outputs; m++) {
+        results[m] = new_output(f->shape, f->output_index[m], f->size, &pointers[f->n_inputs + m]);
+        if (results[m] == NULL) {
+            for (int j = 0; j < m; j++) Py_DECREF(results[j]);
+            return NULL;
+        }
+    }
+    f->loop(pointers, (long long)f->size);
+    if (f->n_outputs == 1) return results[0];
+    PyObject *tuple = PyTuple_New(f->n_outputs);
+    if (tuple == NULL) {
+        for (int m = 0; m < f->n_outputs; m++) Py_DECREF(results[m]);
+        return NULL;
+    }
+    for (int m = 0; m < f->n_outputs; m++) PyTuple_SET_ITEM(tuple, m, results[m]);
+    return tuple;
+twin:
+    return PyObject_Vectorcall(f->reference, args, nargsf, kwnames);
+}
+
+/* each dtype of `dtypes` (a tuple) as its index, and each size of `sizes` (NULL: none) */
+static int fused_operands(PyObject *items, int *index, npy_intp *sizes, int *count) {
+    if (!PyTuple_Check(items) || PyTuple_GET_SIZE(items) > MAX_FUSED) {
+        PyErr_SetString(PyExc_ValueError, "FusedLoop: too many operands");
+        return -1;
+    }
+    *count = (int)PyTuple_GET_SIZE(items);
+    for (int k = 0; k < *count; k++) {
+        PyObject *item = PyTuple_GET_ITEM(items, k), *dtype = item;
+        if (sizes != NULL) {  /* an input: (DType, size) */
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+                PyErr_SetString(PyExc_TypeError, "FusedLoop: an input is (dtype, size)");
+                return -1;
+            }
+            dtype = PyTuple_GET_ITEM(item, 0);
+            sizes[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+            if (sizes[k] == -1 && PyErr_Occurred()) return -1;
+        }
+        index[k] = dtype_index_of(dtype);
+        if (index[k] < 0) {
+            PyErr_SetString(PyExc_TypeError, "FusedLoop: not one of lamina's dtypes");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *fused_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *reference;
+    if (!PyArg_ParseTuple(args, "O:FusedLoop", &reference)) return NULL;
+    FusedLoopObject *f = (FusedLoopObject *)type->tp_alloc(type, 0);
+    if (f == NULL) return NULL;
+    f->vectorcall = (vectorcallfunc)fused_call;
+    Py_INCREF(reference);
+    f->reference = reference;
+    PyObject *address = PyObject_GetAttrString(reference, "address");
+    PyObject *size = PyObject_GetAttrString(reference, "size");
+    PyObject *inputs = PyObject_GetAttrString(reference, "inputs");
+    PyObject *outputs = PyObject_GetAttrString(reference, "outputs");
+    f->shape = PyObject_GetAttrString(reference, "shape");
+    int failed = address == NULL || size == NULL || inputs == NULL || outputs == NULL ||
+                 f->shape == NULL || !PyTuple_CheckExact(f->shape);
+    if (!failed) {
+        f->loop = (fused_loop_t)PyLong_AsVoidPtr(address);
+        f->size = PyLong_AsSsize_t(size);
+        failed = PyErr_Occurred() != NULL ||
+                 fused_operands(inputs, f->input_index, f->input_size, &f->n_inputs) < 0 ||
+                 fused_operands(outputs, f->output_index, NULL, &f->n_outputs) < 0 ||
+                 f->n_inputs + f->n_outputs > MAX_FUSED || f->n_outputs < 1;
+        if (failed && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "FusedLoop: too many operands, or no output");
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "FusedLoop: the shape is a tuple");
+    }
+    Py_XDECREF(address);
+    Py_XDECREF(size);
+    Py_XDECREF(inputs);
+    Py_XDECREF(outputs);
+    if (failed) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    return (PyObject *)f;
+}
+
+static int fused_traverse(FusedLoopObject *f, visitproc visit, void *arg) {
+    Py_VISIT(f->reference);
+    Py_VISIT(f->shape);
+    return 0;
+}
+
+static int fused_clear(FusedLoopObject *f) {
+    Py_CLEAR(f->reference);
+    Py_CLEAR(f->shape);
+    return 0;
+}
+
+static void fused_dealloc(FusedLoopObject *f) {
+    PyObject_GC_UnTrack(f);
+    fused_clear(f);
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static PyMemberDef fused_members[] = {
+    {"reference", T_OBJECT, offsetof(FusedLoopObject, reference), READONLY, "the Python twin"},
+    {NULL},
+};
+
+static PyTypeObject FusedLoopType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lamina.dispatch._core.FusedLoop",
+    .tp_doc = "A compiled plan's call of a fused elementwise loop (Note [Fused loops]), in C.",
+    .tp_basicsize = sizeof(FusedLoopObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = fused_new,
+    .tp_dealloc = (destructor)fused_dealloc,
+    .tp_traverse = (traverseproc)fused_traverse,
+    .tp_clear = (inquiry)fused_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FusedLoopObject, vectorcall),
+    .tp_members = fused_members,
+};
+
 /* time_loop(address, arity, a, b, out, k): the raw cost of a loop (the overhead tool's
  * "raw kernel" row of the C stack): k calls on preallocated contiguous arrays */
 static PyObject *mod_time_loop(PyObject *m, PyObject *args) {
@@ -1074,10 +1232,12 @@ static PyMethodDef fastpath_functions[] = {
 int init_fastpath(PyObject *m) {
     out_kwnames = Py_BuildValue("(s)", "out");
     if (out_kwnames == NULL || PyType_Ready(&LoopCacheType) < 0 ||
-        PyType_Ready(&KernelType) < 0 || PyType_Ready(&ReductionType) < 0)
+        PyType_Ready(&KernelType) < 0 || PyType_Ready(&ReductionType) < 0 ||
+        PyType_Ready(&FusedLoopType) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "ElementwiseKernel", (PyObject *)&KernelType) < 0 ||
-        PyModule_AddObjectRef(m, "ReductionKernel", (PyObject *)&ReductionType) < 0)
+        PyModule_AddObjectRef(m, "ReductionKernel", (PyObject *)&ReductionType) < 0 ||
+        PyModule_AddObjectRef(m, "FusedLoop", (PyObject *)&FusedLoopType) < 0)
         return -1;
     return PyModule_AddFunctions(m, fastpath_functions);
 }

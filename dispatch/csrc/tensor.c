@@ -242,10 +242,56 @@ error:
     return NULL;
 }
 
+/* reference.guard_token: the same facts as guard_key, as bytes (hashed and compared
+ * as one buffer: a tuple key's nested hash and comparison were a third of a compiled
+ * call); None where guard_key's general path must decide. The prefix is of ints. */
+static PyObject *mod_guard_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "guard_token(prefix, args): two tuples");
+        return NULL;
+    }
+    PyObject *prefix = args[0], *tensors = args[1];
+    long long buffer[512];
+    Py_ssize_t used = 0, n = PyTuple_GET_SIZE(tensors);
+    if (PyTuple_GET_SIZE(prefix) > 8) goto general;
+    buffer[used++] = PyTuple_GET_SIZE(prefix);  /* then every record delimits itself */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prefix); i++) {
+        buffer[used++] = PyLong_AsLongLong(PyTuple_GET_ITEM(prefix, i));
+        if (buffer[used - 1] == -1 && PyErr_Occurred()) return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(tensors, i);
+        TensorObject *t = T(a);
+        if (!IS_TENSOR(a) || !TENSOR_ARGS_OK(t) || !PyTuple_CheckExact(t->shape) ||
+            t->flat == NULL || t->data == NULL)
+            goto general;
+        Py_ssize_t nd = PyTuple_GET_SIZE(t->shape);
+        int strided = t->flat == Py_None;
+        if (strided && (!PyArray_Check(t->data) || PyArray_NDIM((PyArrayObject *)t->data) != nd))
+            goto general;
+        if (used + 3 + 2 * nd > 512) goto general;
+        buffer[used++] = t->dtype_index;
+        buffer[used++] = t->ks;
+        buffer[used++] = strided ? -nd - 1 : nd;  /* the layout's kind and the rank */
+        for (Py_ssize_t d = 0; d < nd; d++) {
+            buffer[used++] = PyLong_AsLongLong(PyTuple_GET_ITEM(t->shape, d));
+            if (buffer[used - 1] == -1 && PyErr_Occurred()) return NULL;
+        }
+        if (strided)
+            for (Py_ssize_t d = 0; d < nd; d++)
+                buffer[used++] = PyArray_STRIDE((PyArrayObject *)t->data, (int)d);
+    }
+    return PyBytes_FromStringAndSize((const char *)buffer, used * (Py_ssize_t)sizeof(long long));
+general:
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef tensor_functions[] = {
     {"set_tensor_type", mod_set_tensor_type, METH_O, "the class of kernel outputs"},
     {"guard_key", (PyCFunction)(void (*)(void))mod_guard_key, METH_FASTCALL,
      "a compiled function's guard key (reference.guard_key)"},
+    {"guard_token", (PyCFunction)(void (*)(void))mod_guard_token, METH_FASTCALL,
+     "the guard key's facts as bytes (reference.guard_token)"},
     {"set_dtypes", mod_set_dtypes, METH_O, "lamina's dtypes, in index order"},
     {NULL},
 };

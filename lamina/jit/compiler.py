@@ -318,35 +318,60 @@ class CompiledFunction:
         self.fn, self.module, self.dynamic, self.fullgraph = fn, module, dynamic, fullgraph
         self.passes, self.cache_limit = tuple(passes), cache_limit
         self.variants: dict[tuple, Variant] = {}
+        # Note [Guard tokens]: the hot path looks a call up by its guard token (the
+        # per-call core's ``guard_token``: the guard key's facts as bytes, cheap to hash
+        # and compare), filled by the general path when a call of tensors finds a variant
+        # with a plan; a variant with none (a tensor off the CPU, graph breaks) always
+        # takes the general path.
+        self.runs: dict[Any, Callable] = {}
+        self._module_numbers: dict[tuple, int] = {}  # a module guard -> its token number
         self.recompiles: list[str] = []  # what changed, for each variant after the first
         self.segments: dict[Any, Any] = {}  # printed segment graph -> (Plan, positional)
         self._eager = False
-        self._module_state: tuple = (None, None)  # (module generation, _module_guard)
+        # (module generation, _module_guard, its number in _module_numbers)
+        self._module_state: tuple = (None, None, None)
         functools.update_wrapper(self, fn)
 
     def _module_key(self) -> tuple:
         """``_module_guard`` of the module, read again only when a module changed
         (Note [Module generation] in lamina.nn.modules)."""
         if self._module_state[0] != modules.generation:
-            self._module_state = (modules.generation, _module_guard(self.module))
+            guard = _module_guard(self.module)
+            number = self._module_numbers.setdefault(guard, len(self._module_numbers))
+            self._module_state = (modules.generation, guard, number)
         return self._module_state[1]
 
-    # the hot path: the guard key, one lookup, the plan
+    def _token_prefix(self) -> tuple:
+        """What the guard token adds to the tensors' facts: the generation, grad mode
+        and, for a module, its guard's number (``_module_numbers``)."""
+        if self.module is None:
+            return (entries.generation, _grad.enabled)
+        self._module_key()
+        return (entries.generation, _grad.enabled, self._module_state[2])
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = None
+        if not kwargs:  # the hot path: the guard's facts as one token, one lookup
+            prefix = (
+                (entries.generation, _grad.enabled) if self.module is None else self._token_prefix()
+            )
+            run = self.runs.get(core.guard_token(prefix, args))
+            if run is not None:
+                return run(args)
+        return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         module = None if self.module is None else self._module_key()
-        if not kwargs:  # tensors only: the key built by the per-call core
-            key = core.guard_key((entries.generation, _grad.enabled), args)
-            if key is not None:
-                if module:
-                    key += module
-                variant = self.variants.get(key)
-                if variant is not None and variant.plan is not None:
-                    return variant.plan.run(args)  # a key with a tensor off the CPU has none
+        key = None if kwargs else core.guard_key((entries.generation, _grad.enabled), args)
+        if key is not None and module:
+            key += module
         if key is None or any(not isinstance(a, Tensor) for a in args):
             key = _guard_key(args, kwargs, module)
         variant = self.variants.get(key)
         if variant is not None and variant.plan is not None:
+            if not kwargs:  # the next such call takes the hot path
+                token = core.guard_token(self._token_prefix(), args)
+                if token is not None:
+                    self.runs[token] = variant.plan.run
             tensors: list = []
             _flatten((args, kwargs), tensors)
             return variant.plan.run(tensors)

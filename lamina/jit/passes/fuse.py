@@ -22,8 +22,8 @@ import numpy as np
 
 from lamina.backends import threads
 from lamina.backends.numba_cpu import fused
+from lamina.dispatch import core, layouts, meta
 from lamina.dispatch import dtypes as D
-from lamina.dispatch import layouts, meta
 from lamina.dispatch.schema import Operator
 from lamina.dispatch.tensor import from_array, from_flat
 
@@ -59,16 +59,32 @@ def _computation(node: Node) -> D.DType | None:
 class FusedCall:
     """The target of a fused node: the group's loop, compiled when the plan is made
     (the guards fix every input's dtype and layout) and called inline by the plan
-    (``emit``): outputs allocated, the loop, the outputs wrapped as tensors."""
+    (``emit``). A flat group below the parallel threshold is one call of its C loop
+    (Note [Fused loops] in lamina.dispatch.reference); another is its outputs
+    allocated, its Numba kernel, its outputs wrapped as tensors. ``code`` is the
+    compiled loop (an address, or the kernel), which groups of other sizes share."""
 
     def __init__(self, group: fused.Group, shape: tuple, ops: list[str]) -> None:
         self.group, self.shape, self.ops = group, shape, ops
         self.name = "fused[" + ", ".join(ops) + "]"
         self.size = math.prod(shape)
-        self.entry = fused.compile_group(group, self.size >= threads.parallel_threshold())
+        parallel = self.size >= threads.parallel_threshold()
+        self.c_loop = group.flat and not parallel
+        if self.c_loop:
+            inputs = tuple(
+                (d, 1 if k in group.scalars else self.size) for k, d in enumerate(group.inputs)
+            )
+            outputs = tuple(group.steps[j].result for j in group.outputs)
+            self.code = fused.loop_address(group)
+            self.entry = core.FusedLoop(self.code, shape, inputs, outputs)
+        else:
+            self.code = self.entry = fused.compile_group(group, parallel)
 
     def emit(self, args: list[str], results: list[str], bind: Callable[[Any, str], str]) -> list:
         group, kernel = self.group, bind(self.entry, "k")
+        if self.c_loop:
+            targets = results[0] if len(results) == 1 else "".join(r + ", " for r in results)
+            return [f"{targets} = {kernel}({', '.join(args)})"]
         empty, shape = bind(np.empty, "c"), repr(self.shape)
         if group.flat:
             size, wrap = self.size, bind(from_flat, "c")
