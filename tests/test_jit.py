@@ -17,7 +17,7 @@ import lamina as lm
 from lamina import jit
 from lamina.dispatch import layouts
 from lamina.dispatch.schema import OPERATORS
-from lamina.jit import passes
+from lamina.jit import compiler, passes
 
 F = lm.nn.functional
 
@@ -264,7 +264,7 @@ def test_every_sample_compiled_equals_eager(name):
 
 
 def test_a_new_size_recompiles_and_past_the_limit_runs_eagerly_with_one_warning():
-    compiled = jit.compile(lambda x: lm.exp(x) * 2.0, cache_limit=2)
+    compiled = jit.compile(lambda x: lm.exp(x) * 2.0, cache_limit=2, dynamic=False)
     for n in (3, 4):
         equal(compiled(rand(n)), lm.exp(rand(n)) * 2.0)
     assert compiled.recompiles == ["x: size 4 instead of 3 in dimension 0"]
@@ -287,14 +287,29 @@ def test_a_sparse_argument_runs_eagerly_beside_the_compiled_dense_variant():
     assert len(compiled.graphs) == 1  # the dense call's
 
 
-def test_dynamic_variants_of_sizes_do_not_count_against_the_limit():
-    compiled = jit.compile(lambda x: lm.exp(x) * 2.0 + x, cache_limit=1, dynamic=True)
+def test_sizes_make_a_function_dynamic_whose_size_variants_share_a_loop_and_stay_few(
+    monkeypatch,
+):
+    """Note [Dynamic sizes]: by default a second distinct size makes a function dynamic;
+    then variants of one kind do not count against the limit, share their loop, and
+    only the most recent SIZE_VARIANTS of a kind are kept."""
+    monkeypatch.setattr(compiler, "SIZE_VARIANTS", 3)
+    f = lambda x: lm.exp(x) * 2.0 + x
+    compiled = jit.compile(f, cache_limit=2)
+    assert compiled.dynamic is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for n in (3, 4, 5):
-            equal(compiled(rand(n)), lm.exp(rand(n)) * 2.0 + rand(n))
-    kernels = {g.nodes[0].target.code for g in compiled.graphs}
-    assert len(compiled.graphs) == 3 and len(kernels) == 1  # one loop serves every size
+        for n in (3, 4, 5, 6, 7, 3):
+            for _ in range(2):  # the general path, then the hot one (Note [Guard tokens])
+                equal(compiled(rand(n)), f(rand(n)))
+        assert compiled.dynamic is True
+        kernels = {g.nodes[0].target.code for g in compiled.graphs}
+        assert len(compiled.graphs) == len(compiled.runs) == 3 and len(kernels) == 1
+        wide = rand(4, dtype=np.float64)
+        equal(compiled(wide), f(wide))  # a second kind: within the limit of 2
+    ints = lm.asarray(np.arange(4, dtype=np.int32))
+    with pytest.warns(jit.RecompileWarning, match="int32"):
+        equal(compiled(ints), f(ints))
 
 
 def test_the_same_tensor_twice_and_two_tensors_are_two_inputs():

@@ -11,6 +11,14 @@ costs that tuple and one lookup.
 A call matching no variant traces a new one, up to ``cache_limit`` variants per
 function; past it the function runs eagerly, with one warning naming what changed.
 
+Note [Dynamic sizes]: a variant that differs from an earlier one only in tensor sizes
+is traced anew (microseconds) and shares its fused loops, which do not depend on sizes;
+in a dynamic function such variants do not count against ``cache_limit``. ``dynamic=None``
+(the default, as PyTorch's automatic dynamic shapes) makes a function dynamic at its
+first such recompile; ``True`` from the start, ``False`` never. A dynamic function keeps
+the ``SIZE_VARIANTS`` most recent variants of one kind (dtypes, layouts, modes), so a
+program of ever new sizes (sequence lengths) holds bounded memory.
+
 Note [Graph breaks]: a program that reads a tensor's values (``float(t)``, ``if t:``,
 printing) or calls an operator whose result shape depends on values (``nonzero``)
 cannot be one graph. With ``fullgraph=True`` that is an error naming the operator and
@@ -34,6 +42,7 @@ from typing import Any
 from lamina.autograd.grad_mode import is_grad_enabled
 from lamina.autograd.grad_mode import state as _grad
 from lamina.dispatch import core, entries, keys
+from lamina.dispatch.dtypes import DType
 from lamina.dispatch.tensor import Tensor
 from lamina.nn import modules
 
@@ -44,6 +53,7 @@ from .graph import CONSTANT, INPUT, Graph, Value
 from .tracer import GraphBreak, Tracer, current, tracing
 
 CACHE_LIMIT = 8
+SIZE_VARIANTS = 64  # kept per kind of variant in a dynamic function (Note [Dynamic sizes])
 
 
 class RecompileWarning(UserWarning):
@@ -309,7 +319,7 @@ class CompiledFunction:
         fn: Callable,
         *,
         module: Any = None,
-        dynamic: bool = False,
+        dynamic: bool | None = None,
         fullgraph: bool = False,
         passes: Sequence[str] = P.DEFAULT,
         cache_limit: int = CACHE_LIMIT,
@@ -406,9 +416,13 @@ class CompiledFunction:
             # the nearest variant (the latest of equals) says what changed
             old = min(reversed(self.variants), key=lambda k: _differences(k, key))
             changed = _what_changed(old, key, self._names(args, kwargs))
-            if len(self.variants) >= self.cache_limit and not (
-                self.dynamic and _sizes_only(old, key)
-            ):
+            kinds = {_kind(k) for k in self.variants}
+            kind = _kind(key)
+            if kind in kinds and self.dynamic is None:  # Note [Dynamic sizes]
+                self.dynamic = True
+            if kind in kinds and self.dynamic:
+                self._forget_sizes_beyond(SIZE_VARIANTS - 1, kind)
+            elif len(kinds if self.dynamic else self.variants) >= self.cache_limit:
                 self._eager = True
                 warnings.warn(
                     f"lamina.jit: {self.__name__} met {self.cache_limit} variants of its "
@@ -443,6 +457,15 @@ class CompiledFunction:
         variant = self.variants[key] = Variant(_plan(graph, self.passes, grad), graph)
         return variant
 
+    def _forget_sizes_beyond(self, keep: int, kind: Any) -> None:
+        """Drop the oldest variants of ``kind`` until ``keep`` remain (Note [Dynamic
+        sizes])."""
+        same_kind = [k for k in self.variants if _kind(k) == kind]
+        for old in same_kind[: max(0, len(same_kind) - keep)]:
+            plan = self.variants.pop(old).plan
+            for token in [t for t, run in self.runs.items() if plan and run == plan.run]:
+                del self.runs[token]
+
     # ------------------------------------------------------------ segments
 
     def _run_segments(self, variant: Variant, args: tuple, kwargs: dict) -> Any:
@@ -453,19 +476,14 @@ class CompiledFunction:
         return out
 
 
-def _sizes_only(old: tuple, new: tuple) -> bool:
-    """Whether two guard keys differ only in tensor sizes (``dynamic=True``: such
-    variants are traced anew, their fused kernels shared, and not counted against the
-    cache limit)."""
-    if len(old) != len(new) or old[:2] != new[:2]:
-        return False
-    for a, b in zip(old[2:], new[2:]):
-        if a == b:
-            continue
-        tensors = all(isinstance(x, tuple) and len(x) == 4 for x in (a, b))
-        if not tensors or len(a[0]) != len(b[0]) or (a[1], a[3]) != (b[1], b[3]):
-            return False
-    return True
+def _kind(key: Any) -> Any:
+    """A guard key with every tensor's shape replaced by its rank: what the variants of
+    one kind share (Note [Dynamic sizes])."""
+    if not isinstance(key, tuple):
+        return key
+    if len(key) == 4 and isinstance(key[0], tuple) and isinstance(key[1], DType):
+        return (len(key[0]), *key[1:])  # a tensor's (shape, dtype, key set, strides)
+    return tuple(_kind(x) for x in key)
 
 
 class _Segments:
@@ -553,7 +571,7 @@ def _segment_key(segment: Graph) -> Any:
 def compile(
     fn_or_module: Any,
     *,
-    dynamic: bool = False,
+    dynamic: bool | None = None,
     fullgraph: bool = False,
     passes: Sequence[str] = P.DEFAULT,
     cache_limit: int = CACHE_LIMIT,
@@ -563,8 +581,10 @@ def compile(
     ``passes`` (default: every pass of ``lm.jit.PASSES``, in that order; ``passes=()``
     for none) and runs it without per-operator dispatch.
     ``fullgraph=True`` makes a graph break an error (Note [Graph breaks]);
-    ``dynamic=True`` lets variants that differ only in sizes past ``cache_limit``
-    (their fused kernels are shared: a new size costs a trace, not a compile)."""
+    Variants that differ only in sizes share their fused loops (a new size costs a
+    trace, not a compile) and, once the function is dynamic, do not count against
+    ``cache_limit``: ``dynamic=None`` makes it dynamic at its second distinct size,
+    ``True`` from the start, ``False`` never (Note [Dynamic sizes])."""
     from lamina.nn import Module
 
     options = dict(dynamic=dynamic, fullgraph=fullgraph, passes=passes, cache_limit=cache_limit)
