@@ -417,26 +417,38 @@ class _Unchecked(ElementwiseKernel):
 
 # ---------------------------------------------------------------- fused loops
 # Note [Fused loops]: a group of elementwise calls that lamina.jit fused, over contiguous
-# operands below the parallel threshold, is one C function ``loop(pointers, n)``
-# (Note [Fused kernels] in numba_cpu/fused.py): ``pointers`` holds each input's data,
-# then each output's; an input has ``n`` elements, or one (a scalar of the group, read
-# at index 0); the outputs have ``n``. A compiled plan calls it through ``FusedLoop``,
-# which checks its inputs, allocates its outputs and wraps them as tensors of ``shape``:
-# one call per group, no Numba dispatcher, so a plan whose loops are in the loop cache
-# runs without importing Numba. Its inputs are fixed by the plan's guards; the checks
-# keep a wrong call (a plan bug) from reading out of bounds (Note [C safety]).
+# operands below the parallel threshold, is one C function ``loop(pointers, rows,
+# inner)`` (Note [Fused kernels] in numba_cpu/fused.py): ``pointers`` holds each input's
+# data, then each output's; an input has ``rows * inner`` elements, or one (a scalar of
+# the group, read at index 0); an output has ``rows * inner``, or ``rows`` where the
+# group ends in a reduction of rows of ``inner`` values (Note [Fused reductions]). A
+# compiled plan calls it through ``FusedLoop``, which checks its inputs, allocates its
+# outputs and wraps them as tensors of ``shape``: one call per group, no Numba
+# dispatcher, so a plan whose loops are in the loop cache runs without importing Numba.
+# Its inputs are fixed by the plan's guards; the checks keep a wrong call (a plan bug)
+# from reading out of bounds (Note [C safety]).
 
-_LOOP = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_longlong)
+_LOOP = ctypes.CFUNCTYPE(
+    None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_longlong, ctypes.c_longlong
+)
 
 
 class FusedLoop:
-    """``loop(inputs...)``: the fused loop at C ``address`` on tensors of the dtypes
-    and sizes of ``inputs`` ((DType, size) pairs), giving a new tensor of ``shape``
-    per dtype of ``outputs`` (one: the tensor; several: a tuple)."""
+    """``loop(inputs...)``: the fused loop at C ``address``, run over ``rows`` rows of
+    ``inner`` elements, on tensors of the dtypes and sizes of ``inputs`` ((DType,
+    size) pairs), giving a new tensor of ``shape`` per dtype of ``outputs`` (one: the
+    tensor; several: a tuple)."""
 
-    def __init__(self, address: int, shape: tuple, inputs: tuple, outputs: tuple) -> None:
+    def __init__(
+        self, address: int, shape: tuple, inputs: tuple, outputs: tuple, rows: int, inner: int
+    ) -> None:
         self.address, self.shape, self.inputs, self.outputs = address, shape, inputs, outputs
+        self.rows, self.inner = rows, inner
         self.size = int(np.prod(shape, dtype=np.int64))
+        if self.size not in (rows, rows * inner) or any(
+            size not in (1, rows * inner) for _, size in inputs
+        ):
+            raise ValueError("FusedLoop: the sizes of its operands and its rows disagree")
         self._loop = _LOOP(address)
 
     def __call__(self, *args: Any) -> Any:
@@ -458,7 +470,7 @@ class FusedLoop:
             pointers.append(flat.ctypes.data)
         results = [_empty(self.size, dtype.np) for dtype in self.outputs]
         pointers += [out.ctypes.data for out in results]
-        self._loop((ctypes.c_void_p * len(pointers))(*pointers), self.size)
+        self._loop((ctypes.c_void_p * len(pointers))(*pointers), self.rows, self.inner)
         shape = self.shape
         for m, (out, dtype) in enumerate(zip(results, self.outputs)):
             t = results[m] = _new(_tensor_type)

@@ -84,12 +84,53 @@ def test_creation_and_random_calls_are_captured_and_draw_anew_at_each_call():
     assert not np.array_equal(first.numpy(), second.numpy())  # never a frozen draw
 
 
-def test_an_elementwise_chain_is_one_kernel_and_a_chain_feeding_a_reduction_two():
+def test_an_elementwise_chain_is_one_kernel_and_so_is_a_reduction_of_it_along_rows():
     a, b, c, d = (rand(5, 4, seed=i) for i in range(4))
     chain = passes.apply(jit.trace(lambda a, b, c, d: a + b * c - d, a, b, c, d))
     assert [n.name for n in chain.nodes] == ["fused[multiply, add, subtract]"]
-    reduced = passes.apply(jit.trace(lambda a, b: lm.sum(lm.exp(a * b), axis=0), a, b))
-    assert [n.name for n in reduced.nodes] == ["fused[multiply, exp]", "sum"]
+
+    def kernels(f, *args):
+        return [n.name for n in passes.apply(jit.trace(f, *args)).nodes]
+
+    # Note [Fused reductions]: over the last axis or all of them, one kernel
+    assert kernels(lambda a, b: lm.sum(lm.exp(a * b), axis=-1), a, b) == [
+        "fused[multiply, exp, sum]"
+    ]
+    assert kernels(lambda a: lm.max(a * 2.0, keepdims=True), a) == ["fused[multiply, max]"]
+    assert kernels(lambda a: lm.min(lm.tanh(a), axis=1), a) == ["fused[tanh, min]"]
+    # another axis, a float64 sum, a value read elsewhere: the reduction's own kernel
+    assert kernels(lambda a, b: lm.sum(lm.exp(a * b), axis=0), a, b) == [
+        "fused[multiply, exp]",
+        "sum",
+    ]
+    wide = rand(5, 4, dtype=np.float64)
+    assert kernels(lambda w: lm.sum(lm.exp(w) * 2.0, axis=-1), wide)[-1] == "sum"
+    assert kernels(lambda a: (lm.sum(lm.exp(a), axis=-1), lm.exp(a)), a) == ["exp", "sum"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5, 4), (3, 1), (7,), (), (2, 3, 33), (0, 3)])
+def test_a_fused_reduction_equals_eager(shape, dtype):
+    """Note [Fused reductions]: max and min exactly; a float32 sum, accumulated in
+    float64 and rounded once as its kernel does, equal too."""
+    a, b = rand(*shape, dtype=dtype), rand(*shape, dtype=dtype, seed=1)
+    last = {"axis": -1} if shape else {}
+    programs = [
+        lambda a, b: lm.sum(lm.exp(a * b) - a, **last),
+        lambda a, b: lm.sum(a * b + 1.0, keepdims=True),
+        lambda a, b: lm.max(lm.abs(a - b), **last),
+        lambda a, b: lm.min(a * b[..., :1] if shape else a * b, keepdims=True),
+    ]
+    for f in programs:
+        try:
+            want = f(a, b)
+        except ValueError:  # max or min of rows of nothing
+            with pytest.raises(ValueError, match="zero-size"):
+                jit.compile(f)(a, b)
+            continue
+        compiled = jit.compile(f)
+        for _ in range(2):  # the general path, then the hot one
+            equal(compiled(a, b), want)
     common = passes.apply(jit.trace(lambda a, b: (a * b + 1.0) - (a * b + 1.0) * 0.0, a, b))
     assert len(common.nodes) == 1 and common.nodes[0].target.ops == [
         "multiply",

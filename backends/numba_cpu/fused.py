@@ -8,11 +8,17 @@ operator applied to inputs, earlier steps and Python numbers. Every step compute
 the operator's own kernel does -- its operands converted to the operator's computation
 dtype (``in_dtypes``), its scalar function (``ELEMENTWISE_SCALARS``), the result
 converted to the operator's result dtype -- so a fused result equals the unfused one
-bit for bit. The loop runs over the group's shape: flat when every tensor input has that
-shape and is C-contiguous (or has one element), else over each axis with the inputs
-broadcast to the shape; parallel (``prange``) from the parallel threshold on. The
-source is a pure function of the group (``Group.key``), written once to a file of the
-loop cache's directory whose Numba cache makes later processes load, not compile, it.
+bit for bit where eager runs the operator's own loop. Where eager hands a transcendental
+function to NumPy's SIMD loop instead (from SIMD_MIN or VECTOR_SIMD_MIN elements: Note
+[NumPy SIMD loops] in elementwise.py), the two differ by at most the ulps of Note
+[Vector math], as eager's own results do between sizes. The loop runs over the group's
+shape: flat when every tensor input has that shape and is C-contiguous (or has one
+element), else over each axis with the inputs broadcast to the shape; parallel
+(``prange``) from the parallel threshold on. The source is a pure function of the group
+(``Group.key``), written once to a file of the loop cache's directory: a flat serial
+loop is a C function the loop cache keeps (Note [Fused loops] in
+lamina.dispatch.reference), any other a kernel whose Numba cache makes later processes
+load, not compile, it.
 """
 
 from __future__ import annotations
@@ -51,10 +57,42 @@ class Group:
     ndim: int
     flat: bool
     scalars: tuple = ()  # inputs of one element, read at index 0 (flat groups)
+    # Note [Fused reductions]: ("sum" / "max" / "min", the result's DType) folding the
+    # last step's values row by row into the one output; () for none
+    reduction: tuple = ()
 
     def key(self) -> str:
-        text = repr((self.inputs, self.steps, self.outputs, self.ndim, self.flat, self.scalars))
+        text = repr(
+            (self.inputs, self.steps, self.outputs, self.ndim, self.flat, self.scalars)
+            + ((self.reduction,) if self.reduction else ())
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    def output_dtypes(self) -> tuple:
+        if self.reduction:
+            return (self.reduction[1],)
+        return tuple(self.steps[j].result for j in self.outputs)
+
+
+# Note [Fused reductions]: a flat, serial group whose last value only a sum, max or min
+# over all axes or the last one reads ends in that reduction: its loop (the C loop of
+# Note [Fused loops], called with (rows, row length)) folds each row's values as it
+# computes them, so they are never stored. A fold steps as the reduction kernel's does
+# (Note [Vector reductions]): max and min with fold_max and fold_min, starting from the
+# row's first value; a float32 sum in float64 from 0, rounded once, with an add that
+# may be reassociated (``sum_step``: only its own instructions, so the group's steps
+# keep their rounding and the fold still vectorizes). max and min are exact in any
+# order; a float32 sum accumulated in float64 in another order than the kernel's differs
+# only where float64 rounding crosses a float32 rounding boundary, so other sums
+# (float64, integers) are left to their kernel.
+REDUCTIONS = {"sum": ("sum_step", "np.float64(0.0)"), "max": ("fold_max", None)}
+REDUCTIONS["min"] = ("fold_min", None)
+
+
+@jit.jitable(fastmath=jit.REASSOCIATE)
+def sum_step(acc, x):
+    """A fused sum's step (Note [Fused reductions])."""
+    return acc + x
 
 
 def can_fuse(op: Any, comp: D.DType, operands: list) -> bool:
@@ -75,16 +113,21 @@ def _ctor(dtype: D.DType) -> str:
 
 def source(group: Group, name: str, parallel: bool, c_loop: bool = False) -> str:
     """The Python source of the group's kernel ``name(a0, ..., o0, ...)``; with
-    ``c_loop``, of its C loop ``name(pointers, n)`` (a flat, serial group: Note [Fused
-    loops] in lamina.dispatch.reference), which views the pointers as the same arrays."""
+    ``c_loop``, of its C loop ``name(pointers, rows, inner)`` (a flat, serial group:
+    Note [Fused loops] in lamina.dispatch.reference), which views the pointers as the
+    same arrays of ``rows * inner`` elements (``rows`` for a reduction's output)."""
     ins = [f"a{k}" for k in range(len(group.inputs))]
-    outs = [f"o{m}" for m in range(len(group.outputs))]
-    lines = [f"def {name}({'p, n' if c_loop else ', '.join(ins + outs)}):"]
+    outs = [f"o{m}" for m in range(len(group.output_dtypes()))]
+    lines = [f"def {name}({'p, rows, inner' if c_loop else ', '.join(ins + outs)}):"]
     if c_loop:
-        dtypes = [*group.inputs, *(group.steps[j].result for j in group.outputs)]
+        lines.append("    n = rows * inner")
+        dtypes = group.inputs + group.output_dtypes()
         for k, (array, dtype) in enumerate(zip(ins + outs, dtypes)):
             size = "1" if k in group.scalars else "n"
+            size = "rows" if group.reduction and k >= len(ins) else size
             lines.append(f"    {array} = carray(p[{k}], ({size},), {_ctor(dtype)})")
+    if group.reduction:
+        return "\n".join(lines + _reduction(group)) + "\n"
     outer = "prange" if parallel else "range"
     if group.flat:
         lines.append(f"    for i in {outer}(o0.size):")
@@ -97,7 +140,15 @@ def source(group: Group, name: str, parallel: bool, c_loop: bool = False) -> str
                 f"{'    ' * (d + 1)}for i{d} in {outer if d == 0 else 'range'}(o0.shape[{d}]):"
             )
         index, depth = "[" + ", ".join(f"i{d}" for d in range(group.ndim)) + "]", group.ndim + 1
-    pad = "    " * depth
+    lines += _steps(group, index, "    " * depth)
+    for m, j in enumerate(group.outputs):
+        lines.append(f"{'    ' * depth}o{m}{index} = s{j}")
+    return "\n".join(lines) + "\n"
+
+
+def _steps(group: Group, index: str, pad: str) -> list[str]:
+    """The lines computing each step's value ``s{j}`` at ``index``."""
+    lines = []
     for j, step in enumerate(group.steps):
         args = []
         for (kind, what), dtype in zip(step.operands, BY_NAME[step.op].in_dtypes(step.comp)):
@@ -105,14 +156,34 @@ def source(group: Group, name: str, parallel: bool, c_loop: bool = False) -> str
             expr = {"input": f"a{what}{at}", "step": f"s{what}", "number": repr(what)}[kind]
             args.append(f"{_ctor(dtype)}({expr})")
         lines.append(f"{pad}s{j} = {_ctor(step.result)}(F{j}({', '.join(args)}))")
-    for m, j in enumerate(group.outputs):
-        lines.append(f"{pad}o{m}{index} = s{j}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _reduction(group: Group) -> list[str]:
+    """A reduction group's loop over rows (Note [Fused reductions])."""
+    step, start = REDUCTIONS[group.reduction[0]]
+    last = f"s{len(group.steps) - 1}"
+    accumulate = f"acc = {step}(acc, np.float64({last}))" if start else f"acc = {step}(acc, {last})"
+    lines = ["    for r in range(rows):"]
+    if start:
+        lines.append(f"        acc = {start}")
+    else:  # the row's first value (max and min have no identity; the row is not empty)
+        lines += _steps(group, "[r * inner]", "        ")
+        lines.append(f"        acc = {last}")
+    lines.append("        for j in range(inner):")
+    lines += _steps(group, "[r * inner + j]", "            ")
+    lines.append(f"            {accumulate}")
+    lines.append(f"        o0[r] = {_ctor(group.reduction[1])}(acc)")
+    return lines
 
 
 def _module_text(group: Group, name: str, parallel: bool, c_loop: bool = False) -> str:
     imports = ["import numpy as np"] + (["from numba import prange"] if parallel else [])
     imports += ["from numba import carray"] if c_loop else []
+    if group.reduction:
+        step = REDUCTIONS[group.reduction[0]][0]
+        where = __name__ if step == "sum_step" else "lamina.backends.numba_cpu.kernels"
+        imports.append(f"from {where} import {step}")
     for j, step in enumerate(group.steps):
         fn = BY_NAME[step.op].scalar_fn(step.comp)
         imports.append(f"from {fn.__module__} import {fn.__name__} as F{j}")
@@ -148,7 +219,8 @@ def loop_address(group: Group) -> int:
 
     def build(cache: bool) -> Any:
         pyfunc = getattr(_load_module(_module_text(group, name, False, True), name), name)
-        signature = jit.types.void(jit.types.CPointer(jit.types.voidptr), jit.types.int64)
+        types = jit.types
+        signature = types.void(types.CPointer(types.voidptr), types.int64, types.int64)
         return jit.compile_cfunc(pyfunc, signature, cache)
 
     return jit.c_loop(("fused", group.key()), build)

@@ -1045,7 +1045,7 @@ static PyTypeObject ReductionType = {
  * made for runs here; any other goes to the twin, which says what is wrong. */
 #define MAX_FUSED 64  /* operands of a group; a larger one is refused at construction */
 
-typedef void (*fused_loop_t)(void **, long long);
+typedef void (*fused_loop_t)(void **, long long, long long);
 
 typedef struct {
     PyObject_HEAD
@@ -1053,7 +1053,8 @@ typedef struct {
     PyObject *reference;  /* the twin: its fields are the truth, its errors the errors */
     PyObject *shape;
     fused_loop_t loop;
-    npy_intp size;
+    npy_intp size;                   /* of each output */
+    long long rows, inner;           /* the loop's lengths */
     int n_inputs, n_outputs;
     int input_index[MAX_FUSED];      /* dtype index of each input */
     npy_intp input_size[MAX_FUSED];  /* size or 1 */
@@ -1080,7 +1081,7 @@ static PyObject *fused_call(FusedLoopObject *f, PyObject *const *args, size_t na
             return NULL;
         }
     }
-    f->loop(pointers, (long long)f->size);
+    f->loop(pointers, f->rows, f->inner);
     if (f->n_outputs == 1) return results[0];
     PyObject *tuple = PyTuple_New(f->n_outputs);
     if (tuple == NULL) {
@@ -1130,14 +1131,19 @@ static PyObject *fused_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     f->reference = reference;
     PyObject *address = PyObject_GetAttrString(reference, "address");
     PyObject *size = PyObject_GetAttrString(reference, "size");
+    PyObject *rows = PyObject_GetAttrString(reference, "rows");
+    PyObject *inner = PyObject_GetAttrString(reference, "inner");
     PyObject *inputs = PyObject_GetAttrString(reference, "inputs");
     PyObject *outputs = PyObject_GetAttrString(reference, "outputs");
     f->shape = PyObject_GetAttrString(reference, "shape");
-    int failed = address == NULL || size == NULL || inputs == NULL || outputs == NULL ||
-                 f->shape == NULL || !PyTuple_CheckExact(f->shape);
-    if (!failed) {
+    int failed = address == NULL || size == NULL || rows == NULL || inner == NULL ||
+                 inputs == NULL || outputs == NULL || f->shape == NULL ||
+                 !PyTuple_CheckExact(f->shape);
+    if (!failed) {  /* the twin checked that the lengths fit the operands' sizes */
         f->loop = (fused_loop_t)PyLong_AsVoidPtr(address);
         f->size = PyLong_AsSsize_t(size);
+        f->rows = PyLong_AsLongLong(rows);
+        f->inner = PyLong_AsLongLong(inner);
         failed = PyErr_Occurred() != NULL ||
                  fused_operands(inputs, f->input_index, f->input_size, &f->n_inputs) < 0 ||
                  fused_operands(outputs, f->output_index, NULL, &f->n_outputs) < 0 ||
@@ -1149,6 +1155,8 @@ static PyObject *fused_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     }
     Py_XDECREF(address);
     Py_XDECREF(size);
+    Py_XDECREF(rows);
+    Py_XDECREF(inner);
     Py_XDECREF(inputs);
     Py_XDECREF(outputs);
     if (failed) {

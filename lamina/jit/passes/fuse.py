@@ -8,8 +8,11 @@ that needs no gradient, joins the open group of one of its inputs' producers whe
 that group's shape (the open groups of that shape it reads from merge into one); else
 it opens a group. A group closes when a call outside it uses one of its values: the
 fused call takes the place of the group's last member, so a value read in between would
-not exist yet. A group of one call stays that call. The values a group returns are
-those used after it or returned by the graph; the others live only in registers.
+not exist yet. A group of one call stays that call, unless it ends in a reduction. The
+values a group returns are those used after it or returned by the graph; the others live
+only in registers. A group whose last value only a sum, max or min reads may end in it
+(Note [Fused reductions] in lamina.backends.numba_cpu.fused): the fused call takes the
+reduction's place.
 """
 
 from __future__ import annotations
@@ -57,14 +60,23 @@ def _computation(node: Node) -> D.DType | None:
 
 
 class FusedCall:
-    """The target of a fused node: the group's loop, compiled when the plan is made
-    (the guards fix every input's dtype and layout) and called inline by the plan
-    (``emit``). A flat group below the parallel threshold is one call of its C loop
-    (Note [Fused loops] in lamina.dispatch.reference); another is its outputs
-    allocated, its Numba kernel, its outputs wrapped as tensors. ``code`` is the
-    compiled loop (an address, or the kernel), which groups of other sizes share."""
+    """The target of a fused node: the group's loop over ``shape``, compiled when the
+    plan is made (the guards fix every input's dtype and layout) and called inline by
+    the plan (``emit``). A flat group below the parallel threshold is one call of its
+    C loop (Note [Fused loops] in lamina.dispatch.reference), which may end in a
+    reduction of rows of ``inner`` values to ``result_shape`` (Note [Fused reductions]
+    in lamina.backends.numba_cpu.fused); another is its outputs allocated, its Numba
+    kernel, its outputs wrapped as tensors. ``code`` is the compiled loop (an address,
+    or the kernel), which groups of other sizes share."""
 
-    def __init__(self, group: fused.Group, shape: tuple, ops: list[str]) -> None:
+    def __init__(
+        self,
+        group: fused.Group,
+        shape: tuple,
+        ops: list[str],
+        result_shape: tuple | None = None,
+        inner: int = 1,
+    ) -> None:
         self.group, self.shape, self.ops = group, shape, ops
         self.name = "fused[" + ", ".join(ops) + "]"
         self.size = math.prod(shape)
@@ -74,10 +86,14 @@ class FusedCall:
             inputs = tuple(
                 (d, 1 if k in group.scalars else self.size) for k, d in enumerate(group.inputs)
             )
-            outputs = tuple(group.steps[j].result for j in group.outputs)
+            result_shape = shape if result_shape is None else result_shape
+            rows = math.prod(result_shape) if group.reduction else self.size
             self.code = fused.loop_address(group)
-            self.entry = core.FusedLoop(self.code, shape, inputs, outputs)
+            self.entry = core.FusedLoop(
+                self.code, result_shape, inputs, group.output_dtypes(), rows, inner
+            )
         else:
+            assert not group.reduction, "a reduction group runs as a C loop"
             self.code = self.entry = fused.compile_group(group, parallel)
 
     def emit(self, args: list[str], results: list[str], bind: Callable[[Any, str], str]) -> list:
@@ -107,7 +123,11 @@ class FusedCall:
         return lines
 
 
-def _make(members: list[Node], comps: dict, leaving: list[Value]) -> Node:
+def _make(
+    members: list[Node], comps: dict, leaving: list[Value], reduction: Node | None = None
+) -> Node | None:
+    """The fused node of ``members``, ending in ``reduction`` if given; None where the
+    group cannot take it (not flat, or parallel: Note [Fused reductions])."""
     inputs: list[Value] = []
     steps = []
     index = {}
@@ -131,20 +151,65 @@ def _make(members: list[Node], comps: dict, leaving: list[Value]) -> Node:
         k in scalars or (v.shape == shape and v.strides == layouts.contiguous(shape))
         for k, v in enumerate(inputs)
     )
+    if reduction is not None and (not flat or math.prod(shape) >= threads.parallel_threshold()):
+        return None
+    result = None if reduction is None else reduction.results[0]
     group = fused.Group(
         tuple(v.dtype for v in inputs),
         tuple(steps),
-        tuple(index[v] for v in leaving),
+        () if reduction else tuple(index[v] for v in leaving),
         len(shape),
         flat,
         scalars if flat else (),
+        () if reduction is None else (reduction.name, result.dtype),
     )
-    target = FusedCall(group, shape, [n.name for n in members])
-    node = Node(target, tuple(inputs), line=members[-1].line, several=True)
+    names = [n.name for n in members]
+    if reduction is None:
+        target = FusedCall(group, shape, names)
+    else:
+        inner = _row_length(shape, reduction.args[1])
+        target = FusedCall(group, shape, [*names, reduction.name], result.shape, inner)
+        leaving = [result]
+    node = Node(target, tuple(inputs), line=(reduction or members[-1]).line, several=True)
     node.results = leaving
     for v in leaving:
         v.node = node
     return node
+
+
+def _reduction_of(
+    group: list[Node], leaving: list[Value], users: dict, returned: set
+) -> Node | None:
+    """The reduction a group's loop can end in (Note [Fused reductions]): the one user
+    of its last value, when that is the only value leaving it (and not returned), a
+    sum (of float32), max or min (of float32 or float64) over all axes or the last one
+    that needs no gradient; a max or min of rows of no elements raises in its kernel."""
+    last = group[-1].results[0]
+    readers = users.get(last, ())
+    if leaving != [last] or len(readers) != 1 or last in returned:
+        return None
+    node = readers[0]
+    if not isinstance(node.target, Operator) or node.name not in fused.REDUCTIONS:
+        return None
+    axis, result = node.args[1], node.results[0]
+    if node.args[0] is not last or result.requires_grad or len(node.results) != 1:
+        return None
+    inner = _row_length(last.shape, axis)
+    if inner is None:
+        return None
+    if node.name == "sum":
+        dtypes_fit = last.dtype == D.float32 == result.dtype and node.args[2] is None
+    else:
+        dtypes_fit = last.dtype in (D.float32, D.float64) and inner > 0
+    return node if dtypes_fit else None
+
+
+def _row_length(shape: tuple, axis: Any) -> int | None:
+    """The length of the rows a reduction over ``axis`` folds, when they are the last
+    axis or all of them; None otherwise."""
+    if axis is None or tuple(axis) == tuple(range(len(shape))):
+        return math.prod(shape)
+    return shape[-1] if tuple(axis) == (len(shape) - 1,) else None
 
 
 def run(graph: Graph) -> Graph:
@@ -185,7 +250,7 @@ def run(graph: Graph) -> Graph:
     users = graph.users()
     replaced: dict[Node, Node | None] = {}
     for group in groups:
-        if len(group) < 2:
+        if not group:
             continue
         inside = set(group)
         leaving = [
@@ -193,10 +258,14 @@ def run(graph: Graph) -> Graph:
             for n in group
             if n.results[0] in returned or any(u not in inside for u in users.get(n.results[0], ()))
         ]
-        fused_node = _make(group, comps, leaving)
-        for n in group[:-1]:
-            replaced[n] = None
-        replaced[group[-1]] = fused_node
+        reduction = _reduction_of(group, leaving, users, returned)
+        fused_node = reduction and _make(group, comps, leaving, reduction)
+        if fused_node:  # in the reduction's place: it comes after the whole group
+            replaced.update(dict.fromkeys(group))
+            replaced[reduction] = fused_node
+        elif len(group) >= 2:
+            replaced.update(dict.fromkeys(group[:-1]))
+            replaced[group[-1]] = _make(group, comps, leaving)
     graph.nodes = [replaced.get(n, n) for n in graph.nodes if replaced.get(n, n) is not None]
     return graph
 
