@@ -57,6 +57,11 @@ if _core is None:
         """(The reference's reduction kernel is the backend's Python kernel itself.)"""
         return kernel
 
+    def CompiledCall(general, runs, generation, grad):
+        """(The reference's hot path of a compiled function is the function's own
+        ``__call__``: Note [Guard tokens] in lamina.jit's compiler.)"""
+        return general
+
     def set_tensor_type(tensor_type):
         reference.set_tensor_type(tensor_type)
 
@@ -96,6 +101,7 @@ else:
         return _core.Binding(name, d, arity, fallback, kernel)
 
     ReductionKernel = _core.ReductionKernel
+    CompiledCall = _core.CompiledCall
 
     def set_modes_active(on):
         """Both cores' flag: the C bindings hand calls to their Python twins while on."""

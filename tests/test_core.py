@@ -179,6 +179,35 @@ def test_the_core_builds_a_compiled_functions_guard_key():
     assert core.guard_key((1,), ()) == (1,)
 
 
+def test_a_compiled_function_is_its_cores_hot_path_and_has_the_functions_attributes():
+    """Note [Guard tokens]: with the C core ``lm.jit.compile`` returns a CompiledCall,
+    whose calls of known variants never reach Python; everything else is the compiled
+    function's, the reference's hot path."""
+
+    def scaled(x):
+        """Doubles x."""
+        return x * 2.0
+
+    compiled = lm.jit.compile(scaled)
+    x = lm.asarray(np.arange(3.0))
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 2.0, 4.0])
+    assert len(compiled.variants) == len(compiled.runs) == 1
+    assert (compiled.__name__, compiled.__doc__, compiled.__wrapped__) == (
+        "scaled",
+        "Doubles x.",
+        scaled,
+    )
+    assert compiled.__module__ == __name__
+    general = lm.jit.CompiledFunction
+    if core.IMPLEMENTATION == "c":
+        assert type(compiled).__name__ == "CompiledCall"
+        assert isinstance(compiled.general, general) and compiled.runs is compiled.general.runs
+    else:
+        assert isinstance(compiled, general)
+    np.testing.assert_array_equal(compiled(x=x).numpy(), [0.0, 2.0, 4.0])  # the general path
+
+
 def test_the_guard_token_holds_exactly_the_guard_keys_facts():
     """Note [Guard tokens] in lamina.jit's compiler: two calls of CPU tensors have one
     token exactly when they have one guard key; None where the key's general path

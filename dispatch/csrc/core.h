@@ -19,7 +19,8 @@
  * Note [C core files]: one concern per file, each compiled on its own (setup.py
  * compiles every .c file of this folder into the one extension):
  *
- *   tensor.c     lamina's dtypes as the fast path sees them, and TensorBase
+ *   tensor.c     lamina's dtypes as the fast path sees them, TensorBase, and a compiled
+ *                function's guards (guard_key, guard_token) and hot path (CompiledCall)
  *   tables.c     OperatorTable, Binding, and Tensor's operator methods (set_slot)
  *   fastpath.c   ElementwiseKernel (contiguous and general paths), ReductionKernel,
  *                FusedLoop (a compiled plan's fused elementwise loops)

@@ -1184,6 +1184,21 @@ static void fused_dealloc(FusedLoopObject *f) {
     Py_TYPE(f)->tp_free((PyObject *)f);
 }
 
+/* reference.FusedLoop.run: the call on a tuple or list of inputs (a plan's run) */
+static PyObject *fused_run(FusedLoopObject *f, PyObject *inputs) {
+    PyObject *seq = PySequence_Fast(inputs, "FusedLoop.run takes a sequence of inputs");
+    if (seq == NULL) return NULL;
+    PyObject *result = fused_call(f, PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq),
+                                  NULL);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyMethodDef fused_methods[] = {
+    {"run", (PyCFunction)fused_run, METH_O, "the loop on a sequence of inputs"},
+    {NULL},
+};
+
 static PyMemberDef fused_members[] = {
     {"reference", T_OBJECT, offsetof(FusedLoopObject, reference), READONLY, "the Python twin"},
     {NULL},
@@ -1202,6 +1217,7 @@ static PyTypeObject FusedLoopType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(FusedLoopObject, vectorcall),
     .tp_members = fused_members,
+    .tp_methods = fused_methods,
 };
 
 /* time_loop(address, arity, a, b, out, k): the raw cost of a loop (the overhead tool's

@@ -245,31 +245,27 @@ error:
 /* reference.guard_token: the same facts as guard_key, as bytes (hashed and compared
  * as one buffer: a tuple key's nested hash and comparison were a third of a compiled
  * call); None where guard_key's general path must decide. The prefix is of ints. */
-static PyObject *mod_guard_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "guard_token(prefix, args): two tuples");
-        return NULL;
-    }
-    PyObject *prefix = args[0], *tensors = args[1];
+static PyObject *token_of(PyObject *const *prefix, Py_ssize_t np, PyObject *const *tensors,
+                          Py_ssize_t n) {
     long long buffer[512];
-    Py_ssize_t used = 0, n = PyTuple_GET_SIZE(tensors);
-    if (PyTuple_GET_SIZE(prefix) > 8) goto general;
-    buffer[used++] = PyTuple_GET_SIZE(prefix);  /* then every record delimits itself */
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prefix); i++) {
-        buffer[used++] = PyLong_AsLongLong(PyTuple_GET_ITEM(prefix, i));
+    Py_ssize_t used = 0;
+    if (np > 8) Py_RETURN_NONE;
+    buffer[used++] = np;  /* then every record delimits itself */
+    for (Py_ssize_t i = 0; i < np; i++) {
+        buffer[used++] = PyLong_AsLongLong(prefix[i]);
         if (buffer[used - 1] == -1 && PyErr_Occurred()) return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PyTuple_GET_ITEM(tensors, i);
+        PyObject *a = tensors[i];
         TensorObject *t = T(a);
         if (!IS_TENSOR(a) || !TENSOR_ARGS_OK(t) || !PyTuple_CheckExact(t->shape) ||
             t->flat == NULL || t->data == NULL)
-            goto general;
+            Py_RETURN_NONE;
         Py_ssize_t nd = PyTuple_GET_SIZE(t->shape);
         int strided = t->flat == Py_None;
         if (strided && (!PyArray_Check(t->data) || PyArray_NDIM((PyArrayObject *)t->data) != nd))
-            goto general;
-        if (used + 3 + 2 * nd > 512) goto general;
+            Py_RETURN_NONE;
+        if (used + 3 + 2 * nd > 512) Py_RETURN_NONE;
         buffer[used++] = t->dtype_index;
         buffer[used++] = t->ks;
         buffer[used++] = strided ? -nd - 1 : nd;  /* the layout's kind and the rank */
@@ -282,9 +278,147 @@ static PyObject *mod_guard_token(PyObject *self, PyObject *const *args, Py_ssize
                 buffer[used++] = PyArray_STRIDE((PyArrayObject *)t->data, (int)d);
     }
     return PyBytes_FromStringAndSize((const char *)buffer, used * (Py_ssize_t)sizeof(long long));
-general:
-    Py_RETURN_NONE;
 }
+
+static PyObject *mod_guard_token(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "guard_token(prefix, args): two tuples");
+        return NULL;
+    }
+    return token_of(&PyTuple_GET_ITEM(args[0], 0), PyTuple_GET_SIZE(args[0]),
+                    &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]));
+}
+
+/* reference.CompiledCall (Note [Guard tokens] in lamina.jit's compiler): a compiled
+ * function's hot path. A call of positional tensors whose token (with the tables'
+ * generation and this thread's recording mode) is in `runs` runs that variant's plan on the
+ * arguments; every other call goes to `general`, the Python function, which compiles,
+ * runs and fills `runs`. Other attributes are the general function's. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *general;     /* lamina.jit's CompiledFunction */
+    PyObject *runs;        /* its dict: token -> run(arguments) */
+    PyObject *generation;  /* (object, name) holding the tables' generation */
+    PyObject *mode;        /* (object, name) holding the recording mode */
+} CompiledCallObject;
+
+static PyObject *compiled_call(CompiledCallObject *c, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) {
+        PyObject *prefix[2];
+        prefix[0] = PyObject_GetAttr(PyTuple_GET_ITEM(c->generation, 0),
+                                     PyTuple_GET_ITEM(c->generation, 1));
+        if (prefix[0] == NULL) return NULL;
+        prefix[1] = PyObject_GetAttr(PyTuple_GET_ITEM(c->mode, 0), PyTuple_GET_ITEM(c->mode, 1));
+        if (prefix[1] == NULL) {
+            Py_DECREF(prefix[0]);
+            return NULL;
+        }
+        PyObject *token = token_of(prefix, 2, args, nargs);
+        Py_DECREF(prefix[0]);
+        Py_DECREF(prefix[1]);
+        if (token == NULL) return NULL;
+        PyObject *run = token == Py_None ? NULL : PyDict_GetItemWithError(c->runs, token);
+        Py_DECREF(token);
+        if (run != NULL) {
+            Py_INCREF(run);  /* the dict may change while it runs */
+            PyObject *arguments = PyTuple_New(nargs);
+            PyObject *result = NULL;
+            if (arguments != NULL) {
+                for (Py_ssize_t i = 0; i < nargs; i++)
+                    PyTuple_SET_ITEM(arguments, i, Py_NewRef(args[i]));
+                result = PyObject_CallOneArg(run, arguments);
+                Py_DECREF(arguments);
+            }
+            Py_DECREF(run);
+            return result;
+        }
+        if (PyErr_Occurred()) return NULL;
+    }
+    return PyObject_Vectorcall(c->general, args, nargsf, kwnames);
+}
+
+static PyObject *compiled_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *general, *runs, *generation, *mode;
+    if (!PyArg_ParseTuple(args, "OO!O!O!:CompiledCall", &general, &PyDict_Type, &runs,
+                          &PyTuple_Type, &generation, &PyTuple_Type, &mode))
+        return NULL;
+    if (PyTuple_GET_SIZE(generation) != 2 || PyTuple_GET_SIZE(mode) != 2 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(generation, 1)) ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(mode, 1))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "CompiledCall(general, runs, (object, name), (object, name))");
+        return NULL;
+    }
+    CompiledCallObject *c = (CompiledCallObject *)type->tp_alloc(type, 0);
+    if (c == NULL) return NULL;
+    c->vectorcall = (vectorcallfunc)compiled_call;
+    c->general = Py_NewRef(general);
+    c->runs = Py_NewRef(runs);
+    c->generation = Py_NewRef(generation);
+    c->mode = Py_NewRef(mode);
+    return (PyObject *)c;
+}
+
+static PyObject *compiled_getattro(CompiledCallObject *c, PyObject *name) {
+    /* the wrapped function's docstring and module, not this type's */
+    if (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0 ||
+        PyUnicode_CompareWithASCIIString(name, "__module__") == 0)
+        return PyObject_GetAttr(c->general, name);
+    PyObject *found = PyObject_GenericGetAttr((PyObject *)c, name);
+    if (found != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) return found;
+    PyErr_Clear();
+    return PyObject_GetAttr(c->general, name);
+}
+
+static int compiled_traverse(CompiledCallObject *c, visitproc visit, void *arg) {
+    Py_VISIT(c->general);
+    Py_VISIT(c->runs);
+    Py_VISIT(c->generation);
+    Py_VISIT(c->mode);
+    return 0;
+}
+
+static int compiled_clear(CompiledCallObject *c) {
+    Py_CLEAR(c->general);
+    Py_CLEAR(c->runs);
+    Py_CLEAR(c->generation);
+    Py_CLEAR(c->mode);
+    return 0;
+}
+
+static void compiled_dealloc(CompiledCallObject *c) {
+    PyObject_GC_UnTrack(c);
+    compiled_clear(c);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyObject *compiled_repr(CompiledCallObject *c) { return PyObject_Repr(c->general); }
+
+static PyMemberDef compiled_members[] = {
+    {"general", T_OBJECT, offsetof(CompiledCallObject, general), READONLY,
+     "the compiled function's Python twin: every call the hot path does not take"},
+    {NULL},
+};
+
+static PyTypeObject CompiledCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lamina.dispatch._core.CompiledCall",
+    .tp_doc = "A compiled function's hot path (reference.CompiledCall), in C.",
+    .tp_basicsize = sizeof(CompiledCallObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = compiled_new,
+    .tp_dealloc = (destructor)compiled_dealloc,
+    .tp_traverse = (traverseproc)compiled_traverse,
+    .tp_clear = (inquiry)compiled_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(CompiledCallObject, vectorcall),
+    .tp_getattro = (getattrofunc)compiled_getattro,
+    .tp_repr = (reprfunc)compiled_repr,
+    .tp_members = compiled_members,
+};
 
 static PyMethodDef tensor_functions[] = {
     {"set_tensor_type", mod_set_tensor_type, METH_O, "the class of kernel outputs"},
@@ -301,6 +435,9 @@ int init_tensor(PyObject *m) {
     TensorBaseType.tp_new = PyBaseObject_Type.tp_new;    /* object.__new__(Tensor) works */
     cpu_ks = PyLong_FromLong(1);
     if (cpu_ks == NULL || PyType_Ready(&TensorBaseType) < 0) return -1;
-    if (PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&TensorBaseType) < 0) return -1;
+    if (PyType_Ready(&CompiledCallType) < 0) return -1;
+    if (PyModule_AddObjectRef(m, "TensorBase", (PyObject *)&TensorBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "CompiledCall", (PyObject *)&CompiledCallType) < 0)
+        return -1;
     return PyModule_AddFunctions(m, tensor_functions);
 }

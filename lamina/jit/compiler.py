@@ -332,7 +332,9 @@ class CompiledFunction:
         # per-call core's ``guard_token``: the guard key's facts as bytes, cheap to hash
         # and compare), filled by the general path when a call of tensors finds a variant
         # with a plan; a variant with none (a tensor off the CPU, graph breaks) always
-        # takes the general path.
+        # takes the general path. With the C core, ``lm.jit.compile`` returns a
+        # ``CompiledCall`` that does the hot path of a function (not a Module) in C and
+        # hands every other call to this object.
         self.runs: dict[Any, Callable] = {}
         self._module_numbers: dict[tuple, int] = {}  # a module guard -> its token number
         self.recompiles: list[str] = []  # what changed, for each variant after the first
@@ -596,7 +598,9 @@ def compile(
         raise TypeError(
             f"lm.jit.compile needs a function or a Module, got {type(fn_or_module).__name__}"
         )
-    return CompiledFunction(fn_or_module, **options)
+    compiled = CompiledFunction(fn_or_module, **options)
+    # Note [Guard tokens]: the C core takes the hot path before any Python runs
+    return core.CompiledCall(compiled, compiled.runs, (entries, "generation"), (_grad, "enabled"))
 
 
 class _CompiledModule:
