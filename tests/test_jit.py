@@ -199,7 +199,8 @@ _BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "divide"]
 @st.composite
 def programs(draw):
     """A random elementwise program on three inputs: steps of unary and binary
-    operators over earlier values, Python numbers and broadcast shapes."""
+    operators over earlier values, Python numbers and broadcast shapes, and maybe a
+    reduction of the last value."""
     steps = []
     for i in range(draw(st.integers(1, 8))):
         if draw(st.booleans()):
@@ -214,13 +215,16 @@ def programs(draw):
             steps.append(("b", draw(st.sampled_from(_BINARY)), draw(st.integers(0, i + 2)), other))
     shapes = draw(st.sampled_from([((3, 4), (3, 4), (4,)), ((2, 1), (1, 5), ()), ((6,),) * 3]))
     dtype = draw(st.sampled_from([np.float32, np.float64]))
-    return steps, shapes, dtype
+    reduction = draw(
+        st.sampled_from([None, ("sum", -1), ("sum", None), ("max", -1), ("min", None)])
+    )
+    return steps, shapes, dtype, reduction
 
 
 @settings(max_examples=25, deadline=None)
 @given(programs())
 def test_random_elementwise_programs_compiled_equal_eager(program):
-    steps, shapes, dtype = program
+    steps, shapes, dtype, reduction = program
 
     def f(a, b, c):
         values = [a, b, c]
@@ -231,14 +235,21 @@ def test_random_elementwise_programs_compiled_equal_eager(program):
             else:
                 kind, other = step[3]
                 values.append(fn(values[step[2]], values[other] if kind == "value" else other))
-        return values[-1]
+        if reduction is None:
+            return values[-1]
+        last = values[-1]
+        return getattr(lm, reduction[0])(last, axis=reduction[1] if last.ndim else None)
 
     inputs = [rand(*s, dtype=dtype, seed=i) for i, s in enumerate(shapes)]
+    compiled = jit.compile(f)
     with np.errstate(all="ignore"):
         want = f(*inputs)
-        got = jit.compile(f)(*inputs)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6, equal_nan=True)
+        for _ in range(2):  # the general path, then the hot one
+            got = compiled(*inputs)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(
+                got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6, equal_nan=True
+            )
 
 
 # ---------------------------------------------------------------- every operator
