@@ -238,22 +238,27 @@ class FoldSpec:
     where the dtype takes the Python kernel), the start value, and the loops' addresses
     -- the same templates the Python kernel runs, compiled as C functions."""
 
-    def __init__(self, name, reduction, start, result):
+    def __init__(self, name, reduction, start, result, mean=False):
         op = OPERATORS[name]
         self.name, self.reduction, self.start = name, reduction, start
         self.has_dtype = name in ("sum", "prod")
+        # mean: the sum's fold into float64, divided by the count (``_mean``), for
+        # floating inputs; an empty axis (NaN) and complex ones take the Python kernel
+        self.mean = mean
         self.results, self.accumulators = [], []
         for d in D.ALL:
             try:
                 res = result(op, d)
             except TypeError:  # a dtype the operator refuses: the Python kernel raises
                 res = None
+            if mean and d.kind != "f":
+                res = None
             self.results.append(res)
             self.accumulators.append(
                 None
                 if res is None
                 else D.from_numpy(np.dtype(_accumulator(res)))
-                if self.has_dtype
+                if self.has_dtype or mean
                 else res
             )
         self.limit = _parallel_min
@@ -310,7 +315,7 @@ def register(registry):
         ),
         "argmax": _arg_fold(_ARGMAX, "argmax"),
         "argmin": _arg_fold(_ARGMIN, "argmin"),
-        "mean": mean,
+        "mean": _fast(mean, FoldSpec("mean", _SUM, 0, _sum_result, mean=True)),
         "var": var,
         "std": std,
     }

@@ -758,8 +758,10 @@ static PyTypeObject KernelType = {
  * LOOP_COLUMNS, i)) on the storage seen as a (rows, cols) array -- exactly what the
  * Python kernel's rows view gives for these layouts -- into an accumulator C
  * allocated and filled with the start value; the result is cast and reshaped as the
- * Python kernel does. Everything else (a dtype= argument, other axes or layouts, an
- * empty axis without identity, big inputs: parallel loops) is the Python kernel. */
+ * Python kernel does. mean is the sum's fold into float64 divided by the count, as
+ * the Python kernel's _mean. Everything else (a dtype= argument, other axes or
+ * layouts, an empty axis without identity or of a mean, big inputs: parallel loops) is
+ * the Python kernel. */
 
 typedef void (*fold_t)(void *, void *, long long, long long);
 enum { START_ZERO, START_ONE, START_TRUE, START_FALSE, START_FIRST };
@@ -771,6 +773,7 @@ typedef struct {
     PyObject *spec;       /* the backend's FoldSpec: .address(form, index) */
     PyObject *dict;
     int has_dtype;        /* sum, prod: (x, axis, dtype, keepdims) */
+    int mean;             /* divide the float64 sums by the count */
     int start;
     long long limit;
     int acc_index[MAX_DTYPES], result_index[MAX_DTYPES];
@@ -850,7 +853,7 @@ static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ss
         if (is_reduced) reduced *= PyArray_DIMS(x)[d];
         else kept *= PyArray_DIMS(x)[d];
     }
-    if (reduced == 0 && r->start == START_FIRST) return NULL;  /* the kernel's error */
+    if (reduced == 0 && (r->start == START_FIRST || r->mean)) return NULL;  /* error, NaN */
     fold_t loop = (fold_t)reduction_loop(r, columns ? LOOP_COLUMNS : LOOP_ROWS, i);
     if (loop == NULL) return NULL;
     Py_INCREF(dtype_descrs[acc_i]);
@@ -864,6 +867,10 @@ static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ss
     }
     if (reduced > 0 && kept > 0)
         loop((void *)data, PyArray_DATA(acc), columns ? reduced : kept, columns ? kept : reduced);
+    if (r->mean) {  /* a float64 accumulator: FoldSpec gives none other to a mean */
+        double *sums = PyArray_DATA(acc);
+        for (npy_intp k = 0; k < kept; k++) sums[k] /= (double)reduced;
+    }
     PyArrayObject *flat = acc;
     if (res_i != acc_i) {
         Py_INCREF(dtype_descrs[res_i]);
@@ -955,15 +962,17 @@ static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     Py_INCREF(spec);
     r->spec = spec;
     PyObject *has_dtype = PyObject_GetAttrString(spec, "has_dtype");
+    PyObject *mean = PyObject_GetAttrString(spec, "mean");
     PyObject *start = PyObject_GetAttrString(spec, "start");
     PyObject *results = PyObject_GetAttrString(spec, "results");
     PyObject *accs = PyObject_GetAttrString(spec, "accumulators");
     PyObject *limit = PyObject_GetAttrString(spec, "limit");
-    int ok = has_dtype && start && results && accs && limit &&
+    int ok = has_dtype && mean && start && results && accs && limit &&
              dtype_index_list(results, r->result_index) == 0 &&
              dtype_index_list(accs, r->acc_index) == 0;
     if (ok) {
         r->has_dtype = PyObject_IsTrue(has_dtype);
+        r->mean = PyObject_IsTrue(mean);
         if (PyUnicode_Check(start)) r->start = START_FIRST;
         else if (PyBool_Check(start)) r->start = start == Py_True ? START_TRUE : START_FALSE;
         else r->start = PyLong_AsLong(start) == 1 ? START_ONE : START_ZERO;
@@ -972,6 +981,7 @@ static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwd
         ok = !PyErr_Occurred();
     }
     Py_XDECREF(has_dtype);
+    Py_XDECREF(mean);
     Py_XDECREF(start);
     Py_XDECREF(results);
     Py_XDECREF(accs);
