@@ -16,6 +16,7 @@ import pytest
 
 import lamina as lm
 import lamina.nn as nn
+from lamina.dispatch.schema import OPERATORS
 
 # the layers' kernels and modules, the same under both per-call cores
 pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
@@ -239,6 +240,20 @@ def test_attention_bad_masks():
         mha(x, x, x, key_padding_mask=lm.asarray(np.ones((5, 3), bool)))
     with pytest.raises(ValueError, match="embed_dim=6 must be divisible by num_heads=4"):
         nn.MultiheadAttention(6, 4)
+
+
+def test_attention_backward_bad_input():
+    backward = OPERATORS["native_scaled_dot_product_attention_backward"]
+    q, v, grad = lm.asarray(rand(2, 3, 2)), lm.asarray(rand(2, 3, 4)), lm.asarray(rand(2, 3, 4))
+    weights = lm.asarray(rand(2, 3, 3))
+    with pytest.raises(ValueError, match=r"weights must have shape \(2, 3, 3\), got \(2, 3, 4\)"):
+        backward(grad, q, q, v, grad, 1.0)
+    with pytest.raises(ValueError, match=r"grad must have shape \(2, 3, 4\), got \(2, 3, 2\)"):
+        backward(q, q, q, v, weights, 1.0)
+    with pytest.raises(TypeError, match="weights has dtype float32, but input has dtype float64"):
+        backward(grad, q, q, v, lm.astype(weights, lm.float32), 1.0)
+    with pytest.raises(ValueError, match="expected query"):
+        backward(grad, q, v, v, weights, 1.0)
 
 
 # ---------------------------------------------------------------- modules
