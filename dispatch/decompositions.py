@@ -1555,6 +1555,15 @@ def native_scaled_dot_product_attention(
     return out, weights
 
 
+@decomposition("native_scaled_dot_product_attention_backward")
+def native_scaled_dot_product_attention_backward(ks, grad, query, key, value, weights, scale):
+    """dV = P^T dO, dScores = softmax's backward of dO V^T times scale, dQ = dScores K,
+    dK = dScores^T Q, from the weights P."""
+    t = ops.matrix_transpose
+    scores = _call("softmax_backward", ops.matmul(grad, t(value)), weights, -1) * scale
+    return ops.matmul(scores, key), ops.matmul(t(scores), query), ops.matmul(t(weights), grad)
+
+
 # ---------------------------------------------------------------- convolution gradients
 
 

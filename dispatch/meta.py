@@ -944,6 +944,29 @@ def attention(
     return query, key, value, attn_mask, is_causal, finite(fn, "scale", scale), need_weights
 
 
+def attention_backward(
+    grad: Any, query: Any, key: Any, value: Any, weights: Any, scale: float
+) -> tuple:
+    """The shapes attention's forward gives: query (..., L, E), key (..., S, E), value
+    (..., S, Ev), weights (..., L, S) and grad (..., L, Ev), all of one dtype."""
+    fn = "native_scaled_dot_product_attention_backward"
+    _floating(fn, "query", query)
+    q, k, v = query._shape, key._shape, value._shape
+    if len(q) < 2 or not (q[:-2] == k[:-2] == v[:-2]) or q[-1] != k[-1] or k[-2] != v[-2]:
+        raise ValueError(
+            f"{fn}: expected query (..., L, E), key (..., S, E) and value (..., S, Ev) "
+            f"of the same leading shape, got {q}, {k} and {v}"
+        )
+    for name, t, shape in (
+        ("key", key, None),
+        ("value", value, None),
+        ("weights", weights, (*q[:-1], k[-2])),
+        ("grad", grad, (*q[:-1], v[-1])),
+    ):
+        _like_input(fn, name, t, query, shape)
+    return grad, query, key, value, weights, finite(fn, "scale", scale)
+
+
 def embedding(weight: Any, indices: Any, padding_idx: Any) -> tuple:
     """Integer indices as int64; padding_idx in [0, num_embeddings) (a negative one
     counts from the end, as in PyTorch). Whether the indices are in range depends on

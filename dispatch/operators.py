@@ -877,6 +877,16 @@ define(
     "is masked gets zero weights.",
 )
 define(
+    "native_scaled_dot_product_attention_backward(grad: Tensor, query: Tensor, key: "
+    "Tensor, value: Tensor, weights: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    check=meta.attention_backward,
+    doc="scaled_dot_product_attention's gradients with respect to query, key and value "
+    "from the saved attention weights (..., L, S) and the output's gradient (..., L, Ev).",
+)
+define(
     "relu(input: Tensor) -> Tensor",
     "nn",
     dtypes=FLOATING,

@@ -392,7 +392,10 @@ def _values_and_indices(*index_fields: bool) -> Callable[[Operator, tuple], list
 
 def _attention(op: Operator, args: tuple) -> list:
     """native_scaled_dot_product_attention: (output (..., L, Ev), weights (..., L, S)
-    or an empty (0,) without need_weights)."""
+    or an empty (0,) without need_weights); its backward: the gradients of query, key
+    and value."""
+    if op.name == "native_scaled_dot_product_attention_backward":  # of query, key, value
+        return [(t._dtype, t._shape) for t in args[1:4]]
     q, k, v, need_weights = args[0], args[1], args[2], args[-1]
     weights = (*q._shape[:-1], k._shape[-2]) if need_weights else (0,)
     return [(q._dtype, (*q._shape[:-1], v._shape[-1])), (q._dtype, weights)]
@@ -406,6 +409,7 @@ SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
     "native_group_norm": _group_norm,
     "native_group_norm_backward": _group_norm,
     "native_scaled_dot_product_attention": _attention,
+    "native_scaled_dot_product_attention_backward": _attention,
     "max_pool2d_with_indices": _with_indices,
     "min_pool2d_with_indices": _with_indices,
     "native_local_response_norm": lambda op, args: [(args[0]._dtype, args[0]._shape)] * 2,

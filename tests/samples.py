@@ -1102,6 +1102,22 @@ def _attention(fn, d, t):
     ]
 
 
+@sample_of("native_scaled_dot_product_attention_backward", dtypes=NN_DTYPES)
+def _attention_backward(fn, d, t):
+    def case(q, k, v, is_causal, label):  # the weights the forward saves
+        forward = OPERATORS["native_scaled_dot_product_attention"]
+        weights = forward(q, k, v, None, is_causal, 0.5, True)[1]
+        grad = t((*q.shape[:-1], v.shape[-1]), "flip")
+        return S(fn, grad, q, k, v, weights, 0.5, label=label)
+
+    return [
+        case(t((2, 3, 4, 2)), t((2, 3, 5, 2)), t((2, 3, 5, 3)), False, "plain"),
+        case(t((3, 2), "T"), t((4, 2), "flip"), t((4, 3)), False, "views-unbatched"),
+        case(t((1, 4, 2)), t((1, 4, 2)), t((1, 4, 2)), True, "causal"),
+        case(t((0, 4, 2)), t((0, 5, 2)), t((0, 5, 3)), False, "empty"),
+    ]
+
+
 @sample_of("relu", "sigmoid", dtypes=NN_DTYPES)
 def _activation(fn, d, t):
     return [

@@ -1,11 +1,13 @@
 """lamina.backends.numba_cpu.blas (Note [GEMM in kernels]): the BLAS GEMM called from
-Python and from inside a Numba kernel, against NumPy's matmul."""
+Python and from inside a Numba kernel, against NumPy's matmul; gemm.add_product, which
+accumulates through it."""
 
 import numpy as np
 import pytest
 
+import lamina as lm
 from lamina.backends import jit
-from lamina.backends.numba_cpu import blas
+from lamina.backends.numba_cpu import blas, gemm
 
 RNG = np.random.default_rng(7)
 
@@ -74,3 +76,28 @@ def test_gemms_multiplies_each_pair_of_a_batch(where, dtype):
     c = np.empty((6, 9, 9), dtype)
     gemms(a, a, c, False, True, 0)
     np.testing.assert_allclose(c, a @ a.transpose(0, 2, 1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_add_product_accumulates_into_out(dtype, threads):
+    """gemm.add_product: out += a @ b.T, with a strided a, a transposed view b (copied:
+    its columns are not adjacent) and, on two threads, a product split by rows."""
+    a, b = _operands((300, 70), (90, 70), dtype, strided=True)
+    out = RNG.random((300, 90)).astype(dtype)
+    want = out.astype(np.float64) + a.astype(np.float64) @ b.T.astype(np.float64)
+    before = lm.get_num_threads()
+    lm.set_num_threads(threads)
+    try:
+        gemm.SPLIT_FLOPS, saved = 0, gemm.SPLIT_FLOPS  # split even this small product
+        gemm.add_product(a, b, out)
+        gemm.add_product(a[:0], b, out[:0])  # no rows
+        transposed = np.asfortranarray(b).T.T  # (90, 70) with column stride 90 items
+        again = out.copy()
+        gemm.add_product(a, transposed, again)
+    finally:
+        gemm.SPLIT_FLOPS = saved
+        lm.set_num_threads(before)
+    rtol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(out, want, rtol=rtol)
+    np.testing.assert_allclose(again, want + a.astype(np.float64) @ b.T, rtol=rtol)

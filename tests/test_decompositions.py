@@ -727,6 +727,20 @@ SAMPLES["native_scaled_dot_product_attention"] = [
     ),
     lambda: F.scaled_dot_product_attention(T((3, 2)), T((4, 2)), T((4, 1)), T((3, 4)), scale=0.3),
 ]
+
+
+def _attention_backward(q, k, v, is_causal=False):
+    weights = OPERATORS["native_scaled_dot_product_attention"](q, k, v, None, is_causal, 0.5, True)[
+        1
+    ]
+    grad = T((*q.shape[:-1], v.shape[-1]), q.dtype.name)
+    return OPERATORS["native_scaled_dot_product_attention_backward"](grad, q, k, v, weights, 0.5)
+
+
+SAMPLES["native_scaled_dot_product_attention_backward"] = [
+    lambda: _attention_backward(T((2, 3, 2)), T((2, 4, 2)), T((2, 4, 3))),
+    lambda: _attention_backward(*(T((1, 4, 2), "float32") for _ in range(3)), is_causal=True),
+]
 SAMPLES["coalesce"] = SAMPLES["sparse_mask"] = []  # errors on dense tensors: test_dense_errors
 
 UNDEFINED_VALUES = {"empty"}

@@ -16,6 +16,7 @@ import pytest
 
 import lamina as lm
 import lamina.nn as nn
+from lamina.dispatch.schema import OPERATORS
 
 # the layers' kernels and modules, the same under both per-call cores
 pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
@@ -239,6 +240,39 @@ def test_attention_bad_masks():
         mha(x, x, x, key_padding_mask=lm.asarray(np.ones((5, 3), bool)))
     with pytest.raises(ValueError, match="embed_dim=6 must be divisible by num_heads=4"):
         nn.MultiheadAttention(6, 4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("length", [5, 1])
+def test_attention_reads_head_views_in_place_as_their_copies(dtype, length):
+    """Heads as MultiheadAttention makes them, views (N, H, L, D) of one (N, L, 3, H,
+    D) projection, which the kernels read in place (Note [Strided blocks]), give their
+    contiguous copies' results and gradients; so does a key broadcast over the heads."""
+    joined = rand(2, length, 3, 3, 4, dtype=dtype)
+    views = [np.moveaxis(joined[:, :, i], 1, 2) for i in range(3)]
+    views[1] = np.broadcast_to(views[1][:, :1], views[1].shape)  # stride 0 over heads
+    results = []
+    for arrays in (views, [np.ascontiguousarray(a) for a in views]):
+        q, k, v = (lm.asarray(a).requires_grad_() for a in arrays)
+        out = F.scaled_dot_product_attention(q, k, v)
+        lm.sum(out * out).backward()
+        results.append([out.detach().numpy()] + [t.grad.numpy() for t in (q, k, v)])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == "float32" else 1e-13)
+
+
+def test_attention_backward_bad_input():
+    backward = OPERATORS["native_scaled_dot_product_attention_backward"]
+    q, v, grad = lm.asarray(rand(2, 3, 2)), lm.asarray(rand(2, 3, 4)), lm.asarray(rand(2, 3, 4))
+    weights = lm.asarray(rand(2, 3, 3))
+    with pytest.raises(ValueError, match=r"weights must have shape \(2, 3, 3\), got \(2, 3, 4\)"):
+        backward(grad, q, q, v, grad, 1.0)
+    with pytest.raises(ValueError, match=r"grad must have shape \(2, 3, 4\), got \(2, 3, 2\)"):
+        backward(q, q, q, v, weights, 1.0)
+    with pytest.raises(TypeError, match="weights has dtype float32, but input has dtype float64"):
+        backward(grad, q, q, v, lm.astype(weights, lm.float32), 1.0)
+    with pytest.raises(ValueError, match="expected query"):
+        backward(grad, q, v, v, weights, 1.0)
 
 
 # ---------------------------------------------------------------- modules

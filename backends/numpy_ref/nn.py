@@ -523,6 +523,15 @@ def native_scaled_dot_product_attention(
     return out, from_array(np.ascontiguousarray(weights.astype(dtype)))
 
 
+def native_scaled_dot_product_attention_backward(ks, grad, query, key, value, weights, scale):
+    g, q, k, v, p = (t._data.astype(np.float64) for t in (grad, query, key, value, weights))
+    dp = g @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) * scale
+    dtype = query._data.dtype
+    grads = (ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ g)
+    return tuple(from_array(np.ascontiguousarray(x.astype(dtype))) for x in grads)
+
+
 def native_local_response_norm(ks, input, size, alpha, beta, k):
     x = input._data
     scale = k + alpha / size * _window_sum_of_squares(x, size)
@@ -803,6 +812,7 @@ KERNELS = [
     embedding,
     embedding_dense_backward,
     native_scaled_dot_product_attention,
+    native_scaled_dot_product_attention_backward,
     native_local_response_norm,
     local_response_norm_backward,
     relu,

@@ -137,7 +137,9 @@ class MultiheadAttention(Module):
         order = (0, 2, 1, 3) if self.batch_first else (1, 2, 0, 3)
         if self_attention:  # (A, B, 3E) -> (A, B, 3, H, D) -> 3 x (N, H, L, D)
             joined = ops.reshape(F.linear(query, w, b), (*query.shape[:2], 3, *heads))
-            return [ops.permute_dims(joined[:, :, i], order) for i in range(3)]
+            # unstack, not joined[:, :, i]: its backward joins the three gradients in
+            # one pass, where indexing's adds each into zeros of the whole
+            return [ops.permute_dims(t, order) for t in ops.unstack(joined, axis=2)]
         projected = []
         for i, t in enumerate((query, key, value)):
             part = slice(i * e, (i + 1) * e)
