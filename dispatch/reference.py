@@ -445,9 +445,9 @@ class FusedLoop:
         self.address, self.shape, self.inputs, self.outputs = address, shape, inputs, outputs
         self.rows, self.inner = rows, inner
         self.size = int(np.prod(shape, dtype=np.int64))
-        if self.size not in (rows, rows * inner) or any(
-            size not in (1, rows * inner) for _, size in inputs
-        ):
+        # the loop writes ``rows`` values per output (``rows * inner`` with ``inner``
+        # 1 for an elementwise group) and reads ``rows * inner`` (or one) per input
+        if self.size != rows or any(size not in (1, rows * inner) for _, size in inputs):
             raise ValueError("FusedLoop: the sizes of its operands and its rows disagree")
         self._loop = _LOOP(address)
 

@@ -108,6 +108,35 @@ def test_an_elementwise_chain_is_one_kernel_and_so_is_a_reduction_of_it_along_ro
     assert kernels(lambda a: (lm.sum(lm.exp(a), axis=-1), lm.exp(a)), a) == ["exp", "sum"]
 
 
+def test_a_write_is_never_crossed_and_any_number_fuses():
+    """Note [Fusion groups]: a group that a write interrupts (setitem) closes, and never
+    ends in a reduction past it; infinities, NaN and integers past 64 bits are numbers
+    a fused loop computes with as eager does."""
+
+    def write_then_reduce(x):
+        y = x * 2.0 + 1.0
+        x[0] = 100.0
+        return lm.sum(y, axis=-1)
+
+    def write_inside(x):
+        y = x * 2.0
+        x[0] = 100.0
+        return y + 1.0
+
+    for f in (write_then_reduce, write_inside):
+        compiled = jit.compile(f)
+        for _ in range(2):
+            equal(compiled(rand(3, 4)), f(rand(3, 4)))
+    x = rand(3, 4)
+    for f in (
+        lambda x: x * float("inf") + 1.0,
+        lambda x: lm.sum(x * float("-inf") + float("nan"), axis=-1),
+        lambda x: x * 2**70 + 1,
+    ):
+        with np.errstate(all="ignore"):
+            equal(jit.compile(f)(x), f(x))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(5, 4), (3, 1), (7,), (), (2, 3, 33), (0, 3)])
 def test_a_fused_reduction_equals_eager(shape, dtype):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -99,11 +100,13 @@ def can_fuse(op: Any, comp: D.DType, operands: list) -> bool:
     """Whether an elementwise call of ``op`` computing in ``comp`` (``operands``: what
     the dtype rules read, tensors' stand-ins and numbers) has a loop body a group can
     use: an operator with a scalar function, no value checks for ``comp`` (integer
-    powers refuse negative exponents), and not a comparison the CPU kernel gives to
-    NumPy (Note [Mixed-sign comparisons])."""
+    powers refuse negative exponents), no integer beyond 64 bits, and not a comparison
+    the CPU kernel gives to NumPy (Note [Mixed-sign comparisons])."""
     ew = BY_NAME.get(op.name)
     if ew is None or comp.kind in ew.validate_kinds:
         return False
+    if any(type(a) is int and not -(2**63) <= a < 2**63 for a in operands):
+        return False  # no int64 literal holds it: the kernel converts it
     return not S.mixed_sign_comparison(op, operands)
 
 
@@ -153,10 +156,17 @@ def _steps(group: Group, index: str, pad: str) -> list[str]:
         args = []
         for (kind, what), dtype in zip(step.operands, BY_NAME[step.op].in_dtypes(step.comp)):
             at = "[0]" if kind == "input" and what in group.scalars else index
-            expr = {"input": f"a{what}{at}", "step": f"s{what}", "number": repr(what)}[kind]
+            expr = {"input": f"a{what}{at}", "step": f"s{what}", "number": _literal(what)}[kind]
             args.append(f"{_ctor(dtype)}({expr})")
         lines.append(f"{pad}s{j} = {_ctor(step.result)}(F{j}({', '.join(args)}))")
     return lines
+
+
+def _literal(number: Any) -> str:
+    """A Python number as source: NumPy's names for the infinities and NaN."""
+    if isinstance(number, float) and not math.isfinite(number):
+        return "np.nan" if number != number else ("np.inf" if number > 0 else "-np.inf")
+    return repr(number)
 
 
 def _reduction(group: Group) -> list[str]:

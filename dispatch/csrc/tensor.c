@@ -285,8 +285,8 @@ static PyObject *mod_guard_token(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "guard_token(prefix, args): two tuples");
         return NULL;
     }
-    return token_of(&PyTuple_GET_ITEM(args[0], 0), PyTuple_GET_SIZE(args[0]),
-                    &PyTuple_GET_ITEM(args[1], 0), PyTuple_GET_SIZE(args[1]));
+    return token_of(PySequence_Fast_ITEMS(args[0]), PyTuple_GET_SIZE(args[0]),
+                    PySequence_Fast_ITEMS(args[1]), PyTuple_GET_SIZE(args[1]));
 }
 
 /* reference.CompiledCall (Note [Guard tokens] in lamina.jit's compiler): a compiled
@@ -301,6 +301,7 @@ typedef struct {
     PyObject *runs;        /* its dict: token -> run(arguments) */
     PyObject *generation;  /* (object, name) holding the tables' generation */
     PyObject *mode;        /* (object, name) holding the recording mode */
+    PyObject *weakreflist;
 } CompiledCallObject;
 
 static PyObject *compiled_call(CompiledCallObject *c, PyObject *const *args, size_t nargsf,
@@ -342,6 +343,10 @@ static PyObject *compiled_call(CompiledCallObject *c, PyObject *const *args, siz
 
 static PyObject *compiled_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *general, *runs, *generation, *mode;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
+        PyErr_SetString(PyExc_TypeError, "CompiledCall takes no keyword arguments");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "OO!O!O!:CompiledCall", &general, &PyDict_Type, &runs,
                           &PyTuple_Type, &generation, &PyTuple_Type, &mode))
         return NULL;
@@ -373,6 +378,11 @@ static PyObject *compiled_getattro(CompiledCallObject *c, PyObject *name) {
     return PyObject_GetAttr(c->general, name);
 }
 
+/* an attribute set on the compiled function is the Python function's (cache_limit) */
+static int compiled_setattro(CompiledCallObject *c, PyObject *name, PyObject *value) {
+    return PyObject_SetAttr(c->general, name, value);
+}
+
 static int compiled_traverse(CompiledCallObject *c, visitproc visit, void *arg) {
     Py_VISIT(c->general);
     Py_VISIT(c->runs);
@@ -391,6 +401,7 @@ static int compiled_clear(CompiledCallObject *c) {
 
 static void compiled_dealloc(CompiledCallObject *c) {
     PyObject_GC_UnTrack(c);
+    if (c->weakreflist != NULL) PyObject_ClearWeakRefs((PyObject *)c);
     compiled_clear(c);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -416,6 +427,8 @@ static PyTypeObject CompiledCallType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(CompiledCallObject, vectorcall),
     .tp_getattro = (getattrofunc)compiled_getattro,
+    .tp_setattro = (setattrofunc)compiled_setattro,
+    .tp_weaklistoffset = offsetof(CompiledCallObject, weakreflist),
     .tp_repr = (reprfunc)compiled_repr,
     .tp_members = compiled_members,
 };

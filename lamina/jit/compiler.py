@@ -16,8 +16,11 @@ is traced anew (microseconds) and shares its fused loops, which do not depend on
 in a dynamic function such variants do not count against ``cache_limit``. ``dynamic=None``
 (the default, as PyTorch's automatic dynamic shapes) makes a function dynamic at its
 first such recompile; ``True`` from the start, ``False`` never. A dynamic function keeps
-the ``SIZE_VARIANTS`` most recent variants of one kind (dtypes, layouts, modes), so a
-program of ever new sizes (sequence lengths) holds bounded memory.
+the ``SIZE_VARIANTS`` most recent variants of one kind (dtypes, strides, modes: a
+strided input's strides change with its sizes, so each of its sizes is a kind), and a
+function keeps its ``SEGMENTS_KEPT`` most recent compiled segments (Note [Graph breaks])
+and ``RECOMPILES_KEPT`` entries of ``recompiles``, so a program of ever new sizes
+(sequence lengths) holds bounded memory.
 
 Note [Graph breaks]: a program that reads a tensor's values (``float(t)``, ``if t:``,
 printing) or calls an operator whose result shape depends on values (``nonzero``)
@@ -54,6 +57,8 @@ from .tracer import GraphBreak, Tracer, current, tracing
 
 CACHE_LIMIT = 8
 SIZE_VARIANTS = 64  # kept per kind of variant in a dynamic function (Note [Dynamic sizes])
+SEGMENTS_KEPT = 256  # compiled segments of programs with graph breaks, the most recent
+RECOMPILES_KEPT = 256  # entries of ``recompiles``, the most recent
 
 
 class RecompileWarning(UserWarning):
@@ -435,6 +440,7 @@ class CompiledFunction:
                 )
                 return None
             self.recompiles.append(changed)
+            del self.recompiles[:-RECOMPILES_KEPT]
         grad = is_grad_enabled()
         if grad:  # training, where something the function reads requires grad
             trained = training.build(self.fn, args, kwargs, _start, self.passes, _no_global_writes)
@@ -538,7 +544,10 @@ class _Segments:
         found = self.compiled.segments.get(key)
         if found is None:
             found = _plan(segment, self.compiled.passes, self.grad, external)
-            self.compiled.segments[key] = found
+            segments = self.compiled.segments
+            segments[key] = found
+            for old in list(segments)[: max(0, len(segments) - SEGMENTS_KEPT)]:
+                del segments[old]  # the oldest: bounded memory (Note [Dynamic sizes])
         results = found.run([self.env[v] for v in external])
         self.env.update(zip(outputs, results))
 

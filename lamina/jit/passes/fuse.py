@@ -8,7 +8,9 @@ that needs no gradient, joins the open group of one of its inputs' producers whe
 that group's shape (the open groups of that shape it reads from merge into one); else
 it opens a group. A group closes when a call outside it uses one of its values: the
 fused call takes the place of the group's last member, so a value read in between would
-not exist yet. A group of one call stays that call, unless it ends in a reduction. The
+not exist yet. A call that writes a tensor (in place, ``setitem``) closes every group,
+and a group never ends in a reduction past one: a member moved after the write would
+read the written value. A group of one call stays that call, unless it ends in a reduction. The
 values a group returns are those used after it or returned by the graph; the others live
 only in registers. A group whose last value only a sum, max or min reads may end in it
 (Note [Fused reductions] in lamina.backends.numba_cpu.fused): the fused call takes the
@@ -242,10 +244,13 @@ def run(graph: Graph) -> Graph:
                 groups.append(joined)
             joined.append(node)
             group_of[node.results[0]] = joined
+        elif node.writes():  # a write closes every group: none may move past it
+            group_of.clear()
         else:
             for v in node.inputs():
                 if v in group_of:
                     _close(group_of, group_of[v])
+    writes = [position[n] for n in graph.nodes if n.writes()]
     returned = set(graph.output_values())
     users = graph.users()
     replaced: dict[Node, Node | None] = {}
@@ -259,6 +264,8 @@ def run(graph: Graph) -> Graph:
             if n.results[0] in returned or any(u not in inside for u in users.get(n.results[0], ()))
         ]
         reduction = _reduction_of(group, leaving, users, returned)
+        if reduction and any(position[group[-1]] < w < position[reduction] for w in writes):
+            reduction = None  # the group would move past the write
         fused_node = reduction and _make(group, comps, leaving, reduction)
         if fused_node:  # in the reduction's place: it comes after the whole group
             replaced.update(dict.fromkeys(group))
