@@ -341,6 +341,14 @@ def _nhwc_weight(w, g, geo):
     return np.ascontiguousarray(wg.transpose(2, 3, 1, 0)).reshape(geo.k, geo.cout)
 
 
+def _pointwise_weight(w, g, geo):
+    """Group g's weight of a 1x1 convolution as a (c_out, c_in) view, never copied: the
+    channels-last GEMMs take it transposed (a copy of the transposed weight per call
+    cost more than the GEMM at MobileNet's late 2 x 2 images: 960 -> 320 channels at
+    batch 8, 0.58 -> 0.15 ms)."""
+    return w[_cols(g, geo.cout)].reshape(geo.cout, geo.cin)
+
+
 def _nchw_weight(w, g, geo):
     """Group g's weight as the NCHW GEMM's (c_out, c_in kh kw) matrix."""
     return np.ascontiguousarray(w[g * geo.cout : (g + 1) * geo.cout]).reshape(geo.cout, geo.k)
@@ -390,12 +398,18 @@ def _gemm(a, b, out):
 
 def _forward_nhwc(x, w, geo, out):
     o2 = out.reshape(-1, geo.c_out)
-    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     if geo.pointwise:
         a = x.reshape(-1, geo.c)
-        for g, wg in enumerate(weights):
+        if geo.groups == 1 and a.shape[0] <= min(32, geo.c_out):  # _linear's transposed product
+            transposed = np.empty((geo.c_out, a.shape[0]), x.dtype)
+            _gemm(_pointwise_weight(w, 0, geo), a.T, transposed)
+            o2[...] = transposed.T
+            return
+        for g in range(geo.groups):
+            wg = _pointwise_weight(w, g, geo).T
             _gemm(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
+    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
@@ -888,12 +902,13 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
 
 def _backward_input_nhwc(g2, w, geo, dtype, gx):
     """Accumulates into gx (zeros)."""
-    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     if geo.pointwise:
         gx2 = gx.reshape(-1, geo.c)
-        for g, wg in enumerate(weights):
-            _gemm(g2[:, _cols(g, geo.cout)], wg.T, gx2[:, _cols(g, geo.cin)])
+        for g in range(geo.groups):
+            wg = _pointwise_weight(w, g, geo)
+            _gemm(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
         return
+    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     col2im, cache = _kernel(_col2im_nhwc, dtype), [None]
     step = geo.block_pixels(np.dtype(dtype).itemsize)
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
@@ -1018,8 +1033,8 @@ def _backward_weight_nhwc(g2, x, geo):
     if geo.pointwise:
         a = x.reshape(-1, geo.c)
         for g in range(geo.groups):
-            part = a[:, _cols(g, geo.cin)].T @ g2[:, _cols(g, geo.cout)]  # (cin, cout)
-            gw[_cols(g, geo.cout), :, 0, 0] = part.T
+            gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
+            _gemm(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
