@@ -252,20 +252,100 @@ def nchw_taps(tap, with_bias, with_sums, sw):
     """The loop over the taps of images x (N, C, H, W), weight w (C_out, 1, kH, kW)
     and y (N, C_out, Ho, Wo), plane by plane: ``tap`` updates one of them from the
     two others for one output row segment and one kernel tap (the input row read
-    ``sw`` apart, a constant); with_bias, each output row starts from its channel's
-    bias; with_sums, ``acc`` (kH, kW, Wo) holds a weight gradient's per-tap sums over
-    one plane, added to w[co] at its end."""
+    ``sw`` apart, a constant); with_bias (the forward pass), each output row starts
+    from its channel's bias, and a 3 x 3 kernel's rows with every tap inside the input
+    sum their nine taps in one loop (``nine_taps_row``); with_sums, ``acc`` (kH, kW,
+    Wo) holds a weight gradient's per-tap sums over one plane, added to w[co] at its
+    end."""
+
+    @jitable(**jit.CALLEE, inline="always")
+    def segment(xrow, a, b):  # input columns a, a + sw, ... < b
+        return xrow[a:b] if sw == 1 else xrow[a:b:sw]  # unit stride vectorizes
+
+    @jitable(**jit.CALLEE, inline="always")
+    def nine_taps(x0a, x0b, x0d, x1a, x1b, x1d, x2a, x2b, x2d, wk, bias, ys):
+        """ys = bias + the nine taps' products of the input runs (the weights scalars)."""
+        w00, w01, w02, w10, w11, w12 = wk[0, 0], wk[0, 1], wk[0, 2], wk[1, 0], wk[1, 1], wk[1, 2]
+        w20, w21, w22 = wk[2, 0], wk[2, 1], wk[2, 2]
+        for k in range(ys.size):
+            ys[k] = (
+                bias
+                + x0a[k] * w00
+                + x0b[k] * w01
+                + x0d[k] * w02
+                + x1a[k] * w10
+                + x1b[k] * w11
+                + x1d[k] * w12
+                + x2a[k] * w20
+                + x2b[k] * w21
+                + x2d[k] * w22
+            )
+
+    @jitable(**jit.CALLEE, inline="always")
+    def nine_taps_row(x0, x1, x2, wk, bias, yrow, w0, w1, pl, dw):
+        """Columns [w0, w1) (every tap inside) of output row yrow of a 3 x 3 kernel whose
+        input rows x0, x1, x2 lie inside the input, in one loop."""
+        a, b = w0 * sw - pl, (w1 - 1) * sw - pl + 1
+        c, d = a + dw, a + 2 * dw
+        nine_taps(segment(x0, a, b), segment(x0, c, b + dw), segment(x0, d, b + 2 * dw),
+                  segment(x1, a, b), segment(x1, c, b + dw), segment(x1, d, b + 2 * dw),
+                  segment(x2, a, b), segment(x2, c, b + dw), segment(x2, d, b + 2 * dw),
+                  wk, bias, yrow[w0:w1])  # fmt: skip
+
+    @jitable(**jit.CALLEE, inline="always")
+    def nine_taps_plane(xplane, wk, bias, yplane, h0, h1, w0, w1, pt, pl, dh, dw):
+        """Stride 1, output as wide as the input: the output pixels from (h0, w0) to
+        (h1 - 1, w1 - 1) in row-major order are one run of the flat plane, each tap's
+        input one run too, so a 3 x 3 kernel's inner rows are one loop (rows of 16 or 32
+        pixels, one loop each, left most of the vector loop's work to its scalar tail).
+        The columns outside [w0, w1) of those rows get wrapped-around sums: the caller
+        overwrites them."""
+        width = xplane.shape[1]
+        xf, yf = xplane.reshape(xplane.size), yplane.reshape(yplane.size)
+        q0, q1 = h0 * width + w0, (h1 - 1) * width + w1
+        r0 = q0 - pt * width - pl  # where tap (0, 0) of pixel q0 reads
+        r1, r2 = r0 + dh * width, r0 + 2 * dh * width
+        n = q1 - q0
+        nine_taps(xf[r0 : r0 + n], xf[r0 + dw : r0 + dw + n], xf[r0 + 2 * dw : r0 + 2 * dw + n],
+                  xf[r1 : r1 + n], xf[r1 + dw : r1 + dw + n], xf[r1 + 2 * dw : r1 + 2 * dw + n],
+                  xf[r2 : r2 + n], xf[r2 + dw : r2 + dw + n], xf[r2 + 2 * dw : r2 + 2 * dw + n],
+                  wk, bias, yf[q0:q1])  # fmt: skip
+
+    @jitable(**jit.CALLEE, inline="always")
+    def border_columns(x0, x1, x2, wk, bias, yrow, w0, w1, pl, dw, lo_w, hi_w):
+        """The columns outside [w0, w1) of such a row, tap by tap."""
+        for q in range(yrow.size - (w1 - w0)):
+            ow = q if q < w0 else q + w1 - w0
+            total = bias
+            for j in range(3):
+                if lo_w[j] <= ow < hi_w[j]:
+                    iw = ow * sw - pl + j * dw
+                    total += x0[iw] * wk[0, j] + x1[iw] * wk[1, j] + x2[iw] * wk[2, j]
+            yrow[ow] = total
 
     def kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
         kh, kw = w.shape[2], w.shape[3]
+        h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
+        w0, w1 = lo_w.max(), hi_w.min()
+        whole_rows = with_bias and kh == 3 and kw == 3 and w0 < w1
+        flat = whole_rows and sh == 1 and sw == 1 and y.shape[3] == x.shape[3] and h0 < h1
         for n in range(y.shape[0]):
             for co in range(y.shape[1]):
-                xplane, yplane, wk = x[n, co // m], y[n, co], w[co, 0]
+                xplane, yplane, wk, start = x[n, co // m], y[n, co], w[co, 0], bias[co]
+                if flat:
+                    nine_taps_plane(xplane, wk, start, yplane, h0, h1, w0, w1, pt, pl, dh, dw)
                 for oh in range(y.shape[2]):
                     yrow = yplane[oh]
+                    if whole_rows and h0 <= oh < h1:
+                        ih = oh * sh - pt
+                        x0, x1, x2 = xplane[ih], xplane[ih + dh], xplane[ih + 2 * dh]
+                        if not flat:
+                            nine_taps_row(x0, x1, x2, wk, start, yrow, w0, w1, pl, dw)
+                        border_columns(x0, x1, x2, wk, start, yrow, w0, w1, pl, dw, lo_w, hi_w)
+                        continue
                     if with_bias:
                         for ow in range(yrow.size):
-                            yrow[ow] = bias[co]
+                            yrow[ow] = start
                     for i in range(kh):
                         if oh < lo_h[i] or oh >= hi_h[i]:
                             continue
@@ -275,10 +355,7 @@ def nchw_taps(tap, with_bias, with_sums, sw):
                             if hi == lo:
                                 continue
                             a, b = lo * sw + off, (hi - 1) * sw + off + 1
-                            if sw == 1:  # a contiguous slice: the tap's loop vectorizes
-                                tap(xrow[a:b], yrow[lo:hi], wk, acc, i, j)
-                            else:
-                                tap(xrow[a:b:sw], yrow[lo:hi], wk, acc, i, j)
+                            tap(segment(xrow, a, b), yrow[lo:hi], wk, acc, i, j)
                 if with_sums:
                     for i in range(kh):
                         for j in range(kw):
