@@ -312,16 +312,19 @@ def nchw_taps(tap, with_bias, with_sums, sw):
                   wk, bias, yf[q0:q1])  # fmt: skip
 
     @jitable(**jit.CALLEE, inline="always")
-    def border_columns(x0, x1, x2, wk, bias, yrow, w0, w1, pl, dw, lo_w, hi_w):
-        """The columns outside [w0, w1) of such a row, tap by tap."""
-        for q in range(yrow.size - (w1 - w0)):
+    def border_columns(xplane, ih, wk, bias, yplane, oh, w0, w1, pl, dh, dw, lo_w, hi_w):
+        """The columns outside [w0, w1) of such a row, tap by tap, indexing the planes
+        (views of the rows cost more than these few pixels: Numba counts each view's
+        references; measured NCHW 8 x 144 x 16 x 16, one thread, 0.87 -> 0.74 ms)."""
+        for q in range(yplane.shape[1] - (w1 - w0)):
             ow = q if q < w0 else q + w1 - w0
             total = bias
             for j in range(3):
                 if lo_w[j] <= ow < hi_w[j]:
                     iw = ow * sw - pl + j * dw
-                    total += x0[iw] * wk[0, j] + x1[iw] * wk[1, j] + x2[iw] * wk[2, j]
-            yrow[ow] = total
+                    for i in range(3):
+                        total += xplane[ih + i * dh, iw] * wk[i, j]
+            yplane[oh, ow] = total
 
     def kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
         kh, kw = w.shape[2], w.shape[3]
@@ -335,14 +338,15 @@ def nchw_taps(tap, with_bias, with_sums, sw):
                 if flat:
                     nine_taps_plane(xplane, wk, start, yplane, h0, h1, w0, w1, pt, pl, dh, dw)
                 for oh in range(y.shape[2]):
-                    yrow = yplane[oh]
                     if whole_rows and h0 <= oh < h1:
                         ih = oh * sh - pt
-                        x0, x1, x2 = xplane[ih], xplane[ih + dh], xplane[ih + 2 * dh]
                         if not flat:
-                            nine_taps_row(x0, x1, x2, wk, start, yrow, w0, w1, pl, dw)
-                        border_columns(x0, x1, x2, wk, start, yrow, w0, w1, pl, dw, lo_w, hi_w)
+                            x0, x1, x2 = xplane[ih], xplane[ih + dh], xplane[ih + 2 * dh]
+                            nine_taps_row(x0, x1, x2, wk, start, yplane[oh], w0, w1, pl, dw)
+                        border_columns(xplane, ih, wk, start, yplane, oh, w0, w1, pl, dh, dw,
+                                       lo_w, hi_w)  # fmt: skip
                         continue
+                    yrow = yplane[oh]
                     if with_bias:
                         for ow in range(yrow.size):
                             yrow[ow] = start
