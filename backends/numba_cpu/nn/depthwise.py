@@ -256,7 +256,9 @@ def nchw_taps(tap, with_bias, with_sums, sw):
     from its channel's bias, and a 3 x 3 kernel's rows with every tap inside the input
     sum their nine taps in one loop (``nine_taps_row``); with_sums, ``acc`` (kH, kW,
     Wo) holds a weight gradient's per-tap sums over one plane, added to w[co] at its
-    end."""
+    end, a 3 x 3 kernel's inner rows summing all nine taps in one loop (``nine_sums``:
+    measured one thread, 8 x 32 x 32 x 32, 0.63 -> 0.34 ms, 8 x 96 x 32 x 32 stride 2,
+    1.16 -> 0.62 ms)."""
 
     @jitable(**jit.CALLEE, inline="always")
     def segment(xrow, a, b):  # input columns a, a + sw, ... < b
@@ -312,6 +314,28 @@ def nchw_taps(tap, with_bias, with_sums, sw):
                   wk, bias, yf[q0:q1])  # fmt: skip
 
     @jitable(**jit.CALLEE, inline="always")
+    def border_sums(xplane, ih, wk, gplane, oh, w0, w1, pl, dh, dw, lo_w, hi_w):
+        """border_columns' counterpart in the weight gradient: wk += input times grad."""
+        for q in range(gplane.shape[1] - (w1 - w0)):
+            ow = q if q < w0 else q + w1 - w0
+            v = gplane[oh, ow]
+            for j in range(3):
+                if lo_w[j] <= ow < hi_w[j]:
+                    iw = ow * sw - pl + j * dw
+                    for i in range(3):
+                        wk[i, j] += xplane[ih + i * dh, iw] * v
+
+    @jitable(**jit.CALLEE, inline="always")
+    def row_sums(xplane, ih, gplane, oh, wk, acc, w0, w1, pl, dh, dw, lo_w, hi_w):
+        """A weight gradient's sums over one output row whose taps lie inside: the
+        columns [w0, w1) into acc[:, :, 0], the others into wk."""
+        x0, x1, x2 = xplane[ih], xplane[ih + dh], xplane[ih + 2 * dh]
+        sums = nine_sums(x0, x1, x2, gplane[oh], w0, w1, pl, dw)
+        for t in range(9):
+            acc[t // 3, t % 3, 0] += sums[t]
+        border_sums(xplane, ih, wk, gplane, oh, w0, w1, pl, dh, dw, lo_w, hi_w)
+
+    @jitable(**jit.CALLEE, inline="always")
     def border_columns(xplane, ih, wk, bias, yplane, oh, w0, w1, pl, dh, dw, lo_w, hi_w):
         """The columns outside [w0, w1) of such a row, tap by tap, indexing the planes
         (views of the rows cost more than these few pixels: Numba counts each view's
@@ -326,25 +350,57 @@ def nchw_taps(tap, with_bias, with_sums, sw):
                         total += xplane[ih + i * dh, iw] * wk[i, j]
             yplane[oh, ow] = total
 
+    @jitable(**jit.CALLEE, inline="always")
+    def nine_sums(x0, x1, x2, grow, w0, w1, pl, dw):
+        """The nine taps' sums of input times grad over columns [w0, w1) of one output row
+        (every tap inside), in one loop: the weight gradient's counterpart of
+        nine_taps_row (compiled reassociating, so that the sums vectorize)."""
+        a, b = w0 * sw - pl, (w1 - 1) * sw - pl + 1
+        c, d = a + dw, a + 2 * dw
+        x0a, x0b, x0d = segment(x0, a, b), segment(x0, c, b + dw), segment(x0, d, b + 2 * dw)
+        x1a, x1b, x1d = segment(x1, a, b), segment(x1, c, b + dw), segment(x1, d, b + 2 * dw)
+        x2a, x2b, x2d = segment(x2, a, b), segment(x2, c, b + dw), segment(x2, d, b + 2 * dw)
+        gs = grow[w0:w1]
+        s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = gs.dtype.type(0)
+        for k in range(gs.size):
+            v = gs[k]
+            s00 += x0a[k] * v
+            s01 += x0b[k] * v
+            s02 += x0d[k] * v
+            s10 += x1a[k] * v
+            s11 += x1b[k] * v
+            s12 += x1d[k] * v
+            s20 += x2a[k] * v
+            s21 += x2b[k] * v
+            s22 += x2d[k] * v
+        return s00, s01, s02, s10, s11, s12, s20, s21, s22
+
     def kernel(x, w, y, bias, acc, m, sh, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
         kh, kw = w.shape[2], w.shape[3]
         h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
         w0, w1 = lo_w.max(), hi_w.min()
-        whole_rows = with_bias and kh == 3 and kw == 3 and w0 < w1
-        flat = whole_rows and sh == 1 and sw == 1 and y.shape[3] == x.shape[3] and h0 < h1
+        # a 3 x 3 kernel's rows with every tap inside run in one loop (the input
+        # gradient's scatter, which only strided convolutions run, tap by tap)
+        whole_rows = (with_bias or with_sums) and kh == 3 and kw == 3 and w0 < w1
+        flat = with_bias and whole_rows and sh == sw == 1 and y.shape[3] == x.shape[3]
+        flat = flat and h0 < h1  # nine_taps_plane's rows
         for n in range(y.shape[0]):
             for co in range(y.shape[1]):
                 xplane, yplane, wk, start = x[n, co // m], y[n, co], w[co, 0], bias[co]
                 if flat:
                     nine_taps_plane(xplane, wk, start, yplane, h0, h1, w0, w1, pt, pl, dh, dw)
                 for oh in range(y.shape[2]):
-                    if whole_rows and h0 <= oh < h1:
+                    if whole_rows and h0 <= oh < h1:  # every tap inside
                         ih = oh * sh - pt
-                        if not flat:
-                            x0, x1, x2 = xplane[ih], xplane[ih + dh], xplane[ih + 2 * dh]
-                            nine_taps_row(x0, x1, x2, wk, start, yplane[oh], w0, w1, pl, dw)
-                        border_columns(xplane, ih, wk, start, yplane, oh, w0, w1, pl, dh, dw,
-                                       lo_w, hi_w)  # fmt: skip
+                        if with_sums:
+                            row_sums(xplane, ih, yplane, oh, wk, acc, w0, w1, pl, dh, dw, lo_w,
+                                     hi_w)  # fmt: skip
+                        else:
+                            if not flat:
+                                x0, x1, x2 = xplane[ih], xplane[ih + dh], xplane[ih + 2 * dh]
+                                nine_taps_row(x0, x1, x2, wk, start, yplane[oh], w0, w1, pl, dw)
+                            border_columns(xplane, ih, wk, start, yplane, oh, w0, w1, pl, dh,
+                                           dw, lo_w, hi_w)  # fmt: skip
                         continue
                     yrow = yplane[oh]
                     if with_bias:
@@ -397,7 +453,8 @@ def _build(layout, mode, sw, dtype):
         return jit.compile_kernel(_NHWC[mode], sig, nogil=True)
     sig = t.void(a4, a4, a4, a1, a3, *[i64] * 6, idx, idx, idx, idx)
     template = nchw_taps(_NCHW[mode], mode == "forward", mode == "weight", sw)
-    return jit.compile_kernel(template, sig, nogil=True)
+    fastmath = jit.REASSOCIATE if mode == "weight" else False  # nine_sums' sums vectorize
+    return jit.compile_kernel(template, sig, nogil=True, fastmath=fastmath)
 
 
 def _run(mode, layout, x, w, y, bias, geo, stride, pads, dilation):
