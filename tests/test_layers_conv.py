@@ -56,6 +56,11 @@ DEPTHWISE = [
     (2, 3, 12, 13, 5, 3, 2, 2, 1),  # dilated, wider kernel
     (2, 3, 6, 7, 2, 1, "same", 1, 3),  # even kernel, 'same'
     (0, 4, 5, 5, 3, 1, 1, 1, 1),  # empty batch
+    # planes over 100 output pixels, which NCHW runs channels-first (Note [Small planes]):
+    (2, 3, 13, 11, 3, 1, 1, 1, 1),  # inner rows as one run of the plane
+    (1, 2, 14, 13, 3, 1, 2, 2, 1),  # the same, dilated
+    (1, 2, 23, 21, 3, 2, 1, 1, 1),  # stride 2: row by row
+    (1, 2, 13, 14, 3, 1, 0, 1, 2),  # no padding (output narrower than the input), multiplier
 ]
 
 

@@ -341,6 +341,14 @@ def _nhwc_weight(w, g, geo):
     return np.ascontiguousarray(wg.transpose(2, 3, 1, 0)).reshape(geo.k, geo.cout)
 
 
+def _pointwise_weight(w, g, geo):
+    """Group g's weight of a 1x1 convolution as a (c_out, c_in) view, never copied: the
+    channels-last GEMMs take it transposed (a copy of the transposed weight per call
+    cost more than the GEMM at MobileNet's late 2 x 2 images: 960 -> 320 channels at
+    batch 8, 0.58 -> 0.27 ms)."""
+    return w[_cols(g, geo.cout)].reshape(geo.cout, geo.cin)
+
+
 def _nchw_weight(w, g, geo):
     """Group g's weight as the NCHW GEMM's (c_out, c_in kh kw) matrix."""
     return np.ascontiguousarray(w[g * geo.cout : (g + 1) * geo.cout]).reshape(geo.cout, geo.k)
@@ -390,12 +398,18 @@ def _gemm(a, b, out):
 
 def _forward_nhwc(x, w, geo, out):
     o2 = out.reshape(-1, geo.c_out)
-    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     if geo.pointwise:
         a = x.reshape(-1, geo.c)
-        for g, wg in enumerate(weights):
+        if geo.groups == 1 and a.shape[0] <= min(32, geo.c_out):  # _linear's transposed product
+            transposed = np.empty((geo.c_out, a.shape[0]), x.dtype)
+            _gemm(_pointwise_weight(w, 0, geo), a.T, transposed)
+            o2[...] = transposed.T
+            return
+        for g in range(geo.groups):
+            wg = _pointwise_weight(w, g, geo).T
             _gemm(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
+    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
@@ -618,6 +632,13 @@ def _forward_nchw_flat(x, w, geo, out):
 # AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and both
 # gradients, 34 -> 19 ms against NCHW blocks of one image.
 SMALL_PLANE = 100
+# A 1x1 convolution's NCHW products run image by image, (C_out, C_in) @ (C_in, pixels),
+# nearly matrix-vector products on MobileNet's late 4 x 4 and 2 x 2 images; channels-last
+# it is one GEMM over the batch (the weight as stored), which with its transposes in and
+# out took the forward pass and both gradients at batch 8, one thread, from 0.98 to 0.49
+# ms (160 -> 960 channels, 2 x 2; PyTorch 0.76) and 6.3 to 1.2 ms (320 -> 1280; 2.2);
+# on 8 x 8 images the transposes cost more than they saved.
+SMALL_POINTWISE_PLANE = 16
 
 
 def _batched(geo, dtype):
@@ -708,15 +729,13 @@ def _weight_grad_batched(gk, x, geo):
 
 def _order(geo, layout, dtype):
     """The memory order the kernels of this convolution run in (Note [Small planes]; a
-    depthwise one's NCHW rows of small planes would be too short to vectorize)."""
+    depthwise one's NCHW rows of small planes would be too short to vectorize; a 1x1
+    one's products on small planes too small, SMALL_POINTWISE_PLANE)."""
     if _batched(geo, dtype):
         return NCHW
-    if (
-        layout == NCHW
-        and geo.ho * geo.wo <= SMALL_PLANE
-        and (depthwise.applies(geo) or not geo.pointwise)
-        and winograd.algorithm(geo, dtype) is None
-    ):
+    if layout == NCHW and geo.pointwise and not depthwise.applies(geo):
+        return NHWC if geo.ho * geo.wo <= SMALL_POINTWISE_PLANE else NCHW
+    if layout == NCHW and geo.ho * geo.wo <= SMALL_PLANE and winograd.algorithm(geo, dtype) is None:
         return NHWC
     return layout
 
@@ -888,12 +907,13 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
 
 def _backward_input_nhwc(g2, w, geo, dtype, gx):
     """Accumulates into gx (zeros)."""
-    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     if geo.pointwise:
         gx2 = gx.reshape(-1, geo.c)
-        for g, wg in enumerate(weights):
-            _gemm(g2[:, _cols(g, geo.cout)], wg.T, gx2[:, _cols(g, geo.cin)])
+        for g in range(geo.groups):
+            wg = _pointwise_weight(w, g, geo)
+            _gemm(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
         return
+    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     col2im, cache = _kernel(_col2im_nhwc, dtype), [None]
     step = geo.block_pixels(np.dtype(dtype).itemsize)
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
@@ -1018,8 +1038,8 @@ def _backward_weight_nhwc(g2, x, geo):
     if geo.pointwise:
         a = x.reshape(-1, geo.c)
         for g in range(geo.groups):
-            part = a[:, _cols(g, geo.cin)].T @ g2[:, _cols(g, geo.cout)]  # (cin, cout)
-            gw[_cols(g, geo.cout), :, 0, 0] = part.T
+            gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
+            _gemm(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]

@@ -13,10 +13,12 @@ import numpy as np
 def tap_ranges(size, out, kernel, stride, pad, dilation):
     """(lo, hi), one entry per tap t: the windows o in [lo[t], hi[t]) whose tap t falls
     inside the input (an empty range is lo == hi)."""
-    off = np.arange(kernel, dtype=np.int64) * dilation - pad  # position of tap t in window 0
-    lo = np.clip(-(off // stride), 0, out)  # ceil(-off / stride)
-    hi = np.clip((size - 1 - off) // stride + 1, lo, out)
-    return lo, hi
+    lo, hi = [], []
+    for t in range(kernel):  # Python ints: NumPy's clip cost more than a small convolution
+        off = t * dilation - pad  # position of tap t in window 0
+        lo.append(min(max(-(off // stride), 0), out))  # ceil(-off / stride)
+        hi.append(min(max((size - 1 - off) // stride + 1, lo[-1]), out))
+    return np.array(lo, np.int64), np.array(hi, np.int64)
 
 
 def windows(size, out, kernel, stride, pad, dilation):
