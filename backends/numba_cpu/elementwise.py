@@ -217,14 +217,14 @@ def _limit(ew, threshold):
     return min(threshold, ew.simd_min)
 
 
-def _fast_kernel(ew):
+def _fast_kernel(ew, general=None):
     kernel = core.ElementwiseKernel(
         ew.op.name,
         ew.arity,
         ew.fast_out,
         ew.results,
         ew,
-        lambda ks, *args: ew.general(args),
+        general or (lambda ks, *args: ew.general(args)),
         _INT_BOUNDS,
         _limit(ew, _parallel_min),
     )
@@ -232,8 +232,10 @@ def _fast_kernel(ew):
     return _named(kernel, ew.op.name)
 
 
-def unary_kernel(ew):
-    return _fast_kernel(ew)
+def unary_kernel(ew, general=None):
+    """The C core's kernel of a unary operator; ``general(ks, x)`` serves the calls its
+    fast path does not (ew's general path by default)."""
+    return _fast_kernel(ew, general)
 
 
 def binary_kernel(ew):

@@ -633,6 +633,44 @@ def _lower_vector_math(numba):
 jit.on_load(_lower_vector_math)
 
 
+# ---------------------------------------------------------------- activations
+# The nn activations that take no parameter are elementwise operators in all but their
+# namespace (Note [Pointwise activations] in nn/activation.py): their scalar functions
+# live here, beside the templates that instantiate them (Note [Kernel cache]). They
+# compute in the data's dtype (type(x): its constants too) with the vector math above;
+# gelu's are inlined by Numba, since LLVM finds them too large to inline, and a call
+# left in the loop keeps it scalar.
+
+SQRT_HALF = 1.0 / math.sqrt(2.0)
+TANH_GELU_BETA = math.sqrt(2.0 / math.pi)
+TANH_GELU_KAPPA = 0.044715
+
+
+@jitable
+def relu(x):
+    # NaN and -0.0 pass unchanged, as in PyTorch (its clamp_min(x, 0))
+    return type(x)(0.0) if x < 0 else x
+
+
+# silu as PyTorch computes it, x / (1 + exp(-x)): -inf gives NaN (-inf / inf) there too
+@jitable(inline="always", **jit.CALLEE)
+def silu(x):
+    return x / (type(x)(1.0) + vector_exp(-x))
+
+
+@jitable(inline="always", **jit.CALLEE)
+def gelu(x):
+    c = type(x)
+    return c(0.5) * x * (c(1.0) + vector_erf(x * c(SQRT_HALF)))
+
+
+@jitable(inline="always", **jit.CALLEE)
+def gelu_tanh(x):
+    c = type(x)
+    inner = c(TANH_GELU_BETA) * (x + c(TANH_GELU_KAPPA) * x * x * x)
+    return c(0.5) * x * (c(1.0) + vector_tanh(inner))
+
+
 # ---------------------------------------------------------------- complex scalar functions
 # Note [Complex scalar functions]: complex tensors run the same templates as real ones,
 # instantiated with these scalar functions (elementwise.py picks them by dtype kind).

@@ -17,9 +17,11 @@ import numpy as np
 
 from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
+from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from .. import kernels as K
+from ..elementwise import Elementwise, unary_kernel
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
@@ -32,10 +34,7 @@ def _set_threshold(threshold):
 
 threads.on_change(_set_threshold)
 
-_SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_TANH_BETA = math.sqrt(2.0 / math.pi)
-_TANH_KAPPA = 0.044715
 # Note [Kernel cache]: the kernels here that call kernels.py's vector math (Note [Vector
 # math]) close over that file's stamp (Numba's own: mtime and size), since Numba keys
 # their cache by this file alone
@@ -44,12 +43,6 @@ _MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
 
 
 # ---------------------------------------------------------------- scalar functions
-
-
-@jitable
-def relu(x, zero):
-    # NaN and -0.0 pass unchanged, as in PyTorch (its clamp_min(x, 0))
-    return zero if x < 0 else x
 
 
 @jitable
@@ -68,51 +61,23 @@ def leaky_relu_backward(g, x, slope):
     return g if x > 0 else g * slope
 
 
-# gelu and sigmoid compute in the data's dtype (type(x): its constants too), with the
-# vector math of kernels.py (Note [Vector math]); gelu is inlined by Numba, since LLVM
-# finds it too large to inline, and a call left in the loop keeps it scalar
-
-
-@jitable(inline="always", **jit.CALLEE)
-def gelu(x, unused):
-    c = type(x)
-    return c(0.5) * x * (c(1.0) + K.vector_erf(x * c(_SQRT_HALF)))
+# the gradients compute as the forward functions do (kernels.py: relu, silu, gelu)
 
 
 @jitable(inline="always", **jit.CALLEE)
 def gelu_backward(g, x, unused):
     c = type(x)
-    cdf = c(0.5) * (c(1.0) + K.vector_erf(x * c(_SQRT_HALF)))
+    cdf = c(0.5) * (c(1.0) + K.vector_erf(x * c(K.SQRT_HALF)))
     return g * (cdf + x * c(_INV_SQRT_2PI) * K.vector_exp(c(-0.5) * x * x))
-
-
-@jitable(inline="always", **jit.CALLEE)
-def gelu_tanh(x, unused):
-    c = type(x)
-    inner = c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x)
-    return c(0.5) * x * (c(1.0) + K.vector_tanh(inner))
 
 
 @jitable(inline="always", **jit.CALLEE)
 def gelu_tanh_backward(g, x, unused):
     c = type(x)
-    t = K.vector_tanh(c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x))
-    du = c(_TANH_BETA) * (c(1.0) + c(3.0 * _TANH_KAPPA) * x * x)
+    beta, kappa = K.TANH_GELU_BETA, K.TANH_GELU_KAPPA
+    t = K.vector_tanh(c(beta) * (x + c(kappa) * x * x * x))
+    du = c(beta) * (c(1.0) + c(3.0 * kappa) * x * x)
     return g * (c(0.5) * (c(1.0) + t) + c(0.5) * x * (c(1.0) - t * t) * du)
-
-
-@jitable(**K.VECTOR_OPTIONS)
-def sigmoid(x, unused):
-    return K.vector_sigmoid(x)
-
-
-# silu as PyTorch computes it, x / (1 + exp(-x)): -inf gives NaN (-inf / inf) there too
-
-
-@jitable(inline="always", **jit.CALLEE)
-def silu(x, unused):
-    c = type(x)
-    return x / (c(1.0) + K.vector_exp(-x))
 
 
 @jitable(inline="always", **jit.CALLEE)
@@ -206,10 +171,6 @@ def _binary(fn, grad, x, p=0.0):
     return from_array(out)
 
 
-def relu_kernel(ks, input):
-    return _unary(relu, input)
-
-
 def relu_backward_kernel(ks, grad, result):
     return _binary(relu_backward, grad, result)
 
@@ -222,20 +183,8 @@ def leaky_relu_backward_kernel(ks, grad, input, negative_slope):
     return _binary(leaky_relu_backward, grad, input, negative_slope)
 
 
-def gelu_kernel(ks, input, approximate):
-    return _unary(gelu_tanh if approximate == "tanh" else gelu, input)
-
-
 def gelu_backward_kernel(ks, grad, input, approximate):
     return _binary(gelu_tanh_backward if approximate == "tanh" else gelu_backward, grad, input)
-
-
-def sigmoid_kernel(ks, input):
-    return _unary(sigmoid, input)
-
-
-def silu_kernel(ks, input):
-    return _unary(silu, input)
 
 
 def silu_backward_kernel(ks, grad, input):
@@ -440,14 +389,10 @@ def log_softmax_backward_kernel(ks, grad, result, dim):
 
 
 KERNELS = {
-    "relu": relu_kernel,
     "relu_backward": relu_backward_kernel,
     "leaky_relu": leaky_relu_kernel,
     "leaky_relu_backward": leaky_relu_backward_kernel,
-    "gelu": gelu_kernel,
     "gelu_backward": gelu_backward_kernel,
-    "sigmoid": sigmoid_kernel,
-    "silu": silu_kernel,
     "silu_backward": silu_backward_kernel,
     "hardtanh": hardtanh_kernel,
     "hardtanh_backward": hardtanh_backward_kernel,
@@ -460,7 +405,43 @@ KERNELS = {
 }
 
 
+# Note [Pointwise activations]: relu, sigmoid, silu and gelu (either form) are
+# elementwise operators in all but their namespace and signature: their kernels are the
+# elementwise module's, instantiated with kernels.py's scalar functions, so a call on a
+# C-contiguous tensor below the parallel threshold takes the C core's fast path (Note
+# [Fast path]) as exp's does, and every other call runs the same loops over the input's
+# memory (dense()), so that the result keeps a dense input's layout.
+POINTWISE = {
+    "relu": K.relu,
+    "sigmoid": K.vector_sigmoid,
+    "silu": K.silu,
+    "gelu": K.gelu,
+    "gelu_tanh": K.gelu_tanh,
+}
+
+
+def pointwise_kernel(name, scalar_fn):
+    ew = Elementwise(OPERATORS[name], 1, lambda dtype: scalar_fn)
+
+    def general(ks, input):
+        flat, data = dense(input._data)
+        out_flat, out = flat_output(data)
+        ew.run(input._dtype, out_flat, [flat])
+        return from_array(out)
+
+    return unary_kernel(ew, general)
+
+
 def register(registry):
     for name, fn in KERNELS.items():
         fn.__name__ = fn.__qualname__ = name
         registry.register(name, "cpu", fn)
+    kernels = {name: pointwise_kernel(name.split("_")[0], fn) for name, fn in POINTWISE.items()}
+    for name in ("relu", "sigmoid", "silu"):
+        registry.register(name, "cpu", kernels[name])
+    by_approximation = {"none": kernels["gelu"], "tanh": kernels["gelu_tanh"]}
+
+    def gelu(ks, input, approximate):
+        return by_approximation[approximate](ks, input)
+
+    registry.register("gelu", "cpu", gelu)
