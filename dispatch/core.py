@@ -55,6 +55,10 @@ if _core is None:
         """(The reference's reduction kernel is the backend's Python kernel itself.)"""
         return kernel
 
+    def RowsKernel(kernel, spec):
+        """(The reference's kernel along the last axis is the Python kernel itself.)"""
+        return kernel
+
     def set_tensor_type(tensor_type):
         reference.set_tensor_type(tensor_type)
 
@@ -91,6 +95,7 @@ else:
         return _core.Binding(name, d, arity, fallback, kernel)
 
     ReductionKernel = _core.ReductionKernel
+    RowsKernel = _core.RowsKernel  # Note [C rows] (csrc/fastpath.c)
 
     def set_modes_active(on):
         """Both cores' flag: the C bindings hand calls to their Python twins while on."""

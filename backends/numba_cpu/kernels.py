@@ -1431,6 +1431,17 @@ def fold_rows_cloop(kernel):
     return loop
 
 
+def rows_cloop(kernel):
+    """An operator along the last axis of the C core's (Note [C rows] in
+    dispatch/csrc/fastpath.c): ``kernel`` (jitable) from a contiguous (rows, cols)
+    array into another."""
+
+    def loop(x, out, rows, cols):
+        kernel(jit.numba.carray(x, (rows, cols)), jit.numba.carray(out, (rows, cols)))
+
+    return loop
+
+
 def fold_columns_cloop(kernel):
     """reduce_columns over a contiguous (rows, cols) array into cols results."""
 
@@ -1475,7 +1486,7 @@ def c_loop(template, fn, comp, out, ins, cache=True):
     def ptr(d, bool_type=types.uint8):  # a bool is a byte: Numba stores its i1 as uint8
         return types.CPointer(bool_type if d.kind == "b" else jit.numba.from_dtype(d.np))
 
-    if template in (fold_rows_cloop, fold_columns_cloop):  # fn: the compiled reduction
+    if template in (fold_rows_cloop, fold_columns_cloop, rows_cloop):  # fn: the compiled kernel
         # Numba's booleans: on uint8, all/any would widen each step to int64 and run
         # ~7x slower (Note [Vector reductions])
         sig = types.void(

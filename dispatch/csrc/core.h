@@ -21,7 +21,8 @@
  *
  *   tensor.c     lamina's dtypes as the fast path sees them, and TensorBase
  *   tables.c     OperatorTable, Binding, and Tensor's operator methods (set_slot)
- *   fastpath.c   ElementwiseKernel (contiguous and general paths), ReductionKernel
+ *   fastpath.c   ElementwiseKernel (contiguous and general paths), ReductionKernel,
+ *                RowsKernel
  *   recording.c  autograd's recording: NodeBase, RecordingKernel (Note [C recording])
  *   pool.c       the pool allocator (Note [Pool allocator])
  *   module.c     the module: each file's types and functions, added by its init

@@ -17,6 +17,8 @@ import numpy as np
 
 from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
+from lamina.dispatch import core
+from lamina.dispatch import dtypes as D
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
@@ -25,11 +27,14 @@ from ..elementwise import Elementwise, unary_kernel
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+ROWS_KERNELS = []  # softmax's and log_softmax's (Note [C rows]): their limits follow it
 
 
 def _set_threshold(threshold):
     global _parallel_min
     _parallel_min = threshold
+    for kernel in ROWS_KERNELS:
+        kernel.set_limit(threshold)
 
 
 threads.on_change(_set_threshold)
@@ -344,7 +349,7 @@ def _along_dim(templates, take_log, dim, data, *others):
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
     template = templates[inner > 1]
     arrays = [a.reshape((outer, n, inner) if inner > 1 else (outer, n)) for a in arrays]
-    exp, cast = (K.float32_exp, np.float32) if data.dtype == np.float32 else (K.float64_exp, float)
+    exp, cast = _exp_and_cast(data.dtype)
     loop = jit.prange if outer > 1 and data.size >= _parallel_min else range
 
     def build():
@@ -356,6 +361,38 @@ def _along_dim(templates, take_log, dim, data, *others):
 
     jit.cached((template, take_log, data.dtype, loop), build)(*arrays)
     return from_array(out)
+
+
+def _exp_and_cast(dtype):
+    return (K.float32_exp, np.float32) if dtype == np.float32 else (K.float64_exp, float)
+
+
+class RowsSpec:
+    """What the C core's fast path along the last axis needs of softmax or log_softmax
+    (Note [C rows] in dispatch/csrc/fastpath.c): the dtypes with a loop, the size limit
+    and the loops' addresses -- softmax_rows compiled as a C function, with the flags
+    of the Python kernel's (Note [Softmax kernels])."""
+
+    def __init__(self, take_log):
+        self.take_log, self.limit = take_log, _parallel_min
+        self.dtypes = [d if d.name in ("float32", "float64") else None for d in D.ALL]
+
+    def address(self, form, index):
+        d = D.ALL[index]
+
+        def build(cache):
+            exp, cast = _exp_and_cast(d.np)
+            kernel = jitable(softmax_rows(exp, cast, self.take_log, range), inline="always")
+            return K.c_loop(K.rows_cloop, kernel, d, d, [d], cache)
+
+        return jit.c_loop((K.rows_cloop, softmax_rows, self.take_log, d), build)
+
+
+def _rows_kernel(kernel, take_log):
+    fast = core.RowsKernel(kernel, RowsSpec(take_log))
+    if fast is not kernel:
+        ROWS_KERNELS.append(fast)
+    return fast
 
 
 def _alike(a, b):
@@ -435,6 +472,8 @@ def pointwise_kernel(name, scalar_fn):
 def register(registry):
     for name, fn in KERNELS.items():
         fn.__name__ = fn.__qualname__ = name
+        if name in ("softmax", "log_softmax"):
+            fn = _rows_kernel(fn, take_log=name == "log_softmax")
         registry.register(name, "cpu", fn)
     kernels = {name: pointwise_kernel(name.split("_")[0], fn) for name, fn in POINTWISE.items()}
     for name in ("relu", "sigmoid", "silu"):
