@@ -16,7 +16,7 @@ from lamina.backends import setup as S
 from lamina.dispatch import core, layouts
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.schema import OPERATORS, tagged
-from lamina.dispatch.tensor import from_array
+from lamina.dispatch.tensor import from_array, from_flat
 
 from . import kernels as K
 from .layout import strided_args
@@ -319,6 +319,9 @@ ELEMENTWISE_SCALARS = {
 }
 
 
+_REAL_SCALARS = (int, float)  # exactly: a bool bound is refused by the general path
+
+
 def _clip_bounds(x, lo, hi):
     """clip's None bounds become the dtype's extremes; the result keeps x's dtype."""
     if x._dtype.kind == "f":
@@ -410,6 +413,17 @@ def register(registry):
     clip = Elementwise(OPERATORS["clip"], 3, _same(K.clip))
 
     def clip_kernel(ks, x, min=None, max=None):
+        flat, dtype = x._flat, x._dtype
+        if (  # the common case first: a contiguous float tensor between two numbers
+            type(min) in _REAL_SCALARS
+            and type(max) in _REAL_SCALARS
+            and dtype.kind == "f"
+            and flat is not None
+            and flat.size < _parallel_min
+        ):
+            out = empty(flat.size, dtype.np)
+            clip.scalar[dtype.index](flat, min, max, out)
+            return from_flat(out, x._shape, dtype)
         S.check_dtype(clip.op, x._dtype)
         S.check_clip_bounds(x, min, max)
         lo, hi = _clip_bounds(x, min, max)
