@@ -1077,8 +1077,10 @@ static PyObject *rows_fast(RowsObject *r, PyObject *const *args, Py_ssize_t n) {
     if (n < 3 || !IS_TENSOR(args[1])) return NULL;
     for (Py_ssize_t k = 3; k < n; k++)
         if (args[k] != Py_None && args[k] != Py_False) return NULL;
+    /* its key set may hold AUTOGRAD (the layer above redispatched): the storage decides,
+     * as for ElementwiseKernel */
     TensorObject *t = T(args[1]);
-    if (!TENSOR_ARGS_OK(t) || t->ks != 1 || !PyTuple_CheckExact(t->shape)) return NULL;
+    if (!TENSOR_ARGS_OK(t) || !PyTuple_CheckExact(t->shape)) return NULL;
     int i = t->dtype_index;
     if (!r->fast[i]) return NULL;
     PyArrayObject *f = flat_array(t, i);
