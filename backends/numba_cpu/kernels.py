@@ -1332,14 +1332,14 @@ def logical_or_reduce(acc, x):
 
 def scan_rows(step, loop):
     """The running fold of each row of a 2-D view ``x`` into ``out`` (same rows,
-    ``out.shape[1] - x.shape[1]`` leading columns holding ``init[0]``, the identity,
-    when the scan includes it). ``out``'s dtype is the accumulator."""
+    ``out.shape[1] - x.shape[1]`` leading columns holding ``init``, the identity, an
+    int, when the scan includes it). ``out``'s dtype is the accumulator."""
 
     def kernel(x, out, init):
         n = x.shape[1]
         lead = out.shape[1] - n
         for r in loop(x.shape[0]):
-            acc = init[0]
+            acc = type(out[r, 0])(init)  # in out's dtype
             if lead:
                 out[r, 0] = acc
             for j in range(n):
