@@ -7,7 +7,8 @@ Two templates, ``unary`` and ``binary`` (a gradient and the tensor it depends on
 instantiated with the scalar functions below (Note [Kernel cache]: they live in this
 file, beside the templates); each takes one parameter of the data's dtype (the slope,
 or 0; hardtanh's a pair of them, its bounds), so the arithmetic stays in float32 for
-float32 data.
+float32 data. relu, sigmoid, silu and gelu run the elementwise kernels instead, with
+kernels.py's scalar functions (Note [Pointwise activations]).
 """
 
 import math
