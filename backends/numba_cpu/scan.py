@@ -79,4 +79,6 @@ def register(registry):
         ("cumulative_prod", K.multiply, 1),
     ):
         kernel = core.RowsKernel(_scan(name, step, identity), ScanSpec(step, identity))
+        kernel.__name__ = kernel.__qualname__ = name  # how dumps show it
+        kernel.__module__ = __name__
         registry.register(name, "cpu", kernel)

@@ -393,6 +393,8 @@ def _rows_kernel(kernel, take_log):
     fast = core.RowsKernel(kernel, RowsSpec(take_log))
     if fast is not kernel:
         ROWS_KERNELS.append(fast)
+        fast.__name__ = fast.__qualname__ = kernel.__name__  # how dumps show it
+        fast.__module__ = __name__
     return fast
 
 
@@ -484,4 +486,5 @@ def register(registry):
     def gelu(ks, input, approximate):
         return by_approximation[approximate](ks, input)
 
+    gelu.__qualname__ = "gelu"  # how dumps show it
     registry.register("gelu", "cpu", gelu)
