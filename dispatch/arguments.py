@@ -65,6 +65,8 @@ def tensors(value: Any, fn: str, name: str) -> list:
 
 def integer(value: Any, fn: str, name: str) -> int:
     """An int (or anything with ``__index__``), never a bool or a float."""
+    if type(value) is int:  # the common case, first
+        return value
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{fn}: {name} must be an int, got bool")
     try:
@@ -80,6 +82,8 @@ def real(value: Any, fn: str, name: str) -> float:
 
 
 def boolean(value: Any, fn: str, name: str) -> bool:
+    if value is False or value is True:  # the common case, first
+        return value
     if not isinstance(value, (bool, np.bool_, int)):
         raise TypeError(f"{fn}: {name} must be a bool, got {_kind_name(value)}")
     return bool(value)
@@ -87,7 +91,7 @@ def boolean(value: Any, fn: str, name: str) -> bool:
 
 def axis(value: Any, fn: str, name: str, ndim: int) -> int:
     """One axis in [-ndim, ndim), as a non-negative int."""
-    a = integer(value, fn, name)
+    a = value if type(value) is int else integer(value, fn, name)
     if not -ndim <= a < ndim:
         raise AxisError(f"{fn}: {name} {a} is out of bounds for a tensor of dimension {ndim}")
     return a % ndim

@@ -62,6 +62,10 @@ if _core is None:
         ``__call__``: Note [Guard tokens] in lamina.jit's compiler.)"""
         return general
 
+    def RowsKernel(kernel, spec):
+        """(The reference's kernel along the last axis is the Python kernel itself.)"""
+        return kernel
+
     def set_tensor_type(tensor_type):
         reference.set_tensor_type(tensor_type)
 
@@ -102,6 +106,7 @@ else:
 
     ReductionKernel = _core.ReductionKernel
     CompiledCall = _core.CompiledCall
+    RowsKernel = _core.RowsKernel  # Note [C rows] (csrc/fastpath.c)
 
     def set_modes_active(on):
         """Both cores' flag: the C bindings hand calls to their Python twins while on."""

@@ -119,6 +119,10 @@ def test_malformed_tensors_take_the_reference_path_and_never_reach_a_loop():
         lambda: bad * 2.0,
         lambda: -bad,
         lambda: lm.sum(bad, axis=0),
+        lambda: lm.nn.functional.softmax(bad, dim=-1),
+        lambda: lm.nn.functional.relu(bad),
+        lambda: lm.clip(bad, 0.0, 1.0),
+        lambda: lm.cumulative_sum(bad),
     ):
         try:
             out = call()
@@ -238,3 +242,36 @@ def test_the_guard_token_holds_exactly_the_guard_keys_facts():
     assert core.guard_token((0, True), (dense,)) != core.guard_token((0, True, 0), (dense,))
     for other in (dense.to_sparse(), 2.0, "x"):
         assert core.guard_token((0,), (dense, other)) is None
+
+
+def test_kernels_along_the_last_axis_give_their_python_kernels_results():
+    """Note [C rows]: softmax, log_softmax and the float scans along the last axis of a
+    contiguous tensor run the C core's loop, compiled from the Python kernel's template:
+    the same values, bit for bit; other axes, layouts and dtypes, options and empty
+    tensors are the Python kernel's."""
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((3, 37)) * 30
+    tensors = [
+        lm.asarray(data.astype(np.float32)),
+        lm.asarray(data[0]),
+        lm.asarray(data.astype(np.float32)).T,
+        lm.asarray(data.astype(np.int32)),
+        lm.zeros((2, 0)),
+    ]
+    calls = {
+        "softmax": lambda k, x, dim: k(x._ks, x, dim),
+        "log_softmax": lambda k, x, dim: k(x._ks, x, dim),
+        "cumulative_sum": lambda k, x, dim: k(x._ks, x, dim, None, False),
+        "cumulative_prod": lambda k, x, dim: k(x._ks, x, dim, None, dim == 0),
+    }
+    for name, call in calls.items():
+        kernel = lm.dispatch.get(name).table[lm.dispatch.CPU.bit_length()]
+        python_kernel = getattr(kernel, "reference", kernel)
+        assert (python_kernel is not kernel) == (core.IMPLEMENTATION == "c")
+        for x in tensors:
+            if name.endswith("softmax") and x.dtype == lm.int32:
+                continue  # refused by the binding
+            for dim in range(x.ndim):
+                got, want = call(kernel, x, dim), call(python_kernel, x, dim)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -16,7 +16,7 @@ from lamina.backends import setup as S
 from lamina.dispatch import core, layouts
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.schema import OPERATORS, tagged
-from lamina.dispatch.tensor import from_array
+from lamina.dispatch.tensor import from_array, from_flat
 
 from . import kernels as K
 from .layout import strided_args
@@ -217,14 +217,14 @@ def _limit(ew, threshold):
     return min(threshold, ew.simd_min)
 
 
-def _fast_kernel(ew):
+def _fast_kernel(ew, general=None):
     kernel = core.ElementwiseKernel(
         ew.op.name,
         ew.arity,
         ew.fast_out,
         ew.results,
         ew,
-        lambda ks, *args: ew.general(args),
+        general or (lambda ks, *args: ew.general(args)),
         _INT_BOUNDS,
         _limit(ew, _parallel_min),
     )
@@ -232,8 +232,10 @@ def _fast_kernel(ew):
     return _named(kernel, ew.op.name)
 
 
-def unary_kernel(ew):
-    return _fast_kernel(ew)
+def unary_kernel(ew, general=None):
+    """The C core's kernel of a unary operator; ``general(ks, x)`` serves the calls its
+    fast path does not (ew's general path by default)."""
+    return _fast_kernel(ew, general)
 
 
 def binary_kernel(ew):
@@ -315,6 +317,9 @@ ELEMENTWISE_SCALARS = {
         "bitwise_left_shift bitwise_right_shift nextafter".split()
     },
 }
+
+
+_REAL_SCALARS = (int, float)  # exactly: a bool bound is refused by the general path
 
 
 def _clip_bounds(x, lo, hi):
@@ -408,6 +413,17 @@ def register(registry):
     clip = Elementwise(OPERATORS["clip"], 3, _same(K.clip))
 
     def clip_kernel(ks, x, min=None, max=None):
+        flat, dtype = x._flat, x._dtype
+        if (  # the common case first: a contiguous float tensor between two numbers
+            type(min) in _REAL_SCALARS
+            and type(max) in _REAL_SCALARS
+            and dtype.kind == "f"
+            and flat is not None
+            and flat.size < _parallel_min
+        ):
+            out = empty(flat.size, dtype.np)
+            clip.scalar[dtype.index](flat, min, max, out)
+            return from_flat(out, x._shape, dtype)
         S.check_dtype(clip.op, x._dtype)
         S.check_clip_bounds(x, min, max)
         lo, hi = _clip_bounds(x, min, max)

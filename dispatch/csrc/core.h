@@ -23,7 +23,7 @@
  *                function's guards (guard_key, guard_token) and hot path (CompiledCall)
  *   tables.c     OperatorTable, Binding, and Tensor's operator methods (set_slot)
  *   fastpath.c   ElementwiseKernel (contiguous and general paths), ReductionKernel,
- *                FusedLoop (a compiled plan's fused elementwise loops)
+ *                RowsKernel, FusedLoop (a compiled plan's fused elementwise loops)
  *   recording.c  autograd's recording: NodeBase, RecordingKernel (Note [C recording])
  *   pool.c       the pool allocator (Note [Pool allocator])
  *   module.c     the module: each file's types and functions, added by its init

@@ -1,7 +1,9 @@
 /* The fast paths (Note [C core files]): ElementwiseKernel, the dense elementwise fast
  * path with its general path (Note [C general path]), ReductionKernel, the folds over
- * leading or trailing axes (Note [C reductions]), and FusedLoop, a compiled plan's call
- * of a fused elementwise loop (Note [Fused loops] in reference.py). */
+ * leading or trailing axes (Note [C reductions]), RowsKernel, the operators along the
+ * last axis whose result keeps their input's shape (Note [C rows]), and FusedLoop, a
+ * compiled plan's call of a fused elementwise loop (Note [Fused loops] in
+ * reference.py). */
 #include <fenv.h>
 
 #include "core.h"
@@ -1049,6 +1051,180 @@ static PyTypeObject ReductionType = {
     .tp_methods = reduction_methods,
 };
 
+/* ------------------------------------------------------------------ RowsKernel
+ * Note [C rows]: an operator along one axis whose result has its input's shape and dtype
+ * (softmax, log_softmax, cumulative_sum). On a dense, C-contiguous CPU tensor below the
+ * size limit, with the axis the last one (or None for a 1-D tensor) and every argument
+ * after it None or False (the rare options at their defaults), the backend's loop over
+ * rows (spec.address(LOOP_ROWS, i): the template the Python kernel runs, compiled as a C
+ * function) writes a new tensor of that shape, both storages seen as (rows, n) arrays.
+ * Everything else (other axes, layouts and dtypes, empty or big inputs) is the Python
+ * kernel. */
+
+typedef void (*rows_t)(void *, void *, long long, long long);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *reference;  /* the Python kernel: every other call */
+    PyObject *spec;       /* the backend's RowsSpec: .address(LOOP_ROWS, index) */
+    PyObject *dict;
+    long long limit;
+    int fast[MAX_DTYPES];  /* whether dtype index i has a loop */
+    void *loops[MAX_DTYPES];
+} RowsObject;
+
+static PyTypeObject RowsType;
+
+static rows_t rows_loop(RowsObject *r, int i) {
+    if (r->loops[i] != NULL) return (rows_t)r->loops[i];
+    PyObject *got = PyObject_CallMethod(r->spec, "address", "ii", LOOP_ROWS, i);
+    if (got == NULL) return NULL;
+    r->loops[i] = PyLong_AsVoidPtr(got);
+    Py_DECREF(got);
+    return (rows_t)r->loops[i];
+}
+
+static PyObject *rows_fast(RowsObject *r, PyObject *const *args, Py_ssize_t n) {
+    if (n < 3 || !IS_TENSOR(args[1])) return NULL;
+    for (Py_ssize_t k = 3; k < n; k++)
+        if (args[k] != Py_None && args[k] != Py_False) return NULL;
+    /* its key set may hold AUTOGRAD (the layer above redispatched): the storage decides,
+     * as for ElementwiseKernel */
+    TensorObject *t = T(args[1]);
+    if (!TENSOR_ARGS_OK(t) || !PyTuple_CheckExact(t->shape)) return NULL;
+    int i = t->dtype_index;
+    if (!r->fast[i]) return NULL;
+    PyArrayObject *f = flat_array(t, i);
+    if (f == NULL) return NULL;
+    Py_ssize_t nd = PyTuple_GET_SIZE(t->shape);
+    PyObject *axis = args[2];
+    if (nd == 0 || (axis == Py_None && nd != 1)) return NULL;
+    if (axis != Py_None) {
+        if (!PyLong_CheckExact(axis)) return NULL;
+        long a = PyLong_AsLong(axis);
+        if (a == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (a != -1 && a != nd - 1) return NULL;
+    }
+    npy_intp size = PyArray_SIZE(f), count = 1, cols = 0;
+    for (Py_ssize_t d = 0; d < nd; d++) {  /* the shape must describe the storage */
+        cols = PyLong_AsSsize_t(PyTuple_GET_ITEM(t->shape, d));
+        if (cols < 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+        count *= cols;
+    }
+    if (count != size || size == 0 || size >= r->limit) return NULL;
+    rows_t loop = rows_loop(r, i);
+    if (loop == NULL) return NULL;
+    void *o;
+    PyObject *out = new_output(t->shape, i, size, &o);
+    if (out != NULL) loop(PyArray_DATA(f), o, (long long)(size / cols), (long long)cols);
+    return out;
+}
+
+static PyObject *rows_vectorcall(RowsObject *r, PyObject *const *args, size_t nargsf,
+                                 PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL) {
+        PyObject *out = rows_fast(r, args, n);
+        if (out != NULL || PyErr_Occurred()) return out;
+    }
+    return PyObject_Vectorcall(r->reference, args, nargsf, kwnames);
+}
+
+static int set_rows_limit(RowsObject *r, PyObject *limit) {
+    double lim = PyFloat_Check(limit) ? PyFloat_AsDouble(limit) : (double)PyLong_AsLongLong(limit);
+    if (PyErr_Occurred()) return -1;
+    r->limit = lim >= 9.0e18 ? LLONG_MAX : (long long)lim;
+    return 0;
+}
+
+/* RowsKernel(kernel, spec): `kernel` with the fast path of `spec` (.dtypes: a loop's
+ * dtype index is in it; .limit) */
+static PyObject *rows_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *kernel, *spec;
+    if (!PyArg_ParseTuple(args, "OO:RowsKernel", &kernel, &spec)) return NULL;
+    RowsObject *r = (RowsObject *)type->tp_alloc(type, 0);
+    if (r == NULL) return NULL;
+    r->vectorcall = (vectorcallfunc)rows_vectorcall;
+    Py_INCREF(kernel);
+    r->reference = kernel;
+    Py_INCREF(spec);
+    r->spec = spec;
+    int indices[MAX_DTYPES];
+    PyObject *dtypes = PyObject_GetAttrString(spec, "dtypes");
+    PyObject *limit = PyObject_GetAttrString(spec, "limit");
+    int ok = dtypes && limit && dtype_index_list(dtypes, indices) == 0 &&
+             set_rows_limit(r, limit) == 0;
+    for (int i = 0; ok && i < MAX_DTYPES; i++) r->fast[i] = indices[i] == i;
+    Py_XDECREF(dtypes);
+    Py_XDECREF(limit);
+    if (!ok) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return (PyObject *)r;
+}
+
+static PyObject *rows_set_limit(RowsObject *r, PyObject *limit) {
+    if (set_rows_limit(r, limit) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef rows_methods[] = {
+    {"set_limit", (PyCFunction)rows_set_limit, METH_O, "the size limit of the fast path"},
+    {NULL},
+};
+
+static PyMemberDef rows_members[] = {
+    {"reference", T_OBJECT, offsetof(RowsObject, reference), READONLY, "the Python kernel"},
+    {"spec", T_OBJECT, offsetof(RowsObject, spec), READONLY, "the loops' description"},
+    {NULL},
+};
+
+static int rows_traverse(RowsObject *r, visitproc visit, void *arg) {
+    Py_VISIT(r->reference);
+    Py_VISIT(r->spec);
+    Py_VISIT(r->dict);
+    return 0;
+}
+
+static int rows_clear(RowsObject *r) {
+    Py_CLEAR(r->reference);
+    Py_CLEAR(r->spec);
+    Py_CLEAR(r->dict);
+    return 0;
+}
+
+static void rows_dealloc(RowsObject *r) {
+    PyObject_GC_UnTrack(r);
+    rows_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyTypeObject RowsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "lamina.dispatch._core.RowsKernel",
+    .tp_doc = "An operator along the last axis with the C core's fast path (Note [C rows]).",
+    .tp_basicsize = sizeof(RowsObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = rows_new,
+    .tp_dealloc = (destructor)rows_dealloc,
+    .tp_traverse = (traverseproc)rows_traverse,
+    .tp_clear = (inquiry)rows_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RowsObject, vectorcall),
+    .tp_dictoffset = offsetof(RowsObject, dict),
+    .tp_getset = dict_getset,
+    .tp_members = rows_members,
+    .tp_methods = rows_methods,
+};
+
 /* ------------------------------------------------------------------ FusedLoop */
 
 /* reference.FusedLoop (Note [Fused loops]): every call whose inputs are what the loop was
@@ -1267,10 +1443,11 @@ int init_fastpath(PyObject *m) {
     out_kwnames = Py_BuildValue("(s)", "out");
     if (out_kwnames == NULL || PyType_Ready(&LoopCacheType) < 0 ||
         PyType_Ready(&KernelType) < 0 || PyType_Ready(&ReductionType) < 0 ||
-        PyType_Ready(&FusedLoopType) < 0)
+        PyType_Ready(&RowsType) < 0 || PyType_Ready(&FusedLoopType) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "ElementwiseKernel", (PyObject *)&KernelType) < 0 ||
         PyModule_AddObjectRef(m, "ReductionKernel", (PyObject *)&ReductionType) < 0 ||
+        PyModule_AddObjectRef(m, "RowsKernel", (PyObject *)&RowsType) < 0 ||
         PyModule_AddObjectRef(m, "FusedLoop", (PyObject *)&FusedLoopType) < 0)
         return -1;
     return PyModule_AddFunctions(m, fastpath_functions);

@@ -7,7 +7,8 @@ Two templates, ``unary`` and ``binary`` (a gradient and the tensor it depends on
 instantiated with the scalar functions below (Note [Kernel cache]: they live in this
 file, beside the templates); each takes one parameter of the data's dtype (the slope,
 or 0; hardtanh's a pair of them, its bounds), so the arithmetic stays in float32 for
-float32 data.
+float32 data. relu, sigmoid, silu and gelu run the elementwise kernels instead, with
+kernels.py's scalar functions (Note [Pointwise activations]).
 """
 
 import math
@@ -17,25 +18,29 @@ import numpy as np
 
 from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
+from lamina.dispatch import core
+from lamina.dispatch import dtypes as D
+from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from .. import kernels as K
+from ..elementwise import Elementwise, unary_kernel
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+ROWS_KERNELS = []  # softmax's and log_softmax's (Note [C rows]): their limits follow it
 
 
 def _set_threshold(threshold):
     global _parallel_min
     _parallel_min = threshold
+    for kernel in ROWS_KERNELS:
+        kernel.set_limit(threshold)
 
 
 threads.on_change(_set_threshold)
 
-_SQRT_HALF = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_TANH_BETA = math.sqrt(2.0 / math.pi)
-_TANH_KAPPA = 0.044715
 # Note [Kernel cache]: the kernels here that call kernels.py's vector math (Note [Vector
 # math]) close over that file's stamp (Numba's own: mtime and size), since Numba keys
 # their cache by this file alone
@@ -44,12 +49,6 @@ _MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
 
 
 # ---------------------------------------------------------------- scalar functions
-
-
-@jitable
-def relu(x, zero):
-    # NaN and -0.0 pass unchanged, as in PyTorch (its clamp_min(x, 0))
-    return zero if x < 0 else x
 
 
 @jitable
@@ -68,51 +67,23 @@ def leaky_relu_backward(g, x, slope):
     return g if x > 0 else g * slope
 
 
-# gelu and sigmoid compute in the data's dtype (type(x): its constants too), with the
-# vector math of kernels.py (Note [Vector math]); gelu is inlined by Numba, since LLVM
-# finds it too large to inline, and a call left in the loop keeps it scalar
-
-
-@jitable(inline="always", **jit.CALLEE)
-def gelu(x, unused):
-    c = type(x)
-    return c(0.5) * x * (c(1.0) + K.vector_erf(x * c(_SQRT_HALF)))
+# the gradients compute as the forward functions do (kernels.py: relu, silu, gelu)
 
 
 @jitable(inline="always", **jit.CALLEE)
 def gelu_backward(g, x, unused):
     c = type(x)
-    cdf = c(0.5) * (c(1.0) + K.vector_erf(x * c(_SQRT_HALF)))
+    cdf = c(0.5) * (c(1.0) + K.vector_erf(x * c(K.SQRT_HALF)))
     return g * (cdf + x * c(_INV_SQRT_2PI) * K.vector_exp(c(-0.5) * x * x))
-
-
-@jitable(inline="always", **jit.CALLEE)
-def gelu_tanh(x, unused):
-    c = type(x)
-    inner = c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x)
-    return c(0.5) * x * (c(1.0) + K.vector_tanh(inner))
 
 
 @jitable(inline="always", **jit.CALLEE)
 def gelu_tanh_backward(g, x, unused):
     c = type(x)
-    t = K.vector_tanh(c(_TANH_BETA) * (x + c(_TANH_KAPPA) * x * x * x))
-    du = c(_TANH_BETA) * (c(1.0) + c(3.0 * _TANH_KAPPA) * x * x)
+    beta, kappa = K.TANH_GELU_BETA, K.TANH_GELU_KAPPA
+    t = K.vector_tanh(c(beta) * (x + c(kappa) * x * x * x))
+    du = c(beta) * (c(1.0) + c(3.0 * kappa) * x * x)
     return g * (c(0.5) * (c(1.0) + t) + c(0.5) * x * (c(1.0) - t * t) * du)
-
-
-@jitable(**K.VECTOR_OPTIONS)
-def sigmoid(x, unused):
-    return K.vector_sigmoid(x)
-
-
-# silu as PyTorch computes it, x / (1 + exp(-x)): -inf gives NaN (-inf / inf) there too
-
-
-@jitable(inline="always", **jit.CALLEE)
-def silu(x, unused):
-    c = type(x)
-    return x / (c(1.0) + K.vector_exp(-x))
 
 
 @jitable(inline="always", **jit.CALLEE)
@@ -206,10 +177,6 @@ def _binary(fn, grad, x, p=0.0):
     return from_array(out)
 
 
-def relu_kernel(ks, input):
-    return _unary(relu, input)
-
-
 def relu_backward_kernel(ks, grad, result):
     return _binary(relu_backward, grad, result)
 
@@ -222,20 +189,8 @@ def leaky_relu_backward_kernel(ks, grad, input, negative_slope):
     return _binary(leaky_relu_backward, grad, input, negative_slope)
 
 
-def gelu_kernel(ks, input, approximate):
-    return _unary(gelu_tanh if approximate == "tanh" else gelu, input)
-
-
 def gelu_backward_kernel(ks, grad, input, approximate):
     return _binary(gelu_tanh_backward if approximate == "tanh" else gelu_backward, grad, input)
-
-
-def sigmoid_kernel(ks, input):
-    return _unary(sigmoid, input)
-
-
-def silu_kernel(ks, input):
-    return _unary(silu, input)
 
 
 def silu_backward_kernel(ks, grad, input):
@@ -395,7 +350,7 @@ def _along_dim(templates, take_log, dim, data, *others):
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
     template = templates[inner > 1]
     arrays = [a.reshape((outer, n, inner) if inner > 1 else (outer, n)) for a in arrays]
-    exp, cast = (K.float32_exp, np.float32) if data.dtype == np.float32 else (K.float64_exp, float)
+    exp, cast = _exp_and_cast(data.dtype)
     loop = jit.prange if outer > 1 and data.size >= _parallel_min else range
 
     def build():
@@ -407,6 +362,40 @@ def _along_dim(templates, take_log, dim, data, *others):
 
     jit.cached((template, take_log, data.dtype, loop), build)(*arrays)
     return from_array(out)
+
+
+def _exp_and_cast(dtype):
+    return (K.float32_exp, np.float32) if dtype == np.float32 else (K.float64_exp, float)
+
+
+class RowsSpec:
+    """What the C core's fast path along the last axis needs of softmax or log_softmax
+    (Note [C rows] in dispatch/csrc/fastpath.c): the dtypes with a loop, the size limit
+    and the loops' addresses -- softmax_rows compiled as a C function, with the flags
+    of the Python kernel's (Note [Softmax kernels])."""
+
+    def __init__(self, take_log):
+        self.take_log, self.limit = take_log, _parallel_min
+        self.dtypes = [d if d.name in ("float32", "float64") else None for d in D.ALL]
+
+    def address(self, form, index):
+        d = D.ALL[index]
+
+        def build(cache):
+            exp, cast = _exp_and_cast(d.np)
+            kernel = jitable(softmax_rows(exp, cast, self.take_log, range), inline="always")
+            return K.c_loop(K.rows_cloop, kernel, d, d, [d], cache)
+
+        return jit.c_loop((K.rows_cloop, softmax_rows, self.take_log, d), build)
+
+
+def _rows_kernel(kernel, take_log):
+    fast = core.RowsKernel(kernel, RowsSpec(take_log))
+    if fast is not kernel:
+        ROWS_KERNELS.append(fast)
+        fast.__name__ = fast.__qualname__ = kernel.__name__  # how dumps show it
+        fast.__module__ = __name__
+    return fast
 
 
 def _alike(a, b):
@@ -440,14 +429,10 @@ def log_softmax_backward_kernel(ks, grad, result, dim):
 
 
 KERNELS = {
-    "relu": relu_kernel,
     "relu_backward": relu_backward_kernel,
     "leaky_relu": leaky_relu_kernel,
     "leaky_relu_backward": leaky_relu_backward_kernel,
-    "gelu": gelu_kernel,
     "gelu_backward": gelu_backward_kernel,
-    "sigmoid": sigmoid_kernel,
-    "silu": silu_kernel,
     "silu_backward": silu_backward_kernel,
     "hardtanh": hardtanh_kernel,
     "hardtanh_backward": hardtanh_backward_kernel,
@@ -460,7 +445,46 @@ KERNELS = {
 }
 
 
+# Note [Pointwise activations]: relu, sigmoid, silu and gelu (either form) are
+# elementwise operators in all but their namespace and signature: their kernels are the
+# elementwise module's, instantiated with kernels.py's scalar functions, so a call on a
+# C-contiguous tensor below the parallel threshold takes the C core's fast path (Note
+# [Fast path]) as exp's does, and every other call runs the same loops over the input's
+# memory (dense()), so that the result keeps a dense input's layout.
+POINTWISE = {
+    "relu": K.relu,
+    "sigmoid": K.vector_sigmoid,
+    "silu": K.silu,
+    "gelu": K.gelu,
+    "gelu_tanh": K.gelu_tanh,
+}
+
+
+def pointwise_kernel(name, scalar_fn):
+    ew = Elementwise(OPERATORS[name], 1, lambda dtype: scalar_fn)
+
+    def general(ks, input):
+        flat, data = dense(input._data)
+        out_flat, out = flat_output(data)
+        ew.run(input._dtype, out_flat, [flat])
+        return from_array(out)
+
+    return unary_kernel(ew, general)
+
+
 def register(registry):
     for name, fn in KERNELS.items():
         fn.__name__ = fn.__qualname__ = name
+        if name in ("softmax", "log_softmax"):
+            fn = _rows_kernel(fn, take_log=name == "log_softmax")
         registry.register(name, "cpu", fn)
+    kernels = {name: pointwise_kernel(name.split("_")[0], fn) for name, fn in POINTWISE.items()}
+    for name in ("relu", "sigmoid", "silu"):
+        registry.register(name, "cpu", kernels[name])
+    by_approximation = {"none": kernels["gelu"], "tanh": kernels["gelu_tanh"]}
+
+    def gelu(ks, input, approximate):
+        return by_approximation[approximate](ks, input)
+
+    gelu.__qualname__ = "gelu"  # how dumps show it
+    registry.register("gelu", "cpu", gelu)
