@@ -255,9 +255,9 @@ def test_max_min_propagate_nan():
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "uint8", "bool"])
 def test_long_rows_and_columns(dtype):
     """Rows long enough for every accumulator of reduce_rows (and a remainder), and
-    leading-axis reductions that take the column kernel (mean too: the C core's fold
-    divided by the count), on contiguous, transposed and stepped inputs, with a NaN in
-    one column and one row."""
+    leading-axis reductions that take the column kernel (mean and argmax too, which
+    the C core runs as folds), on contiguous, transposed and stepped inputs, with a NaN
+    in one column and one row."""
     n = data(dtype, shape=(37, 203))
     if dtype.startswith("float"):
         n[5, 7] = np.nan
@@ -266,7 +266,8 @@ def test_long_rows_and_columns(dtype):
         x = lm.asarray(view)
         # (float products of hundreds of values overflow: prod is checked on integers)
         floats = dtype.startswith("float")
-        for name in ("sum", "max", "min", "all", "any", *(("mean",) if floats else ("prod",))):
+        names = ("sum", "max", "min", "all", "any", "argmax", "argmin")
+        for name in (*names, *(("mean",) if floats else ("prod",))):
             if name in ("sum", "prod"):
                 want = getattr(np, name)(view, axis=0, dtype=lm.sum(x[:1, :1]).dtype.np)
             else:

@@ -1451,6 +1451,27 @@ def fold_columns_cloop(kernel):
     return loop
 
 
+def arg_rows_cloop(kernel):
+    """arg_reduce_rows over a contiguous (rows, cols) array: each row's index into
+    ``out`` (int64), its value into ``best`` (holding each row's first value)."""
+
+    def loop(x, out, best, rows, cols):
+        carray = jit.numba.carray
+        kernel(carray(x, (rows, cols)), carray(out, rows), carray(best, rows))
+
+    return loop
+
+
+def arg_columns_cloop(kernel):
+    """arg_reduce_columns over a contiguous (rows, cols) array into cols results."""
+
+    def loop(x, out, best, rows, cols):
+        carray = jit.numba.carray
+        kernel(carray(x, (rows, cols)), carray(out, cols), carray(best, cols))
+
+    return loop
+
+
 def _cast(name, fn):
     """A module-level cast to dtype ``name`` (it pickles by name: Note [Kernel cache])."""
     cast = jitable(lambda v: fn(v))
@@ -1492,6 +1513,10 @@ def c_loop(template, fn, comp, out, ins, cache=True):
         sig = types.void(
             ptr(ins[0], types.boolean), ptr(out, types.boolean), types.int64, types.int64
         )
+        return jit.compile_cfunc(template(fn), sig, cache, fastmath=jit.REASSOCIATE)
+    elif template in (arg_rows_cloop, arg_columns_cloop):  # out: the indices; best: values
+        value = ptr(ins[0], types.boolean)
+        sig = types.void(value, ptr(out), value, types.int64, types.int64)
         return jit.compile_cfunc(template(fn), sig, cache, fastmath=jit.REASSOCIATE)
     elif template in (unary_strided_cloop, binary_strided_cloop):
         strides = (types.int64,) * (len(ins) + 1)

@@ -242,6 +242,9 @@ class FoldSpec:
         op = OPERATORS[name]
         self.name, self.reduction, self.start = name, reduction, start
         self.has_dtype = name in ("sum", "prod")
+        # argmax, argmin: the indices into the accumulator (int64), each row's best
+        # value beside it, starting from the row's first (``_arg_fold``)
+        self.arg = name in ("argmax", "argmin")
         # mean: the sum's fold into float64, divided by the count (``_mean``), for
         # floating inputs; an empty axis (NaN) and complex ones take the Python kernel
         self.mean = mean
@@ -265,7 +268,8 @@ class FoldSpec:
 
     def address(self, form, index):
         template = self.reduction.template if form == core.LOOP_ROWS else self.reduction.columns
-        wrapper = K.fold_rows_cloop if form == core.LOOP_ROWS else K.fold_columns_cloop
+        wrappers = (K.arg_rows_cloop, K.arg_columns_cloop) if self.arg else _FOLD_WRAPPERS
+        wrapper = wrappers[form != core.LOOP_ROWS]
         d, acc = D.ALL[index], self.accumulators[index]
 
         def build(cache):
@@ -279,6 +283,9 @@ class FoldSpec:
         return jit.c_loop((wrapper, template, self.reduction.fn, d, acc), build)
 
 
+_FOLD_WRAPPERS = (K.fold_rows_cloop, K.fold_columns_cloop)
+
+
 def _fast(kernel, spec):
     """The kernel with the C core's fast path in front (the kernel itself in the
     pure-Python core)."""
@@ -287,6 +294,11 @@ def _fast(kernel, spec):
     if fast is not kernel:
         FAST.append(fast)
     return fast
+
+
+def _index_result(op, d):
+    S.check_dtype(op, d)  # argmax of complex: TypeError
+    return D.int64
 
 
 def _sum_result(op, d):
@@ -313,8 +325,12 @@ def register(registry):
             _fold(_ANY, _constant(False), lambda x: D.bool_),
             FoldSpec("any", _ANY, False, lambda op, d: D.bool_),
         ),
-        "argmax": _arg_fold(_ARGMAX, "argmax"),
-        "argmin": _arg_fold(_ARGMIN, "argmin"),
+        "argmax": _fast(
+            _arg_fold(_ARGMAX, "argmax"), FoldSpec("argmax", _ARGMAX, "first", _index_result)
+        ),
+        "argmin": _fast(
+            _arg_fold(_ARGMIN, "argmin"), FoldSpec("argmin", _ARGMIN, "first", _index_result)
+        ),
         "mean": _fast(mean, FoldSpec("mean", _SUM, 0, _sum_result, mean=True)),
         "var": var,
         "std": std,

@@ -761,11 +761,13 @@ static PyTypeObject KernelType = {
  * Python kernel's rows view gives for these layouts -- into an accumulator C
  * allocated and filled with the start value; the result is cast and reshaped as the
  * Python kernel does. mean is the sum's fold into float64 divided by the count, as
- * the Python kernel's _mean. Everything else (a dtype= argument, other axes or
+ * the Python kernel's _mean; argmax and argmin fold indices into a zeroed int64
+ * accumulator beside each row's best value, which starts from the row's first. Everything else (a dtype= argument, other axes or
  * layouts, an empty axis without identity or of a mean, big inputs: parallel loops) is
  * the Python kernel. */
 
 typedef void (*fold_t)(void *, void *, long long, long long);
+typedef void (*arg_fold_t)(void *, void *, void *, long long, long long);
 enum { START_ZERO, START_ONE, START_TRUE, START_FALSE, START_FIRST };
 
 typedef struct {
@@ -776,6 +778,7 @@ typedef struct {
     PyObject *dict;
     int has_dtype;        /* sum, prod: (x, axis, dtype, keepdims) */
     int mean;             /* divide the float64 sums by the count */
+    int arg;              /* argmax, argmin: indices, beside each row's best value */
     int start;
     long long limit;
     int acc_index[MAX_DTYPES], result_index[MAX_DTYPES];
@@ -863,12 +866,29 @@ static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ss
         &PyArray_Type, dtype_descrs[acc_i], 1, &kept, NULL, NULL, 0, NULL);
     if (acc == NULL) return NULL;
     const char *data = PyArray_DATA(f);
-    if (fill_start(r, acc, data, columns ? reduced : kept, columns ? kept : reduced, columns) < 0) {
+    PyArrayObject *best = NULL;  /* argmax, argmin: the values, in the input's dtype */
+    if (r->arg) {
+        Py_INCREF(dtype_descrs[i]);
+        best = (PyArrayObject *)PyArray_NewFromDescr(&PyArray_Type, dtype_descrs[i], 1, &kept,
+                                                     NULL, NULL, 0, NULL);
+        if (best == NULL) {
+            Py_DECREF(acc);
+            return NULL;
+        }
+        memset(PyArray_DATA(acc), 0, kept * PyArray_ITEMSIZE(acc));
+    }
+    if (fill_start(r, best != NULL ? best : acc, data, columns ? reduced : kept,
+                   columns ? kept : reduced, columns) < 0) {
+        Py_XDECREF(best);
         Py_DECREF(acc);
         return NULL;
     }
-    if (reduced > 0 && kept > 0)
+    if (reduced > 0 && kept > 0 && best != NULL)
+        ((arg_fold_t)loop)((void *)data, PyArray_DATA(acc), PyArray_DATA(best),
+                           columns ? reduced : kept, columns ? kept : reduced);
+    else if (reduced > 0 && kept > 0)
         loop((void *)data, PyArray_DATA(acc), columns ? reduced : kept, columns ? kept : reduced);
+    Py_XDECREF(best);
     if (r->mean) {  /* a float64 accumulator: FoldSpec gives none other to a mean */
         double *sums = PyArray_DATA(acc);
         for (npy_intp k = 0; k < kept; k++) sums[k] /= (double)reduced;
@@ -965,16 +985,18 @@ static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     r->spec = spec;
     PyObject *has_dtype = PyObject_GetAttrString(spec, "has_dtype");
     PyObject *mean = PyObject_GetAttrString(spec, "mean");
+    PyObject *arg = PyObject_GetAttrString(spec, "arg");
     PyObject *start = PyObject_GetAttrString(spec, "start");
     PyObject *results = PyObject_GetAttrString(spec, "results");
     PyObject *accs = PyObject_GetAttrString(spec, "accumulators");
     PyObject *limit = PyObject_GetAttrString(spec, "limit");
-    int ok = has_dtype && mean && start && results && accs && limit &&
+    int ok = has_dtype && mean && arg && start && results && accs && limit &&
              dtype_index_list(results, r->result_index) == 0 &&
              dtype_index_list(accs, r->acc_index) == 0;
     if (ok) {
         r->has_dtype = PyObject_IsTrue(has_dtype);
         r->mean = PyObject_IsTrue(mean);
+        r->arg = PyObject_IsTrue(arg);
         if (PyUnicode_Check(start)) r->start = START_FIRST;
         else if (PyBool_Check(start)) r->start = start == Py_True ? START_TRUE : START_FALSE;
         else r->start = PyLong_AsLong(start) == 1 ? START_ONE : START_ZERO;
@@ -984,6 +1006,7 @@ static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     }
     Py_XDECREF(has_dtype);
     Py_XDECREF(mean);
+    Py_XDECREF(arg);
     Py_XDECREF(start);
     Py_XDECREF(results);
     Py_XDECREF(accs);
