@@ -238,7 +238,7 @@ class FoldSpec:
     where the dtype takes the Python kernel), the start value, and the loops' addresses
     -- the same templates the Python kernel runs, compiled as C functions."""
 
-    def __init__(self, name, reduction, start, result, mean=False):
+    def __init__(self, name, reduction, start, result):
         op = OPERATORS[name]
         self.name, self.reduction, self.start = name, reduction, start
         self.has_dtype = name in ("sum", "prod")
@@ -247,7 +247,7 @@ class FoldSpec:
         self.arg = name in ("argmax", "argmin")
         # mean: the sum's fold into float64, divided by the count (``_mean``), for
         # floating inputs; an empty axis (NaN) and complex ones take the Python kernel
-        self.mean = mean
+        self.mean = mean = name == "mean"
         self.results, self.accumulators = [], []
         for d in D.ALL:
             try:
@@ -331,7 +331,7 @@ def register(registry):
         "argmin": _fast(
             _arg_fold(_ARGMIN, "argmin"), FoldSpec("argmin", _ARGMIN, "first", _index_result)
         ),
-        "mean": _fast(mean, FoldSpec("mean", _SUM, 0, _sum_result, mean=True)),
+        "mean": _fast(mean, FoldSpec("mean", _SUM, 0, _sum_result)),
         "var": var,
         "std": std,
     }

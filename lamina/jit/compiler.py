@@ -368,10 +368,7 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs:  # the hot path: the guard's facts as one token, one lookup
-            prefix = (
-                (entries.generation, _grad.enabled) if self.module is None else self._token_prefix()
-            )
-            run = self.runs.get(core.guard_token(prefix, args))
+            run = self.runs.get(core.guard_token(self._token_prefix(), args))
             if run is not None:
                 return run(args)
         return self._call(args, kwargs)
