@@ -53,6 +53,7 @@ from . import passes as P
 from . import training
 from .executor import Plan, call_node
 from .graph import CONSTANT, INPUT, Graph, Value
+from .symbolic import PROBES_FROM, Family, Generalizer, probe_sizes
 from .tracer import GraphBreak, Tracer, current, tracing
 
 CACHE_LIMIT = 8
@@ -173,9 +174,12 @@ def _module_tensors(fn: Callable) -> dict:
     }
 
 
-def _start(fn: Callable, args: tuple, kwargs: dict, on_break: Any = None) -> tuple:
+def _start(
+    fn: Callable, args: tuple, kwargs: dict, on_break: Any = None, sizes: list | None = None
+) -> tuple:
     """A tracer with the tensors of ``args`` and ``kwargs`` as inputs, and the
-    arguments with meta twins in their place."""
+    arguments with meta twins in their place; ``sizes``: a probe's shape for each
+    tensor, or None to keep its own (Note [Symbolic sizes])."""
     if current() is not None:
         raise RuntimeError("lamina.jit: a trace is already running in this thread")
     graph = Graph()
@@ -185,7 +189,10 @@ def _start(fn: Callable, args: tuple, kwargs: dict, on_break: Any = None) -> tup
     # one input per argument position, the same tensor passed twice included: a later
     # call may pass two tensors there (the guards do not compare identities)
     names = [f"x{i}" if len(tensors) > 1 else "x" for i in range(len(tensors))]
-    twins = iter([tracer.add_input(t, INPUT, n) for t, n in zip(tensors, names)])
+    shapes = sizes or [None] * len(tensors)
+    twins = iter(
+        [tracer.add_input(t, INPUT, n, shape=s) for t, n, s in zip(tensors, names, shapes)]
+    )
     args, kwargs = _replace((args, kwargs), twins)
     return tracer, tensors, args, kwargs
 
@@ -307,6 +314,21 @@ class Variant:
     plan: Plan | training.Training | None = None
     graph: Graph | None = None
     breaks: list[Break] = field(default_factory=list)
+    shapes: list[tuple] | None = None  # its input tensors' shapes
+
+
+def _graphs_of(plan: Plan | training.Training) -> list[Graph]:
+    if isinstance(plan, Plan):
+        return [plan.graph]
+    return [plan.forward.graph, plan.backward.graph]
+
+
+def _replanned(plan: Plan | training.Training) -> Plan | training.Training:
+    """``plan`` made again from its graphs (after ``Generalizer`` wrote its sizes)."""
+    if isinstance(plan, Plan):
+        return Plan(plan.graph, plan.grad, plan.positional, plan.consume)
+    plan.forward, plan.backward = _replanned(plan.forward), _replanned(plan.backward)
+    return plan
 
 
 def _plan(graph: Graph, names: Sequence[str], grad: bool, positional: list | None = None) -> Plan:
@@ -344,6 +366,8 @@ class CompiledFunction:
         self._module_numbers: dict[tuple, int] = {}  # a module guard -> its token number
         self.recompiles: list[str] = []  # what changed, for each variant after the first
         self.segments: dict[Any, Any] = {}  # printed segment graph -> (Plan, positional)
+        self.families: dict[Any, Family] = {}  # kind -> its symbolic variant
+        self._tokens: dict[tuple, Any] = {}  # guard key -> its token in ``runs``
         self._eager = False
         # (module generation, _module_guard, its number in _module_numbers)
         self._module_state: tuple = (None, None, None)
@@ -385,14 +409,16 @@ class CompiledFunction:
             if not kwargs:  # the next such call takes the hot path
                 token = core.guard_token(self._token_prefix(), args)
                 if token is not None:
-                    self.runs[token] = variant.plan.run
+                    loop_at = getattr(variant.plan, "loop_at", None)
+                    self.runs[token] = variant.plan.run if loop_at is None else loop_at(args)
+                    self._tokens[key] = token
             tensors: list = []
             _flatten((args, kwargs), tensors)
             return variant.plan.run(tensors)
         if key is None or self._eager:
             return self.fn(*args, **kwargs)
         if variant is None:
-            variant = self._compile(key, args, kwargs)
+            variant = self._symbolic(key, args, kwargs) or self._compile(key, args, kwargs)
             if variant is None:
                 return self.fn(*args, **kwargs)
             if variant.plan is not None:
@@ -403,8 +429,9 @@ class CompiledFunction:
 
     @property
     def graphs(self) -> list[Graph]:
-        """The graphs of the variants compiled so far (optimized)."""
-        return [v.graph for v in self.variants.values() if v.graph is not None]
+        """The graphs of the variants compiled so far (optimized), each once."""
+        found = {id(v.graph): v.graph for v in self.variants.values() if v.graph is not None}
+        return list(found.values())
 
     def _names(self, args: tuple, kwargs: dict) -> list[str]:
         import inspect
@@ -416,15 +443,16 @@ class CompiledFunction:
             return [f"argument {i}" for i in range(len(args) + len(kwargs))]
 
     def _compile(self, key: tuple, args: tuple, kwargs: dict) -> Variant | None:
+        kind, same_kind = _kind(key), None
         if self.variants:
             # the nearest variant (the latest of equals) says what changed
             old = min(reversed(self.variants), key=lambda k: _differences(k, key))
             changed = _what_changed(old, key, self._names(args, kwargs))
             kinds = {_kind(k) for k in self.variants}
-            kind = _kind(key)
             if kind in kinds and self.dynamic is None:  # Note [Dynamic sizes]
                 self.dynamic = True
             if kind in kinds and self.dynamic:
+                same_kind = next(v for k, v in reversed(self.variants.items()) if _kind(k) == kind)
                 self._forget_sizes_beyond(SIZE_VARIANTS - 1, kind)
             elif len(kinds if self.dynamic else self.variants) >= self.cache_limit:
                 self._eager = True
@@ -438,13 +466,23 @@ class CompiledFunction:
                 return None
             self.recompiles.append(changed)
             del self.recompiles[:-RECOMPILES_KEPT]
+        tensors: list = []
+        _flatten((args, kwargs), tensors)
+        variant = self.variants[key] = self._build(args, kwargs)
+        variant.shapes = [tuple(t.shape) for t in tensors]
+        if same_kind is not None and same_kind.shapes and variant.plan is not None:
+            self._generalize(kind, same_kind.shapes, tensors, args, kwargs, variant)
+        return variant
+
+    def _build(self, args: tuple, kwargs: dict, sizes: list | None = None) -> Variant:
+        """The variant traced at the arguments (at ``sizes``: a probe's)."""
+        start = _start if sizes is None else functools.partial(_start, sizes=sizes)
         grad = is_grad_enabled()
         if grad:  # training, where something the function reads requires grad
-            trained = training.build(self.fn, args, kwargs, _start, self.passes, _no_global_writes)
+            trained = training.build(self.fn, args, kwargs, start, self.passes, _no_global_writes)
             if trained is not None:  # Note [Joint graph]
-                variant = self.variants[key] = Variant(trained, trained.graph)
-                return variant
-        tracer, _, targs, tkwargs = _start(self.fn, args, kwargs)
+                return Variant(trained, trained.graph)
+        tracer, _, targs, tkwargs = start(self.fn, args, kwargs)
         try:
             with _no_global_writes(self.fn), tracing(tracer):
                 out = self.fn(*targs, **tkwargs)
@@ -456,20 +494,88 @@ class CompiledFunction:
                     "that a graph cannot know",
                     e.line,
                 ) from None
-            variant = self.variants[key] = Variant(breaks=[Break(e.reason, e.line)])
-            return variant
+            return Variant(breaks=[Break(e.reason, e.line)])
         graph = tracer.graph
-        variant = self.variants[key] = Variant(_plan(graph, self.passes, grad), graph)
-        return variant
+        return Variant(_plan(graph, self.passes, grad), graph)
+
+    def _generalize(
+        self, kind: Any, before: list, tensors: list, args: tuple, kwargs: dict, variant: Variant
+    ) -> None:
+        """The kind's symbolic variant, made or widened from the call's ``variant`` and
+        the shapes of the kind's previous one (Note [Symbolic sizes])."""
+        shapes = [tuple(t.shape) for t in tensors]
+        family = self.families.get(kind)
+        symbolic = {
+            (k, d)
+            for k, (shape, old) in enumerate(zip(shapes, before))
+            for d in range(len(shape))
+            if shape[d] != old[d] or (family is not None and isinstance(family.layout[k][d], tuple))
+        }
+        symbolic = {
+            (k, d)
+            for k, d in symbolic
+            if shapes[k][d] >= PROBES_FROM and tensors[k].is_contiguous()
+        }
+        if not symbolic:
+            return
+        actual = sorted({shapes[k][d] for k, d in symbolic})  # equal sizes: one symbol
+        probes = probe_sizes(actual, {size for shape in shapes for size in shape})
+        layout = [
+            tuple(("s", actual.index(n)) if (k, d) in symbolic else n for d, n in enumerate(shape))
+            for k, shape in enumerate(shapes)
+        ]
+        sizes = [
+            tuple(probes[s[1]] if isinstance(s, tuple) else s for s in shape)
+            if shape != tuple(shapes[k])
+            else None
+            for k, shape in enumerate(layout)
+        ]
+        names = self._names(args, kwargs)
+        names = (
+            names if len(names) == len(tensors) else [f"tensor {k}" for k in range(len(tensors))]
+        )
+        described = [
+            f"{names[k]} dimension {d} is s{actual.index(shapes[k][d])}"
+            for k, d in sorted(symbolic)
+        ]
+        try:
+            probe = self._build(args, kwargs, sizes)
+            if probe.plan is None:
+                raise ValueError("the probe's trace breaks")
+            generalizer = Generalizer(actual, probes)
+            for a, b in zip(_graphs_of(variant.plan), _graphs_of(probe.plan), strict=True):
+                generalizer.graph(a, b)
+                b.symbols = len(probes)
+            plan = _replanned(probe.plan)
+        except Exception as e:  # no wrong graph: this kind keeps a variant per size
+            self.recompiles[-1] += f" (sizes stay specialized: {e})"
+            return
+        symbolic_variant = Variant(plan, _graphs_of(plan)[0])
+        self.families[kind] = Family(symbolic_variant, layout, generalizer.fused, described)
+        self.recompiles[-1] += " (symbolic from now on: " + ", ".join(described) + ")"
+
+    def _symbolic(self, key: tuple, args: tuple, kwargs: dict) -> Variant | None:
+        """The kind's symbolic variant, where it holds for these arguments' sizes (Note
+        [Symbolic sizes]); a call of a new size costs this, and no trace."""
+        kind = _kind(key)
+        family = self.families.get(kind)
+        if family is None:
+            return None
+        tensors: list = []
+        _flatten((args, kwargs), tensors)
+        if family.values([t.shape for t in tensors]) is None:
+            return None
+        self._forget_sizes_beyond(SIZE_VARIANTS - 1, kind)
+        self.variants[key] = family.variant
+        return family.variant
 
     def _forget_sizes_beyond(self, keep: int, kind: Any) -> None:
         """Drop the oldest variants of ``kind`` until ``keep`` remain (Note [Dynamic
         sizes])."""
         same_kind = [k for k in self.variants if _kind(k) == kind]
         for old in same_kind[: max(0, len(same_kind) - keep)]:
-            plan = self.variants.pop(old).plan
-            for token in [t for t, run in self.runs.items() if plan and run == plan.run]:
-                del self.runs[token]
+            del self.variants[old]
+            self.runs.pop(self._tokens.pop(old, None), None)
 
     # ------------------------------------------------------------ segments
 

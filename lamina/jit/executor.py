@@ -22,6 +22,7 @@ from lamina.dispatch import keys
 from lamina.dispatch.schema import Operator
 
 from .graph import INPUT, Graph, Node, Value, map_values
+from .symbolic import Sym, SymbolicFused, symbol_places
 
 
 def node_keys(node: Node, grad: bool) -> int:
@@ -47,7 +48,7 @@ class Plan:
         positional: list | None = None,
         consume: bool = False,
     ) -> None:
-        self.graph = graph
+        self.graph, self.grad, self.consume = graph, grad, consume
         names: dict[Value, str] = {}
         bound: dict[str, Any] = {}
 
@@ -59,6 +60,8 @@ class Plan:
         def arg(a: Any) -> str:
             if isinstance(a, Value):
                 return names[a]
+            if isinstance(a, Sym):  # the call's size, from the symbols (Note [Symbolic sizes])
+                return repr(a)
             if isinstance(a, tuple) and hasattr(a, "_fields"):  # a named tuple
                 return f"{bind(type(a), 'c')}(" + ", ".join(arg(x) for x in a) + ")"
             if isinstance(a, tuple):
@@ -76,6 +79,7 @@ class Plan:
             return bind(a, "c")
 
         inputs = [v for v in graph.inputs if v.kind == INPUT] if positional is None else positional
+        self.positional = positional
         lines = ["def run(inputs):"]
         for i, v in enumerate(inputs):
             names[v] = f"x{i}"
@@ -83,6 +87,8 @@ class Plan:
             lines.append("    " + "".join(names[v] + ", " for v in inputs) + "= inputs")
             if consume:  # the caller's list lets go: each input is released after its
                 lines.append("    inputs.clear()")  # last use (Note [Released values])
+        places = symbol_places(inputs, graph.symbols)
+        lines += [f"    s{i} = {names[inputs[k]]}._shape[{d}]" for i, (k, d) in enumerate(places)]
         for v in graph.inputs:
             if v not in names:
                 names[v] = bind(v.source, "p")
@@ -138,15 +144,20 @@ class Plan:
         )
         self.run = namespace["run"]
         only = graph.nodes[0] if len(graph.nodes) == 1 else None
-        if (  # a plan that is one fused C loop on its inputs is that loop's call
+        direct = (  # a plan that is one call on its inputs, giving its result
             only is not None
-            and getattr(only.target, "c_loop", False)
             and not consume
             and len(only.args) == len(inputs)
             and all(a is v for a, v in zip(only.args, inputs))
             and only.results == [graph.outputs]
-        ):
+        )
+        if direct and getattr(only.target, "c_loop", False):  # one fused C loop: its call
             self.run = only.target.entry.run
+        self.loop_at = None  # one symbolic loop: the loop's call for given inputs' sizes
+        if direct and isinstance(only.target, SymbolicFused):
+            self.loop_at = lambda tensors: (
+                only.target.at(*(tensors[k]._shape[d] for k, d in places)).run
+            )
 
     def __call__(self, inputs: list) -> Any:
         return self.run(inputs)

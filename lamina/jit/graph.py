@@ -127,6 +127,7 @@ class Graph:
         self.nodes: list[Node] = []
         self.outputs: Any = None
         self._count = 0
+        self.symbols = 0  # how many symbolic sizes its shapes use (Note [Symbolic sizes])
 
     def new_value(self, like: Any, kind: str | None = None, name: str | None = None) -> Value:
         """A Value of ``like``'s dtype, shape and strides (a tensor or a Description)."""

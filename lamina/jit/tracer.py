@@ -33,7 +33,7 @@ from lamina.autograd.grad_mode import no_grad
 from lamina.backends import meta as meta_device
 from lamina.backends.fallback import new_tensor
 from lamina.backends.hookspecs import hookimpl
-from lamina.dispatch import devices, keys, modes
+from lamina.dispatch import devices, keys, layouts, modes
 from lamina.dispatch.layouts import MetaStorage
 from lamina.dispatch.schema import OPERATORS, Operator
 from lamina.dispatch.tensor import Tensor
@@ -105,12 +105,18 @@ class Tracer:
         self.storages: dict[int, Value] = {}  # id(a meta twin's storage) -> its Value
 
     def add_input(
-        self, t: Tensor, kind: str, name: str | None = None, source: Any = None
+        self,
+        t: Tensor,
+        kind: str,
+        name: str | None = None,
+        source: Any = None,
+        shape: tuple | None = None,
     ) -> Tensor:
-        """A meta twin of real tensor ``t``, bound to a new input Value."""
-        value = self.graph.new_value(t, kind, name)
+        """A meta twin of real tensor ``t``, bound to a new input Value; with ``shape``,
+        a contiguous twin of that shape instead (a probe: Note [Symbolic sizes])."""
+        twin = _meta_twin(t) if shape is None else _probe_twin(t, shape)
+        value = self.graph.new_value(t if shape is None else twin, kind, name)
         value.source = source
-        twin = _meta_twin(t)
         self._bind(twin, value)
         self.metas[id(t)] = twin
         self.keep.append(t)
@@ -215,6 +221,13 @@ def _meta_twin(t: Tensor) -> Tensor:
             f"lamina.jit traces CPU tensors only, got one on {t.device.name!r}"
         )
     twin = devices.move(t.detach(), "meta")  # not a call: nothing the trace records
+    if t.requires_grad:
+        twin.requires_grad_()
+    return twin
+
+
+def _probe_twin(t: Tensor, shape: tuple) -> Tensor:
+    twin = new_tensor(MetaStorage(layouts.contiguous(shape)), "meta", t.dtype, shape)
     if t.requires_grad:
         twin.requires_grad_()
     return twin

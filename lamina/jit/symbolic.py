@@ -1,0 +1,285 @@
+"""Symbolic sizes: one compiled graph for every size of a dynamic function's inputs.
+
+Note [Symbolic sizes]: when a dynamic function (Note [Dynamic sizes] in compiler.py)
+meets a new size of a known kind, the dimensions that changed since the nearest
+variant of that kind (with a size of 2 or more now: 0 and 1 stay specialized, since
+broadcasting and empty tensors take other paths) become symbols ``s0, s1, ...``;
+dimensions of equal size share a symbol. The function is traced at the call's sizes,
+as always, and once more at probe sizes: each symbol a prime number not among the
+inputs' other sizes. If the two optimized graphs have the same structure -- the same
+calls, the same fused loops, the same Python values except integers -- each integer
+that differs (a reshape's size, a result's shape or strides, a fused loop's length) is
+solved as ``c * s0**e0 * s1**e1 ...``: the probe's primes give the exponents, the
+call's sizes check the solution. An integer with no such solution, another value that
+differs (a float such as ``1 / n``) or a structure that differs (Python that branches
+on a size) leaves the function with one variant per size, as before: never a wrong
+graph. Otherwise the probe's graph, its integers replaced by their expressions
+(``Sym``: printed ``s0``, ``10*s0``), is planned once: the plan reads each symbol from
+an input's shape at every call and computes every size it passes (Note [Executor]), a
+fused loop takes its length from them, and every reduction's divisor is the kernel's,
+of the tensor it gets. A later call of that kind is that plan's if its sizes keep the
+relations the probe had (``Family.accepts``): each symbol the same in every dimension
+it names, 2 or more, different from the other symbols and from the inputs' fixed
+sizes, and each fused loop on the same side of the parallel threshold; any other call
+is a new variant (and may widen the family). What two traces cannot see: Python that
+branches on a size the same way at both traced sizes but another way elsewhere (``if
+n > 1000:``): compile such a function with ``dynamic=False``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lamina.backends import threads
+
+from .graph import Graph, Value
+
+PROBES_FROM = 2  # the smallest size a symbol stands for (Note [Symbolic sizes])
+
+
+class Sym(int):
+    """A size of a symbolic graph: ``coefficient * s_i**e_i * ...`` (``powers``: pairs
+    of symbol number and exponent); as an int, its value at the probe trace."""
+
+    coefficient: int
+    powers: tuple
+
+    def __new__(cls, hint: int, coefficient: int, powers: tuple) -> Sym:
+        self = super().__new__(cls, hint)
+        self.coefficient, self.powers = coefficient, powers
+        return self
+
+    def __repr__(self) -> str:
+        terms = [f"s{i}" if e == 1 else f"s{i}**{e}" for i, e in self.powers]
+        return "*".join(([str(self.coefficient)] if self.coefficient != 1 else []) + terms)
+
+    __str__ = __repr__
+
+    def at(self, values: tuple) -> int:
+        """The size for the symbols' ``values``."""
+        return self.coefficient * math.prod(values[i] ** e for i, e in self.powers)
+
+    @property
+    def symbol(self) -> int | None:
+        """The symbol's number where this size is one symbol alone."""
+        alone = self.coefficient == 1 and len(self.powers) == 1 and self.powers[0][1] == 1
+        return self.powers[0][0] if alone else None
+
+
+def sizes_at(shape: tuple, values: tuple) -> tuple:
+    return tuple(d.at(values) if isinstance(d, Sym) else d for d in shape)
+
+
+def symbol_places(inputs: list[Value], count: int) -> list[tuple[int, int]]:
+    """Where a plan reads each of its graph's ``count`` symbols: (input, dimension),
+    the first of its ``inputs`` that has it as one dimension (Note [Symbolic sizes])."""
+    found: dict[int, tuple[int, int]] = {}
+    for k, v in enumerate(inputs):
+        for d, size in enumerate(v.shape):
+            if isinstance(size, Sym) and size.symbol is not None:
+                found.setdefault(size.symbol, (k, d))
+    if len(found) < count:
+        raise Mismatch("a symbol is no input's dimension")
+    return [found[i] for i in range(count)]
+
+
+class SymbolicFused:
+    """A fused loop of a symbolic graph: the size-specific loop (a ``FusedCall`` of the
+    fuse pass) made for the symbols' values at the call, once per distinct values."""
+
+    c_loop = False  # never a plan's only call taken as is: it needs the symbols first
+    KEPT = 256  # loops kept per fused node (bounded memory for ever new sizes)
+
+    def __init__(
+        self, like: Any, shape: tuple, result_shape: tuple | None, inner: Any, count: int
+    ) -> None:
+        self.like, self.shape, self.result_shape, self.inner = like, shape, result_shape, inner
+        self.count = count  # the graph's symbols, all passed to ``at``
+        self.name = like.name
+        self.loops: dict[tuple, Any] = {}
+
+    def fits(self, values: tuple) -> bool:
+        """Whether the loop at these values is a C loop, as the traced one was."""
+        return math.prod(sizes_at(self.shape, values)) < threads.parallel_threshold()
+
+    def at(self, *values: int) -> Any:
+        """The loop's entry for the symbols' values (all of them, in order)."""
+        loop = self.loops.get(values)
+        if loop is None:
+            if len(self.loops) >= self.KEPT:
+                self.loops.clear()
+            result_shape = (
+                None if self.result_shape is None else sizes_at(self.result_shape, values)
+            )
+            inner = self.inner.at(values) if isinstance(self.inner, Sym) else self.inner
+            made = type(self.like)(
+                self.like.group, sizes_at(self.shape, values), self.like.ops, result_shape, inner
+            )
+            loop = self.loops[values] = made.entry
+        return loop
+
+    def emit(self, args: list[str], results: list[str], bind: Any) -> list:
+        values = "".join(f"s{i}, " for i in range(self.count))
+        targets = results[0] if len(results) == 1 else "".join(r + ", " for r in results)
+        return [f"{targets} = {bind(self.at, 'k')}({values})({', '.join(args)})"]
+
+
+class Mismatch(Exception):
+    """The two traces differ in a way no symbolic size explains."""
+
+
+class Generalizer:
+    """Matches the call's graphs against the probe's, turning the probe's integers
+    into ``Sym`` where they differ (Note [Symbolic sizes])."""
+
+    def __init__(self, actual: list[int], probe: list[int]) -> None:
+        self.actual, self.probe = actual, probe
+        self.matched: dict[Value, Value] = {}  # probe Value -> call Value
+        self.fused: list[SymbolicFused] = []
+
+    def solve(self, a: int, b: int) -> int:
+        if a == b:
+            return b
+        rest, powers = b, []
+        for i, p in enumerate(self.probe):
+            e = 0
+            while rest and rest % p == 0:
+                rest, e = rest // p, e + 1
+            if e:
+                powers.append((i, e))
+        if not powers or rest * math.prod(self.actual[i] ** e for i, e in powers) != a:
+            raise Mismatch(f"the size {a} (probe {b}) is not a product of symbols")
+        return Sym(b, rest, tuple(powers))
+
+    def sizes(self, a: tuple, b: tuple) -> tuple:
+        if len(a) != len(b):
+            raise Mismatch("ranks differ")
+        return tuple(self.solve(x, y) for x, y in zip(a, b))
+
+    def value(self, a: Value, b: Value) -> Value:
+        seen = self.matched.get(b)
+        if seen is not None:
+            if seen is not a:
+                raise Mismatch(f"{b.name} is another value")
+            return b
+        if (a.dtype, a.kind, a.device, a.requires_grad) != (
+            b.dtype,
+            b.kind,
+            b.device,
+            b.requires_grad,
+        ):
+            raise Mismatch(f"{b.name}'s type differs")
+        if a.kind is not None and a.source is not b.source:
+            raise Mismatch(f"{b.name} is another tensor")
+        b.shape, b.strides = self.sizes(a.shape, b.shape), self.sizes(a.strides, b.strides)
+        self.matched[b] = a
+        return b
+
+    def arg(self, a: Any, b: Any) -> Any:
+        if isinstance(b, Value):
+            if not isinstance(a, Value):
+                raise Mismatch("a tensor against another argument")
+            return self.value(a, b)
+        if type(a) is not type(b):
+            raise Mismatch(f"{a!r} against {b!r}")
+        if type(b) is int:
+            return self.solve(a, b)
+        if isinstance(b, (tuple, list)):
+            if len(a) != len(b):
+                raise Mismatch("sequences of other lengths")
+            items = [self.arg(x, y) for x, y in zip(a, b)]
+            return type(b)(*items) if hasattr(b, "_fields") else type(b)(items)
+        if isinstance(b, dict):
+            if a.keys() != b.keys():
+                raise Mismatch("dicts of other keys")
+            return {k: self.arg(a[k], b[k]) for k in b}
+        if a is not b and a != b:
+            raise Mismatch(f"{a!r} against {b!r}")
+        return b
+
+    def target(self, a: Any, b: Any) -> Any:
+        if a is b:
+            return b
+        if type(a) is not type(b) or not hasattr(b, "group") or not (a.c_loop and b.c_loop):
+            raise Mismatch(f"{getattr(b, 'name', b)} is another call")
+        if (a.code, a.ops, a.group.scalars) != (b.code, b.ops, b.group.scalars):
+            raise Mismatch(f"{b.name} is another loop")
+        shape = self.sizes(a.shape, b.shape)
+        result = None if b.result_shape is None else self.sizes(a.result_shape, b.result_shape)
+        inner = self.solve(a.inner, b.inner)
+        if not any(isinstance(d, Sym) for d in (*shape, inner)):
+            return b  # a loop of fixed length: as it is
+        fused = SymbolicFused(b, shape, result, inner, len(self.probe))
+        self.fused.append(fused)
+        return fused
+
+    def graph(self, a: Graph, b: Graph) -> None:
+        """Match ``b`` (the probe's) against ``a``, writing its Syms into ``b``."""
+        if len(a.nodes) != len(b.nodes) or len(a.inputs) != len(b.inputs):
+            raise Mismatch("the graphs have other lengths")
+        for x, y in zip(a.inputs, b.inputs):
+            self.value(x, y)
+        for x, y in zip(a.nodes, b.nodes):
+            if x.several != y.several or len(x.results) != len(y.results):
+                raise Mismatch(f"{y.name} has other results")
+            y.target = self.target(x.target, y.target)
+            y.args = self.arg(x.args, y.args)
+            for r, s in zip(x.results, y.results):
+                self.value(r, s)
+        b.outputs = self.arg(a.outputs, b.outputs)
+
+
+def probe_sizes(actual: list[int], taken: set[int]) -> list[int]:
+    """A prime for each symbol, above its size at the call, none among ``taken``
+    (the inputs' fixed sizes) or the others (Note [Symbolic sizes])."""
+    probes: list[int] = []
+    for size in actual:
+        p = size + 1
+        while not _prime(p) or p in taken or p in probes or p in actual:
+            p += 1
+        probes.append(p)
+    return probes
+
+
+def _prime(n: int) -> bool:
+    return n >= 2 and all(n % k for k in range(2, math.isqrt(n) + 1))
+
+
+class Family:
+    """The symbolic variant of one kind of a dynamic function's inputs: which input
+    dimension is which symbol, and what its plan assumed (Note [Symbolic sizes])."""
+
+    def __init__(
+        self, variant: Any, layout: list[tuple], fused: list, described: list[str]
+    ) -> None:
+        self.variant = variant
+        self.layout = layout  # per input tensor: its shape, a symbol's number as ("s", i)
+        self.fused = fused
+        self.described = described  # "x dimension 0 is s0", for explain and recompiles
+        self.count = 1 + max(d[1] for shape in layout for d in shape if isinstance(d, tuple))
+        self.fixed = {d for shape in layout for d in shape if not isinstance(d, tuple)}
+
+    def values(self, shapes: list[tuple]) -> tuple | None:
+        """The symbols' values at these input shapes, or None where the plan does not
+        hold for them."""
+        if len(shapes) != len(self.layout):
+            return None
+        values: list[int | None] = [None] * self.count
+        for shape, layout in zip(shapes, self.layout):
+            if len(shape) != len(layout):
+                return None
+            for size, want in zip(shape, layout):
+                if not isinstance(want, tuple):
+                    if size != want:
+                        return None
+                elif values[want[1]] is None:
+                    values[want[1]] = size
+                elif values[want[1]] != size:
+                    return None
+        if any(v < PROBES_FROM or v in self.fixed for v in values) or len(set(values)) < len(
+            values
+        ):
+            return None
+        found = tuple(values)
+        return found if all(f.fits(found) for f in self.fused) else None
