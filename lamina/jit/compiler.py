@@ -58,6 +58,7 @@ from .tracer import GraphBreak, Tracer, current, tracing
 
 CACHE_LIMIT = 8
 SIZE_VARIANTS = 64  # kept per kind of variant in a dynamic function (Note [Dynamic sizes])
+FAMILIES_KEPT = 4  # symbolic variants kept per kind, the most recent (Note [Symbolic sizes])
 SEGMENTS_KEPT = 256  # compiled segments of programs with graph breaks, the most recent
 RECOMPILES_KEPT = 256  # entries of ``recompiles``, the most recent
 
@@ -366,7 +367,7 @@ class CompiledFunction:
         self._module_numbers: dict[tuple, int] = {}  # a module guard -> its token number
         self.recompiles: list[str] = []  # what changed, for each variant after the first
         self.segments: dict[Any, Any] = {}  # printed segment graph -> (Plan, positional)
-        self.families: dict[Any, Family] = {}  # kind -> its symbolic variant
+        self.families: dict[Any, list[Family]] = {}  # kind -> its symbolic variants
         self._tokens: dict[tuple, Any] = {}  # guard key -> its token in ``runs``
         self._eager = False
         # (module generation, _module_guard, its number in _module_numbers)
@@ -452,7 +453,14 @@ class CompiledFunction:
             if kind in kinds and self.dynamic is None:  # Note [Dynamic sizes]
                 self.dynamic = True
             if kind in kinds and self.dynamic:
-                same_kind = next(v for k, v in reversed(self.variants.items()) if _kind(k) == kind)
+                same_kind = next(  # the latest traced at its sizes
+                    (
+                        v
+                        for k, v in reversed(self.variants.items())
+                        if _kind(k) == kind and v.shapes
+                    ),
+                    None,
+                )
                 self._forget_sizes_beyond(SIZE_VARIANTS - 1, kind)
             elif len(kinds if self.dynamic else self.variants) >= self.cache_limit:
                 self._eager = True
@@ -470,7 +478,7 @@ class CompiledFunction:
         _flatten((args, kwargs), tensors)
         variant = self.variants[key] = self._build(args, kwargs)
         variant.shapes = [tuple(t.shape) for t in tensors]
-        if same_kind is not None and same_kind.shapes and variant.plan is not None:
+        if same_kind is not None and variant.plan is not None:
             self._generalize(kind, same_kind.shapes, tensors, args, kwargs, variant)
         return variant
 
@@ -501,15 +509,14 @@ class CompiledFunction:
     def _generalize(
         self, kind: Any, before: list, tensors: list, args: tuple, kwargs: dict, variant: Variant
     ) -> None:
-        """The kind's symbolic variant, made or widened from the call's ``variant`` and
-        the shapes of the kind's previous one (Note [Symbolic sizes])."""
+        """A symbolic variant of the kind, made from the call's ``variant`` and the
+        shapes ``before`` of the kind's previous one (Note [Symbolic sizes])."""
         shapes = [tuple(t.shape) for t in tensors]
-        family = self.families.get(kind)
         symbolic = {
             (k, d)
             for k, (shape, old) in enumerate(zip(shapes, before))
             for d in range(len(shape))
-            if shape[d] != old[d] or (family is not None and isinstance(family.layout[k][d], tuple))
+            if shape[d] != old[d]
         }
         symbolic = {
             (k, d)
@@ -524,6 +531,8 @@ class CompiledFunction:
             tuple(("s", actual.index(n)) if (k, d) in symbolic else n for d, n in enumerate(shape))
             for k, shape in enumerate(shapes)
         ]
+        if any(f.layout == layout for f in self.families.get(kind, ())):
+            return  # a symbolic variant of these symbols exists: the call's sizes break it
         sizes = [
             tuple(probes[s[1]] if isinstance(s, tuple) else s for s in shape)
             if shape != tuple(shapes[k])
@@ -551,19 +560,24 @@ class CompiledFunction:
             self.recompiles[-1] += f" (sizes stay specialized: {e})"
             return
         symbolic_variant = Variant(plan, _graphs_of(plan)[0])
-        self.families[kind] = Family(symbolic_variant, layout, generalizer.fused, described)
+        family = Family(symbolic_variant, layout, generalizer.fused, described)
+        families = self.families.setdefault(kind, [])
+        families.insert(0, family)  # the most recent first
+        del families[FAMILIES_KEPT:]
         self.recompiles[-1] += " (symbolic from now on: " + ", ".join(described) + ")"
 
     def _symbolic(self, key: tuple, args: tuple, kwargs: dict) -> Variant | None:
         """The kind's symbolic variant, where it holds for these arguments' sizes (Note
         [Symbolic sizes]); a call of a new size costs this, and no trace."""
         kind = _kind(key)
-        family = self.families.get(kind)
-        if family is None:
+        families = self.families.get(kind)
+        if not families:
             return None
         tensors: list = []
         _flatten((args, kwargs), tensors)
-        if family.values([t.shape for t in tensors]) is None:
+        shapes = [t.shape for t in tensors]
+        family = next((f for f in families if f.values(shapes) is not None), None)
+        if family is None:
             return None
         self._forget_sizes_beyond(SIZE_VARIANTS - 1, kind)
         self.variants[key] = family.variant
@@ -741,11 +755,12 @@ class _CompiledModule:
 
 @dataclass
 class Explanation:
-    """What ``explain`` found: graphs, breaks and recompiles."""
+    """What ``explain`` found: graphs, breaks, recompiles and symbolic sizes."""
 
     graphs: list[Graph]
     breaks: list[Break]
     recompiles: list[str]
+    symbolic: list[str] = field(default_factory=list)  # "x dimension 0 is s0"
 
     def __str__(self) -> str:
         lines = [
@@ -758,13 +773,16 @@ class Explanation:
             lines.append(f"break: {b.reason}\n    at {b.line}")
         for r in self.recompiles:
             lines.append(f"recompile: {r}")
+        for s in self.symbolic:
+            lines.append(f"symbolic: {s}")
         return "\n".join(lines)
 
 
 def explain(fn: Any, *example_inputs: Any, **example_kwargs: Any) -> Explanation:
     """Run ``fn`` (or a compiled function, a Module) once on the examples under the
     compiler and say what it made of it: the graphs, each graph break with its reason
-    and the user's line, and the recompiles a compiled function has had."""
+    and the user's line, the recompiles a compiled function has had and which of its
+    inputs' dimensions are symbolic (Note [Symbolic sizes])."""
     compiled = fn._compiled if isinstance(fn, _CompiledModule) else fn
     if not isinstance(compiled, CompiledFunction):
         compiled = compile(fn)
@@ -772,4 +790,5 @@ def explain(fn: Any, *example_inputs: Any, **example_kwargs: Any) -> Explanation
     compiled(*example_inputs, **example_kwargs)
     breaks = [b for v in compiled.variants.values() for b in v.breaks]
     graphs = compiled.graphs + [p.graph for p in compiled.segments.values()]
-    return Explanation(graphs, breaks, list(compiled.recompiles))
+    symbolic = [s for kind in compiled.families.values() for f in kind for s in f.described]
+    return Explanation(graphs, breaks, list(compiled.recompiles), list(dict.fromkeys(symbolic)))

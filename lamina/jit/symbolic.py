@@ -113,9 +113,8 @@ class SymbolicFused:
                 None if self.result_shape is None else sizes_at(self.result_shape, values)
             )
             inner = self.inner.at(values) if isinstance(self.inner, Sym) else self.inner
-            made = type(self.like)(
-                self.like.group, sizes_at(self.shape, values), self.like.ops, result_shape, inner
-            )
+            shape, like = sizes_at(self.shape, values), self.like
+            made = type(like)(like.group, shape, like.ops, result_shape, inner, parallel=False)
             loop = self.loops[values] = made.entry
         return loop
 

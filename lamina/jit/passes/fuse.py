@@ -78,12 +78,14 @@ class FusedCall:
         ops: list[str],
         result_shape: tuple | None = None,
         inner: int = 1,
+        parallel: bool | None = None,
     ) -> None:
         self.group, self.shape, self.ops = group, shape, ops
         self.result_shape, self.inner = result_shape, inner  # a symbolic graph remakes it
         self.name = "fused[" + ", ".join(ops) + "]"
         self.size = math.prod(shape)
-        parallel = self.size >= threads.parallel_threshold()
+        if parallel is None:  # by size; a symbolic graph's loop stays the traced one's
+            parallel = self.size >= threads.parallel_threshold()
         self.c_loop = group.flat and not parallel
         if self.c_loop:
             inputs = tuple(
