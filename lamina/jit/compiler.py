@@ -369,6 +369,7 @@ class CompiledFunction:
         self.segments: dict[Any, Any] = {}  # printed segment graph -> (Plan, positional)
         self.families: dict[Any, list[Family]] = {}  # kind -> its symbolic variants
         self._tokens: dict[tuple, Any] = {}  # guard key -> its token in ``runs``
+        self._keys_of: dict[Any, dict] = {}  # kind -> its keys in ``variants``, oldest first
         self._eager = False
         # (module generation, _module_guard, its number in _module_numbers)
         self._module_state: tuple = (None, None, None)
@@ -476,7 +477,7 @@ class CompiledFunction:
             del self.recompiles[:-RECOMPILES_KEPT]
         tensors: list = []
         _flatten((args, kwargs), tensors)
-        variant = self.variants[key] = self._build(args, kwargs)
+        variant = self._add(key, kind, self._build(args, kwargs))
         variant.shapes = [tuple(t.shape) for t in tensors]
         if same_kind is not None and variant.plan is not None:
             self._generalize(kind, same_kind.shapes, tensors, args, kwargs, variant)
@@ -580,15 +581,20 @@ class CompiledFunction:
         if family is None:
             return None
         self._forget_sizes_beyond(SIZE_VARIANTS - 1, kind)
-        self.variants[key] = family.variant
-        return family.variant
+        return self._add(key, kind, family.variant)
+
+    def _add(self, key: tuple, kind: Any, variant: Variant) -> Variant:
+        self.variants[key] = variant
+        self._keys_of.setdefault(kind, {})[key] = None
+        return variant
 
     def _forget_sizes_beyond(self, keep: int, kind: Any) -> None:
         """Drop the oldest variants of ``kind`` until ``keep`` remain (Note [Dynamic
         sizes])."""
-        same_kind = [k for k in self.variants if _kind(k) == kind]
-        for old in same_kind[: max(0, len(same_kind) - keep)]:
-            del self.variants[old]
+        same_kind = self._keys_of.get(kind, {})
+        while len(same_kind) > keep:
+            old = next(iter(same_kind))
+            del same_kind[old], self.variants[old]
             self.runs.pop(self._tokens.pop(old, None), None)
 
     # ------------------------------------------------------------ segments

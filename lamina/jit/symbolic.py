@@ -85,8 +85,8 @@ def symbol_places(inputs: list[Value], count: int) -> list[tuple[int, int]]:
 
 
 class SymbolicFused:
-    """A fused loop of a symbolic graph: the size-specific loop (a ``FusedCall`` of the
-    fuse pass) made for the symbols' values at the call, once per distinct values."""
+    """A fused loop of a symbolic graph: the C loop of a ``FusedCall`` of the fuse pass
+    (``like``) at the sizes of the symbols' values at a call, made once per values."""
 
     c_loop = False  # never a plan's only call taken as is: it needs the symbols first
     KEPT = 256  # loops kept per fused node (bounded memory for ever new sizes)
@@ -113,9 +113,8 @@ class SymbolicFused:
                 None if self.result_shape is None else sizes_at(self.result_shape, values)
             )
             inner = self.inner.at(values) if isinstance(self.inner, Sym) else self.inner
-            shape, like = sizes_at(self.shape, values), self.like
-            made = type(like)(like.group, shape, like.ops, result_shape, inner, parallel=False)
-            loop = self.loops[values] = made.entry
+            shape = sizes_at(self.shape, values)
+            loop = self.loops[values] = self.like.loop_at(shape, result_shape, inner)
         return loop
 
     def emit(self, args: list[str], results: list[str], bind: Any) -> list:

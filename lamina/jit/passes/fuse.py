@@ -78,28 +78,28 @@ class FusedCall:
         ops: list[str],
         result_shape: tuple | None = None,
         inner: int = 1,
-        parallel: bool | None = None,
     ) -> None:
         self.group, self.shape, self.ops = group, shape, ops
-        self.result_shape, self.inner = result_shape, inner  # a symbolic graph remakes it
+        self.result_shape, self.inner = result_shape, inner
         self.name = "fused[" + ", ".join(ops) + "]"
         self.size = math.prod(shape)
-        if parallel is None:  # by size; a symbolic graph's loop stays the traced one's
-            parallel = self.size >= threads.parallel_threshold()
+        parallel = self.size >= threads.parallel_threshold()
         self.c_loop = group.flat and not parallel
         if self.c_loop:
-            inputs = tuple(
-                (d, 1 if k in group.scalars else self.size) for k, d in enumerate(group.inputs)
-            )
-            result_shape = shape if result_shape is None else result_shape
-            rows = math.prod(result_shape) if group.reduction else self.size
             self.code = fused.loop_address(group)
-            self.entry = core.FusedLoop(
-                self.code, result_shape, inputs, group.output_dtypes(), rows, inner
-            )
+            self.entry = self.loop_at(shape, result_shape, inner)
         else:
             assert not group.reduction, "a reduction group runs as a C loop"
             self.code = self.entry = fused.compile_group(group, parallel)
+
+    def loop_at(self, shape: tuple, result_shape: tuple | None, inner: int) -> Any:
+        """The C loop's call at these sizes: this node's, or a symbolic graph's at the
+        sizes of a call (Note [Symbolic sizes] in lamina.jit.symbolic)."""
+        group, size = self.group, math.prod(shape)
+        inputs = tuple((d, 1 if k in group.scalars else size) for k, d in enumerate(group.inputs))
+        result_shape = shape if result_shape is None else result_shape
+        rows = math.prod(result_shape) if group.reduction else size
+        return core.FusedLoop(self.code, result_shape, inputs, group.output_dtypes(), rows, inner)
 
     def emit(self, args: list[str], results: list[str], bind: Callable[[Any, str], str]) -> list:
         group, kernel = self.group, bind(self.entry, "k")
