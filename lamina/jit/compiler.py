@@ -11,9 +11,11 @@ costs that tuple and one lookup.
 A call matching no variant traces a new one, up to ``cache_limit`` variants per
 function; past it the function runs eagerly, with one warning naming what changed.
 
-Note [Dynamic sizes]: a variant that differs from an earlier one only in tensor sizes
-is traced anew (microseconds) and shares its fused loops, which do not depend on sizes;
-in a dynamic function such variants do not count against ``cache_limit``. ``dynamic=None``
+Note [Dynamic sizes]: in a dynamic function, a variant that differs from an earlier one
+only in tensor sizes makes the dimensions that changed symbolic, so that one graph
+serves every later size of that kind (Note [Symbolic sizes] in symbolic.py); where it
+cannot, each size is traced anew (milliseconds) and shares its fused loops, which do not
+depend on sizes. Such variants do not count against ``cache_limit``. ``dynamic=None``
 (the default, as PyTorch's automatic dynamic shapes) makes a function dynamic at its
 first such recompile; ``True`` from the start, ``False`` never. A dynamic function keeps
 the ``SIZE_VARIANTS`` most recent variants of one kind (dtypes, strides, modes: a
@@ -715,10 +717,10 @@ def compile(
     ``passes`` (default: every pass of ``lm.jit.PASSES``, in that order; ``passes=()``
     for none) and runs it without per-operator dispatch.
     ``fullgraph=True`` makes a graph break an error (Note [Graph breaks]);
-    Variants that differ only in sizes share their fused loops (a new size costs a
-    trace, not a compile) and, once the function is dynamic, do not count against
-    ``cache_limit``: ``dynamic=None`` makes it dynamic at its second distinct size,
-    ``True`` from the start, ``False`` never (Note [Dynamic sizes])."""
+    ``dynamic=None`` makes it dynamic at its second distinct size, ``True`` from the
+    start, ``False`` never: in a dynamic function the dimensions that changed become
+    symbolic, one graph for every size, and variants that differ only in sizes do not
+    count against ``cache_limit`` (Note [Dynamic sizes])."""
     from lamina.nn import Module
 
     options = dict(dynamic=dynamic, fullgraph=fullgraph, passes=passes, cache_limit=cache_limit)

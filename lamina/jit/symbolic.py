@@ -1,33 +1,35 @@
 """Symbolic sizes: one compiled graph for every size of a dynamic function's inputs.
 
 Note [Symbolic sizes]: when a dynamic function (Note [Dynamic sizes] in compiler.py)
-meets a new size of a known kind, the dimensions that changed since the nearest
-variant of that kind (with a size of 2 or more now: 0 and 1 stay specialized, since
-broadcasting and empty tensors take other paths) become symbols ``s0, s1, ...``;
-dimensions of equal size share a symbol. The function is traced at the call's sizes,
-as always, and once more at probe sizes: each symbol a prime number not among the
-inputs' other sizes. If the two optimized graphs have the same structure -- the same
-calls, the same fused loops, the same Python values except integers -- each integer
-that differs (a reshape's size, a result's shape or strides, a fused loop's length) is
-solved as ``c * s0**e0 * s1**e1 ...``: the probe's primes give the exponents, the
-call's sizes check the solution. An integer with no such solution, another value that
-differs (a float such as ``1 / n``) or a structure that differs (Python that branches
-on a size) leaves the function with one variant per size, as before: never a wrong
-graph. Otherwise the probe's graph, its integers replaced by their expressions
-(``Sym``: printed ``s0``, ``10*s0``), is planned once: the plan reads each symbol from
-an input's shape at every call and computes every size it passes (Note [Executor]), a
-fused loop takes its length from them, and every reduction's divisor is the kernel's,
-of the tensor it gets. A later call of that kind is that plan's if its sizes keep the
-relations the probe had (``Family.accepts``): each symbol the same in every dimension
-it names, 2 or more, different from the other symbols and from the inputs' fixed
-sizes, and each fused loop on the same side of the parallel threshold; any other call
-is a new variant (and may widen the family). What two traces cannot see: Python that
-branches on a size the same way at both traced sizes but another way elsewhere (``if
-n > 1000:``): compile such a function with ``dynamic=False``.
+meets a new size of a known kind, the dimensions of its contiguous inputs that changed
+since the kind's latest variant (with a size of 2 or more now: 0 and 1 stay
+specialized, since broadcasting and empty tensors take other paths) become symbols
+``s0, s1, ...``; dimensions of equal size share a symbol. The function is traced at the
+call's sizes, as always, and once more at probe sizes: each symbol a prime above its
+size, none of the inputs' other sizes. If the two optimized graphs have the same
+structure -- the same calls, the same fused loops, the same Python values except
+integers -- each integer that differs (a reshape's size, a result's shape or strides, a
+fused loop's length) is solved as ``c * s0**e0 * s1**e1 ...``: the probe's primes give
+the exponents, the call's sizes check the solution. An integer with no such solution,
+another value that differs (a float such as ``1 / n``) or a structure that differs
+(Python that branches on a size) leaves the kind with one variant per size, as before:
+never a wrong graph. Otherwise the probe's graph, its integers replaced by their
+expressions (``Sym``: printed ``s0``, ``10*s0``), is planned once: the plan reads each
+symbol from an input's shape at every call and computes every size it passes (Note
+[Executor]), a fused loop takes its length from them, and every reduction's divisor is
+the kernel's, of the tensor it gets. A later call of that kind is that plan's if its
+sizes keep the relations the probe had (``Family.values``): each symbol the same in
+every dimension it names, 2 or more, different from the other symbols and from the
+inputs' fixed sizes, and each fused loop on the same side of the parallel threshold;
+any other call is a new variant, whose changed dimensions may make another symbolic
+variant. What two traces cannot see: Python that branches on a size the same way at
+both traced sizes but another way elsewhere (``if n > 1000:``): compile such a
+function with ``dynamic=False``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -137,18 +139,18 @@ class Generalizer:
         self.fused: list[SymbolicFused] = []
 
     def solve(self, a: int, b: int) -> int:
+        """``b`` (the probe's) as ``c * s0**e0 * ...``, checked at ``a`` (the call's);
+        a fixed factor may hold a probe's prime too, so each split of its power is
+        tried, the most symbolic first."""
         if a == b:
             return b
-        rest, powers = b, []
-        for i, p in enumerate(self.probe):
-            e = 0
-            while rest and rest % p == 0:
-                rest, e = rest // p, e + 1
-            if e:
-                powers.append((i, e))
-        if not powers or rest * math.prod(self.actual[i] ** e for i, e in powers) != a:
-            raise Mismatch(f"the size {a} (probe {b}) is not a product of symbols")
-        return Sym(b, rest, tuple(powers))
+        most = [_multiplicity(b, p) for p in self.probe]
+        for exponents in itertools.product(*(range(m, -1, -1) for m in most)):
+            powers = tuple((i, e) for i, e in enumerate(exponents) if e)
+            c = b // math.prod(p**e for p, e in zip(self.probe, exponents))
+            if powers and c * math.prod(self.actual[i] ** e for i, e in powers) == a:
+                return Sym(b, c, powers)
+        raise Mismatch(f"the size {a} (probe {b}) is not a product of symbols")
 
     def sizes(self, a: tuple, b: tuple) -> tuple:
         if len(a) != len(b):
@@ -238,6 +240,14 @@ def probe_sizes(actual: list[int], taken: set[int]) -> list[int]:
             p += 1
         probes.append(p)
     return probes
+
+
+def _multiplicity(n: int, p: int) -> int:
+    """How many times the prime ``p`` divides ``n``."""
+    count = 0
+    while n and n % p == 0:
+        n, count = n // p, count + 1
+    return count
 
 
 def _prime(n: int) -> bool:
