@@ -39,22 +39,25 @@ def counting(fn):
 
 
 def test_one_graph_serves_every_size_reductions_over_the_symbol_included():
-    def f(x, y):  # sum, mean and softmax along the symbolic axis, a fused loop over it
-        return (x * y + 1.0).exp().sum(0) + x.mean(0) - F.softmax(x, 0)[-1] * y.sum()
+    def f(x, y, b):  # sum, mean and softmax along the symbolic axis, fused loops over it
+        rows = lm.arange(x.shape[0], dtype=lm.float32)[:, None]  # a creation of its size
+        z = (x * y + b).exp() + rows  # b broadcast
+        return z.sum(0) + x.mean(0) - F.softmax(x, 0)[-1] * y.sum()
 
     counted, traces = counting(f)
     compiled = jit.compile(counted)
+    b = rand(4, seed=1)
     for n in (2, 3, 5, 7, 64):
         x, y = rand(n, 4), rand(n, 4, seed=n)
         before = len(traces)
         for _ in range(2):  # the general path, then the hot one (Note [Guard tokens])
-            close(compiled(x, y), f(x, y))
+            close(compiled(x, y, b), f(x, y, b))
         if n > 3:
             assert len(traces) == before  # no trace: the symbolic graph's
     (graph,) = [g for g in compiled.graphs if "s0" in str(g)]
-    assert str(graph).startswith("graph(x0: float32[s0, 4], x1: float32[s0, 4]):")
+    assert str(graph).startswith("graph(x0: float32[s0, 4], x1: float32[s0, 4], x2: float32[4]):")
     assert len(compiled.recompiles) == 1 and "x dimension 0 is s0" in compiled.recompiles[0]
-    assert "symbolic: y dimension 0 is s0" in str(jit.explain(compiled, x, y))
+    assert "symbolic: y dimension 0 is s0" in str(jit.explain(compiled, x, y, b))
 
 
 def test_a_training_step_at_every_batch_size_equals_eager_step_by_step():

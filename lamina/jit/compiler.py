@@ -372,6 +372,7 @@ class CompiledFunction:
         self.families: dict[Any, list[Family]] = {}  # kind -> its symbolic variants
         self._tokens: dict[tuple, Any] = {}  # guard key -> its token in ``runs``
         self._keys_of: dict[Any, dict] = {}  # kind -> its keys in ``variants``, oldest first
+        self._unsymbolic: set = set()  # (kind, layout) whose symbols do not explain the graph
         self._eager = False
         # (module generation, _module_guard, its number in _module_numbers)
         self._module_state: tuple = (None, None, None)
@@ -485,12 +486,16 @@ class CompiledFunction:
             self._generalize(kind, same_kind.shapes, tensors, args, kwargs, variant)
         return variant
 
-    def _build(self, args: tuple, kwargs: dict, sizes: list | None = None) -> Variant:
-        """The variant traced at the arguments (at ``sizes``: a probe's)."""
+    def _build(
+        self, args: tuple, kwargs: dict, sizes: list | None = None, passes: Any = None
+    ) -> Variant:
+        """The variant traced at the arguments (at ``sizes``: a probe's), optimized
+        by ``passes`` (the function's by default)."""
         start = _start if sizes is None else functools.partial(_start, sizes=sizes)
+        passes = self.passes if passes is None else passes
         grad = is_grad_enabled()
         if grad:  # training, where something the function reads requires grad
-            trained = training.build(self.fn, args, kwargs, start, self.passes, _no_global_writes)
+            trained = training.build(self.fn, args, kwargs, start, passes, _no_global_writes)
             if trained is not None:  # Note [Joint graph]
                 return Variant(trained, trained.graph)
         tracer, _, targs, tkwargs = start(self.fn, args, kwargs)
@@ -507,7 +512,7 @@ class CompiledFunction:
                 ) from None
             return Variant(breaks=[Break(e.reason, e.line)])
         graph = tracer.graph
-        return Variant(_plan(graph, self.passes, grad), graph)
+        return Variant(_plan(graph, passes, grad), graph)
 
     def _generalize(
         self, kind: Any, before: list, tensors: list, args: tuple, kwargs: dict, variant: Variant
@@ -536,6 +541,8 @@ class CompiledFunction:
         ]
         if any(f.layout == layout for f in self.families.get(kind, ())):
             return  # a symbolic variant of these symbols exists: the call's sizes break it
+        if (kind, tuple(layout)) in self._unsymbolic:
+            return  # tried: these symbols do not explain the graph
         sizes = [
             tuple(probes[s[1]] if isinstance(s, tuple) else s for s in shape)
             if shape != tuple(shapes[k])
@@ -550,17 +557,26 @@ class CompiledFunction:
             f"{names[k]} dimension {d} is s{actual.index(shapes[k][d])}"
             for k, d in sorted(symbolic)
         ]
-        try:
-            probe = self._build(args, kwargs, sizes)
-            if probe.plan is None:
-                raise ValueError("the probe's trace breaks")
-            generalizer = Generalizer(actual, probes)
-            for a, b in zip(_graphs_of(variant.plan), _graphs_of(probe.plan), strict=True):
-                generalizer.graph(a, b)
-                b.symbols = len(probes)
-            plan = _replanned(probe.plan)
-        except Exception as e:  # no wrong graph: this kind keeps a variant per size
-            self.recompiles[-1] += f" (sizes stay specialized: {e})"
+        tries = [(variant, self.passes)]
+        if "fold" in self.passes:  # a creation call folded at one size is another constant
+            tries.append((None, tuple(p for p in self.passes if p != "fold")))  # at the next
+        for traced, passes in tries:
+            try:
+                traced = traced or self._build(args, kwargs, passes=passes)
+                probe = self._build(args, kwargs, sizes, passes)
+                if probe.plan is None or traced.plan is None:
+                    raise ValueError("the probe's trace breaks")
+                generalizer = Generalizer(actual, probes)
+                for a, b in zip(_graphs_of(traced.plan), _graphs_of(probe.plan), strict=True):
+                    generalizer.graph(a, b)
+                    b.symbols = len(probes)
+                plan = _replanned(probe.plan)
+                break
+            except Exception as e:  # no wrong graph: this kind keeps a variant per size
+                reason = str(e)
+        else:
+            self._unsymbolic.add((kind, tuple(layout)))
+            self.recompiles[-1] += f" (sizes stay specialized: {reason})"
             return
         symbolic_variant = Variant(plan, _graphs_of(plan)[0])
         family = Family(symbolic_variant, layout, generalizer.fused, described)

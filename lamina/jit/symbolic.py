@@ -29,6 +29,7 @@ function with ``dynamic=False``.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from typing import Any
@@ -73,6 +74,17 @@ def sizes_at(shape: tuple, values: tuple) -> tuple:
     return tuple(d.at(values) if isinstance(d, Sym) else d for d in shape)
 
 
+def product(sizes: tuple) -> int:
+    """The product of sizes, a ``Sym`` where one is."""
+    coefficient, powers = 1, {}
+    for d in sizes:
+        coefficient *= d.coefficient if isinstance(d, Sym) else d
+        for i, e in getattr(d, "powers", ()):
+            powers[i] = powers.get(i, 0) + e
+    hint = math.prod(sizes)
+    return Sym(hint, coefficient, tuple(sorted(powers.items()))) if powers else hint
+
+
 def symbol_places(inputs: list[Value], count: int) -> list[tuple[int, int]]:
     """Where a plan reads each of its graph's ``count`` symbols: (input, dimension),
     the first of its ``inputs`` that has it as one dimension (Note [Symbolic sizes])."""
@@ -88,7 +100,9 @@ def symbol_places(inputs: list[Value], count: int) -> list[tuple[int, int]]:
 
 class SymbolicFused:
     """A fused loop of a symbolic graph: the C loop of a ``FusedCall`` of the fuse pass
-    (``like``) at the sizes of the symbols' values at a call, made once per values."""
+    (``like``) at the sizes of the symbols' values at a call, made once per values; a
+    Numba loop (broadcast operands, a parallel loop) takes any size, so its lines are
+    ``like``'s with the symbolic sizes."""
 
     c_loop = False  # never a plan's only call taken as is: it needs the symbols first
     KEPT = 256  # loops kept per fused node (bounded memory for ever new sizes)
@@ -100,10 +114,13 @@ class SymbolicFused:
         self.count = count  # the graph's symbols, all passed to ``at``
         self.name = like.name
         self.loops: dict[tuple, Any] = {}
+        self.parallel = like.size >= threads.parallel_threshold()
 
     def fits(self, values: tuple) -> bool:
-        """Whether the loop at these values is a C loop, as the traced one was."""
-        return math.prod(sizes_at(self.shape, values)) < threads.parallel_threshold()
+        """Whether the loop at these values is on the side of the parallel threshold
+        the traced one was (else its variant's loop is another)."""
+        size = math.prod(sizes_at(self.shape, values))
+        return (size >= threads.parallel_threshold()) == self.parallel
 
     def at(self, *values: int) -> Any:
         """The loop's entry for the symbols' values (all of them, in order)."""
@@ -120,6 +137,10 @@ class SymbolicFused:
         return loop
 
     def emit(self, args: list[str], results: list[str], bind: Any) -> list:
+        if not self.like.c_loop:
+            numba = copy.copy(self.like)
+            numba.shape, numba.size = self.shape, product(self.shape)
+            return numba.emit(args, results, bind)
         values = "".join(f"s{i}, " for i in range(self.count))
         targets = results[0] if len(results) == 1 else "".join(r + ", " for r in results)
         return [f"{targets} = {bind(self.at, 'k')}({values})({', '.join(args)})"]
@@ -194,16 +215,19 @@ class Generalizer:
             if a.keys() != b.keys():
                 raise Mismatch("dicts of other keys")
             return {k: self.arg(a[k], b[k]) for k in b}
-        if a is not b and a != b:
-            raise Mismatch(f"{a!r} against {b!r}")
+        if not _same(a, b):
+            raise Mismatch(f"an argument ({type(b).__name__}) differs")
         return b
 
     def target(self, a: Any, b: Any) -> Any:
         if a is b:
             return b
-        if type(a) is not type(b) or not hasattr(b, "group") or not (a.c_loop and b.c_loop):
+        if type(a) is type(b) and hasattr(b, "plan") and str(a.plan.graph) == str(b.plan.graph):
+            return b  # calls on parameters alone (hoisted): no size of an input in them
+        if type(a) is not type(b) or not hasattr(b, "group") or a.c_loop != b.c_loop:
             raise Mismatch(f"{getattr(b, 'name', b)} is another call")
-        if (a.code, a.ops, a.group.scalars) != (b.code, b.ops, b.group.scalars):
+        same = (a.ops, a.group.scalars, a.group.flat) == (b.ops, b.group.scalars, b.group.flat)
+        if a.code != b.code or not same:  # the same compiled loop, on the same operands
             raise Mismatch(f"{b.name} is another loop")
         shape = self.sizes(a.shape, b.shape)
         result = None if b.result_shape is None else self.sizes(a.result_shape, b.result_shape)
@@ -223,10 +247,13 @@ class Generalizer:
         for x, y in zip(a.nodes, b.nodes):
             if x.several != y.several or len(x.results) != len(y.results):
                 raise Mismatch(f"{y.name} has other results")
-            y.target = self.target(x.target, y.target)
-            y.args = self.arg(x.args, y.args)
-            for r, s in zip(x.results, y.results):
-                self.value(r, s)
+            try:
+                y.target = self.target(x.target, y.target)
+                y.args = self.arg(x.args, y.args)
+                for r, s in zip(x.results, y.results):
+                    self.value(r, s)
+            except Mismatch as e:
+                raise Mismatch(f"{y.name}: {e}") from None
         b.outputs = self.arg(a.outputs, b.outputs)
 
 
@@ -240,6 +267,15 @@ def probe_sizes(actual: list[int], taken: set[int]) -> list[int]:
             p += 1
         probes.append(p)
     return probes
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two arguments other than tensors and integers are equal (an array's
+    ``==`` is no bool: never)."""
+    try:
+        return a is b or (a == b) is True
+    except Exception:
+        return False
 
 
 def _multiplicity(n: int, p: int) -> int:
