@@ -55,7 +55,15 @@ from . import passes as P
 from . import training
 from .executor import Plan, call_node
 from .graph import CONSTANT, INPUT, Graph, Value
-from .symbolic import PROBES_FROM, Family, Generalizer, probe_sizes
+from .symbolic import (
+    Family,
+    Generalizer,
+    Sym,
+    layout_key,
+    probe_sizes,
+    sizes_at,
+    symbolic_layout,
+)
 from .tracer import GraphBreak, Tracer, current, tracing
 
 CACHE_LIMIT = 8
@@ -520,42 +528,29 @@ class CompiledFunction:
         """A symbolic variant of the kind, made from the call's ``variant`` and the
         shapes ``before`` of the kind's previous one (Note [Symbolic sizes])."""
         shapes = [tuple(t.shape) for t in tensors]
-        symbolic = {
-            (k, d)
-            for k, (shape, old) in enumerate(zip(shapes, before))
-            for d in range(len(shape))
-            if shape[d] != old[d]
-        }
-        symbolic = {
-            (k, d)
-            for k, d in symbolic
-            if shapes[k][d] >= PROBES_FROM and tensors[k].is_contiguous()
-        }
-        if not symbolic:
+        found = symbolic_layout(shapes, before, [t.is_contiguous() for t in tensors])
+        if found is None:
             return
-        actual = sorted({shapes[k][d] for k, d in symbolic})  # equal sizes: one symbol
-        probes = probe_sizes(actual, {size for shape in shapes for size in shape})
-        layout = [
-            tuple(("s", actual.index(n)) if (k, d) in symbolic else n for d, n in enumerate(shape))
-            for k, shape in enumerate(shapes)
-        ]
-        if any(f.layout == layout for f in self.families.get(kind, ())):
+        actual, layout = found
+        key = layout_key(layout)
+        if any(f.key == key for f in self.families.get(kind, ())):
             return  # a symbolic variant of these symbols exists: the call's sizes break it
-        if (kind, tuple(layout)) in self._unsymbolic:
+        if (kind, key) in self._unsymbolic:
             return  # tried: these symbols do not explain the graph
-        sizes = [
-            tuple(probes[s[1]] if isinstance(s, tuple) else s for s in shape)
-            if shape != tuple(shapes[k])
-            else None
-            for k, shape in enumerate(layout)
+        probes = probe_sizes(actual, {size for shape in shapes for size in shape})
+        sizes = [  # the probe's shapes, None for inputs without symbols
+            sizes_at(shape, probes) if any(isinstance(d, Sym) for d in shape) else None
+            for shape in layout
         ]
         names = self._names(args, kwargs)
         names = (
             names if len(names) == len(tensors) else [f"tensor {k}" for k in range(len(tensors))]
         )
         described = [
-            f"{names[k]} dimension {d} is s{actual.index(shapes[k][d])}"
-            for k, d in sorted(symbolic)
+            f"{names[k]} dimension {d} is {size}"
+            for k, shape in enumerate(layout)
+            for d, size in enumerate(shape)
+            if isinstance(size, Sym)
         ]
         tries = [(variant, self.passes)]
         if "fold" in self.passes:  # a creation call folded at one size is another constant
@@ -565,7 +560,7 @@ class CompiledFunction:
                 traced = traced or self._build(args, kwargs, passes=passes)
                 probe = self._build(args, kwargs, sizes, passes)
                 if probe.plan is None or traced.plan is None:
-                    raise ValueError("the probe's trace breaks")
+                    raise ValueError("a trace breaks")
                 generalizer = Generalizer(actual, probes)
                 for a, b in zip(_graphs_of(traced.plan), _graphs_of(probe.plan), strict=True):
                     generalizer.graph(a, b)
@@ -575,7 +570,7 @@ class CompiledFunction:
             except Exception as e:  # no wrong graph: this kind keeps a variant per size
                 reason = str(e)
         else:
-            self._unsymbolic.add((kind, tuple(layout)))
+            self._unsymbolic.add((kind, key))
             self.recompiles[-1] += f" (sizes stay specialized: {reason})"
             return
         symbolic_variant = Variant(plan, _graphs_of(plan)[0])

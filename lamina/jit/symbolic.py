@@ -257,6 +257,28 @@ class Generalizer:
         b.outputs = self.arg(a.outputs, b.outputs)
 
 
+def symbolic_layout(shapes: list, before: list, contiguous: list) -> tuple | None:
+    """The sizes of the symbols at the call and each input's shape with its symbolic
+    dimensions as ``Sym``: those of contiguous inputs that differ from the shapes
+    ``before``, 2 or more now, one symbol per distinct size; None where there are none
+    (Note [Symbolic sizes])."""
+    changed = [
+        {d for d, (n, m) in enumerate(zip(shape, old)) if n != m and n >= PROBES_FROM}
+        if dense
+        else set()
+        for shape, old, dense in zip(shapes, before, contiguous)
+    ]
+    actual = sorted({shape[d] for shape, dims in zip(shapes, changed) for d in dims})
+    if not actual:
+        return None
+    symbol = {n: Sym(n, 1, ((i, 1),)) for i, n in enumerate(actual)}
+    layout = [
+        tuple(symbol[n] if d in dims else n for d, n in enumerate(shape))
+        for shape, dims in zip(shapes, changed)
+    ]
+    return actual, layout
+
+
 def probe_sizes(actual: list[int], taken: set[int]) -> list[int]:
     """A prime for each symbol, above its size at the call, none among ``taken``
     (the inputs' fixed sizes) or the others (Note [Symbolic sizes])."""
@@ -298,32 +320,36 @@ class Family:
         self, variant: Any, layout: list[tuple], fused: list, described: list[str]
     ) -> None:
         self.variant = variant
-        self.layout = layout  # per input tensor: its shape, a symbol's number as ("s", i)
+        self.layout = layout  # per input tensor: its shape, its symbols as Sym
+        self.key = layout_key(layout)
         self.fused = fused
         self.described = described  # "x dimension 0 is s0", for explain and recompiles
-        self.count = 1 + max(d[1] for shape in layout for d in shape if isinstance(d, tuple))
-        self.fixed = {d for shape in layout for d in shape if not isinstance(d, tuple)}
+        self.count = len({d.symbol for shape in layout for d in shape if isinstance(d, Sym)})
+        self.fixed = {d for shape in layout for d in shape if not isinstance(d, Sym)}
 
     def values(self, shapes: list[tuple]) -> tuple | None:
         """The symbols' values at these input shapes, or None where the plan does not
         hold for them."""
         if len(shapes) != len(self.layout):
             return None
-        values: list[int | None] = [None] * self.count
+        values: list = [None] * self.count
         for shape, layout in zip(shapes, self.layout):
             if len(shape) != len(layout):
                 return None
             for size, want in zip(shape, layout):
-                if not isinstance(want, tuple):
+                if not isinstance(want, Sym):
                     if size != want:
                         return None
-                elif values[want[1]] is None:
-                    values[want[1]] = size
-                elif values[want[1]] != size:
+                elif values[want.symbol] is None:
+                    values[want.symbol] = size
+                elif values[want.symbol] != size:
                     return None
-        if any(v < PROBES_FROM or v in self.fixed for v in values) or len(set(values)) < len(
-            values
-        ):
-            return None
         found = tuple(values)
+        if len(set(found)) < len(found) or any(v < PROBES_FROM or v in self.fixed for v in found):
+            return None
         return found if all(f.fits(found) for f in self.fused) else None
+
+
+def layout_key(layout: list[tuple]) -> tuple:
+    """A layout as a key: its symbols by name (a Sym equals its size as an int)."""
+    return tuple(tuple(str(d) if isinstance(d, Sym) else d for d in shape) for shape in layout)
