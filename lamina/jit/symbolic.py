@@ -43,7 +43,8 @@ PROBES_FROM = 2  # the smallest size a symbol stands for (Note [Symbolic sizes])
 
 class Sym(int):
     """A size of a symbolic graph: ``coefficient * s_i**e_i * ...`` (``powers``: pairs
-    of symbol number and exponent); as an int, its value at the probe trace."""
+    of symbol number and exponent); as an int, its value at one trace (in a graph, the
+    probe's)."""
 
     coefficient: int
     powers: tuple
