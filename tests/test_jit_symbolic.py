@@ -114,6 +114,13 @@ def test_sizes_no_symbol_explains_stay_specialized_and_breaks_still_work():
         x = rand(n)
         close(differences(x), x[1:] - x[:-1])
     assert "sizes stay specialized" in differences.recompiles[0]
+    # sizes that agree at the two traced sizes only: a third trace sees them
+    for f in (lambda x: x[:16] * 2.0, lambda x: x[: x.shape[0] // 2] * 2.0):
+        compiled = jit.compile(f)
+        for n in (20, 23, 8, 40):
+            x = rand(n)
+            close(compiled(x), f(x))
+        assert "sizes stay specialized" in compiled.recompiles[0]
 
     def breaking(x):
         y = x * 2.0

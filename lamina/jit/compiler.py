@@ -59,6 +59,7 @@ from .symbolic import (
     Family,
     Generalizer,
     Sym,
+    check_sizes,
     layout_key,
     probe_sizes,
     sizes_at,
@@ -537,11 +538,14 @@ class CompiledFunction:
             return  # a symbolic variant of these symbols exists: the call's sizes break it
         if (kind, key) in self._unsymbolic:
             return  # tried: these symbols do not explain the graph
-        probes = probe_sizes(actual, {size for shape in shapes for size in shape})
-        sizes = [  # the probe's shapes, None for inputs without symbols
-            sizes_at(shape, probes) if any(isinstance(d, Sym) for d in shape) else None
-            for shape in layout
-        ]
+        taken = {size for shape in shapes for size in shape}
+        probes = probe_sizes(actual, taken)
+        checks = check_sizes(actual, probes, taken)
+
+        def shapes_at(values: list) -> list:  # None for inputs without symbols
+            symbolic = [any(isinstance(d, Sym) for d in shape) for shape in layout]
+            return [sizes_at(s, values) if y else None for s, y in zip(layout, symbolic)]
+
         names = self._names(args, kwargs)
         names = (
             names if len(names) == len(tensors) else [f"tensor {k}" for k in range(len(tensors))]
@@ -558,13 +562,18 @@ class CompiledFunction:
         for traced, passes in tries:
             try:
                 traced = traced or self._build(args, kwargs, passes=passes)
-                probe = self._build(args, kwargs, sizes, passes)
-                if probe.plan is None or traced.plan is None:
+                probe = self._build(args, kwargs, shapes_at(probes), passes)
+                third = self._build(args, kwargs, shapes_at(checks), passes)
+                if None in (traced.plan, probe.plan, third.plan):
                     raise ValueError("a trace breaks")
                 generalizer = Generalizer(actual, probes)
-                for a, b in zip(_graphs_of(traced.plan), _graphs_of(probe.plan), strict=True):
+                symbolic = _graphs_of(probe.plan)
+                for a, b in zip(_graphs_of(traced.plan), symbolic, strict=True):
                     generalizer.graph(a, b)
                     b.symbols = len(probes)
+                checker = Generalizer(checks, probes, check=True)
+                for a, b in zip(_graphs_of(third.plan), symbolic, strict=True):
+                    checker.graph(a, b)  # a size that agreed at two sizes only: refused
                 plan = _replanned(probe.plan)
                 break
             except Exception as e:  # no wrong graph: this kind keeps a variant per size

@@ -10,21 +10,25 @@ size, none of the inputs' other sizes. If the two optimized graphs have the same
 structure -- the same calls, the same fused loops, the same Python values except
 integers -- each integer that differs (a reshape's size, a result's shape or strides, a
 fused loop's length) is solved as ``c * s0**e0 * s1**e1 ...``: the probe's primes give
-the exponents, the call's sizes check the solution. An integer with no such solution,
-another value that differs (a float such as ``1 / n``) or a structure that differs
-(Python that branches on a size) leaves the kind with one variant per size, as before:
-never a wrong graph. Otherwise the probe's graph, its integers replaced by their
-expressions (``Sym``: printed ``s0``, ``10*s0``), is planned once: the plan reads each
-symbol from an input's shape at every call and computes every size it passes (Note
-[Executor]), a fused loop takes its length from them, and every reduction's divisor is
-the kernel's, of the tensor it gets. A later call of that kind is that plan's if its
-sizes keep the relations the probe had (``Family.values``): each symbol the same in
-every dimension it names, 2 or more, different from the other symbols and from the
-inputs' fixed sizes, and each fused loop on the same side of the parallel threshold;
-any other call is a new variant, whose changed dimensions may make another symbolic
-variant. What two traces cannot see: Python that branches on a size the same way at
-both traced sizes but another way elsewhere (``if n > 1000:``): compile such a
-function with ``dynamic=False``.
+the exponents, the call's sizes check the solution; a third trace, at sizes away from
+both (about half the call's), must give every integer its expression's value, so that
+a size that only agreed at two sizes (``min(n, 16)``, ``n // 2``) is caught. An integer
+with no such solution, another value that differs (a float such as ``1 / n``) or a
+structure that differs (Python that branches on a size) leaves the kind with one
+variant per size, as before: never a wrong graph. A graph whose folded constants
+depend on a size (``fold`` runs creation calls at compile time) is tried again without
+``fold``. Otherwise the probe's graph, its integers replaced by their expressions
+(``Sym``: printed ``s0``, ``10*s0``), is planned once: the plan reads each symbol from
+an input's shape at every call and computes every size it passes (Note [Executor]), a
+fused loop takes its length from them, and every reduction's divisor is the kernel's,
+of the tensor it gets. A later call of that kind is that plan's if its sizes keep the
+relations the probe had (``Family.values``): each symbol the same in every dimension
+it names, 2 or more, different from the other symbols and from the inputs' fixed
+sizes, and each fused loop on the same side of the parallel threshold; any other call
+is a new variant, whose changed dimensions may make another symbolic variant. What
+three traces cannot see: Python that branches on a size the same way at all three but
+another way elsewhere (``if n > 1000:``): compile such a function with
+``dynamic=False``.
 """
 
 from __future__ import annotations
@@ -153,10 +157,12 @@ class Mismatch(Exception):
 
 class Generalizer:
     """Matches the call's graphs against the probe's, turning the probe's integers
-    into ``Sym`` where they differ (Note [Symbolic sizes])."""
+    into ``Sym`` where they differ (Note [Symbolic sizes]); with ``check``, matches a
+    third trace's graphs (at sizes ``actual``) against the symbolic ones instead,
+    changing nothing."""
 
-    def __init__(self, actual: list[int], probe: list[int]) -> None:
-        self.actual, self.probe = actual, probe
+    def __init__(self, actual: list[int], probe: list[int], check: bool = False) -> None:
+        self.actual, self.probe, self.check = actual, probe, check
         self.matched: dict[Value, Value] = {}  # probe Value -> call Value
         self.fused: list[SymbolicFused] = []
 
@@ -164,6 +170,10 @@ class Generalizer:
         """``b`` (the probe's) as ``c * s0**e0 * ...``, checked at ``a`` (the call's);
         a fixed factor may hold a probe's prime too, so each split of its power is
         tried, the most symbolic first."""
+        if self.check:
+            if (b.at(self.actual) if isinstance(b, Sym) else b) != a:
+                raise Mismatch(f"the size {b} is not {a} at a third size")
+            return b
         if a == b:
             return b
         most = [_multiplicity(b, p) for p in self.probe]
@@ -203,10 +213,10 @@ class Generalizer:
             if not isinstance(a, Value):
                 raise Mismatch("a tensor against another argument")
             return self.value(a, b)
+        if type(a) is int and isinstance(b, int) and type(b) in (int, Sym):
+            return self.solve(a, b)
         if type(a) is not type(b):
             raise Mismatch(f"{a!r} against {b!r}")
-        if type(b) is int:
-            return self.solve(a, b)
         if isinstance(b, (tuple, list)):
             if len(a) != len(b):
                 raise Mismatch("sequences of other lengths")
@@ -225,11 +235,16 @@ class Generalizer:
             return b
         if type(a) is type(b) and hasattr(b, "plan") and str(a.plan.graph) == str(b.plan.graph):
             return b  # calls on parameters alone (hoisted): no size of an input in them
-        if type(a) is not type(b) or not hasattr(b, "group") or a.c_loop != b.c_loop:
+        like = getattr(b, "like", b)  # a loop made symbolic: checked against its traced one
+        if type(a) is not type(like) or not hasattr(like, "group") or a.c_loop != like.c_loop:
             raise Mismatch(f"{getattr(b, 'name', b)} is another call")
-        same = (a.ops, a.group.scalars, a.group.flat) == (b.ops, b.group.scalars, b.group.flat)
-        if a.code != b.code or not same:  # the same compiled loop, on the same operands
+        group, other = a.group, like.group
+        same = (a.ops, group.scalars, group.flat) == (like.ops, other.scalars, other.flat)
+        if a.code != like.code or not same:  # the same compiled loop, on the same operands
             raise Mismatch(f"{b.name} is another loop")
+        if like is not b:
+            self.sizes(a.shape, b.shape), self.solve(a.inner, b.inner)
+            return b
         shape = self.sizes(a.shape, b.shape)
         result = None if b.result_shape is None else self.sizes(a.result_shape, b.result_shape)
         inner = self.solve(a.inner, b.inner)
@@ -290,6 +305,21 @@ def probe_sizes(actual: list[int], taken: set[int]) -> list[int]:
             p += 1
         probes.append(p)
     return probes
+
+
+def check_sizes(actual: list[int], probes: list[int], taken: set[int]) -> list[int]:
+    """A size for each symbol for the third trace, away from both traced ones: about
+    half the call's where that is 2 or more, else above twice the probe's; none among
+    ``taken``, the traced sizes or the others."""
+    used = set(taken) | set(actual) | set(probes)
+    sizes: list[int] = []
+    for size, probe in zip(actual, probes):
+        n = size // 2 if size >= 4 else 2 * probe + 1
+        while n in used or n < PROBES_FROM:
+            n += 1
+        used.add(n)
+        sizes.append(n)
+    return sizes
 
 
 def _same(a: Any, b: Any) -> bool:
