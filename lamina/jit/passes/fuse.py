@@ -80,7 +80,7 @@ class FusedCall:
         inner: int = 1,
     ) -> None:
         self.group, self.shape, self.ops = group, shape, ops
-        self.result_shape, self.inner = result_shape, inner
+        self.result_shape, self.inner = result_shape, inner  # for loop_at at other sizes
         self.name = "fused[" + ", ".join(ops) + "]"
         self.size = math.prod(shape)
         parallel = self.size >= threads.parallel_threshold()
