@@ -1012,7 +1012,7 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
 def _input_grad(gk, w, geo, order, dtype):
     """The input gradient (images in ``order``) from grad gk (in ``order``)."""
     if depthwise.applies(geo):
-        gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
         _by_images(geo, lambda i0, i1, g: depthwise.input_grad(gk[i0:i1], w, g, order, gx[i0:i1]))
         return gx
     if _by_groups(geo, dtype):
