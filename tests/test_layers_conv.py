@@ -109,6 +109,28 @@ def test_every_groups_value_matches_oracle(groups, layout):
     assert F.layout_of(out) == F.layout_of(lx.grad) == layout
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", [DEPTHWISE[i] for i in (2, 6, 8)], ids=str)  # each path
+def test_depthwise_input_grad_writes_every_pixel(case, layout, monkeypatch):
+    """The input gradient's images start uninitialized (a pooled buffer holds old
+    values): given NaN-filled ones, every path writes or zeroes each pixel itself."""
+    from lamina.backends.numba_cpu.nn import conv
+
+    def poisoned(n, c, h, w, dtype, order):
+        return np.full((n, h, w, c) if order == "NHWC" else (n, c, h, w), np.nan, dtype)
+
+    monkeypatch.setattr(conv, "empty_image", poisoned)
+    n, c, h, w, k, s, p, d, m = case
+    x, wt = RNG.standard_normal((n, c, h, w)), RNG.standard_normal((c * m, 1, k, k))
+    lx = _tensor(x, layout, True)
+    out = F.conv2d(lx, lm.asarray(wt), None, s, p, d, c)
+    g = RNG.standard_normal(out.shape)
+    out.backward(_tensor(g, layout))
+    args = _checked_conv(x, wt, None, s, p, d, c)
+    gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *args[3:])
+    _close(lx.grad.numpy(), gx.numpy(), np.float64)
+
+
 def test_depthwise_gradcheck_both_layouts():
     for layout in ("NCHW", "NHWC"):
         x = _tensor(RNG.uniform(-1, 1, (2, 3, 5, 6)), layout, True)

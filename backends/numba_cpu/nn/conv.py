@@ -205,6 +205,39 @@ def _im2col_flat(flat, base, kh, kw, dh, dw, wp, oh0, span, cols):
             dst[q] = src[q]
 
 
+def _im2col_blocks(padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo, cols):
+    """cols[(c kh + i) kw + j, (m ho + oh) wo + ow] = padded[m, c0 + c, oh sh + i dh, ow
+    sw + j dw]: the im2col matrix of a block of whole zero-padded NCHW images (Note
+    [Small planes]), image plane by image plane, each read from the L1 cache kh kw
+    times."""
+    pixels = ho * wo
+    for c in range(cin):
+        for m in range(padded.shape[0]):
+            plane = padded[m, c0 + c]
+            for i in range(kh):
+                for j in range(kw):
+                    dst = cols[(c * kh + i) * kw + j, m * pixels : (m + 1) * pixels]
+                    for oh in range(ho):
+                        src = plane[oh * sh + i * dh]
+                        for ow in range(wo):
+                            dst[oh * wo + ow] = src[ow * sw + j * dw]
+
+
+def _col2im_blocks(cols, padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo):
+    """The adjoint of _im2col_blocks: padded[m, c0 + c, ...] += cols[...]."""
+    pixels = ho * wo
+    for c in range(cin):
+        for m in range(padded.shape[0]):
+            plane = padded[m, c0 + c]
+            for i in range(kh):
+                for j in range(kw):
+                    src = cols[(c * kh + i) * kw + j, m * pixels : (m + 1) * pixels]
+                    for oh in range(ho):
+                        dst = plane[oh * sh + i * dh]
+                        for ow in range(wo):
+                            dst[ow * sw + j * dw] += src[oh * wo + ow]
+
+
 def _epilogue_rows(out, bias, floor):
     """out[p, c] = out[p, c] + bias[c], raised to floor where below it, for rows of
     channels (pixels or samples, C) (Note [Fused epilogues])."""
@@ -232,6 +265,8 @@ _SIGNATURES = {
     _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, x, x, a2),
     _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14, x, x),
     _pad_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 4, a2),
+    _im2col_blocks: lambda t, a4, a2, i, x: t.void(a4, *[i] * 10, a2),
+    _col2im_blocks: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 10),
     _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, *[i] * 7, a2),
     _epilogue_rows: lambda t, a4, a2, i, x: t.void(a2, a2.copy(ndim=1), a2.dtype),
     _epilogue_planes: lambda t, a4, a2, i, x: t.void(a4.copy(ndim=3), a2.copy(ndim=1), a2.dtype),
@@ -616,21 +651,23 @@ def _forward_nchw_flat(x, w, geo, out):
 #
 #     out[C_out, images x pixels] = W[C_out, C_in kh kw] @ cols
 #
-# is one GEMM with the weight as it is stored, never copied; the input gradient is
-# W^T @ grad scattered back, the weight gradient grad @ cols^T, already in the
-# weight's order. The block's images are zero-padded once and each kernel tap's rows
-# of the matrix are one strided NumPy copy of them (its scatter one strided addition):
-# the NCHW im2col kernel copies one output row at a time, which for rows of 4 to 8
-# pixels took 3x as long (256 channels, 8 x 8 -> 4 x 4 by stride 2, batch 32: 5.6
-# against 1.7 ms). The block's result is transposed into the images and the images'
-# gradient out of them (small at that size); channels-last images are transposed to
-# NCHW and back. Measured one thread, forward + both gradients, before / after
-# (PyTorch's in the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images at batch 1
-# 43.3 / 3.1 ms (2.4), at batch 32 53.5 / 19.5 ms (24.5); its 3 x 3 stride 2 from 256
-# to 512 channels 19.4 / 2.2 ms (1.5) and 40.5 / 29.8 ms (34.3). With more pixels than
-# channels the convolution runs channels-last, its operands and result transposed:
-# AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and both
-# gradients, 34 -> 19 ms against NCHW blocks of one image.
+# is one GEMM with the weight as it is stored, never copied; the input gradient is W^T @
+# grad scattered back, the weight gradient grad @ cols^T, already in the weight's order.
+# The block's images are zero-padded once and the matrix copied out of them image plane
+# by image plane (_im2col_blocks; its scatter _col2im_blocks), each plane read from the
+# L1 cache by all its taps: the NCHW im2col kernel copies one output row at a time,
+# which for rows of 4 to 8 pixels took 3x as long (256 channels, 8 x 8 -> 4 x 4 by
+# stride 2, batch 32: 5.6 against 1.7 ms), and one strided NumPy copy per tap 1.1x, its
+# addition 3x (measured one thread, 16 images of 512 channels 4 x 4: copy 1.55 ->
+# 1.33-1.48 ms, scatter 4.2 -> 1.33 ms). The block's result is transposed into the
+# images and the images' gradient out of them (small at that size); channels-last images
+# are transposed to NCHW and back. Measured one thread, forward + both gradients, before
+# / after (PyTorch's in the same run): ResNet's 512 -> 512 3 x 3 on 2 x 2 images at
+# batch 1 43.3 / 3.1 ms (2.4), at batch 32 53.5 / 19.5 ms (24.5); its 3 x 3 stride 2
+# from 256 to 512 channels 19.4 / 2.2 ms (1.5) and 40.5 / 29.8 ms (34.3). With more
+# pixels than channels the convolution runs channels-last, its operands and result
+# transposed: AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and
+# both gradients, 34 -> 19 ms against NCHW blocks of one image.
 SMALL_PLANE = 100
 # A 1x1 convolution's NCHW products run image by image, (C_out, C_in) @ (C_in, pixels),
 # nearly matrix-vector products on MobileNet's late 4 x 4 and 2 x 2 images; channels-last
@@ -667,16 +704,9 @@ def _padded(geo, images, dtype):
     return padded, padded[:, :, geo.pt : geo.pt + geo.h, geo.pl : geo.pl + geo.w]
 
 
-def _taps(padded, geo, g, cols):
-    """(view of the padded images' group g channels under each kernel tap, as (C_in,
-    images, ho, wo); the matching rows of cols (C_in kh kw, images x pixels))."""
-    rows = cols.reshape(geo.cin, geo.kh, geo.kw, padded.shape[0], geo.ho, geo.wo)
-    channels = padded[:, _cols(g, geo.cin)].transpose(1, 0, 2, 3)
-    for i in range(geo.kh):
-        for j in range(geo.kw):
-            top, left = i * geo.dh, j * geo.dw
-            bottom, right = top + geo.sh * (geo.ho - 1) + 1, left + geo.sw * (geo.wo - 1) + 1
-            yield channels[:, :, top : bottom : geo.sh, left : right : geo.sw], rows[:, i, j]
+def _tap_args(geo, g):
+    """The arguments of _im2col_blocks and _col2im_blocks after the arrays, for group g."""
+    return (g * geo.cin, geo.cin, geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.ho, geo.wo)
 
 
 def _channels_first(a):
@@ -691,8 +721,7 @@ def _forward_batched(x, w, geo, out):
         cols = np.empty((geo.k, (i1 - i0) * geo.ho * geo.wo), x.dtype)
         product = np.empty((geo.cout, cols.shape[1]), x.dtype)
         for g in range(geo.groups):
-            for tap, rows in _taps(padded, geo, g, cols):
-                rows[...] = tap
+            _kernel(_im2col_blocks, x.dtype)(padded, *_tap_args(geo, g), cols)
             _gemm(_nchw_weight(w, g, geo), cols, product)
             block = product.reshape(geo.cout, i1 - i0, geo.ho, geo.wo)
             out[i0:i1, _cols(g, geo.cout)] = block.transpose(1, 0, 2, 3)
@@ -705,8 +734,7 @@ def _input_grad_batched(gk, w, geo, gx):
         cols = np.empty((geo.k, grad.shape[1]), gk.dtype)
         for g in range(geo.groups):
             _gemm(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
-            for tap, rows in _taps(padded, geo, g, cols):
-                tap += rows
+            _kernel(_col2im_blocks, gk.dtype)(cols, padded, *_tap_args(geo, g))
         gx[i0:i1] = interior
 
 
@@ -719,8 +747,7 @@ def _weight_grad_batched(gk, x, geo):
         grad = _channels_first(gk[i0:i1])
         cols = np.empty((geo.k, grad.shape[1]), x.dtype)
         for g in range(geo.groups):
-            for tap, rows in _taps(padded, geo, g, cols):
-                rows[...] = tap
+            _kernel(_im2col_blocks, x.dtype)(padded, *_tap_args(geo, g), cols)
             _gemm(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
             if i0:
                 sums[g] += part
@@ -985,7 +1012,7 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
 def _input_grad(gk, w, geo, order, dtype):
     """The input gradient (images in ``order``) from grad gk (in ``order``)."""
     if depthwise.applies(geo):
-        gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
+        gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
         _by_images(geo, lambda i0, i1, g: depthwise.input_grad(gk[i0:i1], w, g, order, gx[i0:i1]))
         return gx
     if _by_groups(geo, dtype):
