@@ -928,8 +928,8 @@ def test_narrow_elements_go_parallel_from_a_higher_threshold(two_threads):
 
 
 def test_vector_math_keeps_its_own_loops_where_they_are_faster(two_threads):
-    """Note [NumPy SIMD loops]: exp never hands over to NumPy's loop, and from the
-    parallel threshold on neither do log and tanh (their own loops on both threads): at
+    """Note [NumPy SIMD loops]: exp and log never hand over to NumPy's loop, and from
+    the parallel threshold on neither does tanh (their own loops on both threads): at
     those sizes the values are, bit for bit, those of the fast path's serial loop on
     small pieces (the vector math's results do not depend on the loop), where NumPy's
     loops round some elements differently."""
@@ -944,7 +944,9 @@ def test_vector_math_keeps_its_own_loops_where_they_are_faster(two_threads):
         want = serial(fn)
         np.testing.assert_array_equal(fn(lm.asarray(x)).numpy(), want, err_msg=fn.__name__)
     middle = x[: 2 * VECTOR_SIMD_MIN]  # between NumPy's threshold and the parallel one
-    np.testing.assert_array_equal(lm.exp(lm.asarray(middle)).numpy(), serial(lm.exp)[: middle.size])
+    for fn in (lm.exp, lm.log):
+        got = fn(lm.asarray(middle)).numpy()
+        np.testing.assert_array_equal(got, serial(fn)[: middle.size], err_msg=fn.__name__)
 
 
 def test_set_num_threads_validates():

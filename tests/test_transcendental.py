@@ -36,7 +36,7 @@ def _float64_sample():
 
 def _lamina(name, x):
     """lamina's function on x, in pieces below VECTOR_SIMD_MIN elements: the sizes its
-    own vector loops serve (larger log and tanh run NumPy's SIMD loops, Note [NumPy SIMD
+    own vector loops serve (a larger tanh runs NumPy's SIMD loop, Note [NumPy SIMD
     loops])."""
     fn = F.sigmoid if name == "sigmoid" else getattr(lm, name)
     pieces = np.array_split(x, -(-x.size // (VECTOR_SIMD_MIN // 2)))

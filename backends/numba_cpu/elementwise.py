@@ -349,15 +349,15 @@ def _clip_bounds(x, lo, hi):
 # The operators of VECTOR_MATH have loops of lamina's own that LLVM vectorizes (Note
 # [Vector math]); they take the C core's fast path, and so cost ~0.2 us per call where
 # the general path costs ~5 us. With 512-bit vectors, as NumPy's (Note [Vector width]
-# in lamina.backends.jit), exp's loop is faster than NumPy's at every size (1e5
-# float32: 27 us against 35), so it never hands over; log's and tanh's take 1.3x and
-# 1.8x NumPy's time per element, so they hand over from VECTOR_SIMD_MIN elements, where
-# that overhead is paid back; their results differ from NumPy's by at most the ulps of
-# the Note. From the parallel threshold on, lamina's loops run on every thread where
-# NumPy's run on one: there none of the three hands over.
+# in lamina.backends.jit), exp's and log's loops are faster than NumPy's at every size
+# (1e5 float32: exp 27 us against 35, log 29 against 31), so they never hand over;
+# tanh's takes 1.8x NumPy's time per element, so it hands over from VECTOR_SIMD_MIN
+# elements, where that overhead is paid back; its results differ from NumPy's by at
+# most the ulps of the Note. From the parallel threshold on, lamina's loops run on every
+# thread where NumPy's run on one: there tanh does not hand over either.
 SIMD_MIN = 256
 VECTOR_SIMD_MIN = 2**14
-OWN_LOOP_FASTER = ("exp",)
+OWN_LOOP_FASTER = ("exp", "log")
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
 
 

@@ -532,10 +532,13 @@ def _log_special(x, y):
 def float32_log(x):
     # x = m * 2**e with m in [sqrt(1/2), sqrt(2)): log(x) = e log(2) + log(1 + (m - 1));
     # a subnormal x is scaled by 2**23 first
+    # (Numba computes int32 arithmetic in int64; each step cast back to int32 lets LLVM
+    # keep the vector lanes 32 bits wide: half the instructions. Where an int32 step
+    # would wrap, x is not positive and _log_special replaces the result.)
     tiny = x < _F32_TINY
     bits = np.float32(x * np.float32(8388608.0) if tiny else x).view(np.int32)
-    bits -= np.int32(0x3F3504F3)  # the bits of sqrt(1/2)
-    e = np.float32(bits >> 23) - (np.float32(23.0) if tiny else np.float32(0.0))
+    bits = np.int32(bits - np.int32(0x3F3504F3))  # the bits of sqrt(1/2)
+    e = np.float32(np.int32(bits >> 23)) - (np.float32(23.0) if tiny else np.float32(0.0))
     f = np.int32((bits & np.int32(0x007FFFFF)) + np.int32(0x3F3504F3)).view(np.float32)
     f -= np.float32(1.0)
     z = f * f
