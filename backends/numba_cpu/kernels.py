@@ -391,9 +391,10 @@ for _name, _fn in [
 # Special values follow C99 (and so the Array API): exp(-inf) = 0, exp(inf) = inf,
 # log(0) = -inf, log(x < 0) = NaN, tanh(+-inf) = +-1, tanh(-0.0) = -0.0, NaN in, NaN
 # out. Kernels call them by x's type through vector_exp, vector_log, vector_tanh,
-# vector_sigmoid and vector_erf. On AVX-512 machines LLVM still picks 256-bit vectors
-# for Numba (its preference for this CPU), NumPy's loops 512-bit ones: see Note [NumPy
-# SIMD loops] in elementwise.py for where each serves.
+# vector_sigmoid and vector_erf. On AVX-512 machines the loops that call them run
+# 512-bit vectors, as NumPy's SIMD loops do (``wide_vectors``; Note [Vector width] in
+# lamina.backends.jit): see Note [NumPy SIMD loops] in elementwise.py for where each
+# serves.
 # Kernels in other files that call these (nn/activation.py) close over the stamp of this
 # file, so that Numba's cache, keyed by their own file, recompiles them when it changes
 # (Note [Kernel cache]).
