@@ -42,6 +42,7 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Hashable
@@ -64,6 +65,22 @@ CALLEE = dict(error_model=OPTIONS["error_model"])
 # vectorize (batch-norm statistics, window sums); never the flags that assume no NaN.
 REASSOCIATE = frozenset({"reassoc", "contract"})
 
+# Note [Vector width]: LLVM vectorizes Numba's loops for the vector width it prefers on
+# the host: 256 bits on AVX-512 CPUs (the "prefer-256-bit" feature), where PyTorch's and
+# NumPy's SIMD loops use 512. A function attribute, "prefer-vector-width", overrides that
+# preference for one function. Loops that compute a lot per element (the vector math of
+# numba_cpu/kernels.py) run 20-35% faster with 512-bit vectors (float32, 1e4 elements);
+# loops that only move memory (add) do not gain, and short rows (softmax over rows of
+# 100) lose, since a 512-bit vector loop unrolled four times leaves most of a short row
+# to its scalar remainder. So the width is chosen per kernel (``vector_width`` of
+# compile_kernel and compile_cfunc; numba_cpu/kernels.py's ``vector_width`` says which):
+# while one compiles, every function Numba adds to a library (the kernel's, and those of
+# the functions it calls, compiled for it) gets the attribute. A CPU without 512-bit
+# vectors ignores it. The width is part of the kernel's cache key (Note [Cache keys and
+# options] in loop_cache.py).
+WIDE = 512
+_vector_width: int | None = None  # the width of the compile in progress (Numba's lock held)
+
 _numba: Any = None  # the numba module, once loaded
 _jitables: list[tuple[Callable, dict[str, Any]]] = []
 _on_load: list[Callable[[Any], None]] = []
@@ -79,6 +96,7 @@ def _load() -> Any:
                 numba = threads._numba()  # Note [Numba's first compile] in threads.py
                 for fn, options in _jitables:  # a list: ones added while loading are seen too
                     _register(fn, options)
+                _set_vector_widths()
                 for setup in _on_load:
                     setup(numba)
                 loop_cache.harden_numba_cache()  # locked, keyed by options too
@@ -133,6 +151,44 @@ def on_load(setup: Callable[[Any], None]) -> None:
     setup(_numba)
 
 
+def _set_vector_widths() -> None:
+    """Numba's libraries give the functions they are handed the preferred vector width
+    of the compile in progress (Note [Vector width])."""
+    from numba.core.codegen import CPUCodeLibrary
+
+    add_ir_module = CPUCodeLibrary.add_ir_module
+    if getattr(add_ir_module, "sets_vector_width", False):
+        return
+
+    def with_vector_width(self: Any, ir_module: Any) -> None:
+        if _vector_width is not None:
+            attribute = f'"prefer-vector-width"="{_vector_width}"'
+            for fn in ir_module.functions:
+                if not fn.is_declaration:
+                    # llvmlite's attribute sets take only the attributes it names; a
+                    # string attribute is written as it is
+                    set.add(fn.attributes, attribute)
+        add_ir_module(self, ir_module)
+
+    with_vector_width.sets_vector_width = True  # type: ignore[attr-defined]
+    CPUCodeLibrary.add_ir_module = with_vector_width
+
+
+@contextlib.contextmanager
+def _compiling_for(vector_width: int | None) -> Any:
+    """Compile, in this block, for ``vector_width`` (Note [Vector width]); Numba's
+    compiler lock keeps other threads' compiles out of it."""
+    global _vector_width
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        outer, _vector_width = _vector_width, vector_width
+        try:
+            yield
+        finally:
+            _vector_width = outer
+
+
 def index(ndim: int = 1) -> Any:
     """The Numba type of a C-contiguous int64 array (indices, shapes, strides)."""
     return array(np.int64, ndim)
@@ -151,22 +207,27 @@ def compile_kernel(
     parallel: bool = False,
     fastmath: Any = False,
     nogil: bool = False,
+    vector_width: int | None = None,
 ) -> Callable:
     """Compile ``pyfunc`` for one explicit signature; return its entry point, called
     without Numba's argument typing (Note [Kernel signatures]). ``nogil`` releases the
-    GIL while it runs, for kernels called from ``threads.split``'s parts."""
+    GIL while it runs, for kernels called from ``threads.split``'s parts;
+    ``vector_width`` overrides the host's preferred one (Note [Vector width])."""
     numba = _load()
     _check_cells(pyfunc)
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
     dispatcher = numba.njit(parallel=parallel, fastmath=fastmath, nogil=nogil, **OPTIONS)(pyfunc)
     # Note [Cache keys and options] in loop_cache.py
-    dispatcher._cache.options = (parallel, tuple(sorted(fastmath or ())), nogil)
-    dispatcher.compile(signature)
-    if signature.args not in dispatcher.overloads:
-        # the cache gave another variant's code for this signature (Note [Numba's cache
-        # races] in loop_cache.py): forget the function's cached variants, compile anew
-        dispatcher._cache.flush()
+    options = (parallel, tuple(sorted(fastmath or ())), nogil)
+    dispatcher._cache.options = options if vector_width is None else (*options, vector_width)
+    with _compiling_for(vector_width):
         dispatcher.compile(signature)
+        if signature.args not in dispatcher.overloads:
+            # the cache gave another variant's code for this signature (Note [Numba's
+            # cache races] in loop_cache.py): forget the function's cached variants,
+            # compile anew
+            dispatcher._cache.flush()
+            dispatcher.compile(signature)
     entry = dispatcher.overloads[signature.args].entry_point
     return threads.synced(entry) if parallel else entry  # Note [Thread count]
 
@@ -196,15 +257,31 @@ _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their ad
 
 
 def compile_cfunc(
-    pyfunc: Callable, signature: Any, cache: bool = True, fastmath: Any = False
+    pyfunc: Callable,
+    signature: Any,
+    cache: bool = True,
+    fastmath: Any = False,
+    vector_width: int | None = None,
 ) -> Any:
     """Compile ``pyfunc`` as a C function (numba.cfunc) of ``signature`` (Note [C loops]
-    in numba_cpu/kernels.py); ``cache=False`` skips Numba's cache, keeping the IR."""
-    numba = _load()
+    in numba_cpu/kernels.py); ``cache=False`` skips Numba's cache, keeping the IR;
+    ``vector_width`` as compile_kernel's."""
+    _load()
+    from numba.core.ccallback import CFunc  # what numba.cfunc makes, its cache keyed here
+    from numba.core.sigutils import normalize_signature
+
     if cache:
         _check_cells(pyfunc)
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
-    return numba.cfunc(signature, **{**OPTIONS, "cache": cache, "fastmath": fastmath})(pyfunc)
+    options = {**OPTIONS, "fastmath": fastmath}
+    del options["cache"]
+    cfunc = CFunc(pyfunc, normalize_signature(signature), locals={}, options=options)
+    if cache:
+        cfunc.enable_caching()
+        cfunc._cache.options = (tuple(sorted(fastmath or ())), vector_width)
+    with _compiling_for(vector_width):
+        cfunc.compile()
+    return cfunc
 
 
 def c_loop(key: tuple, build: Callable[[bool], Any]) -> int:

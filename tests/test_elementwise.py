@@ -21,7 +21,7 @@ from numba.core.errors import NumbaPerformanceWarning
 
 import lamina as lm
 from lamina.backends import threads
-from lamina.backends.numba_cpu.elementwise import SIMD_MIN, SIMD_OPERATORS
+from lamina.backends.numba_cpu.elementwise import SIMD_MIN, SIMD_OPERATORS, VECTOR_SIMD_MIN
 from lamina.dispatch import layouts
 from lamina.dispatch.schema import OPERATORS
 
@@ -925,6 +925,28 @@ def test_narrow_elements_go_parallel_from_a_higher_threshold(two_threads):
         assert not lm.all(lm.asarray(~np.eye(1, n, n - 1, dtype=bool)[0])).item()
         i8 = (np.arange(n) % 5).astype(np.int8)
         assert lm.sum(lm.asarray(i8)).item() == i8.sum(dtype=np.int64)
+
+
+def test_vector_math_keeps_its_own_loops_where_they_are_faster(two_threads):
+    """Note [NumPy SIMD loops]: exp and log never hand over to NumPy's loop, and from
+    the parallel threshold on neither does tanh (their own loops on both threads): at
+    those sizes the values are, bit for bit, those of the fast path's serial loop on
+    small pieces (the vector math's results do not depend on the loop), where NumPy's
+    loops round some elements differently."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.01, 9.0, threads.PARALLEL_ELEMENTS + 3).astype(np.float32)
+    pieces = np.array_split(x, 64)  # each below VECTOR_SIMD_MIN
+
+    def serial(fn):
+        return np.concatenate([fn(lm.asarray(p)).numpy() for p in pieces])
+
+    for fn in (lm.exp, lm.log, lm.tanh):
+        want = serial(fn)
+        np.testing.assert_array_equal(fn(lm.asarray(x)).numpy(), want, err_msg=fn.__name__)
+    middle = x[: 2 * VECTOR_SIMD_MIN]  # between NumPy's threshold and the parallel one
+    for fn in (lm.exp, lm.log):
+        got = fn(lm.asarray(middle)).numpy()
+        np.testing.assert_array_equal(got, serial(fn)[: middle.size], err_msg=fn.__name__)
 
 
 def test_set_num_threads_validates():

@@ -36,7 +36,8 @@ def _float64_sample():
 
 def _lamina(name, x):
     """lamina's function on x, in pieces below VECTOR_SIMD_MIN elements: the sizes its
-    own vector loops serve (larger ones run NumPy's SIMD loops, Note [NumPy SIMD loops])."""
+    own vector loops serve (a larger tanh runs NumPy's SIMD loop, Note [NumPy SIMD
+    loops])."""
     fn = F.sigmoid if name == "sigmoid" else getattr(lm, name)
     pieces = np.array_split(x, -(-x.size // (VECTOR_SIMD_MIN // 2)))
     return np.concatenate([fn(lm.asarray(p)).numpy() for p in pieces])
@@ -200,3 +201,35 @@ def test_activation_special_values(name, dtype):
     np.testing.assert_array_equal(got[:3], [np.inf, np.nan, np.nan])
     assert list(np.signbit(got[3:5])) == [True, False]
     assert got[3] == got[4] == 0 and got[5] == pytest.approx(-0.5e-30, rel=1e-6)
+
+
+def test_vector_width_is_chosen_per_kernel():
+    """Note [Vector width]: a loop of the vector math compiles for 512-bit vectors (on a
+    CPU that has them), any other loop for the host's preferred width; a loop's values
+    do not depend on its width, bit for bit."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from lamina.backends import jit
+    from lamina.backends.numba_cpu import kernels as K
+    from lamina.backends.numba_cpu.elementwise import BY_NAME
+    from lamina.dispatch import dtypes as D
+
+    assert K.vector_width(K.vector_exp) == jit.WIDE and K.vector_width(K.add) is None
+    pointer = jit.types.CPointer(jit.types.float32)
+    signature = jit.types.void(pointer, pointer, jit.types.int64)
+    x = np.concatenate([_float32_sample()[::97], np.array(SPECIALS, np.float32)])
+    results, attribute = [], '"prefer-vector-width"="512"'
+    for width in (None, jit.WIDE):
+        loop = jit.compile_cfunc(K.unary_cloop(K.vector_exp), signature, False, vector_width=width)
+        assert (attribute in loop.inspect_llvm()) == (width is not None)
+        if width and "+avx512f" in llvm.get_host_cpu_features().flatten():
+            assert "zmm" in loop._library.get_asm_str()
+        out = np.empty_like(x)
+        as_pointer = ctypes.POINTER(ctypes.c_float)
+        loop.ctypes(x.ctypes.data_as(as_pointer), out.ctypes.data_as(as_pointer), x.size)
+        results.append(out)
+    np.testing.assert_array_equal(results[0], results[1])
+    # the elementwise loops of exp's operator are among the wide ones
+    assert K.vector_width(BY_NAME["exp"].scalar_fn(D.float32)) == jit.WIDE

@@ -67,7 +67,9 @@ class Elementwise:
         self.op, self.arity, self.scalar_fn = op, arity, scalar
         # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops])
         self.simd, self.simd_min = simd, sys.maxsize
-        if simd is not None:
+        # NumPy's loops run on one thread: lamina's own vector math, on several, beats them
+        self.simd_serial_only = op.name in VECTOR_MATH
+        if simd is not None and op.name not in OWN_LOOP_FASTER:
             self.simd_min = VECTOR_SIMD_MIN if op.name in VECTOR_MATH else SIMD_MIN
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
@@ -169,11 +171,11 @@ class Elementwise:
         n = out.size
         if n == 0:
             return
-        if n >= self.simd_min and comp.kind == "f":
+        parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
+        if n >= self.simd_min and comp.kind == "f" and not (parallel and self.simd_serial_only):
             self.run_simd(out, *arrays)
             return
         i = comp.index
-        parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
         if out.flags.c_contiguous:
             dense = [a.shape == out.shape and a.flags.c_contiguous for a in arrays]
             if self.arity == 2 and (dense[0] or dense[1]):
@@ -346,12 +348,16 @@ def _clip_bounds(x, lo, hi):
 # their results do not depend on the size.
 # The operators of VECTOR_MATH have loops of lamina's own that LLVM vectorizes (Note
 # [Vector math]); they take the C core's fast path, and so cost ~0.2 us per call where
-# the general path costs ~5 us, but they run 256-bit vectors where NumPy's run 512-bit
-# ones on AVX-512 (float32 log and tanh 1.7-2.5x NumPy's time per element, exp 1.1x).
-# So they hand over to NumPy only from VECTOR_SIMD_MIN elements, where that overhead
-# is paid back; their results differ from NumPy's by at most the ulps of the Note.
+# the general path costs ~5 us. With 512-bit vectors, as NumPy's (Note [Vector width]
+# in lamina.backends.jit), exp's and log's loops are faster than NumPy's at every size
+# (1e5 float32: exp 27 us against 35, log 29 against 31), so they never hand over;
+# tanh's takes 1.8x NumPy's time per element, so it hands over from VECTOR_SIMD_MIN
+# elements, where that overhead is paid back; its results differ from NumPy's by at
+# most the ulps of the Note. From the parallel threshold on, lamina's loops run on every
+# thread where NumPy's run on one: there tanh does not hand over either.
 SIMD_MIN = 256
 VECTOR_SIMD_MIN = 2**14
+OWN_LOOP_FASTER = ("exp", "log")
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
 
 

@@ -37,6 +37,7 @@ from lamina.backends import setup as S
 from lamina.dispatch import dtypes as D
 
 from .elementwise import BY_NAME
+from .kernels import vector_width
 
 
 @dataclass(frozen=True)
@@ -213,8 +214,16 @@ def compile_group(group: Group, parallel: bool) -> Callable:
         ndim, layout = (1, "C") if group.flat else (group.ndim, "A")
         types = [jit.array(d.np, ndim, layout) for d in group.inputs]
         types += [jit.array(group.steps[j].result.np, ndim, "C") for j in group.outputs]
-        entry = _entries[key] = jit.compile_kernel(pyfunc, jit.types.void(*types), parallel)
+        signature, width = jit.types.void(*types), _vector_width(group)
+        entry = _entries[key] = jit.compile_kernel(pyfunc, signature, parallel, vector_width=width)
     return entry
+
+
+def _vector_width(group: Group) -> int | None:
+    """512 bits where a step runs the vector math (Note [Vector width] in
+    lamina.backends.jit): the loop's time is in that step, as in eager's loop."""
+    widths = [vector_width(BY_NAME[step.op].scalar_fn(step.comp)) for step in group.steps]
+    return max((w for w in widths if w is not None), default=None)
 
 
 _entries: dict = {}  # (Group.key(), parallel) -> entry point
@@ -231,7 +240,7 @@ def loop_address(group: Group) -> int:
         pyfunc = getattr(_load_module(_module_text(group, name, False, True), name), name)
         types = jit.types
         signature = types.void(types.CPointer(types.voidptr), types.int64, types.int64)
-        return jit.compile_cfunc(pyfunc, signature, cache)
+        return jit.compile_cfunc(pyfunc, signature, cache, vector_width=_vector_width(group))
 
     return jit.c_loop(("fused", group.key()), build)
 

@@ -391,13 +391,29 @@ for _name, _fn in [
 # Special values follow C99 (and so the Array API): exp(-inf) = 0, exp(inf) = inf,
 # log(0) = -inf, log(x < 0) = NaN, tanh(+-inf) = +-1, tanh(-0.0) = -0.0, NaN in, NaN
 # out. Kernels call them by x's type through vector_exp, vector_log, vector_tanh,
-# vector_sigmoid and vector_erf. On AVX-512 machines LLVM still picks 256-bit vectors
-# for Numba (its preference for this CPU), NumPy's loops 512-bit ones: see Note [NumPy
-# SIMD loops] in elementwise.py for where each serves.
+# vector_sigmoid and vector_erf. On AVX-512 machines the loops that call them run
+# 512-bit vectors, as NumPy's SIMD loops do (``wide_vectors``; Note [Vector width] in
+# lamina.backends.jit): see Note [NumPy SIMD loops] in elementwise.py for where each
+# serves.
 # Kernels in other files that call these (nn/activation.py) close over the stamp of this
 # file, so that Numba's cache, keyed by their own file, recompiles them when it changes
 # (Note [Kernel cache]).
 VECTOR_OPTIONS = dict(fastmath=frozenset({"contract"}), **jit.CALLEE)
+_WIDE_VECTORS = set()
+
+
+def wide_vectors(fn):
+    """Mark scalar function ``fn``: the loops instantiated with it compile for 512-bit
+    vectors (Note [Vector width] in lamina.backends.jit); what this file's vector math
+    computes per element pays for them, where a loop that only moves memory would not."""
+    _WIDE_VECTORS.add(fn)
+    return fn
+
+
+def vector_width(fn):
+    """The vector width the loops of scalar function ``fn`` compile for (None: the
+    host's preferred one)."""
+    return jit.WIDE if fn in _WIDE_VECTORS else None
 
 
 def _float32s(*coefficients):
@@ -517,10 +533,13 @@ def _log_special(x, y):
 def float32_log(x):
     # x = m * 2**e with m in [sqrt(1/2), sqrt(2)): log(x) = e log(2) + log(1 + (m - 1));
     # a subnormal x is scaled by 2**23 first
+    # (Numba computes int32 arithmetic in int64; each step cast back to int32 lets LLVM
+    # keep the vector lanes 32 bits wide: half the instructions. Where an int32 step
+    # would wrap, x is not positive and _log_special replaces the result.)
     tiny = x < _F32_TINY
     bits = np.float32(x * np.float32(8388608.0) if tiny else x).view(np.int32)
-    bits -= np.int32(0x3F3504F3)  # the bits of sqrt(1/2)
-    e = np.float32(bits >> 23) - (np.float32(23.0) if tiny else np.float32(0.0))
+    bits = np.int32(bits - np.int32(0x3F3504F3))  # the bits of sqrt(1/2)
+    e = np.float32(np.int32(bits >> 23)) - (np.float32(23.0) if tiny else np.float32(0.0))
     f = np.int32((bits & np.int32(0x007FFFFF)) + np.int32(0x3F3504F3)).view(np.float32)
     f -= np.float32(1.0)
     z = f * f
@@ -595,15 +614,18 @@ def float64_erf(x):
     return math.erf(x)  # libm's, one element at a time: no vector float64 erf yet
 
 
+@wide_vectors
 def vector_exp(x):
     """exp of a float32 or float64 x: float32_exp or float64_exp by x's type (in kernels;
     Note [Vector math]); likewise vector_tanh, vector_erf and vector_sigmoid."""
 
 
+@wide_vectors
 def vector_log(x):
     """log by x's float type (vector_exp)."""
 
 
+@wide_vectors
 def vector_tanh(x):
     """tanh by x's float type (vector_exp)."""
 
@@ -612,6 +634,7 @@ def vector_erf(x):
     """erf by x's float type (vector_exp)."""
 
 
+@wide_vectors
 def vector_sigmoid(x):
     """1 / (1 + exp(-x)) by x's float type (vector_exp)."""
 
@@ -660,11 +683,13 @@ def relu(x):
 
 
 # silu as PyTorch computes it, x / (1 + exp(-x)): -inf gives NaN (-inf / inf) there too
+@wide_vectors
 @jitable(inline="always", **jit.CALLEE)
 def silu(x):
     return x / (type(x)(1.0) + vector_exp(-x))
 
 
+@wide_vectors
 @jitable(inline="always", **jit.CALLEE)
 def gelu(x):
     c = type(x)
@@ -673,6 +698,7 @@ def gelu(x):
 
 # 0.5 x (1 + tanh(u)) is x / (1 + exp(-2u)): one exp where tanh takes two branches, and
 # no cancellation where tanh(u) nears -1
+@wide_vectors
 @jitable(inline="always", **jit.CALLEE)
 def gelu_tanh(x):
     c = type(x)
@@ -1524,10 +1550,11 @@ def c_loop(template, fn, comp, out, ins, cache=True):
     elif template is scalar_cloop:
         scalar = getattr(types, SCALAR_ARGUMENT[comp.kind])
         sig = types.void(ptr(ins[0]), scalar, ptr(out), types.int64, types.int32)
-        return jit.compile_cfunc(scalar_cloop(fn, CASTS[comp.name]), sig, cache)
+        loop = scalar_cloop(fn, CASTS[comp.name])
+        return jit.compile_cfunc(loop, sig, cache, vector_width=vector_width(fn))
     else:
         sig = types.void(*map(ptr, ins), ptr(out), types.int64)
-    return jit.compile_cfunc(template(fn), sig, cache)
+    return jit.compile_cfunc(template(fn), sig, cache, vector_width=vector_width(fn))
 
 
 # ---------------------------------------------------------------- compilation
@@ -1536,5 +1563,7 @@ def c_loop(template, fn, comp, out, ins, cache=True):
 def instantiate(template, args, signature):
     """Compile ``template(*args)`` for one explicit signature and return its entry point
     (Note [Kernel signatures] in ``lamina.backends.jit``); a ``prange`` loop argument
-    compiles the parallel variant."""
-    return jit.compile_kernel(template(*args), signature, parallel=args[-1] is jit.prange)
+    compiles the parallel variant; a first argument marked ``wide_vectors``, 512-bit
+    vectors."""
+    parallel, width = args[-1] is jit.prange, vector_width(args[0])
+    return jit.compile_kernel(template(*args), signature, parallel=parallel, vector_width=width)

@@ -70,6 +70,7 @@ def leaky_relu_backward(g, x, slope):
 # the gradients compute as the forward functions do (kernels.py: relu, silu, gelu)
 
 
+@K.wide_vectors
 @jitable(inline="always", **jit.CALLEE)
 def gelu_backward(g, x, unused):
     c = type(x)
@@ -77,6 +78,7 @@ def gelu_backward(g, x, unused):
     return g * (cdf + x * c(_INV_SQRT_2PI) * K.vector_exp(c(-0.5) * x * x))
 
 
+@K.wide_vectors
 @jitable(inline="always", **jit.CALLEE)
 def gelu_tanh_backward(g, x, unused):
     c = type(x)
@@ -86,6 +88,7 @@ def gelu_tanh_backward(g, x, unused):
     return g * (c(0.5) * (c(1.0) + t) + c(0.5) * x * (c(1.0) - t * t) * du)
 
 
+@K.wide_vectors
 @jitable(inline="always", **jit.CALLEE)
 def silu_backward(g, x, unused):
     c = type(x)
@@ -156,7 +159,8 @@ def _entry(template, fn, dtype, size, pair):
         scalar = jit.numba.from_dtype(dtype)
         param = jit.types.UniTuple(scalar, 2) if pair else scalar
         sig = jit.types.void(*operands, param)
-        return jit.compile_kernel(template(fn, loop), sig, parallel=loop is jit.prange)
+        parallel, width = loop is jit.prange, K.vector_width(fn)
+        return jit.compile_kernel(template(fn, loop), sig, parallel=parallel, vector_width=width)
 
     return jit.cached((template, fn, dtype, loop), build)
 
