@@ -363,6 +363,9 @@ def test_parallel_reductions():
             for name in ("mean", "var"):
                 want = getattr(np, name)(f.astype(np.float64), axis=axis)
                 np.testing.assert_allclose(getattr(lm, name)(fx, axis=axis).numpy(), want, 1e-6)
+            want = np.linalg.vector_norm(f.astype(np.float64), axis=axis)
+            got = lm.linalg.vector_norm(fx, axis=axis).numpy()
+            np.testing.assert_allclose(got, want, 1e-6)
     finally:
         lm.set_num_threads(before)
 
@@ -451,6 +454,45 @@ def test_mean_var_std(dtype):
                     want = want.astype(result.np)
                     assert_tensor(got, want, result, rtol, atol=1e-12)
                     same(got, ref(fn, x, axis=axis, keepdims=keepdims, correction=correction), rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_var_std_vector_norm_layouts(dtype):
+    """var, std and the 2-norm over leading, trailing and all axes (the C core's two
+    passes, Note [C moments]) and over other axes (the Python kernel), of contiguous,
+    transposed and stepped inputs, against float64 NumPy; a NaN spreads to its row."""
+    n = (RNG.standard_normal((5, 6, 7)) * 3 + 100).astype(dtype)
+    n[1, 2, 3] = np.nan
+    rtol = 1e-5 if dtype == np.float32 else 1e-11
+    norm = lm.linalg.vector_norm
+    for view in (n, n.transpose(2, 1, 0), n[::2, :, ::-3]):
+        x, nf = lm.asarray(view), view.astype(np.float64)
+        for axis in (None, 0, -1, (0, 1), (1, 2), (0, 2)):
+            for keepdims in (False, True):
+                for correction in (0, 1.5):
+                    got = lm.var(x, axis=axis, correction=correction, keepdims=keepdims)
+                    want = np.var(nf, axis=axis, ddof=correction, keepdims=keepdims)
+                    assert_tensor(got, want.astype(dtype), x.dtype, rtol)
+                    got = lm.std(x, axis=axis, correction=correction, keepdims=keepdims)
+                    assert_tensor(got, np.sqrt(want).astype(dtype), got.dtype, rtol)
+                got = norm(x, axis=axis, keepdims=keepdims)
+                want = np.linalg.vector_norm(nf, axis=axis, keepdims=keepdims)
+                assert_tensor(got, want.astype(dtype), got.dtype, rtol)
+
+
+def test_vector_norm_edge_values():
+    """The 2-norm sums float32 squares in float64: no overflow or underflow where
+    float32 squares would (NumPy's float32 norm gives inf and 0 here); float64
+    squares overflow as NumPy's do. Empty axes give 0; NaN wins over inf."""
+    norm = lm.linalg.vector_norm
+    assert norm(lm.asarray(np.array([3e30, 4e30], np.float32))).item() == pytest.approx(5e30)
+    assert norm(lm.asarray(np.array([3e-30, 4e-30], np.float32))).item() == pytest.approx(5e-30)
+    assert norm(lm.asarray(np.array([3e200, 4e200]))).item() == np.inf
+    assert norm(lm.asarray(np.array([1.0, np.inf]))).item() == np.inf
+    assert np.isnan(norm(lm.asarray(np.array([np.inf, np.nan]))).item())
+    for shape, axis, want in [((0, 3), 0, np.zeros(3)), ((3, 0), 1, np.zeros(3))]:
+        assert_tensor(norm(lm.zeros(shape), axis=axis), want, lm.float32)
+    assert norm(lm.zeros((0,))).item() == 0.0
 
 
 def test_var_correction_edge_cases():

@@ -1453,7 +1453,9 @@ def fold_columns_cloop(kernel):
 
 def arg_rows_cloop(kernel):
     """arg_reduce_rows over a contiguous (rows, cols) array: each row's index into
-    ``out`` (int64), its value into ``best`` (holding each row's first value)."""
+    ``out`` (int64), its value into ``best`` (holding each row's first value); also
+    deviations_rows, with each row's mean as ``best`` (Note [C moments] in
+    dispatch/csrc/fastpath.c)."""
 
     def loop(x, out, best, rows, cols):
         carray = jit.numba.carray
@@ -1463,7 +1465,8 @@ def arg_rows_cloop(kernel):
 
 
 def arg_columns_cloop(kernel):
-    """arg_reduce_columns over a contiguous (rows, cols) array into cols results."""
+    """arg_reduce_columns (deviations_columns) over a contiguous (rows, cols) array
+    into cols results."""
 
     def loop(x, out, best, rows, cols):
         carray = jit.numba.carray
@@ -1514,9 +1517,11 @@ def c_loop(template, fn, comp, out, ins, cache=True):
             ptr(ins[0], types.boolean), ptr(out, types.boolean), types.int64, types.int64
         )
         return jit.compile_cfunc(template(fn), sig, cache, fastmath=jit.REASSOCIATE)
-    elif template in (arg_rows_cloop, arg_columns_cloop):  # out: the indices; best: values
-        value = ptr(ins[0], types.boolean)
-        sig = types.void(value, ptr(out), value, types.int64, types.int64)
+    elif template in (arg_rows_cloop, arg_columns_cloop):
+        # out: the indices (var's squared deviations); beside them, in the dtype of the
+        # last input, the best values (the means)
+        value, beside = ptr(ins[0], types.boolean), ptr(ins[-1], types.boolean)
+        sig = types.void(value, ptr(out), beside, types.int64, types.int64)
         return jit.compile_cfunc(template(fn), sig, cache, fastmath=jit.REASSOCIATE)
     elif template in (unary_strided_cloop, binary_strided_cloop):
         strides = (types.int64,) * (len(ins) + 1)
