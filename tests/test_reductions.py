@@ -399,6 +399,27 @@ def test_argmax_first_nan_wins():
     assert lm.argmin(x, axis=1).tolist() == [2, 0, 3]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_argmax_ranks_of_special_values(dtype):
+    """argmax and argmin fold the values' ranks (Note [Argmax ranks]): -0.0 ties 0.0,
+    infinities and subnormals order as values, and a NaN of either sign (or a
+    payload) wins, the first one, in short rows and in rows of several blocks."""
+    tiny = np.finfo(dtype).smallest_subnormal
+    special = np.array([-0.0, 0.0, tiny, -tiny, np.inf, -np.inf, 1.0, -1.0], dtype)
+    negative_nan = -np.abs(np.array(np.nan, dtype))
+    rows = np.zeros((4, 700), dtype)
+    rows[:, :8] = special
+    rows[1, 600] = negative_nan
+    rows[2, 3], rows[2, 650] = np.nan, negative_nan
+    rows[3, :8] = [-0.0, 0.0, -0.0, 0.0, -1.0, 1.0, -1.0, 1.0]
+    for view in (rows, rows[:, :8], rows[:, 1::3]):
+        x = lm.asarray(view)
+        for name in ("argmax", "argmin"):
+            got = getattr(lm, name)(x, axis=1).numpy()
+            np.testing.assert_array_equal(got, getattr(np, name)(view, axis=1), name)
+            assert getattr(lm, name)(x).item() == getattr(np, name)(view)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
 def test_argmax_argmin_long_rows_and_columns(dtype):
     """Rows of several blocks (the block holding the extreme is searched), ties in

@@ -1235,29 +1235,28 @@ _ARG_BLOCK = 256
 
 def arg_reduce_rows(fold, loop):
     """argmax/argmin (``fold``: fold_max, fold_min) of each row into ``out``, its value
-    into ``best``. One pass folds each block (vectorized, Note [Vector reductions]) and
-    keeps the first block whose result beats ``best`` (NaN beats everything, and ends
-    the pass: the first NaN wins, as in NumPy); only that block is then searched
-    element by element."""
+    into ``best``. One pass folds the values' ranks (Note [Argmax ranks]) block by
+    block (vectorized, Note [Vector reductions]) and keeps the first block whose result
+    beats the best so far; only that block is then searched for the first element of
+    that rank: the first maximum (minimum) or the first NaN, as in NumPy."""
+    rank = rank_max if fold is fold_max else rank_min
 
     def kernel(x, out, best):
         for r in loop(x.shape[0]):
-            b, at = x[r, 0], 0
-            for s in range(0, x.shape[1], _ARG_BLOCK):
-                block = x[r, s : s + _ARG_BLOCK]
-                part = block[0]
+            row = x[r]
+            b, at = rank(row[0]), 0
+            for s in range(0, row.shape[0], _ARG_BLOCK):
+                block = row[s : s + _ARG_BLOCK]
+                part = b
                 for j in range(block.shape[0]):
-                    part = fold(part, block[j])
-                if fold(part, b) != b:
+                    part = fold(part, rank(block[j]))
+                if part != b:
                     b, at = part, s
-                    if part != part:
-                        break
-            block = x[r, at : at + _ARG_BLOCK]
+            block = row[at : at + _ARG_BLOCK]
             first = block.shape[0]
             for j in range(block.shape[0]):  # a min-fold, not an early exit: it vectorizes
-                v = block[j]
-                first = min(first, j if (v == b) | (v != v) else block.shape[0])
-            out[r], best[r] = at + first, b
+                first = min(first, j if rank(block[j]) == b else block.shape[0])
+            out[r], best[r] = at + first, block[first]
 
     return kernel
 
@@ -1318,6 +1317,62 @@ def _lower_folds(numba):
 
 
 jit.on_load(_lower_folds)
+
+
+# Note [Argmax ranks]: argmax and argmin fold integers, not floats: a float's rank is its
+# bits as a signed integer of its width, with the sign and magnitude made two's
+# complement (so -0.0 and 0.0 tie, as they compare) and every NaN the highest rank
+# (rank_max) or the lowest (rank_min), so that the first NaN wins. Ranks order as the
+# values do; an integer fold vectorizes to a few instructions per vector, where
+# llvm.maximum on floats takes several more (the kernel on 100 rows of 100 float32:
+# 6.5 -> 4.2 us; one row of 10**4: 1.7 -> 1.0 us).
+# Integers and bool are their own ranks.
+
+
+def rank_max(x):
+    """x's rank for argmax (Note [Argmax ranks]): NaN above every value."""
+    return x
+
+
+def rank_min(x):
+    """x's rank for argmin: NaN below every value."""
+    return x
+
+
+def _lower_ranks(numba):
+    from llvmlite import ir
+    from numba.extending import intrinsic, overload
+
+    def lower(rank, nan_highest):
+        @intrinsic
+        def float_rank(typingctx, x):
+            width = x.bitwidth
+
+            def codegen(context, builder, sig, args):
+                t = ir.IntType(width)
+                bits = builder.bitcast(args[0], t)
+                top = (1 << (width - 1)) - 1
+                magnitude = builder.and_(bits, ir.Constant(t, top))
+                negative = builder.icmp_signed("<", bits, ir.Constant(t, 0))
+                signed = builder.select(negative, builder.neg(magnitude), magnitude)
+                infinity = ir.Constant(t, {32: 0x7F800000, 64: 0x7FF0000000000000}[width])
+                nan = builder.icmp_signed(">", magnitude, infinity)
+                return builder.select(nan, ir.Constant(t, top if nan_highest else -top - 1), signed)
+
+            return getattr(numba.types, f"int{width}")(x), codegen
+
+        def typed(x):
+            if isinstance(x, numba.types.Float):
+                return lambda x: float_rank(x)
+            return lambda x: x
+
+        overload(rank)(typed)
+
+    lower(rank_max, True)
+    lower(rank_min, False)
+
+
+jit.on_load(_lower_ranks)
 
 
 @jitable
