@@ -1253,9 +1253,10 @@ def arg_reduce_rows(fold, loop):
                 if part != b:
                     b, at = part, s
             block = row[at : at + _ARG_BLOCK]
-            first = block.shape[0]
-            for j in range(block.shape[0]):  # a min-fold, not an early exit: it vectorizes
-                first = min(first, j if rank(block[j]) == b else block.shape[0])
+            # a min-fold, not an early exit: it vectorizes, better with 32-bit indices
+            first = n = np.int32(block.shape[0])
+            for j in range(block.shape[0]):
+                first = min(first, np.int32(j) if rank(block[j]) == b else n)
             out[r], best[r] = at + first, block[first]
 
     return kernel
