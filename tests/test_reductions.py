@@ -363,9 +363,10 @@ def test_parallel_reductions():
             for name in ("mean", "var"):
                 want = getattr(np, name)(f.astype(np.float64), axis=axis)
                 np.testing.assert_allclose(getattr(lm, name)(fx, axis=axis).numpy(), want, 1e-6)
-            want = np.linalg.vector_norm(f.astype(np.float64), axis=axis)
-            got = lm.linalg.vector_norm(fx, axis=axis).numpy()
-            np.testing.assert_allclose(got, want, 1e-6)
+            for ord in (2, 1, np.inf):
+                want = np.linalg.vector_norm(f.astype(np.float64), axis=axis, ord=ord)
+                got = lm.linalg.vector_norm(fx, axis=axis, ord=ord).numpy()
+                np.testing.assert_allclose(got, want, 1e-6)
     finally:
         lm.set_num_threads(before)
 
@@ -499,6 +500,22 @@ def test_var_std_vector_norm_layouts(dtype):
                 got = norm(x, axis=axis, keepdims=keepdims)
                 want = np.linalg.vector_norm(nf, axis=axis, keepdims=keepdims)
                 assert_tensor(got, want.astype(dtype), got.dtype, rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vector_norm_ords(dtype):
+    """Every ord over leading, trailing, all and middle axes, of contiguous,
+    transposed and stepped inputs, against float64 NumPy; a NaN spreads to its row."""
+    n = RNG.standard_normal((4, 5, 6)).astype(dtype)
+    n[0, 0, 0], n[1, 2, 3] = 0.0, np.nan
+    rtol = 1e-5 if dtype == np.float32 else 1e-11
+    for view in (n, n.transpose(2, 1, 0), n[::2, :, ::-3]):
+        x, nf = lm.asarray(view), view.astype(np.float64)
+        for ord in (1, np.inf, -np.inf, 0, 3, 0.5):
+            for axis in (None, 0, -1, 1):
+                got = lm.linalg.vector_norm(x, axis=axis, ord=ord)
+                want = np.linalg.vector_norm(nf, axis=axis, ord=ord)
+                assert_tensor(got, want.astype(dtype), x.dtype, rtol)
 
 
 def test_vector_norm_edge_values():

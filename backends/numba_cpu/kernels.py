@@ -1377,6 +1377,26 @@ jit.on_load(_lower_ranks)
 
 
 @jitable
+def add_absolute(acc, x):
+    """vector_norm's ord-1 step. reduce_rows folds the partial results with the step
+    too: they are never negative, so abs leaves them as they are (likewise
+    max_absolute and min_absolute)."""
+    return acc + abs(x)
+
+
+@jitable
+def max_absolute(acc, x):
+    """vector_norm's ord-inf step: NaN wins (fold_max)."""
+    return fold_max(acc, abs(x))
+
+
+@jitable
+def min_absolute(acc, x):
+    """vector_norm's ord--inf step: NaN wins (fold_min)."""
+    return fold_min(acc, abs(x))
+
+
+@jitable
 def logical_and_reduce(acc, x):
     return acc & (x != 0)  # bitwise, not short-circuit: Note [Vector reductions]
 

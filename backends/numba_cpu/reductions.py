@@ -118,6 +118,12 @@ _ANY = _fold_family(K.logical_or_reduce)
 _ARGMAX = Reduction(K.arg_reduce_rows, K.fold_max, K.arg_reduce_columns, parts=None)
 _ARGMIN = Reduction(K.arg_reduce_rows, K.fold_min, K.arg_reduce_columns, parts=None)
 _DEVIATIONS = Reduction(K.deviations_rows, K.square, K.deviations_columns, parts=_SUM)
+# vector_norm's ord 1, inf and -inf: folds of |x| from 0, 0 and inf
+_NORMS = {
+    1.0: (_fold_family(K.add_absolute), 0.0, np.float64),
+    np.inf: (_fold_family(K.max_absolute), 0.0, None),
+    -np.inf: (_fold_family(K.min_absolute), np.inf, None),
+}
 _DEVIATIONS_COMPLEX = Reduction(K.deviations_rows, K.abs_square, K.deviations_columns, parts=_SUM)
 
 
@@ -245,16 +251,25 @@ def std(ks, x, axis, correction, keepdims):
 
 
 def vector_norm(ks, x, axis, keepdims, ord):
-    """The 2-norm of real floating tensors: the root of the sum of the squared
+    """Of real floating tensors, the 2-norm: the root of the sum of the squared
     deviations from zero, in float64 (Note [C moments] in dispatch/csrc/fastpath.c);
-    other ords and dtypes, and no axes, as NumPy computes them."""
-    if ord != 2 or x._dtype.kind != "f" or not axis:
+    ord 1, inf and -inf: folds of |x| (_NORMS). Other ords and dtypes, no axes, and
+    ord +-inf of an empty axis (an error) as NumPy computes them."""
+    rows = rows_view(x._data, axis) if axis else None
+    if x._dtype.kind != "f" or rows is None or not (ord == 2 or ord in _NORMS):
         return _any_vector_norm(ks, x, axis, keepdims, ord)
-    rows = rows_view(x._data, axis)
-    m2 = np.zeros(rows.shape[0])
+    if ord == 2:
+        acc = np.zeros(rows.shape[0])
+        if rows.size:
+            _DEVIATIONS(rows, acc, np.zeros(rows.shape[0]))
+        return _finish(np.sqrt(acc), x, axis, keepdims, x._dtype)
+    fold, start, accumulator = _NORMS[ord]
+    if rows.shape[1] == 0 and ord != 1:
+        return _any_vector_norm(ks, x, axis, keepdims, ord)
+    acc = _filled(rows.shape[0], start, accumulator or rows.dtype)
     if rows.size:
-        _DEVIATIONS(rows, m2, np.zeros(rows.shape[0]))
-    return _finish(np.sqrt(m2), x, axis, keepdims, x._dtype)
+        fold(rows, acc)
+    return _finish(acc, x, axis, keepdims, x._dtype)
 
 
 class FoldSpec:
