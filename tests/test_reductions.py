@@ -401,10 +401,11 @@ def test_argmax_first_nan_wins():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_argmax_ranks_of_special_values(dtype):
-    """argmax and argmin fold the values' ranks (Note [Argmax ranks]): -0.0 ties 0.0,
-    infinities and subnormals order as values, and a NaN of either sign (or a
-    payload) wins, the first one, in short rows and in rows of several blocks."""
+def test_ranks_of_special_values(dtype):
+    """argmax and argmin fold the values' ranks, max and min their order keys (Note
+    [Argmax ranks]): -0.0 ties 0.0 (and stays -0.0 as a max), infinities and
+    subnormals order as values, and a NaN of either sign (or a payload) wins, the
+    first one, in short rows and in rows of several blocks."""
     tiny = np.finfo(dtype).smallest_subnormal
     special = np.array([-0.0, 0.0, tiny, -tiny, np.inf, -np.inf, 1.0, -1.0], dtype)
     negative_nan = -np.abs(np.array(np.nan, dtype))
@@ -419,6 +420,13 @@ def test_argmax_ranks_of_special_values(dtype):
             got = getattr(lm, name)(x, axis=1).numpy()
             np.testing.assert_array_equal(got, getattr(np, name)(view, axis=1), name)
             assert getattr(lm, name)(x).item() == getattr(np, name)(view)
+        for name in ("max", "min"):
+            got, want = getattr(lm, name)(x, axis=1).numpy(), getattr(np, name)(view, axis=1)
+            np.testing.assert_array_equal(got, want, name)
+            signed = ~np.isnan(want)  # (a NaN's sign is not specified)
+            np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
+    zeros = lm.asarray(np.array([[-0.0, -0.0], [-0.0, 0.0]], dtype))
+    assert np.signbit(lm.max(zeros, axis=1).numpy()).tolist() == [True, False]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])

@@ -111,8 +111,8 @@ def _fold_family(step):
 
 _SUM = _fold_family(K.add)
 _PROD = _fold_family(K.multiply)
-_MAX = _fold_family(K.fold_max)
-_MIN = _fold_family(K.fold_min)
+_MAX = Reduction(K.extreme_rows, K.fold_max, columns=K.reduce_columns)
+_MIN = Reduction(K.extreme_rows, K.fold_min, columns=K.reduce_columns)
 _ALL = _fold_family(K.logical_and_reduce)
 _ANY = _fold_family(K.logical_or_reduce)
 _ARGMAX = Reduction(K.arg_reduce_rows, K.fold_max, K.arg_reduce_columns, parts=None)
