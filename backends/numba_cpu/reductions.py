@@ -1,8 +1,8 @@
-"""Reduction kernels of the CPU backend: sum, prod, max, min, all, any (one fold
-template, over the rows of a 2-D view), argmax and argmin (the max or min fold, then a
-search for it), mean (the sum's fold), var and std (a second pass over the deviations
-from the mean), vector_norm's 2-norm (the deviations from zero). Every loop vectorizes
-(Note [Vector reductions] in kernels.py)."""
+"""Reduction kernels of the CPU backend: sum, prod, all, any (one fold template, over
+the rows of a 2-D view), max and min (a fold of order keys), argmax and argmin (a fold
+of ranks, then a search), mean (the sum's fold), var and std (a second pass over the
+deviations from the mean), vector_norm (the deviations from zero; folds of |x|). Every
+loop vectorizes (Note [Vector reductions] in kernels.py)."""
 
 import numpy as np
 
@@ -118,13 +118,14 @@ _ANY = _fold_family(K.logical_or_reduce)
 _ARGMAX = Reduction(K.arg_reduce_rows, K.fold_max, K.arg_reduce_columns, parts=None)
 _ARGMIN = Reduction(K.arg_reduce_rows, K.fold_min, K.arg_reduce_columns, parts=None)
 _DEVIATIONS = Reduction(K.deviations_rows, K.square, K.deviations_columns, parts=_SUM)
-# vector_norm's ord 1, inf and -inf: folds of |x| from 0, 0 and inf
+_DEVIATIONS_COMPLEX = Reduction(K.deviations_rows, K.abs_square, K.deviations_columns, parts=_SUM)
+# vector_norm's ord 1, inf and -inf: folds of |x| from 0, 0 and inf (accumulator dtype;
+# None: the input's)
 _NORMS = {
     1.0: (_fold_family(K.add_absolute), 0.0, np.float64),
     np.inf: (_fold_family(K.max_absolute), 0.0, None),
     -np.inf: (_fold_family(K.min_absolute), np.inf, None),
 }
-_DEVIATIONS_COMPLEX = Reduction(K.deviations_rows, K.abs_square, K.deviations_columns, parts=_SUM)
 
 
 def _accumulator(dtype):
@@ -255,9 +256,9 @@ def vector_norm(ks, x, axis, keepdims, ord):
     deviations from zero, in float64 (Note [C moments] in dispatch/csrc/fastpath.c);
     ord 1, inf and -inf: folds of |x| (_NORMS). Other ords and dtypes, no axes, and
     ord +-inf of an empty axis (an error) as NumPy computes them."""
-    rows = rows_view(x._data, axis) if axis else None
-    if x._dtype.kind != "f" or rows is None or not (ord == 2 or ord in _NORMS):
+    if x._dtype.kind != "f" or not axis or not (ord == 2 or ord in _NORMS):
         return _any_vector_norm(ks, x, axis, keepdims, ord)
+    rows = rows_view(x._data, axis)
     if ord == 2:
         acc = np.zeros(rows.shape[0])
         if rows.size:
