@@ -32,6 +32,8 @@ LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = (
     reference.LOOP_STRIDED,
 )
 LOOP_ROWS, LOOP_COLUMNS = reference.LOOP_ROWS, reference.LOOP_COLUMNS
+LOOP_DEVIATION_ROWS = reference.LOOP_DEVIATION_ROWS
+LOOP_DEVIATION_COLUMNS = reference.LOOP_DEVIATION_COLUMNS
 PY_SCALARS = reference.PY_SCALARS
 with_modes = reference.with_modes  # Note [Modes] (modes.py)
 guard_key = reference.guard_key if _core is None else _core.guard_key

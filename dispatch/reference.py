@@ -229,6 +229,8 @@ TENSOR, SCALAR, UNCHECKED = 0, 1, 2  # the three forms of one kernel
 LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED = 0, 1, 2
 # a reduction's loops: over the rows of a (rows, cols) array, or down its columns
 LOOP_ROWS, LOOP_COLUMNS = 3, 4
+# var's second pass, the squared deviations from each row's mean (Note [C moments])
+LOOP_DEVIATION_ROWS, LOOP_DEVIATION_COLUMNS = 5, 6
 _empty = np.empty
 _new = object.__new__
 

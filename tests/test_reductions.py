@@ -363,6 +363,10 @@ def test_parallel_reductions():
             for name in ("mean", "var"):
                 want = getattr(np, name)(f.astype(np.float64), axis=axis)
                 np.testing.assert_allclose(getattr(lm, name)(fx, axis=axis).numpy(), want, 1e-6)
+            for ord in (2, 1, np.inf):
+                want = np.linalg.vector_norm(f.astype(np.float64), axis=axis, ord=ord)
+                got = lm.linalg.vector_norm(fx, axis=axis, ord=ord).numpy()
+                np.testing.assert_allclose(got, want, 1e-6)
     finally:
         lm.set_num_threads(before)
 
@@ -394,6 +398,35 @@ def test_argmax_first_nan_wins():
         same(fn(x, axis=1), ref(fn, x, axis=1))
     assert lm.argmax(x, axis=1).tolist() == [2, 0, 0]  # ties: first index
     assert lm.argmin(x, axis=1).tolist() == [2, 0, 3]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_ranks_of_special_values(dtype):
+    """argmax and argmin fold the values' ranks, max and min their order keys (Note
+    [Argmax ranks]): -0.0 ties 0.0 (and stays -0.0 as a max), infinities and
+    subnormals order as values, and a NaN of either sign (or a payload) wins, the
+    first one, in short rows and in rows of several blocks."""
+    tiny = np.finfo(dtype).smallest_subnormal
+    special = np.array([-0.0, 0.0, tiny, -tiny, np.inf, -np.inf, 1.0, -1.0], dtype)
+    negative_nan = -np.abs(np.array(np.nan, dtype))
+    rows = np.zeros((4, 700), dtype)
+    rows[:, :8] = special
+    rows[1, 600] = negative_nan
+    rows[2, 3], rows[2, 650] = np.nan, negative_nan
+    rows[3, :8] = [-0.0, 0.0, -0.0, 0.0, -1.0, 1.0, -1.0, 1.0]
+    for view in (rows, rows[:, :8], rows[:, 1::3]):
+        x = lm.asarray(view)
+        for name in ("argmax", "argmin"):
+            got = getattr(lm, name)(x, axis=1).numpy()
+            np.testing.assert_array_equal(got, getattr(np, name)(view, axis=1), name)
+            assert getattr(lm, name)(x).item() == getattr(np, name)(view)
+        for name in ("max", "min"):
+            got, want = getattr(lm, name)(x, axis=1).numpy(), getattr(np, name)(view, axis=1)
+            np.testing.assert_array_equal(got, want, name)
+            signed = ~np.isnan(want)  # (a NaN's sign is not specified)
+            np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
+    zeros = lm.asarray(np.array([[-0.0, -0.0], [-0.0, 0.0]], dtype))
+    assert np.signbit(lm.max(zeros, axis=1).numpy()).tolist() == [True, False]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
@@ -451,6 +484,61 @@ def test_mean_var_std(dtype):
                     want = want.astype(result.np)
                     assert_tensor(got, want, result, rtol, atol=1e-12)
                     same(got, ref(fn, x, axis=axis, keepdims=keepdims, correction=correction), rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_var_std_vector_norm_layouts(dtype):
+    """var, std and the 2-norm over leading, trailing and all axes (the C core's two
+    passes, Note [C moments]) and over other axes (the Python kernel), of contiguous,
+    transposed and stepped inputs, against float64 NumPy; a NaN spreads to its row."""
+    n = (RNG.standard_normal((5, 6, 7)) * 3 + 100).astype(dtype)
+    n[1, 2, 3] = np.nan
+    rtol = 1e-5 if dtype == np.float32 else 1e-11
+    norm = lm.linalg.vector_norm
+    for view in (n, n.transpose(2, 1, 0), n[::2, :, ::-3]):
+        x, nf = lm.asarray(view), view.astype(np.float64)
+        for axis in (None, 0, -1, (0, 1), (1, 2), (0, 2)):
+            for keepdims in (False, True):
+                for correction in (0, 1.5):
+                    got = lm.var(x, axis=axis, correction=correction, keepdims=keepdims)
+                    want = np.var(nf, axis=axis, ddof=correction, keepdims=keepdims)
+                    assert_tensor(got, want.astype(dtype), x.dtype, rtol)
+                    got = lm.std(x, axis=axis, correction=correction, keepdims=keepdims)
+                    assert_tensor(got, np.sqrt(want).astype(dtype), got.dtype, rtol)
+                got = norm(x, axis=axis, keepdims=keepdims)
+                want = np.linalg.vector_norm(nf, axis=axis, keepdims=keepdims)
+                assert_tensor(got, want.astype(dtype), got.dtype, rtol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vector_norm_ords(dtype):
+    """Every ord over leading, trailing, all and middle axes, of contiguous,
+    transposed and stepped inputs, against float64 NumPy; a NaN spreads to its row."""
+    n = RNG.standard_normal((4, 5, 6)).astype(dtype)
+    n[0, 0, 0], n[1, 2, 3] = 0.0, np.nan
+    rtol = 1e-5 if dtype == np.float32 else 1e-11
+    for view in (n, n.transpose(2, 1, 0), n[::2, :, ::-3]):
+        x, nf = lm.asarray(view), view.astype(np.float64)
+        for ord in (1, np.inf, -np.inf, 0, 3, 0.5):
+            for axis in (None, 0, -1, 1):
+                got = lm.linalg.vector_norm(x, axis=axis, ord=ord)
+                want = np.linalg.vector_norm(nf, axis=axis, ord=ord)
+                assert_tensor(got, want.astype(dtype), x.dtype, rtol)
+
+
+def test_vector_norm_edge_values():
+    """The 2-norm sums float32 squares in float64: no overflow or underflow where
+    float32 squares would (NumPy's float32 norm gives inf and 0 here); float64
+    squares overflow as NumPy's do. Empty axes give 0; NaN wins over inf."""
+    norm = lm.linalg.vector_norm
+    assert norm(lm.asarray(np.array([3e30, 4e30], np.float32))).item() == pytest.approx(5e30)
+    assert norm(lm.asarray(np.array([3e-30, 4e-30], np.float32))).item() == pytest.approx(5e-30)
+    assert norm(lm.asarray(np.array([3e200, 4e200]))).item() == np.inf
+    assert norm(lm.asarray(np.array([1.0, np.inf]))).item() == np.inf
+    assert np.isnan(norm(lm.asarray(np.array([np.inf, np.nan]))).item())
+    for shape, axis, want in [((0, 3), 0, np.zeros(3)), ((3, 0), 1, np.zeros(3))]:
+        assert_tensor(norm(lm.zeros(shape), axis=axis), want, lm.float32)
+    assert norm(lm.zeros((0,))).item() == 0.0
 
 
 def test_var_correction_edge_cases():

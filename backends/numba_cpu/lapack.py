@@ -106,7 +106,7 @@ def register(registry):
         "inv": _unary("inv", np.linalg.inv),
         "eigvalsh": _unary("eigvalsh", np.linalg.eigvalsh),
     }
-    for fn in (cholesky, slogdet, solve, eigh, qr, svd, svdvals, diagonal, vector_norm):
+    for fn in (cholesky, slogdet, solve, eigh, qr, svd, svdvals, diagonal):
         kernels[fn.__name__] = fn
     for name, fn in kernels.items():
         registry.register(name, "cpu", fn)

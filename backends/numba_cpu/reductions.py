@@ -1,7 +1,8 @@
-"""Reduction kernels of the CPU backend: sum, prod, max, min, all, any (one fold
-template, over the rows of a 2-D view), argmax and argmin (the max or min fold, then a
-search for it), mean (the sum's fold), var and std (a second pass over the deviations
-from the mean). Every loop vectorizes (Note [Vector reductions] in kernels.py)."""
+"""Reduction kernels of the CPU backend: sum, prod, all, any (one fold template, over
+the rows of a 2-D view), max and min (a fold of order keys), argmax and argmin (a fold
+of ranks, then a search), mean (the sum's fold), var and std (a second pass over the
+deviations from the mean), vector_norm (the deviations from zero; folds of |x|). Every
+loop vectorizes (Note [Vector reductions] in kernels.py)."""
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from . import kernels as K
+from .lapack import vector_norm as _any_vector_norm
 from .layout import rows_view
 
 empty = np.empty
@@ -50,8 +52,11 @@ class Reduction:
     stride). Entry points are compiled per (template, dtypes, loop, layout), with
     reassociation (Note [Vector reductions] in kernels.py)."""
 
-    def __init__(self, template, fn, columns=None):
+    def __init__(self, template, fn, columns=None, parts="itself"):
         self.template, self.fn, self.columns = template, fn, columns
+        # what folds the parts of a split row (``_split``): the fold itself, another
+        # (the sum of var's squared deviations), or None: the row is never split
+        self.parts = self if parts == "itself" else parts
 
     def __call__(self, rows, out, *more):
         threshold = _parallel_min if rows.itemsize >= 4 else _parallel_min_narrow
@@ -60,8 +65,8 @@ class Reduction:
         layout = "C" if flags.c_contiguous else "A"
         if self.columns is not None and layout == "A" and flags.f_contiguous:
             template, rows, layout, loop = self.columns, rows.T, "C", range
-        elif loop is not range and layout == "C" and not more and _one_long_row(rows):
-            return self._split(rows, out)
+        elif loop is not range and layout == "C" and self.parts and _one_long_row(rows):
+            return self._split(rows, out, *more)
         args = (loop,) if self.fn is None else (self.fn, loop)
         outs = (out, *more)
         entry = jit.cached(
@@ -77,15 +82,22 @@ class Reduction:
         )
         entry(rows, out, *more)
 
-    def _split(self, rows, out):
+    def _split(self, rows, out, *more):
         """One long row (a fold of everything) as rows of _SPLIT values, which the
         threads share, and the rest of the row; their results are then folded into
-        ``out``. Each part starts, as ``out`` does, from the start value."""
+        ``out`` by ``self.parts``. Each part starts, as ``out`` does, from the start
+        value, and reads the row's ``more`` (its mean).
+
+        Note [Split folds]: a split regroups the fold at the parts' borders, so a sum
+        of a long row on several threads may differ from one thread's in the last
+        bits (max, min, all and any cannot: their folds have no rounding); argmax and
+        argmin are never split (parts=None)."""
         count = rows.shape[1] // _SPLIT
         parts = _filled(count + 1, out[0], out.dtype)
-        self(rows[:, : count * _SPLIT].reshape(count, _SPLIT), parts[:count])
-        self(rows[:, count * _SPLIT :], parts[count:])
-        self(parts.reshape(1, -1), out)
+        each = [_filled(count, m[0], m.dtype) for m in more]
+        self(rows[:, : count * _SPLIT].reshape(count, _SPLIT), parts[:count], *each)
+        self(rows[:, count * _SPLIT :], parts[count:], *more)
+        self.parts(parts.reshape(1, -1), out)
 
 
 def _one_long_row(rows):
@@ -99,14 +111,21 @@ def _fold_family(step):
 
 _SUM = _fold_family(K.add)
 _PROD = _fold_family(K.multiply)
-_MAX = _fold_family(K.fold_max)
-_MIN = _fold_family(K.fold_min)
+_MAX = Reduction(K.extreme_rows, K.fold_max, columns=K.reduce_columns)
+_MIN = Reduction(K.extreme_rows, K.fold_min, columns=K.reduce_columns)
 _ALL = _fold_family(K.logical_and_reduce)
 _ANY = _fold_family(K.logical_or_reduce)
-_ARGMAX = Reduction(K.arg_reduce_rows, K.fold_max, columns=K.arg_reduce_columns)
-_ARGMIN = Reduction(K.arg_reduce_rows, K.fold_min, columns=K.arg_reduce_columns)
-_DEVIATIONS = Reduction(K.deviations_rows, K.square, columns=K.deviations_columns)
-_DEVIATIONS_COMPLEX = Reduction(K.deviations_rows, K.abs_square, columns=K.deviations_columns)
+_ARGMAX = Reduction(K.arg_reduce_rows, K.fold_max, K.arg_reduce_columns, parts=None)
+_ARGMIN = Reduction(K.arg_reduce_rows, K.fold_min, K.arg_reduce_columns, parts=None)
+_DEVIATIONS = Reduction(K.deviations_rows, K.square, K.deviations_columns, parts=_SUM)
+_DEVIATIONS_COMPLEX = Reduction(K.deviations_rows, K.abs_square, K.deviations_columns, parts=_SUM)
+# vector_norm's ord 1, inf and -inf: folds of |x| from 0, 0 and inf (accumulator dtype;
+# None: the input's)
+_NORMS = {
+    1.0: (_fold_family(K.add_absolute), 0.0, np.float64),
+    np.inf: (_fold_family(K.max_absolute), 0.0, None),
+    -np.inf: (_fold_family(K.min_absolute), np.inf, None),
+}
 
 
 def _accumulator(dtype):
@@ -232,13 +251,35 @@ def std(ks, x, axis, correction, keepdims):
     return _moments_of("std", x, axis, correction, keepdims)
 
 
+def vector_norm(ks, x, axis, keepdims, ord):
+    """Of real floating tensors, the 2-norm: the root of the sum of the squared
+    deviations from zero, in float64 (Note [C moments] in dispatch/csrc/fastpath.c);
+    ord 1, inf and -inf: folds of |x| (_NORMS). Other ords and dtypes, no axes, and
+    ord +-inf of an empty axis (an error) as NumPy computes them."""
+    if x._dtype.kind != "f" or not axis or not (ord == 2 or ord in _NORMS):
+        return _any_vector_norm(ks, x, axis, keepdims, ord)
+    rows = rows_view(x._data, axis)
+    if ord == 2:
+        acc = np.zeros(rows.shape[0])
+        if rows.size:
+            _DEVIATIONS(rows, acc, np.zeros(rows.shape[0]))
+        return _finish(np.sqrt(acc), x, axis, keepdims, x._dtype)
+    fold, start, accumulator = _NORMS[ord]
+    if rows.shape[1] == 0 and ord != 1:
+        return _any_vector_norm(ks, x, axis, keepdims, ord)
+    acc = _filled(rows.shape[0], start, accumulator or rows.dtype)
+    if rows.size:
+        fold(rows, acc)
+    return _finish(acc, x, axis, keepdims, x._dtype)
+
+
 class FoldSpec:
     """What the C core's reduction fast path needs of a fold (Note [C reductions] in
     dispatch/csrc/fastpath.c): per input dtype index, the accumulator and result dtypes (None
     where the dtype takes the Python kernel), the start value, and the loops' addresses
     -- the same templates the Python kernel runs, compiled as C functions."""
 
-    def __init__(self, name, reduction, start, result):
+    def __init__(self, name, reduction, start, result, deviations=None):
         op = OPERATORS[name]
         self.name, self.reduction, self.start = name, reduction, start
         self.has_dtype = name in ("sum", "prod")
@@ -248,42 +289,55 @@ class FoldSpec:
         # mean: the sum's fold into float64, divided by the count (``_mean``), for
         # floating inputs; an empty axis (NaN) and complex ones take the Python kernel
         self.mean = mean = name == "mean"
+        # var, std, vector_norm's 2-norm: the squared ``deviations`` from each row's
+        # mean (``centered``) or from zero, float64, for floating inputs (Note [C
+        # moments] in dispatch/csrc/fastpath.c); the mean is ``reduction``'s fold
+        self.deviations, self.moments = deviations, deviations is not None
+        self.centered, self.root = name in ("var", "std"), name in ("std", "vector_norm")
+        float64_only = mean or self.moments
         self.results, self.accumulators = [], []
         for d in D.ALL:
             try:
                 res = result(op, d)
             except TypeError:  # a dtype the operator refuses: the Python kernel raises
                 res = None
-            if mean and d.kind != "f":
+            if float64_only and d.kind != "f":
                 res = None
             self.results.append(res)
             self.accumulators.append(
                 None
                 if res is None
                 else D.from_numpy(np.dtype(_accumulator(res)))
-                if self.has_dtype or mean
+                if self.has_dtype or float64_only
                 else res
             )
         self.limit = _parallel_min
 
     def address(self, form, index):
-        template = self.reduction.template if form == core.LOOP_ROWS else self.reduction.columns
-        wrappers = (K.arg_rows_cloop, K.arg_columns_cloop) if self.arg else _FOLD_WRAPPERS
-        wrapper = wrappers[form != core.LOOP_ROWS]
         d, acc = D.ALL[index], self.accumulators[index]
+        reduction, ins, wrappers = self.reduction, [d], _FOLD_WRAPPERS
+        if self.arg:
+            wrappers = _BESIDE_WRAPPERS
+        if form in (core.LOOP_DEVIATION_ROWS, core.LOOP_DEVIATION_COLUMNS):
+            reduction, ins, wrappers = self.deviations, [d, D.float64], _BESIDE_WRAPPERS
+        rows = form in (core.LOOP_ROWS, core.LOOP_DEVIATION_ROWS)
+        template = reduction.template if rows else reduction.columns
+        wrapper = wrappers[not rows]
 
         def build(cache):
             # inlined into the loop, the kernel's status checks and raise paths go away:
             # the loop needs nothing of Numba's runtime (Note [Loop cache]); a jitable
             # function, not a dispatcher, so the loop is cached (Note [Closure cells]);
             # the loop is compiled with reassociation (Note [Vector reductions])
-            kernel = jit.jitable(template(self.reduction.fn, range), inline="always")
-            return K.c_loop(wrapper, kernel, d, acc, [d], cache)
+            kernel = jit.jitable(template(reduction.fn, range), inline="always")
+            return K.c_loop(wrapper, kernel, d, acc, ins, cache)
 
-        return jit.c_loop((wrapper, template, self.reduction.fn, d, acc), build)
+        return jit.c_loop((wrapper, template, reduction.fn, *ins, acc), build)
 
 
 _FOLD_WRAPPERS = (K.fold_rows_cloop, K.fold_columns_cloop)
+# loops with a per-row array beside the accumulator: argmax's best values, var's means
+_BESIDE_WRAPPERS = (K.arg_rows_cloop, K.arg_columns_cloop)
 
 
 def _fast(kernel, spec):
@@ -332,8 +386,11 @@ def register(registry):
             _arg_fold(_ARGMIN, "argmin"), FoldSpec("argmin", _ARGMIN, "first", _index_result)
         ),
         "mean": _fast(mean, FoldSpec("mean", _SUM, 0, _sum_result)),
-        "var": var,
-        "std": std,
+        "var": _fast(var, FoldSpec("var", _SUM, 0, _sum_result, _DEVIATIONS)),
+        "std": _fast(std, FoldSpec("std", _SUM, 0, _sum_result, _DEVIATIONS)),
+        "vector_norm": _fast(
+            vector_norm, FoldSpec("vector_norm", None, 0, _sum_result, _DEVIATIONS)
+        ),
     }
     for name, fn in kernels.items():
         fn.__name__ = fn.__qualname__ = name

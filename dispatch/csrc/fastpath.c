@@ -13,6 +13,7 @@
 enum { FORM_TENSOR = 0, FORM_SCALAR = 1, FORM_UNCHECKED = 2 };  /* a kernel's forms */
 enum { LOOP_FLAT = 0, LOOP_SCALAR = 1, LOOP_STRIDED = 2, N_LOOP_FORMS = 3 };  /* loops' */
 enum { LOOP_ROWS = 3, LOOP_COLUMNS = 4 };  /* a reduction's loops */
+enum { LOOP_DEVIATION_ROWS = 5, LOOP_DEVIATION_COLUMNS = 6 };  /* Note [C moments] */
 
 typedef void (*loop1_t)(void *, void *, long long);
 typedef void (*loop2_t)(void *, void *, void *, long long);
@@ -762,9 +763,10 @@ static PyTypeObject KernelType = {
  * allocated and filled with the start value; the result is cast and reshaped as the
  * Python kernel does. mean is the sum's fold into float64 divided by the count, as
  * the Python kernel's _mean; argmax and argmin fold indices into a zeroed int64
- * accumulator beside each row's best value, which starts from the row's first. Everything else (a dtype= argument, other axes or
- * layouts, an empty axis without identity or of a mean, big inputs: parallel loops) is
- * the Python kernel. */
+ * accumulator beside each row's best value, which starts from the row's first; var,
+ * std and vector_norm are Note [C moments]. Everything else (a dtype= argument, other
+ * axes or layouts, an empty axis without identity or of a mean, big inputs: parallel
+ * loops) is the Python kernel. */
 
 typedef void (*fold_t)(void *, void *, long long, long long);
 typedef void (*arg_fold_t)(void *, void *, void *, long long, long long);
@@ -779,16 +781,19 @@ typedef struct {
     int has_dtype;        /* sum, prod: (x, axis, dtype, keepdims) */
     int mean;             /* divide the float64 sums by the count */
     int arg;              /* argmax, argmin: indices, beside each row's best value */
+    int moments;          /* var, std, vector_norm: Note [C moments] */
+    int centered;         /* var, std: the deviations from the mean (else from zero) */
+    int root;             /* std, vector_norm: the square root of the result */
     int start;
     long long limit;
     int acc_index[MAX_DTYPES], result_index[MAX_DTYPES];
-    void *loops[2][MAX_DTYPES];  /* [rows, columns][dtype index] */
+    void *loops[4][MAX_DTYPES];  /* [rows, columns, deviation rows, columns][dtype index] */
 } ReductionObject;
 
 static PyTypeObject ReductionType;
 
 static void *reduction_loop(ReductionObject *r, int form, int i) {
-    void **slot = &r->loops[form == LOOP_ROWS ? 0 : 1][i];
+    void **slot = &r->loops[form - LOOP_ROWS][i];
     if (*slot != NULL) return *slot;
     PyObject *got = PyObject_CallMethod(r->spec, "address", "ii", form, i);
     if (got == NULL) return NULL;
@@ -825,9 +830,66 @@ static int fill_start(ReductionObject *r, PyArrayObject *acc, const char *x, npy
     }
 }
 
+/* Note [C moments]: var and std (x, axis, correction, keepdims) and vector_norm's
+ * 2-norm (x, axis, keepdims, ord=2.0) fold in two passes as the Python kernel does
+ * (reductions.py, _moments_of and vector_norm): the sum's fold into float64 divided by
+ * the count gives each row's mean (var, std; the norm's "mean" is zero), then the
+ * deviations template (spec.address(LOOP_DEVIATION_ROWS or _COLUMNS, i)) sums the
+ * squared deviations from it into the zeroed float64 accumulator; var divides by
+ * count - correction (NaN where that is not positive), std and the norm take the square
+ * root. Squares of float32 values in float64 neither overflow nor underflow; float64
+ * ones do where NumPy's do. Other ords, and an empty axis of var or std, are the
+ * Python kernel. */
+static int moments_arguments(ReductionObject *r, PyObject *const *args, PyObject **keepdims,
+                             double *correction) {
+    PyObject *scalar = r->centered ? args[3] : args[4];
+    *keepdims = r->centered ? args[4] : args[3];
+    if (!PyFloat_CheckExact(scalar) && !PyLong_CheckExact(scalar)) return -1;
+    double v = PyFloat_CheckExact(scalar) ? PyFloat_AS_DOUBLE(scalar) : PyLong_AsDouble(scalar);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (!r->centered && v != 2.0) return -1;
+    *correction = r->centered ? v : 0.0;
+    return 0;
+}
+
+static int moments_fold(ReductionObject *r, int i, int columns, const char *data,
+                        PyArrayObject *acc, npy_intp reduced, npy_intp kept, double correction) {
+    arg_fold_t deviations = (arg_fold_t)reduction_loop(
+        r, columns ? LOOP_DEVIATION_COLUMNS : LOOP_DEVIATION_ROWS, i);
+    fold_t sum = r->centered ? (fold_t)reduction_loop(r, columns ? LOOP_COLUMNS : LOOP_ROWS, i)
+                             : NULL;
+    if (deviations == NULL || (r->centered && sum == NULL)) return -1;
+    double *means = PyMem_Calloc(kept > 0 ? kept : 1, sizeof(double));
+    if (means == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    double *m2 = PyArray_DATA(acc);
+    npy_intp nrows = columns ? reduced : kept, ncols = columns ? kept : reduced;
+    if (reduced > 0 && kept > 0) {
+        if (sum != NULL) {
+            sum((void *)data, means, nrows, ncols);
+            for (npy_intp k = 0; k < kept; k++) means[k] /= (double)reduced;
+        }
+        deviations((void *)data, m2, means, nrows, ncols);
+    }
+    PyMem_Free(means);
+    double dof = (double)reduced - correction;
+    for (npy_intp k = 0; k < kept; k++) {
+        double v = !r->centered ? m2[k] : dof > 0 ? m2[k] / dof : NAN;
+        m2[k] = r->root ? sqrt(v) : v;
+    }
+    return 0;
+}
+
 static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ssize_t n) {
-    if (n != (r->has_dtype ? 5 : 4)) return NULL;
+    if (n != (r->has_dtype || r->moments ? 5 : 4)) return NULL;
     PyObject *x_obj = args[1], *axis = args[2], *keepdims = args[n - 1];
+    double correction = 0.0;
+    if (r->moments && moments_arguments(r, args, &keepdims, &correction) < 0) return NULL;
     if (r->has_dtype && args[3] != Py_None) return NULL;
     if (!IS_TENSOR(x_obj) || !PyTuple_CheckExact(axis) || !PyBool_Check(keepdims)) return NULL;
     TensorObject *t = T(x_obj);
@@ -858,9 +920,10 @@ static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ss
         if (is_reduced) reduced *= PyArray_DIMS(x)[d];
         else kept *= PyArray_DIMS(x)[d];
     }
-    if (reduced == 0 && (r->start == START_FIRST || r->mean)) return NULL;  /* error, NaN */
-    fold_t loop = (fold_t)reduction_loop(r, columns ? LOOP_COLUMNS : LOOP_ROWS, i);
-    if (loop == NULL) return NULL;
+    if (reduced == 0 && (r->start == START_FIRST || r->mean || r->centered))
+        return NULL;  /* an error, NaN */
+    fold_t loop = r->moments ? NULL : (fold_t)reduction_loop(r, columns ? LOOP_COLUMNS : LOOP_ROWS, i);
+    if (loop == NULL && !r->moments) return NULL;
     Py_INCREF(dtype_descrs[acc_i]);
     PyArrayObject *acc = (PyArrayObject *)PyArray_NewFromDescr(
         &PyArray_Type, dtype_descrs[acc_i], 1, &kept, NULL, NULL, 0, NULL);
@@ -883,7 +946,12 @@ static PyObject *reduction_fast(ReductionObject *r, PyObject *const *args, Py_ss
         Py_DECREF(acc);
         return NULL;
     }
-    if (reduced > 0 && kept > 0 && best != NULL)
+    if (r->moments) {
+        if (moments_fold(r, i, columns, data, acc, reduced, kept, correction) < 0) {
+            Py_DECREF(acc);
+            return NULL;
+        }
+    } else if (reduced > 0 && kept > 0 && best != NULL)
         ((arg_fold_t)loop)((void *)data, PyArray_DATA(acc), PyArray_DATA(best),
                            columns ? reduced : kept, columns ? kept : reduced);
     else if (reduced > 0 && kept > 0)
@@ -986,17 +1054,23 @@ static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     PyObject *has_dtype = PyObject_GetAttrString(spec, "has_dtype");
     PyObject *mean = PyObject_GetAttrString(spec, "mean");
     PyObject *arg = PyObject_GetAttrString(spec, "arg");
+    PyObject *moments = PyObject_GetAttrString(spec, "moments");
+    PyObject *centered = PyObject_GetAttrString(spec, "centered");
+    PyObject *root = PyObject_GetAttrString(spec, "root");
     PyObject *start = PyObject_GetAttrString(spec, "start");
     PyObject *results = PyObject_GetAttrString(spec, "results");
     PyObject *accs = PyObject_GetAttrString(spec, "accumulators");
     PyObject *limit = PyObject_GetAttrString(spec, "limit");
-    int ok = has_dtype && mean && arg && start && results && accs && limit &&
+    int ok = has_dtype && mean && arg && moments && centered && root && start && results && accs && limit &&
              dtype_index_list(results, r->result_index) == 0 &&
              dtype_index_list(accs, r->acc_index) == 0;
     if (ok) {
         r->has_dtype = PyObject_IsTrue(has_dtype);
         r->mean = PyObject_IsTrue(mean);
         r->arg = PyObject_IsTrue(arg);
+        r->moments = PyObject_IsTrue(moments);
+        r->centered = PyObject_IsTrue(centered);
+        r->root = PyObject_IsTrue(root);
         if (PyUnicode_Check(start)) r->start = START_FIRST;
         else if (PyBool_Check(start)) r->start = start == Py_True ? START_TRUE : START_FALSE;
         else r->start = PyLong_AsLong(start) == 1 ? START_ONE : START_ZERO;
@@ -1007,6 +1081,9 @@ static PyObject *reduction_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     Py_XDECREF(has_dtype);
     Py_XDECREF(mean);
     Py_XDECREF(arg);
+    Py_XDECREF(moments);
+    Py_XDECREF(centered);
+    Py_XDECREF(root);
     Py_XDECREF(start);
     Py_XDECREF(results);
     Py_XDECREF(accs);
