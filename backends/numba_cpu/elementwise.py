@@ -65,20 +65,26 @@ class Elementwise:
 
     def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None, simd=None):
         self.op, self.arity, self.scalar_fn = op, arity, scalar
-        # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops])
+        # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops]):
+        # at every size where the C core calls its inner loops (Note [NumPy inner loops])
         self.simd, self.simd_min = simd, sys.maxsize
+        self.numpy_loops = isinstance(simd, np.ufunc) and op.name not in VECTOR_MATH
         if simd is not None:
             self.simd_min = VECTOR_SIMD_MIN if op.name in VECTOR_MATH else SIMD_MIN
+        if self.numpy_loops:
+            self.simd_min = 1
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
         # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
         # runs, for those kinds; they skip the fast paths
         self.validate_kinds, self.validate = validate or ("", None)
-        self.flat = jit.Family(lambda i: self._compile(_FLAT, i, range))
+        self.flat = jit.Family(lambda i: self._numpy_flat(i) or self._compile(_FLAT, i, range))
         self.flat_parallel = jit.Family(lambda i: self._compile(_FLAT, i, jit.prange))
         self.strided = jit.Family(lambda i: self._compile(_STRIDED, i, range))
         self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, jit.prange))
-        self.scalar = jit.Family(lambda i: self._compile(_SCALAR, i, range))
+        self.scalar = jit.Family(
+            lambda i: self._numpy_scalar(i) or self._compile(_SCALAR, i, range)
+        )
         self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, jit.prange))
         self.inplace = jit.Family(lambda i: self._compile(_INPLACE, i, range))
         self.inplace_parallel = jit.Family(lambda i: self._compile(_INPLACE, i, jit.prange))
@@ -94,6 +100,31 @@ class Elementwise:
             self.fast_out.append(S.result_dtype(op, d) if fast else None)
         # the result dtype of a loop computing in dtype i (the unchecked path's)
         self.results = [S.result_dtype(op, d) for d in D.ALL]
+
+    def numpy_ufunc(self, index):
+        """The NumPy ufunc whose inner loop computes in dtype index ``index``, or None
+        where the backend's loops do (Note [NumPy inner loops])."""
+        return self.simd if self.numpy_loops and D.ALL[index].kind == "f" else None
+
+    def _numpy_flat(self, index):
+        """The reference core's flat loop where NumPy's computes: the ufunc itself."""
+        if self.numpy_ufunc(index) is None:
+            return None
+        return lambda *arrays: self.run_simd(arrays[-1], *arrays[:-1])
+
+    def _numpy_scalar(self, index):
+        """The same, for a tensor and a Python scalar (converted to the dtype first, as
+        the loops convert it)."""
+        if self.numpy_ufunc(index) is None:
+            return None
+        to_dtype = D.ALL[index].np.type
+
+        def scalar(x, v, out, first):
+            with np.errstate(all="ignore"):
+                v = to_dtype(v)
+            self.run_simd(out, *((v, x) if first else (x, v)))
+
+        return scalar
 
     def address(self, form, index):
         """The C address of the loop of dtype index ``index`` in ``form`` (LOOP_FLAT,
@@ -213,8 +244,8 @@ def _named(kernel, name):
 def _limit(ew, threshold):
     """Note [Fast path]: from this many elements on, the general path serves (parallel
     loops above the threshold, NumPy's SIMD loops from SIMD_MIN, Note [NumPy SIMD
-    loops])."""
-    return min(threshold, ew.simd_min)
+    loops], unless the C core calls them itself: Note [NumPy inner loops])."""
+    return threshold if ew.numpy_loops else min(threshold, ew.simd_min)
 
 
 def _fast_kernel(ew, general=None):
