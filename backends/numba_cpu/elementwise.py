@@ -232,6 +232,22 @@ class Elementwise:
         strided[i](*strided_args(out.shape, [out, *arrays]))
 
     def run_simd(self, out, *arrays):
+        """NumPy's loops, split by rows over the threads from the parallel threshold on
+        (NumPy's loops are single-threaded; each part runs with the GIL released)."""
+        rows = out.shape[0] if out.ndim else 0
+        if out.size < _parallel_min or rows < 2:
+            self._run_simd(out, *arrays)
+            return
+
+        def part(start, stop):  # an operand broadcast along the rows is read whole
+            split = [
+                a[start:stop] if np.ndim(a) == out.ndim and len(a) == rows else a for a in arrays
+            ]
+            self._run_simd(out[start:stop], *split)
+
+        threads.split(part, rows)
+
+    def _run_simd(self, out, *arrays):
         with np.errstate(all="ignore"):  # lamina never warns on inf/nan results
             self.simd(*arrays, out=out)
 
@@ -345,8 +361,9 @@ ELEMENTWISE_SCALARS = {
         for name in "add subtract multiply remainder maximum minimum atan2 "
         "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
         "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
-        "bitwise_left_shift bitwise_right_shift nextafter".split()
+        "bitwise_left_shift bitwise_right_shift".split()
     },
+    "nextafter": lambda dtype: getattr(K, f"{dtype.name}_nextafter"),  # float32, float64
 }
 
 
