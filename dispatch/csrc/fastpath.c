@@ -33,18 +33,19 @@ typedef void (*sloop2_t)(void *, void *, void *, long long, long long, long long
  * the fast path and as the general path's ufunc loop, at every size, with no Python and
  * no errstate: the values are NumPy's, as the reference's ufunc call gives them. The
  * loop is looked up once, in the ufunc's table (ntypes, types, functions, data) by its
- * signature: every operand of dtype i. A ufunc without one (another NumPy's table) sends
- * the dtype's calls to the reference, which calls the ufunc; never to the backend's
- * loops, whose values differ. NumPy's loops report inf and NaN results in the
- * floating-point status, which the loops' callers clear (lamina never warns of them). */
-enum { NP_UNKNOWN = 0, NP_LOOP = 1, NP_NONE = -1, NP_MISSING = -2 };
+ * signature, every operand of dtype i, and its forms' addresses become NUMPY_LOOP. A
+ * ufunc without one (another NumPy's table) sends the dtype's calls to the reference,
+ * which calls the ufunc; never to the backend's loops, whose values differ. NumPy's
+ * loops report inf and NaN results in the floating-point status, which the loops'
+ * callers clear (lamina never warns of them). */
+static char numpy_loop_marker;
+#define NUMPY_LOOP ((void *)&numpy_loop_marker)
 
 typedef struct {
     PyObject_HEAD
     void *addresses[N_LOOP_FORMS][MAX_DTYPES];  /* [loop form][dtype index] */
     PyObject *ufuncs[MAX_DTYPES];
-    signed char np_state[MAX_DTYPES];            /* NP_*: NumPy's loop for the dtype? */
-    PyUFuncGenericFunction np_funcs[MAX_DTYPES]; /* and its function and data */
+    PyUFuncGenericFunction np_funcs[MAX_DTYPES];  /* NumPy's loops (NUMPY_LOOP) */
     void *np_data[MAX_DTYPES];
 } LoopCacheObject;
 
@@ -83,9 +84,51 @@ typedef struct {
 
 static PyTypeObject KernelType;
 
+/* Note [NumPy inner loops]: 1 where dtype i runs NumPy's loop (now in the cache), 0
+ * where the backend's loops serve it, -1 where neither (error set or not) */
+static int find_numpy_loop(KernelObject *k, int i) {
+    PyObject *u = PyObject_CallMethod(k->loops, "numpy_ufunc", "i", i);
+    if (u == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {  /* loops without */
+        PyErr_Clear();
+        return 0;
+    }
+    if (u == NULL) return -1;
+    int found = u == Py_None ? 0 : -1, nargs = k->arity + 1, type = dtype_descrs[i]->type_num;
+    PyUFuncObject *uf = (PyUFuncObject *)u;
+    if (found < 0 && PyObject_TypeCheck(u, &PyUFunc_Type) && uf->nin == k->arity &&
+        uf->nout == 1 && k->result_index[i] == i) {  /* computing in dtype i, into dtype i */
+        for (int j = 0; j < uf->ntypes && found < 0; j++) {
+            int same = uf->functions[j] != NULL;
+            for (int a = 0; a < nargs; a++) same &= uf->types[j * nargs + a] == type;
+            if (same) {
+                k->cache->np_funcs[i] = uf->functions[j];
+                k->cache->np_data[i] = uf->data == NULL ? NULL : uf->data[j];
+                found = 1;
+            }
+        }
+    }
+    Py_DECREF(u);
+    return found;
+}
+
+/* NumPy's loop of dtype i on n contiguous elements; `scalar_at` >= 0: that operand is
+ * one element read n times (stride 0) */
+static void run_numpy_loop(KernelObject *k, int i, char **args, npy_intp n, int scalar_at) {
+    npy_intp item = PyDataType_ELSIZE(dtype_descrs[i]), steps[3] = {item, item, item};
+    if (scalar_at >= 0) steps[scalar_at] = 0;
+    k->cache->np_funcs[i](args, &n, steps, k->cache->np_data[i]);
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
 static void *kernel_loop(KernelObject *k, int form, int index) {
     void *address = k->cache->addresses[form][index];
     if (address != NULL) return address;
+    int numpy = find_numpy_loop(k, index);
+    if (numpy != 0) {
+        if (numpy < 0) return NULL;
+        for (int f = 0; f < N_LOOP_FORMS; f++) k->cache->addresses[f][index] = NUMPY_LOOP;
+        return NUMPY_LOOP;
+    }
     PyObject *got = PyObject_CallMethod(k->loops, "address", "ii", form, index);
     if (got == NULL) return NULL;
     address = PyLong_AsVoidPtr(got);
@@ -97,45 +140,6 @@ static void *kernel_loop(KernelObject *k, int form, int index) {
     }
     k->cache->addresses[form][index] = address;
     return address;
-}
-
-/* Note [NumPy inner loops]: NP_LOOP, NP_NONE (the backend's loops), NP_MISSING (the
- * reference's), or NP_UNKNOWN with an error set */
-static int numpy_loop(KernelObject *k, int i) {
-    LoopCacheObject *c = k->cache;
-    if (c->np_state[i] != NP_UNKNOWN) return c->np_state[i];
-    PyObject *u = PyObject_CallMethod(k->loops, "numpy_ufunc", "i", i);
-    if (u == NULL) return NP_UNKNOWN;
-    int state = NP_NONE;
-    if (u != Py_None) {  /* computing in dtype i, into dtype i (the loops' is i's) */
-        state = NP_MISSING;
-        PyUFuncObject *uf = (PyUFuncObject *)u;
-        int nargs = k->arity + 1, type = dtype_descrs[i]->type_num;
-        if (PyObject_TypeCheck(u, &PyUFunc_Type) && uf->nin == k->arity && uf->nout == 1 &&
-            k->result_index[i] == i) {
-            for (int j = 0; j < uf->ntypes && state == NP_MISSING; j++) {
-                int same = uf->functions[j] != NULL;
-                for (int a = 0; a < nargs; a++) same &= uf->types[j * nargs + a] == type;
-                if (same) {
-                    c->np_funcs[i] = uf->functions[j];
-                    c->np_data[i] = uf->data == NULL ? NULL : uf->data[j];
-                    state = NP_LOOP;
-                }
-            }
-        }
-    }
-    Py_DECREF(u);
-    c->np_state[i] = (signed char)state;
-    return state;
-}
-
-/* NumPy's loop of dtype i on n contiguous elements; `scalar_at` >= 0: that operand is
- * one element read n times (stride 0) */
-static void run_numpy_loop(KernelObject *k, int i, char **args, npy_intp n, int scalar_at) {
-    npy_intp item = PyDataType_ELSIZE(dtype_descrs[i]), steps[3] = {item, item, item};
-    if (scalar_at >= 0) steps[scalar_at] = 0;
-    k->cache->np_funcs[i](args, &n, steps, k->cache->np_data[i]);
-    feclearexcept(FE_ALL_EXCEPT);
 }
 
 /* A storage the loops may read as n elements of dtype index i (Note [C safety]). */
@@ -221,7 +225,7 @@ static PyObject *new_output(PyObject *shape, int out, npy_intp n, void **flat_da
 typedef struct {
     void *loop;
     int itemsizes[3];  /* inputs', then the output's */
-    PyUFuncGenericFunction np_func;  /* NumPy's loop instead (Note [NumPy inner loops]) */
+    PyUFuncGenericFunction np_func;  /* NUMPY_LOOP's function and data */
     void *np_data;
 } UfuncData;
 
@@ -257,10 +261,8 @@ static void ufunc_inner_numpy(char **args, npy_intp const *dims, npy_intp const 
 static PyObject *kernel_ufunc(KernelObject *k, int i, int out) {
     PyObject *u = k->cache->ufuncs[i];
     if (u != NULL) return u;
-    int np = numpy_loop(k, i);
-    if (np == NP_UNKNOWN || np == NP_MISSING) return NULL;
-    void *loop = np == NP_LOOP ? NULL : kernel_loop(k, LOOP_STRIDED, i);
-    if (np != NP_LOOP && loop == NULL) return NULL;
+    void *loop = kernel_loop(k, LOOP_STRIDED, i);
+    if (loop == NULL) return NULL;
     PyUFuncGenericFunction *funcs = PyMem_Malloc(sizeof(PyUFuncGenericFunction));
     void **data = PyMem_Malloc(sizeof(void *));
     UfuncData *ud = PyMem_Malloc(sizeof(UfuncData));
@@ -273,7 +275,8 @@ static PyObject *kernel_ufunc(KernelObject *k, int i, int out) {
         return PyErr_NoMemory();
     }
     int nin = k->arity;
-    funcs[0] = np == NP_LOOP ? ufunc_inner_numpy : nin == 1 ? ufunc_inner1 : ufunc_inner2;
+    funcs[0] = nin == 1 ? ufunc_inner1 : ufunc_inner2;
+    if (loop == NUMPY_LOOP) funcs[0] = ufunc_inner_numpy;
     ud->loop = loop;
     ud->np_func = k->cache->np_funcs[i];
     ud->np_data = k->cache->np_data[i];
@@ -409,25 +412,6 @@ static PyObject *general_unary(KernelObject *k, TensorObject *tx, int i, int out
                         (npy_intp *)PyArray_DIMS(x), tx, NULL);
 }
 
-/* the flat loop of dtype i on two dense storages of n elements, into a new tensor */
-static PyObject *flat_binary(KernelObject *k, PyObject *shape, PyArrayObject *fa,
-                             PyArrayObject *fb, int i, int out, npy_intp n) {
-    int np = numpy_loop(k, i);
-    if (np == NP_UNKNOWN || np == NP_MISSING) return NULL;
-    loop2_t loop = np == NP_LOOP ? NULL : (loop2_t)kernel_loop(k, LOOP_FLAT, i);
-    if (np != NP_LOOP && loop == NULL) return NULL;
-    void *o;
-    PyObject *t = new_output(shape, out, n, &o);
-    if (t == NULL) return NULL;
-    if (loop != NULL) {
-        loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
-    } else {
-        char *args[3] = {PyArray_DATA(fa), PyArray_DATA(fb), o};
-        run_numpy_loop(k, i, args, n, -1);
-    }
-    return t;
-}
-
 /* reference.ElementwiseKernel._binary: NULL with no error set means "not fast" */
 static PyObject *fast_binary(KernelObject *k, PyObject *a, PyObject *b) {
     if (!IS_TENSOR(a) || !IS_TENSOR(b)) return NULL;
@@ -440,7 +424,18 @@ static PyObject *fast_binary(KernelObject *k, PyObject *a, PyObject *b) {
         return general_binary(k, ta, tb, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(fa);
     if (n >= k->limit || PyArray_SIZE(fb) != n) return NULL;
-    return flat_binary(k, ta->shape, fa, fb, i, out, n);
+    loop2_t loop = (loop2_t)kernel_loop(k, LOOP_FLAT, i);
+    if (loop == NULL) return NULL;
+    void *o;
+    PyObject *t = new_output(ta->shape, out, n, &o);
+    if (t == NULL) return NULL;
+    if ((void *)loop != NUMPY_LOOP) {
+        loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
+    } else {
+        char *args[3] = {PyArray_DATA(fa), PyArray_DATA(fb), o};
+        run_numpy_loop(k, i, args, n, -1);
+    }
+    return t;
 }
 
 /* reference.ElementwiseKernel._unary */
@@ -454,14 +449,12 @@ static PyObject *fast_unary(KernelObject *k, PyObject *x) {
     if (fx == NULL) return general_unary(k, tx, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(fx);
     if (n >= k->limit) return NULL;
-    int np = numpy_loop(k, i);
-    if (np == NP_UNKNOWN || np == NP_MISSING) return NULL;
-    loop1_t loop = np == NP_LOOP ? NULL : (loop1_t)kernel_loop(k, LOOP_FLAT, i);
-    if (np != NP_LOOP && loop == NULL) return NULL;
+    loop1_t loop = (loop1_t)kernel_loop(k, LOOP_FLAT, i);
+    if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(tx->shape, out, n, &o);
     if (t == NULL) return NULL;
-    if (loop != NULL) {
+    if ((void *)loop != NUMPY_LOOP) {
         loop(PyArray_DATA(fx), o, (long long)n);
     } else {
         char *args[2] = {PyArray_DATA(fx), o};
@@ -541,15 +534,13 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
     if (f == NULL) return general_scalar(k, t, v, first, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(f);
     if (n >= k->limit) return NULL;
-    int np = numpy_loop(k, i);
-    if (np == NP_UNKNOWN || np == NP_MISSING) return NULL;
-    void *loop = np == NP_LOOP ? NULL : kernel_loop(k, LOOP_SCALAR, i);
-    if (np != NP_LOOP && loop == NULL) return NULL;
+    void *loop = kernel_loop(k, LOOP_SCALAR, i);
+    if (loop == NULL) return NULL;
     void *o;
     PyObject *r = new_output(t->shape, out, n, &o);
     if (r == NULL) return NULL;
     void *p = PyArray_DATA(f);
-    if (loop == NULL) {  /* NumPy's loops are float32's and float64's */
+    if (loop == NUMPY_LOOP) {  /* NumPy's loops are float32's and float64's */
         float f32 = (float)dv;
         char *scalar = dtype_descrs[i]->type_num == NPY_FLOAT ? (char *)&f32 : (char *)&dv;
         char *args[3] = {first ? scalar : p, first ? p : scalar, o};
@@ -574,7 +565,18 @@ static PyObject *fast_unchecked(KernelObject *k, PyObject *a, PyObject *b) {
     if (out < 0 || fa == NULL || fb == NULL) return NULL;
     npy_intp n = PyArray_SIZE(fa);
     if (PyArray_SIZE(fb) != n) return NULL;
-    return flat_binary(k, ta->shape, fa, fb, i, out, n);
+    loop2_t loop = (loop2_t)kernel_loop(k, LOOP_FLAT, i);
+    if (loop == NULL) return NULL;
+    void *o;
+    PyObject *t = new_output(ta->shape, out, n, &o);
+    if (t == NULL) return NULL;
+    if ((void *)loop != NUMPY_LOOP) {
+        loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
+    } else {
+        char *args[3] = {PyArray_DATA(fa), PyArray_DATA(fb), o};
+        run_numpy_loop(k, i, args, n, -1);
+    }
+    return t;
 }
 
 /* kernel(ks, *operands): the fast path, else the reference twin */
