@@ -1164,11 +1164,17 @@ def test_numpy_loops_give_numpy_values_at_every_size():
                     _same_bits(got, want, f"{name} {dtype.__name__} n={n}")
 
 
-def test_numpy_loops_split_over_threads(two_threads):
-    """From the parallel threshold on, NumPy's loops run on row blocks, one per thread
-    (run_simd): the same values as NumPy's one call, for contiguous, broadcast and
-    in-place operands, and for logaddexp's own loops as on one thread."""
-    n = threads.PARALLEL_ELEMENTS + 7
+def test_numpy_loops_split_over_threads(two_threads, monkeypatch):
+    """From SPLIT_FACTOR times the parallel threshold on, NumPy's loops run on row
+    blocks, one per thread (run_simd): the same values as NumPy's one call, for
+    contiguous, broadcast and in-place operands, and for logaddexp's own loops as on
+    one thread."""
+    splits = []
+    split = threads.split
+    monkeypatch.setattr(
+        threads, "split", lambda fn, total: splits.append(total) or split(fn, total)
+    )
+    n = threads.PARALLEL_ELEMENTS * elementwise.SPLIT_FACTOR // 2 + 7
     rng = np.random.default_rng(12)
     a = rng.uniform(-2, 2, (2, n)).astype(np.float32)
     x = lm.asarray(a)
@@ -1179,6 +1185,7 @@ def test_numpy_loops_split_over_threads(two_threads):
     with np.errstate(invalid="ignore"):  # negative bases: NaN
         _same_bits(t.numpy(), np.power(a, a[::-1]), "pow_")
     got = lm.logaddexp(x, x[::-1]).numpy()
+    assert splits == [2] * 4  # sin, atan2, pow_, logaddexp: a block of rows per thread
     lm.set_num_threads(1)
     _same_bits(got, lm.logaddexp(x, x[::-1]).numpy(), "logaddexp")
 

@@ -232,10 +232,10 @@ class Elementwise:
         strided[i](*strided_args(out.shape, [out, *arrays]))
 
     def run_simd(self, out, *arrays):
-        """NumPy's loops, split by rows over the threads from the parallel threshold on
-        (NumPy's loops are single-threaded; each part runs with the GIL released)."""
+        """NumPy's loops, split by rows over the threads from SPLIT_FACTOR times the
+        parallel threshold on (Note [NumPy SIMD loops])."""
         rows = out.shape[0] if out.ndim else 0
-        if out.size < _parallel_min or rows < 2:
+        if out.size < _parallel_min * SPLIT_FACTOR or rows < 2:
             self._run_simd(out, *arrays)
             return
 
@@ -391,8 +391,12 @@ def _clip_bounds(x, lo, hi):
 # float32 sin 11.3 -> 4.2 us, 100 elements 0.4 -> 0.26, NumPy's own call 4.3 and 0.26),
 # and the general path and the pure-Python core call the ufunc on the operands lamina
 # has set up as usual (promoted, broadcast, output allocated), so the values are
-# NumPy's whatever the size, layout or core; from the parallel threshold on, on row
-# blocks, one per thread (run_simd: NumPy's loops are single-threaded). Not for complex
+# NumPy's whatever the size, layout or core. NumPy's loops are single-threaded: from
+# SPLIT_FACTOR times the parallel threshold on, run_simd runs them on row blocks, one
+# per thread, through threads.split, whose parts take the GIL to call the ufunc (a split
+# costs ~43 us over half the work, Note [Split work]: at the threshold itself, 2**17
+# float32 elements, sin's ~65 us and reciprocal's ~35 us would gain nothing; from 2**19
+# on both gain). Not for complex
 # dtypes: NumPy's complex loops call libm once per element too (1e5 complex128 exp: 3.0
 # ms, the Numba loop 2.9 ms), so the Numba loop serves them at every size. logaddexp's
 # loops (logaddexp_loops) are several NumPy calls: it hands over from SIMD_MIN elements,
@@ -404,6 +408,7 @@ def _clip_bounds(x, lo, hi):
 # So they hand over to NumPy only from VECTOR_SIMD_MIN elements, where that overhead
 # is paid back; their results differ from NumPy's by at most the ulps of the Note.
 SIMD_MIN = 256
+SPLIT_FACTOR = 4
 VECTOR_SIMD_MIN = 2**14
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
 
