@@ -23,7 +23,7 @@ import lamina as lm
 from lamina.backends import threads
 from lamina.backends.numba_cpu import elementwise
 from lamina.backends.numba_cpu.elementwise import SIMD_MIN, SIMD_OPERATORS
-from lamina.dispatch import layouts
+from lamina.dispatch import core, layouts
 from lamina.dispatch.schema import OPERATORS
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -1165,27 +1165,29 @@ def test_numpy_loops_give_numpy_values_at_every_size():
 
 
 def test_numpy_loops_split_over_threads(two_threads, monkeypatch):
-    """From SPLIT_FACTOR times the parallel threshold on, NumPy's loops run on row
-    blocks, one per thread (run_simd): the same values as NumPy's one call, for
-    contiguous, broadcast and in-place operands, and for logaddexp's own loops as on
-    one thread."""
-    splits = []
-    split = threads.split
-    monkeypatch.setattr(
-        threads, "split", lambda fn, total: splits.append(total) or split(fn, total)
-    )
+    """From the parallel threshold on, NumPy's loops run on the threads: dense operands
+    in parts called from C (Note [NumPy loops on threads]), others (and the pure-Python
+    core's, and logaddexp's own loops) split by rows from SPLIT_FACTOR times the
+    threshold. Either way the values are NumPy's one call's (logaddexp's as on one
+    thread), for contiguous, broadcast and in-place operands."""
+    ways = []
+    split, parts = threads.split, elementwise._numpy_parts
+    monkeypatch.setattr(threads, "split", lambda fn, total: ways.append("rows") or split(fn, total))
+    monkeypatch.setattr(elementwise, "_numpy_parts", lambda: ways.append("C") or parts())
     n = threads.PARALLEL_ELEMENTS * elementwise.SPLIT_FACTOR // 2 + 7
     rng = np.random.default_rng(12)
     a = rng.uniform(-2, 2, (2, n)).astype(np.float32)
     x = lm.asarray(a)
     _same_bits(lm.sin(x).numpy(), np.sin(a), "sin")
+    _same_bits((1.5**x).numpy(), np.power(np.float32(1.5), a), "a scalar base")
     _same_bits(lm.atan2(x, x[1]).numpy(), np.arctan2(a, a[1]), "atan2 broadcast")
     t = lm.asarray(a.copy())
     t.pow_(x[::-1])  # in place, the target one of the operands
     with np.errstate(invalid="ignore"):  # negative bases: NaN
         _same_bits(t.numpy(), np.power(a, a[::-1]), "pow_")
     got = lm.logaddexp(x, x[::-1]).numpy()
-    assert splits == [2] * 4  # sin, atan2, pow_, logaddexp: a block of rows per thread
+    dense = "rows" if core.numpy_loop is None else "C"
+    assert ways == [dense, dense, "rows", "rows", "rows"]  # sin, pow, atan2, pow_, logaddexp
     lm.set_num_threads(1)
     _same_bits(got, lm.logaddexp(x, x[::-1]).numpy(), "logaddexp")
 

@@ -232,8 +232,14 @@ class Elementwise:
         strided[i](*strided_args(out.shape, [out, *arrays]))
 
     def run_simd(self, out, *arrays):
-        """NumPy's loops, split by rows over the threads from SPLIT_FACTOR times the
-        parallel threshold on (Note [NumPy SIMD loops])."""
+        """NumPy's loops, on the threads from the parallel threshold on: in parts of
+        dense operands called from C (Note [NumPy loops on threads]), else split by rows
+        from SPLIT_FACTOR times the threshold (Note [NumPy SIMD loops])."""
+        if out.size >= _parallel_min:
+            job = self._numpy_job(out, arrays)
+            if job is not None:
+                _numpy_parts()(job.ctypes.data, threads.get_num_threads())
+                return
         rows = out.shape[0] if out.ndim else 0
         if out.size < _parallel_min * SPLIT_FACTOR or rows < 2:
             self._run_simd(out, *arrays)
@@ -247,9 +253,57 @@ class Elementwise:
 
         threads.split(part, rows)
 
+    def _numpy_job(self, out, arrays):
+        """Note [NumPy loops on threads]: the C core's job for NumPy's loop on a dense
+        out and operands of its size or of one element, or None."""
+        loop = None
+        if self.numpy_loops and core.numpy_loop is not None and out.flags.c_contiguous:
+            loop = core.numpy_loop(self.simd, D.from_numpy(out.dtype).index)
+        dense = all(
+            isinstance(a, np.ndarray)
+            and a.dtype == out.dtype
+            and (a.size == 1 or (a.size == out.size and a.flags.c_contiguous))
+            for a in arrays
+        )
+        if loop is None or not dense:
+            return None
+        operands = [*arrays, out]
+        steps = [0 if a.size == 1 < out.size else out.itemsize for a in operands]
+        pointers = [a.ctypes.data for a in operands]
+        padding = [0] * (3 - len(operands))
+        return np.array([*loop, len(operands), out.size, *pointers, *padding, *steps, *padding])
+
     def _run_simd(self, out, *arrays):
         with np.errstate(all="ignore"):  # lamina never warns on inf/nan results
             self.simd(*arrays, out=out)
+
+
+_numpy_parts_kernel = None
+_run_numpy_part = None  # the C core's run_numpy_part as the kernel calls it
+
+
+def _numpy_parts():
+    """Note [NumPy loops on threads]: a parallel loop over a job's parts, each run by the
+    C core's run_numpy_part (as threads.split's parts kernel calls its trampoline)."""
+    global _numpy_parts_kernel, _run_numpy_part
+    if _numpy_parts_kernel is None:
+        import llvmlite.binding as llvm
+
+        numba = jit.numba
+        llvm.add_symbol("lamina_run_numpy_part", core.numpy_part_address())
+        i64 = numba.types.int64
+        # a global, not a closure cell, as threads.py's trampoline (the cache key)
+        _run_numpy_part = numba.types.ExternalFunction(
+            "lamina_run_numpy_part", numba.types.void(i64, i64, i64)
+        )
+
+        def parts(job, count):
+            for i in numba.prange(count):
+                _run_numpy_part(job, i, count)
+
+        kernel = numba.njit("void(int64, int64)", parallel=True, nogil=True, cache=True)(parts)
+        _numpy_parts_kernel = threads.synced(kernel)
+    return _numpy_parts_kernel
 
 
 def _named(kernel, name):
@@ -392,15 +446,17 @@ def _clip_bounds(x, lo, hi):
 # and the general path and the pure-Python core call the ufunc on the operands lamina
 # has set up as usual (promoted, broadcast, output allocated), so the values are
 # NumPy's whatever the size, layout or core. NumPy's loops are single-threaded: from
-# SPLIT_FACTOR times the parallel threshold on, run_simd runs them on row blocks, one
-# per thread, through threads.split, whose parts take the GIL to call the ufunc (a split
-# costs ~43 us over half the work, Note [Split work]: at the threshold itself, 2**17
-# float32 elements, sin's ~65 us and reciprocal's ~35 us would gain nothing; from 2**19
-# on both gain). Not for complex
-# dtypes: NumPy's complex loops call libm once per element too (1e5 complex128 exp: 3.0
-# ms, the Numba loop 2.9 ms), so the Numba loop serves them at every size. logaddexp's
-# loops (logaddexp_loops) are several NumPy calls: it hands over from SIMD_MIN elements,
-# below which their call and errstate overhead (~1.5 us) costs more than they save.
+# the parallel threshold on, run_simd runs them on the threads, on dense operands in
+# parts called from C with no GIL (Note [NumPy loops on threads]: 2**17 float32 sin 55
+# -> 33 us on two threads); others, the pure-Python core's and logaddexp's own loops
+# from SPLIT_FACTOR times the threshold, on row blocks through threads.split, whose
+# parts take the GIL to call the ufunc (a split costs ~43 us over half the work, Note
+# [Split work]: at 2**17 elements sin's ~65 us and reciprocal's ~35 us would gain
+# nothing). Not for complex dtypes: NumPy's complex loops call libm once per element
+# too (1e5 complex128 exp: 3.0 ms, the Numba loop 2.9 ms), so the Numba loop serves
+# them at every size. logaddexp's loops (logaddexp_loops) are several NumPy calls: it
+# hands over from SIMD_MIN elements, below which their call and errstate overhead (~1.5
+# us) costs more than they save.
 # The operators of VECTOR_MATH have loops of lamina's own that LLVM vectorizes (Note
 # [Vector math]); they take the C core's fast path, and so cost ~0.2 us per call where
 # the general path costs ~5 us, but they run 256-bit vectors where NumPy's run 512-bit

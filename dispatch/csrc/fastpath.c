@@ -86,6 +86,24 @@ static PyTypeObject KernelType;
 
 /* Note [NumPy inner loops]: 1 where dtype i runs NumPy's loop (now in the cache), 0
  * where the backend's loops serve it, -1 where neither (error set or not) */
+/* the loop of ufunc u whose every operand has NumPy type `type`: 1 and its function
+ * and data, or 0 */
+static int ufunc_loop(PyObject *u, int type, PyUFuncGenericFunction *fn, void **data) {
+    PyUFuncObject *uf = (PyUFuncObject *)u;
+    if (!PyObject_TypeCheck(u, &PyUFunc_Type) || uf->nout != 1 || uf->nin > 2) return 0;
+    int nargs = uf->nin + 1;
+    for (int j = 0; j < uf->ntypes; j++) {
+        int same = uf->functions[j] != NULL;
+        for (int a = 0; a < nargs; a++) same &= uf->types[j * nargs + a] == type;
+        if (same) {
+            *fn = uf->functions[j];
+            *data = uf->data == NULL ? NULL : uf->data[j];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int find_numpy_loop(KernelObject *k, int i) {
     PyObject *u = PyObject_CallMethod(k->loops, "numpy_ufunc", "i", i);
     if (u == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {  /* loops without */
@@ -93,20 +111,11 @@ static int find_numpy_loop(KernelObject *k, int i) {
         return 0;
     }
     if (u == NULL) return -1;
-    int found = u == Py_None ? 0 : -1, nargs = k->arity + 1, type = dtype_descrs[i]->type_num;
-    PyUFuncObject *uf = (PyUFuncObject *)u;
-    if (found < 0 && PyObject_TypeCheck(u, &PyUFunc_Type) && uf->nin == k->arity &&
-        uf->nout == 1 && k->result_index[i] == i) {  /* computing in dtype i, into dtype i */
-        for (int j = 0; j < uf->ntypes && found < 0; j++) {
-            int same = uf->functions[j] != NULL;
-            for (int a = 0; a < nargs; a++) same &= uf->types[j * nargs + a] == type;
-            if (same) {
-                k->cache->np_funcs[i] = uf->functions[j];
-                k->cache->np_data[i] = uf->data == NULL ? NULL : uf->data[j];
-                found = 1;
-            }
-        }
-    }
+    int found = u == Py_None ? 0 : -1;
+    if (found < 0 && PyObject_TypeCheck(u, &PyUFunc_Type) &&
+        ((PyUFuncObject *)u)->nin == k->arity && k->result_index[i] == i &&  /* in dtype i */
+        ufunc_loop(u, dtype_descrs[i]->type_num, &k->cache->np_funcs[i], &k->cache->np_data[i]))
+        found = 1;
     Py_DECREF(u);
     return found;
 }
@@ -117,6 +126,26 @@ static void run_numpy_loop(KernelObject *k, int i, char **args, npy_intp n, int 
     npy_intp item = PyDataType_ELSIZE(dtype_descrs[i]), steps[3] = {item, item, item};
     if (scalar_at >= 0) steps[scalar_at] = 0;
     k->cache->np_funcs[i](args, &n, steps, k->cache->np_data[i]);
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+/* Note [NumPy loops on threads]: NumPy's loops are single-threaded, so from the
+ * parallel threshold on the backend runs one on parts of dense operands, one part per
+ * thread, from a Numba parallel loop whose body is this function: no Python, no GIL
+ * (numba_cpu/elementwise.py, run_simd). A job is int64s: the loop's function and data,
+ * the operand count (inputs, then the output), the element count, the operands' data
+ * pointers and their strides in bytes (0: one element read throughout). */
+static void run_numpy_part(long long job_address, long long part, long long parts) {
+    const long long *job = (const long long *)job_address;
+    int nargs = (int)job[2];
+    npy_intp n = (npy_intp)job[3], start = n * part / parts, len = n * (part + 1) / parts - start;
+    char *args[3];
+    npy_intp steps[3];
+    for (int a = 0; a < nargs; a++) {
+        steps[a] = (npy_intp)job[7 + a];
+        args[a] = (char *)job[4 + a] + start * steps[a];
+    }
+    if (len > 0) ((PyUFuncGenericFunction)job[0])(args, &len, steps, (void *)job[1]);
     feclearexcept(FE_ALL_EXCEPT);
 }
 
@@ -1551,7 +1580,30 @@ static PyObject *mod_time_loop(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* numpy_loop(ufunc, dtype_index): (function, data) addresses of the ufunc's loop with
+ * every operand of that dtype, or None (Note [NumPy loops on threads]) */
+static PyObject *mod_numpy_loop(PyObject *m, PyObject *args) {
+    PyObject *u;
+    int i;
+    if (!PyArg_ParseTuple(args, "Oi:numpy_loop", &u, &i)) return NULL;
+    if (i < 0 || i >= n_dtypes) {
+        PyErr_SetString(PyExc_ValueError, "numpy_loop: not a dtype index");
+        return NULL;
+    }
+    PyUFuncGenericFunction fn;
+    void *data;
+    if (!ufunc_loop(u, dtype_descrs[i]->type_num, &fn, &data)) Py_RETURN_NONE;
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)fn), PyLong_FromVoidPtr(data));
+}
+
+static PyObject *mod_numpy_part_address(PyObject *m, PyObject *noargs) {
+    return PyLong_FromVoidPtr((void *)run_numpy_part);
+}
+
 static PyMethodDef fastpath_functions[] = {
+    {"numpy_loop", mod_numpy_loop, METH_VARARGS, "a NumPy ufunc's loop for one dtype"},
+    {"numpy_part_address", mod_numpy_part_address, METH_NOARGS,
+     "the C function running a NumPy loop on one part of a job"},
     {"time_loop", mod_time_loop, METH_VARARGS, "k calls of a loop on preallocated arrays"},
     {NULL},
 };
