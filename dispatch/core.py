@@ -38,6 +38,9 @@ PY_SCALARS = reference.PY_SCALARS
 with_modes = reference.with_modes  # Note [Modes] (modes.py)
 guard_key = reference.guard_key if _core is None else _core.guard_key
 guard_token = reference.guard_token if _core is None else _core.guard_token
+# Note [NumPy loops on threads] (csrc/fastpath.c): the C core's, or None
+numpy_loop = None if _core is None else _core.numpy_loop
+numpy_part_address = None if _core is None else _core.numpy_part_address
 
 if _core is None:
     IMPLEMENTATION = "python"

@@ -21,8 +21,9 @@ from numba.core.errors import NumbaPerformanceWarning
 
 import lamina as lm
 from lamina.backends import threads
+from lamina.backends.numba_cpu import elementwise
 from lamina.backends.numba_cpu.elementwise import SIMD_MIN, SIMD_OPERATORS, VECTOR_SIMD_MIN
-from lamina.dispatch import layouts
+from lamina.dispatch import core, layouts
 from lamina.dispatch.schema import OPERATORS
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -1136,6 +1137,120 @@ def test_simd_loops_on_large_inputs(name):
             else:
                 check(view, dtype)
     check(np.arange(-SIMD_MIN, SIMD_MIN, dtype=np.int32), lm.get_default_dtype(), *[1.5][:binary])
+
+
+_NUMPY_LOOP_OPERATORS = sorted(name for name, ew in elementwise.BY_NAME.items() if ew.numpy_loops)
+
+
+def _numpy_twin(name):
+    return getattr(np, OPERATORS[name].numpy)
+
+
+def _same_bits(got, want, what):
+    """Equal values, NaN where NaN, and the same sign of every zero."""
+    np.testing.assert_array_equal(got, want, err_msg=what)
+    assert got.dtype == want.dtype, what
+    assert np.array_equal(np.signbit(got), np.signbit(want)) or np.isnan(want).any(), what
+
+
+def test_numpy_loops_give_numpy_values_at_every_size():
+    """Note [NumPy inner loops]: the float32 and float64 loops of these operators are
+    NumPy's own at every size -- the C core's fast path (contiguous, a Python scalar on
+    either side), its general path (strided, broadcast) and the pure-Python core's
+    ufunc call -- so each result equals NumPy's exactly, special values and signed
+    zeros included, with no warning for inf and NaN results."""
+    assert {"sin", "atanh", "pow", "atan2", "reciprocal"} <= set(_NUMPY_LOOP_OPERATORS)
+    rng = np.random.default_rng(11)
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5]
+    for dtype in (np.float32, np.float64):
+        for n in (0, 1, 100, 10_001):
+            x = rng.uniform(-3, 3, n).astype(dtype)
+            x[: len(special)] = special[:n]
+            y = np.roll(x, 3)
+            for name in _NUMPY_LOOP_OPERATORS:
+                fn, ref = getattr(lm, name), _numpy_twin(name)
+                binary = OPERATORS[name].arity == 2
+                cases = [(x,), (x[::3],)]
+                if binary:
+                    cases = [(x, y), (x[::3], y[::3]), (x, 1.5), (-2.5, x)]
+                    if n >= 4:
+                        m = x[: n // 4 * 4].reshape(-1, 4)
+                        cases.append((m, m[0]))  # a row broadcast down
+                for args in cases:
+                    tensors = [lm.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("error")
+                        got = fn(*tensors).numpy()
+                    with np.errstate(all="ignore"):
+                        want = ref(*[a if isinstance(a, np.ndarray) else dtype(a) for a in args])
+                    _same_bits(got, want, f"{name} {dtype.__name__} n={n}")
+
+
+def test_numpy_loops_split_over_threads(two_threads, monkeypatch):
+    """From the parallel threshold on, NumPy's loops run on the threads: dense operands
+    in parts called from C (Note [NumPy loops on threads]), others (and the pure-Python
+    core's, and logaddexp's own loops) split by rows from SPLIT_FACTOR times the
+    threshold. Either way the values are NumPy's one call's (logaddexp's as on one
+    thread), for contiguous, broadcast and in-place operands."""
+    ways = []
+    split, parts = threads.split, elementwise._numpy_parts
+    monkeypatch.setattr(threads, "split", lambda fn, total: ways.append("rows") or split(fn, total))
+    monkeypatch.setattr(elementwise, "_numpy_parts", lambda: ways.append("C") or parts())
+    n = threads.PARALLEL_ELEMENTS * elementwise.SPLIT_FACTOR // 2 + 7
+    rng = np.random.default_rng(12)
+    a = rng.uniform(-2, 2, (2, n)).astype(np.float32)
+    x = lm.asarray(a)
+    _same_bits(lm.sin(x).numpy(), np.sin(a), "sin")
+    _same_bits((1.5**x).numpy(), np.power(np.float32(1.5), a), "a scalar base")
+    _same_bits(lm.atan2(x, x[1]).numpy(), np.arctan2(a, a[1]), "atan2 broadcast")
+    t = lm.asarray(a.copy())
+    t.pow_(x[::-1])  # in place, the target one of the operands
+    with np.errstate(invalid="ignore"):  # negative bases: NaN
+        _same_bits(t.numpy(), np.power(a, a[::-1]), "pow_")
+    got = lm.logaddexp(x, x[::-1]).numpy()
+    dense = "rows" if core.numpy_loop is None else "C"
+    assert ways == [dense, dense, "rows", "rows", "rows"]  # sin, pow, atan2, pow_, logaddexp
+    lm.set_num_threads(1)
+    _same_bits(got, lm.logaddexp(x, x[::-1]).numpy(), "logaddexp")
+
+
+def test_numpy_loop_missing_falls_back_to_the_ufunc():
+    """A ufunc whose table has no loop of the dtype's signature (another NumPy's) sends
+    the calls to the reference, which calls the ufunc: NumPy's values, no crash."""
+    ew = elementwise.Elementwise(
+        OPERATORS["sin"], 1, elementwise.ELEMENTWISE_SCALARS["sin"], simd=np.sin
+    )
+    ew.numpy_ufunc = lambda index: np.isnan  # float -> bool: not sin's signature
+    kernel = elementwise.unary_kernel(ew)
+    a = np.linspace(-3, 3, 101, dtype=np.float32)
+    for x in (a, a[::2]):
+        _same_bits(kernel(1, lm.asarray(x)).numpy(), np.sin(x), "sin")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nextafter_steps_bits_as_numpy(dtype):
+    """nextafter's loop steps x's bits (kernels._nextafter): bit for bit NumPy's on
+    every pair of special values -- zeros of both signs, subnormals, the largest finite
+    values, infinities, NaN -- and on random pairs, odd and empty sizes."""
+    info = np.finfo(dtype)
+    special = np.array(
+        [0.0, -0.0, 1.0, -1.0, 2.0, np.inf, -np.inf, np.nan, info.max, -info.max]
+        + [info.smallest_subnormal, -info.smallest_subnormal, info.tiny, -info.tiny],
+        dtype,
+    )
+    a, b = (v.ravel() for v in np.meshgrid(special, special))
+    rng = np.random.default_rng(13)
+    for x, y in ((a, b), (rng.standard_normal(1001).astype(dtype),) * 2, (a[:0], b[:0])):
+        y = y if x is not y else rng.standard_normal(x.size).astype(dtype)
+        got = lm.nextafter(lm.asarray(x), lm.asarray(y)).numpy()
+        with np.errstate(all="ignore"):
+            want = np.nextafter(x, y)
+        bits = f"i{np.dtype(dtype).itemsize}"
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(bits), want[~nan].view(bits))
+    got = lm.nextafter(lm.asarray(a[::3]), 1.0).numpy()  # strided, a Python scalar
+    np.testing.assert_array_equal(got, np.nextafter(a[::3], dtype(1.0)))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int16"])

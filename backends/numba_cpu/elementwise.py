@@ -65,22 +65,28 @@ class Elementwise:
 
     def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None, simd=None):
         self.op, self.arity, self.scalar_fn = op, arity, scalar
-        # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops])
+        # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops]):
+        # at every size where the C core calls its inner loops (Note [NumPy inner loops])
         self.simd, self.simd_min = simd, sys.maxsize
         # NumPy's loops run on one thread: lamina's own vector math, on several, beats them
         self.simd_serial_only = op.name in VECTOR_MATH
+        self.numpy_loops = isinstance(simd, np.ufunc) and op.name not in VECTOR_MATH
         if simd is not None and op.name not in OWN_LOOP_FASTER:
             self.simd_min = VECTOR_SIMD_MIN if op.name in VECTOR_MATH else SIMD_MIN
+        if self.numpy_loops:
+            self.simd_min = 1
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
         # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
         # runs, for those kinds; they skip the fast paths
         self.validate_kinds, self.validate = validate or ("", None)
-        self.flat = jit.Family(lambda i: self._compile(_FLAT, i, range))
+        self.flat = jit.Family(lambda i: self._numpy_flat(i) or self._compile(_FLAT, i, range))
         self.flat_parallel = jit.Family(lambda i: self._compile(_FLAT, i, jit.prange))
         self.strided = jit.Family(lambda i: self._compile(_STRIDED, i, range))
         self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, jit.prange))
-        self.scalar = jit.Family(lambda i: self._compile(_SCALAR, i, range))
+        self.scalar = jit.Family(
+            lambda i: self._numpy_scalar(i) or self._compile(_SCALAR, i, range)
+        )
         self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, jit.prange))
         self.inplace = jit.Family(lambda i: self._compile(_INPLACE, i, range))
         self.inplace_parallel = jit.Family(lambda i: self._compile(_INPLACE, i, jit.prange))
@@ -96,6 +102,31 @@ class Elementwise:
             self.fast_out.append(S.result_dtype(op, d) if fast else None)
         # the result dtype of a loop computing in dtype i (the unchecked path's)
         self.results = [S.result_dtype(op, d) for d in D.ALL]
+
+    def numpy_ufunc(self, index):
+        """The NumPy ufunc whose inner loop computes in dtype index ``index``, or None
+        where the backend's loops do (Note [NumPy inner loops])."""
+        return self.simd if self.numpy_loops and D.ALL[index].kind == "f" else None
+
+    def _numpy_flat(self, index):
+        """The reference core's flat loop where NumPy's computes: the ufunc itself."""
+        if self.numpy_ufunc(index) is None:
+            return None
+        return lambda *arrays: self.run_simd(arrays[-1], *arrays[:-1])
+
+    def _numpy_scalar(self, index):
+        """The same, for a tensor and a Python scalar (converted to the dtype first, as
+        the loops convert it)."""
+        if self.numpy_ufunc(index) is None:
+            return None
+        to_dtype = D.ALL[index].np.type
+
+        def scalar(x, v, out, first):
+            with np.errstate(all="ignore"):
+                v = to_dtype(v)
+            self.run_simd(out, *((v, x) if first else (x, v)))
+
+        return scalar
 
     def address(self, form, index):
         """The C address of the loop of dtype index ``index`` in ``form`` (LOOP_FLAT,
@@ -203,8 +234,78 @@ class Elementwise:
         strided[i](*strided_args(out.shape, [out, *arrays]))
 
     def run_simd(self, out, *arrays):
+        """NumPy's loops, on the threads from the parallel threshold on: in parts of
+        dense operands called from C (Note [NumPy loops on threads]), else split by rows
+        from SPLIT_FACTOR times the threshold (Note [NumPy SIMD loops])."""
+        if out.size >= _parallel_min:
+            job = self._numpy_job(out, arrays)
+            if job is not None:
+                _numpy_parts()(job.ctypes.data, threads.get_num_threads())
+                return
+        rows = out.shape[0] if out.ndim else 0
+        if out.size < _parallel_min * SPLIT_FACTOR or rows < 2:
+            self._run_simd(out, *arrays)
+            return
+
+        def part(start, stop):  # an operand broadcast along the rows is read whole
+            split = [
+                a[start:stop] if np.ndim(a) == out.ndim and len(a) == rows else a for a in arrays
+            ]
+            self._run_simd(out[start:stop], *split)
+
+        threads.split(part, rows)
+
+    def _numpy_job(self, out, arrays):
+        """Note [NumPy loops on threads]: the C core's job for NumPy's loop on a dense
+        out and operands of its size or of one element, or None."""
+        loop = None
+        if self.numpy_loops and core.numpy_loop is not None and out.flags.c_contiguous:
+            loop = core.numpy_loop(self.simd, D.from_numpy(out.dtype).index)
+        dense = all(
+            isinstance(a, np.ndarray)
+            and a.dtype == out.dtype
+            and (a.size == 1 or (a.size == out.size and a.flags.c_contiguous))
+            for a in arrays
+        )
+        if loop is None or not dense:
+            return None
+        operands = [*arrays, out]
+        steps = [0 if a.size == 1 < out.size else out.itemsize for a in operands]
+        pointers = [a.ctypes.data for a in operands]
+        padding = [0] * (3 - len(operands))
+        return np.array([*loop, len(operands), out.size, *pointers, *padding, *steps, *padding])
+
+    def _run_simd(self, out, *arrays):
         with np.errstate(all="ignore"):  # lamina never warns on inf/nan results
             self.simd(*arrays, out=out)
+
+
+_numpy_parts_kernel = None
+_run_numpy_part = None  # the C core's run_numpy_part as the kernel calls it
+
+
+def _numpy_parts():
+    """Note [NumPy loops on threads]: a parallel loop over a job's parts, each run by the
+    C core's run_numpy_part (as threads.split's parts kernel calls its trampoline)."""
+    global _numpy_parts_kernel, _run_numpy_part
+    if _numpy_parts_kernel is None:
+        import llvmlite.binding as llvm
+
+        numba = jit.numba
+        llvm.add_symbol("lamina_run_numpy_part", core.numpy_part_address())
+        i64 = numba.types.int64
+        # a global, not a closure cell, as threads.py's trampoline (the cache key)
+        _run_numpy_part = numba.types.ExternalFunction(
+            "lamina_run_numpy_part", numba.types.void(i64, i64, i64)
+        )
+
+        def parts(job, count):
+            for i in numba.prange(count):
+                _run_numpy_part(job, i, count)
+
+        kernel = numba.njit("void(int64, int64)", parallel=True, nogil=True, cache=True)(parts)
+        _numpy_parts_kernel = threads.synced(kernel)
+    return _numpy_parts_kernel
 
 
 def _named(kernel, name):
@@ -215,8 +316,8 @@ def _named(kernel, name):
 def _limit(ew, threshold):
     """Note [Fast path]: from this many elements on, the general path serves (parallel
     loops above the threshold, NumPy's SIMD loops from SIMD_MIN, Note [NumPy SIMD
-    loops])."""
-    return min(threshold, ew.simd_min)
+    loops], unless the C core calls them itself: Note [NumPy inner loops])."""
+    return threshold if ew.numpy_loops else min(threshold, ew.simd_min)
 
 
 def _fast_kernel(ew, general=None):
@@ -316,8 +417,9 @@ ELEMENTWISE_SCALARS = {
         for name in "add subtract multiply remainder maximum minimum atan2 "
         "copysign hypot logaddexp equal not_equal greater greater_equal less less_equal "
         "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor "
-        "bitwise_left_shift bitwise_right_shift nextafter".split()
+        "bitwise_left_shift bitwise_right_shift".split()
     },
+    "nextafter": lambda dtype: getattr(K, f"{dtype.name}_nextafter"),  # float32, float64
 }
 
 
@@ -340,12 +442,23 @@ def _clip_bounds(x, lo, hi):
 # dependency), so its loops call libm once per element for transcendental functions,
 # where NumPy ships SIMD loops: on 1e5 float32 elements tanh took 1.26 ms against
 # NumPy's 36 us, exp 233 against 45 (5-40x; float64 4-13x, except sin and cos). These
-# operators run NumPy's ufunc, from SIMD_MIN elements on, on the operands lamina has
-# set up as usual (promoted, broadcast, output allocated); below that NumPy's call and
-# errstate overhead (~1.5 us) costs more than it saves, and the Numba loop runs. Not for
-# complex dtypes: NumPy's complex loops call libm once per element too (1e5 complex128
-# exp: 3.0 ms, the Numba loop 2.9 ms), so the Numba loop serves them at every size and
-# their results do not depend on the size.
+# operators' float32 and float64 loops are NumPy's, at every size: the C core calls the
+# ufunc's inner loop itself (Note [NumPy inner loops] in dispatch/csrc/fastpath.c: 10**4
+# float32 sin 11.3 -> 4.2 us, 100 elements 0.4 -> 0.26, NumPy's own call 4.3 and 0.26),
+# and the general path and the pure-Python core call the ufunc on the operands lamina
+# has set up as usual (promoted, broadcast, output allocated), so the values are
+# NumPy's whatever the size, layout or core. NumPy's loops are single-threaded: from
+# the parallel threshold on, run_simd runs them on the threads, on dense operands in
+# parts called from C with no GIL (Note [NumPy loops on threads]: 2**17 float32 sin 55
+# -> 33 us on two threads); others, the pure-Python core's and logaddexp's own loops
+# from SPLIT_FACTOR times the threshold, on row blocks through threads.split, whose
+# parts take the GIL to call the ufunc (a split costs ~43 us over half the work, Note
+# [Split work]: at 2**17 elements sin's ~65 us and reciprocal's ~35 us would gain
+# nothing). Not for complex dtypes: NumPy's complex loops call libm once per element
+# too (1e5 complex128 exp: 3.0 ms, the Numba loop 2.9 ms), so the Numba loop serves
+# them at every size. logaddexp's loops (logaddexp_loops) are several NumPy calls: it
+# hands over from SIMD_MIN elements, below which their call and errstate overhead (~1.5
+# us) costs more than they save.
 # The operators of VECTOR_MATH have loops of lamina's own that LLVM vectorizes (Note
 # [Vector math]); they take the C core's fast path, and so cost ~0.2 us per call where
 # the general path costs ~5 us. With 512-bit vectors, as NumPy's (Note [Vector width]
@@ -356,6 +469,7 @@ def _clip_bounds(x, lo, hi):
 # most the ulps of the Note. From the parallel threshold on, lamina's loops run on every
 # thread where NumPy's run on one: there tanh does not hand over either.
 SIMD_MIN = 256
+SPLIT_FACTOR = 4
 VECTOR_SIMD_MIN = 2**14
 OWN_LOOP_FASTER = ("exp", "log")
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))

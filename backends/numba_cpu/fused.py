@@ -9,16 +9,16 @@ the operator's own kernel does -- its operands converted to the operator's compu
 dtype (``in_dtypes``), its scalar function (``ELEMENTWISE_SCALARS``), the result
 converted to the operator's result dtype -- so a fused result equals the unfused one
 bit for bit where eager runs the operator's own loop. Where eager hands a transcendental
-function to NumPy's SIMD loop instead (from SIMD_MIN or VECTOR_SIMD_MIN elements: Note
-[NumPy SIMD loops] in elementwise.py), the two differ by at most the ulps of Note
-[Vector math], as eager's own results do between sizes. The loop runs over the group's
-shape: flat when every tensor input has that shape and is C-contiguous (or has one
-element), else over each axis with the inputs broadcast to the shape; parallel
-(``prange``) from the parallel threshold on. The source is a pure function of the group
-(``Group.key``), written once to a file of the loop cache's directory: a flat serial
-loop is a C function the loop cache keeps (Note [Fused loops] in
-lamina.dispatch.reference), any other a kernel whose Numba cache makes later processes
-load, not compile, it.
+function to NumPy's SIMD loop instead (at every size for float32 and float64, from
+SIMD_MIN or VECTOR_SIMD_MIN elements for logaddexp and the vector math: Note [NumPy SIMD
+loops] in elementwise.py), the two differ by at most the ulps of Note [Vector math].
+The loop runs over the group's shape: flat when every tensor input has that shape and
+is C-contiguous (or has one element), else over each axis with the inputs broadcast to
+the shape; parallel (``prange``) from the parallel threshold on. The source is a pure
+function of the group (``Group.key``), written once to a file of the loop cache's
+directory: a flat serial loop is a C function the loop cache keeps (Note [Fused loops]
+in lamina.dispatch.reference), any other a kernel whose Numba cache makes later
+processes load, not compile, it.
 """
 
 from __future__ import annotations

@@ -27,10 +27,27 @@ typedef void (*sloop2_t)(void *, void *, void *, long long, long long, long long
 /* What the kernel and its variants share: the loops' C addresses, compiled on first
  * use through loops.address(form, index) (Note [C loops] in numba_cpu/kernels.py), and
  * the NumPy ufuncs of the general path, one per dtype around its strided loop. */
+/* Note [NumPy inner loops]: an operator whose loops name a NumPy ufunc for dtype i
+ * (loops.numpy_ufunc(i): the transcendental functions, Note [NumPy SIMD loops] in
+ * numba_cpu/elementwise.py) runs that ufunc's own inner loop for dtype i -- the function
+ * NumPy's iterator calls, SIMD code chosen for the CPU when NumPy loaded -- straight from
+ * the fast path and as the general path's ufunc loop, at every size, with no Python and
+ * no errstate: the values are NumPy's, as the reference's ufunc call gives them. The
+ * loop is looked up once, in the ufunc's table (ntypes, types, functions, data) by its
+ * signature, every operand of dtype i, and its forms' addresses become NUMPY_LOOP. A
+ * ufunc without one (another NumPy's table) sends the dtype's calls to the reference,
+ * which calls the ufunc; never to the backend's loops, whose values differ. NumPy's
+ * loops report inf and NaN results in the floating-point status, which the loops'
+ * callers clear (lamina never warns of them). */
+static char numpy_loop_marker;
+#define NUMPY_LOOP ((void *)&numpy_loop_marker)
+
 typedef struct {
     PyObject_HEAD
     void *addresses[N_LOOP_FORMS][MAX_DTYPES];  /* [loop form][dtype index] */
     PyObject *ufuncs[MAX_DTYPES];
+    PyUFuncGenericFunction np_funcs[MAX_DTYPES];  /* NumPy's loops (NUMPY_LOOP) */
+    void *np_data[MAX_DTYPES];
 } LoopCacheObject;
 
 static void loopcache_dealloc(LoopCacheObject *self) {
@@ -68,9 +85,80 @@ typedef struct {
 
 static PyTypeObject KernelType;
 
+/* Note [NumPy inner loops]: 1 where dtype i runs NumPy's loop (now in the cache), 0
+ * where the backend's loops serve it, -1 where neither (error set or not) */
+/* the loop of ufunc u whose every operand has NumPy type `type`: 1 and its function
+ * and data, or 0 */
+static int ufunc_loop(PyObject *u, int type, PyUFuncGenericFunction *fn, void **data) {
+    PyUFuncObject *uf = (PyUFuncObject *)u;
+    if (!PyObject_TypeCheck(u, &PyUFunc_Type) || uf->nout != 1 || uf->nin > 2) return 0;
+    int nargs = uf->nin + 1;
+    for (int j = 0; j < uf->ntypes; j++) {
+        int same = uf->functions[j] != NULL;
+        for (int a = 0; a < nargs; a++) same &= uf->types[j * nargs + a] == type;
+        if (same) {
+            *fn = uf->functions[j];
+            *data = uf->data == NULL ? NULL : uf->data[j];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int find_numpy_loop(KernelObject *k, int i) {
+    PyObject *u = PyObject_CallMethod(k->loops, "numpy_ufunc", "i", i);
+    if (u == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {  /* loops without */
+        PyErr_Clear();
+        return 0;
+    }
+    if (u == NULL) return -1;
+    int found = u == Py_None ? 0 : -1;
+    if (found < 0 && PyObject_TypeCheck(u, &PyUFunc_Type) &&
+        ((PyUFuncObject *)u)->nin == k->arity && k->result_index[i] == i &&  /* in dtype i */
+        ufunc_loop(u, dtype_descrs[i]->type_num, &k->cache->np_funcs[i], &k->cache->np_data[i]))
+        found = 1;
+    Py_DECREF(u);
+    return found;
+}
+
+/* NumPy's loop of dtype i on n contiguous elements; `scalar_at` >= 0: that operand is
+ * one element read n times (stride 0) */
+static void run_numpy_loop(KernelObject *k, int i, char **args, npy_intp n, int scalar_at) {
+    npy_intp item = PyDataType_ELSIZE(dtype_descrs[i]), steps[3] = {item, item, item};
+    if (scalar_at >= 0) steps[scalar_at] = 0;
+    k->cache->np_funcs[i](args, &n, steps, k->cache->np_data[i]);
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+/* Note [NumPy loops on threads]: NumPy's loops are single-threaded, so from the
+ * parallel threshold on the backend runs one on parts of dense operands, one part per
+ * thread, from a Numba parallel loop whose body is this function: no Python, no GIL
+ * (numba_cpu/elementwise.py, run_simd). A job is int64s: the loop's function and data,
+ * the operand count (inputs, then the output), the element count, the operands' data
+ * pointers and their strides in bytes (0: one element read throughout). */
+static void run_numpy_part(long long job_address, long long part, long long parts) {
+    const long long *job = (const long long *)job_address;
+    int nargs = (int)job[2];
+    npy_intp n = (npy_intp)job[3], start = n * part / parts, len = n * (part + 1) / parts - start;
+    char *args[3];
+    npy_intp steps[3];
+    for (int a = 0; a < nargs; a++) {
+        steps[a] = (npy_intp)job[7 + a];
+        args[a] = (char *)job[4 + a] + start * steps[a];
+    }
+    if (len > 0) ((PyUFuncGenericFunction)job[0])(args, &len, steps, (void *)job[1]);
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
 static void *kernel_loop(KernelObject *k, int form, int index) {
     void *address = k->cache->addresses[form][index];
     if (address != NULL) return address;
+    int numpy = find_numpy_loop(k, index);
+    if (numpy != 0) {
+        if (numpy < 0) return NULL;
+        for (int f = 0; f < N_LOOP_FORMS; f++) k->cache->addresses[f][index] = NUMPY_LOOP;
+        return NUMPY_LOOP;
+    }
     PyObject *got = PyObject_CallMethod(k->loops, "address", "ii", form, index);
     if (got == NULL) return NULL;
     address = PyLong_AsVoidPtr(got);
@@ -167,6 +255,8 @@ static PyObject *new_output(PyObject *shape, int out, npy_intp n, void **flat_da
 typedef struct {
     void *loop;
     int itemsizes[3];  /* inputs', then the output's */
+    PyUFuncGenericFunction np_func;  /* NUMPY_LOOP's function and data */
+    void *np_data;
 } UfuncData;
 
 /* The inner loops clear the floating-point status the loop left: NumPy reads it after
@@ -186,6 +276,13 @@ static void ufunc_inner2(char **args, npy_intp const *dims, npy_intp const *step
                         (long long)(steps[0] / u->itemsizes[0]),
                         (long long)(steps[1] / u->itemsizes[1]),
                         (long long)(steps[2] / u->itemsizes[2]));
+    feclearexcept(FE_ALL_EXCEPT);
+}
+
+static void ufunc_inner_numpy(char **args, npy_intp const *dims, npy_intp const *steps,
+                              void *data) {
+    UfuncData *u = (UfuncData *)data;
+    u->np_func(args, dims, steps, u->np_data);
     feclearexcept(FE_ALL_EXCEPT);
 }
 
@@ -209,7 +306,10 @@ static PyObject *kernel_ufunc(KernelObject *k, int i, int out) {
     }
     int nin = k->arity;
     funcs[0] = nin == 1 ? ufunc_inner1 : ufunc_inner2;
+    if (loop == NUMPY_LOOP) funcs[0] = ufunc_inner_numpy;
     ud->loop = loop;
+    ud->np_func = k->cache->np_funcs[i];
+    ud->np_data = k->cache->np_data[i];
     for (int j = 0; j < nin; j++) {
         types[j] = (char)dtype_descrs[i]->type_num;
         ud->itemsizes[j] = (int)PyDataType_ELSIZE(dtype_descrs[i]);
@@ -358,7 +458,13 @@ static PyObject *fast_binary(KernelObject *k, PyObject *a, PyObject *b) {
     if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(ta->shape, out, n, &o);
-    if (t != NULL) loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
+    if (t == NULL) return NULL;
+    if ((void *)loop != NUMPY_LOOP) {
+        loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
+    } else {
+        char *args[3] = {PyArray_DATA(fa), PyArray_DATA(fb), o};
+        run_numpy_loop(k, i, args, n, -1);
+    }
     return t;
 }
 
@@ -377,7 +483,13 @@ static PyObject *fast_unary(KernelObject *k, PyObject *x) {
     if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(tx->shape, out, n, &o);
-    if (t != NULL) loop(PyArray_DATA(fx), o, (long long)n);
+    if (t == NULL) return NULL;
+    if ((void *)loop != NUMPY_LOOP) {
+        loop(PyArray_DATA(fx), o, (long long)n);
+    } else {
+        char *args[2] = {PyArray_DATA(fx), o};
+        run_numpy_loop(k, i, args, n, -1);
+    }
     return t;
 }
 
@@ -458,7 +570,12 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
     PyObject *r = new_output(t->shape, out, n, &o);
     if (r == NULL) return NULL;
     void *p = PyArray_DATA(f);
-    if (kind == 'f' || kind == 'c')  /* a complex loop makes v + 0j of the double */
+    if (loop == NUMPY_LOOP) {  /* NumPy's loops are float32's and float64's */
+        float f32 = (float)dv;
+        char *scalar = dtype_descrs[i]->type_num == NPY_FLOAT ? (char *)&f32 : (char *)&dv;
+        char *args[3] = {first ? scalar : p, first ? p : scalar, o};
+        run_numpy_loop(k, i, args, n, first ? 0 : 1);
+    } else if (kind == 'f' || kind == 'c')  /* a complex loop makes v + 0j of the double */
         ((loop_scalar_f)loop)(p, dv, o, (long long)n, first);
     else if (kind == 'u')
         ((loop_scalar_u)loop)(p, uv, o, (long long)n, first);
@@ -482,7 +599,13 @@ static PyObject *fast_unchecked(KernelObject *k, PyObject *a, PyObject *b) {
     if (loop == NULL) return NULL;
     void *o;
     PyObject *t = new_output(ta->shape, out, n, &o);
-    if (t != NULL) loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
+    if (t == NULL) return NULL;
+    if ((void *)loop != NUMPY_LOOP) {
+        loop(PyArray_DATA(fa), PyArray_DATA(fb), o, (long long)n);
+    } else {
+        char *args[3] = {PyArray_DATA(fa), PyArray_DATA(fb), o};
+        run_numpy_loop(k, i, args, n, -1);
+    }
     return t;
 }
 
@@ -1534,7 +1657,30 @@ static PyObject *mod_time_loop(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* numpy_loop(ufunc, dtype_index): (function, data) addresses of the ufunc's loop with
+ * every operand of that dtype, or None (Note [NumPy loops on threads]) */
+static PyObject *mod_numpy_loop(PyObject *m, PyObject *args) {
+    PyObject *u;
+    int i;
+    if (!PyArg_ParseTuple(args, "Oi:numpy_loop", &u, &i)) return NULL;
+    if (i < 0 || i >= n_dtypes) {
+        PyErr_SetString(PyExc_ValueError, "numpy_loop: not a dtype index");
+        return NULL;
+    }
+    PyUFuncGenericFunction fn;
+    void *data;
+    if (!ufunc_loop(u, dtype_descrs[i]->type_num, &fn, &data)) Py_RETURN_NONE;
+    return Py_BuildValue("(NN)", PyLong_FromVoidPtr((void *)fn), PyLong_FromVoidPtr(data));
+}
+
+static PyObject *mod_numpy_part_address(PyObject *m, PyObject *noargs) {
+    return PyLong_FromVoidPtr((void *)run_numpy_part);
+}
+
 static PyMethodDef fastpath_functions[] = {
+    {"numpy_loop", mod_numpy_loop, METH_VARARGS, "a NumPy ufunc's loop for one dtype"},
+    {"numpy_part_address", mod_numpy_part_address, METH_NOARGS,
+     "the C function running a NumPy loop on one part of a job"},
     {"time_loop", mod_time_loop, METH_VARARGS, "k calls of a loop on preallocated arrays"},
     {NULL},
 };
