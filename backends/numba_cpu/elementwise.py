@@ -238,6 +238,14 @@ def unary_kernel(ew, general=None):
     return _fast_kernel(ew, general)
 
 
+def scalar_kernel(ew, general):
+    """The C core's kernel of an operator of a tensor and a Python number parameter
+    (leaky_relu's slope): the scalar form of ew's kernel (Note [Scalar fast path]), so a
+    contiguous call runs one loop with the number converted to the tensor's dtype;
+    ``general(ks, x, number)`` serves the calls it does not."""
+    return _named(_fast_kernel(ew, general).variant(core.SCALAR), ew.op.name)
+
+
 def binary_kernel(ew):
     """The kernel and its two variants (Note [Kernel variants]): a Python scalar operand
     (``x * 2.0``), and the checks layer off (Note [Unchecked fast path])."""

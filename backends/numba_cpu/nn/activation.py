@@ -24,7 +24,7 @@ from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from .. import kernels as K
-from ..elementwise import Elementwise, unary_kernel
+from ..elementwise import Elementwise, scalar_kernel, unary_kernel
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
@@ -179,10 +179,6 @@ def _binary(fn, grad, x, p=0.0):
 
 def relu_backward_kernel(ks, grad, result):
     return _binary(relu_backward, grad, result)
-
-
-def leaky_relu_kernel(ks, input, negative_slope):
-    return _unary(leaky_relu, input, negative_slope)
 
 
 def leaky_relu_backward_kernel(ks, grad, input, negative_slope):
@@ -430,7 +426,6 @@ def log_softmax_backward_kernel(ks, grad, result, dim):
 
 KERNELS = {
     "relu_backward": relu_backward_kernel,
-    "leaky_relu": leaky_relu_kernel,
     "leaky_relu_backward": leaky_relu_backward_kernel,
     "gelu_backward": gelu_backward_kernel,
     "silu_backward": silu_backward_kernel,
@@ -472,6 +467,14 @@ def pointwise_kernel(name, scalar_fn):
     return unary_kernel(ew, general)
 
 
+def leaky_relu_kernel():
+    """leaky_relu is a tensor and a number, the slope (Note [Pointwise activations]): a
+    contiguous call takes the C core's scalar fast path, the others the loop over the
+    input's memory."""
+    ew = Elementwise(OPERATORS["leaky_relu"], 2, lambda dtype: leaky_relu)
+    return scalar_kernel(ew, lambda ks, input, slope: _unary(leaky_relu, input, slope))
+
+
 def register(registry):
     for name, fn in KERNELS.items():
         fn.__name__ = fn.__qualname__ = name
@@ -481,6 +484,7 @@ def register(registry):
     kernels = {name: pointwise_kernel(name.split("_")[0], fn) for name, fn in POINTWISE.items()}
     for name in ("relu", "sigmoid", "silu"):
         registry.register(name, "cpu", kernels[name])
+    registry.register("leaky_relu", "cpu", leaky_relu_kernel())
     by_approximation = {"none": kernels["gelu"], "tanh": kernels["gelu_tanh"]}
 
     def gelu(ks, input, approximate):
