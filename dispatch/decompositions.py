@@ -1148,6 +1148,13 @@ def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_w
     return _reduced_loss(losses if weight is None else losses * weight, reduction)
 
 
+@decomposition("cross_entropy_loss")
+def cross_entropy_loss(ks, input, target, ignore_index):
+    """cross_entropy's definition: nll_loss of log_softmax over the classes."""
+    logp = _call("log_softmax", input, 1)
+    return _call("nll_loss", logp, target, None, ignore_index, "mean")
+
+
 @decomposition("nll_loss")
 def nll_loss(ks, input, target, weight, ignore_index, reduction):
     """The picked log-probabilities by an index key; the sums accumulate in the

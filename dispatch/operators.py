@@ -1004,6 +1004,17 @@ define(
     "ignored targets.",
 )
 define(
+    "cross_entropy_loss(input: Tensor, target: Tensor, ignore_index: int = -100) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.cross_entropy_loss,
+    doc="-log_softmax(input, 1)[n, target[n]] averaged over the targets that are not "
+    "ignore_index, for (N, C) logits and (N,) class indices: cross_entropy's common case "
+    "(no weight, reduction 'mean') in one pass, no log-probabilities stored.",
+)
+define(
     "mse_loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor",
     "nn",
     dtypes=FLOATING,

@@ -1205,6 +1205,15 @@ def _nll(fn, d, t):
     ]  # fmt: skip
 
 
+@sample_of("cross_entropy_loss", dtypes=NN_DTYPES)
+def _cross_entropy(fn, d, t):
+    return [
+        S(fn, t((4, 3)), t.ints((4,), 0, 3), -100, label="mean"),
+        S(fn, t((3, 5), "T"), lm.asarray([4, -1, 0]), -1, label="T-ignore"),
+        S(fn, t((0, 3)), t.ints((0,), 0, 3), -100, label="empty"),
+    ]
+
+
 @sample_of("nll_loss_backward", dtypes=NN_DTYPES)
 def _nll_backward(fn, d, t):
     ints = t.ints

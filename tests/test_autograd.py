@@ -747,6 +747,13 @@ SAMPLES.update(
             ),
             ("unbatched_sum", lambda x: NNF.nll_loss(x, index(1), reduction="sum"), [leaf((3,))]),
         ],
+        "cross_entropy_loss": [
+            (
+                "ignore",
+                lambda x: OPERATORS["cross_entropy_loss"](x, index([2, -100, 0, 1]), -100),
+                [leaf((4, 3))],
+            ),
+        ],
         "mse_loss": [
             ("mean", NNF.mse_loss, [leaf(S), leaf(S, seed=1)]),
             ("none", lambda a, b: NNF.mse_loss(a, b, "none"), [leaf(S), leaf(S, seed=1)]),
