@@ -540,6 +540,13 @@ for _name in [n for n, op in OPERATORS.items() if op.inplace_of is not None]:
     decomposition(_name)(_inplace(_name))
 
 
+@decomposition("add_scaled_")
+def add_scaled_(ks, x1, x2, alpha):
+    """x1 += alpha * x2 in two passes."""
+    _call("setitem", x1, Ellipsis, x1 + alpha * x2)
+    return x1
+
+
 # ---------------------------------------------------------------- reductions
 
 

@@ -1015,6 +1015,16 @@ define(
     "(no weight, reduction 'mean') in one pass, no log-probabilities stored.",
 )
 define(
+    "add_scaled_(x1: Tensor, x2: Tensor, /, alpha: float) -> Tensor",
+    "linalg",
+    dtypes=FLOATING,
+    tags="inplace",
+    namespace=None,
+    check=meta.add_scaled,
+    doc="``x1 += alpha * x2``, in place and in one pass (BLAS's axpy; Tensor.add_ with "
+    "alpha): x2 has x1's shape and dtype. The optimizers' step.",
+)
+define(
     "mse_loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor",
     "nn",
     dtypes=FLOATING,

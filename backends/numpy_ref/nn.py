@@ -683,6 +683,11 @@ def log_softmax_backward(ks, grad, result, dim):
 # ---------------------------------------------------------------- losses
 
 
+def add_scaled_(ks, x1, x2, alpha):
+    x1._data += np.asarray(alpha, x1._data.dtype) * x2._data
+    return x1
+
+
 def cross_entropy_loss(ks, input, target, ignore_index):
     x = input._data.astype(np.float64)
     shifted = x - x.max(axis=1, keepdims=True)
@@ -852,6 +857,7 @@ KERNELS = [
     log_softmax_backward,
     nll_loss,
     cross_entropy_loss,
+    add_scaled_,
     nll_loss_backward,
     mse_loss,
     smooth_l1_loss,

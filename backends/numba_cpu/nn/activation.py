@@ -125,6 +125,11 @@ def hardswish_backward(g, x, unused):
     return g * (x / c(3.0) + c(0.5)) if x < 3 else g
 
 
+@jitable
+def add_scaled(x, g, alpha):
+    return x + alpha * g
+
+
 # ---------------------------------------------------------------- templates
 
 
@@ -175,6 +180,21 @@ def _binary(fn, grad, x, p=0.0):
     g = flat_like(grad._data, data)
     _entry(binary, fn, data.dtype, flat.size, isinstance(p, tuple))(g, flat, out_flat, p)
     return from_array(out)
+
+
+def add_scaled_kernel(ks, x1, x2, alpha):
+    """x1 += alpha * x2 in one pass over x1's memory (the binary template, writing its
+    first operand); a strided x1 takes NumPy's two passes (a dense copy would not be
+    x1)."""
+    data = x1._data
+    flat, dense_data = dense(data)
+    if dense_data is not data:
+        data += alpha * x2._data
+        return x1
+    _entry(binary, add_scaled, data.dtype, flat.size, False)(
+        flat, flat_like(x2._data, data), flat, alpha
+    )
+    return x1
 
 
 def relu_backward_kernel(ks, grad, result):
@@ -425,6 +445,7 @@ def log_softmax_backward_kernel(ks, grad, result, dim):
 
 
 KERNELS = {
+    "add_scaled_": add_scaled_kernel,
     "relu_backward": relu_backward_kernel,
     "leaky_relu_backward": leaky_relu_backward_kernel,
     "gelu_backward": gelu_backward_kernel,
