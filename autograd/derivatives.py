@@ -46,6 +46,7 @@ class Derivative:
         "uses_result",
         "list_input",
         "binary_saves",
+        "unary_saves",
         "outputs",
         "releases",
     )
@@ -82,6 +83,17 @@ class Derivative:
             if saves == ()
             else True
             if saves in (None, (0, 1))
+            else None
+        )
+        # for graph.record_unary: the same for a one-argument operator (True: saves its
+        # input); a formula that uses the result may record there too
+        self.unary_saves = (
+            None
+            if sizes or outputs is not None
+            else False
+            if saves == ()
+            else True
+            if saves in (None, (0,))
             else None
         )
 
