@@ -61,12 +61,12 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
             record_binary(derivative, a, b, out)
         return out
 
-    # the same for one argument (exp, tanh, relu, ...)
-    def unary(ks: int, x: Tensor) -> Tensor:
+    # the same for one tensor (exp, tanh, relu, ...) and a setting (softmax's dim)
+    def unary(ks: int, x: Tensor, *setting: Any) -> Tensor:
         below = ks & _BELOW
-        out = table[below.bit_length()](below, x)
+        out = table[below.bit_length()](below, x, *setting)
         if state.enabled:
-            record_unary(derivative, x, out)
+            record_unary(derivative, x, out, *setting)
         return out
 
     # a Python scalar operand (Note [Kernel variants])
@@ -77,7 +77,7 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
             record_with_scalar(derivative, a, b, out)
         return out
 
-    def recording(fn: Kernel, inputs: int, record: Callable) -> Kernel:
+    def recording(fn: Kernel, tensors: int, record: Callable) -> Kernel:
         fn.__name__ = fn.__qualname__ = op.name
         return core.RecordingKernel(  # Note [C recording] (the C core records in C)
             fn,
@@ -86,11 +86,12 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
             node_type=graph.Node,
             grad_state=state,
             versions=graph._modified,
-            nothing_saved=graph._NOTHING_SAVED[inputs],
+            nothing_saved=graph._NOTHING_SAVED[tensors],
             accumulator=graph.grad_accumulator,
             record=record,
             autograd=keys.AUTOGRAD,
-            inputs=inputs,
+            tensors=tensors,
+            inputs=len(op.params),
         )
 
     if op.kind == "binary":
@@ -105,10 +106,19 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
     return fn, (with_scalar if op.kind == "binary" else None)  # Note [Kernel variants]
 
 
+_SETTINGS = frozenset({"int", "float", "bool", "str", "Axis"})
+
+
 def _one_tensor(op: Operator) -> bool:
-    """A one-argument operator of one result: exp, tanh, relu, sigmoid, ..."""
+    """An operator of one tensor and at most one setting after it, of one result: exp,
+    tanh, relu, sigmoid, ...; softmax (dim), leaky_relu (slope), gelu (approximate)."""
     params = op.params
-    return len(params) == 1 and params[0].type == "Tensor" and op.returns == "Tensor"
+    return (
+        1 <= len(params) <= 2
+        and params[0].type == "Tensor"
+        and all(p.type in _SETTINGS for p in params[1:])
+        and op.returns == "Tensor"
+    )
 
 
 def _check_leaf(name: str, x: Tensor) -> None:

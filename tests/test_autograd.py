@@ -2259,9 +2259,21 @@ def test_version_counters_forget_freed_storage():
     assert len(_tensor.versions) <= before + 1
 
 
-# Note [C recording]: the C core records a one-argument operator's node itself; the
-# node must be the one graph.record makes (both cores run these tests)
-ONE_ARGUMENT = ["exp", "tanh", "sin", "abs", "negative", "sigmoid", "relu"]
+# Note [C recording]: the C core records the node of an operator of one tensor (and one
+# setting) itself; the node must be the one graph.record makes (both cores run these)
+ONE_ARGUMENT = {
+    "exp": (),
+    "tanh": (),
+    "sin": (),
+    "abs": (),
+    "negative": (),
+    "sigmoid": (),
+    "relu": (),
+    "softmax": (0,),
+    "log_softmax": (0,),
+    "leaky_relu": (0.2,),
+    "gelu": ("tanh",),
+}
 
 
 def _unary_input(source):
@@ -2278,17 +2290,17 @@ def _unary_input(source):
 def test_one_argument_node_is_the_one_record_makes(name, source):
     from lamina.autograd import graph
 
-    op = OPERATORS[name]
+    op, setting = OPERATORS[name], ONE_ARGUMENT[name]
     x = _unary_input(source)
-    y = op(x)
+    y = op(x, *setting)
     with lm.no_grad():
-        plain = op(x)
-    want = graph.record(DERIVATIVES[name], (x,), (plain,))
+        plain = op(x, *setting)
+    want = graph.record(DERIVATIVES[name], (x, *setting), (plain,))
     node = y.grad_fn
     assert type(node) is type(want) and node.derivative is want.derivative
     assert node.next_nodes == want.next_nodes and node.next_nrs == want.next_nrs
     assert len(node.saved) == len(want.saved)
-    assert all(a is b or (a is x and b is x) for a, b in zip(node.saved, want.saved))
+    assert all(a is b or a == b for a, b in zip(node.saved, want.saved))
     assert node.versions == want.versions
     assert (node.result is None) == (want.result is None)
     if node.result is not None:
@@ -2305,12 +2317,12 @@ def test_one_argument_node_is_the_one_record_makes(name, source):
 
 @pytest.mark.parametrize("name", ONE_ARGUMENT)
 def test_one_argument_operators_record_nothing_without_grad(name):
-    op = OPERATORS[name]
+    op, setting = OPERATORS[name], ONE_ARGUMENT[name]
     x = _unary_input("non-leaf")
     with lm.no_grad():
-        y = op(x)
+        y = op(x, *setting)
     assert y.grad_fn is None and not y.requires_grad
-    z = op(lm.asarray(np.linspace(-1.0, 1.0, 4)))  # an input that does not require grad
+    z = op(lm.asarray(np.linspace(-1.0, 1.0, 4)), *setting)  # an input without grad
     assert z.grad_fn is None and not z.requires_grad
 
 

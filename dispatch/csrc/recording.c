@@ -65,11 +65,13 @@ static PyTypeObject NodeBaseType = {
  * is on records the node as graph.record_binary's common case does (two tensors of the
  * result's dtype and shape, each a leaf, a first output or no grad, a formula saving
  * nothing or both, no version to record): one node, two tuples. Everything else calls
- * record_binary itself; the layer's Python kernel is the reference. With inputs=1 it
- * is the kernel of a one-argument operator (exp, tanh, relu, ...) and records as
+ * record_binary itself; the layer's Python kernel is the reference. With tensors=1 it
+ * is the kernel of an operator of one tensor (exp, tanh, relu, ...), and of one setting
+ * after it with inputs=2 (softmax's dim, leaky_relu's slope), and records as
  * graph.record_unary's common case does: one tensor of the result's dtype and shape, a
- * formula saving nothing or its input, and, for a formula that uses the result, the
- * pair (weak reference to it, detached alias) record() keeps. */
+ * formula saving nothing or its input (the setting is always kept), and, for a formula
+ * that uses the result, the pair (weak reference to it, detached alias) record()
+ * keeps. */
 
 typedef struct {
     PyObject_HEAD
@@ -85,7 +87,8 @@ typedef struct {
     PyObject *record;         /* graph.record_binary(derivative, a, b, out) (record_unary) */
     PyObject *dict;
     long long autograd_key;
-    int inputs;               /* 2: a binary operator's kernel; 1: a one-argument one's */
+    int inputs;               /* the operator's arguments: 1 or 2 */
+    int tensors;              /* 2: a binary operator's kernel; 1: one tensor's */
     int saves;                /* Derivative.binary_saves (unary_saves): 0, 1, or -1 (None) */
     int uses_result;          /* Derivative.uses_result (one-argument operators) */
 } RecordingObject;
@@ -151,7 +154,7 @@ static int record_fast(RecordingObject *r, PyObject *a, PyObject *b, PyObject *o
 }
 
 /* graph.record_unary's common case; 0: a case for record_unary itself */
-static int record_unary_fast(RecordingObject *r, PyObject *x, PyObject *out) {
+static int record_unary_fast(RecordingObject *r, PyObject *x, PyObject *setting, PyObject *out) {
     if (r->saves < 0 || Py_TYPE(x) != tensor_type || Py_TYPE(out) != tensor_type) return 0;
     TensorObject *tx = T(x), *to = T(out);
     if (tx->dtype != to->dtype || !same_shape(tx->shape, to->shape)) return 0;
@@ -171,9 +174,15 @@ static int record_unary_fast(RecordingObject *r, PyObject *x, PyObject *out) {
         }
     }
     NodeObject *node = (NodeObject *)r->node_type->tp_alloc(r->node_type, 0);
-    PyObject *next_nodes = PyTuple_Pack(1, nx);
+    PyObject *next_nodes, *saved;
+    if (setting == NULL) {
+        next_nodes = PyTuple_Pack(1, nx);
+        saved = r->saves ? PyTuple_Pack(1, x) : (Py_INCREF(r->nothing_saved), r->nothing_saved);
+    } else {
+        next_nodes = PyTuple_Pack(2, nx, Py_None);
+        saved = PyTuple_Pack(2, r->saves ? x : Py_None, setting);
+    }
     Py_DECREF(nx);
-    PyObject *saved = r->saves ? PyTuple_Pack(1, x) : (Py_INCREF(r->nothing_saved), r->nothing_saved);
     PyObject *ks_obj = PyLong_FromLongLong(to->ks | r->autograd_key);
     if (node == NULL || next_nodes == NULL || saved == NULL || ks_obj == NULL ||
         (result != NULL && PyObject_SetAttr((PyObject *)node, result_str, result) < 0)) {
@@ -219,11 +228,14 @@ static PyObject *recording_vectorcall(RecordingObject *r, PyObject *const *args,
         if (on < 0) Py_CLEAR(out);
         return out;
     }
-    int unary = r->inputs == 1;
-    int done = unary ? record_unary_fast(r, args[1], out) : record_fast(r, args[1], args[2], out);
-    if (done == 0) {  /* record_binary(derivative, a, b, out) or record_unary(derivative, x, out) */
-        PyObject *rargs[4] = {r->derivative, args[1], unary ? out : args[2], out};
-        PyObject *node = PyObject_Vectorcall(r->record, rargs, unary ? 3 : 4, NULL);
+    int unary = r->tensors == 1;
+    PyObject *setting = unary && r->inputs == 2 ? args[2] : NULL;
+    int done = unary ? record_unary_fast(r, args[1], setting, out)
+                     : record_fast(r, args[1], args[2], out);
+    if (done == 0) {  /* record_binary(derivative, a, b, out), record_unary(derivative, x, out[,
+                       * setting]) */
+        PyObject *rargs[4] = {r->derivative, args[1], unary ? out : args[2], unary ? setting : out};
+        PyObject *node = PyObject_Vectorcall(r->record, rargs, unary ? 3 + (setting != NULL) : 4, NULL);
         if (node == NULL) done = -1;
         Py_XDECREF(node);
     }
@@ -232,29 +244,32 @@ static PyObject *recording_vectorcall(RecordingObject *r, PyObject *const *args,
 }
 
 /* RecordingKernel(kernel, *, derivative, table, node_type, grad_state, versions,
- *                 nothing_saved, accumulator, record, autograd, inputs=2) */
+ *                 nothing_saved, accumulator, record, autograd, tensors=2, inputs=tensors) */
 static PyObject *recording_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"kernel", "derivative", "table", "node_type", "grad_state",
                              "versions", "nothing_saved", "accumulator", "record", "autograd",
-                             "inputs", NULL};
+                             "tensors", "inputs", NULL};
     PyObject *kernel, *derivative, *node_type, *grad_state, *versions, *nothing, *acc, *record;
     OperatorTableObject *d;
     long long autograd;
-    int inputs = 2;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OO!O!OO!O!OOLi:RecordingKernel", kwlist,
+    int tensors = 2, inputs = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OO!O!OO!O!OOLii:RecordingKernel", kwlist,
                                      &kernel, &derivative, &OperatorTableType, &d, &PyType_Type,
                                      &node_type, &grad_state, &PyDict_Type, &versions,
-                                     &PyTuple_Type, &nothing, &acc, &record, &autograd, &inputs))
+                                     &PyTuple_Type, &nothing, &acc, &record, &autograd, &tensors,
+                                     &inputs))
         return NULL;
-    if (inputs != 1 && inputs != 2) {
-        PyErr_SetString(PyExc_ValueError, "RecordingKernel: inputs must be 1 or 2");
+    if (inputs < 0) inputs = tensors;
+    if ((tensors != 1 && tensors != 2) || inputs < tensors || inputs > 2) {
+        PyErr_SetString(PyExc_ValueError,
+                        "RecordingKernel: tensors must be 1 or 2, inputs tensors to 2");
         return NULL;
     }
     if (!PyType_IsSubtype((PyTypeObject *)node_type, &NodeBaseType)) {
         PyErr_SetString(PyExc_TypeError, "RecordingKernel: node_type must subclass NodeBase");
         return NULL;
     }
-    PyObject *saves = PyObject_GetAttrString(derivative, inputs == 1 ? "unary_saves" : "binary_saves");
+    PyObject *saves = PyObject_GetAttrString(derivative, tensors == 1 ? "unary_saves" : "binary_saves");
     if (saves == NULL) return NULL;
     PyObject *uses = PyObject_GetAttrString(derivative, "uses_result");
     int uses_result = uses == NULL ? -1 : PyObject_IsTrue(uses);
@@ -268,7 +283,8 @@ static PyObject *recording_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     r->saves = saves == Py_None ? -1 : PyObject_IsTrue(saves);
     Py_DECREF(saves);
     r->inputs = inputs;
-    r->uses_result = inputs == 1 && uses_result;
+    r->tensors = tensors;
+    r->uses_result = tensors == 1 && uses_result;
     PyObject *parts[] = {kernel, (PyObject *)d, derivative, node_type, grad_state, versions,
                          nothing, acc, record};
     for (int k = 0; k < 9; k++) Py_INCREF(parts[k]);
