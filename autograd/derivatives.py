@@ -46,6 +46,7 @@ class Derivative:
         "uses_result",
         "list_input",
         "binary_saves",
+        "unary_saves",
         "outputs",
         "releases",
     )
@@ -82,6 +83,17 @@ class Derivative:
             if saves == ()
             else True
             if saves in (None, (0, 1))
+            else None
+        )
+        # for graph.record_unary: the same for a one-argument operator (True: saves its
+        # input); a formula that uses the result may record there too
+        self.unary_saves = (
+            None
+            if sizes or outputs is not None
+            else False
+            if saves == ()
+            else True
+            if saves in (None, (0,))
             else None
         )
 
@@ -926,6 +938,7 @@ _NLL_LOSS = OPERATORS["nll_loss"]
 _NLL_LOSS_BACKWARD = OPERATORS["nll_loss_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _ATTENTION_BACKWARD = OPERATORS["native_scaled_dot_product_attention_backward"]
+_LOG_SOFTMAX = OPERATORS["log_softmax"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
 _NONE = (None,) * 8
 
@@ -1144,6 +1157,14 @@ def _nll_loss(g, r, n, x, target, weight, ignore_index, reduction):
 def _nll_loss_backward(u, r, n, g, x, target, weight, ignore_index, reduction):
     """Linear in g: u's loss, as nll_loss computes it, is g's gradient."""
     return (n[0] and _NLL_LOSS(u, target, weight, ignore_index, reduction), *_NONE[:5])
+
+
+def _cross_entropy_loss(g, r, n, x, target, ignore_index):
+    """log_softmax's and nll_loss's gradients in turn (the forward kept no
+    log-probabilities: Note [One-pass cross entropy]), so it can be differentiated again."""
+    logp = _LOG_SOFTMAX(x, 1)
+    gl = _NLL_LOSS_BACKWARD(g, logp, target, None, ignore_index, "mean")
+    return (_LOG_SOFTMAX_BACKWARD(gl, logp, 1), None, None)
 
 
 def _mse_loss(g, r, n, x, t, reduction):
@@ -1374,6 +1395,7 @@ DERIVATIVES.update(
             ),
             D("nll_loss", _nll_loss, saves=(0, 1, 2)),
             D("nll_loss_backward", _nll_loss_backward, saves=(2, 3)),
+            D("cross_entropy_loss", _cross_entropy_loss, saves=(0, 1)),
             D("mse_loss", _mse_loss, saves=(0, 1)),
             D("smooth_l1_loss", _smooth_l1_loss, saves=(0, 1)),
             D("smooth_l1_loss_backward", _smooth_l1_loss_backward, saves=(0, 1, 2)),

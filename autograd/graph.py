@@ -348,6 +348,46 @@ def record_binary(derivative: Derivative, a: Tensor, b: Tensor, out: Tensor) -> 
     return node
 
 
+def record_unary(derivative: Derivative, x: Tensor, out: Tensor, *setting: Any) -> Node | None:
+    """record() for an operator of one tensor (exp, tanh, relu, ...) and at most one
+    setting after it (softmax's dim, leaky_relu's slope): a tensor of the result's shape
+    and dtype, not a later output of a multi-output node, and a formula that saves
+    nothing or its input (Derivative.unary_saves; the setting is always kept), with the
+    result's pair where it uses the result (Note [Cheap recording]); anything else takes
+    record()."""
+    saves = derivative.unary_saves
+    if not (
+        saves is not None
+        and x.__class__ is Tensor
+        and x._dtype is out._dtype
+        and x._shape == out._shape
+    ):
+        return record(derivative, (x, *setting), (out,))
+    if x._ks & AUTOGRAD:
+        next_x = x._grad_fn
+        if next_x is None:
+            next_x = x._accumulator or grad_accumulator(x)
+        elif x._output_nr:
+            return record(derivative, (x, *setting), (out,))
+    else:
+        next_x = None
+    node = Node()
+    node.derivative = derivative
+    if setting:
+        node.next_nodes = (next_x, None)
+        node.saved = (x if saves else None, *setting)
+    else:
+        node.next_nodes = (next_x,)
+        node.saved = (x,) if saves else _NOTHING_SAVED[1]
+    if derivative.uses_result:
+        node.result = (weakref.ref(out), out.detach())
+    if _modified and (saves or derivative.uses_result):
+        node.versions = tuple([version_of(t) for t in saved_tensors(node)])
+    out._ks |= AUTOGRAD
+    out._grad_fn = node
+    return node
+
+
 def record_with_scalar(derivative: Derivative, a: Operand, b: Operand, out: Tensor) -> Node | None:
     """record_binary's counterpart for one tensor and one Python scalar (``x * 2.0``,
     ``1 - x``): the scalar is always saved (formulas read it), the tensor as the

@@ -44,6 +44,7 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
     """The layer's kernel for ``op``: redispatch below AUTOGRAD, then record."""
     table, scalar_table, record = op.table, op.scalar_table, graph.record
     record_binary, record_with_scalar = graph.record_binary, graph.record_with_scalar
+    record_unary = graph.record_unary
 
     def kernel(ks: int, *args: Any) -> Tensor | tuple[Tensor, ...]:
         below = ks & _BELOW
@@ -60,6 +61,14 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
             record_binary(derivative, a, b, out)
         return out
 
+    # the same for one tensor (exp, tanh, relu, ...) and a setting (softmax's dim)
+    def unary(ks: int, x: Tensor, *setting: Any) -> Tensor:
+        below = ks & _BELOW
+        out = table[below.bit_length()](below, x, *setting)
+        if state.enabled:
+            record_unary(derivative, x, out, *setting)
+        return out
+
     # a Python scalar operand (Note [Kernel variants])
     def with_scalar(ks: int, a: Operand, b: Operand) -> Tensor:
         below = ks & _BELOW
@@ -68,24 +77,48 @@ def _kernel(op: Operator, derivative: Derivative) -> tuple[Kernel, Kernel | None
             record_with_scalar(derivative, a, b, out)
         return out
 
-    binary.__name__ = binary.__qualname__ = op.name
-    binary = core.RecordingKernel(  # Note [C recording] (the C core records in C)
-        binary,
-        derivative=derivative,
-        table=op.dispatch,
-        node_type=graph.Node,
-        grad_state=state,
-        versions=graph._modified,
-        nothing_saved=graph._NOTHING_SAVED[2],
-        accumulator=graph.grad_accumulator,
-        record=record_binary,
-        autograd=keys.AUTOGRAD,
-    )
-    fn = binary if op.kind == "binary" else kernel
+    def recording(fn: Kernel, tensors: int, record: Callable) -> Kernel:
+        fn.__name__ = fn.__qualname__ = op.name
+        return core.RecordingKernel(  # Note [C recording] (the C core records in C)
+            fn,
+            derivative=derivative,
+            table=op.dispatch,
+            node_type=graph.Node,
+            grad_state=state,
+            versions=graph._modified,
+            nothing_saved=graph._NOTHING_SAVED[tensors],
+            accumulator=graph.grad_accumulator,
+            record=record,
+            autograd=keys.AUTOGRAD,
+            tensors=tensors,
+            inputs=len(op.params),
+        )
+
+    if op.kind == "binary":
+        fn = recording(binary, 2, record_binary)
+    elif _one_tensor(op):
+        fn = recording(unary, 1, record_unary)
+    else:
+        fn = kernel
     for f in (fn, with_scalar):
         f.__name__ = f.__qualname__ = op.name
         f.__module__ = __name__  # how dumps show it (the C kernel's type is the core's)
     return fn, (with_scalar if op.kind == "binary" else None)  # Note [Kernel variants]
+
+
+_SETTINGS = frozenset({"int", "float", "bool", "str", "Axis"})
+
+
+def _one_tensor(op: Operator) -> bool:
+    """An operator of one tensor and at most one setting after it, of one result: exp,
+    tanh, relu, sigmoid, ...; softmax (dim), leaky_relu (slope), gelu (approximate)."""
+    params = op.params
+    return (
+        1 <= len(params) <= 2
+        and params[0].type == "Tensor"
+        and all(p.type in _SETTINGS for p in params[1:])
+        and op.returns == "Tensor"
+    )
 
 
 def _check_leaf(name: str, x: Tensor) -> None:

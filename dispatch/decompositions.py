@@ -540,6 +540,13 @@ for _name in [n for n, op in OPERATORS.items() if op.inplace_of is not None]:
     decomposition(_name)(_inplace(_name))
 
 
+@decomposition("add_scaled_")
+def add_scaled_(ks, x1, x2, alpha):
+    """x1 += alpha * x2 in two passes."""
+    _call("setitem", x1, Ellipsis, x1 + alpha * x2)
+    return x1
+
+
 # ---------------------------------------------------------------- reductions
 
 
@@ -1146,6 +1153,13 @@ def binary_cross_entropy_with_logits(ks, input, target, weight, reduction, pos_w
         log_sigmoid = log_sigmoid * ((pos_weight - 1.0) * target + 1.0)
     losses = (1.0 - target) * input - log_sigmoid
     return _reduced_loss(losses if weight is None else losses * weight, reduction)
+
+
+@decomposition("cross_entropy_loss")
+def cross_entropy_loss(ks, input, target, ignore_index):
+    """cross_entropy's definition: nll_loss of log_softmax over the classes."""
+    logp = _call("log_softmax", input, 1)
+    return _call("nll_loss", logp, target, None, ignore_index, "mean")
 
 
 @decomposition("nll_loss")

@@ -1051,6 +1051,21 @@ def nll_loss(input: Any, target: Any, weight: Any, ignore_index: int, reduction:
     return input, target, weight, ignore_index, reduction
 
 
+def add_scaled(x1: Any, x2: Any, alpha: float) -> tuple:
+    _floating("add_scaled_", "x1", x1)
+    _like_input("add_scaled_", "x2", x2, x1, x1._shape)
+    return x1, x2, finite("add_scaled_", "alpha", alpha)
+
+
+def cross_entropy_loss(input: Any, target: Any, ignore_index: int) -> tuple:
+    if len(input._shape) != 2:
+        raise ValueError(
+            f"cross_entropy_loss: input must be (N, C) logits, got shape {input._shape}"
+        )
+    input, target, _, ignore_index, _ = nll_loss(input, target, None, ignore_index, "mean")
+    return input, target, ignore_index
+
+
 def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
     _floating("mse_loss", "input", input)
     _like_input("mse_loss", "target", target, input)

@@ -1004,6 +1004,27 @@ define(
     "ignored targets.",
 )
 define(
+    "cross_entropy_loss(input: Tensor, target: Tensor, ignore_index: int = -100) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.cross_entropy_loss,
+    doc="-log_softmax(input, 1)[n, target[n]] averaged over the targets that are not "
+    "ignore_index, for (N, C) logits and (N,) class indices: cross_entropy's common case "
+    "(no weight, reduction 'mean') in one pass, no log-probabilities stored.",
+)
+define(
+    "add_scaled_(x1: Tensor, x2: Tensor, /, alpha: float) -> Tensor",
+    "linalg",
+    dtypes=FLOATING,
+    tags="inplace",
+    namespace=None,
+    check=meta.add_scaled,
+    doc="``x1 += alpha * x2``, in place and in one pass (BLAS's axpy; Tensor.add_ with "
+    "alpha): x2 has x1's shape and dtype. The optimizers' step.",
+)
+define(
     "mse_loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor",
     "nn",
     dtypes=FLOATING,

@@ -296,6 +296,7 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
         _same,
     ),
     **dict.fromkeys(("nll_loss", "mse_loss"), _loss),
+    "cross_entropy_loss": lambda op, args: (args[0]._dtype, ()),
     "smooth_l1_loss": _pointwise_loss(2),
     "smooth_l1_loss_backward": _like(1),
     "nll_loss_backward": _like(1),

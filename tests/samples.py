@@ -419,6 +419,16 @@ TABLE["setitem"] = (
 )
 
 
+@sample_of("add_scaled_", dtypes="float32 float64")
+def _add_scaled(fn, d, t):
+    return [
+        S(fn, t((3, 4)), t((3, 4)), -0.5, label="contiguous"),
+        S(fn, t((2, 3, 4), "T"), t((2, 3, 4)), 2.0, label="T-dense"),
+        S(fn, t((4, 6))[:, ::2], t((4, 3), "flip"), 0.25, label="strided"),
+        S(fn, t((0, 3)), t((0, 3)), 1.0, label="empty"),
+    ]
+
+
 @sample_of("index_add", dtypes="int32 float64 complex128")
 def _index_add(fn, d, t):
     rows = lm.asarray([0, 2, 0])
@@ -1203,6 +1213,15 @@ def _nll(fn, d, t):
         S(fn, t((2, 3, 4)), t.ints((4, 2), 0, 3).T, None, -100, "none", label="T-target"),
         S(fn, t((0, 3)), t.ints((0,), 0, 3), None, -100, "none", label="empty"),
     ]  # fmt: skip
+
+
+@sample_of("cross_entropy_loss", dtypes=NN_DTYPES)
+def _cross_entropy(fn, d, t):
+    return [
+        S(fn, t((4, 3)), t.ints((4,), 0, 3), -100, label="mean"),
+        S(fn, t((3, 5), "T"), lm.asarray([4, -1, 0]), -1, label="T-ignore"),
+        S(fn, t((0, 3)), t.ints((0,), 0, 3), -100, label="empty"),
+    ]
 
 
 @sample_of("nll_loss_backward", dtypes=NN_DTYPES)

@@ -747,6 +747,13 @@ SAMPLES.update(
             ),
             ("unbatched_sum", lambda x: NNF.nll_loss(x, index(1), reduction="sum"), [leaf((3,))]),
         ],
+        "cross_entropy_loss": [
+            (
+                "ignore",
+                lambda x: OPERATORS["cross_entropy_loss"](x, index([2, -100, 0, 1]), -100),
+                [leaf((4, 3))],
+            ),
+        ],
         "mse_loss": [
             ("mean", NNF.mse_loss, [leaf(S), leaf(S, seed=1)]),
             ("none", lambda a, b: NNF.mse_loss(a, b, "none"), [leaf(S), leaf(S, seed=1)]),
@@ -2250,3 +2257,78 @@ def test_version_counters_forget_freed_storage():
         a += 1.0
     del a
     assert len(_tensor.versions) <= before + 1
+
+
+# Note [C recording]: the C core records the node of an operator of one tensor (and one
+# setting) itself; the node must be the one graph.record makes (both cores run these)
+ONE_ARGUMENT = {
+    "exp": (),
+    "tanh": (),
+    "sin": (),
+    "abs": (),
+    "negative": (),
+    "sigmoid": (),
+    "relu": (),
+    "softmax": (0,),
+    "log_softmax": (0,),
+    "leaky_relu": (0.2,),
+    "gelu": ("tanh",),
+}
+
+
+def _unary_input(source):
+    base = lm.asarray(np.linspace(-1.5, 1.5, 6), requires_grad=True)
+    if source == "leaf":
+        return base
+    if source == "non-leaf":
+        return base * 2.0
+    return lm.split(base, 2)[1]  # a second output: its node's output 1
+
+
+@pytest.mark.parametrize("source", ["leaf", "non-leaf", "second output"])
+@pytest.mark.parametrize("name", ONE_ARGUMENT)
+def test_one_argument_node_is_the_one_record_makes(name, source):
+    from lamina.autograd import graph
+
+    op, setting = OPERATORS[name], ONE_ARGUMENT[name]
+    x = _unary_input(source)
+    y = op(x, *setting)
+    with lm.no_grad():
+        plain = op(x, *setting)
+    want = graph.record(DERIVATIVES[name], (x, *setting), (plain,))
+    node = y.grad_fn
+    assert type(node) is type(want) and node.derivative is want.derivative
+    assert node.next_nodes == want.next_nodes and node.next_nrs == want.next_nrs
+    assert len(node.saved) == len(want.saved)
+    assert all(a is b or a == b for a, b in zip(node.saved, want.saved))
+    assert node.versions == want.versions
+    assert (node.result is None) == (want.result is None)
+    if node.result is not None:
+        ref, alias = node.result
+        assert ref() is y and np.array_equal(alias.numpy(), y.detach().numpy())
+        assert not alias.requires_grad
+    assert y.requires_grad and y._output_nr == 0
+    # the gradient through the node, against the one through record's (plain's)
+    g = lm.asarray(np.arange(1.0, 1.0 + y.shape[0]))
+    (got,) = lm.autograd.grad(y, x, g, retain_graph=True)
+    (expected,) = lm.autograd.grad(plain, x, g)
+    assert np.array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("name", ONE_ARGUMENT)
+def test_one_argument_operators_record_nothing_without_grad(name):
+    op, setting = OPERATORS[name], ONE_ARGUMENT[name]
+    x = _unary_input("non-leaf")
+    with lm.no_grad():
+        y = op(x, *setting)
+    assert y.grad_fn is None and not y.requires_grad
+    z = op(lm.asarray(np.linspace(-1.0, 1.0, 4)), *setting)  # an input without grad
+    assert z.grad_fn is None and not z.requires_grad
+
+
+def test_one_argument_recording_catches_a_saved_input_modified():
+    x = _unary_input("non-leaf")
+    y = lm.sin(x)  # sin's formula reads its input
+    x += 1.0
+    with pytest.raises(RuntimeError, match="in-place.*version"):
+        lm.sum(y).backward()

@@ -491,6 +491,14 @@ SAMPLES.update(
         ),
         lambda: F.binary_cross_entropy_with_logits(A(SPECIALS), A([0.5] * 13), reduction="none"),
     ],
+    add_scaled_=[
+        lambda: OPERATORS["add_scaled_"](T((3, 4), "float32"), T((3, 4), "float32"), -0.5),
+        lambda: OPERATORS["add_scaled_"](nc((2, 3)), T((2, 3)), 2.0),
+    ],
+    cross_entropy_loss=[
+        lambda: F.cross_entropy(T((4, 3)), A([0, 2, 1, 2], "int64")),
+        lambda: F.cross_entropy(nc((3, 5)), A([4, -1, 0], "int64"), ignore_index=-1),
+    ],
     nll_loss=[
         lambda: F.nll_loss(F.log_softmax(T((4, 3)), 1), A([0, 2, 1, 2], "int64")),
         lambda: F.nll_loss(

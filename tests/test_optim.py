@@ -207,6 +207,56 @@ def test_sgd_matches_the_reference_rule(momentum, weight_decay, nesterov):
     assert np.allclose(p.numpy(), want, rtol=1e-12, atol=1e-14)
 
 
+def _float32_reference(p, grads, lr, momentum, dampening, weight_decay, nesterov, maximize):
+    """PyTorch's rule step by step in float32, each operation rounded as NumPy rounds it."""
+    f = np.float32
+    buf = None
+    for g in grads:
+        d = -g if maximize else g
+        d = d + f(weight_decay) * p if weight_decay else d
+        if momentum:
+            buf = d if buf is None else f(momentum) * buf + f(1 - dampening) * d
+            d = d + f(momentum) * buf if nesterov else buf
+        p = p - f(lr) * d
+    return p
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(maximize=True, weight_decay=0.1),
+        dict(momentum=0.9, dampening=0.3),
+        dict(momentum=0.8, weight_decay=0.05, nesterov=True, maximize=True),
+    ],
+)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_sgd_float32_step_is_the_rule_in_one_pass(options, layout):
+    """The step p -= lr * d runs as one scaled add (add_scaled_) on contiguous and
+    dense parameters, NumPy's passes on strided ones: the rule's values either way."""
+    rng = np.random.default_rng(3)
+    start = rng.normal(0.0, 1.0, (6, 5)).astype(np.float32)
+    grads = [rng.normal(0.0, 1.0, (6, 5)).astype(np.float32) for _ in range(3)]
+    base = lm.asarray(
+        start.T.copy().T if layout == "transposed" else start.copy(), requires_grad=True
+    )
+    if layout == "strided":
+        base = lm.asarray(np.repeat(start, 2, axis=1), requires_grad=True)
+        with lm.no_grad():
+            p = base[:, ::2]
+    else:
+        p = base
+    full = dict(lr=0.05, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)
+    full.update(options, maximize=options.get("maximize", False))
+    opt = lm.optim.SGD([p], **full)
+    for g in grads:
+        p.grad = lm.asarray(g.copy())
+        opt.step()
+    want = _float32_reference(start, grads, **full)
+    assert p.dtype == lm.float32
+    np.testing.assert_allclose(p.numpy(), want, rtol=1e-6, atol=1e-6)
+
+
 def test_sgd_skips_parameters_without_gradient_and_zero_grad():
     a, b = param([1.0]), param([2.0])
     opt = lm.optim.SGD([a, b], lr=0.5, momentum=0.9)

@@ -341,6 +341,14 @@ def unary_kernel(ew, general=None):
     return _fast_kernel(ew, general)
 
 
+def scalar_kernel(ew, general):
+    """The C core's kernel of an operator of a tensor and a Python number parameter
+    (leaky_relu's slope): the scalar form of ew's kernel (Note [Scalar fast path]), so a
+    contiguous call runs one loop with the number converted to the tensor's dtype;
+    ``general(ks, x, number)`` serves the calls it does not."""
+    return _named(_fast_kernel(ew, general).variant(core.SCALAR), ew.op.name)
+
+
 def binary_kernel(ew):
     """The kernel and its two variants (Note [Kernel variants]): a Python scalar operand
     (``x * 2.0``), and the checks layer off (Note [Unchecked fast path])."""
@@ -354,14 +362,6 @@ def inplace_kernel(ew, op):
         return ew.general((x1, x2), target=x1, op=op)
 
     kernel.__qualname__ = kernel.__name__ = op.name
-    return kernel
-
-
-def ternary_kernel(ew):
-    def kernel(ks, *args):
-        return ew.general(args)
-
-    kernel.__qualname__ = kernel.__name__ = ew.op.name
     return kernel
 
 
@@ -529,7 +529,29 @@ def register(registry):
     where = Elementwise(
         OPERATORS["where"], 3, _same(K.where), in_dtypes=lambda d: [D.bool_, d, d], promote_from=1
     )
-    registry.register("where", "cpu", ternary_kernel(where))
+
+    def where_kernel(ks, condition, x1, x2):
+        try:  # the common case first: three contiguous tensors of one shape
+            fc, f1, f2, dtype, shape = condition._flat, x1._flat, x2._flat, x1._dtype, x1._shape
+            fast = (
+                condition._dtype is D.bool_
+                and x2._dtype is dtype
+                and dtype.kind == "f"
+                and condition._shape == shape == x2._shape
+                and fc is not None
+                and f1 is not None
+                and f2 is not None
+                and f1.size < _parallel_min
+            )
+        except AttributeError:  # a Python scalar operand
+            fast = False
+        if fast:
+            out = empty(f1.size, dtype.np)
+            where.flat[dtype.index](fc, f1, f2, out)
+            return from_flat(out, shape, dtype)
+        return where.general((condition, x1, x2))
+
+    registry.register("where", "cpu", _named(where_kernel, "where"))
     clip = Elementwise(OPERATORS["clip"], 3, _same(K.clip))
 
     def clip_kernel(ks, x, min=None, max=None):

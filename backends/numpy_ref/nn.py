@@ -683,6 +683,29 @@ def log_softmax_backward(ks, grad, result, dim):
 # ---------------------------------------------------------------- losses
 
 
+def add_scaled_(ks, x1, x2, alpha):
+    x1._data += np.asarray(alpha, x1._data.dtype) * x2._data
+    return x1
+
+
+def cross_entropy_loss(ks, input, target, ignore_index):
+    x = input._data.astype(np.float64)
+    shifted = x - x.max(axis=1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    losses = []
+    for row, cls in zip(logp, target._data):
+        if cls == ignore_index:
+            continue
+        if not 0 <= cls < x.shape[1]:
+            raise ValueError(
+                f"cross_entropy: target values must be class indices in [0, {x.shape[1]}), "
+                f"got {cls}"
+            )
+        losses.append(-row[cls])
+    mean = np.mean(losses) if losses else np.nan
+    return from_array(np.asarray(mean, input._data.dtype))
+
+
 def nll_loss(ks, input, target, weight, ignore_index, reduction):
     x = input._data[None] if input._data.ndim == 1 else input._data
     t = target._data.reshape((x.shape[0],) + x.shape[2:])
@@ -833,6 +856,8 @@ KERNELS = [
     softmax_backward,
     log_softmax_backward,
     nll_loss,
+    cross_entropy_loss,
+    add_scaled_,
     nll_loss_backward,
     mse_loss,
     smooth_l1_loss,

@@ -38,9 +38,9 @@
  * step.
  *
  * Note [Autograd in C]: dispatch knows nothing of autograd, with one exception, here:
- * recording.c records a binary operator's node in C (Note [C recording]): it runs on
- * every differentiable call, part of the per-call cost this core exists to cut (its
- * Python twin is reference.RecordingKernel). The exception is kept to that file, and
+ * recording.c records a binary or one-argument operator's node in C (Note [C
+ * recording]): it runs on every differentiable call, part of the per-call cost this
+ * core exists to cut (its Python twin is reference.RecordingKernel). The exception is kept to that file, and
  * tests/test_architecture.py reads these files to hold it there:
  *   - only recording.c names autograd's types and fields (nodes, derivatives, grad
  *     mode, the recording itself);

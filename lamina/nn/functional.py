@@ -41,6 +41,7 @@ _RESAMPLE = OPERATORS["resample2d"]
 # the internal pooling operators without indices, behind bindings that check arguments
 _max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
 _min_pool_values = bindings.generated_binding(OPERATORS["min_pool2d"])
+_cross_entropy_loss = bindings.generated_binding(OPERATORS["cross_entropy_loss"])
 _COMPOSITES = [
     "adaptive_max_pool2d",
     "batch_norm",
@@ -626,6 +627,14 @@ def cross_entropy(
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if target.dtype.kind in "iu" and target.dtype != dtypes.int64:
         target = ops.astype(target, dtypes.int64)  # uint8 (PyTorch's Byte): class indices
+    if (
+        input.ndim == 2
+        and target.dtype.kind == "i"
+        and weight is None
+        and reduction == "mean"
+        and not label_smoothing
+    ):  # the common case in one pass (Note [One-pass cross entropy])
+        return _cross_entropy_loss(input, target, ignore_index)
     dim = 0 if input.ndim == 1 else 1
     logp = log_softmax(input, dim)  # noqa: F821 (installed from the schema)
     classes = input.shape[dim]

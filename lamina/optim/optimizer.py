@@ -38,20 +38,24 @@ import numpy as np
 from lamina.autograd import enable_grad, no_grad
 from lamina.dispatch import dtypes, ops
 from lamina.dispatch.arguments import boolean, real
-from lamina.dispatch.tensor import Tensor, from_array
+from lamina.dispatch.schema import OPERATORS
+from lamina.dispatch.tensor import Tensor, bump_version, from_array
 
+_ADD_SCALED = OPERATORS["add_scaled_"]
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]] | Iterable[tuple[str, Tensor]]
 
 
 class Update(NamedTuple):
     """One parameter's step, checked but not applied (Note [Atomic steps]): the
-    parameter becomes ``p * decay - delta()`` (``decay`` None: no multiplication)
-    and its state is updated with ``state``. ``delta`` must not read the parameter
-    (whose value may have been multiplied by then)."""
+    parameter becomes ``p * decay - scale * delta()`` (``decay`` None: no
+    multiplication; the scaled subtraction is one pass, as PyTorch's ``add_`` with
+    ``alpha``) and its state is updated with ``state``. ``delta`` must not read the
+    parameter (whose value may have been multiplied by then)."""
 
     delta: Callable[[], Tensor]
     state: dict[str, Any]
     decay: float | None = None
+    scale: float = 1.0
 
 
 # ---------------------------------------------------------------- the option table
@@ -313,7 +317,8 @@ class Optimizer:
             for p, update in updates:
                 if update.decay is not None:
                     p *= update.decay
-                p -= update.delta()  # freed at once: the next update's temporaries reuse it
+                # the delta is freed at once: the next update's temporaries reuse it
+                _subtract_scaled(p, update.delta(), update.scale)
                 if update.state:
                     self.state[p].update(update.state)
         return loss
@@ -379,6 +384,17 @@ class Optimizer:
                 saved["param_names"] = group["param_names"]
             groups.append(check_options(saved, name))
         self.state, self.param_groups = state, groups
+
+
+def _subtract_scaled(p: Tensor, delta: Tensor, scale: float) -> None:
+    """p -= scale * delta: one pass over a real float parameter (add_scaled_), the
+    general in-place subtraction otherwise (complex parameters, a delta of another
+    dtype or shape)."""
+    if p.dtype.kind == "f" and delta.dtype is p.dtype and delta.shape == p.shape:
+        _ADD_SCALED(p, delta, -scale)
+        bump_version(p)  # Note [Version counters]
+    else:
+        p -= delta if scale == 1.0 else scale * delta
 
 
 def _check_parameter(p: Any, i: int, fn: str, complex_ok: bool) -> None:

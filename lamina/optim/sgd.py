@@ -58,7 +58,7 @@ class SGD(Optimizer):
         if group["weight_decay"] != 0:
             g = g + group["weight_decay"] * p
         if momentum == 0:
-            return Update(lambda: lr * g, {})
+            return Update(lambda: g, {}, scale=lr)
         buf = state.get("momentum_buffer") if state else None
         if buf is None:
             # a copy: the gradient may be zeroed in place later (zero_grad(set_to_none=False))
@@ -68,5 +68,5 @@ class SGD(Optimizer):
         else:
             buf = buf * momentum + (1.0 - group["dampening"]) * g
         if group["nesterov"]:
-            return Update(lambda: lr * (g + momentum * buf), {"momentum_buffer": buf})
-        return Update(lambda: lr * buf, {"momentum_buffer": buf})
+            return Update(lambda: g + momentum * buf, {"momentum_buffer": buf}, scale=lr)
+        return Update(lambda: buf, {"momentum_buffer": buf}, scale=lr)

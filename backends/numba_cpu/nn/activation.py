@@ -1,11 +1,12 @@
 """Activations and their gradients (relu, leaky_relu, gelu, sigmoid, silu, hardtanh,
-hardswish), softmax and log_softmax.
+hardswish), softmax and log_softmax; the optimizers' in-place step (add_scaled_).
 
 The activations are one flat loop over the memory of a dense tensor (Note [Layouts]):
 the result has the input's strides, so a channels-last activation stays channels-last.
-Two templates, ``unary`` and ``binary`` (a gradient and the tensor it depends on),
-instantiated with the scalar functions below (Note [Kernel cache]: they live in this
-file, beside the templates); each takes one parameter of the data's dtype (the slope,
+Three templates, ``unary``, ``binary`` (a gradient and the tensor it depends on) and
+``inplace`` (add_scaled_'s, which writes its first operand), instantiated with the
+scalar functions below (Note [Kernel cache]: they live in this file, beside the
+templates); each takes one parameter of the data's dtype (the slope,
 or 0; hardtanh's a pair of them, its bounds), so the arithmetic stays in float32 for
 float32 data. relu, sigmoid, silu and gelu run the elementwise kernels instead, with
 kernels.py's scalar functions (Note [Pointwise activations]).
@@ -24,7 +25,7 @@ from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from .. import kernels as K
-from ..elementwise import Elementwise, unary_kernel
+from ..elementwise import Elementwise, scalar_kernel, unary_kernel
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
@@ -128,6 +129,11 @@ def hardswish_backward(g, x, unused):
     return g * (x / c(3.0) + c(0.5)) if x < 3 else g
 
 
+@jitable
+def add_scaled(x, g, alpha):
+    return x + alpha * g
+
+
 # ---------------------------------------------------------------- templates
 
 
@@ -148,6 +154,18 @@ def binary(fn, loop):
     return kernel
 
 
+def inplace(fn, loop):
+    """x = fn(x, b) elementwise: two arrays, so LLVM's check that they do not overlap
+    passes and the loop runs in vectors (the binary template with out = a fails it and
+    ran its scalar loop: 3x the time of PyTorch's add_ on 131,072 float32)."""
+
+    def kernel(x, b, p):
+        for i in loop(x.size):
+            x[i] = fn(x[i], b[i], p)
+
+    return kernel
+
+
 def _entry(template, fn, dtype, size, pair):
     """The kernel of template and fn for dtype; its parameter is a scalar of dtype, or
     a pair of them (fixed by fn, which the cache key holds)."""
@@ -155,7 +173,7 @@ def _entry(template, fn, dtype, size, pair):
 
     def build():
         arr = jit.array(dtype)
-        operands = (arr,) * (2 if template is unary else 3)
+        operands = (arr,) * (3 if template is binary else 2)
         scalar = jit.numba.from_dtype(dtype)
         param = jit.types.UniTuple(scalar, 2) if pair else scalar
         sig = jit.types.void(*operands, param)
@@ -181,12 +199,22 @@ def _binary(fn, grad, x, p=0.0):
     return from_array(out)
 
 
+def add_scaled_kernel(ks, x1, x2, alpha):
+    """x1 += alpha * x2 in one pass over x1's memory; a strided x1 takes NumPy's two
+    passes (a dense copy would not be x1)."""
+    data = x1._data
+    flat, dense_data = dense(data)
+    if dense_data is not data:
+        data += alpha * x2._data
+        return x1
+    _entry(inplace, add_scaled, data.dtype, flat.size, False)(
+        flat, flat_like(x2._data, data), alpha
+    )
+    return x1
+
+
 def relu_backward_kernel(ks, grad, result):
     return _binary(relu_backward, grad, result)
-
-
-def leaky_relu_kernel(ks, input, negative_slope):
-    return _unary(leaky_relu, input, negative_slope)
 
 
 def leaky_relu_backward_kernel(ks, grad, input, negative_slope):
@@ -433,8 +461,8 @@ def log_softmax_backward_kernel(ks, grad, result, dim):
 
 
 KERNELS = {
+    "add_scaled_": add_scaled_kernel,
     "relu_backward": relu_backward_kernel,
-    "leaky_relu": leaky_relu_kernel,
     "leaky_relu_backward": leaky_relu_backward_kernel,
     "gelu_backward": gelu_backward_kernel,
     "silu_backward": silu_backward_kernel,
@@ -476,6 +504,14 @@ def pointwise_kernel(name, scalar_fn):
     return unary_kernel(ew, general)
 
 
+def leaky_relu_kernel():
+    """leaky_relu is a tensor and a number, the slope (Note [Pointwise activations]): a
+    contiguous call takes the C core's scalar fast path, the others the loop over the
+    input's memory."""
+    ew = Elementwise(OPERATORS["leaky_relu"], 2, lambda dtype: leaky_relu)
+    return scalar_kernel(ew, lambda ks, input, slope: _unary(leaky_relu, input, slope))
+
+
 def register(registry):
     for name, fn in KERNELS.items():
         fn.__name__ = fn.__qualname__ = name
@@ -485,6 +521,7 @@ def register(registry):
     kernels = {name: pointwise_kernel(name.split("_")[0], fn) for name, fn in POINTWISE.items()}
     for name in ("relu", "sigmoid", "silu"):
         registry.register(name, "cpu", kernels[name])
+    registry.register("leaky_relu", "cpu", leaky_relu_kernel())
     by_approximation = {"none": kernels["gelu"], "tanh": kernels["gelu_tanh"]}
 
     def gelu(ks, input, approximate):

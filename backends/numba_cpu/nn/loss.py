@@ -13,6 +13,7 @@ from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import from_array
 
 from .. import kernels as K
+from .activation import _SUM_BLOCK, _exp_and_cast, softmax_finish
 
 # Note [Kernel cache]: these kernels call kernels.py's vector math, so they close over
 # that file's stamp, as activation.py's do
@@ -77,6 +78,68 @@ def _pick_kernel(dtype):
         return jit.compile_kernel(_pick, sig)
 
     return jit.cached((_pick, dtype), build)
+
+
+# Note [One-pass cross entropy]: cross_entropy's common case (cross_entropy_loss) runs
+# log_softmax's row arithmetic (Note [Softmax kernels]: the maximum, the blocked sum of
+# exp(x - max) in the data's dtype, the shift softmax_finish gives) on each counted row
+# but stores nothing: only the target's log-probability, row[target] - shift, rounded
+# to the dtype as the row kernel rounds it, is added to a float64 total, as nll_loss
+# adds it. So the mean equals log_softmax then nll_loss bit for bit, in one pass with no
+# (N, C) intermediate.
+
+
+def cross_entropy_rows(exp, cast, stamp=_MATH_STAMP):
+    def kernel(x, t, ignore_index):
+        """The float64 sum of -log_softmax(x)[n, t[n]] over targets other than
+        ignore_index, their count, and the first target outside [0, C) (-1 if none)."""
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        classes = x.shape[1]
+        total = counted = 0.0
+        for n in range(t.shape[0]):
+            k = t[n]
+            if k == ignore_index:
+                continue
+            if k < 0 or k >= classes:  # before the row is read: C may be 0
+                return total, counted, n
+            row = x[n]
+            m = row[0]
+            for j in range(classes):
+                m = K.fold_max(m, row[j])
+            s = 0.0
+            for b in range(0, classes, _SUM_BLOCK):
+                block = row[b : b + _SUM_BLOCK]
+                part = cast(0.0)
+                for j in range(block.shape[0]):
+                    part += exp(block[j] - m)
+                s += part
+            total -= row[k] - softmax_finish(s, m, True, cast)
+            counted += 1.0
+        return total, counted, -1
+
+    return kernel
+
+
+def cross_entropy_loss(ks, input, target, ignore_index):
+    """Note [One-pass cross entropy]."""
+    x = np.ascontiguousarray(input._data)
+    t = np.ascontiguousarray(target._data)
+
+    def build():
+        exp, cast = _exp_and_cast(x.dtype)
+        f64 = jit.types.float64
+        sig = jit.types.Tuple((f64, f64, jit.types.int64))(
+            jit.array(x.dtype, 2), jit.array(np.int64, 1), jit.types.int64
+        )
+        return jit.compile_kernel(cross_entropy_rows(exp, cast), sig, fastmath=jit.REASSOCIATE)
+
+    total, counted, bad = jit.cached((cross_entropy_rows, x.dtype), build)(x, t, ignore_index)
+    if bad >= 0:
+        raise ValueError(
+            f"cross_entropy: target values must be class indices in [0, {x.shape[1]}) (or "
+            f"ignore_index={ignore_index}), got {t[bad]}"
+        )
+    return from_array(np.asarray(total / counted if counted else math.nan, x.dtype))
 
 
 # ---------------------------------------------------------------- fused pointwise losses
@@ -274,6 +337,7 @@ def register(registry):
     for fn in (
         nll_loss,
         nll_loss_backward,
+        cross_entropy_loss,
         mse_loss,
         smooth_l1_loss,
         smooth_l1_loss_backward,
