@@ -226,3 +226,13 @@ def test_callgrind_without_valgrind_is_a_clear_error(tmp_path):
     )
     assert proc.returncode != 0
     assert "needs valgrind" in proc.stderr
+
+
+def test_overhead_tool_refuses_an_operator_that_is_not_binary_elementwise(capsys):
+    # its loop is out = op(out, x): a unary operator's loop run that way read past its
+    # arguments and crashed the process
+    with pytest.raises(SystemExit) as exit:
+        overhead.main(["--op", "sin"])
+    assert exit.value.code == 2
+    message = capsys.readouterr().err
+    assert "--op 'sin' is not a binary elementwise operator" in message and "atan2" in message

@@ -118,6 +118,8 @@ def _raw_loop(x, args):
     from lamina.dispatch import core
 
     ew = BY_NAME[args.op]
+    if ew.numpy_ufunc(x.dtype.index) is not None:
+        return None  # NumPy's loop computes: lamina has no loop of its own to time alone
     a = x.numpy().reshape(-1)
     out = np.zeros_like(a)
     if core.IMPLEMENTATION == "c":
@@ -457,6 +459,11 @@ def main(argv=None):
     )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    from lamina.backends.numba_cpu.elementwise import BY_NAME
+
+    if args.op != "add" and getattr(BY_NAME.get(args.op), "arity", None) != 2:
+        binary = ", ".join(sorted(n for n, ew in BY_NAME.items() if ew.arity == 2))
+        p.error(f"--op {args.op!r} is not a binary elementwise operator; choose one of {binary}")
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(args.threads, 1)))
     if args.child:
         return _child(args)
