@@ -108,6 +108,29 @@ def test_a_call_breaking_the_relations_of_the_trace_gets_a_variant_of_its_own():
         close(grid(x), x.sum(1) * rows)
 
 
+def test_a_bounded_slice_along_a_symbol_stays_specialized():
+    # x[:16] has min(n, 16) elements: n at three traces below 16, and 16 after them
+    def head_mean(x):
+        head = x[:16]
+        return head.sum() / head.shape[0]
+
+    for f, sizes in (
+        (head_mean, (5, 8, 20, 40)),
+        (lambda x: x[:4] * 2.0 + 1.0, (5, 8, 3, 9)),  # 4 elements, then 3
+        (lambda x: x[-3:] * 2.0, (5, 8, 2, 9)),
+    ):
+        compiled = jit.compile(f)
+        for n in sizes:
+            x = rand(n)
+            close(compiled(x), f(x))
+        assert "sizes stay specialized" in compiled.recompiles[0]
+    columns = jit.compile(lambda x: x[:, :3].sum(1))  # a fixed bound on a fixed size
+    for n in (5, 8, 3, 9):
+        x = rand(n, 6)
+        close(columns(x), x[:, :3].sum(1))
+    assert "symbolic from now on" in columns.recompiles[0]
+
+
 def test_sizes_no_symbol_explains_stay_specialized_and_breaks_still_work():
     differences = jit.compile(lambda x: x[1:] - x[:-1])  # n - 1: no product of symbols
     for n in (3, 5, 7):
@@ -115,7 +138,7 @@ def test_sizes_no_symbol_explains_stay_specialized_and_breaks_still_work():
         close(differences(x), x[1:] - x[:-1])
     assert "sizes stay specialized" in differences.recompiles[0]
     # sizes that agree at the two traced sizes only: a third trace sees them
-    for f in (lambda x: x[:16] * 2.0, lambda x: x[: x.shape[0] // 2] * 2.0):
+    for f in (lambda x: x[16:] * 2.0, lambda x: x[: x.shape[0] // 2] * 2.0):
         compiled = jit.compile(f)
         for n in (20, 23, 8, 40):
             x = rand(n)

@@ -12,9 +12,12 @@ integers -- each integer that differs (a reshape's size, a result's shape or str
 fused loop's length) is solved as ``c * s0**e0 * s1**e1 ...``: the probe's primes give
 the exponents, the call's sizes check the solution; a third trace, at sizes away from
 both (about half the call's), must give every integer its expression's value, so that
-a size that only agreed at two sizes (``min(n, 16)``, ``n // 2``) is caught. An integer
-with no such solution, another value that differs (a float such as ``1 / n``) or a
-structure that differs (Python that branches on a size) leaves the kind with one
+a size that only agreed at two sizes (``n // 2``) is caught. No number of traces
+catches a clamp whose bound lies beyond all of them (``x[:16]`` has ``min(n, 16)``
+elements: ``n`` at every traced size below 16), so a slice with a bound along a
+symbolic dimension is refused. An integer with no such
+solution, another value that differs (a float such as ``1 / n``), such a slice or
+a structure that differs (Python that branches on a size) leaves the kind with one
 variant per size, as before: never a wrong graph. A graph whose folded constants
 depend on a size (``fold`` runs creation calls at compile time) is tried again without
 ``fold``. Otherwise the probe's graph, its integers replaced by their expressions
@@ -266,11 +269,31 @@ class Generalizer:
             try:
                 y.target = self.target(x.target, y.target)
                 y.args = self.arg(x.args, y.args)
+                if y.name == "getitem":
+                    _fixed_positions(*y.args)
                 for r, s in zip(x.results, y.results):
                     self.value(r, s)
             except Mismatch as e:
                 raise Mismatch(f"{y.name}: {e}") from None
         b.outputs = self.arg(a.outputs, b.outputs)
+
+
+def _fixed_positions(x: Value, index: Any) -> None:
+    """Refuses a slice with a bound along a symbolic dimension: the bound clamps to the
+    size (``x[:16]`` has ``min(n, 16)`` elements, which three traces below 16 take for
+    ``n``: Note [Symbolic sizes]). An integer index leaves no size behind, and the
+    kernel checks it against the call's tensor."""
+    items = index if isinstance(index, tuple) else (index,)
+    bounded = [isinstance(i, slice) and (i.start, i.stop) != (None, None) for i in items]
+    if Ellipsis in items:  # positions counted from both ends: any symbol may be sliced
+        if any(bounded) and any(isinstance(d, Sym) for d in x.shape):
+            raise Mismatch("a bounded slice beside an ellipsis on a symbolic tensor")
+        return
+    dims = [item for item in items if item is not None]  # None adds a dimension
+    for dim, item in enumerate(dims):
+        fixed = isinstance(item, slice) and (item.start, item.stop) != (None, None)
+        if fixed and dim < len(x.shape) and isinstance(x.shape[dim], Sym):
+            raise Mismatch(f"a bounded slice along the symbolic dimension {dim}")
 
 
 def symbolic_layout(shapes: list, before: list, contiguous: list) -> tuple | None:
