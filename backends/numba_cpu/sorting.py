@@ -6,9 +6,10 @@ order that stays stable, NaN placement, named results, int64 indices)."""
 import numpy as np
 
 from lamina.backends import setup as S
+from lamina.dispatch import dtypes as D
 from lamina.dispatch import result_types
 from lamina.dispatch.schema import OPERATORS
-from lamina.dispatch.tensor import from_array
+from lamina.dispatch.tensor import from_array, from_flat
 
 
 def _order(data, axis, descending):
@@ -23,15 +24,31 @@ def _order(data, axis, descending):
 
 def sort(ks, x, axis, descending, stable):
     S.check_dtype(OPERATORS["sort"], x._dtype)  # complex numbers have no order
+    flat = x._flat
+    if flat is None or descending:
+        return _sort_general(x._data, axis, descending)
+    # The common case: a contiguous tensor, sorted in place in a copy by the ndarray
+    # method (np.sort's wrapper and from_array's inspection cost more than a 100-element
+    # sort itself).
+    out = flat.copy()
+    out.reshape(x._shape).sort(axis, kind="stable")
+    return from_flat(out, x._shape, x._dtype)
+
+
+def _sort_general(data, axis, descending):
     if not descending:
-        return from_array(np.sort(x._data, axis=axis, kind="stable"))
-    order = _order(x._data, axis, True)
-    return from_array(np.take_along_axis(x._data, order, axis))
+        return from_array(np.sort(data, axis=axis, kind="stable"))
+    return from_array(np.take_along_axis(data, _order(data, axis, True), axis))
 
 
 def argsort(ks, x, axis, descending, stable):
     S.check_dtype(OPERATORS["argsort"], x._dtype)
-    return from_array(_order(x._data, axis, descending).astype(np.int64, copy=False))
+    if descending:
+        return from_array(_order(x._data, axis, True).astype(np.int64, copy=False))
+    # The ndarray method, not np.argsort's wrapper; its result is a new C-contiguous
+    # array of intp (int64 on the 64-bit platforms lamina runs on; astype checks it).
+    order = x._data.argsort(axis, kind="stable").astype(np.int64, copy=False)
+    return from_flat(order.reshape(-1), x._shape, D.int64)
 
 
 def searchsorted(ks, x1, x2, side, sorter):
