@@ -6,6 +6,7 @@ import pytest
 
 import lamina as lm
 import lamina.nn.functional as F
+from lamina.backends import threads
 
 _SHAPES = [(7,), (3, 0), (4, 5, 6)]
 
@@ -39,6 +40,22 @@ def test_descending_stays_stable():
     np.testing.assert_array_equal(
         np.asarray(lm.sort(lm.asarray(a), descending=True)), [[np.nan, 3, 3, 1, 1]]
     )
+
+
+def test_sort_argsort_rows_split_over_threads():
+    """From the parallel threshold on, two threads sort blocks of rows (Note [Parallel
+    sorts]); the result is the same stable order, NaN last."""
+    a = np.random.default_rng(3).integers(0, 40, (301, 500)).astype(np.float32)
+    a[::3, ::7] = np.nan
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    try:
+        assert a.size >= threads.PARALLEL_ELEMENTS
+        t = lm.asarray(a)
+        np.testing.assert_array_equal(np.asarray(lm.sort(t)), np.sort(a, kind="stable"))
+        np.testing.assert_array_equal(np.asarray(lm.argsort(t)), np.argsort(a, kind="stable"))
+    finally:
+        lm.set_num_threads(before)
 
 
 def _nll_reference(x, t, weight, ignore_index, reduction):
