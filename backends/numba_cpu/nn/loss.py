@@ -56,17 +56,17 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
     x = x.reshape(rows, classes, positions)
     t = target._flat  # int64 (the check converts other integers)
     t = (np.ascontiguousarray(target._data) if t is None else t).reshape(rows, positions)
-    w = np.empty(0, x.dtype) if weight is None else weight._data
-    losses = np.empty(rows * positions, x.dtype)
-    kernel = _pick_kernel(x.dtype)
-    total, counted, bad = kernel(x, t, w, weight is not None, ignore_index, losses.reshape(t.shape))
+    kernel, no_weight = _pick_kernel(x.dtype)
+    w = no_weight if weight is None else weight._data
+    losses = np.empty(t.shape, x.dtype)
+    total, counted, bad = kernel(x, t, w, weight is not None, ignore_index, losses)
     if bad >= 0:
         raise ValueError(
             f"nll_loss: target values must be class indices in [0, {classes}) (or ignore_index="
             f"{ignore_index}), got {t.reshape(-1)[bad]}"
         )
     if reduction == "none":
-        return from_flat(losses, target._shape, input._dtype)
+        return from_flat(losses.reshape(-1), target._shape, input._dtype)
     if reduction == "mean":  # everything ignored: NaN, as in PyTorch
         total = total / counted if counted else math.nan
     return from_array(np.asarray(total, x.dtype))
@@ -74,16 +74,18 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
 
 @functools.cache  # a C-level lookup on the hot path, before jit.cached's Python one
 def _pick_kernel(dtype):
-    def build():
-        x, w = jit.array(dtype, 3, "A"), jit.array(dtype, 1, "A")
-        t, losses = jit.array(np.int64, 2), jit.array(dtype, 2)
-        f64 = jit.types.float64
-        sig = jit.types.Tuple((f64, f64, jit.types.int64))(
-            x, t, w, jit.types.boolean, jit.types.int64, losses
-        )
-        return jit.compile_kernel(_pick, sig)
+    """The kernel for dtype, and the empty weight it reads nothing from (unweighted)."""
+    return jit.cached((_pick, dtype), lambda: _compile_pick(dtype)), np.empty(0, dtype)
 
-    return jit.cached((_pick, dtype), build)
+
+def _compile_pick(dtype):
+    x, w = jit.array(dtype, 3, "A"), jit.array(dtype, 1, "A")
+    t, losses = jit.array(np.int64, 2), jit.array(dtype, 2)
+    f64 = jit.types.float64
+    sig = jit.types.Tuple((f64, f64, jit.types.int64))(
+        x, t, w, jit.types.boolean, jit.types.int64, losses
+    )
+    return jit.compile_kernel(_pick, sig)
 
 
 # Note [One-pass cross entropy]: cross_entropy's common case (cross_entropy_loss) runs
