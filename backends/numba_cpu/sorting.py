@@ -6,9 +6,11 @@ order that stays stable, NaN placement, named results, int64 indices)."""
 import numpy as np
 
 from lamina.backends import setup as S
+from lamina.backends import threads
+from lamina.dispatch import dtypes as D
 from lamina.dispatch import result_types
 from lamina.dispatch.schema import OPERATORS
-from lamina.dispatch.tensor import from_array
+from lamina.dispatch.tensor import from_array, from_flat
 
 
 def _order(data, axis, descending):
@@ -21,17 +23,63 @@ def _order(data, axis, descending):
     return n - 1 - np.flip(flipped, axis)
 
 
+# Note [Parallel sorts]: on lamina's threads (lamina.backends.threads.split) a
+# contiguous tensor sorted along its last axis is sorted rows by rows, each thread a
+# block of rows (NumPy's sorts release the GIL), as PyTorch does; one row (a 1-D
+# tensor) stays on one thread: merging sorted halves would add a pass over the data.
+_parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+
+
+def _set_threshold(threshold):
+    global _parallel_min
+    _parallel_min = threshold
+
+
+threads.on_change(_set_threshold)
+
+
 def sort(ks, x, axis, descending, stable):
     S.check_dtype(OPERATORS["sort"], x._dtype)  # complex numbers have no order
+    flat = x._flat
+    if flat is None or descending:
+        return _sort_general(x._data, axis, descending)
+    # The common case: a contiguous tensor, sorted in place in a copy by the ndarray
+    # method (np.sort's wrapper and from_array's inspection cost more than a 100-element
+    # sort itself).
+    out = flat.copy()
+    shape = x._shape
+    if flat.size < _parallel_min or axis != len(shape) - 1:
+        out.reshape(shape).sort(axis, kind="stable")
+    else:
+        rows = out.reshape(-1, shape[-1])
+        threads.split(lambda start, stop: rows[start:stop].sort(-1, kind="stable"), len(rows))
+    return from_flat(out, shape, x._dtype)
+
+
+def _sort_general(data, axis, descending):
     if not descending:
-        return from_array(np.sort(x._data, axis=axis, kind="stable"))
-    order = _order(x._data, axis, True)
-    return from_array(np.take_along_axis(x._data, order, axis))
+        return from_array(np.sort(data, axis=axis, kind="stable"))
+    return from_array(np.take_along_axis(data, _order(data, axis, True), axis))
 
 
 def argsort(ks, x, axis, descending, stable):
     S.check_dtype(OPERATORS["argsort"], x._dtype)
-    return from_array(_order(x._data, axis, descending).astype(np.int64, copy=False))
+    if descending:
+        return from_array(_order(x._data, axis, True).astype(np.int64, copy=False))
+    # The ndarray method, not np.argsort's wrapper; its result is a new C-contiguous
+    # array of intp (int64 on the 64-bit platforms lamina runs on; astype checks it).
+    data, shape = x._data, x._shape
+    if x._flat is None or x._flat.size < _parallel_min or axis != len(shape) - 1:
+        order = data.argsort(axis, kind="stable").astype(np.int64, copy=False)
+        return from_flat(order.reshape(-1), shape, D.int64)
+    rows, order = data.reshape(-1, shape[-1]), np.empty(x._flat.size, np.int64)
+    order_rows = order.reshape(rows.shape)
+
+    def argsort_rows(start, stop):
+        order_rows[start:stop] = rows[start:stop].argsort(-1, kind="stable")
+
+    threads.split(argsort_rows, len(rows))
+    return from_flat(order, shape, D.int64)
 
 
 def searchsorted(ks, x1, x2, side, sorter):

@@ -3,6 +3,7 @@ binary_cross_entropy_with_logits, one Numba pass that computes each element's lo
 stores or sums it. Their gradients are formulas of dispatched operators
 (autograd/derivatives.py)."""
 
+import functools
 import math
 import os
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from lamina.backends import jit
 from lamina.backends.jit import jitable
-from lamina.dispatch.tensor import from_array
+from lamina.dispatch.tensor import from_array, from_flat
 
 from .. import kernels as K
 from .activation import _SUM_BLOCK, _exp_and_cast, softmax_finish
@@ -45,15 +46,19 @@ def _pick(x, t, weight, weighted, ignore_index, losses):
 def nll_loss(ks, input, target, weight, ignore_index, reduction):
     """One pass over the targets (a Numba loop: the gather, its weights and the checks
     in NumPy took ~15 calls, 15 us on any size)."""
-    x = input._data
-    if x.ndim == 1:  # one unbatched sample: (C,) log-probabilities, a 0-d target
-        x = x[None]
-    rows, classes = x.shape[0], x.shape[1]
-    x = x.reshape(rows, classes, math.prod(x.shape[2:]))
-    t = np.ascontiguousarray(target._data, np.int64).reshape(rows, x.shape[2])
-    w = np.empty(0, x.dtype) if weight is None else weight._data
+    x, shape = input._data, input._shape
+    if len(shape) == 2:  # the common case: (N, C) log-probabilities, (N,) targets
+        rows, classes, positions = shape[0], shape[1], 1
+    elif len(shape) == 1:  # one unbatched sample: (C,) log-probabilities, a 0-d target
+        rows, classes, positions = 1, shape[0], 1
+    else:  # (N, C, d1, ...): targets (N, d1, ...)
+        rows, classes, positions = shape[0], shape[1], math.prod(shape[2:])
+    x = x.reshape(rows, classes, positions)
+    t = target._flat  # int64 (the check converts other integers)
+    t = (np.ascontiguousarray(target._data) if t is None else t).reshape(rows, positions)
+    kernel, no_weight = _pick_kernel(x.dtype)
+    w = no_weight if weight is None else weight._data
     losses = np.empty(t.shape, x.dtype)
-    kernel = _pick_kernel(x.dtype)
     total, counted, bad = kernel(x, t, w, weight is not None, ignore_index, losses)
     if bad >= 0:
         raise ValueError(
@@ -61,23 +66,26 @@ def nll_loss(ks, input, target, weight, ignore_index, reduction):
             f"{ignore_index}), got {t.reshape(-1)[bad]}"
         )
     if reduction == "none":
-        return from_array(losses.reshape(target._shape))
+        return from_flat(losses.reshape(-1), target._shape, input._dtype)
     if reduction == "mean":  # everything ignored: NaN, as in PyTorch
         total = total / counted if counted else math.nan
     return from_array(np.asarray(total, x.dtype))
 
 
+@functools.cache  # a C-level lookup on the hot path, before jit.cached's Python one
 def _pick_kernel(dtype):
-    def build():
-        x, w = jit.array(dtype, 3, "A"), jit.array(dtype, 1, "A")
-        t, losses = jit.array(np.int64, 2), jit.array(dtype, 2)
-        f64 = jit.types.float64
-        sig = jit.types.Tuple((f64, f64, jit.types.int64))(
-            x, t, w, jit.types.boolean, jit.types.int64, losses
-        )
-        return jit.compile_kernel(_pick, sig)
+    """The kernel for dtype, and the empty weight it reads nothing from (unweighted)."""
+    return jit.cached((_pick, dtype), lambda: _compile_pick(dtype)), np.empty(0, dtype)
 
-    return jit.cached((_pick, dtype), build)
+
+def _compile_pick(dtype):
+    x, w = jit.array(dtype, 3, "A"), jit.array(dtype, 1, "A")
+    t, losses = jit.array(np.int64, 2), jit.array(dtype, 2)
+    f64 = jit.types.float64
+    sig = jit.types.Tuple((f64, f64, jit.types.int64))(
+        x, t, w, jit.types.boolean, jit.types.int64, losses
+    )
+    return jit.compile_kernel(_pick, sig)
 
 
 # Note [One-pass cross entropy]: cross_entropy's common case (cross_entropy_loss) runs
