@@ -1220,12 +1220,22 @@ def _bce_with_logits(g, r, n, x, t, weight, reduction, pos_weight):
 
 
 def _linear(g, r, n, x, w, b):
-    g2 = ops.reshape(g, (-1, w.shape[0]))
+    if x.ndim == 2:  # a batch of vectors: the products need no reshapes
+        return _linear_2d(g, n, x, w)
     # one GEMM over the flattened leading axes: a batched product of (L, out) blocks
     # was 1.1x slower (OpenBLAS, one thread, 8 x 128 rows, 768 -> 256)
-    gx = n[0] and ops.reshape(ops.matmul(g2, w), x.shape)
-    gw = n[1] and ops.matmul(ops.matrix_transpose(g2), ops.reshape(x, (-1, w.shape[1])))
-    gb = n[2] and ops.sum(g2, axis=0)
+    gx, gw, gb = _linear_2d(
+        ops.reshape(g, (-1, w.shape[0])), n, ops.reshape(x, (-1, w.shape[1])), w
+    )
+    return n[0] and ops.reshape(gx, x.shape), gw, gb
+
+
+def _linear_2d(g, n, x, w):
+    """Linear's gradients for matrices g (rows, out) and x (rows, in); g's transpose
+    is a view, which the BLAS reads as it is."""
+    gx = n[0] and ops.matmul(g, w)
+    gw = n[1] and ops.matmul(ops.matrix_transpose(g), x)
+    gb = n[2] and ops.sum(g, axis=0)
     return gx, gw, gb
 
 

@@ -511,6 +511,11 @@ SAMPLES.update(
         "linear": [
             ("batched", NNF.linear, [leaf((2, 3, 4)), leaf((5, 4), seed=1), leaf((5,), seed=2)]),
             ("vector", NNF.linear, [leaf((4,)), leaf((3, 4), seed=1)]),
+            (  # a batch of rows, stored column by column
+                "matrix_transposed",
+                lambda x, w, b: NNF.linear(x.mT, w, b),
+                [leaf((4, 3)), leaf((5, 4), seed=1), leaf((5,), seed=2)],
+            ),
         ],
         "linear_relu": [
             ("batched", LINEAR_RELU, [leaf((2, 3, 4)), leaf((5, 4), seed=1), leaf((5,), seed=2)]),

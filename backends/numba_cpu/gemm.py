@@ -27,7 +27,8 @@ def matmul(a, b):
     """``np.matmul(a, b)`` for float arrays of at least 2 dimensions, in parts on
     lamina's threads when it is big enough; quiet on NaN and infinities, as every lamina
     kernel (np.errstate holds per thread: each part sets it)."""
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    # two matrices skip np.broadcast_shapes: 1.6 us, a fifth of a 128 x 10 x 512 product
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim + b.ndim > 4 else ()
     shape = batch + (a.shape[-2], b.shape[-1])
     flops = 2 * math.prod(shape) * a.shape[-1]
     if threads.get_num_threads() == 1 or flops < SPLIT_FLOPS or shape[0] < 2:

@@ -22,10 +22,10 @@ def matmul(ks, x1, x2):
     a, b = S.operand(x1, comp), S.operand(x2, comp)
     a2 = a[None] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
-    batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
     if comp.kind in "fc":
         out = gemm.matmul(a2, b2)  # BLAS, on lamina's threads
     else:
+        batch = S.broadcast_shapes("matmul", a2.shape[:-2], b2.shape[:-2])
         m, k, n = a2.shape[-2], a2.shape[-1], b2.shape[-1]
         nb = math.prod(batch)  # explicit: reshape(-1, ...) is ambiguous at size 0
         a3 = np.broadcast_to(a2, batch + (m, k)).reshape(nb, m, k)
