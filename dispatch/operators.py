@@ -209,7 +209,7 @@ binary(
 )
 binary("copysign", "real_float", "The magnitude of x1 with the sign of x2.")
 binary("hypot", "real_float", "sqrt(x1**2 + x2**2), without overflow in the squares.")
-binary("logaddexp", "real_float", "log(exp(x1) + exp(x2)), without overflow.", tags=SIMD)
+binary("logaddexp", "real_float", "log(exp(x1) + exp(x2)), without overflow.")
 binary(
     "bitwise_and", "intbool", "The bitwise AND of each pair (``x1 & x2``).", tags="", dunder="and"
 )

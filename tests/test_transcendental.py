@@ -1,7 +1,7 @@
 """Accuracy of the vector math (Note [Vector math] in numba_cpu/kernels.py): the
-maximum error in ulps of exp, log, tanh, sigmoid (and float32 erf) over samples of every
-float exponent, against float64 (for float32 results) and long double (for float64
-results), and the special values; softmax and log_softmax (Note [Softmax kernels])
+maximum error in ulps of exp, log, tanh, sigmoid, logaddexp (and float32 erf) over
+samples of every float exponent, against float64 (for float32 results) and long double
+(for float64 results), and the special values; softmax and log_softmax (Note [Softmax kernels])
 against float64 along every dim of both memory layouts."""
 
 import math
@@ -96,6 +96,35 @@ def test_float32_erf_max_ulp_error():
     want = np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
     err = max_ulp_error(got, want, np.float32)
     assert err <= 5, f"erf float32: {err:.3f} ulp"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_logaddexp_max_ulp_error(dtype):
+    """logaddexp's one vector loop (kernels.logaddexp): within 3 ulps of the largest of
+    |max(x1, x2)|, log1p(t) and t |x1 - x2|, t = exp(-|x1 - x2|) (the terms it adds,
+    and what the rounding of x1 - x2 moves; NumPy's is as close: near a zero result
+    both have fewer correct bits), for operands over many magnitudes and differences
+    from equal to far apart; against float64 (long double for float64)."""
+    reference = np.float64 if dtype == np.float32 else np.longdouble
+    if dtype == np.float64 and not EXTENDED:
+        pytest.skip("long double is no wider than float64 here")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(2 * 10**5) * rng.choice([1e-3, 1, 30, 1e4], 2 * 10**5)
+    y = x + rng.standard_normal(x.size) * rng.choice([0, 1e-6, 0.1, 1, 30], x.size)
+    x, y = x.astype(dtype), y.astype(dtype)
+    got = lm.logaddexp(lm.asarray(x), lm.asarray(y)).numpy()
+    a, b = x.astype(reference), y.astype(reference)
+    want = np.logaddexp(a, b)
+    d = np.abs(a - b)
+    t = np.exp(-d)
+    term = np.maximum.reduce([np.abs(np.maximum(a, b)), np.log1p(t), t * d])
+    ulps = np.abs(got - want) / np.spacing(term.astype(dtype)).astype(reference)
+    assert float(ulps.max()) <= 3, f"logaddexp {dtype.__name__}: {float(ulps.max()):.3f} ulp"
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, np.inf, -np.inf, 1e30, 1.0], dtype)
+    other = np.array([np.inf, -np.inf, 1.0, -0.0, 0.0, -np.inf, 3.0, -1e30, np.nan], dtype)
+    got = lm.logaddexp(lm.asarray(special), lm.asarray(other)).numpy()
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got, np.logaddexp(special, other))
 
 
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 5e-324, 88.73, -103.98, 710.0]

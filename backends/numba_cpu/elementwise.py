@@ -6,7 +6,6 @@ promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and l
 from Numba's on-disk cache afterwards (Note [Kernel cache]).
 """
 
-import math
 import sys
 
 import numpy as np
@@ -71,10 +70,10 @@ class Elementwise:
         # NumPy's loops run on one thread: lamina's own vector math, on several, beats them
         self.simd_serial_only = op.name in VECTOR_MATH
         self.numpy_loops = isinstance(simd, np.ufunc) and op.name not in VECTOR_MATH
-        if simd is not None and op.name not in OWN_LOOP_FASTER:
-            self.simd_min = VECTOR_SIMD_MIN if op.name in VECTOR_MATH else SIMD_MIN
         if self.numpy_loops:
             self.simd_min = 1
+        elif simd is not None and op.name not in OWN_LOOP_FASTER:
+            self.simd_min = VECTOR_SIMD_MIN
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
         # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
@@ -315,7 +314,7 @@ def _named(kernel, name):
 
 def _limit(ew, threshold):
     """Note [Fast path]: from this many elements on, the general path serves (parallel
-    loops above the threshold, NumPy's SIMD loops from SIMD_MIN, Note [NumPy SIMD
+    loops above the threshold, NumPy's SIMD loops from VECTOR_SIMD_MIN, Note [NumPy SIMD
     loops], unless the C core calls them itself: Note [NumPy inner loops])."""
     return threshold if ew.numpy_loops else min(threshold, ew.simd_min)
 
@@ -450,15 +449,14 @@ def _clip_bounds(x, lo, hi):
 # NumPy's whatever the size, layout or core. NumPy's loops are single-threaded: from
 # the parallel threshold on, run_simd runs them on the threads, on dense operands in
 # parts called from C with no GIL (Note [NumPy loops on threads]: 2**17 float32 sin 55
-# -> 33 us on two threads); others, the pure-Python core's and logaddexp's own loops
-# from SPLIT_FACTOR times the threshold, on row blocks through threads.split, whose
-# parts take the GIL to call the ufunc (a split costs ~43 us over half the work, Note
-# [Split work]: at 2**17 elements sin's ~65 us and reciprocal's ~35 us would gain
-# nothing). Not for complex dtypes: NumPy's complex loops call libm once per element
-# too (1e5 complex128 exp: 3.0 ms, the Numba loop 2.9 ms), so the Numba loop serves
-# them at every size. logaddexp's loops (logaddexp_loops) are several NumPy calls: it
-# hands over from SIMD_MIN elements, below which their call and errstate overhead (~1.5
-# us) costs more than they save.
+# -> 33 us on two threads); others, and the pure-Python core's, from SPLIT_FACTOR times
+# the threshold, on row blocks through threads.split, whose parts take the GIL to call
+# the ufunc (a split costs ~43 us over half the work, Note [Split work]: at 2**17
+# elements sin's ~65 us and reciprocal's ~35 us would gain nothing). Not for complex
+# dtypes: NumPy's complex loops call libm once per element too (1e5 complex128 exp: 3.0
+# ms, the Numba loop 2.9 ms), so the Numba loop serves them at every size. Nor for
+# logaddexp, whose NumPy loop calls libm per element too: its loop is lamina's own, on
+# the vector math below (kernels.logaddexp), at every size.
 # The operators of VECTOR_MATH have loops of lamina's own that LLVM vectorizes (Note
 # [Vector math]); they take the C core's fast path, and so cost ~0.2 us per call where
 # the general path costs ~5 us. With 512-bit vectors, as NumPy's (Note [Vector width]
@@ -468,26 +466,10 @@ def _clip_bounds(x, lo, hi):
 # elements, where that overhead is paid back; its results differ from NumPy's by at
 # most the ulps of the Note. From the parallel threshold on, lamina's loops run on every
 # thread where NumPy's run on one: there tanh does not hand over either.
-SIMD_MIN = 256
 SPLIT_FACTOR = 4
 VECTOR_SIMD_MIN = 2**14
 OWN_LOOP_FASTER = ("exp", "log")
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
-
-
-def logaddexp_loops(a, b, out):
-    """logaddexp by NumPy's SIMD loops (Note [NumPy SIMD loops]): NumPy's own ufunc
-    calls libm per element (~15 ns each for float32; Numba's loop too: the vector exp
-    and log of kernels.py do not vectorize together), max(a, b) + log1p(exp(-|a - b|))
-    in six SIMD passes took ~1.5 ns. Equal operands add log(2) (for the infinities of
-    one sign a - b is NaN); a and b are read before out is written (it may be either)."""
-    same = np.equal(a, b)
-    d = np.subtract(a, b)
-    for step in (np.abs, np.negative, np.exp, np.log1p):
-        step(d, out=d)
-    np.copyto(d, math.log(2.0), where=same)
-    np.maximum(a, b, out=out)
-    np.add(out, d, out=out)
 
 
 def refuse_negative_exponent(op, dtype, arrays):
@@ -502,7 +484,6 @@ def refuse_negative_exponent(op, dtype, arrays):
 
 
 ELEMENTWISE_CHECKS = {"pow": ("i", refuse_negative_exponent)}
-SIMD_LOOPS = {"logaddexp": logaddexp_loops}  # SIMD loops other than NumPy's ufunc
 
 BY_NAME = {}  # operator name -> Elementwise (the overhead tool's raw-kernel row reads it)
 
@@ -515,7 +496,7 @@ def register(registry):
         op = OPERATORS[name]
         simd = None
         if op.name in SIMD_OPERATORS:
-            simd = SIMD_LOOPS.get(name) or getattr(np, op.numpy)
+            simd = getattr(np, op.numpy)
         ew = BY_NAME[name] = Elementwise(
             op, op.arity, scalar_fn, simd=simd, validate=ELEMENTWISE_CHECKS.get(name)
         )

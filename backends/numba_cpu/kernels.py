@@ -139,14 +139,6 @@ def hypot(x, y):
     return type(x)(math.inf) if a == math.inf or b == math.inf else h
 
 
-@jitable
-def logaddexp(x, y):
-    if x == y:  # also the infinities of one sign (x - x would be NaN for them)
-        return x + math.log(2.0)
-    m = x if x > y or x != x else y
-    return m + math.log1p(math.exp(-abs(x - y)))
-
-
 # Comparison and logic (the output is bool; the inputs share one dtype)
 
 
@@ -405,6 +397,8 @@ for _name, _fn in [
 #   tanh       1.20 ulp  1.24 ulp
 #   sigmoid    2.26 ulp  2.51 ulp   (1 / (1 + exp(-|x|)), times exp(-|x|) below 0)
 #   erf        4.77 ulp  libm's     (a rational function; no vector float64 erf yet)
+#   logaddexp  2.59 ulp  2.47 ulp   (of the largest of |max(x, y)|, log1p(t) and
+#                                    t |x - y|, t = exp(-|x - y|); NumPy's: 2.59, 2.31)
 #
 # Special values follow C99 (and so the Array API): exp(-inf) = 0, exp(inf) = inf,
 # log(0) = -inf, log(x < 0) = NaN, tanh(+-inf) = +-1, tanh(-0.0) = -0.0, NaN in, NaN
@@ -438,6 +432,7 @@ def _float32s(*coefficients):
     return tuple(np.float32(c) for c in coefficients)
 
 
+LN2 = math.log(2.0)
 _F32_TINY = np.float32(np.finfo(np.float32).smallest_normal)
 _F64_TINY = np.finfo(np.float64).smallest_normal
 # float32 exp: Cephes' expf, on [-ln(2)/2, ln(2)/2]; beyond its limits the result is 0 or inf
@@ -679,6 +674,22 @@ def _lower_vector_math(numba):
 
 
 jit.on_load(_lower_vector_math)
+
+
+@wide_vectors
+@jitable(inline="always", **jit.CALLEE)
+def logaddexp(x, y):
+    # max(x, y) + log1p(exp(-|x - y|)) with the vector math (Note [Vector math]), so the
+    # loop vectorizes: log1p(t) for t = exp(...) in (0, 1] is log(u), u = 1 + t, plus
+    # the rounding error of u, (t - (u - 1)) / u, exact by Sterbenz (tiny t: u = 1 and
+    # the result t). Equal operands add log(2): for the infinities of one sign x - y is
+    # NaN; a NaN operand gives NaN
+    c = type(x)
+    m = x if x > y or x != x else y
+    t = vector_exp(-abs(x - y))
+    u = c(1.0) + t
+    log1p = vector_log(u) + (t - (u - c(1.0))) / u
+    return x + c(LN2) if x == y else m + log1p
 
 
 # ---------------------------------------------------------------- activations
