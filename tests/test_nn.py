@@ -402,7 +402,7 @@ def test_activations_of_special_values():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_softmax_rows_of_special_values(dtype):
-    """A row's maximum is a vectorized fold (softmax_max): a NaN or +inf in the vector
+    """A row's maximum is a vectorized fold (kernels.extreme): a NaN or +inf in the vector
     loop or in its remainder makes the whole row NaN, as does a row of -inf only; a
     row of signed zeros is uniform. Against NumPy in float64; cross_entropy, which
     finds the maximum the same way, on the finite rows and on all."""

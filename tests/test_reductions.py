@@ -427,6 +427,8 @@ def test_ranks_of_special_values(dtype):
             np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
     zeros = lm.asarray(np.array([[-0.0, -0.0], [-0.0, 0.0]], dtype))
     assert np.signbit(lm.max(zeros, axis=1).numpy()).tolist() == [True, False]
+    # a row's largest order key is 0.0's, smallest -0.0's: the first zero still wins
+    assert lm.argmax(zeros, axis=1).tolist() == lm.argmin(zeros[:, ::-1], axis=1).tolist() == [0, 0]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])

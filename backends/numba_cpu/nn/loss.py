@@ -14,7 +14,7 @@ from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import from_array, from_flat
 
 from .. import kernels as K
-from .activation import _SUM_BLOCK, _exp_and_cast, softmax_finish, softmax_max
+from .activation import _SUM_BLOCK, _exp_and_cast, softmax_finish
 
 # Note [Kernel cache]: these kernels call kernels.py's vector math, so they close over
 # that file's stamp, as activation.py's do
@@ -111,7 +111,7 @@ def cross_entropy_rows(exp, cast, stamp=_MATH_STAMP):
             if k < 0 or k >= classes:  # before the row is read: C may be 0
                 return total, counted, n
             row = x[n]
-            m = softmax_max(row)
+            m = K.extreme(row, row[0], True)
             s = 0.0
             for b in range(0, classes, _SUM_BLOCK):
                 block = row[b : b + _SUM_BLOCK]
