@@ -1280,28 +1280,26 @@ _ARG_BLOCK = 256
 def arg_reduce_rows(fold, loop):
     """argmax/argmin (``fold``: fold_max, fold_min) of each row into ``out``, its value
     into ``best``: the first index of the row's maximum (minimum) or of its first NaN,
-    as in NumPy. A row longer than _ARG_BLOCK is first narrowed to the block that
-    holds it: one pass folds the values' ranks (Note [Argmax ranks]) block by block
-    (vectorized, Note [Vector reductions]) and keeps the first block whose result
-    beats the best so far. That block, or a short row whole, stays in L1 for two
-    vectorized passes: its extreme value, then the first index holding it (a short row
-    through the blocks' pass took 1.4x the time: 100 rows of 100 float32)."""
-    rank, largest = (rank_max, True) if fold is fold_max else (rank_min, False)
+    as in NumPy. Two vectorized passes over a row in L1: its extreme value (extreme),
+    then the first index of a value equal to it (first_index). A row longer than
+    _ARG_BLOCK is folded block by block, keeping the first block that beats the blocks
+    before it, the only one then searched (short rows skip that loop: it took 1.3x
+    their time, 100 rows of 100 float32)."""
+    largest = fold is fold_max
 
     def kernel(x, out, best):
         for r in loop(x.shape[0]):
             row, at = x[r], 0
-            if row.shape[0] > _ARG_BLOCK:
-                b = rank(row[0])
+            if row.shape[0] <= _ARG_BLOCK:
+                b = extreme(row, row[0], largest)
+            else:
+                b = row[0]
                 for s in range(0, row.shape[0], _ARG_BLOCK):
-                    block = row[s : s + _ARG_BLOCK]
-                    part = b
-                    for j in range(block.shape[0]):
-                        part = fold(part, rank(block[j]))
-                    if part != b:
+                    part = extreme(row[s : s + _ARG_BLOCK], b, largest)
+                    if part != b and b == b:  # beaten (-0.0 ties 0.0), unless by a NaN
                         b, at = part, s
             block = row[at : at + _ARG_BLOCK]
-            first = first_index(block, extreme(block, block[0], largest))
+            first = first_index(block, b)
             out[r], best[r] = at + first, block[first]
 
     return kernel
@@ -1337,7 +1335,7 @@ def extreme_rows(fold, loop):
 @jitable
 def extreme(values, start, largest):
     """The largest (``largest``, else the smallest) of ``start`` and ``values``, NaN if
-    one is: an integer fold of their order keys (Note [Argmax ranks]), decoded once.
+    one is: an integer fold of their order keys (Note [Order keys]), decoded once.
     Callers pass ``largest`` as a constant, which LLVM folds into a vectorized loop."""
     key = order_max(start) if largest else order_min(start)
     for j in range(values.shape[0]):
@@ -1405,33 +1403,21 @@ def _lower_folds(numba):
 jit.on_load(_lower_folds)
 
 
-# Note [Argmax ranks]: argmax and argmin fold integers, not floats: a float's rank is its
-# bits as a signed integer of its width, with the sign and magnitude made two's
-# complement (so -0.0 and 0.0 tie, as they compare) and every NaN the highest rank
-# (rank_max) or the lowest (rank_min), so that the first NaN wins. Ranks order as the
-# values do; an integer fold vectorizes to a few instructions per vector, where
+# Note [Order keys]: max, min, argmax, argmin and softmax's row maxima fold integers,
+# not floats (extreme): a float's order key is its bits as a signed integer of its
+# width with the magnitude flipped for negative values, so that keys order as the
+# values do, with -0.0 below 0.0 (as llvm.maximum has it), and every NaN the highest
+# key (order_max) or the lowest (order_min); a key decodes (from_order) to its value,
+# a NaN for a NaN's. An integer fold vectorizes to a few instructions per vector, where
 # llvm.maximum on floats takes several more (the kernels on 100 rows of 100 float32:
 # argmax 6.5 -> 3.4 us, max 2.8 -> 1.1 us; one row of 10**4: 1.7 -> 1.0, 1.3 -> 0.9).
-# Integers and bool are their own ranks. max and min fold order keys (order_max,
-# order_min: ``extreme``), which keep -0.0 below 0.0, as llvm.maximum does, so that a
-# key decodes (from_order) to its value: the bits with the magnitude flipped for
-# negative values, every NaN the highest (lowest) key, which decodes to a NaN. So do
-# softmax's row maxima, and argmax's short rows, which then search for the first value
-# equal to the extreme: -0.0 and 0.0 compare equal, so the first zero wins there too.
-
-
-def rank_max(x):
-    """x's rank for argmax (Note [Argmax ranks]): NaN above every value."""
-    return x
-
-
-def rank_min(x):
-    """x's rank for argmin: NaN below every value."""
-    return x
+# Integers and bool are their own keys. argmax then searches for the first value equal
+# to the extreme (first_index), so -0.0 and 0.0 tie as they compare, and the first NaN
+# wins.
 
 
 def order_max(x):
-    """x's order key for max (Note [Argmax ranks]): NaN above every value."""
+    """x's order key for max (Note [Order keys]): NaN above every value."""
     return x
 
 
@@ -1448,7 +1434,7 @@ def from_order(key, like):
 _INFINITY_BITS = {32: 0x7F800000, 64: 0x7FF0000000000000}
 
 
-def _lower_ranks(numba):
+def _lower_order_keys(numba):
     from llvmlite import ir
     from numba.extending import intrinsic, overload
 
@@ -1500,31 +1486,8 @@ def _lower_ranks(numba):
 
     overload(from_order)(typed_value)
 
-    def lower(rank, nan_highest):
-        @intrinsic
-        def float_rank(typingctx, x):
-            width = x.bitwidth
 
-            def codegen(context, builder, sig, args):
-                t = ir.IntType(width)
-                bits = builder.bitcast(args[0], t)
-                top = (1 << (width - 1)) - 1
-                magnitude = builder.and_(bits, ir.Constant(t, top))
-                negative = builder.icmp_signed("<", bits, ir.Constant(t, 0))
-                signed = builder.select(negative, builder.neg(magnitude), magnitude)
-                infinity = ir.Constant(t, _INFINITY_BITS[width])
-                nan = builder.icmp_signed(">", magnitude, infinity)
-                return builder.select(nan, ir.Constant(t, top if nan_highest else -top - 1), signed)
-
-            return getattr(numba.types, f"int{width}")(x), codegen
-
-        overload(rank)(identity_for_integers(float_rank))
-
-    lower(rank_max, True)
-    lower(rank_min, False)
-
-
-jit.on_load(_lower_ranks)
+jit.on_load(_lower_order_keys)
 
 
 @jitable
