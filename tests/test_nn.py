@@ -400,6 +400,32 @@ def test_activations_of_special_values():
     np.testing.assert_allclose(big, [[0.5, 0.5, 0.0]])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_rows_of_special_values(dtype):
+    """A row's maximum is a vectorized fold (kernels.extreme): a NaN or +inf in the vector
+    loop or in its remainder makes the whole row NaN, as does a row of -inf only; a
+    row of signed zeros is uniform. Against NumPy in float64; cross_entropy, which
+    finds the maximum the same way, on the finite rows and on all."""
+    n = 75  # a vector loop and a remainder
+    a = np.random.default_rng(7).standard_normal((7, n)) * 30
+    a[1, 3] = a[2, n - 1] = np.nan
+    a[3, 40] = np.inf
+    a[4] = -np.inf
+    a[5] = np.where(np.arange(n) % 2, -0.0, 0.0)
+    a = a.astype(dtype)
+    with np.errstate(invalid="ignore"):
+        m = a.astype(np.float64).max(axis=1, keepdims=True)
+        logp = a - m - np.log(np.exp(a - m).sum(axis=1, keepdims=True))
+    x, rtol = lm.asarray(a), 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(F.log_softmax(x, -1).numpy(), logp, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(F.softmax(x, 1).numpy(), np.exp(logp), rtol=rtol, atol=rtol)
+    target = np.arange(7) * 9
+    finite = [0, 5, 6]
+    loss = F.cross_entropy(lm.asarray(a[finite]), lm.asarray(target[finite])).item()
+    assert loss == pytest.approx(-logp[finite, target[finite]].mean(), rel=rtol)
+    assert np.isnan(F.cross_entropy(x, lm.asarray(target)).item())
+
+
 def test_activations_on_non_contiguous_inputs():
     base = param((4, 6), seed=3).detach()
     x = base[:, ::2].T  # neither contiguous nor a permuted dense block

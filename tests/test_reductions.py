@@ -401,9 +401,9 @@ def test_argmax_first_nan_wins():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_ranks_of_special_values(dtype):
-    """argmax and argmin fold the values' ranks, max and min their order keys (Note
-    [Argmax ranks]): -0.0 ties 0.0 (and stays -0.0 as a max), infinities and
+def test_order_keys_of_special_values(dtype):
+    """max, min, argmax and argmin fold the values' order keys (Note [Order keys]):
+    -0.0 ties 0.0 for argmax (and stays -0.0 as a max), infinities and
     subnormals order as values, and a NaN of either sign (or a payload) wins, the
     first one, in short rows and in rows of several blocks."""
     tiny = np.finfo(dtype).smallest_subnormal
@@ -427,6 +427,8 @@ def test_ranks_of_special_values(dtype):
             np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
     zeros = lm.asarray(np.array([[-0.0, -0.0], [-0.0, 0.0]], dtype))
     assert np.signbit(lm.max(zeros, axis=1).numpy()).tolist() == [True, False]
+    # a row's largest order key is 0.0's, smallest -0.0's: the first zero still wins
+    assert lm.argmax(zeros, axis=1).tolist() == lm.argmin(zeros[:, ::-1], axis=1).tolist() == [0, 0]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
@@ -442,8 +444,9 @@ def test_argmax_argmin_long_rows_and_columns(dtype):
     if floats:
         n[3, 900], n[3, 1000] = np.nan, np.nan  # first NaN wins, over a bigger block max
         n[3, 100] = 1e6
-        n[4, 10], n[4, 11] = -0.0, 0.0
-    for view in (n, n.T, n[:, ::-3]):
+        n[4] = -np.abs(n[4]) - 1
+        n[4, 10], n[4, 600] = -0.0, 0.0  # the maximum, in two blocks: the first wins
+    for view in (n, n.T, n[:, ::-3], -n):
         x = lm.asarray(view)
         for fn, npfn in [(lm.argmax, np.argmax), (lm.argmin, np.argmin)]:
             for axis in (None, 0, 1):

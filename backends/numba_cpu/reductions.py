@@ -1,6 +1,6 @@
 """Reduction kernels of the CPU backend: sum, prod, all, any (one fold template, over
-the rows of a 2-D view), max and min (a fold of order keys), argmax and argmin (a fold
-of ranks, then a search), mean (the sum's fold), var and std (a second pass over the
+the rows of a 2-D view), max and min (a fold of order keys), argmax and argmin (the
+same fold, then a search), mean (the sum's fold), var and std (a second pass over the
 deviations from the mean), vector_norm (the deviations from zero; folds of |x|). Every
 loop vectorizes (Note [Vector reductions] in kernels.py)."""
 

@@ -111,9 +111,7 @@ def cross_entropy_rows(exp, cast, stamp=_MATH_STAMP):
             if k < 0 or k >= classes:  # before the row is read: C may be 0
                 return total, counted, n
             row = x[n]
-            m = row[0]
-            for j in range(classes):
-                m = K.fold_max(m, row[j])
+            m = K.extreme(row, row[0], True)
             s = 0.0
             for b in range(0, classes, _SUM_BLOCK):
                 block = row[b : b + _SUM_BLOCK]
