@@ -170,13 +170,16 @@ def _allreduce_cases(library, sizes):
 def _last_bucket_cases(lib, models):
     """For each model, the all-reduce of its last-ready gradient bucket as DDP starts it
     (nonblocking, then waited for): Note [Overlap bound]."""
+    import inspect
+
     from lamina.distributed import collectives, ddp
 
     g = collectives.group("bench distributed")
+    cap_mb = inspect.signature(ddp.DistributedDataParallel).parameters["bucket_cap_mb"].default
     cases = {}
     for name in models:
         named = list(convnet.build(ARCHITECTURES[name], lib).named_parameters())
-        last = ddp._buckets(named, 25 * 2**20)[-1].buffer  # DDP's default bucket_cap_mb
+        last = ddp._buckets(named, cap_mb * 2**20)[-1].buffer
 
         def exchange(buffer=last):
             g.wait(g.comm.Iallreduce(g.mpi.IN_PLACE, buffer, g.mpi.SUM), "bench distributed")
