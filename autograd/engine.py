@@ -123,17 +123,27 @@ def run(
     Without ``capture`` the gradients of leaves accumulate into ``.grad``; with it (a
     dict edge -> None) they are collected there instead and leaves are left alone.
     Then the callbacks that hooks queued (``queue_callback``) run."""
-    outer, _pass.callbacks = getattr(_pass, "callbacks", None), []
+    outer = getattr(_pass, "callbacks", None)
+    _pass.callbacks = callbacks = _Callbacks()
     try:
-        _propagate(roots, root_grads, retain_graph, create_graph, capture)
-        callbacks = _pass.callbacks
+        _propagate(roots, root_grads, retain_graph, create_graph, capture, callbacks.between)
         while callbacks:  # a callback may queue another
             callbacks.pop(0)()
     finally:
         _pass.callbacks = outer
 
 
-_pass = threading.local()  # .callbacks: those queued during the backward pass running
+class _Callbacks(list):
+    """Those queued for the end of a backward pass; ``.between``, those called between
+    its nodes."""
+
+    __slots__ = ("between",)
+
+    def __init__(self) -> None:
+        self.between: list[Callable[[], object]] = []
+
+
+_pass = threading.local()  # .callbacks: the _Callbacks of the backward pass running
 
 
 def queue_callback(callback: Callable[[], object]) -> None:
@@ -147,12 +157,24 @@ def queue_callback(callback: Callable[[], object]) -> None:
     callbacks.append(callback)
 
 
+def call_between_nodes(callback: Callable[[], object]) -> None:
+    """Call ``callback()`` before each node of the backward pass now running, from now
+    until the pass ends (then it is dropped): a hook calls it for work that advances
+    only while it is polled, as MPI's transfers (data-parallel training's gradient
+    exchange, started during backward, moves on while backward computes)."""
+    callbacks = getattr(_pass, "callbacks", None)
+    if callbacks is None:
+        raise RuntimeError("call_between_nodes: no backward pass is running in this thread")
+    callbacks.between.append(callback)
+
+
 def _propagate(
     roots: Sequence[Edge],
     root_grads: Sequence[Tensor],
     retain_graph: bool,
     create_graph: bool,
     capture: dict[Edge, Tensor | None] | None,
+    between: list[Callable[[], object]],
 ) -> None:
     root_nodes = [e[0] for e in roots]
     deps = _dependencies(root_nodes)
@@ -162,6 +184,9 @@ def _propagate(
     ready = deque(n for n in dict.fromkeys(root_nodes) if deps.get(n, 0) == 0)
     with grad_mode.set_grad_enabled(create_graph):
         while ready:
+            if between:  # empty but for a hook's call_between_nodes
+                for callback in between:
+                    callback()
             node = ready.popleft()
             grads = buffers.pop(node)
             if node.hooks:

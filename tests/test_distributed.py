@@ -235,12 +235,13 @@ def test_bench_report_computes_scaling_and_bandwidth():
         results[f"{lib} 1p", "train", "mlp", "local"] = local1
         results[f"{lib} 2p", "train", "mlp", "ddp"] = ddp2
         results[f"{lib} 2p", "train", "mlp", "local"] = local2
+    results["lamina 2p", "bucket", "mlp"] = 0.02  # the bound: 1 + 0.02 / 0.1
     results["lamina 2p", "allreduce", "1", "lamina"] = 0.001
     results["lamina 2p", "allreduce", "1", "mpi4py"] = 0.0009
     text = bench.report(args, results, libs)
     # 320 -> 512 images/s: 0.80; the DDP step 1.25x the step alone; ceiling 640 / (2 x 355.6)
     mlp = next(line.split() for line in text.splitlines() if line.startswith("MLP"))
-    assert mlp == ["MLP", "320.0", "512.0", "0.80", "1.25x", "0.90"] + [
+    assert mlp == ["MLP", "320.0", "512.0", "0.80", "1.25x", "1.20x", "0.90"] + [
         "160.0",
         "256.0",
         "0.80",

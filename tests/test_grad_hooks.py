@@ -65,3 +65,25 @@ def test_queued_callback_runs_after_every_gradient_is_in_place():
 def test_queue_callback_outside_backward_is_refused():
     with pytest.raises(RuntimeError, match="no backward pass is running"):
         engine.queue_callback(lambda: None)
+
+
+def test_call_between_nodes_runs_for_the_rest_of_one_pass_and_leaves_gradients_alone():
+    values = np.array([0.5, -1.0, 2.0])
+    x = lm.asarray(values).requires_grad_()
+    seen = []  # x's gradient at each call: backward has not reached it yet
+    v = (x * 2.0).exp() * 3.0
+
+    def register(grad):
+        engine.call_between_nodes(lambda: seen.append(x.grad))
+
+    v.register_hook(register)  # called at v's node; exp, x * 2 and x's come after
+    v.sum().backward()
+    assert len(seen) >= 2 and all(g is None for g in seen), seen
+    np.testing.assert_allclose(x.grad.numpy(), 6.0 * np.exp(2.0 * values))
+    calls = len(seen)
+    x.grad = None
+    ((x * 2.0).exp() * 3.0).sum().backward()  # a new pass: the callback is gone
+    assert len(seen) == calls
+    np.testing.assert_allclose(x.grad.numpy(), 6.0 * np.exp(2.0 * values))
+    with pytest.raises(RuntimeError, match="no backward pass is running"):
+        engine.call_between_nodes(lambda: None)

@@ -40,11 +40,10 @@ from lamina.dispatch.tensor import Tensor, bump_version, from_array
 REDUCE_OPS = ("sum", "mean", "max", "min")
 _KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 FAILURE_TAG = 1
-_SHAPE_SLOTS = 6  # dimensions compared one by one; the rest through a hash
+_SHAPE_SLOTS = 6  # dimensions a mismatch's message shows
 # a wait polls without yielding its core this long: on a busy machine a yield costs a
 # time slice, many times a 1 MB all-reduce
 SPIN_SECONDS = 0.001
-_SIGNATURE_SIZE = 5 + _SHAPE_SLOTS  # kind, detail, dtype, ndim, hash of the rest, dims
 
 
 class ReduceOp:
@@ -85,7 +84,7 @@ class ProcessGroup:
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.timeout = timeout
         self.failed = False  # a notice was received, or this rank sent one
-        self._signatures = np.empty((self.size, _SIGNATURE_SIZE), np.int64)  # agree's
+        self._extremes = np.empty(2, np.int64)  # agree's result
 
     # Note [Waiting with a deadline]
     def wait(self, request: Any, what: str, pause: float = 0.0) -> None:
@@ -141,17 +140,30 @@ class ProcessGroup:
             time.sleep(0.001)
 
     def agree(self, kind: str, array: np.ndarray, detail: int = 0) -> None:
-        """Check that every rank calls the same collective on the same shape and dtype:
-        an all-gather of a small signature; on a difference every rank raises the same
-        ValueError naming the ranks (a sum of mismatched buffers would be silently
-        wrong, or hang). It runs before every collective, so it does as little as it
-        can in Python: a 1 MB all-reduce on two processes takes ~150 us, and each
-        microsecond here is visible."""
-        mine = _signature(kind, array.shape, array.dtype.char, detail)
-        everyone = self._signatures
+        """Check that every rank calls the same collective on the same shape and dtype
+        (a sum of mismatched buffers would be silently wrong, or hang); on a difference
+        every rank raises the same ValueError naming the ranks' calls.
+
+        Note [One exchange to agree]: the ranks compare a 62-bit hash of the call, h,
+        in one tiny all-reduce: the maximum of (h, -h) over the ranks is (max h,
+        -min h), which is this rank's own (h, -h) on every rank exactly when every h is
+        the same (two different calls hash alike with odds of 2**-62); any difference is
+        seen by every rank at once, so they all go on to gather the calls' descriptions
+        for the message. It completes before any data moves, not beside it: an
+        exchange of mismatched buffers may hang or overwrite the tensor in place, and
+        the blocking form of the data's collective is safe only after it (Note
+        [Waiting with a deadline]). It runs before every collective, so it does as
+        little as it can in Python: a 1 MB all-reduce on two processes takes ~150 us,
+        and each microsecond here is visible."""
+        mine, agreed = _signature(kind, array.shape, array.dtype.char, detail)
+        extremes = self._extremes
+        self.wait(self.comm.Iallreduce(mine, extremes, self.mpi.MAX), kind)
+        if extremes.tobytes() != agreed:
+            self._disagree(kind, _description(kind, array.shape, array.dtype.char, detail))
+
+    def _disagree(self, kind: str, mine: np.ndarray) -> None:
+        everyone = np.empty((self.size, mine.size), mine.dtype)
         self.wait(self.comm.Iallgather(mine, everyone), kind)
-        if everyone.tobytes() == mine.tobytes() * self.size:
-            return
         described = "; ".join(f"rank {r}: {_describe(s)}" for r, s in enumerate(everyone))
         raise ValueError(
             f"{kind}: the ranks' tensors or calls differ ({described}); every rank must "
@@ -161,20 +173,26 @@ class ProcessGroup:
 
 
 @functools.lru_cache(maxsize=1024)
-def _signature(kind: str, shape: tuple[int, ...], char: str, detail: int) -> np.ndarray:
-    rest = int.from_bytes(
-        hashlib.blake2b(repr(shape[_SHAPE_SLOTS:]).encode(), digest_size=7).digest(), "little"
-    )
+def _signature(
+    kind: str, shape: tuple[int, ...], char: str, detail: int
+) -> tuple[np.ndarray, bytes]:
+    """Note [One exchange to agree]: (h, -h) for the call's hash h, and its bytes."""
+    digest = hashlib.blake2b(repr((kind, shape, char, detail)).encode(), digest_size=8).digest()
+    h = int.from_bytes(digest, "little") >> 2  # 62 bits: -h is an int64 too
+    pair = np.array([h, -h], np.int64)
+    pair.flags.writeable = False  # shared by every call with these arguments
+    return pair, pair.tobytes()
+
+
+def _description(kind: str, shape: tuple[int, ...], char: str, detail: int) -> np.ndarray:
+    """The call as numbers, for the message: kind, detail, dtype, ndim, the first
+    dimensions."""
     padded = list(shape[:_SHAPE_SLOTS]) + [-1] * (_SHAPE_SLOTS - len(shape[:_SHAPE_SLOTS]))
-    signature = np.array(
-        [_KINDS.index(kind), detail, ord(char), len(shape), rest, *padded], np.int64
-    )
-    signature.flags.writeable = False  # shared by every call with these arguments
-    return signature
+    return np.array([_KINDS.index(kind), detail, ord(char), len(shape), *padded], np.int64)
 
 
 def _describe(signature: np.ndarray) -> str:
-    kind, detail, char, ndim, _, *dims = (int(v) for v in signature)
+    kind, detail, char, ndim, *dims = (int(v) for v in signature)
     shown = dims[: min(ndim, _SHAPE_SLOTS)]
     shape = "(" + ", ".join(map(str, shown)) + (", ..." if ndim > _SHAPE_SLOTS else "") + ")"
     extra = f" {REDUCE_OPS[detail]}" if _KINDS[kind] in ("all_reduce", "reduce_scatter") else ""

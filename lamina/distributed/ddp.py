@@ -19,8 +19,10 @@ parameters, the waits, and the averaged gradients: copied back into each paramet
 bucket (no copy; the next backward pass overwrites it).
 
 MPI's nonblocking collectives move data only inside MPI calls (no progress thread, so
-none takes a core from computing), so every hook also tests the requests in flight,
-which is what makes the exchange overlap backward.
+none takes a core from computing), so the first hook also has the engine test the
+requests in flight between every two nodes of the backward pass
+(``engine.call_between_nodes``), which is what makes the exchange overlap backward: a
+bucket started before a long convolution's backward moves on at the nodes around it.
 """
 
 from __future__ import annotations
@@ -196,6 +198,7 @@ class DistributedDataParallel(Module):
         if not self._pass_started:
             self._pass_started = True
             engine.queue_callback(self._finish)
+            engine.call_between_nodes(self._progress)
         if id(param) in self._seen:
             return  # counted once per pass: a bucket's count must end at its size
         self._seen.add(id(param))
@@ -204,7 +207,6 @@ class DistributedDataParallel(Module):
         self._buckets[i].ready += 1
         if i == self._next:
             self._start_complete()
-        self._progress()
 
     def _start_complete(self) -> None:
         buckets = self._buckets

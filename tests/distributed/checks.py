@@ -130,6 +130,22 @@ if rank == 0:
     raises(ValueError, ["broadcast from rank 0", "all_reduce"], lambda: dist.broadcast(tensor))
 else:
     raises(ValueError, ["broadcast from rank 0", "all_reduce"], lambda: dist.all_reduce(tensor))
+# the same size but not the same op, or a shape differing past the dimensions the
+# message shows: refused, and the tensor left as it was (never a sum of the two calls)
+tensor = lm.asarray(np.full(4, rank + 1.0, np.float32))
+op = "sum" if rank == 0 else "max"
+raises(
+    ValueError,
+    ["rank 0: all_reduce sum", "rank 1: all_reduce max"],
+    lambda: dist.all_reduce(tensor, op),
+)
+np.testing.assert_array_equal(tensor.numpy(), np.full(4, rank + 1.0, np.float32))
+tensor = lm.zeros((1,) * 6 + ((2, 3) if rank == 0 else (3, 2)))
+raises(
+    ValueError,
+    ["rank 1: all_reduce sum of float32 (1, 1, 1, 1, 1, 1, ...)"],
+    lambda: dist.all_reduce(tensor),
+)
 ok("mismatch")  # ... and the ranks still agree on what comes next:
 
 raises(ValueError, ["op must be one of"], lambda: dist.all_reduce(lm.zeros(2), "prod"))
