@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -220,7 +221,11 @@ def compile_kernel(
     # Note [Cache keys and options] in loop_cache.py
     options = (parallel, tuple(sorted(fastmath or ())), nogil)
     dispatcher._cache.options = options if vector_width is None else (*options, vector_width)
-    with _compiling_for(vector_width):
+    with _compiling_for(vector_width), warnings.catch_warnings():
+        # Numba's own SSA self-check misreads a function inlined at two call sites of one
+        # kernel (logaddexp in binary_scalar's two branches) and asks the user to report
+        # it; the code it compiles is right (tested against NumPy)
+        warnings.simplefilter("ignore", numba.core.errors.NumbaIRAssumptionWarning)
         dispatcher.compile(signature)
         if signature.args not in dispatcher.overloads:
             # the cache gave another variant's code for this signature (Note [Numba's
