@@ -1,15 +1,20 @@
 """The thread count of the CPU kernels (``lm.set_num_threads``), process-wide.
 
 Note [Parallel threshold]: below PARALLEL_ELEMENTS elements a kernel runs serially:
-waking threads costs more than it saves. With one thread the threshold is infinite,
-so the choice is a single comparison either way. Kernel modules keep the threshold in
-a module global (read on every call) and are told of changes through ``on_change``.
-Elements narrower than 4 bytes (bool, 8- and 16-bit) need NARROW_FACTOR times as many
-(``narrow_threshold``): their loops run 32-64 elements per vector instruction, so on
-10**6 bools logical_not took 27 us and any 9 us on one thread -- less than one wake-up
-of a sleeping thread (~120 us, Note [Wait policy]) -- and 1.2 ms and 0.7 ms on two
-while other processes held the second core. The comparison stays one per call: the
-kernel reads the threshold of its computation dtype's width.
+waking threads costs more than it saves. With one thread the threshold is infinite, so
+the choice is a single comparison either way. Kernel modules keep the threshold in a
+module global (read on every call) and are told of changes through ``on_change``.
+Elements narrower than 4 bytes (bool, 8- and 16-bit) need more: their loops run 32-64
+elements per vector instruction. Their elementwise kernels go parallel from
+NARROW_ELEMENTWISE_FACTOR times the threshold, their folds (reductions) from
+NARROW_FOLD_FACTOR times. Two threads' time over one's (an otherwise idle 2-core
+machine, 2026-12-04) for bool and 8-bit logical and arithmetic kernels: 1.10-1.23 at the
+threshold, 0.94-0.97 at 2x, 0.86-0.93 at 3x, 0.59-0.78 at 4x, 0.31-0.47 at 8x (16-bit
+ones: 0.63-0.80 at 2x, 0.34-0.35 at 4x). Folds keep the higher factor: on 10**6 bools
+``any`` takes 9 us on one thread, less than one wake-up of a sleeping thread (~120 us,
+Note [Wait policy]). Any parallel kernel loses ~1 ms (a time slice) when another process
+holds the second core, as PyTorch's parallel loops do. The comparison stays one per
+call: the kernel reads the threshold of its computation dtype's width.
 
 Note [Thread count]: Numba's thread count is per calling thread (a thread that never
 set it uses every core), but lamina's is one setting for the process. So every
@@ -109,7 +114,9 @@ from collections.abc import Callable
 from typing import Any
 
 PARALLEL_ELEMENTS = 1 << 17
-NARROW_FACTOR = 16  # Note [Parallel threshold]: elements under 4 bytes
+# Note [Parallel threshold]: elements under 4 bytes need this many times as many
+NARROW_ELEMENTWISE_FACTOR = 4
+NARROW_FOLD_FACTOR = 16
 _count = 1  # the process-wide thread count
 _threshold = float("inf")  # elements from which kernels run in parallel
 _listeners: list[Callable[[float], None]] = []
@@ -125,11 +132,6 @@ def on_change(listener: Callable[[float], None]) -> None:
 
 def parallel_threshold() -> float:
     return _threshold
-
-
-def narrow_threshold(threshold: float) -> float:
-    """The threshold for elements narrower than 4 bytes (Note [Parallel threshold])."""
-    return threshold * NARROW_FACTOR
 
 
 def _blas_libraries():

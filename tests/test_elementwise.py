@@ -21,7 +21,7 @@ from numba.core.errors import NumbaPerformanceWarning
 
 import lamina as lm
 from lamina.backends import threads
-from lamina.backends.numba_cpu import elementwise
+from lamina.backends.numba_cpu import elementwise, reductions
 from lamina.backends.numba_cpu.elementwise import SIMD_OPERATORS, VECTOR_SIMD_MIN
 from lamina.dispatch import core, layouts
 from lamina.dispatch.schema import OPERATORS
@@ -910,12 +910,15 @@ def test_parallel_kernels(two_threads):
 
 
 def test_narrow_elements_go_parallel_from_a_higher_threshold(two_threads):
-    """Note [Parallel threshold]: bool (and 8- and 16-bit) kernels stay serial up to
-    NARROW_FACTOR times the threshold, and run their prange variants above it; both
-    sides give NumPy's results (elementwise, any/all over a full scan, a sum of int8)."""
-    narrow = threads.narrow_threshold(threads.parallel_threshold())
-    assert narrow == threads.PARALLEL_ELEMENTS * threads.NARROW_FACTOR
-    for n in (threads.PARALLEL_ELEMENTS + 5, int(narrow) + 5):
+    """Note [Parallel threshold]: bool (and 8- and 16-bit) elementwise kernels stay
+    serial up to NARROW_ELEMENTWISE_FACTOR times the threshold, folds up to
+    NARROW_FOLD_FACTOR times, and run their prange variants above; every side gives
+    NumPy's results (elementwise, any/all over a full scan, a sum of int8)."""
+    factors = (threads.NARROW_ELEMENTWISE_FACTOR, threads.NARROW_FOLD_FACTOR)
+    assert 1 < factors[0] < factors[1]
+    thresholds = (elementwise._parallel_min_narrow, reductions._parallel_min_narrow)
+    assert thresholds == tuple(threads.parallel_threshold() * f for f in factors)
+    for n in (threads.PARALLEL_ELEMENTS + 5, *(int(t) + 5 for t in thresholds)):
         b = np.zeros(n, bool)
         b[-1] = True
         b[::7] = True

@@ -28,7 +28,8 @@ _parallel_min_narrow = float("inf")  # the same, for elements under 4 bytes
 
 def _set_threshold(threshold):
     global _parallel_min, _parallel_min_narrow
-    _parallel_min, _parallel_min_narrow = threshold, threads.narrow_threshold(threshold)
+    _parallel_min = threshold
+    _parallel_min_narrow = threshold * threads.NARROW_ELEMENTWISE_FACTOR
     for kernel, ew in KERNELS:
         kernel.set_limit(_limit(ew, threshold))
 

@@ -27,7 +27,8 @@ _SPLIT = 16 * K._BLOCK  # a fold of one long row runs in parts this long, in par
 
 def _set_threshold(threshold):
     global _parallel_min, _parallel_min_narrow
-    _parallel_min, _parallel_min_narrow = threshold, threads.narrow_threshold(threshold)
+    _parallel_min = threshold
+    _parallel_min_narrow = threshold * threads.NARROW_FOLD_FACTOR
     for kernel in FAST:
         kernel.set_limit(threshold)
 
