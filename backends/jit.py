@@ -178,11 +178,17 @@ def _set_vector_widths() -> None:
 @contextlib.contextmanager
 def _compiling_for(vector_width: int | None) -> Any:
     """Compile, in this block, for ``vector_width`` (Note [Vector width]); Numba's
-    compiler lock keeps other threads' compiles out of it."""
+    compiler lock keeps other threads' compiles out of it (and out of the warning
+    filters, which are process-wide)."""
     global _vector_width
     from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.errors import NumbaIRAssumptionWarning
 
-    with global_compiler_lock:
+    with global_compiler_lock, warnings.catch_warnings():
+        # Numba's SSA self-check misreads a function inlined at two call sites of one
+        # kernel (logaddexp in binary_scalar's two branches) and asks the user to report
+        # a bug; the code it compiles is right (tested against NumPy)
+        warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
         outer, _vector_width = _vector_width, vector_width
         try:
             yield
@@ -221,11 +227,7 @@ def compile_kernel(
     # Note [Cache keys and options] in loop_cache.py
     options = (parallel, tuple(sorted(fastmath or ())), nogil)
     dispatcher._cache.options = options if vector_width is None else (*options, vector_width)
-    with _compiling_for(vector_width), warnings.catch_warnings():
-        # Numba's own SSA self-check misreads a function inlined at two call sites of one
-        # kernel (logaddexp in binary_scalar's two branches) and asks the user to report
-        # it; the code it compiles is right (tested against NumPy)
-        warnings.simplefilter("ignore", numba.core.errors.NumbaIRAssumptionWarning)
+    with _compiling_for(vector_width):
         dispatcher.compile(signature)
         if signature.args not in dispatcher.overloads:
             # the cache gave another variant's code for this signature (Note [Numba's
