@@ -212,6 +212,23 @@ def test_a_compiled_function_is_its_cores_hot_path_and_has_the_functions_attribu
     np.testing.assert_array_equal(compiled(x=x).numpy(), [0.0, 2.0, 4.0])  # the general path
 
 
+def test_every_hot_call_looks_its_run_up_again():
+    """Note [Guard tokens]: the hot path reuses the last call's token, but runs what
+    ``runs`` holds for it now: a run replaced or dropped by the Python side is never
+    run again; a fused loop's run (called without a tuple) and any other both work."""
+    compiled = lm.jit.compile(lambda x: x * 2.0)
+    x = lm.asarray(np.arange(3.0))
+    for _ in range(3):  # the second and third calls take the hot path
+        np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 2.0, 4.0])
+    (token,) = compiled.runs
+    compiled.runs[token] = lambda arguments: ("replaced", arguments)
+    assert compiled(x) == ("replaced", (x,))
+    compiled.runs.clear()  # the general path runs it and fills runs again
+    np.testing.assert_array_equal(compiled(x).numpy(), [0.0, 2.0, 4.0])
+    assert list(compiled.runs) == [token]
+    np.testing.assert_array_equal(compiled(lm.asarray([5.0])).numpy(), [10.0])  # a new token
+
+
 def test_the_guard_token_holds_exactly_the_guard_keys_facts():
     """Note [Guard tokens] in lamina.jit's compiler: two calls of CPU tensors have one
     token exactly when they have one guard key; None where the key's general path

@@ -175,6 +175,9 @@ CORE_SHARED PyObject *tensor_richcompare(PyObject *a, PyObject *b, int op);
 CORE_SHARED PyObject *run_table_kernel(PyObject *table, int i, long long ks,
                                        PyObject *const *ops, int n);
 CORE_SHARED PyObject *run_kernel(PyObject *kernel, long long ks, PyObject *const *ops, int n);
+/* a compiled call's run when it is a FusedLoop's run method: the loop's call on the
+ * call's arguments, with no tuple made; NULL with no error set for any other run */
+CORE_SHARED PyObject *call_fused_run(PyObject *run, PyObject *const *args, Py_ssize_t n);
 
 /* ------------------------------------------------------------------ each file's init:
  * makes its types ready and adds them and its functions to the module; -1 on error */

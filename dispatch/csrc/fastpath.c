@@ -1603,6 +1603,12 @@ static PyObject *fused_run(FusedLoopObject *f, PyObject *inputs) {
     return result;
 }
 
+PyObject *call_fused_run(PyObject *run, PyObject *const *args, Py_ssize_t n) {
+    if (!PyCFunction_Check(run) || PyCFunction_GET_FUNCTION(run) != (PyCFunction)fused_run)
+        return NULL;
+    return fused_call((FusedLoopObject *)PyCFunction_GET_SELF(run), args, (size_t)n, NULL);
+}
+
 static PyMethodDef fused_methods[] = {
     {"run", (PyCFunction)fused_run, METH_O, "the loop on a sequence of inputs"},
     {NULL},

@@ -245,38 +245,50 @@ error:
 /* reference.guard_token: the same facts as guard_key, as bytes (hashed and compared
  * as one buffer: a tuple key's nested hash and comparison were a third of a compiled
  * call); None where guard_key's general path must decide. The prefix is of ints. */
-static PyObject *token_of(PyObject *const *prefix, Py_ssize_t np, PyObject *const *tensors,
-                          Py_ssize_t n) {
-    long long buffer[512];
+#define TOKEN_WORDS 512
+#define NO_TOKEN (-1) /* token_words: guard_key's general path decides (error not set) */
+
+/* the token's words into buffer: how many, NO_TOKEN, or -2 with an error set */
+static Py_ssize_t token_words(PyObject *const *prefix, Py_ssize_t np, PyObject *const *tensors,
+                              Py_ssize_t n, long long *buffer) {
     Py_ssize_t used = 0;
-    if (np > 8) Py_RETURN_NONE;
+    if (np > 8) return NO_TOKEN;
     buffer[used++] = np;  /* then every record delimits itself */
     for (Py_ssize_t i = 0; i < np; i++) {
         buffer[used++] = PyLong_AsLongLong(prefix[i]);
-        if (buffer[used - 1] == -1 && PyErr_Occurred()) return NULL;
+        if (buffer[used - 1] == -1 && PyErr_Occurred()) return -2;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = tensors[i];
         TensorObject *t = T(a);
         if (!IS_TENSOR(a) || !TENSOR_ARGS_OK(t) || !PyTuple_CheckExact(t->shape) ||
             t->flat == NULL || t->data == NULL)
-            Py_RETURN_NONE;
+            return NO_TOKEN;
         Py_ssize_t nd = PyTuple_GET_SIZE(t->shape);
         int strided = t->flat == Py_None;
         if (strided && (!PyArray_Check(t->data) || PyArray_NDIM((PyArrayObject *)t->data) != nd))
-            Py_RETURN_NONE;
-        if (used + 3 + 2 * nd > 512) Py_RETURN_NONE;
+            return NO_TOKEN;
+        if (used + 3 + 2 * nd > TOKEN_WORDS) return NO_TOKEN;
         buffer[used++] = t->dtype_index;
         buffer[used++] = t->ks;
         buffer[used++] = strided ? -nd - 1 : nd;  /* the layout's kind and the rank */
         for (Py_ssize_t d = 0; d < nd; d++) {
             buffer[used++] = PyLong_AsLongLong(PyTuple_GET_ITEM(t->shape, d));
-            if (buffer[used - 1] == -1 && PyErr_Occurred()) return NULL;
+            if (buffer[used - 1] == -1 && PyErr_Occurred()) return -2;
         }
         if (strided)
             for (Py_ssize_t d = 0; d < nd; d++)
                 buffer[used++] = PyArray_STRIDE((PyArrayObject *)t->data, (int)d);
     }
+    return used;
+}
+
+static PyObject *token_of(PyObject *const *prefix, Py_ssize_t np, PyObject *const *tensors,
+                          Py_ssize_t n) {
+    long long buffer[TOKEN_WORDS];
+    Py_ssize_t used = token_words(prefix, np, tensors, n, buffer);
+    if (used == NO_TOKEN) Py_RETURN_NONE;
+    if (used < 0) return NULL;
     return PyBytes_FromStringAndSize((const char *)buffer, used * (Py_ssize_t)sizeof(long long));
 }
 
@@ -301,8 +313,30 @@ typedef struct {
     PyObject *runs;        /* its dict: token -> run(arguments) */
     PyObject *generation;  /* (object, name) holding the tables' generation */
     PyObject *mode;        /* (object, name) holding the recording mode */
+    PyObject *last_token;  /* the token of the last call that ran, or NULL */
     PyObject *weakreflist;
 } CompiledCallObject;
+
+/* The run of this call's token words, a new reference; NULL with or without an error
+ * set. A call like the last one (most are) reuses the last token's bytes object: its
+ * hash is cached, so the lookup neither allocates nor hashes (a third of the fixed
+ * cost of a 100-element fused call). Looked up in `runs` every time, so a variant the
+ * Python side dropped is never run. */
+static PyObject *run_of(CompiledCallObject *c, const long long *words, Py_ssize_t used) {
+    Py_ssize_t size = used * (Py_ssize_t)sizeof(long long);
+    PyObject *token = c->last_token;
+    if (token != NULL && PyBytes_GET_SIZE(token) == size &&
+        memcmp(PyBytes_AS_STRING(token), words, size) == 0) {
+        Py_INCREF(token);
+    } else {
+        token = PyBytes_FromStringAndSize((const char *)words, size);
+        if (token == NULL) return NULL;
+    }
+    PyObject *run = PyDict_GetItemWithError(c->runs, token);
+    if (run != NULL) Py_XSETREF(c->last_token, Py_NewRef(token));
+    Py_DECREF(token);
+    return Py_XNewRef(run);
+}
 
 static PyObject *compiled_call(CompiledCallObject *c, PyObject *const *args, size_t nargsf,
                                PyObject *kwnames) {
@@ -317,16 +351,16 @@ static PyObject *compiled_call(CompiledCallObject *c, PyObject *const *args, siz
             Py_DECREF(prefix[0]);
             return NULL;
         }
-        PyObject *token = token_of(prefix, 2, args, nargs);
+        long long words[TOKEN_WORDS];
+        Py_ssize_t used = token_words(prefix, 2, args, nargs, words);
         Py_DECREF(prefix[0]);
         Py_DECREF(prefix[1]);
-        if (token == NULL) return NULL;
-        PyObject *run = token == Py_None ? NULL : PyDict_GetItemWithError(c->runs, token);
-        Py_DECREF(token);
+        if (used == -2) return NULL;
+        /* a new reference: the dict may change while it runs */
+        PyObject *run = used == NO_TOKEN ? NULL : run_of(c, words, used);
         if (run != NULL) {
-            Py_INCREF(run);  /* the dict may change while it runs */
-            PyObject *arguments = PyTuple_New(nargs);
-            PyObject *result = NULL;
+            PyObject *result = call_fused_run(run, args, nargs);
+            PyObject *arguments = result || PyErr_Occurred() ? NULL : PyTuple_New(nargs);
             if (arguments != NULL) {
                 for (Py_ssize_t i = 0; i < nargs; i++)
                     PyTuple_SET_ITEM(arguments, i, Py_NewRef(args[i]));
@@ -396,6 +430,7 @@ static int compiled_clear(CompiledCallObject *c) {
     Py_CLEAR(c->runs);
     Py_CLEAR(c->generation);
     Py_CLEAR(c->mode);
+    Py_CLEAR(c->last_token);
     return 0;
 }
 
