@@ -22,7 +22,7 @@ from numba.core.errors import NumbaPerformanceWarning
 import lamina as lm
 from lamina.backends import threads
 from lamina.backends.numba_cpu import elementwise, reductions
-from lamina.backends.numba_cpu.elementwise import SIMD_OPERATORS, VECTOR_SIMD_MIN
+from lamina.backends.numba_cpu.elementwise import SIMD_OPERATORS
 from lamina.dispatch import core, layouts
 from lamina.dispatch.schema import OPERATORS
 
@@ -932,25 +932,27 @@ def test_narrow_elements_go_parallel_from_a_higher_threshold(two_threads):
 
 
 def test_vector_math_keeps_its_own_loops_where_they_are_faster(two_threads):
-    """Note [NumPy SIMD loops]: exp and log never hand over to NumPy's loop, and from
-    the parallel threshold on neither does tanh (their own loops on both threads): at
-    those sizes the values are, bit for bit, those of the fast path's serial loop on
-    small pieces (the vector math's results do not depend on the loop), where NumPy's
-    loops round some elements differently."""
+    """Note [NumPy SIMD loops]: exp and log never hand over to NumPy's loop: on two
+    threads from the parallel threshold on, and below it on one, their values are, bit
+    for bit, those of the fast path's serial loop on small pieces (the vector math's
+    results do not depend on the loop), where NumPy's loops round some elements
+    differently; tanh runs NumPy's loop at every size, on both threads."""
     rng = np.random.default_rng(5)
     x = rng.uniform(0.01, 9.0, threads.PARALLEL_ELEMENTS + 3).astype(np.float32)
-    pieces = np.array_split(x, 64)  # each below VECTOR_SIMD_MIN
+    pieces = np.array_split(x, 64)
 
     def serial(fn):
         return np.concatenate([fn(lm.asarray(p)).numpy() for p in pieces])
 
-    for fn in (lm.exp, lm.log, lm.tanh):
+    for fn in (lm.exp, lm.log):
         want = serial(fn)
         np.testing.assert_array_equal(fn(lm.asarray(x)).numpy(), want, err_msg=fn.__name__)
-    middle = x[: 2 * VECTOR_SIMD_MIN]  # between NumPy's threshold and the parallel one
-    for fn in (lm.exp, lm.log):
+        middle = x[: threads.PARALLEL_ELEMENTS // 2]  # below the parallel threshold
         got = fn(lm.asarray(middle)).numpy()
-        np.testing.assert_array_equal(got, serial(fn)[: middle.size], err_msg=fn.__name__)
+        np.testing.assert_array_equal(got, want[: middle.size], err_msg=fn.__name__)
+    for size in (x.size, 100):
+        got = lm.tanh(lm.asarray(x[:size])).numpy()
+        np.testing.assert_array_equal(got, np.tanh(x[:size]))
 
 
 def test_set_num_threads_validates():

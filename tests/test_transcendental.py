@@ -11,7 +11,8 @@ import pytest
 
 import lamina as lm
 import lamina.nn.functional as F
-from lamina.backends.numba_cpu.elementwise import VECTOR_SIMD_MIN
+from lamina.backends import jit
+from lamina.backends.numba_cpu import kernels as K
 
 # the bound per function and float dtype, in ulps (the measured maxima are in the Note)
 BOUNDS = {"exp": 1, "log": 1, "tanh": 2, "sigmoid": 3}
@@ -35,12 +36,25 @@ def _float64_sample():
 
 
 def _lamina(name, x):
-    """lamina's function on x, in pieces below VECTOR_SIMD_MIN elements: the sizes its
-    own vector loops serve (a larger tanh runs NumPy's SIMD loop, Note [NumPy SIMD
-    loops])."""
-    fn = F.sigmoid if name == "sigmoid" else getattr(lm, name)
-    pieces = np.array_split(x, -(-x.size // (VECTOR_SIMD_MIN // 2)))
-    return np.concatenate([fn(lm.asarray(p)).numpy() for p in pieces])
+    """lamina's function on x: tanh's vector polynomial in a loop of its own, since eager
+    tanh runs NumPy's SIMD loop and only fused kernels run the polynomial (Note [NumPy
+    SIMD loops])."""
+    if name != "tanh":
+        fn = F.sigmoid if name == "sigmoid" else getattr(lm, name)
+        return fn(lm.asarray(x)).numpy()
+    return _vector_loop(K.vector_tanh, x)
+
+
+def _vector_loop(fn, x):
+    """fn (a vector math function of kernels.py) on each element of x, in a Numba loop."""
+
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = fn(x[i])
+
+    got = np.empty_like(x)
+    jit._load().njit(loop)(x, got)
+    return got
 
 
 def _reference(name, x):
@@ -82,17 +96,8 @@ def test_float64_max_ulp_error(name):
 
 def test_float32_erf_max_ulp_error():
     """erf is no operator of lamina's: gelu calls it, so it is checked on its own here."""
-    from lamina.backends import jit
-    from lamina.backends.numba_cpu import kernels as K
-
-    def loop(x, out):
-        for i in range(x.size):
-            out[i] = K.vector_erf(x[i])
-
-    numba = jit._load()
     x = _float32_sample()
-    got = np.empty_like(x)
-    numba.njit(loop)(x, got)
+    got = _vector_loop(K.vector_erf, x)
     want = np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
     err = max_ulp_error(got, want, np.float32)
     assert err <= 5, f"erf float32: {err:.3f} ulp"

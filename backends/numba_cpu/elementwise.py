@@ -68,13 +68,9 @@ class Elementwise:
         # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops]):
         # at every size where the C core calls its inner loops (Note [NumPy inner loops])
         self.simd, self.simd_min = simd, sys.maxsize
-        # NumPy's loops run on one thread: lamina's own vector math, on several, beats them
-        self.simd_serial_only = op.name in VECTOR_MATH
-        self.numpy_loops = isinstance(simd, np.ufunc) and op.name not in VECTOR_MATH
+        self.numpy_loops = isinstance(simd, np.ufunc) and op.name not in OWN_LOOP_FASTER
         if self.numpy_loops:
             self.simd_min = 1
-        elif simd is not None and op.name not in OWN_LOOP_FASTER:
-            self.simd_min = VECTOR_SIMD_MIN
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
         # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
@@ -203,7 +199,7 @@ class Elementwise:
         if n == 0:
             return
         parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
-        if n >= self.simd_min and comp.kind == "f" and not (parallel and self.simd_serial_only):
+        if n >= self.simd_min and comp.kind == "f":
             self.run_simd(out, *arrays)
             return
         i = comp.index
@@ -315,8 +311,8 @@ def _named(kernel, name):
 
 def _limit(ew, threshold):
     """Note [Fast path]: from this many elements on, the general path serves (parallel
-    loops above the threshold, NumPy's SIMD loops from VECTOR_SIMD_MIN, Note [NumPy SIMD
-    loops], unless the C core calls them itself: Note [NumPy inner loops])."""
+    loops above the threshold, unless the C core runs them itself: Note [NumPy inner
+    loops])."""
     return threshold if ew.numpy_loops else min(threshold, ew.simd_min)
 
 
@@ -458,17 +454,14 @@ def _clip_bounds(x, lo, hi):
 # ms, the Numba loop 2.9 ms), so the Numba loop serves them at every size. Nor for
 # logaddexp, whose NumPy loop calls libm per element too: its loop is lamina's own, on
 # the vector math below (kernels.logaddexp), at every size.
-# The operators of VECTOR_MATH have loops of lamina's own that LLVM vectorizes (Note
-# [Vector math]); they take the C core's fast path, and so cost ~0.2 us per call where
-# the general path costs ~5 us. With 512-bit vectors, as NumPy's (Note [Vector width]
-# in lamina.backends.jit), exp's and log's loops are faster than NumPy's at every size
-# (1e5 float32: exp 27 us against 35, log 29 against 31), so they never hand over;
-# tanh's takes 1.8x NumPy's time per element, so it hands over from VECTOR_SIMD_MIN
-# elements, where that overhead is paid back; its results differ from NumPy's by at
-# most the ulps of the Note. From the parallel threshold on, lamina's loops run on every
-# thread where NumPy's run on one: there tanh does not hand over either.
+# The operators of VECTOR_MATH have scalar functions of lamina's own that LLVM vectorizes
+# (Note [Vector math]); fused kernels call them, and exp's and log's loops run at every
+# size: with 512-bit vectors, as NumPy's (Note [Vector width] in lamina.backends.jit),
+# they are faster than NumPy's (1e5 float32: exp 27 us against 35, log 29 against 31).
+# tanh's loop took 1.4-1.8x NumPy's time per element, so eager tanh runs NumPy's, as sin
+# does (10**4 float32: 4.6 -> 2.7 us, NumPy 2.7); a fused tanh differs from it by at
+# most the ulps of the Note.
 SPLIT_FACTOR = 4
-VECTOR_SIMD_MIN = 2**14
 OWN_LOOP_FASTER = ("exp", "log")
 SIMD_OPERATORS = frozenset(op.name for op in tagged("simd"))
 

@@ -9,9 +9,9 @@ the operator's own kernel does -- its operands converted to the operator's compu
 dtype (``in_dtypes``), its scalar function (``ELEMENTWISE_SCALARS``), the result
 converted to the operator's result dtype -- so a fused result equals the unfused one
 bit for bit where eager runs the operator's own loop. Where eager hands a transcendental
-function to NumPy's SIMD loop instead (at every size for float32 and float64, from
-VECTOR_SIMD_MIN elements for tanh: Note [NumPy SIMD loops] in elementwise.py), the two
-differ by at most the ulps of Note [Vector math].
+function to NumPy's SIMD loop instead (tanh, sin and the others of Note [NumPy SIMD
+loops] in elementwise.py, for float32 and float64), the two differ by at most the ulps
+of Note [Vector math].
 The loop runs over the group's shape: flat when every tensor input has that shape and
 is C-contiguous (or has one element), else over each axis with the inputs broadcast to
 the shape; parallel (``prange``) from the parallel threshold on. The source is a pure
