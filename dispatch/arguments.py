@@ -118,7 +118,7 @@ def axes(value: Any, fn: str, name: str, ndim: int) -> tuple[int, ...]:
 
 def one_axis_or_all(value: Any, fn: str, name: str, ndim: int) -> tuple[int, ...]:
     """None (every axis) or one int, given to kernels as ``axes`` gives them."""
-    if type(value) is not int and isinstance(value, (tuple, list)):
+    if isinstance(value, (tuple, list)):
         raise TypeError(f"{fn}: {name} must be an int or None, got {_kind_name(value)}")
     return axes(value, fn, name, ndim)
 

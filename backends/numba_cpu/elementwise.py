@@ -6,8 +6,6 @@ promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and l
 from Numba's on-disk cache afterwards (Note [Kernel cache]).
 """
 
-import sys
-
 import numpy as np
 
 from lamina.backends import jit, threads
@@ -30,8 +28,8 @@ def _set_threshold(threshold):
     global _parallel_min, _parallel_min_narrow
     _parallel_min = threshold
     _parallel_min_narrow = threshold * threads.NARROW_ELEMENTWISE_FACTOR
-    for kernel, ew in KERNELS:
-        kernel.set_limit(_limit(ew, threshold))
+    for kernel, _ in KERNELS:
+        kernel.set_limit(threshold)  # Note [Fast path]: from it on, the general path
 
 
 threads.on_change(_set_threshold)
@@ -65,12 +63,10 @@ class Elementwise:
 
     def __init__(self, op, arity, scalar, in_dtypes=None, promote_from=0, validate=None, simd=None):
         self.op, self.arity, self.scalar_fn = op, arity, scalar
-        # NumPy's ufunc for float operands from simd_min elements (Note [NumPy SIMD loops]):
-        # at every size where the C core calls its inner loops (Note [NumPy inner loops])
-        self.simd, self.simd_min = simd, sys.maxsize
+        # NumPy's ufunc, whose loops compute float operands at every size (Note [NumPy
+        # SIMD loops]; the C core calls its inner loops itself: Note [NumPy inner loops])
+        self.simd = simd
         self.numpy_loops = isinstance(simd, np.ufunc) and op.name not in OWN_LOOP_FASTER
-        if self.numpy_loops:
-            self.simd_min = 1
         self.in_dtypes = in_dtypes or (lambda d: [d] * arity)
         self.promote_from = promote_from
         # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
@@ -199,7 +195,7 @@ class Elementwise:
         if n == 0:
             return
         parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
-        if n >= self.simd_min and comp.kind == "f":
+        if self.numpy_loops and comp.kind == "f":
             self.run_simd(out, *arrays)
             return
         i = comp.index
@@ -309,13 +305,6 @@ def _named(kernel, name):
     return kernel
 
 
-def _limit(ew, threshold):
-    """Note [Fast path]: from this many elements on, the general path serves (parallel
-    loops above the threshold, unless the C core runs them itself: Note [NumPy inner
-    loops])."""
-    return threshold if ew.numpy_loops else min(threshold, ew.simd_min)
-
-
 def _fast_kernel(ew, general=None):
     kernel = core.ElementwiseKernel(
         ew.op.name,
@@ -325,7 +314,7 @@ def _fast_kernel(ew, general=None):
         ew,
         general or (lambda ks, *args: ew.general(args)),
         _INT_BOUNDS,
-        _limit(ew, _parallel_min),
+        _parallel_min,
     )
     KERNELS.append((kernel, ew))
     return _named(kernel, ew.op.name)
