@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from lamina.dispatch import keys, ops
 from lamina.dispatch.arguments import checked
+from lamina.dispatch.composites import construct
 from lamina.dispatch.dtypes import DType
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor, sole_storage, version_of, versions
@@ -400,7 +401,9 @@ def _root_grads(
                     f"one element; this one is {t.dtype} of shape {t.shape}: pass "
                     "gradient="
                 )
-            g = ops.ones_like(t)
+            # the creation operator itself: ones_like's argument checks cost more than
+            # the call, and a backward starts with this on every training step
+            g = construct("full", t._shape, 1, t._dtype, device=t.device)
         elif not isinstance(g, Tensor):
             g = ops.asarray(g, dtype=t.dtype, device=t.device)
         if g.shape != t.shape:

@@ -153,11 +153,12 @@ def device(value: Any, fn: str, name: str) -> str:
     """A Device or a device name, as the name of a registered device."""
     if not isinstance(value, (str, Device)):
         raise TypeError(f"{fn}: {name} must be a device or a device name, got {_kind_name(value)}")
-    if str(value) not in keys.devices():
+    name = str(value)
+    if not keys.is_device(name):
         raise ValueError(
-            f"{fn}: unknown device {str(value)!r}; known devices: {', '.join(keys.devices())}"
+            f"{fn}: unknown device {name!r}; known devices: {', '.join(keys.devices())}"
         )
-    return str(value)
+    return name
 
 
 def anything(value: Any, fn: str, name: str) -> Any:

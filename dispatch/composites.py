@@ -77,7 +77,9 @@ def _requires_grad_option(fn: Callable) -> Callable:
     return create
 
 
-def _create(name: str, *args: Any, device: DeviceLike = None) -> Tensor:
+def construct(name: str, *args: Any, device: DeviceLike = None) -> Tensor:
+    """The creation operator ``name`` on ``device``, its arguments as its schema takes
+    them: no argument checks (callers inside lamina pass checked values)."""
     op = OPERATORS[name]
     where = "cpu" if device is None else A.device(device, name, "device")
     ks = keys.device_key(where)
@@ -161,7 +163,7 @@ def asarray(
         and not np.shares_memory(data, obj)
     ):
         raise ValueError("asarray: copy=False, but the conversion needs a copy")
-    return _create("from_host", data, D.from_numpy(data.dtype), device=device)
+    return construct("from_host", data, D.from_numpy(data.dtype), device=device)
 
 
 @A.checked
@@ -196,7 +198,7 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
         if copy is False:
             raise ValueError(f"from_dlpack: moving to {device} needs a copy, but copy=False")
         return asarray(data, device=device)
-    return _create("from_host", data, D.from_numpy(data.dtype))
+    return construct("from_host", data, D.from_numpy(data.dtype))
 
 
 def _from_dlpack_on_cpu(x: Any, copy: bool | None) -> np.ndarray:
@@ -242,7 +244,7 @@ def _check_complex_cast(fn: str, source: D.DType, dtype: D.DType) -> None:
 @A.checked
 def empty(shape: ShapeLike, *, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """A tensor of ``shape`` with uninitialized values (default dtype: get_default_dtype())."""
-    return _create(
+    return construct(
         "empty", A.shape(shape, "empty", "shape"), _float_dtype("empty", dtype), device=device
     )
 
@@ -292,7 +294,7 @@ def full(
         info = np.iinfo(dtype.np)  # a float truncates toward zero, as in NumPy
         if not info.min <= int(fill_value) <= info.max:
             raise OverflowError(f"full: fill value {fill_value} is out of bounds for {dtype}")
-    return _create("full", A.shape(shape, "full", "shape"), fill_value, dtype, device=device)
+    return construct("full", A.shape(shape, "full", "shape"), fill_value, dtype, device=device)
 
 
 def _like(fn: str, x: Tensor, dtype: DTypeLike, device: DeviceLike) -> tuple:
@@ -375,7 +377,7 @@ def arange(
     dtype = A.dtype(dtype, "arange", "dtype")
     if dtype.kind == "c":
         raise TypeError(f"arange: dtype must be real-valued, got {dtype} (use linspace)")
-    return _create("arange", start, stop, step, dtype, device=device)
+    return construct("arange", start, stop, step, dtype, device=device)
 
 
 @_requires_grad_option
@@ -405,7 +407,7 @@ def linspace(
     dtype = A.dtype(dtype, "linspace", "dtype")
     if bounds_complex and dtype.kind != "c":
         raise TypeError(f"linspace: complex bounds need a complex dtype, got {dtype}")
-    return _create(
+    return construct(
         "linspace",
         start,
         stop,
@@ -432,7 +434,7 @@ def eye(
     n_cols = n_rows if n_cols is None else A.integer(n_cols, "eye", "n_cols")
     if n_rows < 0 or n_cols < 0:
         raise ValueError(f"eye: sizes must be non-negative, got {n_rows} x {n_cols}")
-    return _create(
+    return construct(
         "eye", n_rows, n_cols, A.integer(k, "eye", "k"), _float_dtype("eye", dtype), device=device
     )
 
@@ -448,7 +450,7 @@ def _random(
         raise TypeError(f"{name}: needs a floating dtype, got {dtype}")
     shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
     stream = random.generator(generator)  # the stream is an explicit input of the operator
-    return _create(name, A.sizes(shape, name, "shape"), dtype, stream, device=device)
+    return construct(name, A.sizes(shape, name, "shape"), dtype, stream, device=device)
 
 
 @_requires_grad_option

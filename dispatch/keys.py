@@ -94,6 +94,11 @@ def device_key(name):
         ) from None
 
 
+def is_device(name):
+    """Whether ``name`` is a registered device."""
+    return name in _backend_bits
+
+
 def devices():
     """Active device names, lowest key (priority) first."""
     return sorted(_backend_bits, key=_backend_bits.get)
