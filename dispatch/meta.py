@@ -298,7 +298,8 @@ def matmul(x1: Any, x2: Any) -> tuple:
             f"matmul: shapes {a} and {b} do not match (contracted dimensions {k1} != {k2})"
         )
     try:
-        broadcast_shapes("matmul", a[:-2], b[:-2])
+        if len(a) > 2 or len(b) > 2:  # matrices and vectors have no batch to check
+            broadcast_shapes("matmul", a[:-2], b[:-2])
     except ValueError:
         raise ValueError(
             f"matmul: the batch dimensions of shapes {a} and {b} cannot be broadcast together"
