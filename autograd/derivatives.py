@@ -692,6 +692,14 @@ def _c2r(conjugate, nd):
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
+
+def _tanh(g, r):
+    """tanh's gradient from its result: one kernel for real dtypes (tanh_backward's)."""
+    if r.dtype.kind == "c":
+        return g * _conj(1.0 - r * r)
+    return _TANH_BACKWARD(g, r)
+
+
 D = Derivative
 DERIVATIVES = {
     d.name: d
@@ -792,7 +800,7 @@ DERIVATIVES = {
         D("atan", lambda g, r, n, x: (g / _conj(1.0 + x * x),), saves=(0,)),
         D("sinh", lambda g, r, n, x: (g * _conj(ops.cosh(x)),), saves=(0,)),
         D("cosh", lambda g, r, n, x: (g * _conj(ops.sinh(x)),), saves=(0,)),
-        D("tanh", lambda g, r, n, x: (g * _conj(1.0 - r * r),), uses_result=True),
+        D("tanh", lambda g, r, n, x: (_tanh(g, r),), uses_result=True),
         D("asinh", lambda g, r, n, x: (g / _conj(ops.sqrt(x * x + 1.0)),), saves=(0,)),
         # sqrt(x - 1) sqrt(x + 1), not sqrt(x * x - 1): the two differ in sign off the
         # real axis, and acosh's branch cut is the first's
@@ -931,6 +939,8 @@ _LEAKY_BACKWARD = OPERATORS["leaky_relu_backward"]
 _GELU_BACKWARD = OPERATORS["gelu_backward"]
 _SIGMOID = OPERATORS["sigmoid"]
 _SILU_BACKWARD = OPERATORS["silu_backward"]
+_TANH_BACKWARD = OPERATORS["tanh_backward"]
+_SIGMOID_BACKWARD = OPERATORS["sigmoid_backward"]
 _HARDTANH_BACKWARD = OPERATORS["hardtanh_backward"]
 _HARDSWISH_BACKWARD = OPERATORS["hardswish_backward"]
 _SMOOTH_L1_BACKWARD = OPERATORS["smooth_l1_loss_backward"]
@@ -1339,7 +1349,20 @@ DERIVATIVES.update(
                 ),
                 saves=(0, 1),
             ),
-            D("sigmoid", lambda g, r, n, x: (g * r * (1.0 - r),), uses_result=True),
+            D("sigmoid", lambda g, r, n, x: (_SIGMOID_BACKWARD(g, r),), uses_result=True),
+            D(
+                "sigmoid_backward",
+                lambda u, r, n, g, y: (
+                    n[0] and _SIGMOID_BACKWARD(u, y),
+                    n[1] and u * g * (1.0 - 2.0 * y),
+                ),
+                saves=(0, 1),
+            ),
+            D(
+                "tanh_backward",
+                lambda u, r, n, g, y: (n[0] and _TANH_BACKWARD(u, y), n[1] and -2.0 * u * g * y),
+                saves=(0, 1),
+            ),
             D("silu", lambda g, r, n, x: (_SILU_BACKWARD(g, x),), saves=(0,)),
             D(
                 "silu_backward",

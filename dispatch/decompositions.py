@@ -1061,6 +1061,16 @@ def silu_backward(ks, grad, input):
     return grad * (s * (1 + input * (1 - s)))
 
 
+@decomposition("tanh_backward")
+def tanh_backward(ks, grad, result):
+    return grad * (1 - result * result)
+
+
+@decomposition("sigmoid_backward")
+def sigmoid_backward(ks, grad, result):
+    return grad * result * (1 - result)
+
+
 @decomposition("hardtanh")
 def hardtanh(ks, input, min_val, max_val):
     # NaN fails both tests and passes, as in the kernel

@@ -163,6 +163,12 @@ IMAGE = frozenset(
 )
 
 
+# nn operators that are elementwise in all but their namespace, and are laid out as
+# elementwise operators are (their kernels are the elementwise module's: Note
+# [Pointwise activations] in the CPU backend)
+ELEMENTWISE_LIKE = frozenset({"tanh_backward", "sigmoid_backward"})
+
+
 def layout_source(op: Operator, args: tuple) -> Any:
     """The tensor whose layout ``op``'s results follow, or None (C-contiguous results):
     the first argument of a KEEPS_ORDER operator or the image argument of an IMAGE
@@ -171,7 +177,7 @@ def layout_source(op: Operator, args: tuple) -> Any:
     channels stay channels-last, as in PyTorch); for an elementwise operator, an
     operand whose dense order every tensor operand of the result's shape shares (a
     residual ``x + y`` of channels-last images is channels-last, as in PyTorch)."""
-    if op.category == "elementwise":
+    if op.category == "elementwise" or op.name in ELEMENTWISE_LIKE:
         return _common_order_operand(args)
     if op.name == "concat":
         images = args[0]
@@ -220,7 +226,7 @@ def new_strides(op: Operator, shape: Shape, like: Any) -> Shape:
     if like is None:
         return contiguous(shape)
     like_strides = strides_of(like)
-    if op.name in KEEPS_ORDER or op.category == "elementwise":
+    if op.name in KEEPS_ORDER or op.category == "elementwise" or op.name in ELEMENTWISE_LIKE:
         order = dense_order(like._shape, like_strides)
         if order is not None and tuple(shape) == like._shape:
             return _in_order(shape, order)

@@ -1051,6 +1051,23 @@ define(
     doc="grad times silu's derivative at input, s (1 + input (1 - s)) with s = sigmoid(input).",
 )
 define(
+    "tanh_backward(grad: Tensor, result: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad times tanh's derivative from its result, 1 - result**2 (one pass, where "
+    "the formula took three).",
+)
+define(
+    "sigmoid_backward(grad: Tensor, result: Tensor) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    doc="grad times sigmoid's derivative from its result, result (1 - result).",
+)
+define(
     "hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor",
     "nn",
     dtypes=FLOATING,

@@ -286,6 +286,8 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
             "sigmoid",
             "silu",
             "silu_backward",
+            "tanh_backward",
+            "sigmoid_backward",
             "hardtanh",
             "hardtanh_backward",
             "hardswish",

@@ -1159,7 +1159,14 @@ def _more_activations(fn, d, t):
     ]
 
 
-@sample_of("silu_backward", "hardswish_backward", "hardtanh_backward", dtypes=NN_DTYPES)
+@sample_of(
+    "silu_backward",
+    "tanh_backward",
+    "sigmoid_backward",
+    "hardswish_backward",
+    "hardtanh_backward",
+    dtypes=NN_DTYPES,
+)
 def _more_activations_backward(fn, d, t):
     bounds = (-0.5, 0.25) if fn.name == "hardtanh_backward" else ()
     return [

@@ -701,6 +701,12 @@ SAMPLES.update(
         "silu_backward": [
             ("plain", lambda g, x: OPERATORS["silu_backward"](g, x), [leaf(S), leaf(S, -4, 4, 1)])
         ],
+        "tanh_backward": [
+            ("plain", lambda g, y: OPERATORS["tanh_backward"](g, y), [leaf(S), leaf(S, -1, 1, 1)])
+        ],
+        "sigmoid_backward": [
+            ("plain", lambda g, y: OPERATORS["sigmoid_backward"](g, y), [leaf(S), leaf(S, 0, 1, 1)])
+        ],
         "hardtanh": [
             ("plain", lambda x: NNF.hardtanh(x, -0.5, 0.25), [leaf(S)]),
             ("relu6", NNF.relu6, [nhwc((1, 2, 2, 2), -2, 8)]),

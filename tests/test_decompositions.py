@@ -434,6 +434,11 @@ SAMPLES.update(
     sigmoid=[lambda: F.sigmoid(A(SPECIALS)), lambda: F.sigmoid(nc((2, 3), "float32"))],
     silu=[lambda: F.silu(A(SPECIALS)), lambda: F.silu(nc((2, 3), "float32"))],
     silu_backward=[lambda: OPERATORS["silu_backward"](T((13,)), A(SPECIALS[:10] + [-9.0, 3, -3]))],
+    tanh_backward=[lambda: OPERATORS["tanh_backward"](T((13,)), A(SPECIALS[:10] + [0.5, 1, -1]))],
+    sigmoid_backward=[
+        lambda: OPERATORS["sigmoid_backward"](T((13,)), A(SPECIALS[:10] + [0.5, 1, 0])),
+        lambda: OPERATORS["sigmoid_backward"](nc((2, 3), "float32"), nc((2, 3), "float32")),
+    ],
     hardtanh=[
         lambda: F.hardtanh(A(SPECIALS)),
         lambda: F.relu6(nc((2, 3), "float32", low=-2, high=8)),

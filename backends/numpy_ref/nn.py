@@ -634,6 +634,16 @@ def silu_backward(ks, grad, input):
         return _keep_layout(grad._data * (s * (1 + x * (1 - s))), input._data)
 
 
+def tanh_backward(ks, grad, result):
+    y = result._data.astype(np.float64)
+    return _keep_layout(grad._data * (1 - y * y), result._data)
+
+
+def sigmoid_backward(ks, grad, result):
+    y = result._data.astype(np.float64)
+    return _keep_layout(grad._data * y * (1 - y), result._data)
+
+
 def hardtanh(ks, input, min_val, max_val):
     x = input._data  # NaN stays NaN: np.clip propagates it
     return _keep_layout(np.clip(x, min_val, max_val), x)
@@ -847,6 +857,8 @@ KERNELS = [
     sigmoid,
     silu,
     silu_backward,
+    tanh_backward,
+    sigmoid_backward,
     hardtanh,
     hardtanh_backward,
     hardswish,

@@ -150,6 +150,7 @@ def build(
     fwd.outputs = tuple(outputs + read)
     bwd = Graph()
     bwd.inputs, bwd.nodes = gvalues + read, backward_nodes
+    fwd._count = bwd._count = graph._count  # a pass's new values: named past the joint's
     bwd.outputs = tuple(grad_values)
     forward_plan = Plan(_optimized(fwd, names))
     backward_plan = Plan(_optimized(bwd, names), positional=gvalues + read, consume=True)

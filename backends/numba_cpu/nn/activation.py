@@ -25,7 +25,7 @@ from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from .. import kernels as K
-from ..elementwise import Elementwise, scalar_kernel, unary_kernel
+from ..elementwise import Elementwise, binary_kernel, scalar_kernel, unary_kernel
 from .layout import dense, flat_like, flat_output
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
@@ -505,6 +505,14 @@ def pointwise_kernel(name, scalar_fn):
     return unary_kernel(ew, general)
 
 
+def gradient_kernel(name, scalar_fn):
+    """A gradient from an activation's result, grad and result elementwise (Note
+    [Pointwise activations]): two contiguous tensors of one shape take the C core's fast
+    path, the others the elementwise general path (dispatch.layouts.ELEMENTWISE_LIKE)."""
+    kernel, *_variants = binary_kernel(Elementwise(OPERATORS[name], 2, lambda dtype: scalar_fn))
+    return kernel
+
+
 def leaky_relu_kernel():
     """leaky_relu is a tensor and a number, the slope (Note [Pointwise activations]): a
     contiguous call takes the C core's scalar fast path, the others the loop over the
@@ -523,6 +531,10 @@ def register(registry):
     for name in ("relu", "sigmoid", "silu"):
         registry.register(name, "cpu", kernels[name])
     registry.register("leaky_relu", "cpu", leaky_relu_kernel())
+    registry.register("tanh_backward", "cpu", gradient_kernel("tanh_backward", K.tanh_grad))
+    registry.register(
+        "sigmoid_backward", "cpu", gradient_kernel("sigmoid_backward", K.sigmoid_grad)
+    )
     by_approximation = {"none": kernels["gelu"], "tanh": kernels["gelu_tanh"]}
 
     def gelu(ks, input, approximate):

@@ -27,13 +27,15 @@ import numpy as np
 
 from lamina.backends import threads
 from lamina.backends.numba_cpu import fused
-from lamina.dispatch import core, layouts, meta
+from lamina.dispatch import core, decompositions, layouts, meta
 from lamina.dispatch import dtypes as D
 from lamina.dispatch.schema import Operator
 from lamina.dispatch.tensor import from_array, from_flat
 
 from ..executor import NUMBERS
 from ..graph import Graph, Node, Value
+from ..tracer import record_calls
+from .rewrite import splice
 
 
 class _Operand:
@@ -217,7 +219,28 @@ def _row_length(shape: tuple, axis: Any) -> int | None:
     return shape[-1] if tuple(axis) == (len(shape) - 1,) else None
 
 
+# Note [Pointwise backward operators]: tanh's and sigmoid's gradients are one kernel
+# each in eager (tanh_backward, sigmoid_backward), where their formulas were three
+# elementwise calls. In a graph their decompositions -- those formulas -- take their
+# place, so that a fusion group sees through them and they join the calls around them.
+INLINED = ("tanh_backward", "sigmoid_backward")
+
+
+def _inline(graph: Graph) -> Graph:
+    at: dict[Node, tuple[list[Node], Value]] = {}
+    for node in graph.nodes:
+        if isinstance(node.target, Operator) and node.target.name in INLINED:
+            decomposition = decompositions.DECOMPOSITIONS[node.target.name]
+            nodes, value = record_calls(graph, lambda *a: decomposition(0, *a), *node.args)
+            if all(_computation(n) is not None for n in nodes):
+                for n in nodes:
+                    n.line = node.line
+                at[node] = (nodes, value)
+    return splice(graph, at, set())
+
+
 def run(graph: Graph) -> Graph:
+    graph = _inline(graph)
     comps = {n: c for n in graph.nodes if (c := _computation(n)) is not None}
     position = {n: i for i, n in enumerate(graph.nodes)}
     group_of: dict[Value, list[Node]] = {}  # a value of an open group -> the group
