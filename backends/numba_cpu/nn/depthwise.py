@@ -35,6 +35,33 @@ strided ones: with one, the input's channels are repeated m times first (and the
 input gradient's repeated channels summed after), a pass over the input that cost
 less than the strided loops (measured 16x32x112x112, multiplier 2, one thread:
 forward ~5x PyTorch's time before).
+
+Note [Channels-last depthwise loops measured]: the NHWC forward pass takes ~1.8x
+PyTorch's time on 16 x 144 x 56 x 56 (one thread). Its nine-tap loop is bound by its
+loads, an input and a weight vector per multiply-add: on the 2-core AVX-512 machine
+these were measured on (shared, so timed as medians of interleaved rounds), such a
+loop over 16 floats from L1 takes ~22 cycles, ~12 with the weights broadcast from
+registers. Here ~75 ns per output pixel with the images in the L2 cache and ~100
+ns from memory (PyTorch: ~55 and ~53). These formulations, one thread, stride 1,
+were measured and not taken (ns per output pixel, in cache / from memory, against
+the loop above in the same run):
+
+    whole output rows, tap by tap (each tap a pass over the row's W x C values):
+        ~2x slower; one pass per kernel row: 86 vs 77 / 151 vs 113;
+    channel blocks of 16 carried across a row's pixels, meant to keep their
+        weights in registers: as slices 3x slower; with a block's 16 lanes written
+        out one by one for LLVM's SLP vectorizer, scalar code, 4x slower;
+    2 or 4 pixels per loop over the channels, sharing input and weight loads:
+        52-65 vs 71-77 in cache, but 136-280 vs 97-111 from memory (seemingly
+        the hardware prefetcher falling behind: an llvm.prefetch of the next input
+        and output rows brought 4 pixels back to 98 against 99);
+    runs of pixels in one loop, the weights repeated per pixel (the loop's setup
+        paid per run; a whole row as one run changed the time by under 15%): 32
+        channels 19 -> 16, 144 channels 79 -> 60 in cache, 91 -> 83 from memory (92
+        vs 100 with llvm.prefetch), stride 2 slower;
+    padded input rows copied into a ring of channel-blocked rows (constant
+        offsets, no border cases): 2-5x slower, the copy alone 2 ms of the 16 x
+        144 x 56 x 56 forward pass.
 """
 
 import copy
