@@ -23,24 +23,37 @@ from . import init
 from .modules import Module, Parameter
 
 
-def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
-    """The next (h, c) from the pre-activations (N, 4H) of gates i, f, g, o."""
+def _lstm_gates(gates: Tensor, c: Tensor, axis: int = -1) -> tuple[Tensor, Tensor]:
+    """The next (h, c) from the pre-activations of gates i, f, g, o along ``axis``:
+    (N, 4H) and (N, H) states, or (4H, N) and (H, N) (Note [States in columns])."""
     # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
     # one concatenation, where each slice's would be a zero tensor of the whole and an add
-    i, f, g, o = ops.split(gates, c.shape[-1], axis=-1)
+    i, f, g, o = ops.split(gates, c.shape[axis], axis=axis)
     c = F.sigmoid(f) * c + F.sigmoid(i) * ops.tanh(g)
     return F.sigmoid(o) * ops.tanh(c), c
 
 
-def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor) -> Tensor:
-    """The next h from the input's (N, 3H) and the hidden state's projections, each
-    with its own bias (b_hn sits inside r * (...), as in PyTorch)."""
-    size = h.shape[-1]
-    x_rz, x_n = ops.split(xw, [2 * size, size], axis=-1)  # Note [Recurrent pieces]
-    h_rz, h_n = ops.split(hw, [2 * size, size], axis=-1)
-    r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=-1)
+def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
+    """The next h from the input's and the hidden state's projections along ``axis``
+    ((N, 3H) or (3H, N), as _lstm_gates), each with its own bias (b_hn sits inside r *
+    (...), as in PyTorch)."""
+    size = h.shape[axis]
+    x_rz, x_n = ops.split(xw, [2 * size, size], axis=axis)  # Note [Recurrent pieces]
+    h_rz, h_n = ops.split(hw, [2 * size, size], axis=axis)
+    r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=axis)
     n = ops.tanh(x_n + r * h_n)
     return n + z * (h - n)  # (1 - z) n + z h
+
+
+# Note [States in columns]: a layer's loop keeps its states as columns, (H, N), and
+# computes each step's pre-activations as w_hh @ h, (G * H, N). Each gate is then a
+# block of whole rows -- contiguous, so the gates' elementwise calls and their
+# gradients take the C core's fast path -- where in rows, (N, G * H), a gate is a
+# strided slice of every row. The product is also the faster of the two forms for a
+# small batch (OpenBLAS, one thread, 16 x 128 -> 512: 21 us against 37).
+def _columns(t: Tensor) -> Tensor:
+    """A view with the last two axes swapped."""
+    return ops.matrix_transpose(t)
 
 
 def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
@@ -209,14 +222,14 @@ class LSTM(_RNNBase):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
             # both biases enter the sum of every gate: added once, to the projection
             xw = F.linear(x, w_ih, None if b_ih is None else b_ih + b_hh)
-            h, c = h0[layer], c0[layer]
+            h, c = _columns(h0[layer]), _columns(c0[layer])  # Note [States in columns]
             steps = []
-            for xw_t in ops.unstack(xw):  # Note [Recurrent pieces]
-                h, c = _lstm_gates(xw_t + F.linear(h, w_hh), c)
+            for xw_t in ops.unstack(_columns(xw)):  # Note [Recurrent pieces]
+                h, c = _lstm_gates(xw_t + ops.matmul(w_hh, h), c, axis=0)
                 steps.append(h)
-            hs.append(h)
-            cs.append(c)
-            x = self._between_layers(ops.stack(steps, axis=0), layer)
+            hs.append(_columns(h))
+            cs.append(_columns(c))
+            x = self._between_layers(_columns(ops.stack(steps, axis=0)), layer)
         return self._output(x, batched), (_final(hs, batched), _final(cs, batched))
 
 
@@ -234,13 +247,15 @@ class GRU(_RNNBase):
         for layer in range(self.num_layers):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
             xw = F.linear(x, w_ih, b_ih)
-            h = h0[layer]
+            h = _columns(h0[layer])  # Note [States in columns]
+            b_hn = None if b_hh is None else ops.expand_dims(b_hh, axis=-1)
             steps = []
-            for xw_t in ops.unstack(xw):  # Note [Recurrent pieces]
-                h = _gru_gates(xw_t, F.linear(h, w_hh, b_hh), h)
+            for xw_t in ops.unstack(_columns(xw)):  # Note [Recurrent pieces]
+                hw = ops.matmul(w_hh, h)
+                h = _gru_gates(xw_t, hw if b_hn is None else hw + b_hn, h, axis=0)
                 steps.append(h)
-            hs.append(h)
-            x = self._between_layers(ops.stack(steps, axis=0), layer)
+            hs.append(_columns(h))
+            x = self._between_layers(_columns(ops.stack(steps, axis=0)), layer)
         return self._output(x, batched), _final(hs, batched)
 
 
