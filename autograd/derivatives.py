@@ -948,8 +948,8 @@ _NLL_LOSS = OPERATORS["nll_loss"]
 _NLL_LOSS_BACKWARD = OPERATORS["nll_loss_backward"]
 _SOFTMAX_BACKWARD = OPERATORS["softmax_backward"]
 _ATTENTION_BACKWARD = OPERATORS["native_scaled_dot_product_attention_backward"]
-_LOG_SOFTMAX = OPERATORS["log_softmax"]
 _LOG_SOFTMAX_BACKWARD = OPERATORS["log_softmax_backward"]
+_CROSS_ENTROPY_BACKWARD = OPERATORS["cross_entropy_loss_backward"]
 _NONE = (None,) * 8
 
 
@@ -1170,11 +1170,13 @@ def _nll_loss_backward(u, r, n, g, x, target, weight, ignore_index, reduction):
 
 
 def _cross_entropy_loss(g, r, n, x, target, ignore_index):
-    """log_softmax's and nll_loss's gradients in turn (the forward kept no
-    log-probabilities: Note [One-pass cross entropy]), so it can be differentiated again."""
-    logp = _LOG_SOFTMAX(x, 1)
-    gl = _NLL_LOSS_BACKWARD(g, logp, target, None, ignore_index, "mean")
-    return (_LOG_SOFTMAX_BACKWARD(gl, logp, 1), None, None)
+    """The fused backward, from the logits (the forward kept no log-probabilities: Note
+    [One-pass cross entropy]); under create_graph its decomposition, log_softmax's and
+    nll_loss's gradients in turn, which can be differentiated again."""
+    args = (g, x, target, ignore_index)
+    if is_grad_enabled():
+        return (DECOMPOSITIONS["cross_entropy_loss_backward"](None, *args), None, None)
+    return (_CROSS_ENTROPY_BACKWARD(*args), None, None)
 
 
 def _mse_loss(g, r, n, x, t, reduction):

@@ -1172,6 +1172,14 @@ def cross_entropy_loss(ks, input, target, ignore_index):
     return _call("nll_loss", logp, target, None, ignore_index, "mean")
 
 
+@decomposition("cross_entropy_loss_backward")
+def cross_entropy_loss_backward(ks, grad, input, target, ignore_index):
+    """log_softmax's and nll_loss's gradients in turn, from the log-probabilities."""
+    logp = _call("log_softmax", input, 1)
+    g = _call("nll_loss_backward", grad, logp, target, None, ignore_index, "mean")
+    return _call("log_softmax_backward", g, logp, 1)
+
+
 @decomposition("nll_loss")
 def nll_loss(ks, input, target, weight, ignore_index, reduction):
     """The picked log-probabilities by an index key; the sums accumulate in the

@@ -1067,6 +1067,13 @@ def cross_entropy_loss(input: Any, target: Any, ignore_index: int) -> tuple:
     return input, target, ignore_index
 
 
+def cross_entropy_loss_backward(grad: Any, input: Any, target: Any, ignore_index: int) -> tuple:
+    """cross_entropy_loss's arguments and the loss's gradient, 0-d of input's dtype."""
+    input, target, ignore_index = cross_entropy_loss(input, target, ignore_index)
+    _like_input("cross_entropy_loss_backward", "grad", grad, input, ())
+    return grad, input, target, ignore_index
+
+
 def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
     _floating("mse_loss", "input", input)
     _like_input("mse_loss", "target", target, input)

@@ -1015,6 +1015,17 @@ define(
     "(no weight, reduction 'mean') in one pass, no log-probabilities stored.",
 )
 define(
+    "cross_entropy_loss_backward(grad: Tensor, input: Tensor, target: Tensor, "
+    "ignore_index: int) -> Tensor",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    check=meta.cross_entropy_loss_backward,
+    doc="cross_entropy_loss's gradient with respect to input, from the loss's 0-d grad: "
+    "(softmax(input, 1) - onehot(target)) * grad / count in each row whose target is "
+    "not ignore_index (count such rows), 0 in the others, in one pass per row.",
+)
+define(
     "add_scaled_(x1: Tensor, x2: Tensor, /, alpha: float) -> Tensor",
     "linalg",
     dtypes=FLOATING,

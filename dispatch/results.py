@@ -302,6 +302,7 @@ NN_RULES: dict[str, Callable[[Operator, tuple], tuple]] = {
     "smooth_l1_loss": _pointwise_loss(2),
     "smooth_l1_loss_backward": _like(1),
     "nll_loss_backward": _like(1),
+    "cross_entropy_loss_backward": _like(1),
     "binary_cross_entropy_with_logits": _pointwise_loss(3),
     "embedding": lambda op, args: (args[0]._dtype, (*args[1]._shape, args[0]._shape[1])),
     "embedding_dense_backward": lambda op, args: (

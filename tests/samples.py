@@ -1231,6 +1231,15 @@ def _cross_entropy(fn, d, t):
     ]
 
 
+@sample_of("cross_entropy_loss_backward", dtypes=NN_DTYPES)
+def _cross_entropy_backward(fn, d, t):
+    return [
+        S(fn, t(()), t((4, 3)), t.ints((4,), 0, 3), -100, label="mean"),
+        S(fn, t(()), t((3, 5), "T"), lm.asarray([4, -1, 0]), -1, label="T-ignore"),
+        S(fn, t(()), t((0, 3)), t.ints((0,), 0, 3), -100, label="empty"),
+    ]
+
+
 @sample_of("nll_loss_backward", dtypes=NN_DTYPES)
 def _nll_backward(fn, d, t):
     ints = t.ints

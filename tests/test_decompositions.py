@@ -504,6 +504,14 @@ SAMPLES.update(
         lambda: F.cross_entropy(T((4, 3)), A([0, 2, 1, 2], "int64")),
         lambda: F.cross_entropy(nc((3, 5)), A([4, -1, 0], "int64"), ignore_index=-1),
     ],
+    cross_entropy_loss_backward=[
+        lambda: OPERATORS["cross_entropy_loss_backward"](
+            A(0.5), T((4, 3)), A([0, 2, 1, 2], "int64"), -100
+        ),
+        lambda: OPERATORS["cross_entropy_loss_backward"](
+            A(1.0, "float32"), nc((3, 5), "float32"), A([4, -1, 0], "int64"), -1
+        ),
+    ],
     nll_loss=[
         lambda: F.nll_loss(F.log_softmax(T((4, 3)), 1), A([0, 2, 1, 2], "int64")),
         lambda: F.nll_loss(

@@ -529,6 +529,23 @@ def test_training_compiles_the_backward_from_the_formulas():
     assert backward.count("matmul") == 2
 
 
+def test_a_compiled_cross_entropy_backward_is_one_node():
+    """Note [One-pass cross entropy]: the loss's gradient is the fused operator in the
+    compiled backward, as in eager (not log_softmax, nll_loss_backward and
+    log_softmax_backward), with eager's gradients."""
+    eager, model = _mlp(0), _mlp(0)
+    x, y = rand(5, 6), lm.asarray(np.array([0, 2, -100, 1, 0]))
+    compiled = jit.compile(lambda x, y: F.cross_entropy(model(x), y))
+    for run in (lambda x, y: F.cross_entropy(eager(x), y), compiled):
+        run(x, y).backward()
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    (variant,) = compiled.variants.values()
+    backward = [n.name for n in variant.plan.backward.graph.nodes]
+    assert backward.count("cross_entropy_loss_backward") == 1
+    assert not {"log_softmax", "nll_loss_backward", "log_softmax_backward"} & set(backward)
+
+
 def test_a_replaced_parameter_is_seen():
     model = lm.nn.Linear(3, 2)
     compiled = jit.compile(model)

@@ -18,6 +18,7 @@ from lamina.backends.numba_cpu import blas, gemm
 from lamina.backends.numba_cpu.nn import conv, pooling, winograd
 from lamina.backends.threads import PARALLEL_ELEMENTS
 from lamina.dispatch import memory
+from lamina.dispatch.decompositions import DECOMPOSITIONS
 from lamina.dispatch.schema import OPERATORS
 
 F = lm.nn.functional
@@ -464,6 +465,99 @@ def test_cross_entropy_by_hand():
     np.testing.assert_allclose(soft.numpy(), -(probs * logp).sum(axis=1))
 
 
+# ---------------------------------------------------------------- cross entropy's gradient
+
+CE_BACKWARD = OPERATORS["cross_entropy_loss_backward"]
+
+
+def _logits_and_targets(shape, dtype, ignored=(), transposed=False):
+    """Logits of spread N(0, 4) (log-sum-exps up to ~15) and class targets, some -100."""
+    rows, classes = shape
+    rng = np.random.default_rng(rows * 31 + classes)
+    data = rng.normal(0.0, 4.0, (classes, rows) if transposed else shape).astype(dtype)
+    target = rng.integers(0, max(classes, 1), rows)
+    target[list(ignored)] = -100
+    x = lm.asarray(data)
+    return (x.T if transposed else x), lm.asarray(target)
+
+
+def _float64_gradient(x, target, g):
+    """(softmax - onehot(target)) * g / count in the counted rows, 0 in the others."""
+    x, t = x.numpy().astype(np.float64), target.numpy()
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    out = e / e.sum(axis=1, keepdims=True)
+    counted = t != -100
+    out[np.flatnonzero(counted), t[counted]] -= 1.0
+    return out * np.where(counted, g / max(counted.sum(), 1), 0.0)[:, None]
+
+
+CE_CASES = [  # (shape, ignored rows, transposed)
+    ((128, 10), (3, 50, 51), False),
+    ((6, 4), (2,), True),  # a transposed view
+    ((3, 1100), (), False),  # rows over one block of the sum (Note [Softmax kernels])
+    ((5, 1), (0,), False),
+    ((0, 3), (), False),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, ignored, transposed", CE_CASES, ids=str)
+def test_cross_entropy_gradient_is_its_composite_bit_for_bit(dtype, shape, ignored, transposed):
+    """Note [One-pass cross entropy]: the fused gradient equals log_softmax,
+    nll_loss_backward and log_softmax_backward in turn (its decomposition, autograd's
+    formula before it) on dense rows bit for bit; on a transposed view the composite's
+    log_softmax sums columns in float64 instead, within 20 eps of the coefficient
+    g / count (measured: 16). Both are within the rounding of the log-sum-exp (~15:
+    8 eps of each element, measured 12) of float64's softmax - onehot."""
+    x, target = _logits_and_targets(shape, dtype, ignored, transposed)
+    g = lm.asarray(np.asarray(0.75, dtype))
+    got = CE_BACKWARD(g, x, target, -100)
+    assert got.shape == shape and got.dtype == x.dtype
+    composite = DECOMPOSITIONS["cross_entropy_loss_backward"]
+    dense = lm.asarray(x.numpy().copy())
+    np.testing.assert_array_equal(got.numpy(), composite(None, g, dense, target, -100).numpy())
+    eps, scale = np.finfo(dtype).eps, 0.75 / max(shape[0] - len(ignored), 1)
+    want = composite(None, g, x, target, -100).numpy()
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=20 * eps * scale)
+    reference = _float64_gradient(x, target, 0.75)
+    np.testing.assert_allclose(got.numpy(), reference, rtol=0, atol=20 * eps * scale)
+    leaf = x.detach().requires_grad_()
+    (F.cross_entropy(leaf, target) * 0.75).backward()  # eager autograd runs the fused op
+    np.testing.assert_array_equal(leaf.grad.numpy(), got.numpy())
+
+
+def test_cross_entropy_gradient_with_every_target_ignored_or_nan_logits():
+    """As the composite (and PyTorch): every target ignored gives a zero gradient (the
+    loss is NaN); a row with a NaN logit is NaN, ignored or not."""
+    x, target = _logits_and_targets((4, 3), np.float32, ignored=range(4))
+    g = lm.asarray(np.float32(1.0))
+    np.testing.assert_array_equal(CE_BACKWARD(g, x, target, -100).numpy(), np.zeros((4, 3)))
+    data = x.numpy().copy()
+    data[1, 2] = data[2, 0] = np.nan
+    x, target = lm.asarray(data), lm.asarray(np.array([0, -100, 1, 2]))
+    got = CE_BACKWARD(g, x, target, -100).numpy()
+    want = DECOMPOSITIONS["cross_entropy_loss_backward"](None, g, x, target, -100).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[1:3]).all() and np.isfinite(got[[0, 3]]).all()
+
+
+def test_cross_entropy_gradient_refuses_bad_targets_and_grads():
+    x, target = _logits_and_targets((3, 4), np.float64)
+    g = lm.asarray(np.float64(1.0))
+    for bad in (4, -1):
+        for backend in ("numba_cpu", "numpy_ref"):
+            with lm.backends.use(backend), pytest.raises(ValueError, match=f"got {bad}"):
+                CE_BACKWARD(g, x, lm.asarray(np.array([0, bad, 1])), -100)
+    with pytest.raises(ValueError, match=r"cross_entropy: target values .* \[0, 4\)"):
+        F.cross_entropy(x, lm.asarray(np.array([0, 4, 1])))
+    with pytest.raises(ValueError, match=r"grad must have shape \(\)"):
+        CE_BACKWARD(lm.ones(3, dtype=lm.float64), x, target, -100)
+    with pytest.raises(TypeError, match="grad has dtype float32"):
+        CE_BACKWARD(lm.asarray(np.float32(1.0)), x, target, -100)
+    with pytest.raises(ValueError, match=r"input must be \(N, C\) logits"):
+        CE_BACKWARD(g, lm.ones((2, 3, 4), dtype=lm.float64), target, -100)
+
+
 def test_mean_nll_loss_with_every_target_ignored_is_nan():
     loss = F.nll_loss(lm.zeros((2, 3)), lm.asarray([-100, -100]))
     assert np.isnan(loss.item())
@@ -602,6 +696,18 @@ def test_parallel_kernels_equal_the_serial_ones(fn, tol, layout, two_threads):
         if got is not None:
             scale = max(1.0, float(np.abs(want.numpy()).max()))
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=tol, atol=tol * scale)
+
+
+def test_parallel_cross_entropy_gradient_equals_the_serial_one(two_threads):
+    """Rows are independent: the prange variant's are the serial one's, bit for bit."""
+    x, target = _logits_and_targets((140, 1000), np.float32, ignored=(7, 99))
+    assert x.size >= PARALLEL_ELEMENTS
+    g = lm.asarray(np.float32(1.0))
+    got = CE_BACKWARD(g, x, target, -100).numpy()
+    lm.set_num_threads(1)
+    want = CE_BACKWARD(g, x, target, -100).numpy()
+    lm.set_num_threads(2)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("fn", [F.max_pool2d, F.avg_pool2d], ids=["max_pool values", "avg_pool"])

@@ -716,6 +716,29 @@ def cross_entropy_loss(ks, input, target, ignore_index):
     return from_array(np.asarray(mean, input._data.dtype))
 
 
+def cross_entropy_loss_backward(ks, grad, input, target, ignore_index):
+    """(softmax - onehot(target)) * grad / count in the counted rows; an ignored row is
+    softmax * 0 (NaN where softmax is)."""
+    x = input._data.astype(np.float64)
+    t = target._data
+    counted = t != ignore_index
+    for cls in t[counted]:
+        if not 0 <= cls < x.shape[1]:
+            raise ValueError(
+                f"cross_entropy_loss_backward: target values must be class indices in "
+                f"[0, {x.shape[1]}), got {cls}"
+            )
+    if not x.size:
+        return from_array(np.zeros_like(input._data))
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    out = e / e.sum(axis=1, keepdims=True)
+    rows = np.flatnonzero(counted)
+    out[rows, t[rows]] -= 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # nothing counted: no row uses it
+        scale = np.where(counted, float(grad._data) / counted.sum(), 0.0)
+    return from_array((out * scale[:, None]).astype(input._data.dtype))
+
+
 def nll_loss(ks, input, target, weight, ignore_index, reduction):
     x = input._data[None] if input._data.ndim == 1 else input._data
     t = target._data.reshape((x.shape[0],) + x.shape[2:])
@@ -869,6 +892,7 @@ KERNELS = [
     log_softmax_backward,
     nll_loss,
     cross_entropy_loss,
+    cross_entropy_loss_backward,
     add_scaled_,
     nll_loss_backward,
     mse_loss,

@@ -1,7 +1,8 @@
-"""Losses: nll_loss and its gradient, Numba passes over the targets; mse_loss, smooth_l1_loss and
-binary_cross_entropy_with_logits, one Numba pass that computes each element's loss and
-stores or sums it. Their gradients are formulas of dispatched operators
-(autograd/derivatives.py)."""
+"""Losses: nll_loss and its gradient, Numba passes over the targets; cross_entropy_loss
+and its gradient, one pass per row (Note [One-pass cross entropy]); mse_loss,
+smooth_l1_loss and binary_cross_entropy_with_logits, one Numba pass that computes each
+element's loss and stores or sums it. Their gradients are formulas of dispatched
+operators (autograd/derivatives.py)."""
 
 import functools
 import math
@@ -9,8 +10,10 @@ import os
 
 import numpy as np
 
-from lamina.backends import jit
+from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
+from lamina.dispatch import dtypes as D
+from lamina.dispatch import meta
 from lamina.dispatch.tensor import from_array, from_flat
 
 from .. import kernels as K
@@ -20,6 +23,15 @@ from .activation import _SUM_BLOCK, _exp_and_cast, softmax_finish
 # that file's stamp, as activation.py's do
 _stat = os.stat(K.__file__)
 _MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
+_parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
+
+
+def _set_threshold(threshold):
+    global _parallel_min
+    _parallel_min = threshold
+
+
+threads.on_change(_set_threshold)
 
 
 def _pick(x, t, weight, weighted, ignore_index, losses):
@@ -89,12 +101,43 @@ def _compile_pick(dtype):
 
 
 # Note [One-pass cross entropy]: cross_entropy's common case (cross_entropy_loss) runs
-# log_softmax's row arithmetic (Note [Softmax kernels]: the maximum, the blocked sum of
-# exp(x - max) in the data's dtype, the shift softmax_finish gives) on each counted row
-# but stores nothing: only the target's log-probability, row[target] - shift, rounded
-# to the dtype as the row kernel rounds it, is added to a float64 total, as nll_loss
-# adds it. So the mean equals log_softmax then nll_loss bit for bit, in one pass with no
-# (N, C) intermediate.
+# log_softmax's row arithmetic (log_softmax_shift: Note [Softmax kernels]'s maximum,
+# blocked sum of exp(x - max) in the data's dtype, and the shift softmax_finish gives) on
+# each counted row but stores nothing: only the target's log-probability, row[target] -
+# shift, rounded to the dtype as the row kernel rounds it, is added to a float64 total,
+# as nll_loss adds it. So the mean equals log_softmax then nll_loss bit for bit, in one
+# pass with no (N, C) intermediate. Its gradient (cross_entropy_loss_backward) is
+# log_softmax, nll_loss_backward and log_softmax_backward in one pass per row, with
+# their roundings: nll_loss_backward's coefficient c = -grad * (1 / count) in float64
+# (mean_coefficient), rounded to the dtype, and log_softmax_backward's onehot(target) *
+# c - exp(log-probability) * c of each element; an ignored row gets c = 0 (0, or NaN
+# where its log-probabilities are NaN, as theirs). So it equals those three operators
+# bit for bit on dense rows; on a strided view their log_softmax sums columns in
+# float64 instead (Note [Softmax kernels]), while this copies the rows: within 20 eps
+# of c (tests/test_nn.py). Nothing of (N, C) is stored but the gradient.
+
+
+@jitable(inline="always", **jit.CALLEE)  # a call per row: 25% of 128 x 10's forward
+def log_softmax_shift(row, exp, cast):
+    """What log_softmax subtracts from each element of row (Note [Softmax kernels])."""
+    m = K.extreme(row, row[0], True)
+    s = 0.0
+    for b in range(0, row.shape[0], _SUM_BLOCK):
+        block = row[b : b + _SUM_BLOCK]
+        part = cast(0.0)
+        for j in range(block.shape[0]):
+            part += exp(block[j] - m)
+        s += part
+    return softmax_finish(s, m, True, cast)
+
+
+# flags of its own (Numba gives a function without them its caller's; an empty set
+# reads as none), so that the kernel's reassociation cannot make it -grad / counted
+@jitable(fastmath=frozenset({"contract"}), **jit.CALLEE)
+def mean_coefficient(grad, counted):
+    """nll_loss_backward's -grad * (1 / counted), rounded as it rounds it (1 / 0 where
+    nothing counts: no row reads it)."""
+    return -grad * (1.0 / counted)
 
 
 def cross_entropy_rows(exp, cast, stamp=_MATH_STAMP):
@@ -111,17 +154,39 @@ def cross_entropy_rows(exp, cast, stamp=_MATH_STAMP):
             if k < 0 or k >= classes:  # before the row is read: C may be 0
                 return total, counted, n
             row = x[n]
-            m = K.extreme(row, row[0], True)
-            s = 0.0
-            for b in range(0, classes, _SUM_BLOCK):
-                block = row[b : b + _SUM_BLOCK]
-                part = cast(0.0)
-                for j in range(block.shape[0]):
-                    part += exp(block[j] - m)
-                s += part
-            total -= row[k] - softmax_finish(s, m, True, cast)
+            total -= row[k] - log_softmax_shift(row, exp, cast)
             counted += 1.0
         return total, counted, -1
+
+    return kernel
+
+
+def cross_entropy_backward_rows(exp, cast, loop, stamp=_MATH_STAMP):
+    def kernel(x, t, ignore_index, grad, out):
+        """out = the gradient of the mean loss (Note [One-pass cross entropy]); returns
+        the first target outside [0, C) (-1 if none), checked before anything is read."""
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        classes = x.shape[1]
+        counted = 0.0
+        for n in range(t.shape[0]):
+            k = t[n]
+            if k != ignore_index:
+                if k < 0 or k >= classes:
+                    return n
+                counted += 1.0
+        if classes == 0:  # no row to read
+            return -1
+        zero = cast(0.0)
+        coefficient = cast(mean_coefficient(grad, counted))
+        for n in loop(t.shape[0]):
+            k, row, res = t[n], x[n], out[n]
+            c = zero if k == ignore_index else coefficient
+            f = log_softmax_shift(row, exp, cast)
+            for j in range(classes):  # no branch on j == k here: 30% faster rows
+                res[j] = zero - exp(row[j] - f) * c
+            if k != ignore_index:
+                res[k] = c - exp(row[k] - f) * c
+        return -1
 
     return kernel
 
@@ -141,11 +206,51 @@ def cross_entropy_loss(ks, input, target, ignore_index):
 
     total, counted, bad = jit.cached((cross_entropy_rows, x.dtype), build)(x, t, ignore_index)
     if bad >= 0:
-        raise ValueError(
-            f"cross_entropy: target values must be class indices in [0, {x.shape[1]}) (or "
-            f"ignore_index={ignore_index}), got {t[bad]}"
-        )
+        _bad_target("cross_entropy", x.shape[1], ignore_index, t[bad])
     return from_array(np.asarray(total / counted if counted else math.nan, x.dtype))
+
+
+def cross_entropy_loss_backward(ks, grad, input, target, ignore_index):
+    """Note [One-pass cross entropy]."""
+    shape = input._shape
+    if (
+        len(shape) != 2
+        or target._shape != shape[:1]
+        or target._dtype is not D.int64
+        or (grad._shape or grad._dtype is not input._dtype)
+    ):  # internal callers do not run the operator's check: the kernel reads by these shapes
+        grad, input, target, ignore_index = meta.cross_entropy_loss_backward(
+            grad, input, target, ignore_index
+        )
+    x = np.ascontiguousarray(input._data)
+    t = np.ascontiguousarray(target._data)
+    out = np.empty_like(x)
+    kernel = _backward_rows_kernel(x.dtype, x.size >= _parallel_min and x.shape[0] > 1)
+    bad = kernel(x, t, ignore_index, float(grad._data), out)
+    if bad >= 0:
+        _bad_target("cross_entropy_loss_backward", x.shape[1], ignore_index, t[bad])
+    return from_array(out)
+
+
+@functools.cache  # a C-level lookup on the hot path, before jit.cached's Python one
+def _backward_rows_kernel(dtype, parallel):
+    loop = jit.prange if parallel else range
+
+    def build():
+        exp, cast = _exp_and_cast(dtype)
+        x = jit.array(dtype, 2)
+        sig = jit.types.int64(x, jit.array(np.int64, 1), jit.types.int64, jit.types.float64, x)
+        kernel = cross_entropy_backward_rows(exp, cast, loop)
+        return jit.compile_kernel(kernel, sig, parallel=parallel, fastmath=jit.REASSOCIATE)
+
+    return jit.cached((cross_entropy_backward_rows, dtype, loop), build)
+
+
+def _bad_target(fn, classes, ignore_index, value):
+    raise ValueError(
+        f"{fn}: target values must be class indices in [0, {classes}) (or "
+        f"ignore_index={ignore_index}), got {value}"
+    )
 
 
 # ---------------------------------------------------------------- fused pointwise losses
@@ -344,6 +449,7 @@ def register(registry):
         nll_loss,
         nll_loss_backward,
         cross_entropy_loss,
+        cross_entropy_loss_backward,
         mse_loss,
         smooth_l1_loss,
         smooth_l1_loss_backward,
