@@ -931,6 +931,7 @@ _ADAPTIVE = OPERATORS["adaptive_avg_pool2d"]
 _ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
 _BN_BACKWARD = OPERATORS["native_batch_norm_backward"]
 _LN_BACKWARD = OPERATORS["native_layer_norm_backward"]
+_LSTM_CELL_BACKWARD = OPERATORS["native_lstm_cell_backward"]
 _GN_BACKWARD = OPERATORS["native_group_norm_backward"]
 _EMBEDDING_BACKWARD = OPERATORS["embedding_dense_backward"]
 _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
@@ -1063,6 +1064,21 @@ def _layer_norm(gs, r, n, x, normalized_shape, w, b, eps):
     else:
         gx, gw, gb = _LN_BACKWARD(g, x, normalized_shape, r[1], r[2], w)
     return (n[0] and gx, None, n[2] and gw, n[3] and gb, None)
+
+
+def _lstm_cell(gs, r, n, gates, c):
+    """Under create_graph the decompositions' gradient, from activations recomputed from
+    gates (they depend on it)."""
+    grad_h, grad_c = gs[0], gs[1]
+    if grad_h is None and grad_c is None:
+        return (None, None)
+    if is_grad_enabled():
+        _, c_next, activations = DECOMPOSITIONS["native_lstm_cell"](None, gates, c)
+        backward = DECOMPOSITIONS["native_lstm_cell_backward"]
+        g_gates, g_c = backward(None, grad_h, grad_c, c, c_next, activations)
+    else:
+        g_gates, g_c = _LSTM_CELL_BACKWARD(grad_h, grad_c, c, r[1], r[2])
+    return (n[0] and g_gates, n[1] and g_c)
 
 
 def _group_norm(gs, r, n, x, w, b, num_groups, eps):
@@ -1307,6 +1323,7 @@ DERIVATIVES.update(
             ),
             D("native_batch_norm", _batch_norm, saves=(0, 1), uses_result=True, outputs=1),
             D("native_layer_norm", _layer_norm, saves=(0, 2), uses_result=True, outputs=1),
+            D("native_lstm_cell", _lstm_cell, saves=(0, 1), uses_result=True, outputs=2),
             D("native_group_norm", _group_norm, saves=(0, 1), uses_result=True, outputs=1),
             D("embedding", _embedding, saves=(1,), sizes=(0,)),
             D(

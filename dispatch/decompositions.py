@@ -1469,6 +1469,31 @@ def _trailing(x: Tensor, count: int) -> tuple:
     return tuple(range(x.ndim - count, x.ndim))
 
 
+@decomposition("native_lstm_cell")
+def native_lstm_cell(ks, gates, c):
+    i, f, g, o = ops.unstack(gates)
+    activations = (_call("sigmoid", i), _call("sigmoid", f), ops.tanh(g), _call("sigmoid", o))
+    i, f, g, o = activations
+    c_next = f * c + i * g
+    return o * ops.tanh(c_next), c_next, ops.stack(activations)
+
+
+@decomposition("native_lstm_cell_backward")
+def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
+    i, f, g, o = ops.unstack(activations)
+    t = ops.tanh(c_next)
+    zero = ops.zeros_like(c)
+    grad_h = zero if grad_h is None else grad_h
+    grad_c_next = grad_h * o * (1 - t * t) + (zero if grad_c is None else grad_c)
+    grads = (
+        grad_c_next * g * i * (1 - i),
+        grad_c_next * c * f * (1 - f),
+        grad_c_next * i * (1 - g * g),
+        grad_h * t * o * (1 - o),
+    )
+    return ops.stack(grads), grad_c_next * f
+
+
 @decomposition("native_layer_norm")
 def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
     mean, rstd = _moments(input, _trailing(input, len(normalized_shape)), eps)

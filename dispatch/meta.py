@@ -880,6 +880,18 @@ def layer_norm(input: Any, normalized_shape: Shape, weight: Any, bias: Any, eps:
     return input, shape, weight, bias, _norm_eps("layer_norm", eps)
 
 
+def lstm_cell(gates: Any, c: Any) -> tuple:
+    _floating("lstm_cell", "c", c)
+    if gates._dtype != c._dtype:
+        raise TypeError(f"lstm_cell: gates ({gates._dtype}) and c ({c._dtype}) differ in dtype")
+    if not c._shape or gates._shape != (4, *c._shape):
+        raise ValueError(
+            f"lstm_cell: gates must have shape (4, *c.shape) = {(4, *c._shape)} for c of "
+            f"at least one dimension, got {gates._shape}"
+        )
+    return gates, c
+
+
 def group_norm(input: Any, weight: Any, bias: Any, num_groups: int, eps: float) -> tuple:
     _floating("group_norm", "input", input)
     if len(input._shape) < 2:

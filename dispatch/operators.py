@@ -840,6 +840,26 @@ define(
     "mean and inverse standard deviation.",
 )
 define(
+    "native_lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.lstm_cell,
+    doc="One LSTM step in one pass: from the pre-activations gates (4, *c.shape) of the "
+    "input, forget, cell and output gates and the cell state c, (h, the next c, and the "
+    "gates' activations sigmoid, sigmoid, tanh, sigmoid, saved for backward).",
+)
+define(
+    "native_lstm_cell_backward(grad_h: Tensor | None, grad_c: Tensor | None, c: Tensor, "
+    "c_next: Tensor, activations: Tensor) -> tuple[Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    doc="native_lstm_cell's gradients with respect to gates and c, from c, the next c "
+    "and the saved activations; a missing gradient counts as zeros.",
+)
+define(
     "embedding(weight: Tensor, indices: Tensor, padding_idx: int | None) -> Tensor",
     "nn",
     dtypes=FLOATING,

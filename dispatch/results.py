@@ -405,7 +405,19 @@ def _attention(op: Operator, args: tuple) -> list:
     return [(q._dtype, (*q._shape[:-1], v._shape[-1])), (q._dtype, weights)]
 
 
+def _lstm_cell(op: Operator, args: tuple) -> list:
+    """native_lstm_cell: (h, the next c, the activations), as c and as gates; its
+    backward: the gradients of gates and c."""
+    if op.name == "native_lstm_cell_backward":
+        c, activations = args[2], args[4]
+        return [(c._dtype, activations._shape), (c._dtype, c._shape)]
+    gates, c = args
+    return [(c._dtype, c._shape)] * 2 + [(c._dtype, gates._shape)]
+
+
 SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
+    "native_lstm_cell": _lstm_cell,
+    "native_lstm_cell_backward": _lstm_cell,
     "native_batch_norm": _batch_norm,
     "native_batch_norm_backward": _batch_norm,
     "native_layer_norm": _layer_norm,

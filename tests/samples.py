@@ -1032,6 +1032,32 @@ def _layer_norm_backward(fn, d, t):
     return out
 
 
+def _lstm_cases(t):
+    """(gates, c, label): a layer's states in columns, a cell's in rows (gates a strided
+    view), one row, none."""
+    return [
+        (t((4, 5, 3), lo=-3, hi=3), t((5, 3)), "columns"),
+        (lm.moveaxis(lm.reshape(t((3, 20)), (3, 4, 5)), 1, 0), t((3, 5)), "rows"),
+        (t((4, 1, 2)), t((1, 2), "T"), "T-state"),
+        (t((4, 0, 3)), t((0, 3)), "empty"),
+    ]
+
+
+@sample_of("native_lstm_cell", dtypes=NN_DTYPES)
+def _lstm_cell(fn, d, t):
+    return [S(fn, gates, c, label=label) for gates, c, label in _lstm_cases(t)]
+
+
+@sample_of("native_lstm_cell_backward", dtypes=NN_DTYPES)
+def _lstm_cell_backward(fn, d, t):
+    out = []
+    for k, (gates, c, label) in enumerate(_lstm_cases(t)):
+        _, c_next, activations = OPERATORS["native_lstm_cell"](gates, c)
+        grads = [(t(c.shape), t(c.shape, "T")), (None, t(c.shape)), (t(c.shape), None)][k % 3]
+        out.append(S(fn, *grads, c, c_next, activations, label=label))
+    return out
+
+
 def _gn_cases(t):
     """(input, weight, bias, num_groups, label)"""
     return [

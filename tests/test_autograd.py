@@ -612,6 +612,18 @@ SAMPLES.update(
                 [nhwc((2, 3, 2, 2)), leaf((3,), seed=1)],
             ),
         ],
+        "native_lstm_cell": [
+            (
+                "columns",
+                lambda g, c: OPERATORS["native_lstm_cell"](g, c)[:2],
+                [leaf((4, 3, 2), -2, 2), leaf((3, 2), seed=1)],
+            ),
+            (
+                "h_only",
+                lambda g, c: OPERATORS["native_lstm_cell"](g, c)[0],
+                [leaf((4, 2)), leaf((2,))],
+            ),
+        ],
         "native_layer_norm": [
             (
                 "two_axes_affine",

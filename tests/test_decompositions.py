@@ -718,6 +718,21 @@ _LN_CASES = [
     lambda: _ln((3, 2, 5), (2, 5), "float32", affine=False),
     lambda: _ln((2, 0), (0,)),  # empty slices: mean 0, rstd NaN
 ]
+def _lstm(dtype="float64"):
+    gates, c = T((4, 3, 5), dtype, -3, 3), T((3, 5), dtype)
+    return (gates, c), OPERATORS["native_lstm_cell"](gates, c)
+
+
+def _lstm_backward(grad_h, grad_c):
+    (_, c), (_, c_next, activations) = _lstm()
+    return OPERATORS["native_lstm_cell_backward"](grad_h, grad_c, c, c_next, activations)
+
+
+SAMPLES["native_lstm_cell"] = [lambda: _lstm()[1], lambda: _lstm("float32")[1]]
+SAMPLES["native_lstm_cell_backward"] = [
+    lambda: _lstm_backward(T((3, 5)), T((3, 5))),
+    lambda: _lstm_backward(None, T((3, 5))),
+]
 _GN_CASES = [
     lambda: _gn(T((2, 6, 3, 4)), 3),
     lambda: _gn(F.to_layout(T((2, 4, 3, 3), "float32"), "NHWC"), 2, affine=False),

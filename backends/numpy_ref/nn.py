@@ -388,6 +388,28 @@ def _window_sum_of_squares(x, size):
     return total
 
 
+def native_lstm_cell(ks, gates, c):
+    z, c0 = gates._data.astype(np.float64), c._data.astype(np.float64)
+    i, f, o = (1 / (1 + np.exp(-z[k])) for k in (0, 1, 3))
+    g = np.tanh(z[2])
+    c1 = f * c0 + i * g
+    dtype = c._data.dtype
+    return tuple(from_array(a.astype(dtype)) for a in (o * np.tanh(c1), c1, np.stack([i, f, g, o])))
+
+
+def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
+    i, f, g, o = activations._data.astype(np.float64)
+    c0, t = c._data.astype(np.float64), np.tanh(c_next._data.astype(np.float64))
+    zero = np.zeros_like(c0)
+    gh = zero if grad_h is None else grad_h._data.astype(np.float64)
+    gc = (zero if grad_c is None else grad_c._data.astype(np.float64)) + gh * o * (1 - t * t)
+    gates = np.stack(
+        [gc * g * i * (1 - i), gc * c0 * f * (1 - f), gc * i * (1 - g * g), gh * t * o * (1 - o)]
+    )
+    dtype = c._data.dtype
+    return from_array(gates.astype(dtype)), from_array((gc * f).astype(dtype))
+
+
 def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
     x = input._data.astype(np.float64)
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
@@ -863,6 +885,8 @@ KERNELS = [
     native_batch_norm_backward,
     native_layer_norm,
     native_layer_norm_backward,
+    native_lstm_cell,
+    native_lstm_cell_backward,
     native_group_norm,
     native_group_norm_backward,
     embedding,

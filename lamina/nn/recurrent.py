@@ -16,6 +16,7 @@ from typing import Any
 
 from lamina.dispatch import ops
 from lamina.dispatch.arguments import checked
+from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor
 
 from . import functional as F
@@ -25,12 +26,17 @@ from .modules import Module, Parameter
 
 def _lstm_gates(gates: Tensor, c: Tensor, axis: int = -1) -> tuple[Tensor, Tensor]:
     """The next (h, c) from the pre-activations of gates i, f, g, o along ``axis``:
-    (N, 4H) and (N, H) states, or (4H, N) and (H, N) (Note [States in columns])."""
-    # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
-    # one concatenation, where each slice's would be a zero tensor of the whole and an add
-    i, f, g, o = ops.split(gates, c.shape[axis], axis=axis)
-    c = F.sigmoid(f) * c + F.sigmoid(i) * ops.tanh(g)
-    return F.sigmoid(o) * ops.tanh(c), c
+    (N, 4H) and (N, H) states, or (4H, N) and (H, N) (Note [States in columns]); one
+    call of the fused cell, on the gates as (4, *c.shape) (a view)."""
+    if axis == 0:
+        blocks = ops.reshape(gates, (4, *c.shape))
+    else:
+        blocks = ops.moveaxis(ops.reshape(gates, (*c.shape[:-1], 4, c.shape[-1])), -2, 0)
+    h, c_next, _ = _LSTM_CELL(blocks, c)
+    return h, c_next
+
+
+_LSTM_CELL = OPERATORS["native_lstm_cell"]
 
 
 def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
@@ -38,7 +44,9 @@ def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
     ((N, 3H) or (3H, N), as _lstm_gates), each with its own bias (b_hn sits inside r *
     (...), as in PyTorch)."""
     size = h.shape[axis]
-    x_rz, x_n = ops.split(xw, [2 * size, size], axis=axis)  # Note [Recurrent pieces]
+    # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
+    # one concatenation, where each slice's would be a zero tensor of the whole and an add
+    x_rz, x_n = ops.split(xw, [2 * size, size], axis=axis)
     h_rz, h_n = ops.split(hw, [2 * size, size], axis=axis)
     r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=axis)
     n = ops.tanh(x_n + r * h_n)

@@ -6,6 +6,7 @@ pooling.py        max, min, average and adaptive average pooling, their backward
 normalization.py  batch, layer, group and local response norm, forward and backward
 embedding.py      embedding lookup and its dense gradient
 attention.py      scaled dot-product attention in one kernel
+recurrent.py      the LSTM cell in one pass, forward and backward
 activation.py     relu, leaky_relu, gelu, sigmoid, silu, hardtanh, hardswish and their
                   gradients; softmax
 loss.py           nll_loss, mse_loss
@@ -23,10 +24,22 @@ from . import (
     loss,
     normalization,
     pooling,
+    recurrent,
     resize,
 )
 
-MODULES = (activation, attention, conv, embedding, layout, loss, normalization, pooling, resize)
+MODULES = (
+    activation,
+    attention,
+    conv,
+    embedding,
+    layout,
+    loss,
+    normalization,
+    pooling,
+    recurrent,
+    resize,
+)
 
 
 def register(registry):

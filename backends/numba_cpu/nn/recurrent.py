@@ -1,0 +1,124 @@
+"""The LSTM cell in one pass, forward and backward (PyTorch's fused cell does the
+same): a step of an LSTM layer is otherwise about ten elementwise calls, each an
+autograd node, on a state of a few thousand elements, where the calls cost more than
+their arithmetic.
+
+Gates come as (4, *c.shape): the layer's states in columns make each gate a block of
+rows (Note [States in columns] in lamina.nn.recurrent), so the kernels read them in
+place as (4, n); a cell's, in rows, are a strided view, copied. The loops run over
+contiguous vectors, which LLVM vectorizes with the vector math inlined.
+"""
+
+import os
+
+import numpy as np
+
+from lamina.backends import jit
+from lamina.dispatch.tensor import from_array
+
+from .. import kernels as K
+
+# Note [Kernel cache]: the kernels call kernels.py's vector math, so they close over
+# that file's stamp (Numba keys its cache by this file alone), as activation.py's do
+_stat = os.stat(K.__file__)
+_MATH_STAMP = (_stat.st_mtime_ns, _stat.st_size)
+
+
+def lstm_cell_loop(sigmoid, tanh, stamp=_MATH_STAMP):
+    def kernel(gates, c, h, c_next, activations):
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        for k in range(c.shape[0]):
+            i, f = sigmoid(gates[0, k]), sigmoid(gates[1, k])
+            g, o = tanh(gates[2, k]), sigmoid(gates[3, k])
+            x = f * c[k] + i * g
+            c_next[k] = x
+            h[k] = o * tanh(x)
+            activations[0, k] = i
+            activations[1, k] = f
+            activations[2, k] = g
+            activations[3, k] = o
+
+    return kernel
+
+
+def lstm_cell_backward_loop(sigmoid, tanh, stamp=_MATH_STAMP):
+    def kernel(grad_h, grad_c, c, c_next, activations, grad_gates, grad_c_prev):
+        """An empty grad_h or grad_c stands for zeros."""
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        one, zero = c.dtype.type(1.0), c.dtype.type(0.0)
+        has_h, has_c = grad_h.size != 0, grad_c.size != 0
+        for k in range(c.shape[0]):
+            i, f = activations[0, k], activations[1, k]
+            g, o = activations[2, k], activations[3, k]
+            t = tanh(c_next[k])
+            gh = grad_h[k] if has_h else zero
+            gc = gh * o * (one - t * t) + (grad_c[k] if has_c else zero)
+            grad_gates[0, k] = gc * g * i * (one - i)
+            grad_gates[1, k] = gc * c[k] * f * (one - f)
+            grad_gates[2, k] = gc * i * (one - g * g)
+            grad_gates[3, k] = gh * t * o * (one - o)
+            grad_c_prev[k] = gc * f
+
+    return kernel
+
+
+def _flat(t, blocks=False):
+    """t's values as a C-contiguous vector, or (4, n) for gates and activations: a view
+    where they are contiguous (a layer's, whose states are columns), else a copy."""
+    a = np.ascontiguousarray(t._data)
+    return a.reshape(4, -1) if blocks else a.reshape(-1)
+
+
+def native_lstm_cell(ks, gates, c):
+    c1 = _flat(c)
+    h, c_next = np.empty_like(c1), np.empty_like(c1)
+    activations = np.empty((4, c1.size), c1.dtype)
+    _kernel(lstm_cell_loop, c1.dtype)(_flat(gates, True), c1, h, c_next, activations)
+    shape = c._shape
+    return (
+        from_array(h.reshape(shape)),
+        from_array(c_next.reshape(shape)),
+        from_array(activations.reshape(4, *shape)),
+    )
+
+
+def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
+    c1 = _flat(c)
+    none = np.empty(0, c1.dtype)
+    grad_gates = np.empty((4, c1.size), c1.dtype)
+    grad_c_prev = np.empty_like(c1)
+    _kernel(lstm_cell_backward_loop, c1.dtype)(
+        none if grad_h is None else _flat(grad_h),
+        none if grad_c is None else _flat(grad_c),
+        c1,
+        _flat(c_next),
+        _flat(activations, True),
+        grad_gates,
+        grad_c_prev,
+    )
+    shape = c._shape
+    return from_array(grad_gates.reshape(4, *shape)), from_array(grad_c_prev.reshape(shape))
+
+
+def _kernel(template, dtype):
+    def build():
+        vector, blocks = jit.array(dtype, 1), jit.array(dtype, 2)
+        if template is lstm_cell_loop:
+            signature = jit.types.void(blocks, vector, vector, vector, blocks)
+        else:
+            signature = jit.types.void(*[vector] * 4, blocks, blocks, vector)
+        fn = template(K.vector_sigmoid, K.vector_tanh)
+        return jit.compile_kernel(fn, signature, fastmath=frozenset({"contract"}))
+
+    return jit.cached((template, dtype), build)
+
+
+KERNELS = {
+    "native_lstm_cell": native_lstm_cell,
+    "native_lstm_cell_backward": native_lstm_cell_backward,
+}
+
+
+def register(registry):
+    for name, fn in KERNELS.items():
+        registry.register(name, "cpu", fn)
