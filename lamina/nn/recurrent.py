@@ -64,6 +64,16 @@ def _columns(t: Tensor) -> Tensor:
     return ops.matrix_transpose(t)
 
 
+def _steps_in_columns(xw: Tensor) -> list[Tensor]:
+    """The input's projections (L, N, G * H) as L contiguous steps (G * H, N), in one
+    transposing copy (the reshape's): as views, each step's sum with w_hh @ h took the
+    general path (16 x 512: 45 us against 1). unstack, not indexing: Note [Recurrent
+    pieces]."""
+    length, n, rows = xw.shape
+    copied = ops.reshape(ops.reshape(_columns(xw), (length, -1)), (length, rows, n))
+    return ops.unstack(copied)
+
+
 def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
     """Uninitialized (reset_parameters fills it), of lamina's default float dtype
     unless dtype says otherwise."""
@@ -232,7 +242,7 @@ class LSTM(_RNNBase):
             xw = F.linear(x, w_ih, None if b_ih is None else b_ih + b_hh)
             h, c = _columns(h0[layer]), _columns(c0[layer])  # Note [States in columns]
             steps = []
-            for xw_t in ops.unstack(_columns(xw)):  # Note [Recurrent pieces]
+            for xw_t in _steps_in_columns(xw):
                 h, c = _lstm_gates(xw_t + ops.matmul(w_hh, h), c, axis=0)
                 steps.append(h)
             hs.append(_columns(h))
@@ -258,7 +268,7 @@ class GRU(_RNNBase):
             h = _columns(h0[layer])  # Note [States in columns]
             b_hn = None if b_hh is None else ops.expand_dims(b_hh, axis=-1)
             steps = []
-            for xw_t in ops.unstack(_columns(xw)):  # Note [Recurrent pieces]
+            for xw_t in _steps_in_columns(xw):
                 hw = ops.matmul(w_hh, h)
                 h = _gru_gates(xw_t, hw if b_hn is None else hw + b_hn, h, axis=0)
                 steps.append(h)
