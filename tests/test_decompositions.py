@@ -718,6 +718,8 @@ _LN_CASES = [
     lambda: _ln((3, 2, 5), (2, 5), "float32", affine=False),
     lambda: _ln((2, 0), (0,)),  # empty slices: mean 0, rstd NaN
 ]
+
+
 def _lstm(dtype="float64"):
     gates, c = T((4, 3, 5), dtype, -3, 3), T((3, 5), dtype)
     return (gates, c), OPERATORS["native_lstm_cell"](gates, c)
