@@ -64,6 +64,18 @@ shape varied from run to run, 5.8 and 12):
     576 x 14 x 14, 1           1.35    1.16   0.91
     960 x 7 x 7, 1             0.65    0.48   0.40-0.43
 
+(The small images pay for their zero-padded copy, which PyTorch does not make.)
+``python -m lamina.bench nn --primitives models --only depthwise --layout NHWC``
+(each library in its own process, lamina's pool allocator on, the machine otherwise
+idle, two runs): the forward pass one thread 4.0 -> 2.55 ms (PyTorch 2.2-2.3: 1.72-
+1.82x -> 1.09-1.16x), two threads 2.25 -> 1.52-1.55 ms (PyTorch 1.14-1.20: 1.90-1.96x
+-> 1.29-1.34x); with the backward pass, whose stride-1 input gradient is this
+forward pass, 17.4-18.2 -> 15.0-15.4 ms and 9.2-9.3 -> 7.95 ms. What is left: at 56 x
+56 the border pixels (7% of them) take ~15% of the time (3.5-3.7 ms with them
+skipped, against 4.3-4.7; before, ~1 of 6 ms), and computing a border pixel's range
+of taps once instead of testing each tap changed nothing: their input is read
+without prefetches.
+
 Variants measured and not taken (same conditions, 16 x 144 x 56 x 56 stride 1
 unless named):
 
@@ -76,9 +88,7 @@ unless named):
     runs of 1, 2, 4, 16 or 32 pixels: none better than 8 over the shapes above
         (without prefetches; at stride 2 runs of 2 were best then);
     4 pixels per step sharing their input loads (stride 1): 5.2 against 4.6 for
-        runs of 8 (inner pixels);
-    the border pixels as before, one loop over the channels per tap: ~1 of the 6
-        ms, where ``pixel`` takes about their share of the pixels.
+        runs of 8 (inner pixels).
 
 Tried earlier, before explicit vectors (ns per output pixel, in cache / from memory,
 against the per-pixel loop): whole output rows tap by tap, ~2x slower; channel blocks
