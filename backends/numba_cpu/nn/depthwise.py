@@ -65,6 +65,9 @@ shape varied from run to run, 5.8 and 12):
     960 x 7 x 7, 1             0.65    0.48   0.40-0.43
 
 (The small images pay for their zero-padded copy, which PyTorch does not make.)
+float64 (vectors of 8), same shapes, two runs: 0.89-0.90x the time before at 144 x
+56 x 56, 0.70x at 960 x 7 x 7, but 1.04-1.07x at 192 x 28 x 28 and 1.10-1.13x at
+stride 2 (96 x 112 x 112, 192 x 28 x 28).
 ``python -m lamina.bench nn --primitives models --only depthwise --layout NHWC``
 (each library in its own process, lamina's pool allocator on, the machine otherwise
 idle, two runs): the forward pass one thread 4.0 -> 2.55 ms (PyTorch 2.2-2.3: 1.72-
