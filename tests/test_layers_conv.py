@@ -61,6 +61,12 @@ DEPTHWISE = [
     (1, 2, 14, 13, 3, 1, 2, 2, 1),  # the same, dilated
     (1, 2, 23, 21, 3, 2, 1, 1, 1),  # stride 2: row by row
     (1, 2, 13, 14, 3, 1, 0, 1, 2),  # no padding (output narrower than the input), multiplier
+    # 37 channels: whole vectors and a tail at every vector width (Note [Channels-last
+    # depthwise forward]); over 400 pixels (not copied zero-padded), rows of 8-pixel runs
+    # and a shorter one
+    (1, 37, 21, 23, 3, 1, 1, 1, 1),
+    (2, 37, 23, 21, 3, 2, 0, 1, 1),  # stride 2, no padding
+    (1, 37, 9, 7, 3, 1, 1, 1, 1),  # a small image, copied zero-padded
 ]
 
 

@@ -10,13 +10,13 @@ bound test per element: the output rows and columns whose tap falls inside the i
 are tables (windows.tap_ranges). Their innermost loop is contiguous:
 
     NHWC: over the channels of one pixel. The forward pass runs output pixel by output
-          pixel (``forward_pixels``), a 3 x 3 kernel's pixels with all taps inside
-          the input summing their nine taps in one loop (``nine_taps``); small images
-          are copied zero-padded first, so that every pixel is such a one. The input
-          gradient of a stride-1 convolution is that forward pass of grad with the
-          flipped kernel, of a strided one a gather input pixel by input pixel
-          (``input_grad_pixels``); the weight gradient runs pixel by pixel as the
-          forward pass (``weight_grad_pixels``).
+          pixel in explicit vectors of channels (``forward_pixels``; Note
+          [Channels-last depthwise forward]); small images are copied zero-padded
+          first, so that every pixel has all its taps. The input gradient of a
+          stride-1 convolution is that forward pass of grad with the flipped kernel, of
+          a strided one a gather input pixel by input pixel (``input_grad_pixels``);
+          the weight gradient runs pixel by pixel as the forward pass
+          (``weight_grad_pixels``).
     NCHW: over the output columns of one output row and one tap (``nchw_taps``):
           out[n, co, oh, a:b] += w[co, i, j] * x[n, c, ih, a sw + off : b sw + off : sw],
           the stride a compile-time constant (unit stride vectorizes); the weight
@@ -36,32 +36,69 @@ input gradient's repeated channels summed after), a pass over the input that cos
 less than the strided loops (measured 16x32x112x112, multiplier 2, one thread:
 forward ~5x PyTorch's time before).
 
-Note [Channels-last depthwise loops measured]: the NHWC forward pass takes ~1.8x
-PyTorch's time on 16 x 144 x 56 x 56 (one thread). Its nine-tap loop is bound by its
-loads, an input and a weight vector per multiply-add: on the 2-core AVX-512 machine
-these were measured on (shared, so timed as medians of interleaved rounds), such a
-loop over 16 floats from L1 takes ~22 cycles, ~12 with the weights broadcast from
-registers. Here ~75 ns per output pixel with the images in the L2 cache and ~100
-ns from memory (PyTorch: ~55 and ~53). These formulations, one thread, stride 1,
-were measured and not taken (ns per output pixel, in cache / from memory, against
-the loop above in the same run):
+Note [Channels-last depthwise forward]: the NHWC forward pass sums its taps in
+vectors of channels (Note [Explicit vectors] in vectors.py). A 3 x 3 kernel's pixels
+with every tap inside the input (``nine_taps``) run in runs of RUN = 8 pixels of one
+output row: for each vector of channels the nine weight vectors and the bias are
+loaded once into registers, then each pixel of the run takes nine input loads, nine
+multiply-adds and a store; each step also prefetches the next run's input in the rows
+no earlier output row read, and its output. The other pixels (borders, other kernels,
+the channels after the last whole vector) run ``pixel``: a vector of channels at a
+time, the weights loaded per tap, the remaining channels one by one.
 
-    whole output rows, tap by tap (each tap a pass over the row's W x C values):
-        ~2x slower; one pass per kernel row: 86 vs 77 / 151 vs 113;
-    channel blocks of 16 carried across a row's pixels, meant to keep their
-        weights in registers: as slices 3x slower; with a block's 16 lanes written
-        out one by one for LLVM's SLP vectorizer, scalar code, 4x slower;
-    2 or 4 pixels per loop over the channels, sharing input and weight loads:
-        52-65 vs 71-77 in cache, but 136-280 vs 97-111 from memory (seemingly
-        the hardware prefetcher falling behind: an llvm.prefetch of the next input
-        and output rows brought 4 pixels back to 98 against 99);
-    runs of pixels in one loop, the weights repeated per pixel (the loop's setup
-        paid per run; a whole row as one run changed the time by under 15%): 32
-        channels 19 -> 16, 144 channels 79 -> 60 in cache, 91 -> 83 from memory (92
-        vs 100 with llvm.prefetch), stride 2 slower;
-    padded input rows copied into a ring of channel-blocked rows (constant
-        offsets, no border cases): 2-5x slower, the copy alone 2 ms of the 16 x
-        144 x 56 x 56 forward pass.
+Before, each pixel's nine taps ran as one loop over its channels, which LLVM
+vectorized with a weight load per multiply-add (it cannot prove that the output does
+not alias the weights): ~22 cycles per 16 floats from L1, ~12 with the weights in
+registers. Measured on the 2-core AVX-512 machine (shared: medians of interleaved
+rounds of the kernels, thread CPU time, two runs), float32, batch 16, one thread, ms,
+against that loop (PyTorch channels-last in the same runs; its time on the first
+shape varied from run to run, 5.8 and 12):
+
+    channels x size, stride   before   now   PyTorch
+    144 x 56 x 56, 1           4.9     3.7    5.8
+    144 x 56 x 56, 2           1.34    1.40   2.0
+     96 x 112 x 112, 2         6.0     4.5    5.3
+     32 x 112 x 112, 1         5.6-6.1 3.4    3.7-3.9
+    192 x 28 x 28, 1           1.46    1.2    1.7
+    192 x 28 x 28, 2           0.43    0.49   0.65-0.76
+    576 x 14 x 14, 1           1.35    1.16   0.91
+    960 x 7 x 7, 1             0.65    0.48   0.40-0.43
+
+(The small images pay for their zero-padded copy, which PyTorch does not make.)
+float64 (vectors of 8), same shapes, two runs: 0.89-0.90x the time before at 144 x
+56 x 56, 0.70x at 960 x 7 x 7, but 1.04-1.07x at 192 x 28 x 28 and 1.10-1.13x at
+stride 2 (96 x 112 x 112, 192 x 28 x 28).
+``python -m lamina.bench nn --primitives models --only depthwise --layout NHWC``
+(each library in its own process, lamina's pool allocator on, the machine otherwise
+idle, two runs): the forward pass one thread 4.0 -> 2.55 ms (PyTorch 2.2-2.3: 1.72-
+1.82x -> 1.09-1.16x), two threads 2.25 -> 1.52-1.55 ms (PyTorch 1.14-1.20: 1.90-1.96x
+-> 1.29-1.34x); with the backward pass, whose stride-1 input gradient is this
+forward pass, 17.4-18.2 -> 15.0-15.4 ms and 9.2-9.3 -> 7.95 ms. What is left: at 56 x
+56 the border pixels (7% of them) take ~15% of the time (3.5-3.7 ms with them
+skipped, against 4.3-4.7; before, ~1 of 6 ms), and computing a border pixel's range
+of taps once instead of testing each tap changed nothing: their input is read
+without prefetches.
+
+Variants measured and not taken (same conditions, 16 x 144 x 56 x 56 stride 1
+unless named):
+
+    a whole output row per vector of channels (weights loaded once per row): 5.9
+        against 6.0 before, stride 2 1.64 against 1.49;
+    runs of 8 without the prefetches: the inner pixels alone ~4.6-4.8 against ~4.7-
+        5.0 before, but with the border pixels between rows 6.0-6.5 against 5.1-5.7
+        (a run revisits each pixel's cache lines a vector at a time, out of the
+        order the hardware prefetcher follows); the prefetches brought it to 3.6-4.4;
+    runs of 1, 2, 4, 16 or 32 pixels: none better than 8 over the shapes above
+        (without prefetches; at stride 2 runs of 2 were best then);
+    4 pixels per step sharing their input loads (stride 1): 5.2 against 4.6 for
+        runs of 8 (inner pixels).
+
+Tried earlier, before explicit vectors (ns per output pixel, in cache / from memory,
+against the per-pixel loop): whole output rows tap by tap, ~2x slower; channel blocks
+as slices or with a block's lanes written out for LLVM's SLP vectorizer, 3-4x slower
+(scalar code); 2 or 4 pixels per loop over the channels, faster in cache (52-65 vs
+71-77) but 136-280 vs 97-111 from memory; padded input rows copied into a ring of
+channel-blocked rows, 2-5x slower (the copy alone 2 ms of 16 x 144 x 56 x 56).
 """
 
 import copy
@@ -71,6 +108,7 @@ import numpy as np
 from lamina.backends import jit
 from lamina.backends.jit import jitable
 
+from .. import vectors as v
 from .layout import NHWC
 from .windows import tap_ranges
 
@@ -161,20 +199,19 @@ def pad_image(x, pt, pl, padded):
 
 
 def forward_pixels(x, w, y, bias, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w, padded):
-    """The NHWC forward pass output pixel by output pixel: each pixel's channels sum
-    their taps while in the L1 cache, and a 3 x 3 kernel with every tap inside the
-    input and no channel multiplier (MobileNet's) sums its nine taps in one loop over
-    the channels, in registers (Note [Depthwise convolution]). Given a ``padded``
-    image (not 0 x 0: small images, whose border pixels would be most of them), each
-    image is first copied into it zero-padded, and every pixel has its nine taps."""
-    kh, kw = w.shape[0], w.shape[1]
+    """The NHWC forward pass output pixel by output pixel, in explicit vectors of
+    channels (Note [Channels-last depthwise forward]). Given a ``padded`` image (not 0
+    x 0: small images, whose border pixels would be most of them), each image is first
+    copied into it zero-padded, and every pixel has its nine taps."""
+    kh, kw, c = w.shape
     h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
     w0, w1 = lo_w.max(), hi_w.min()
     nine = kh == 3 and kw == 3
     if padded.shape[0]:
         h0, h1, w0, w1 = 0, y.shape[1], 0, y.shape[2]
+    vectors = c - c % v.lanes(bias)  # the channels that nine_taps sums
     for n in range(y.shape[0]):
-        image, top, left = x[n], pt, pl
+        image, top, left, ys = x[n], pt, pl, y[n]
         if padded.shape[0]:
             pad_image(image, pt, pl, padded)
             image, top, left = padded, 0, 0
@@ -182,48 +219,80 @@ def forward_pixels(x, w, y, bias, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w
             ih = oh * sh - top
             blocked = nine and h0 <= oh < h1
             for ow in range(y.shape[2]):
-                if blocked and w0 <= ow < w1:
-                    continue
-                ys, iw = y[n, oh, ow], ow * sw - left
-                for k in range(ys.size):
-                    ys[k] = bias[k]
-                for i in range(kh):
-                    if lo_h[i] <= oh < hi_h[i]:
-                        for j in range(kw):
-                            if lo_w[j] <= ow < hi_w[j]:
-                                multiply_add(ys, image[ih + i * dh, iw + j * dw], w[i, j])
+                inner = blocked and w0 <= ow < w1
+                if not inner or vectors < c:
+                    pixel(image, ih, ow * sw - left, w, bias, ys, oh, ow, vectors if inner else 0,
+                          lo_h, hi_h, lo_w, hi_w, dh, dw)  # fmt: skip
             if blocked:
-                nine_taps(image[ih], image[ih + dh], image[ih + 2 * dh], w, bias, y[n, oh],
-                          w0, w1, sw, left, dw)  # fmt: skip
+                nine_taps(image, ih, w, bias, ys, oh, w0, w1, sw, left, dh, dw)
 
 
 @jitable(**jit.CALLEE, inline="always")
-def nine_taps(x0, x1, x2, w, bias, yrow, w0, w1, sw, left, dw):
-    """Output pixels [w0, w1) of one row of a 3 x 3 depthwise convolution, all taps
-    inside input rows x0, x1, x2: each pixel's channels in one loop over runs sliced
-    from 0 (Note [Slices from 0] in conv.py: 2-D indexing in the loop ran 1.5-3x
-    slower)."""
-    w00, w01, w02, w10, w11, w12 = w[0, 0], w[0, 1], w[0, 2], w[1, 0], w[1, 1], w[1, 2]
-    w20, w21, w22 = w[2, 0], w[2, 1], w[2, 2]
-    for ow in range(w0, w1):
-        a = ow * sw - left
-        b, d = a + dw, a + 2 * dw
-        ys = yrow[ow]
-        x0a, x0b, x0d, x1a, x1b, x1d = x0[a], x0[b], x0[d], x1[a], x1[b], x1[d]
-        x2a, x2b, x2d = x2[a], x2[b], x2[d]
-        for k in range(ys.size):
-            ys[k] = (
-                bias[k]
-                + x0a[k] * w00[k]
-                + x0b[k] * w01[k]
-                + x0d[k] * w02[k]
-                + x1a[k] * w10[k]
-                + x1b[k] * w11[k]
-                + x1d[k] * w12[k]
-                + x2a[k] * w20[k]
-                + x2b[k] * w21[k]
-                + x2d[k] * w22[k]
-            )
+def pixel(image, ih, iw, w, bias, ys, oh, ow, k, lo_h, hi_h, lo_w, hi_w, dh, dw):
+    """Channels k, k + 1, ... of output pixel (oh, ow) of image ys: the bias plus its
+    taps inside ``image``, whose tap (0, 0) is at (ih, iw), whole vectors first."""
+    kh, kw, c = w.shape
+    width, lanes = image.shape[1], v.lanes(bias)
+    at = (oh * ys.shape[1] + ow) * c
+    while k + lanes <= c:
+        acc = v.load(bias, k)
+        for i in range(kh):
+            if lo_h[i] <= oh < hi_h[i]:
+                row = (ih + i * dh) * width + iw
+                for j in range(kw):
+                    if lo_w[j] <= ow < hi_w[j]:
+                        tap = v.load(w, (i * kw + j) * c + k)
+                        acc = v.multiply_add(v.load(image, (row + j * dw) * c + k), tap, acc)
+        v.store(ys, at + k, acc)
+        k += lanes
+    for q in range(k, c):  # the channels after the last whole vector
+        total = bias[q]
+        for i in range(kh):
+            if lo_h[i] <= oh < hi_h[i]:
+                for j in range(kw):
+                    if lo_w[j] <= ow < hi_w[j]:
+                        total += image[ih + i * dh, iw + j * dw, q] * w[i, j, q]
+        ys[oh, ow, q] = total
+
+
+@jitable(**jit.CALLEE, inline="always")
+def nine_taps(image, ih, w, bias, ys, oh, w0, w1, sw, left, dh, dw):
+    """The whole vectors of channels of output pixels [w0, w1) of row oh of a 3 x 3
+    kernel, all taps inside input rows ih, ih + dh, ih + 2 dh: runs of RUN pixels, each
+    a vector of channels at a time with that vector's nine weights and bias in
+    registers, prefetching the next run's input rows that earlier output rows did not
+    read (the last at stride 1, the last two at stride 2) and its output."""
+    c, lanes = bias.size, v.lanes(bias)
+    r0, at = ih * image.shape[1] * c, oh * ys.shape[1] * c  # flat indices of the rows
+    r1, r2 = r0 + dh * image.shape[1] * c, r0 + 2 * dh * image.shape[1] * c
+    ahead = RUN * sw * c  # the next run's input
+    for p0 in range(w0, w1, RUN):
+        p1 = min(p0 + RUN, w1)
+        for k in range(0, c - lanes + 1, lanes):
+            w00, w01, w02 = v.load(w, k), v.load(w, c + k), v.load(w, 2 * c + k)
+            w10, w11, w12 = v.load(w, 3 * c + k), v.load(w, 4 * c + k), v.load(w, 5 * c + k)
+            w20, w21, w22 = v.load(w, 6 * c + k), v.load(w, 7 * c + k), v.load(w, 8 * c + k)
+            start = v.load(bias, k)
+            for ow in range(p0, p1):
+                a = (ow * sw - left) * c + k
+                b, d = a + dw * c, a + 2 * dw * c
+                acc = v.multiply_add(v.load(image, r0 + a), w00, start)
+                acc = v.multiply_add(v.load(image, r0 + b), w01, acc)
+                acc = v.multiply_add(v.load(image, r0 + d), w02, acc)
+                acc = v.multiply_add(v.load(image, r1 + a), w10, acc)
+                acc = v.multiply_add(v.load(image, r1 + b), w11, acc)
+                acc = v.multiply_add(v.load(image, r1 + d), w12, acc)
+                acc = v.multiply_add(v.load(image, r2 + a), w20, acc)
+                acc = v.multiply_add(v.load(image, r2 + b), w21, acc)
+                acc = v.multiply_add(v.load(image, r2 + d), w22, acc)
+                v.store(ys, at + ow * c + k, acc)
+                v.prefetch(image, r1 + d + ahead)
+                v.prefetch(image, r2 + d + ahead)
+                v.prefetch_write(ys, at + (ow + RUN) * c + k)
+
+
+# the output pixels of one of nine_taps' runs (Note [Channels-last depthwise forward])
+RUN = 8
 
 
 def weight_grad_pixels(x, w, y, sh, sw, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):

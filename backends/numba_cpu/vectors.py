@@ -1,0 +1,156 @@
+"""Explicit SIMD vectors for kernels whose loops LLVM does not vectorize as wanted.
+
+Note [Explicit vectors]: a kernel calls ``load(a, i)``, ``store(a, i, v)`` and
+``multiply_add(x, w, acc)`` on vectors of ``lanes(a)`` consecutive elements of a
+C-contiguous float array (indexed flat, unaligned, no bounds check: the caller keeps
+i + lanes within the array). A vector is a value, not memory, so one loaded before a
+loop stays in a register through it, where LLVM reloaded a weight row on every pass
+of a loop over arrays, unable to prove that the output written in the loop does not
+alias it (Note [Channels-last depthwise forward] in nn/depthwise.py). A vector
+is as wide as the host's widest registers (512 bits with AVX-512, 256 with AVX, else
+128); Numba's disk cache keys compiled code by the host CPU, so a kernel compiled for
+one width is never loaded on a CPU of another. multiply_add is a multiply and an add
+that LLVM may contract into one fused multiply-add (rounded once) where the CPU has
+it, never a call to libm's fma where it does not. ``prefetch(a, i)`` and
+``prefetch_write(a, i)`` hint that element i is read or written soon (llvm.prefetch:
+no fault outside the array).
+"""
+
+from lamina.backends import jit
+
+
+def lanes(a):
+    """The number of ``a``'s elements in one vector (a compile-time constant)."""
+    raise NotImplementedError  # kernels only
+
+
+def load(a, i):
+    """The vector of a's elements i, i + 1, ..., i + lanes(a) - 1 (a flat index)."""
+    raise NotImplementedError
+
+
+def store(a, i, v):
+    """a's elements i, ... = vector v."""
+    raise NotImplementedError
+
+
+def multiply_add(x, w, acc):
+    """acc + x * w, lane by lane."""
+    raise NotImplementedError
+
+
+def prefetch(a, i):
+    """Hint that a's element i is read soon."""
+    raise NotImplementedError
+
+
+def prefetch_write(a, i):
+    """Hint that a's element i is written soon."""
+    raise NotImplementedError
+
+
+def _register_bytes(numba):
+    """The width in bytes of the host's widest vector registers."""
+    codegen = numba.core.registry.cpu_target.target_context.codegen()
+    features = codegen._get_host_cpu_features().split(",")
+    return 64 if "+avx512f" in features else 32 if "+avx" in features else 16
+
+
+def _lower(numba):
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic, models, overload, register_model
+
+    class Vector(types.Type):
+        def __init__(self, dtype, count):
+            self.dtype, self.count = dtype, count
+            super().__init__(name=f"Vector({dtype}, {count})")
+
+    @register_model(Vector)
+    class VectorModel(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            element = dmm.lookup(fe_type.dtype).get_value_type()
+            super().__init__(dmm, fe_type, ir.VectorType(element, fe_type.count))
+
+    width = _register_bytes(numba)
+
+    def vector_of(array):
+        return Vector(array.dtype, width * 8 // array.dtype.bitwidth)
+
+    def pointer(context, builder, array_type, array, i):
+        """The address of element i of a C-contiguous array, as a vector pointer."""
+        data = context.make_array(array_type)(context, builder, array).data
+        vector = context.get_value_type(vector_of(array_type))
+        return builder.bitcast(builder.gep(data, [i]), vector.as_pointer())
+
+    def floats(array):
+        ok = isinstance(array, types.Array) and array.layout == "C"
+        return ok and isinstance(array.dtype, types.Float)
+
+    @intrinsic
+    def vector_load(typingctx, a, i):
+        if not floats(a) or not isinstance(i, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            p = pointer(context, builder, a, args[0], args[1])
+            return builder.load(p, align=a.dtype.bitwidth // 8)
+
+        return vector_of(a)(a, i), codegen
+
+    @intrinsic
+    def vector_store(typingctx, a, i, v):
+        if not floats(a) or not isinstance(i, types.Integer) or v != vector_of(a):
+            return None
+
+        def codegen(context, builder, sig, args):
+            p = pointer(context, builder, a, args[0], args[1])
+            builder.store(args[2], p, align=a.dtype.bitwidth // 8)
+
+        return types.void(a, i, v), codegen
+
+    @intrinsic
+    def vector_multiply_add(typingctx, x, w, acc):
+        if not (isinstance(x, Vector) and x == w == acc):
+            return None
+
+        def codegen(context, builder, sig, args):
+            product = builder.fmul(args[0], args[1], flags=("contract",))
+            return builder.fadd(args[2], product, flags=("contract",))
+
+        return x(x, w, acc), codegen
+
+    def prefetcher(write):
+        @intrinsic
+        def element_prefetch(typingctx, a, i):
+            if not floats(a) or not isinstance(i, types.Integer):
+                return None
+
+            def codegen(context, builder, sig, args):
+                data = context.make_array(a)(context, builder, args[0]).data
+                i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+                address = builder.bitcast(builder.gep(data, [args[1]]), i8p)
+                fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+                fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+                hints = [ir.Constant(i32, int(write)), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+                builder.call(fn, [address, *hints])
+
+            return types.void(a, i), codegen
+
+        return lambda a, i: lambda a, i: element_prefetch(a, i)
+
+    overload(prefetch)(prefetcher(False))
+    overload(prefetch_write)(prefetcher(True))
+
+    @overload(lanes)
+    def _lanes(a):
+        if floats(a):
+            count = vector_of(a).count
+            return lambda a: count
+
+    overload(load)(lambda a, i: lambda a, i: vector_load(a, i))
+    overload(store)(lambda a, i, v: lambda a, i, v: vector_store(a, i, v))
+    overload(multiply_add)(lambda x, w, acc: lambda x, w, acc: vector_multiply_add(x, w, acc))
+
+
+jit.on_load(_lower)
