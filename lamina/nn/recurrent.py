@@ -4,7 +4,8 @@ arguments and results, so that state dicts and code port unchanged.
 
 They are built from dispatched operators, so autograd runs through them: a layer
 projects the whole sequence's input with one matrix product up front, then runs a
-matrix product of the hidden state and the gates per step. Gate order (the blocks of
+matrix product of the hidden state and the gates per step, and an LSTM step's gates
+in one fused cell (native_lstm_cell). Gate order (the blocks of
 rows of each weight): LSTM input, forget, cell, output (i, f, g, o); GRU reset,
 update, new (r, z, n).
 """
@@ -23,6 +24,8 @@ from . import functional as F
 from . import init
 from .modules import Module, Parameter
 
+_LSTM_CELL = OPERATORS["native_lstm_cell"]
+
 
 def _lstm_gates(gates: Tensor, c: Tensor, axis: int = -1) -> tuple[Tensor, Tensor]:
     """The next (h, c) from the pre-activations of gates i, f, g, o along ``axis``:
@@ -34,9 +37,6 @@ def _lstm_gates(gates: Tensor, c: Tensor, axis: int = -1) -> tuple[Tensor, Tenso
         blocks = ops.moveaxis(ops.reshape(gates, (*c.shape[:-1], 4, c.shape[-1])), -2, 0)
     h, c_next, _ = _LSTM_CELL(blocks, c)
     return h, c_next
-
-
-_LSTM_CELL = OPERATORS["native_lstm_cell"]
 
 
 def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
@@ -266,11 +266,11 @@ class GRU(_RNNBase):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
             xw = F.linear(x, w_ih, b_ih)
             h = _columns(h0[layer])  # Note [States in columns]
-            b_hn = None if b_hh is None else ops.expand_dims(b_hh, axis=-1)
+            b_column = None if b_hh is None else ops.expand_dims(b_hh, axis=-1)
             steps = []
             for xw_t in _steps_in_columns(xw):
                 hw = ops.matmul(w_hh, h)
-                h = _gru_gates(xw_t, hw if b_hn is None else hw + b_hn, h, axis=0)
+                h = _gru_gates(xw_t, hw if b_column is None else hw + b_column, h, axis=0)
                 steps.append(h)
             hs.append(_columns(h))
             x = self._between_layers(_columns(ops.stack(steps, axis=0)), layer)
