@@ -219,17 +219,15 @@ def _row_length(shape: tuple, axis: Any) -> int | None:
     return shape[-1] if tuple(axis) == (len(shape) - 1,) else None
 
 
-# Note [Pointwise backward operators]: tanh's and sigmoid's gradients are one kernel
-# each in eager (tanh_backward, sigmoid_backward), where their formulas were three
-# elementwise calls. In a graph their decompositions -- those formulas -- take their
-# place, so that a fusion group sees through them and they join the calls around them.
-INLINED = ("tanh_backward", "sigmoid_backward")
-
-
+# Note [Pointwise backward operators]: the nn operators that are elementwise in all but
+# their namespace (layouts.ELEMENTWISE_LIKE: tanh's and sigmoid's gradients) are one
+# kernel each in eager, where their formulas were three elementwise calls. In a graph
+# their decompositions -- those formulas -- take their place, so that a fusion group
+# sees through them and they join the calls around them.
 def _inline(graph: Graph) -> Graph:
     at: dict[Node, tuple[list[Node], Value]] = {}
     for node in graph.nodes:
-        if isinstance(node.target, Operator) and node.target.name in INLINED:
+        if isinstance(node.target, Operator) and node.target.name in layouts.ELEMENTWISE_LIKE:
             decomposition = decompositions.DECOMPOSITIONS[node.target.name]
             nodes, value = record_calls(graph, lambda *a: decomposition(0, *a), *node.args)
             if all(_computation(n) is not None for n in nodes):
