@@ -44,6 +44,7 @@ CHECKS = [
     "mismatch",
     "bad arguments",
     "ddp gradients",
+    "ddp gradients alone",
     "ddp gradient_as_bucket_view",
     "ddp compiled",
     "ddp no_sync",
@@ -163,18 +164,35 @@ def test_ddp_arguments_are_checked():
         dist.DistributedDataParallel(lm.nn.Linear(2, 2), bucket_cap_mb=0)
 
 
-def test_gradient_buckets_start_small_and_split_by_dtype():
-    from lamina.distributed.ddp import _buckets
+def test_gradient_buckets_start_small_and_split_by_dtype(monkeypatch):
+    from lamina.distributed import ddp
 
+    monkeypatch.setattr(ddp, "ALONE_BYTES", 2**30)  # every parameter in a bucket
     mib = 2**20 // 4  # float32 elements in a MiB
     sizes = [(mib, "float32"), (mib // 2, "float32"), (mib // 4, "float64"), (3 * mib, "float32")]
     sizes += [(mib // 2, "float32"), (mib // 2, "float32")]
     named = [(f"p{i}", lm.zeros(n, dtype=getattr(lm, d))) for i, (n, d) in enumerate(sizes)]
-    buckets = _buckets(named, cap_bytes=2.5 * 2**20)
+    buckets = ddp._buckets(named, cap_bytes=2.5 * 2**20)
     # reversed: the last parameters first; the first bucket holds at most 1 MiB, the
     # others 2.5 MiB or one larger parameter; a dtype change starts a bucket
     assert [b.names for b in buckets] == [["p5", "p4"], ["p3"], ["p2"], ["p1", "p0"]]
     assert [b.buffer.dtype.name for b in buckets] == ["float32", "float32", "float64", "float32"]
+
+
+def test_large_gradients_travel_alone_where_they_come():
+    from lamina.distributed import ddp
+
+    small, large = ddp.ALONE_BYTES // 4 - 1, ddp.ALONE_BYTES // 4  # float32 elements
+    named = [(f"p{i}", lm.zeros(n)) for i, n in enumerate([small, large, small, large, small])]
+    buckets = ddp._buckets(named, cap_bytes=25 * 2**20)
+    # in reverse order each large one goes as it comes, in its gradient's memory (no
+    # buffer); the small ones around them share the bucket left open
+    assert [(b.names, b.alone) for b in buckets] == [
+        (["p3"], True),
+        (["p1"], True),
+        (["p4", "p2", "p0"], False),
+    ]
+    assert [b.buffer is None for b in buckets] == [True, True, False]
 
 
 @pytest.mark.parametrize(

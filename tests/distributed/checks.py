@@ -11,6 +11,8 @@ import numpy as np
 
 import lamina as lm
 import lamina.distributed as dist
+from lamina.distributed import ddp as ddp_module
+from lamina.distributed.ddp import ALONE_BYTES
 
 dist.init_process_group(timeout=60)
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -206,6 +208,46 @@ for (name, p), (_, q) in zip(ddp.module.named_parameters(), single.named_paramet
     np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14, err_msg=name)
 ok("ddp gradients")
 
+# large gradients travel alone, reduced in their own memory (Note [Gradient buckets]):
+# here both weights (640 and 384 bytes), the biases in one bucket; the first layer's
+# weight gradient made Fortran-ordered by a hook that runs before DDP's, so that it
+# travels through a buffer of its own and comes back into that same .grad
+ddp_module.ALONE_BYTES = 300
+model = mlp(seed=rank)
+where = {}
+
+
+def fortran(p):
+    p.grad = lm.asarray(np.asfortranarray(p.grad.numpy()))
+    where["0.weight"] = p.grad
+
+
+model[0].weight.register_post_accumulate_grad_hook(fortran)
+model[2].weight.register_post_accumulate_grad_hook(
+    lambda p: where.__setitem__("2.weight", p.grad.numpy().ctypes.data)
+)
+alone = dist.DistributedDataParallel(model)
+assert [(b.names, b.alone) for b in alone._buckets] == [
+    (["2.weight"], True),
+    (["0.weight"], True),
+    (["2.bias", "0.bias"], False),
+]
+for step in (0, 1):
+    single.zero_grad()
+    alone.zero_grad()
+    x, y = data(step)
+    loss_fn(single(x), y).backward()
+    loss_fn(alone(mine(x, y)[0]), mine(x, y)[1]).backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), single.named_parameters()):
+        np.testing.assert_allclose(
+            p.grad.numpy(), q.grad.numpy(), rtol=1e-12, atol=1e-14, err_msg=name
+        )
+    assert model[2].weight.grad.numpy().ctypes.data == where["2.weight"]  # in place
+    assert model[0].weight.grad is where["0.weight"]  # copied back into the same .grad
+    assert model[0].weight.grad.numpy().flags.f_contiguous
+ddp_module.ALONE_BYTES = ALONE_BYTES
+ok("ddp gradients alone")
+
 # gradient_as_bucket_view: the same averages, each .grad a view of its bucket, in two
 # passes (the second overwrites the buckets the first left in .grad)
 view = dist.DistributedDataParallel(
@@ -270,9 +312,11 @@ raises(
     ["extra.weight", "extra.bias", "find_unused_parameters=True"],
     lambda: loss_fn(ddp(x), y).backward(),
 )
-ddp = dist.DistributedDataParallel(WithUnused(), find_unused_parameters=True)
-loss_fn(ddp(x), y).backward()
-np.testing.assert_array_equal(ddp.module.extra.weight.grad.numpy(), np.zeros((2, 2)))
+for ddp_module.ALONE_BYTES in (ALONE_BYTES, 32):  # extra.weight in a bucket, then alone
+    ddp = dist.DistributedDataParallel(WithUnused(), find_unused_parameters=True)
+    loss_fn(ddp(x), y).backward()
+    np.testing.assert_array_equal(ddp.module.extra.weight.grad.numpy(), np.zeros((2, 2)))
+ddp_module.ALONE_BYTES = ALONE_BYTES
 ok("ddp unused parameters")
 
 # models that differ between ranks are refused at wrap, on every rank
