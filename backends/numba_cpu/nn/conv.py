@@ -129,24 +129,21 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo
         for i in range(kh):
             for j in range(kw):
                 row = cols[(c * kh + i) * kw + j]
-                off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
+                first = lo * sw + j * dw - pl  # the input column of output column lo
                 for oh in range(oh0, oh1):
                     ih = oh * sh - pt + i * dh
-                    seg = row[(oh - oh0) * wo : (oh - oh0 + 1) * wo]
-                    if ih < 0 or ih >= h or hi == lo:
-                        for ow in range(wo):
-                            seg[ow] = 0
-                        continue
-                    for ow in range(lo):
-                        seg[ow] = 0
-                    dst = seg[lo:hi]
-                    src = plane[ih, lo * sw + off : (hi - 1) * sw + off + 1 : sw]
-                    for k in range(hi - lo):
-                        dst[k] = src[k]
-                    tail = seg[hi:]
-                    for k in range(wo - hi):
-                        tail[k] = 0
+                    base = (oh - oh0) * wo
+                    if ih < 0 or ih >= h:
+                        lo_in, hi_in = wo, wo
+                    else:
+                        lo_in, hi_in = lo, hi
+                    for ow in range(lo_in):
+                        row[base + ow] = 0
+                    for k in range(hi_in - lo_in):
+                        row[base + lo_in + k] = plane[ih, first + k * sw]
+                    for ow in range(max(hi_in, lo_in), wo):
+                        row[base + ow] = 0
 
 
 def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_):
@@ -157,17 +154,14 @@ def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, 
         for i in range(kh):
             for j in range(kw):
                 row = cols[(c * kh + i) * kw + j]
-                off = j * dw - pl
                 lo, hi = lo_[j], hi_[j]
-                if hi == lo:
-                    continue
+                first = lo * sw + j * dw - pl  # the input column of output column lo
                 for oh in range(oh0, oh1):
                     ih = oh * sh - pt + i * dh
                     if 0 <= ih < h:
-                        dst = plane[ih, lo * sw + off : (hi - 1) * sw + off + 1 : sw]
-                        src = row[(oh - oh0) * wo + lo : (oh - oh0) * wo + hi]
+                        base = (oh - oh0) * wo + lo
                         for k in range(hi - lo):
-                            dst[k] += src[k]
+                            plane[ih, first + k * sw] += row[base + k]
 
 
 def _pad_planes(x, pt, pl, hp, wp, planes):
