@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lamina.backends import loop_cache
@@ -55,6 +56,45 @@ def test_a_later_process_opens_the_loops_it_needs_without_compiling_or_numba(tmp
     assert first["compiled"] == 2 and first["opened"] == 2  # it uses what it stored
     assert second["compiled"] == 0 and second["opened"] == 2
     assert second["numba"] is False  # Note [Lazy Numba]: nothing needed it
+
+
+# float % and // call fmod: a library's calls go to the bridge of Note [fmod in loop
+# libraries], which must give NumPy's results, signed zeros and specials included
+MODULO = """
+import json, sys
+import numpy as np
+import lamina as lm
+from lamina.backends import loop_cache
+x = [5.5, -5.5, 0.0, -0.0, 7.0, 1e30, 3e-39, 1e-40, float("inf"), float("nan"), 2.0, -7.25]
+y = [2.0, 2.0, -3.0, 3.0, -0.0, 3.0, 7e-40, -3e-41, 2.0, 1.0, float("inf"), -0.5]
+out = {}
+for dtype in ("float32", "float64"):
+    a, b = lm.asarray(x, dtype=dtype), lm.asarray(y, dtype=dtype)
+    out[dtype] = [lm.remainder(a, b).numpy().tobytes().hex(), (a // b).numpy().tobytes().hex()]
+print(json.dumps({"out": out, "opened": len(loop_cache._libraries)}))
+"""
+
+
+def test_float_remainders_from_a_library_are_numpys(tmp_path):
+    environment = {**os.environ, "LAMINA_CACHE_DIR": str(tmp_path)}
+    x = [5.5, -5.5, 0.0, -0.0, 7.0, 1e30, 3e-39, 1e-40, math.inf, math.nan, 2.0, -7.25]
+    y = [2.0, 2.0, -3.0, 3.0, -0.0, 3.0, 7e-40, -3e-41, 2.0, 1.0, math.inf, -0.5]
+    for run_ in ("stores", "opens"):
+        done = subprocess.run(
+            [sys.executable, "-c", MODULO], env=environment, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["opened"] == (4 if C_CORE else 0), run_
+        for dtype, (rem, div) in result["out"].items():
+            a, b = np.asarray(x, dtype), np.asarray(y, dtype)
+            with np.errstate(all="ignore"):
+                expected = (np.remainder(a, b), np.floor_divide(a, b))
+            for got, want in zip((rem, div), expected):
+                got = np.frombuffer(bytes.fromhex(got), dtype)
+                assert np.array_equal(np.isnan(got), np.isnan(want)), (run_, dtype, got, want)
+                keep = ~np.isnan(want)
+                assert got[keep].tobytes() == want[keep].tobytes(), (run_, dtype, got, want)
 
 
 COMPILED = """
