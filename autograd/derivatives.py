@@ -291,6 +291,8 @@ def _setitem(g, r, n, x, key, value):
 
 
 def _split(gs, r, n, x, sections, axis):
+    if isinstance(gs, Tensor):  # one piece: the engine hands a lone output's gradient bare
+        gs = [gs]
     size = x.shape[axis]
     sizes = (
         [min(sections, size - i) for i in range(0, size, sections)]

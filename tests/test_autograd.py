@@ -1635,6 +1635,14 @@ def test_register_hook_on_one_output_of_split():
     assert x.grad.tolist() == [3.0, 3.0, 0.0, 0.0]
 
 
+def test_split_into_one_piece():
+    """A split of one piece is a one-output node, whose gradient comes alone."""
+    x = leaf((2, 1, 3))
+    (piece,) = lm.split(x, 1, axis=1)
+    (g,) = lm.autograd.grad(lm.sum(piece[1] * 3.0), [x])
+    np.testing.assert_array_equal(g.numpy(), [[[0.0] * 3], [[3.0] * 3]])
+
+
 def test_no_grad_and_enable_grad():
     x = leaf((3,))
     assert lm.autograd.is_grad_enabled()
