@@ -624,6 +624,28 @@ SAMPLES.update(
                 [leaf((4, 2)), leaf((2,))],
             ),
         ],
+        "native_lstm_sequence": [
+            (
+                "every_output",
+                lambda xw, h, c, w: OPERATORS["native_lstm_sequence"](xw, h, c, w)[:3],
+                [
+                    leaf((8, 3, 2), -2, 2),
+                    leaf((2, 2), seed=1),
+                    leaf((2, 2), seed=2),
+                    leaf((8, 2), seed=3),
+                ],
+            ),
+            (
+                "c_n_one_step",
+                lambda xw, h, c, w: OPERATORS["native_lstm_sequence"](xw, h, c, w)[2],
+                [
+                    leaf((12, 1, 1)),
+                    leaf((3, 1), seed=1),
+                    leaf((3, 1), seed=2),
+                    leaf((12, 3), seed=3),
+                ],
+            ),
+        ],
         "native_layer_norm": [
             (
                 "two_axes_affine",
