@@ -291,6 +291,8 @@ def _setitem(g, r, n, x, key, value):
 
 
 def _split(gs, r, n, x, sections, axis):
+    if isinstance(gs, Tensor):  # one piece: the engine hands a lone output's gradient bare
+        gs = [gs]
     size = x.shape[axis]
     sizes = (
         [min(sections, size - i) for i in range(0, size, sections)]
@@ -932,6 +934,7 @@ _ADAPTIVE_BACKWARD = OPERATORS["adaptive_avg_pool2d_backward"]
 _BN_BACKWARD = OPERATORS["native_batch_norm_backward"]
 _LN_BACKWARD = OPERATORS["native_layer_norm_backward"]
 _LSTM_CELL_BACKWARD = OPERATORS["native_lstm_cell_backward"]
+_LSTM_SEQUENCE_BACKWARD = OPERATORS["native_lstm_sequence_backward"]
 _GN_BACKWARD = OPERATORS["native_group_norm_backward"]
 _EMBEDDING_BACKWARD = OPERATORS["embedding_dense_backward"]
 _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
@@ -1079,6 +1082,22 @@ def _lstm_cell(gs, r, n, gates, c):
     else:
         g_gates, g_c = _LSTM_CELL_BACKWARD(grad_h, grad_c, c, r[1], r[2])
     return (n[0] and g_gates, n[1] and g_c)
+
+
+def _lstm_sequence(gs, r, n, projections, h0, c0, weight_hh):
+    """Under create_graph the decompositions' gradient, from the steps recomputed (as
+    _lstm_cell)."""
+    grads = gs[:3]  # of every step's h, the last h, the last c
+    if all(g is None for g in grads):
+        return (None,) * 4
+    if is_grad_enabled():
+        forward = DECOMPOSITIONS["native_lstm_sequence"]
+        output, _, _, cs, activations = forward(None, projections, h0, c0, weight_hh)
+        backward = DECOMPOSITIONS["native_lstm_sequence_backward"]
+        result = backward(None, *grads, h0, c0, weight_hh, output, cs, activations)
+    else:
+        result = _LSTM_SEQUENCE_BACKWARD(*grads, h0, c0, weight_hh, r[0], r[3], r[4])
+    return tuple(need and g for need, g in zip(n, result))
 
 
 def _group_norm(gs, r, n, x, w, b, num_groups, eps):
@@ -1324,6 +1343,7 @@ DERIVATIVES.update(
             D("native_batch_norm", _batch_norm, saves=(0, 1), uses_result=True, outputs=1),
             D("native_layer_norm", _layer_norm, saves=(0, 2), uses_result=True, outputs=1),
             D("native_lstm_cell", _lstm_cell, saves=(0, 1), uses_result=True, outputs=2),
+            D("native_lstm_sequence", _lstm_sequence, saves=None, uses_result=True, outputs=3),
             D("native_group_norm", _group_norm, saves=(0, 1), uses_result=True, outputs=1),
             D("embedding", _embedding, saves=(1,), sizes=(0,)),
             D(

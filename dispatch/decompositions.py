@@ -1494,6 +1494,63 @@ def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
     return ops.stack(grads), grad_c_next * f
 
 
+@decomposition("native_lstm_sequence")
+def native_lstm_sequence(ks, projections, h0, c0, weight_hh):
+    """Step after step, each the cell's decomposition (its activations are then
+    differentiable too: the create_graph form of the sequence's gradient reads them)."""
+    h, c, steps = h0, c0, []
+    for xw_t in ops.unstack(projections, axis=1):
+        gates = ops.reshape(xw_t + ops.matmul(weight_hh, h), (4, *c.shape))
+        h, c, activations = native_lstm_cell(ks, gates, c)
+        steps.append((h, c, activations))
+    if not steps:
+        size, n = h0.shape
+        shapes = ((size, 0, n), (0, size, n), (0, 4, size, n))
+        output, cs, activations = (ops.zeros(s, dtype=h0.dtype, device=h0.device) for s in shapes)
+        return output, h0, c0, cs, activations
+    hs, cs, activations = zip(*steps)
+    return ops.stack(hs, axis=1), h, c, ops.stack(cs), ops.stack(activations)
+
+
+@decomposition("native_lstm_sequence_backward")
+def native_lstm_sequence_backward(
+    ks, grad_output, grad_h_n, grad_c_n, h0, c0, weight_hh, output, cs, activations
+):
+    size, length, n = output.shape
+    zero = ops.zeros_like(h0)
+    grad_h = zero if grad_h_n is None else grad_h_n
+    grad_c = zero if grad_c_n is None else grad_c_n
+    hs, c_all, acts = ops.unstack(output, axis=1), ops.unstack(cs), ops.unstack(activations)
+    grad_steps = ops.unstack(grad_output, axis=1) if grad_output is not None else None
+    grads = []
+    for t in reversed(range(length)):
+        if grad_steps is not None:
+            grad_h = grad_h + grad_steps[t]
+        c_prev = c_all[t - 1] if t else c0
+        grad_gates, grad_c = native_lstm_cell_backward(
+            ks, grad_h, grad_c, c_prev, c_all[t], acts[t]
+        )
+        grad_gates = ops.reshape(grad_gates, (4 * size, n))
+        grads.append(grad_gates)
+        grad_h = ops.matmul(ops.matrix_transpose(weight_hh), grad_gates)
+    if not grads:
+        shape = (4 * size, 0, n)
+        return (
+            ops.zeros(shape, dtype=h0.dtype, device=h0.device),
+            grad_h,
+            grad_c,
+            ops.zeros_like(weight_hh),
+        )
+    grad_xw = ops.stack(grads[::-1], axis=1)
+    h_prev = ops.stack([h0, *hs[:-1]], axis=1)
+    columns = length * n
+    grad_w = ops.matmul(
+        ops.reshape(grad_xw, (4 * size, columns)),
+        ops.matrix_transpose(ops.reshape(h_prev, (size, columns))),
+    )
+    return grad_xw, grad_h, grad_c, grad_w
+
+
 @decomposition("native_layer_norm")
 def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
     mean, rstd = _moments(input, _trailing(input, len(normalized_shape)), eps)

@@ -892,6 +892,56 @@ def lstm_cell(gates: Any, c: Any) -> tuple:
     return gates, c
 
 
+def lstm_sequence(projections: Any, h0: Any, c0: Any, weight_hh: Any) -> tuple:
+    fn = "lstm_sequence"
+    _floating(fn, "projections", projections)
+    shape = projections._shape
+    if len(shape) != 3 or shape[0] % 4:
+        raise ValueError(f"{fn}: projections must have shape (4H, L, N), got {shape}")
+    rows, _, n = shape
+    size = rows // 4
+    _lstm_arguments(
+        fn,
+        projections,
+        {"h0": (h0, (size, n)), "c0": (c0, (size, n)), "weight_hh": (weight_hh, (rows, size))},
+    )
+    return projections, h0, c0, weight_hh
+
+
+def lstm_sequence_backward(*args: Any) -> tuple:
+    fn = "lstm_sequence_backward"
+    grad_output, grad_h_n, grad_c_n, h0, c0, weight_hh, output, cs, activations = args
+    _floating(fn, "output", output)
+    if len(output._shape) != 3:
+        raise ValueError(f"{fn}: output must have shape (H, L, N), got {output._shape}")
+    size, length, n = output._shape
+    state = (size, n)
+    shapes = {
+        "grad_output": (grad_output, output._shape),
+        "grad_h_n": (grad_h_n, state),
+        "grad_c_n": (grad_c_n, state),
+        "h0": (h0, state),
+        "c0": (c0, state),
+        "weight_hh": (weight_hh, (4 * size, size)),
+        "cs": (cs, (length, size, n)),
+        "activations": (activations, (length, 4, size, n)),
+    }
+    _lstm_arguments(fn, output, shapes)
+    return args
+
+
+def _lstm_arguments(fn: str, like: Any, shapes: dict) -> None:
+    """Each given tensor of ``shapes`` (name: (tensor, its expected shape)) has like's
+    dtype and its shape: the kernels index them unchecked."""
+    for name, (t, shape) in shapes.items():
+        if t is None:
+            continue
+        if t._dtype != like._dtype:
+            raise TypeError(f"{fn}: {name} must be {like._dtype.name}, got {t._dtype.name}")
+        if t._shape != shape:
+            raise ValueError(f"{fn}: expected {name} of shape {shape}, got {t._shape}")
+
+
 def group_norm(input: Any, weight: Any, bias: Any, num_groups: int, eps: float) -> tuple:
     _floating("group_norm", "input", input)
     if len(input._shape) < 2:

@@ -860,6 +860,31 @@ define(
     "and the saved activations; a missing gradient counts as zeros.",
 )
 define(
+    "native_lstm_sequence(projections: Tensor, h0: Tensor, c0: Tensor, weight_hh: Tensor) "
+    "-> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.lstm_sequence,
+    doc="An LSTM layer over a whole sequence in one call, the sequence in columns: from "
+    "the input's projections (4H, L, N) (each step's gate pre-activations but the "
+    "hidden state's part), the initial states h0 and c0 (H, N) and weight_hh (4H, H), "
+    "(every step's h (H, L, N), the last h and c (H, N), and saved for backward every "
+    "step's c (L, H, N) and the gates' activations (L, 4, H, N)).",
+)
+define(
+    "native_lstm_sequence_backward(grad_output: Tensor | None, grad_h_n: Tensor | None, "
+    "grad_c_n: Tensor | None, h0: Tensor, c0: Tensor, weight_hh: Tensor, output: Tensor, "
+    "cs: Tensor, activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    check=meta.lstm_sequence_backward,
+    doc="native_lstm_sequence's gradients with respect to projections, h0, c0 and "
+    "weight_hh, from its saved results; a missing gradient counts as zeros.",
+)
+define(
     "embedding(weight: Tensor, indices: Tensor, padding_idx: int | None) -> Tensor",
     "nn",
     dtypes=FLOATING,

@@ -415,7 +415,24 @@ def _lstm_cell(op: Operator, args: tuple) -> list:
     return [(c._dtype, c._shape)] * 2 + [(c._dtype, gates._shape)]
 
 
+def _lstm_sequence(op: Operator, args: tuple) -> list:
+    """native_lstm_sequence: (every step's h (H, L, N), the last h and c (H, N), every
+    step's c (L, H, N), the activations (L, 4, H, N)); its backward: the gradients of
+    projections, h0, c0 and weight_hh, as they are."""
+    if op.name == "native_lstm_sequence_backward":
+        output, h0, c0, weight_hh = args[6], args[3], args[4], args[5]
+        size, length, n = output._shape
+        grads = [(4 * size, length, n), h0._shape, c0._shape, weight_hh._shape]
+        return [(output._dtype, shape) for shape in grads]
+    projections, h0 = args[0], args[1]
+    (size, n), length = h0._shape, projections._shape[1]
+    shapes = [(size, length, n), (size, n), (size, n), (length, size, n), (length, 4, size, n)]
+    return [(h0._dtype, shape) for shape in shapes]
+
+
 SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
+    "native_lstm_sequence": _lstm_sequence,
+    "native_lstm_sequence_backward": _lstm_sequence,
     "native_lstm_cell": _lstm_cell,
     "native_lstm_cell_backward": _lstm_cell,
     "native_batch_norm": _batch_norm,

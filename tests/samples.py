@@ -1058,6 +1058,36 @@ def _lstm_cell_backward(fn, d, t):
     return out
 
 
+def _lstm_sequence_cases(t):
+    """(projections, h0, c0, weight_hh, label): H 3, L 4, N 2 with states as a layer's
+    (transposed views) and projections a strided view; N 1, L 1, H 1; L 0; N 0."""
+    return [
+        (t((12, 8, 2), lo=-1, hi=1)[:, ::2], t((3, 2), "T"), t((3, 2), "T"), t((12, 3)), "views"),
+        (t((4, 1, 1)), t((1, 1)), t((1, 1)), t((4, 1), "T"), "one"),
+        (t((8, 0, 3)), t((2, 3)), t((2, 3)), t((8, 2)), "no-steps"),
+        (t((8, 3, 0)), t((2, 0)), t((2, 0)), t((8, 2)), "no-batch"),
+    ]
+
+
+@sample_of("native_lstm_sequence", dtypes=NN_DTYPES)
+def _lstm_sequence(fn, d, t):
+    return [S(fn, *case[:4], label=case[4]) for case in _lstm_sequence_cases(t)]
+
+
+@sample_of("native_lstm_sequence_backward", dtypes=NN_DTYPES)
+def _lstm_sequence_backward(fn, d, t):
+    out = []
+    for k, (xw, h0, c0, w, label) in enumerate(_lstm_sequence_cases(t)):
+        output, _, _, cs, activations = OPERATORS["native_lstm_sequence"](xw, h0, c0, w)
+        given = [
+            (t(output.shape), t(h0.shape), t(h0.shape, "T")),
+            (t(output.shape, "T"), None, None),
+        ]
+        grads = given[k % 2] if k != 1 else (None, None, t(h0.shape))
+        out.append(S(fn, *grads, h0, c0, w, output, cs, activations, label=label))
+    return out
+
+
 def _gn_cases(t):
     """(input, weight, bias, num_groups, label)"""
     return [

@@ -624,6 +624,28 @@ SAMPLES.update(
                 [leaf((4, 2)), leaf((2,))],
             ),
         ],
+        "native_lstm_sequence": [
+            (
+                "every_output",
+                lambda xw, h, c, w: OPERATORS["native_lstm_sequence"](xw, h, c, w)[:3],
+                [
+                    leaf((8, 3, 2), -2, 2),
+                    leaf((2, 2), seed=1),
+                    leaf((2, 2), seed=2),
+                    leaf((8, 2), seed=3),
+                ],
+            ),
+            (
+                "c_n_one_step",
+                lambda xw, h, c, w: OPERATORS["native_lstm_sequence"](xw, h, c, w)[2],
+                [
+                    leaf((12, 1, 1)),
+                    leaf((3, 1), seed=1),
+                    leaf((3, 1), seed=2),
+                    leaf((12, 3), seed=3),
+                ],
+            ),
+        ],
         "native_layer_norm": [
             (
                 "two_axes_affine",
@@ -1633,6 +1655,14 @@ def test_register_hook_on_one_output_of_split():
     b.register_hook(lambda g: g * 0.0)
     lm.sum(a * 3.0 + b * 5.0).backward()
     assert x.grad.tolist() == [3.0, 3.0, 0.0, 0.0]
+
+
+def test_split_into_one_piece():
+    """A split of one piece is a one-output node, whose gradient comes alone."""
+    x = leaf((2, 1, 3))
+    (piece,) = lm.split(x, 1, axis=1)
+    (g,) = lm.autograd.grad(lm.sum(piece[1] * 3.0), [x])
+    np.testing.assert_array_equal(g.numpy(), [[[0.0] * 3], [[3.0] * 3]])
 
 
 def test_no_grad_and_enable_grad():

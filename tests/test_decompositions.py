@@ -735,6 +735,27 @@ SAMPLES["native_lstm_cell_backward"] = [
     lambda: _lstm_backward(T((3, 5)), T((3, 5))),
     lambda: _lstm_backward(None, T((3, 5))),
 ]
+
+
+def _lstm_sequence(dtype="float64"):
+    args = (T((8, 3, 2), dtype), T((2, 2), dtype), T((2, 2), dtype), T((8, 2), dtype))
+    return args, OPERATORS["native_lstm_sequence"](*args)
+
+
+def _lstm_sequence_backward(*grads):
+    (_, h0, c0, w), (output, _, _, cs, activations) = _lstm_sequence()
+    backward = OPERATORS["native_lstm_sequence_backward"]
+    return backward(*grads, h0, c0, w, output, cs, activations)
+
+
+SAMPLES["native_lstm_sequence"] = [
+    lambda: _lstm_sequence()[1],
+    lambda: _lstm_sequence("float32")[1],
+]
+SAMPLES["native_lstm_sequence_backward"] = [
+    lambda: _lstm_sequence_backward(T((2, 3, 2)), T((2, 2)), T((2, 2))),
+    lambda: _lstm_sequence_backward(None, None, T((2, 2))),
+]
 _GN_CASES = [
     lambda: _gn(T((2, 6, 3, 4)), 3),
     lambda: _gn(F.to_layout(T((2, 4, 3, 3), "float32"), "NHWC"), 2, affine=False),

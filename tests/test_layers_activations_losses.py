@@ -18,6 +18,7 @@ import lamina as lm
 import lamina.nn as nn
 import lamina.nn.functional as F
 from lamina.autograd import gradcheck
+from lamina.dispatch.schema import OPERATORS
 
 # the layers' kernels and modules, the same under both per-call cores
 pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
@@ -433,6 +434,27 @@ def test_recurrent_layers_refuse_bad_input():
     ]:
         with pytest.raises(error, match=message):
             call()
+
+
+def test_lstm_sequence_refuses_bad_arguments():
+    """Its kernel indexes unchecked: its callers check every argument's shape and dtype
+    first (the operator's check function, as LSTM does)."""
+    seq = OPERATORS["native_lstm_sequence"]
+    xw, state, w = lm.zeros((8, 3, 5)), lm.zeros((2, 5)), lm.zeros((8, 2))
+    for args, error, message in [
+        ((lm.zeros((7, 3, 5)), state, state, w), ValueError, r"projections must have shape"),
+        ((xw, lm.zeros((2, 4)), state, w), ValueError, r"h0 of shape \(2, 5\)"),
+        ((xw, state, state, lm.zeros((8, 3))), ValueError, r"weight_hh of shape \(8, 2\)"),
+        ((xw, state, lm.zeros((2, 5), dtype=lm.float64), w), TypeError, "c0 must be float32"),
+        ((lm.zeros((8, 3, 5), dtype=lm.int64), state, state, w), TypeError, "projections"),
+    ]:
+        with pytest.raises(error, match=message):
+            seq.check(*args)
+    output, _, _, cs, activations = seq(xw, state, state, w)
+    with pytest.raises(ValueError, match=r"activations of shape \(3, 4, 2, 5\)"):
+        OPERATORS["native_lstm_sequence_backward"].check(
+            None, None, state, state, state, w, output, cs, activations[:2]
+        )
 
 
 def test_recurrent_layers_match_pytorch_with_copied_weights():

@@ -23,18 +23,19 @@ def _part(a, ndim, i0, i1):
     return a[i0:i1] if a.ndim == ndim and a.shape[0] != 1 else a
 
 
-def matmul(a, b):
-    """``np.matmul(a, b)`` for float arrays of at least 2 dimensions, in parts on
-    lamina's threads when it is big enough; quiet on NaN and infinities, as every lamina
-    kernel (np.errstate holds per thread: each part sets it)."""
+def matmul(a, b, out=None):
+    """``np.matmul(a, b, out=out)`` for float arrays of at least 2 dimensions, in parts
+    on lamina's threads when it is big enough; quiet on NaN and infinities, as every
+    lamina kernel (np.errstate holds per thread: each part sets it)."""
     # two matrices skip np.broadcast_shapes: 1.6 us, a fifth of a 128 x 10 x 512 product
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim + b.ndim > 4 else ()
     shape = batch + (a.shape[-2], b.shape[-1])
     flops = 2 * math.prod(shape) * a.shape[-1]
     if threads.get_num_threads() == 1 or flops < SPLIT_FLOPS or shape[0] < 2:
         with np.errstate(invalid="ignore", over="ignore"):
-            return np.matmul(a, b)
-    out = np.empty(shape, np.result_type(a, b))
+            return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty(shape, np.result_type(a, b))
     ndim = len(shape)
 
     def part(i0, i1):  # a 2-D result's rows take all of b; a batch, b's batch

@@ -410,6 +410,68 @@ def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
     return from_array(gates.astype(dtype)), from_array((gc * f).astype(dtype))
 
 
+def _sigmoid64(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def native_lstm_sequence(ks, projections, h0, c0, weight_hh):
+    xw, w = projections._data.astype(np.float64), weight_hh._data.astype(np.float64)
+    h, c = h0._data.astype(np.float64), c0._data.astype(np.float64)
+    hs, cs, acts = [], [], []
+    for t in range(xw.shape[1]):
+        z = (xw[:, t] + w @ h).reshape(4, *h.shape)
+        i, f, g, o = _sigmoid64(z[0]), _sigmoid64(z[1]), np.tanh(z[2]), _sigmoid64(z[3])
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        hs.append(h)
+        cs.append(c)
+        acts.append(np.stack([i, f, g, o]))
+    size, n = h.shape
+    results = (
+        np.stack(hs, axis=1) if hs else np.zeros((size, 0, n)),
+        h,
+        c,
+        np.stack(cs) if cs else np.zeros((0, size, n)),
+        np.stack(acts) if acts else np.zeros((0, 4, size, n)),
+    )
+    return tuple(from_array(a.astype(h0._data.dtype)) for a in results)
+
+
+def native_lstm_sequence_backward(
+    ks, grad_output, grad_h_n, grad_c_n, h0, c0, weight_hh, output, cs, activations
+):
+    def f64(t, shape):
+        return np.zeros(shape) if t is None else t._data.astype(np.float64)
+
+    hs = output._data.astype(np.float64)
+    size, length, n = hs.shape
+    w, c_all = weight_hh._data.astype(np.float64), cs._data.astype(np.float64)
+    acts = activations._data.astype(np.float64)
+    go = f64(grad_output, hs.shape)
+    gh, gc = f64(grad_h_n, (size, n)), f64(grad_c_n, (size, n))
+    h_prev = np.concatenate([h0._data.astype(np.float64)[:, None], hs[:, :-1]], axis=1)
+    c_prev = np.concatenate([c0._data.astype(np.float64)[None], c_all[:-1]])
+    grad_xw, grad_w = np.zeros((4 * size, length, n)), np.zeros(w.shape)
+    for t in reversed(range(length)):
+        i, f, g, o = acts[t]
+        gh = gh + go[:, t]
+        tc = np.tanh(c_all[t])
+        gc = gc + gh * o * (1 - tc * tc)
+        dz = np.concatenate(
+            [
+                gc * g * i * (1 - i),
+                gc * c_prev[t] * f * (1 - f),
+                gc * i * (1 - g * g),
+                gh * tc * o * (1 - o),
+            ]
+        )
+        grad_xw[:, t] = dz
+        grad_w += dz @ h_prev[:, t].T
+        gh, gc = w.T @ dz, gc * f
+    dtype = output._data.dtype
+    return tuple(from_array(a.astype(dtype)) for a in (grad_xw, gh, gc, grad_w))
+
+
 def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
     x = input._data.astype(np.float64)
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
@@ -887,6 +949,8 @@ KERNELS = [
     native_layer_norm_backward,
     native_lstm_cell,
     native_lstm_cell_backward,
+    native_lstm_sequence,
+    native_lstm_sequence_backward,
     native_group_norm,
     native_group_norm_backward,
     embedding,

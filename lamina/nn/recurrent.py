@@ -3,11 +3,12 @@
 arguments and results, so that state dicts and code port unchanged.
 
 They are built from dispatched operators, so autograd runs through them: a layer
-projects the whole sequence's input with one matrix product up front, then runs a
-matrix product of the hidden state and the gates per step, and an LSTM step's gates
-in one fused cell (native_lstm_cell). Gate order (the blocks of
-rows of each weight): LSTM input, forget, cell, output (i, f, g, o); GRU reset,
-update, new (r, z, n).
+projects the whole sequence's input with one matrix product up front; an LSTM layer
+then runs all its steps in one operator call (native_lstm_sequence, Note [Sequence in
+columns]), a GRU layer a matrix product of the hidden state and the gates per step;
+LSTMCell's step is one fused cell (native_lstm_cell). Gate order (the blocks of rows of
+each weight): LSTM input, forget, cell, output (i, f, g, o); GRU reset, update, new
+(r, z, n).
 """
 
 from __future__ import annotations
@@ -25,23 +26,20 @@ from . import init
 from .modules import Module, Parameter
 
 _LSTM_CELL = OPERATORS["native_lstm_cell"]
+_LSTM_SEQUENCE = OPERATORS["native_lstm_sequence"]
 
 
-def _lstm_gates(gates: Tensor, c: Tensor, axis: int = -1) -> tuple[Tensor, Tensor]:
-    """The next (h, c) from the pre-activations of gates i, f, g, o along ``axis``:
-    (N, 4H) and (N, H) states, or (4H, N) and (H, N) (Note [States in columns]); one
-    call of the fused cell, on the gates as (4, *c.shape) (a view)."""
-    if axis == 0:
-        blocks = ops.reshape(gates, (4, *c.shape))
-    else:
-        blocks = ops.moveaxis(ops.reshape(gates, (*c.shape[:-1], 4, c.shape[-1])), -2, 0)
+def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """The next (h, c) from the pre-activations (N, 4H) of gates i, f, g, o and c (N,
+    H): one call of the fused cell, on the gates as (4, N, H) (a view)."""
+    blocks = ops.moveaxis(ops.reshape(gates, (*c.shape[:-1], 4, c.shape[-1])), -2, 0)
     h, c_next, _ = _LSTM_CELL(blocks, c)
     return h, c_next
 
 
 def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
     """The next h from the input's and the hidden state's projections along ``axis``
-    ((N, 3H) or (3H, N), as _lstm_gates), each with its own bias (b_hn sits inside r *
+    ((N, 3H) or (3H, N)), each with its own bias (b_hn sits inside r *
     (...), as in PyTorch)."""
     size = h.shape[axis]
     # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
@@ -53,10 +51,11 @@ def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
     return n + z * (h - n)  # (1 - z) n + z h
 
 
-# Note [States in columns]: a layer's loop keeps its states as columns, (H, N), and
-# computes each step's pre-activations as w_hh @ h, (G * H, N). Each gate is then a
-# block of whole rows -- contiguous, so the gates' elementwise calls and their
-# gradients take the C core's fast path -- where in rows, (N, G * H), a gate is a
+# Note [States in columns]: a layer's loop (GRU's here, LSTM's in native_lstm_sequence's
+# kernel) keeps its states as columns, (H, N), and computes each step's pre-activations
+# as w_hh @ h, (G * H, N). Each gate is then a block of whole rows -- contiguous, so the
+# gates' elementwise calls and their gradients take the C core's fast path, and the
+# fused cell reads them in place -- where in rows, (N, G * H), a gate is a
 # strided slice of every row. The product is also the faster of the two forms for a
 # small batch (OpenBLAS, one thread, 16 x 128 -> 512: 21 us against 37).
 def _columns(t: Tensor) -> Tensor:
@@ -72,6 +71,19 @@ def _steps_in_columns(xw: Tensor) -> list[Tensor]:
     length, n, rows = xw.shape
     copied = ops.reshape(ops.reshape(_columns(xw), (length, -1)), (length, rows, n))
     return ops.unstack(copied)
+
+
+# Note [Sequence in columns]: an LSTM layer runs its whole sequence in one operator
+# call (native_lstm_sequence; one autograd node, where a step was a product, a sum and
+# the cell, each a dispatch and a node), on the sequence in columns: the input's
+# projections (4H, L, N) and the output (H, L, N), the steps and the batch together
+# the columns. A layer's input in columns, (input_size, L * N), is then a view of the
+# previous layer's output (of a contiguous (L, N, input_size) input, its transpose),
+# so the projection is one matrix product reading both operands in place, and so are
+# its gradients; so is weight_hh's gradient, the steps' gates' gradients against the h's
+# before them, (4H, (L - 1) N) and (H, (L - 1) N) views, plus the first step's against
+# h0. Each step reads and writes strided (4H, N) and (H, N) slices: copies of a few
+# thousand elements beside the step's product.
 
 
 def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
@@ -235,20 +247,24 @@ class LSTM(_RNNBase):
         h0, c0 = (None, None) if hx is None else hx
         h0 = self._initial("h_0", h0, x, batched)
         c0 = self._initial("c_0", c0, x, batched)
+        length, n, size = x.shape[0], x.shape[1], self.hidden_size
+        # each layer's input in columns, (input_size, L * N): Note [Sequence in columns]
+        x = _columns(ops.reshape(x, (length * n, self.input_size)))
         hs, cs = [], []
         for layer in range(self.num_layers):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            # both biases enter the sum of every gate: added once, to the projection
-            xw = F.linear(x, w_ih, None if b_ih is None else b_ih + b_hh)
+            xw = ops.matmul(w_ih, x)
+            if b_ih is not None:  # both biases enter every gate's sum: added once, here
+                xw = xw + ops.expand_dims(b_ih + b_hh, axis=-1)
             h, c = _columns(h0[layer]), _columns(c0[layer])  # Note [States in columns]
-            steps = []
-            for xw_t in _steps_in_columns(xw):
-                h, c = _lstm_gates(xw_t + ops.matmul(w_hh, h), c, axis=0)
-                steps.append(h)
+            xw = ops.reshape(xw, (4 * size, length, n))
+            out, h, c, _, _ = _LSTM_SEQUENCE(*_LSTM_SEQUENCE.check(xw, h, c, w_hh))
             hs.append(_columns(h))
             cs.append(_columns(c))
-            x = self._between_layers(_columns(ops.stack(steps, axis=0)), layer)
-        return self._output(x, batched), (_final(hs, batched), _final(cs, batched))
+            out = self._between_layers(out, layer)
+            x = ops.reshape(out, (size, length * n))
+        out = ops.permute_dims(out, (1, 2, 0))  # (L, N, H), a view
+        return self._output(out, batched), (_final(hs, batched), _final(cs, batched))
 
 
 class GRU(_RNNBase):

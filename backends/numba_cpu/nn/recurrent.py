@@ -1,7 +1,9 @@
 """The LSTM cell in one pass, forward and backward (PyTorch's fused cell does the
 same): a step of an LSTM layer is otherwise about ten elementwise calls, each an
 autograd node, on a state of a few thousand elements, where the calls cost more than
-their arithmetic.
+their arithmetic. A whole layer's sequence in one call, forward and backward: a Python
+loop over the steps of the BLAS product (into a buffer) and the cell's kernel, where
+one operator call per step costs its dispatch and its autograd node.
 
 Gates come as (4, *c.shape): the layer's states in columns make each gate a block of
 rows (Note [States in columns] in lamina.nn.recurrent), so the kernels read them in
@@ -16,6 +18,7 @@ import numpy as np
 from lamina.backends import jit
 from lamina.dispatch.tensor import from_array
 
+from .. import gemm
 from .. import kernels as K
 
 # Note [Kernel cache]: the kernels call kernels.py's vector math, so they close over
@@ -100,6 +103,74 @@ def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
     return from_array(grad_gates.reshape(4, *shape)), from_array(grad_c_prev.reshape(shape))
 
 
+def native_lstm_sequence(ks, projections, h0, c0, weight_hh):
+    xw, w = projections._data, weight_hh._data
+    rows, length, n = xw.shape
+    size = rows // 4
+    output = np.empty((size, length, n), xw.dtype)
+    cs = np.empty((length, size * n), xw.dtype)
+    activations = np.empty((length, 4, size * n), xw.dtype)
+    h = np.array(h0._data, order="C")  # the step's h, written in place by the cell
+    c = _flat(c0)
+    gates = np.empty((rows, n), xw.dtype)
+    cell = _kernel(lstm_cell_loop, xw.dtype)
+    for t in range(length):
+        gemm.matmul(w, h, out=gates)
+        gates += xw[:, t]
+        cell(gates.reshape(4, -1), c, h.reshape(-1), cs[t], activations[t])
+        output[:, t] = h
+        c = cs[t]
+    return (
+        from_array(output),
+        from_array(h),
+        from_array(c.reshape(size, n).copy()),  # not a view: cs is saved for backward
+        from_array(cs.reshape(length, size, n)),
+        from_array(activations.reshape(length, 4, size, n)),
+    )
+
+
+def native_lstm_sequence_backward(
+    ks, grad_output, grad_h_n, grad_c_n, h0, c0, weight_hh, output, cs, activations
+):
+    """The steps in reverse, each the cell's backward and the product w_hh.T @ (the
+    step's gates' gradient) for the previous h's; then weight_hh's gradient, one
+    product over the steps (Note [Sequence in columns] in lamina.nn.recurrent)."""
+    hs, w = np.ascontiguousarray(output._data), weight_hh._data
+    size, length, n = hs.shape
+    dtype = hs.dtype
+    grad_xw = np.empty((4 * size, length, n), dtype)
+    # the running gradients of h and c, which the steps overwrite: copies
+    grad_h = np.zeros((size, n), dtype) if grad_h_n is None else np.array(grad_h_n._data, order="C")
+    grad_c = np.zeros((size, n), dtype) if grad_c_n is None else np.array(grad_c_n._data, order="C")
+    grad_c = grad_c.reshape(-1)
+    grad_c_prev, grad_gates = np.empty_like(grad_c), np.empty((4, size * n), dtype)
+    c = np.ascontiguousarray(cs._data).reshape(length, size * n)
+    acts = np.ascontiguousarray(activations._data).reshape(length, 4, size * n)
+    c_first, w_t = _flat(c0), w.T
+    cell = _kernel(lstm_cell_backward_loop, dtype)
+    for t in reversed(range(length)):
+        if grad_output is not None:
+            grad_h += grad_output._data[:, t]
+        c_prev = c[t - 1] if t else c_first
+        cell(grad_h.reshape(-1), grad_c, c_prev, c[t], acts[t], grad_gates, grad_c_prev)
+        step = grad_gates.reshape(4 * size, n)
+        grad_xw[:, t] = step
+        gemm.matmul(w_t, step, out=grad_h)
+        grad_c, grad_c_prev = grad_c_prev, grad_c
+    # the steps after the first against the h's before them, as (4H, (L - 1) N) and
+    # (H, (L - 1) N) views; the first against h0
+    later = max(length - 1, 0) * n
+    grad_w = gemm.matmul(grad_xw[:, 1:].reshape(4 * size, later), hs[:, :-1].reshape(size, later).T)
+    if length:
+        grad_w += gemm.matmul(grad_xw[:, 0], np.ascontiguousarray(h0._data).T)
+    return (
+        from_array(grad_xw),
+        from_array(grad_h),
+        from_array(grad_c.reshape(size, n)),
+        from_array(grad_w),
+    )
+
+
 def _kernel(template, dtype):
     def build():
         vector, blocks = jit.array(dtype, 1), jit.array(dtype, 2)
@@ -116,6 +187,8 @@ def _kernel(template, dtype):
 KERNELS = {
     "native_lstm_cell": native_lstm_cell,
     "native_lstm_cell_backward": native_lstm_cell_backward,
+    "native_lstm_sequence": native_lstm_sequence,
+    "native_lstm_sequence_backward": native_lstm_sequence_backward,
 }
 
 
