@@ -935,6 +935,7 @@ _BN_BACKWARD = OPERATORS["native_batch_norm_backward"]
 _LN_BACKWARD = OPERATORS["native_layer_norm_backward"]
 _LSTM_CELL_BACKWARD = OPERATORS["native_lstm_cell_backward"]
 _LSTM_SEQUENCE_BACKWARD = OPERATORS["native_lstm_sequence_backward"]
+_GRU_SEQUENCE_BACKWARD = OPERATORS["native_gru_sequence_backward"]
 _GN_BACKWARD = OPERATORS["native_group_norm_backward"]
 _EMBEDDING_BACKWARD = OPERATORS["embedding_dense_backward"]
 _LRN_BACKWARD = OPERATORS["local_response_norm_backward"]
@@ -1097,6 +1098,21 @@ def _lstm_sequence(gs, r, n, projections, h0, c0, weight_hh):
         result = backward(None, *grads, h0, c0, weight_hh, output, cs, activations)
     else:
         result = _LSTM_SEQUENCE_BACKWARD(*grads, h0, c0, weight_hh, r[0], r[3], r[4])
+    return tuple(need and g for need, g in zip(n, result))
+
+
+def _gru_sequence(gs, r, n, projections, h0, weight_hh, bias_hh):
+    """As _lstm_sequence."""
+    grads = gs[:2]  # of every step's h, the last h
+    if all(g is None for g in grads):
+        return (None,) * 4
+    if is_grad_enabled():
+        forward = DECOMPOSITIONS["native_gru_sequence"]
+        output, _, activations = forward(None, projections, h0, weight_hh, bias_hh)
+        backward = DECOMPOSITIONS["native_gru_sequence_backward"]
+        result = backward(None, *grads, h0, weight_hh, output, activations)
+    else:
+        result = _GRU_SEQUENCE_BACKWARD(*grads, h0, weight_hh, r[0], r[2])
     return tuple(need and g for need, g in zip(n, result))
 
 
@@ -1344,6 +1360,7 @@ DERIVATIVES.update(
             D("native_layer_norm", _layer_norm, saves=(0, 2), uses_result=True, outputs=1),
             D("native_lstm_cell", _lstm_cell, saves=(0, 1), uses_result=True, outputs=2),
             D("native_lstm_sequence", _lstm_sequence, saves=None, uses_result=True, outputs=3),
+            D("native_gru_sequence", _gru_sequence, saves=None, uses_result=True, outputs=2),
             D("native_group_norm", _group_norm, saves=(0, 1), uses_result=True, outputs=1),
             D("embedding", _embedding, saves=(1,), sizes=(0,)),
             D(

@@ -1551,6 +1551,61 @@ def native_lstm_sequence_backward(
     return grad_xw, grad_h, grad_c, grad_w
 
 
+@decomposition("native_gru_sequence")
+def native_gru_sequence(ks, projections, h0, weight_hh, bias_hh):
+    """Step after step, as GRUCell's gates (the activations are then differentiable
+    too: the create_graph form of the sequence's gradient reads them)."""
+    h, steps = h0, []
+    for xw_t in ops.unstack(projections, axis=1):
+        hw = ops.matmul(weight_hh, h)
+        if bias_hh is not None:
+            hw = hw + ops.expand_dims(bias_hh, axis=-1)
+        x_r, x_z, x_n = ops.unstack(ops.reshape(xw_t, (3, *h0.shape)))
+        h_r, h_z, h_n = ops.unstack(ops.reshape(hw, (3, *h0.shape)))
+        r, z = _call("sigmoid", x_r + h_r), _call("sigmoid", x_z + h_z)
+        n = ops.tanh(x_n + r * h_n)
+        h = n + z * (h - n)
+        steps.append((h, ops.stack([r, z, n, h_n])))
+    if not steps:
+        size, n = h0.shape
+        shapes = ((size, 0, n), (0, 4, size, n))
+        output, activations = (ops.zeros(s, dtype=h0.dtype, device=h0.device) for s in shapes)
+        return output, h0, activations
+    hs, activations = zip(*steps)
+    return ops.stack(hs, axis=1), h, ops.stack(activations)
+
+
+@decomposition("native_gru_sequence_backward")
+def native_gru_sequence_backward(ks, grad_output, grad_h_n, h0, weight_hh, output, activations):
+    size, length, n = output.shape
+    grad_h = ops.zeros_like(h0) if grad_h_n is None else grad_h_n
+    hs, acts = ops.unstack(output, axis=1), ops.unstack(activations)
+    grad_steps = ops.unstack(grad_output, axis=1) if grad_output is not None else None
+    grads_x, grads_hw = [], []
+    for t in reversed(range(length)):
+        if grad_steps is not None:
+            grad_h = grad_h + grad_steps[t]
+        r, z, n_t, h_n = ops.unstack(acts[t])
+        h_prev = hs[t - 1] if t else h0
+        grad_n = grad_h * (1 - z) * (1 - n_t * n_t)
+        grad_z = grad_h * (h_prev - n_t) * z * (1 - z)
+        grad_r = grad_n * h_n * r * (1 - r)
+        grad_hw = ops.concat([grad_r, grad_z, grad_n * r])
+        grads_x.append(ops.concat([grad_r, grad_z, grad_n]))
+        grads_hw.append(grad_hw)
+        grad_h = ops.matmul(ops.matrix_transpose(weight_hh), grad_hw) + grad_h * z
+    if not grads_x:
+        grad_xw = ops.zeros((3 * size, 0, n), dtype=h0.dtype, device=h0.device)
+        grad_b = ops.zeros((3 * size,), dtype=h0.dtype, device=h0.device)
+        return grad_xw, grad_h, ops.zeros_like(weight_hh), grad_b
+    grad_xw, grad_hw = ops.stack(grads_x[::-1], axis=1), ops.stack(grads_hw[::-1], axis=1)
+    h_prev = ops.stack([h0, *hs[:-1]], axis=1)
+    columns = length * n
+    grad_hw = ops.reshape(grad_hw, (3 * size, columns))
+    grad_w = ops.matmul(grad_hw, ops.matrix_transpose(ops.reshape(h_prev, (size, columns))))
+    return grad_xw, grad_h, grad_w, ops.sum(grad_hw, axis=1)
+
+
 @decomposition("native_layer_norm")
 def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
     mean, rstd = _moments(input, _trailing(input, len(normalized_shape)), eps)

@@ -900,7 +900,7 @@ def lstm_sequence(projections: Any, h0: Any, c0: Any, weight_hh: Any) -> tuple:
         raise ValueError(f"{fn}: projections must have shape (4H, L, N), got {shape}")
     rows, _, n = shape
     size = rows // 4
-    _lstm_arguments(
+    _recurrent_arguments(
         fn,
         projections,
         {"h0": (h0, (size, n)), "c0": (c0, (size, n)), "weight_hh": (weight_hh, (rows, size))},
@@ -926,11 +926,46 @@ def lstm_sequence_backward(*args: Any) -> tuple:
         "cs": (cs, (length, size, n)),
         "activations": (activations, (length, 4, size, n)),
     }
-    _lstm_arguments(fn, output, shapes)
+    _recurrent_arguments(fn, output, shapes)
     return args
 
 
-def _lstm_arguments(fn: str, like: Any, shapes: dict) -> None:
+def gru_sequence(projections: Any, h0: Any, weight_hh: Any, bias_hh: Any) -> tuple:
+    fn = "gru_sequence"
+    _floating(fn, "projections", projections)
+    shape = projections._shape
+    if len(shape) != 3 or shape[0] % 3:
+        raise ValueError(f"{fn}: projections must have shape (3H, L, N), got {shape}")
+    rows, _, n = shape
+    size = rows // 3
+    shapes = {
+        "h0": (h0, (size, n)),
+        "weight_hh": (weight_hh, (rows, size)),
+        "bias_hh": (bias_hh, (rows,)),
+    }
+    _recurrent_arguments(fn, projections, shapes)
+    return projections, h0, weight_hh, bias_hh
+
+
+def gru_sequence_backward(*args: Any) -> tuple:
+    fn = "gru_sequence_backward"
+    grad_output, grad_h_n, h0, weight_hh, output, activations = args
+    _floating(fn, "output", output)
+    if len(output._shape) != 3:
+        raise ValueError(f"{fn}: output must have shape (H, L, N), got {output._shape}")
+    size, length, n = output._shape
+    shapes = {
+        "grad_output": (grad_output, output._shape),
+        "grad_h_n": (grad_h_n, (size, n)),
+        "h0": (h0, (size, n)),
+        "weight_hh": (weight_hh, (3 * size, size)),
+        "activations": (activations, (length, 4, size, n)),
+    }
+    _recurrent_arguments(fn, output, shapes)
+    return args
+
+
+def _recurrent_arguments(fn: str, like: Any, shapes: dict) -> None:
     """Each given tensor of ``shapes`` (name: (tensor, its expected shape)) has like's
     dtype and its shape: the kernels index them unchecked."""
     for name, (t, shape) in shapes.items():

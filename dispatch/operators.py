@@ -885,6 +885,31 @@ define(
     "weight_hh, from its saved results; a missing gradient counts as zeros.",
 )
 define(
+    "native_gru_sequence(projections: Tensor, h0: Tensor, weight_hh: Tensor, "
+    "bias_hh: Tensor | None) -> tuple[Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    tags=DIFF,
+    namespace=None,
+    check=meta.gru_sequence,
+    doc="A GRU layer over a whole sequence in one call, the sequence in columns: from "
+    "the input's projections (3H, L, N) (with the input's bias), the initial state h0 "
+    "(H, N), weight_hh (3H, H) and bias_hh (3H,) or None, (every step's h (H, L, N), "
+    "the last h (H, N), and saved for backward every step's r, z, n and w_hn h + b_hn "
+    "(L, 4, H, N)).",
+)
+define(
+    "native_gru_sequence_backward(grad_output: Tensor | None, grad_h_n: Tensor | None, "
+    "h0: Tensor, weight_hh: Tensor, output: Tensor, activations: Tensor) "
+    "-> tuple[Tensor, Tensor, Tensor, Tensor]",
+    "nn",
+    dtypes=FLOATING,
+    namespace=None,
+    check=meta.gru_sequence_backward,
+    doc="native_gru_sequence's gradients with respect to projections, h0, weight_hh and "
+    "bias_hh, from its saved results; a missing gradient counts as zeros.",
+)
+define(
     "embedding(weight: Tensor, indices: Tensor, padding_idx: int | None) -> Tensor",
     "nn",
     dtypes=FLOATING,

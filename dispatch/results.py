@@ -430,7 +430,24 @@ def _lstm_sequence(op: Operator, args: tuple) -> list:
     return [(h0._dtype, shape) for shape in shapes]
 
 
+def _gru_sequence(op: Operator, args: tuple) -> list:
+    """native_gru_sequence: (every step's h (H, L, N), the last h (H, N), the
+    activations (L, 4, H, N)); its backward: the gradients of projections, h0,
+    weight_hh and bias_hh (3H,)."""
+    if op.name == "native_gru_sequence_backward":
+        h0, weight_hh, output = args[2], args[3], args[4]
+        size, length, n = output._shape
+        grads = [(3 * size, length, n), h0._shape, weight_hh._shape, (3 * size,)]
+        return [(output._dtype, shape) for shape in grads]
+    projections, h0 = args[0], args[1]
+    (size, n), length = h0._shape, projections._shape[1]
+    shapes = [(size, length, n), (size, n), (length, 4, size, n)]
+    return [(h0._dtype, shape) for shape in shapes]
+
+
 SEVERAL: dict[str, Callable[[Operator, tuple], list]] = {
+    "native_gru_sequence": _gru_sequence,
+    "native_gru_sequence_backward": _gru_sequence,
     "native_lstm_sequence": _lstm_sequence,
     "native_lstm_sequence_backward": _lstm_sequence,
     "native_lstm_cell": _lstm_cell,

@@ -1088,6 +1088,35 @@ def _lstm_sequence_backward(fn, d, t):
     return out
 
 
+def _gru_sequence_cases(t):
+    """(projections, h0, weight_hh, bias_hh, label): H 3, L 4, N 2 with h0 as a
+    layer's (a transposed view) and projections a strided view; N 1, L 1, H 1 without
+    bias_hh; L 0; N 0."""
+    return [
+        (t((9, 8, 2), lo=-1, hi=1)[:, ::2], t((3, 2), "T"), t((9, 3)), t((9,)), "views"),
+        (t((3, 1, 1)), t((1, 1)), t((3, 1), "T"), None, "one"),
+        (t((6, 0, 3)), t((2, 3)), t((6, 2)), t((6,)), "no-steps"),
+        (t((6, 3, 0)), t((2, 0)), t((6, 2)), None, "no-batch"),
+    ]
+
+
+@sample_of("native_gru_sequence", dtypes=NN_DTYPES)
+def _gru_sequence(fn, d, t):
+    return [S(fn, *case[:4], label=case[4]) for case in _gru_sequence_cases(t)]
+
+
+@sample_of("native_gru_sequence_backward", dtypes=NN_DTYPES)
+def _gru_sequence_backward(fn, d, t):
+    out = []
+    for k, (xw, h0, w, b, label) in enumerate(_gru_sequence_cases(t)):
+        output, _, activations = OPERATORS["native_gru_sequence"](xw, h0, w, b)
+        grads = [(t(output.shape), t(h0.shape, "T")), (t(output.shape, "T"), None)][k % 2]
+        if k == 1:
+            grads = (None, t(h0.shape))
+        out.append(S(fn, *grads, h0, w, output, activations, label=label))
+    return out
+
+
 def _gn_cases(t):
     """(input, weight, bias, num_groups, label)"""
     return [

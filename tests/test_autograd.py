@@ -646,6 +646,23 @@ SAMPLES.update(
                 ],
             ),
         ],
+        "native_gru_sequence": [
+            (
+                "every_output",
+                lambda xw, h, w, b: OPERATORS["native_gru_sequence"](xw, h, w, b)[:2],
+                [
+                    leaf((6, 3, 2), -2, 2),
+                    leaf((2, 2), seed=1),
+                    leaf((6, 2), seed=2),
+                    leaf((6,), seed=3),
+                ],
+            ),
+            (
+                "h_n_one_step_no_bias",
+                lambda xw, h, w: OPERATORS["native_gru_sequence"](xw, h, w, None)[1],
+                [leaf((9, 1, 1)), leaf((3, 1), seed=1), leaf((9, 3), seed=2)],
+            ),
+        ],
         "native_layer_norm": [
             (
                 "two_axes_affine",

@@ -756,6 +756,27 @@ SAMPLES["native_lstm_sequence_backward"] = [
     lambda: _lstm_sequence_backward(T((2, 3, 2)), T((2, 2)), T((2, 2))),
     lambda: _lstm_sequence_backward(None, None, T((2, 2))),
 ]
+
+
+def _gru_sequence(dtype="float64", bias=True):
+    args = (T((6, 3, 2), dtype), T((2, 2), dtype), T((6, 2), dtype))
+    args += (T((6,), dtype) if bias else None,)
+    return args, OPERATORS["native_gru_sequence"](*args)
+
+
+def _gru_sequence_backward(*grads):
+    (_, h0, w, _), (output, _, activations) = _gru_sequence()
+    return OPERATORS["native_gru_sequence_backward"](*grads, h0, w, output, activations)
+
+
+SAMPLES["native_gru_sequence"] = [
+    lambda: _gru_sequence()[1],
+    lambda: _gru_sequence("float32", bias=False)[1],
+]
+SAMPLES["native_gru_sequence_backward"] = [
+    lambda: _gru_sequence_backward(T((2, 3, 2)), T((2, 2))),
+    lambda: _gru_sequence_backward(None, T((2, 2))),
+]
 _GN_CASES = [
     lambda: _gn(T((2, 6, 3, 4)), 3),
     lambda: _gn(F.to_layout(T((2, 4, 3, 3), "float32"), "NHWC"), 2, affine=False),

@@ -457,6 +457,27 @@ def test_lstm_sequence_refuses_bad_arguments():
         )
 
 
+def test_gru_sequence_refuses_bad_arguments():
+    """As native_lstm_sequence's: its kernels index unchecked."""
+    seq = OPERATORS["native_gru_sequence"]
+    xw, h0, w, b = lm.zeros((6, 3, 5)), lm.zeros((2, 5)), lm.zeros((6, 2)), lm.zeros((6,))
+    for args, error, message in [
+        ((lm.zeros((7, 3, 5)), h0, w, b), ValueError, r"projections must have shape"),
+        ((xw, lm.zeros((2, 4)), w, b), ValueError, r"h0 of shape \(2, 5\)"),
+        ((xw, h0, lm.zeros((6, 3)), b), ValueError, r"weight_hh of shape \(6, 2\)"),
+        ((xw, h0, w, lm.zeros((3,))), ValueError, r"bias_hh of shape \(6,\)"),
+        ((xw, h0, w, lm.zeros((6,), dtype=lm.float64)), TypeError, "bias_hh must be float32"),
+    ]:
+        with pytest.raises(error, match=message):
+            seq.check(*args)
+    output, _, activations = seq(xw, h0, w, b)
+    backward = OPERATORS["native_gru_sequence_backward"]
+    with pytest.raises(ValueError, match=r"activations of shape \(3, 4, 2, 5\)"):
+        backward.check(None, None, h0, w, output, activations[:2])
+    with pytest.raises(ValueError, match=r"weight_hh of shape \(6, 2\)"):
+        backward.check(None, h0, h0, lm.zeros((8, 2)), output, activations)
+
+
 def test_recurrent_layers_match_pytorch_with_copied_weights():
     torch = pytest.importorskip("torch")
     for kind in ("LSTM", "GRU"):

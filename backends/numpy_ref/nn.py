@@ -472,6 +472,52 @@ def native_lstm_sequence_backward(
     return tuple(from_array(a.astype(dtype)) for a in (grad_xw, gh, gc, grad_w))
 
 
+def native_gru_sequence(ks, projections, h0, weight_hh, bias_hh):
+    xw, w = projections._data.astype(np.float64), weight_hh._data.astype(np.float64)
+    b = 0.0 if bias_hh is None else bias_hh._data.astype(np.float64)[:, None]
+    h = h0._data.astype(np.float64)
+    hs, acts = [], []
+    for t in range(xw.shape[1]):
+        x_r, x_z, x_n = np.split(xw[:, t], 3)
+        h_r, h_z, h_n = np.split(w @ h + b, 3)
+        r, z = _sigmoid64(x_r + h_r), _sigmoid64(x_z + h_z)
+        n_t = np.tanh(x_n + r * h_n)
+        h = (1 - z) * n_t + z * h
+        hs.append(h)
+        acts.append(np.stack([r, z, n_t, h_n]))
+    size, n = h.shape
+    results = (
+        np.stack(hs, axis=1) if hs else np.zeros((size, 0, n)),
+        h,
+        np.stack(acts) if acts else np.zeros((0, 4, size, n)),
+    )
+    return tuple(from_array(a.astype(h0._data.dtype)) for a in results)
+
+
+def native_gru_sequence_backward(ks, grad_output, grad_h_n, h0, weight_hh, output, activations):
+    hs = output._data.astype(np.float64)
+    size, length, n = hs.shape
+    w, acts = weight_hh._data.astype(np.float64), activations._data.astype(np.float64)
+    go = np.zeros(hs.shape) if grad_output is None else grad_output._data.astype(np.float64)
+    gh = np.zeros((size, n)) if grad_h_n is None else grad_h_n._data.astype(np.float64)
+    h_prev = np.concatenate([h0._data.astype(np.float64)[:, None], hs[:, :-1]], axis=1)
+    grad_xw, grad_w = np.zeros((3 * size, length, n)), np.zeros(w.shape)
+    grad_b = np.zeros(3 * size)
+    for t in reversed(range(length)):
+        r, z, n_t, h_n = acts[t]
+        gh = gh + go[:, t]
+        d_n = gh * (1 - z) * (1 - n_t * n_t)
+        d_z = gh * (h_prev[:, t] - n_t) * z * (1 - z)
+        d_r = d_n * h_n * r * (1 - r)
+        d_hw = np.concatenate([d_r, d_z, d_n * r])
+        grad_xw[:, t] = np.concatenate([d_r, d_z, d_n])
+        grad_w += d_hw @ h_prev[:, t].T
+        grad_b += d_hw.sum(axis=1)
+        gh = w.T @ d_hw + gh * z
+    dtype = output._data.dtype
+    return tuple(from_array(a.astype(dtype)) for a in (grad_xw, gh, grad_w, grad_b))
+
+
 def native_layer_norm(ks, input, normalized_shape, weight, bias, eps):
     x = input._data.astype(np.float64)
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
@@ -951,6 +997,8 @@ KERNELS = [
     native_lstm_cell_backward,
     native_lstm_sequence,
     native_lstm_sequence_backward,
+    native_gru_sequence,
+    native_gru_sequence_backward,
     native_group_norm,
     native_group_norm_backward,
     embedding,

@@ -3,12 +3,11 @@
 arguments and results, so that state dicts and code port unchanged.
 
 They are built from dispatched operators, so autograd runs through them: a layer
-projects the whole sequence's input with one matrix product up front; an LSTM layer
-then runs all its steps in one operator call (native_lstm_sequence, Note [Sequence in
-columns]), a GRU layer a matrix product of the hidden state and the gates per step;
-LSTMCell's step is one fused cell (native_lstm_cell). Gate order (the blocks of rows of
-each weight): LSTM input, forget, cell, output (i, f, g, o); GRU reset, update, new
-(r, z, n).
+projects the whole sequence's input with one matrix product up front, then runs all
+its steps in one operator call (native_lstm_sequence, native_gru_sequence: Note
+[Sequence in columns]); LSTMCell's step is one fused cell (native_lstm_cell), GRUCell's
+a few elementwise operators. Gate order (the blocks of rows of each weight): LSTM
+input, forget, cell, output (i, f, g, o); GRU reset, update, new (r, z, n).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from .modules import Module, Parameter
 
 _LSTM_CELL = OPERATORS["native_lstm_cell"]
 _LSTM_SEQUENCE = OPERATORS["native_lstm_sequence"]
+_GRU_SEQUENCE = OPERATORS["native_gru_sequence"]
 
 
 def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
@@ -37,53 +37,51 @@ def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     return h, c_next
 
 
-def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor, axis: int = -1) -> Tensor:
-    """The next h from the input's and the hidden state's projections along ``axis``
-    ((N, 3H) or (3H, N)), each with its own bias (b_hn sits inside r *
-    (...), as in PyTorch)."""
-    size = h.shape[axis]
+def _gru_gates(xw: Tensor, hw: Tensor, h: Tensor) -> Tensor:
+    """The next h from the input's and the hidden state's projections (N, 3H), each
+    with its own bias (b_hn sits inside r * (...), as in PyTorch)."""
+    size = h.shape[-1]
     # Note [Recurrent pieces]: split, not slicing, takes a tensor apart: its gradient is
     # one concatenation, where each slice's would be a zero tensor of the whole and an add
-    x_rz, x_n = ops.split(xw, [2 * size, size], axis=axis)
-    h_rz, h_n = ops.split(hw, [2 * size, size], axis=axis)
-    r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=axis)
+    x_rz, x_n = ops.split(xw, [2 * size, size], axis=-1)
+    h_rz, h_n = ops.split(hw, [2 * size, size], axis=-1)
+    r, z = ops.split(F.sigmoid(x_rz + h_rz), size, axis=-1)
     n = ops.tanh(x_n + r * h_n)
     return n + z * (h - n)  # (1 - z) n + z h
 
 
-# Note [States in columns]: a layer's loop (GRU's here, LSTM's in native_lstm_sequence's
-# kernel) keeps its states as columns, (H, N), and computes each step's pre-activations
-# as w_hh @ h, (G * H, N). Each gate is then a block of whole rows -- contiguous, so the
-# gates' elementwise calls and their gradients take the C core's fast path, and the
-# fused cell reads them in place -- where in rows, (N, G * H), a gate is a
-# strided slice of every row. The product is also the faster of the two forms for a
-# small batch (OpenBLAS, one thread, 16 x 128 -> 512: 21 us against 37).
+# Note [States in columns]: a layer's loop (in native_lstm_sequence's and
+# native_gru_sequence's kernels) keeps its states as columns, (H, N), and computes each
+# step's pre-activations as w_hh @ h, (G * H, N). Each gate is then a block of whole
+# rows -- contiguous, so the fused cell reads them in place -- where in rows, (N,
+# G * H), a gate is a strided slice of every row. The product is also the faster of
+# the two forms for a small batch (OpenBLAS, one thread, 16 x 128 -> 512: 21 us
+# against 37).
 def _columns(t: Tensor) -> Tensor:
     """A view with the last two axes swapped."""
     return ops.matrix_transpose(t)
 
 
-def _steps_in_columns(xw: Tensor) -> list[Tensor]:
-    """The input's projections (L, N, G * H) as L contiguous steps (G * H, N), in one
-    transposing copy (the reshape's): as views, each step's sum with w_hh @ h took the
-    general path (16 x 512: 45 us against 1). unstack, not indexing: Note [Recurrent
-    pieces]."""
-    length, n, rows = xw.shape
-    copied = ops.reshape(ops.reshape(_columns(xw), (length, -1)), (length, rows, n))
-    return ops.unstack(copied)
+def _projected(w_ih: Tensor, x: Tensor, bias: Tensor | None, shape: tuple) -> Tensor:
+    """A layer's input projections w_ih @ x (+ bias, per row), (G * H, L * N), as
+    ``shape`` (G * H, L, N): Note [Sequence in columns]."""
+    xw = ops.matmul(w_ih, x)
+    if bias is not None:
+        xw = xw + ops.expand_dims(bias, axis=-1)
+    return ops.reshape(xw, shape)
 
 
-# Note [Sequence in columns]: an LSTM layer runs its whole sequence in one operator
-# call (native_lstm_sequence; one autograd node, where a step was a product, a sum and
-# the cell, each a dispatch and a node), on the sequence in columns: the input's
-# projections (4H, L, N) and the output (H, L, N), the steps and the batch together
-# the columns. A layer's input in columns, (input_size, L * N), is then a view of the
-# previous layer's output (of a contiguous (L, N, input_size) input, its transpose),
-# so the projection is one matrix product reading both operands in place, and so are
-# its gradients; so is weight_hh's gradient, the steps' gates' gradients against the h's
-# before them, (4H, (L - 1) N) and (H, (L - 1) N) views, plus the first step's against
-# h0. Each step reads and writes strided (4H, N) and (H, N) slices: copies of a few
-# thousand elements beside the step's product.
+# Note [Sequence in columns]: an LSTM or GRU layer runs its whole sequence in one
+# operator call (native_lstm_sequence, native_gru_sequence; one autograd node, where a
+# step was a product, a sum and the cell, each a dispatch and a node), on the sequence
+# in columns: the input's projections (G * H, L, N) and the output (H, L, N), the steps
+# and the batch together the columns. A layer's input in columns, (input_size, L * N),
+# is then a view of the previous layer's output (of a contiguous (L, N, input_size)
+# input, its transpose), so the projection is one matrix product reading both operands
+# in place, and so are its gradients; so is weight_hh's gradient, the steps' gates'
+# gradients against the h's before them, (G * H, (L - 1) N) and (H, (L - 1) N) views,
+# plus the first step's against h0. Each step reads and writes strided (G * H, N) and
+# (H, N) slices: copies of a few thousand elements beside the step's product.
 
 
 def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
@@ -253,11 +251,10 @@ class LSTM(_RNNBase):
         hs, cs = [], []
         for layer in range(self.num_layers):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            xw = ops.matmul(w_ih, x)
-            if b_ih is not None:  # both biases enter every gate's sum: added once, here
-                xw = xw + ops.expand_dims(b_ih + b_hh, axis=-1)
+            # both biases enter every gate's sum: added once, to the projections
+            bias = None if b_ih is None else b_ih + b_hh
+            xw = _projected(w_ih, x, bias, (4 * size, length, n))
             h, c = _columns(h0[layer]), _columns(c0[layer])  # Note [States in columns]
-            xw = ops.reshape(xw, (4 * size, length, n))
             out, h, c, _, _ = _LSTM_SEQUENCE(*_LSTM_SEQUENCE.check(xw, h, c, w_hh))
             hs.append(_columns(h))
             cs.append(_columns(c))
@@ -277,20 +274,21 @@ class GRU(_RNNBase):
     def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
         x, batched = self._sequence(input)
         h0 = self._initial("h_0", hx, x, batched)
+        length, n, size = x.shape[0], x.shape[1], self.hidden_size
+        # each layer's input in columns, (input_size, L * N): Note [Sequence in columns]
+        x = _columns(ops.reshape(x, (length * n, self.input_size)))
         hs = []
         for layer in range(self.num_layers):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            xw = F.linear(x, w_ih, b_ih)
+            # b_hh's n part sits inside r * (w_hn h + b_hn): the kernel adds it per step
+            xw = _projected(w_ih, x, b_ih, (3 * size, length, n))
             h = _columns(h0[layer])  # Note [States in columns]
-            b_column = None if b_hh is None else ops.expand_dims(b_hh, axis=-1)
-            steps = []
-            for xw_t in _steps_in_columns(xw):
-                hw = ops.matmul(w_hh, h)
-                h = _gru_gates(xw_t, hw if b_column is None else hw + b_column, h, axis=0)
-                steps.append(h)
+            out, h, _ = _GRU_SEQUENCE(*_GRU_SEQUENCE.check(xw, h, w_hh, b_hh))
             hs.append(_columns(h))
-            x = self._between_layers(_columns(ops.stack(steps, axis=0)), layer)
-        return self._output(x, batched), _final(hs, batched)
+            out = self._between_layers(out, layer)
+            x = ops.reshape(out, (size, length * n))
+        out = ops.permute_dims(out, (1, 2, 0))  # (L, N, H), a view
+        return self._output(out, batched), _final(hs, batched)
 
 
 class _CellBase(Module):

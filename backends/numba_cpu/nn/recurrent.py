@@ -1,13 +1,13 @@
-"""The LSTM cell in one pass, forward and backward (PyTorch's fused cell does the
-same): a step of an LSTM layer is otherwise about ten elementwise calls, each an
-autograd node, on a state of a few thousand elements, where the calls cost more than
-their arithmetic. A whole layer's sequence in one call, forward and backward: a Python
-loop over the steps of the BLAS product (into a buffer) and the cell's kernel, where
-one operator call per step costs its dispatch and its autograd node.
+"""The LSTM and GRU cells in one pass, forward and backward (PyTorch's fused cells do
+the same): a step of a layer is otherwise about ten elementwise calls, each an autograd
+node, on a state of a few thousand elements, where the calls cost more than their
+arithmetic. A whole layer's sequence in one call, forward and backward: a Python loop
+over the steps of the BLAS product (into a buffer) and the cell's kernel, where one
+operator call per step costs its dispatch and its autograd node.
 
-Gates come as (4, *c.shape): the layer's states in columns make each gate a block of
-rows (Note [States in columns] in lamina.nn.recurrent), so the kernels read them in
-place as (4, n); a cell's, in rows, are a strided view, copied. The loops run over
+Gates come as (G, *state shape): the layer's states in columns make each gate a block
+of rows (Note [States in columns] in lamina.nn.recurrent), so the kernels read them in
+place as (G, n); LSTMCell's, in rows, are a strided view, copied. The loops run over
 contiguous vectors, which LLVM vectorizes with the vector math inlined.
 """
 
@@ -61,6 +61,47 @@ def lstm_cell_backward_loop(sigmoid, tanh, stamp=_MATH_STAMP):
             grad_gates[2, k] = gc * i * (one - g * g)
             grad_gates[3, k] = gh * t * o * (one - o)
             grad_c_prev[k] = gc * f
+
+    return kernel
+
+
+def gru_cell_loop(sigmoid, tanh, stamp=_MATH_STAMP):
+    def kernel(x, hw, h, activations):
+        """x and hw: the step's projections of the input and of h (with its bias),
+        blocks r, z, n; h, written in place: the previous h, then the next."""
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        for k in range(h.shape[0]):
+            r, z = sigmoid(x[0, k] + hw[0, k]), sigmoid(x[1, k] + hw[1, k])
+            n = tanh(x[2, k] + r * hw[2, k])
+            h[k] = n + z * (h[k] - n)  # (1 - z) n + z h
+            activations[0, k] = r
+            activations[1, k] = z
+            activations[2, k] = n
+            activations[3, k] = hw[2, k]
+
+    return kernel
+
+
+def gru_cell_backward_loop(sigmoid, tanh, stamp=_MATH_STAMP):
+    def kernel(grad_h, h, activations, grad_x, grad_hw):
+        """grad_h, written in place: the next h's gradient, then the part of the
+        previous h's that skips w_hh (grad_h * z); h: the previous h."""
+        stamp  # noqa: B018 (a closure cell, for the cache key: Note [Kernel cache])
+        one = h.dtype.type(1.0)
+        for k in range(h.shape[0]):
+            r, z = activations[0, k], activations[1, k]
+            n, hn = activations[2, k], activations[3, k]
+            gh = grad_h[k]
+            gn = gh * (one - z) * (one - n * n)
+            gz = gh * (h[k] - n) * z * (one - z)
+            gr = gn * hn * r * (one - r)
+            grad_x[0, k] = gr
+            grad_x[1, k] = gz
+            grad_x[2, k] = gn
+            grad_hw[0, k] = gr
+            grad_hw[1, k] = gz
+            grad_hw[2, k] = gn * r
+            grad_h[k] = gh * z
 
     return kernel
 
@@ -171,13 +212,80 @@ def native_lstm_sequence_backward(
     )
 
 
+def native_gru_sequence(ks, projections, h0, weight_hh, bias_hh):
+    xw, w = projections._data, weight_hh._data
+    rows, length, n = xw.shape
+    size = rows // 3
+    dtype = xw.dtype
+    output = np.empty((size, length, n), dtype)
+    activations = np.empty((length, 4, size * n), dtype)
+    x = np.ascontiguousarray(np.moveaxis(xw, 1, 0))  # (L, 3H, N): each step contiguous
+    bias = None if bias_hh is None else bias_hh._data[:, None]
+    h = np.array(h0._data, order="C")  # the step's h, written in place by the cell
+    hw = np.empty((rows, n), dtype)
+    cell = _kernel(gru_cell_loop, dtype)
+    for t in range(length):
+        gemm.matmul(w, h, out=hw)
+        if bias is not None:
+            hw += bias
+        cell(x[t].reshape(3, -1), hw.reshape(3, -1), h.reshape(-1), activations[t])
+        output[:, t] = h
+    return (
+        from_array(output),
+        from_array(h),
+        from_array(activations.reshape(length, 4, size, n)),
+    )
+
+
+def native_gru_sequence_backward(ks, grad_output, grad_h_n, h0, weight_hh, output, activations):
+    """The steps in reverse, each the cell's backward and the product w_hh.T @ (the
+    step's hidden projections' gradient) for the previous h's; then weight_hh's
+    gradient, one product over the steps, and bias_hh's, a sum (Note [Sequence in
+    columns] in lamina.nn.recurrent)."""
+    hs, w = np.ascontiguousarray(output._data), weight_hh._data
+    size, length, n = hs.shape
+    dtype = hs.dtype
+    rows = 3 * size
+    grad_xw, grad_hw = np.empty((rows, length, n), dtype), np.empty((rows, length, n), dtype)
+    # the running gradient of h, which the steps overwrite: a copy
+    grad_h = np.zeros((size, n), dtype) if grad_h_n is None else np.array(grad_h_n._data, order="C")
+    grad_x_t, grad_hw_t = np.empty((3, size * n), dtype), np.empty((3, size * n), dtype)
+    through_w = np.empty((size, n), dtype)
+    h_steps = np.ascontiguousarray(np.moveaxis(hs, 1, 0))  # (L, H, N): each step contiguous
+    acts = np.ascontiguousarray(activations._data).reshape(length, 4, size * n)
+    h_first, w_t = np.ascontiguousarray(h0._data), w.T
+    cell = _kernel(gru_cell_backward_loop, dtype)
+    for t in reversed(range(length)):
+        if grad_output is not None:
+            grad_h += grad_output._data[:, t]
+        h_prev = h_steps[t - 1] if t else h_first
+        cell(grad_h.reshape(-1), h_prev.reshape(-1), acts[t], grad_x_t, grad_hw_t)
+        step = grad_hw_t.reshape(rows, n)
+        grad_xw[:, t] = grad_x_t.reshape(rows, n)
+        grad_hw[:, t] = step
+        gemm.matmul(w_t, step, out=through_w)
+        grad_h += through_w
+    # as LSTM's: the steps after the first against the h's before them, (3H, (L - 1) N)
+    # and (H, (L - 1) N) views; the first against h0
+    later = max(length - 1, 0) * n
+    grad_w = gemm.matmul(grad_hw[:, 1:].reshape(rows, later), hs[:, :-1].reshape(size, later).T)
+    if length:
+        grad_w += gemm.matmul(grad_hw[:, 0], h_first.T)
+    grad_b = grad_hw.reshape(rows, length * n).sum(axis=1)
+    return from_array(grad_xw), from_array(grad_h), from_array(grad_w), from_array(grad_b)
+
+
 def _kernel(template, dtype):
     def build():
         vector, blocks = jit.array(dtype, 1), jit.array(dtype, 2)
         if template is lstm_cell_loop:
             signature = jit.types.void(blocks, vector, vector, vector, blocks)
-        else:
+        elif template is lstm_cell_backward_loop:
             signature = jit.types.void(*[vector] * 4, blocks, blocks, vector)
+        elif template is gru_cell_loop:
+            signature = jit.types.void(blocks, blocks, vector, blocks)
+        else:
+            signature = jit.types.void(vector, vector, blocks, blocks, blocks)
         fn = template(K.vector_sigmoid, K.vector_tanh)
         return jit.compile_kernel(fn, signature, fastmath=frozenset({"contract"}))
 
@@ -189,6 +297,8 @@ KERNELS = {
     "native_lstm_cell_backward": native_lstm_cell_backward,
     "native_lstm_sequence": native_lstm_sequence,
     "native_lstm_sequence_backward": native_lstm_sequence_backward,
+    "native_gru_sequence": native_gru_sequence,
+    "native_gru_sequence_backward": native_gru_sequence_backward,
 }
 
 
