@@ -275,17 +275,19 @@ def native_gru_sequence_backward(ks, grad_output, grad_h_n, h0, weight_hh, outpu
     return from_array(grad_xw), from_array(grad_h), from_array(grad_w), from_array(grad_b)
 
 
+# each cell template's arguments: "v" a vector, "b" blocks (G, n)
+_ARGUMENTS = {
+    lstm_cell_loop: "bvvvb",
+    lstm_cell_backward_loop: "vvvvbbv",
+    gru_cell_loop: "bbvb",
+    gru_cell_backward_loop: "vvbbb",
+}
+
+
 def _kernel(template, dtype):
     def build():
-        vector, blocks = jit.array(dtype, 1), jit.array(dtype, 2)
-        if template is lstm_cell_loop:
-            signature = jit.types.void(blocks, vector, vector, vector, blocks)
-        elif template is lstm_cell_backward_loop:
-            signature = jit.types.void(*[vector] * 4, blocks, blocks, vector)
-        elif template is gru_cell_loop:
-            signature = jit.types.void(blocks, blocks, vector, blocks)
-        else:
-            signature = jit.types.void(vector, vector, blocks, blocks, blocks)
+        kinds = {"v": jit.array(dtype, 1), "b": jit.array(dtype, 2)}
+        signature = jit.types.void(*[kinds[k] for k in _ARGUMENTS[template]])
         fn = template(K.vector_sigmoid, K.vector_tanh)
         return jit.compile_kernel(fn, signature, fastmath=frozenset({"contract"}))
 
