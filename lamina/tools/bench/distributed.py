@@ -375,8 +375,8 @@ def report(args, results, libs) -> str:
         "efficiency: images/s on 2 processes / twice those on 1; ceiling: the same for two "
         "independent processes without communication (the machine's limit); overlap: a "
         "DDP step's time / the same step without communication, on 2 processes; bound: "
-        "the least overlap can be, 1 + the exchange of the last gradient bucket (ready "
-        "only when backward ends) / the step without communication.",
+        "the least overlap can be, 1 + the exchange of the first layer's gradient buckets "
+        "(ready only when backward ends) / the step without communication.",
         "",
         "all_reduce (sum) of float32 on 2 processes, GB/s (bytes of the tensor / time):",
         "",
