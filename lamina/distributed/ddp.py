@@ -121,10 +121,12 @@ class DistributedDataParallel(Module):
     which counts its gradient as zero. ``gradient_as_bucket_view=True`` leaves each
     ``.grad`` a view of its bucket instead of a copy, saving a pass over the gradients
     per step (a ``.grad`` kept from one step then changes in the next, as in PyTorch).
-    ``broadcast_buffers`` copies rank 0's buffers
-    (batch-norm statistics) to every rank before each forward. ``no_sync()`` skips the
-    exchange, for gradient accumulation: the next backward outside it averages
-    everything accumulated."""
+    A large gradient is averaged in its own ``.grad`` (Note [Gradient buckets]): a
+    gradient hook registered after wrapping sees it divided by the number of processes
+    and in flight, and must not write it before backward ends. ``broadcast_buffers``
+    copies rank 0's buffers (batch-norm statistics) to every rank before each forward.
+    ``no_sync()`` skips the exchange, for gradient accumulation: the next backward
+    outside it averages everything accumulated."""
 
     def __init__(
         self,
