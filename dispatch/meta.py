@@ -892,14 +892,26 @@ def lstm_cell(gates: Any, c: Any) -> tuple:
     return gates, c
 
 
-def lstm_sequence(projections: Any, h0: Any, c0: Any, weight_hh: Any) -> tuple:
-    fn = "lstm_sequence"
+def _projections(fn: str, projections: Any, gates: int) -> tuple[int, int, int]:
+    """(G * H, N, H) of a sequence's input projections (G * H, L, N), checked."""
     _floating(fn, "projections", projections)
     shape = projections._shape
-    if len(shape) != 3 or shape[0] % 4:
-        raise ValueError(f"{fn}: projections must have shape (4H, L, N), got {shape}")
-    rows, _, n = shape
-    size = rows // 4
+    if len(shape) != 3 or shape[0] % gates:
+        raise ValueError(f"{fn}: projections must have shape ({gates}H, L, N), got {shape}")
+    return shape[0], shape[2], shape[0] // gates
+
+
+def _sequence_output(fn: str, output: Any) -> tuple[int, int, int]:
+    """(H, L, N) of a sequence's output, checked."""
+    _floating(fn, "output", output)
+    if len(output._shape) != 3:
+        raise ValueError(f"{fn}: output must have shape (H, L, N), got {output._shape}")
+    return output._shape
+
+
+def lstm_sequence(projections: Any, h0: Any, c0: Any, weight_hh: Any) -> tuple:
+    fn = "lstm_sequence"
+    rows, n, size = _projections(fn, projections, 4)
     _recurrent_arguments(
         fn,
         projections,
@@ -911,10 +923,7 @@ def lstm_sequence(projections: Any, h0: Any, c0: Any, weight_hh: Any) -> tuple:
 def lstm_sequence_backward(*args: Any) -> tuple:
     fn = "lstm_sequence_backward"
     grad_output, grad_h_n, grad_c_n, h0, c0, weight_hh, output, cs, activations = args
-    _floating(fn, "output", output)
-    if len(output._shape) != 3:
-        raise ValueError(f"{fn}: output must have shape (H, L, N), got {output._shape}")
-    size, length, n = output._shape
+    size, length, n = _sequence_output(fn, output)
     state = (size, n)
     shapes = {
         "grad_output": (grad_output, output._shape),
@@ -932,12 +941,7 @@ def lstm_sequence_backward(*args: Any) -> tuple:
 
 def gru_sequence(projections: Any, h0: Any, weight_hh: Any, bias_hh: Any) -> tuple:
     fn = "gru_sequence"
-    _floating(fn, "projections", projections)
-    shape = projections._shape
-    if len(shape) != 3 or shape[0] % 3:
-        raise ValueError(f"{fn}: projections must have shape (3H, L, N), got {shape}")
-    rows, _, n = shape
-    size = rows // 3
+    rows, n, size = _projections(fn, projections, 3)
     shapes = {
         "h0": (h0, (size, n)),
         "weight_hh": (weight_hh, (rows, size)),
@@ -950,10 +954,7 @@ def gru_sequence(projections: Any, h0: Any, weight_hh: Any, bias_hh: Any) -> tup
 def gru_sequence_backward(*args: Any) -> tuple:
     fn = "gru_sequence_backward"
     grad_output, grad_h_n, h0, weight_hh, output, activations = args
-    _floating(fn, "output", output)
-    if len(output._shape) != 3:
-        raise ValueError(f"{fn}: output must have shape (H, L, N), got {output._shape}")
-    size, length, n = output._shape
+    size, length, n = _sequence_output(fn, output)
     shapes = {
         "grad_output": (grad_output, output._shape),
         "grad_h_n": (grad_h_n, (size, n)),
