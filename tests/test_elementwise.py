@@ -1321,17 +1321,3 @@ def test_comparing_with_a_list_or_array_raises():
         with pytest.raises(TypeError, match="lamina.asarray"):
             t < other  # noqa: B015
     assert (t == None) is False  # noqa: E711
-
-
-@pytest.mark.parametrize("name", ["subtract", "divide", "atan2"])
-@pytest.mark.parametrize("column_first", [False, True])
-def test_a_column_broadcast_along_rows(name, column_first):
-    """A (rows, 1) operand against a contiguous (rows, cols) one: the strided kernel's
-    one-value-per-row loop (requires_grad: the C core hands the call to the backend)."""
-    rng = np.random.default_rng(3)
-    full, column = rng.standard_normal((5, 37)), rng.standard_normal((5, 1)) + 3.0
-    x = lm.asarray(full, requires_grad=True)
-    c = lm.asarray(column)
-    args, ref_args = ((c, x), (column, full)) if column_first else ((x, c), (full, column))
-    got = getattr(lm, name)(*args).detach().numpy()
-    np.testing.assert_array_equal(got, getattr(np, name)(*ref_args))
