@@ -144,6 +144,21 @@ def native_lstm_cell_backward(ks, grad_h, grad_c, c, c_next, activations):
     return from_array(grad_gates.reshape(4, *shape)), from_array(grad_c_prev.reshape(shape))
 
 
+def _weight_hh_grad(grad_gates, hs, h0):
+    """weight_hh's gradient from every step's gates' gradient (G * H, L, N) and the
+    output hs (H, L, N): the steps after the first against the h's before them, as
+    (G * H, (L - 1) N) and (H, (L - 1) N) views, in one product; the first against h0
+    (Note [Sequence in columns] in lamina.nn.recurrent)."""
+    rows, length, n = grad_gates.shape
+    later = max(length - 1, 0) * n
+    grad_w = gemm.matmul(
+        grad_gates[:, 1:].reshape(rows, later), hs[:, :-1].reshape(hs.shape[0], later).T
+    )
+    if length:
+        grad_w += gemm.matmul(grad_gates[:, 0], h0.T)
+    return grad_w
+
+
 def native_lstm_sequence(ks, projections, h0, c0, weight_hh):
     xw, w = projections._data, weight_hh._data
     rows, length, n = xw.shape
@@ -198,12 +213,7 @@ def native_lstm_sequence_backward(
         grad_xw[:, t] = step
         gemm.matmul(w_t, step, out=grad_h)
         grad_c, grad_c_prev = grad_c_prev, grad_c
-    # the steps after the first against the h's before them, as (4H, (L - 1) N) and
-    # (H, (L - 1) N) views; the first against h0
-    later = max(length - 1, 0) * n
-    grad_w = gemm.matmul(grad_xw[:, 1:].reshape(4 * size, later), hs[:, :-1].reshape(size, later).T)
-    if length:
-        grad_w += gemm.matmul(grad_xw[:, 0], np.ascontiguousarray(h0._data).T)
+    grad_w = _weight_hh_grad(grad_xw, hs, np.ascontiguousarray(h0._data))
     return (
         from_array(grad_xw),
         from_array(grad_h),
@@ -265,12 +275,7 @@ def native_gru_sequence_backward(ks, grad_output, grad_h_n, h0, weight_hh, outpu
         grad_hw[:, t] = step
         gemm.matmul(w_t, step, out=through_w)
         grad_h += through_w
-    # as LSTM's: the steps after the first against the h's before them, (3H, (L - 1) N)
-    # and (H, (L - 1) N) views; the first against h0
-    later = max(length - 1, 0) * n
-    grad_w = gemm.matmul(grad_hw[:, 1:].reshape(rows, later), hs[:, :-1].reshape(size, later).T)
-    if length:
-        grad_w += gemm.matmul(grad_hw[:, 0], h_first.T)
+    grad_w = _weight_hh_grad(grad_hw, hs, h_first)
     grad_b = grad_hw.reshape(rows, length * n).sum(axis=1)
     return from_array(grad_xw), from_array(grad_h), from_array(grad_w), from_array(grad_b)
 
