@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+# the suite is a tool: its code runs the same under either per-call core
+pytestmark = pytest.mark.core_independent  # Note [Core-independent tests]
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = ROOT / "asv_benchmarks"
 BENCH_DIR = SUITE / "benchmarks"

@@ -60,6 +60,7 @@ def winograd_forwards(monkeypatch):
     return calls
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f4", "f8"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -682,6 +682,7 @@ PARALLEL = [
 ]
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("fn, tol", [f[1:] for f in PARALLEL], ids=[f[0] for f in PARALLEL])
 def test_parallel_kernels_equal_the_serial_ones(fn, tol, layout, two_threads):
@@ -698,6 +699,7 @@ def test_parallel_kernels_equal_the_serial_ones(fn, tol, layout, two_threads):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=tol, atol=tol * scale)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 def test_parallel_cross_entropy_gradient_equals_the_serial_one(two_threads):
     """Rows are independent: the prange variant's are the serial one's, bit for bit."""
     x, target = _logits_and_targets((140, 1000), np.float32, ignored=(7, 99))
@@ -726,6 +728,7 @@ def test_parallel_nchw_pooling_without_autograd_equals_the_serial_one(fn, two_th
     assert np.isnan(got[0, 3, 5, 5]) and np.isnan(got).sum() == 4
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("window", [(2, 2, 0), (2, 2, 1), (3, 3, 0), (3, 2, 1), (3, 1, 1)], ids=str)
 def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_threads):
     """Note [NCHW indices]: pool_nchw, chosen by itself here (planes of more than 4
@@ -822,6 +825,7 @@ def _close_to_max(got, want, tol):
     assert np.abs(got[finite] - want[finite]).max(initial=0.0) <= tol * scale
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize(
     "case, dtype",
@@ -855,6 +859,7 @@ STRIDED_CASES = [
 ]
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 @pytest.mark.parametrize("case", STRIDED_CASES, ids=[c[0] for c in STRIDED_CASES])
@@ -1032,6 +1037,7 @@ def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, win
         np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 def test_winograd_block_loops_in_python_equal_the_kernels(dtype, layout, monkeypatch):
