@@ -1054,6 +1054,36 @@ def test_winograd_block_loops_in_python_equal_the_kernels(dtype, layout, monkeyp
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype] / 10)
 
 
+def test_winograd_blocks_are_at_least_as_big_as_the_filters_they_read():
+    """Note [Winograd blocks]: 512 channels' U (16 MB in float32) sizes the blocks, 64
+    channels' (256 KB) leaves them at BLOCK_BYTES."""
+    for channels, block in ((512, 16 * 512 * 512 * 4), (64, winograd.BLOCK_BYTES)):
+        geo = conv.Geometry((32, channels, 8, 8), (channels, channels, 3, 3), (1, 1), (1,) * 4,
+                            (1, 1), 1)  # fmt: skip
+        tiles = winograd._Tiles(geo, winograd.F2x3, 4)
+        per_row = 16 * tiles.tw * 2 * channels * 4
+        assert tiles.rows == block // per_row, channels
+
+
+@pytest.mark.core_independent  # Note [Core-independent tests]
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+def test_winograd_blocks_sized_by_the_filters_match_the_oracle(dtype, monkeypatch):
+    """Blocks as big as U (BLOCK_BYTES below it): 32 channels, 16 / (tile columns) tile
+    rows a block -- 3 of 15 (f4), 5 of 9 (f8, the last block shorter)."""
+    monkeypatch.setattr(winograd, "BLOCK_BYTES", 1)
+    made, real = [], winograd._Tiles
+    monkeypatch.setattr(winograd, "_Tiles", lambda *a: made.append(real(*a)) or made[-1])
+    x = image((3, 32, 10, 9), "NCHW", dtype, requires_grad=True)
+    w, b = param((32, 32, 3, 3), dtype=dtype), param((32,), seed=2, dtype=dtype)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=1)
+    (out,), grads = _run(fn, [x, w, b])
+    assert made and {t.rows for t in made} == {3 if dtype == "f4" else 5}
+    with lm.backends.use("numpy_ref"):
+        (want,), want_grads = _run(fn, [x, w, b])
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
+
+
 FLAT_CASES = [c for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same_even_kernel")]
 
 

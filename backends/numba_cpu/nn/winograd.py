@@ -67,7 +67,15 @@ MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
 # -> 27 images/s with this bound raised from 32 to 256, and at batch 32 33 -> 39 from
 # 128 to 256 (a shared machine: +-15%).
 MIN_TILES = 256
-BLOCK_BYTES = 1 << 20  # transformed input + products of one block (the L2 cache)
+# Note [Winograd blocks]: a block's transformed input and products fill BLOCK_BYTES (the
+# L2 cache), or as many bytes as the transformed filters U where those are bigger: every
+# block's GEMMs read all of U, so with wide channels (U of 256 x 256 channels is 4 MB, of
+# 512 x 512 16 MB) 1 MB blocks of few tiles read U many times over in thin GEMMs.
+# Measured one thread, float32, F(2x2, 3x3), 1 MB blocks / U-sized, inference and
+# forward + both gradients (ms): 32 x 256 x 16 x 16 65 / 45 and 184 / 139, 32 x 512 x 8 x 8
+# 82 / 39 and 285 / 193, 32 x 256 x 32 x 32 224 / 167 and 633 / 505; 128 channels or
+# fewer keep 1 MB blocks (their U is at most 1 MB).
+BLOCK_BYTES = 1 << 20
 
 # Note [Winograd family]: F(m x m, r x r) interpolates at n - 1 points and infinity,
 # n = m + r - 1 the input tile's size. Those with n = 6 (m + r = 7) share the points 0,
@@ -599,7 +607,8 @@ class _Tiles:
         self.th, self.tw = -(-geo.ho // m), -(-geo.wo // m)
         self.positions = alg.n * alg.n
         per_row = self.positions * self.tw * (geo.cin + geo.c_out) * itemsize
-        self.rows = max(1, min(geo.n * self.th, BLOCK_BYTES // per_row))
+        filters = self.positions * geo.cin * geo.c_out * itemsize  # U, read by every block
+        self.rows = max(1, min(geo.n * self.th, max(BLOCK_BYTES, filters) // per_row))
         self.slab = (alg.n, m * self.tw + alg.n - m, geo.cin)  # transform_input's
         self.grad_slab = (m, m * self.tw, geo.c_out)  # transform_grad's
 
