@@ -38,7 +38,8 @@ by A) and, per position, one GEMM (C_in x tiles) @ (tiles x C_out).
 The kernels are written for any tile: n x n input tiles (6 or 4), m x m output tiles,
 n^2 positions. A block is a range of tile rows of the batch (row r: image r // th, tile
 row r % th), sized so its transformed input and products stay in the L2 cache
-(BLOCK_BYTES); a tile t of it is r's tile column tx at (r - r0) * tw + tx.
+(BLOCK_BYTES), or as big as the transformed filters where those are bigger (Note
+[Winograd blocks]); a tile t of it is r's tile column tx at (r - r0) * tw + tx.
 """
 
 import math
