@@ -1001,6 +1001,77 @@ def test_winograd_needs_enough_tiles(monkeypatch):
     assert takes(64) and not takes(8)
 
 
+def test_the_filter_cache_evicts_copies_without_results_first_then_the_least_served(
+    monkeypatch,
+):
+    """Note [Filter cache]'s order of eviction: a trained weight's copy (no result)
+    before any result, then the result served longest ago."""
+    monkeypatch.setattr(winograd, "_prepared", {})
+    monkeypatch.setattr(winograd, "FILTER_CACHE_BYTES", 4 * 128)
+    a, b, c, d = (np.full(16, float(i)) for i in range(4))  # 128 bytes, a result 128 more
+
+    def keep():  # the first values of the weights with entries
+        kept = {key[0] for key in winograd._prepared}
+        return [w[0] for w in (a, b, c, d) if w.ctypes.data in kept]
+
+    def prepared(w):
+        return winograd.prepared(w, "twice", lambda w: 2 * w)
+
+    prepared(a)
+    prepared(b)
+    b[0] = 9.0  # changed, as in training: a copy alone
+    np.testing.assert_array_equal(prepared(b), 2 * b)
+    assert keep() == [0.0, 9.0] and winograd._cached_bytes() == 3 * 128
+    prepared(c)  # 5 x 128 bytes: b's copy goes
+    assert keep() == [0.0, 2.0]
+    np.testing.assert_array_equal(prepared(a), np.zeros(16))  # served: now the last
+    prepared(d)  # c was served longest ago
+    assert keep() == [0.0, 3.0]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_inference_takes_winograd_from_fewer_tiles_once_the_weight_is_steady(
+    layout, winograd_calls, monkeypatch
+):
+    """Note [Steady filters]: between MIN_STEADY_TILES and MIN_TILES, Winograd from the
+    second call with an unchanged weight on, never while the weight changes between
+    calls (training), which keep only the weight's copy (Note [Filter cache])."""
+    monkeypatch.setattr(winograd, "MIN_TILES", 256)
+    monkeypatch.setattr(winograd, "MIN_STEADY_TILES", 64)
+    monkeypatch.setattr(winograd, "_prepared", {})
+    x = image((4, 16, 16, 16), layout)  # 4 images of 4 x 4 tiles (F(4x4, 3x3)): 64
+    w, b = param((24, 16, 3, 3)), param((24,), seed=2)
+    with lm.backends.use("numpy_ref"):
+        want = F.conv2d(x, w, b, padding=1).numpy()
+
+    def check(runs_winograd):
+        before = len(winograd_calls)
+        with lm.no_grad():
+            got = F.conv2d(x, w, b, padding=1)
+        assert winograd_calls[before:] == (["forward"] if runs_winograd else [])
+        _close_to_max(got.numpy(), want, WINOGRAD_TOLERANCE["f8"])
+
+    check(False)  # seen once
+    check(True)  # unchanged: its filters made and kept
+    check(True)
+    ((copy, u),) = winograd._prepared.values()
+    np.testing.assert_array_equal(copy, w.numpy())
+    assert u.shape == (36, 16, 24)
+    for step in range(2):  # changed before every call, as in training
+        w.numpy()[step] += 0.5
+        with lm.backends.use("numpy_ref"):
+            want = F.conv2d(x, w, b, padding=1).numpy()
+        check(False)
+        ((copy, u),) = winograd._prepared.values()
+        assert u is None
+        np.testing.assert_array_equal(copy, w.numpy())
+    check(True)
+    fewer = image((3, 16, 16, 16), layout)  # 48 tiles: im2col even with a steady weight
+    with lm.no_grad():
+        F.conv2d(fewer, w, b, padding=1)
+    assert winograd_calls.count("forward") == 3
+
+
 def test_the_input_gradients_flipped_kernel_follows_the_weight(monkeypatch):
     """Note [Filter cache] for the input gradient's flipped kernel: made once while the
     weight is unchanged, again after a write through a NumPy view."""

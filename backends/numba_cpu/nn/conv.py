@@ -918,8 +918,7 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
             im2col(x[i0:i1], w, g, o)
             _epilogue(o, bias, layout, floor)
 
-    alg = winograd.algorithm(geo, x.dtype)
-    u = None if alg is None else winograd.filters(w, alg)
+    alg, u = winograd.forward_filters(w, geo, x.dtype)
     _by_images(geo, part)
 
 

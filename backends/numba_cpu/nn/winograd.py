@@ -66,7 +66,8 @@ MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
 # without: 256 channels on 8 x 8 at batch 1 (16 tiles) 7.7 / 3.2 ms, 512 on 4 x 4 at
 # batch 8 (32 tiles) 87 / 22 ms; ResNet-18 (32 x 32 images) training at batch 8, 16
 # -> 27 images/s with this bound raised from 32 to 256, and at batch 32 33 -> 39 from
-# 128 to 256 (a shared machine: +-15%).
+# 128 to 256 (a shared machine: +-15%). Inference takes Winograd from fewer tiles (Note
+# [Steady filters]).
 MIN_TILES = 256
 # Note [Winograd blocks]: a block's transformed input and products fill BLOCK_BYTES (the
 # L2 cache), or as many bytes as the transformed filters U where those are bigger: every
@@ -530,10 +531,11 @@ def _kernel(template, algorithm, dtype, layout):
 # ---------------------------------------------------------------- the convolutions
 
 
-def algorithm(geo, dtype):
+def algorithm(geo, dtype, min_tiles=None):
     """The Winograd algorithm conv2d of geometry ``geo`` runs by (Note [Winograd
     family]), or None: for float32 at "highest" the precise ones only (Note [Float32
-    precision] in lamina.backends.precision)."""
+    precision] in lamina.backends.precision); from ``min_tiles`` output tiles
+    (MIN_TILES where not given)."""
     fast = np.dtype(dtype) != np.float32 or precision.fast_float32()
     alg = (FAST if fast else PRECISE).get(geo.kh) if ENABLED and geo.kh == geo.kw else None
     if (
@@ -541,7 +543,7 @@ def algorithm(geo, dtype):
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
         or min(geo.cin, geo.c_out) < MIN_CHANNELS
         or min(geo.ho, geo.wo) < MIN_SIZE
-        or geo.n * -(-geo.ho // alg.m) * -(-geo.wo // alg.m) < MIN_TILES
+        or geo.n * -(-geo.ho // alg.m) * -(-geo.wo // alg.m) < (min_tiles or MIN_TILES)
         or np.dtype(dtype) not in (np.float32, np.float64)
     ):
         return None
@@ -564,33 +566,76 @@ def algorithm(geo, dtype):
 # kernels of input gradients: conv.py) are kept with a copy of the weight they came
 # from, keyed by the weight's memory, and served again only while its bits equal the
 # copy's: by content, so a write through a NumPy view of the weight is seen as well as
-# any lamina operation. At most FILTER_CACHE_BYTES (copies and results) stay, the
-# oldest going first: a ResNet-18's take 25 MB in inference at batch 32 (32 x 32
-# images).
-FILTER_CACHE_BYTES = 32 << 20
+# any lamina operation. A weight that changed since the last call, as in training,
+# keeps only its copy: its results would not be served. At most FILTER_CACHE_BYTES
+# (copies and results) stay, the copies without a result going first, then the
+# entries served longest ago: so a model trained between inferences of another, or
+# of its own copy, does not evict the other's transforms. A ResNet-18's take 101 MB
+# in inference at batch 32 (32 x 32 images; its 512-channel layers' U is 16.8 MB each,
+# Note [Steady filters]), and a cache smaller than a model's transforms serves none of
+# them (each call evicts the entry the next one needs).
+FILTER_CACHE_BYTES = 256 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
 
 
-def prepared(w, tag, build):
+def prepared(w, tag, build, steady=False):
     """``build(w)``, made again only when w's values changed (Note [Filter cache]);
-    ``tag`` names what ``build`` makes of a weight."""
+    ``tag`` names what ``build`` makes of a weight. With ``steady``, not made before w
+    was seen unchanged from one call to the next: None until then (Note [Steady
+    filters])."""
     key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype, tag)
     hit = _prepared.get(key)
     bits = np.dtype(f"u{w.itemsize}") if w.itemsize in (1, 2, 4, 8) else None
     if hit is not None and bits is not None and np.array_equal(hit[0].view(bits), w.view(bits)):
-        return hit[1]
-    result = build(w)
+        if hit[1] is not None:
+            _prepared[key] = _prepared.pop(key)  # the last one served
+            return hit[1]
+        copy, result = hit[0], build(w)
+        kept = result
+    else:  # first seen, or changed since the last call (training): its result not kept
+        copy, result = w.copy(), None if steady else build(w)
+        kept = result if hit is None else None
     _prepared.pop(key, None)
-    _prepared[key] = (w.copy(), result)
-    while sum(a.nbytes + b.nbytes for a, b in _prepared.values()) > FILTER_CACHE_BYTES:
-        del _prepared[next(iter(_prepared))]
+    _prepared[key] = (copy, kept)
+    while _cached_bytes() > FILTER_CACHE_BYTES:
+        copies = (k for k, (_, r) in _prepared.items() if r is None)
+        del _prepared[next(copies, next(iter(_prepared)))]
     return result
 
 
-def filters(w, alg):
+def _cached_bytes():
+    return sum(copy.nbytes + (0 if r is None else r.nbytes) for copy, r in _prepared.values())
+
+
+# Note [Steady filters]: from MIN_STEADY_TILES up to MIN_TILES output tiles, Winograd
+# pays only where U comes from the filter cache, as in inference: a weight seen
+# unchanged from one call to the next has its U made on the second call and served
+# after, and until then (in training, every call) the convolution runs by im2col, at
+# the cost of comparing and copying the weight (0.8 + 0.7 ms for 512 x 512 x 3 x 3).
+# Measured one thread, float32, ResNet-18 (32 x 32 images) inference, MIN_TILES alone /
+# with steady filters from 64 tiles: batch 32 279 -> 246 ms (its 512-channel 3 x 3 on
+# 4 x 4 images, 128 tiles: 22 -> 13 ms each, PyTorch's 14.6), batch 8 80 -> 70 ms (the
+# 256-channel ones on 8 x 8 images); from 32 tiles batch 8 was slower (75 ms).
+MIN_STEADY_TILES = 64
+
+
+def filters(w, alg, steady=False):
     """U (n^2, C_in, C_out) = G k G^T of every (output, input) channel pair of w (Note
-    [Filter transforms]), from the cache where w has not changed (Note [Filter cache])."""
-    return prepared(w, alg.name, lambda w: _transform_filters(w, alg))
+    [Filter transforms]), from the cache where w has not changed (Note [Filter cache]);
+    ``steady``: ``prepared``'s."""
+    return prepared(w, alg.name, lambda w: _transform_filters(w, alg), steady)
+
+
+def forward_filters(w, geo, dtype):
+    """(algorithm, U) of the forward convolution of w, geometry ``geo``: by
+    ``algorithm``, or with fewer tiles from the filter cache (Note [Steady filters]);
+    (None, None) where it runs by im2col."""
+    alg = algorithm(geo, dtype)
+    if alg is not None:
+        return alg, filters(w, alg)
+    alg = algorithm(geo, dtype, MIN_STEADY_TILES)
+    u = None if alg is None else filters(w, alg, steady=True)
+    return (None, None) if u is None else (alg, u)
 
 
 def _transform_filters(w, alg):
