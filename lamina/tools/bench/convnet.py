@@ -431,8 +431,16 @@ def runner(library: str, config: dict) -> timing.Runner:
     the models of the weights file ``config["weights"]`` (``save_states``), compiled
     for a compiled library (``COMPILED``), on ``config["threads"]`` threads until the
     runner closes. The (model, mode) pairs of ``config["refused"][library]`` are
-    not run."""
-    lib, models = prepared(eager_of(library), config, list(load_states(config["weights"])))
+    not run.
+
+    Note [Inference models]: inference runs on a model of its own, with the same
+    weights: a deployed model's, which no training step changes between its calls, as
+    training in the same process otherwise would between every sample's calls. lamina
+    prepares steady weights once for inference (Note [Filter cache] in
+    backends/numba_cpu/nn/winograd.py); each library gets the same two models."""
+    names = list(load_states(config["weights"]))
+    lib, trained = prepared(eager_of(library), config, names)
+    models = {"train": trained, "infer": prepared(eager_of(library), config, names)[1]}
     layout = config["layout"]
     compile_model = compiler(library, config.get("passes")) if library in COMPILED else None
     refused = {tuple(pair) for pair in config.get("refused", {}).get(library, [])}
@@ -442,7 +450,8 @@ def runner(library: str, config: dict) -> timing.Runner:
             cases[m, mode, batch] = lambda: timing.not_run
             continue
         # a compiled model per case: the compilers' caches hold only so many variants
-        model = models[m] if compile_model is None else compile_model(models[m])
+        model = models[mode][m]
+        model = model if compile_model is None else compile_model(model)
         cases[m, mode, batch] = functools.partial(step, lib, model, mode, batch, layout)
     undo = timing.apply_settings(eager_of(library), config, lib.get_threads, lib.set_threads)
     return timing.Runner(library, cases, target=0.05, most=20, on_close=undo)

@@ -268,10 +268,11 @@ def runner(library: str, config: dict) -> timing.Runner:
     layout = config["layout"]
     models = {}
     for name, state in convnet.load_states(config["weights"]).items():
-        models[name] = MODELS[name].make(lib, layout)
-        models[name].load_state_dict({k: lib.tensor(a.copy()) for k, a in state.items()})
+        for mode in ("train", "infer"):  # Note [Inference models] in convnet.py
+            models[name, mode] = MODELS[name].make(lib, layout)
+            models[name, mode].load_state_dict({k: lib.tensor(a.copy()) for k, a in state.items()})
     cases = {
-        (m, mode, batch): functools.partial(step, lib, models[m], mode, batch, layout, m)
+        (m, mode, batch): functools.partial(step, lib, models[m, mode], mode, batch, layout, m)
         for m, mode, batch in config["cases"]
     }
     undo = timing.apply_settings(library, config, lib.get_threads, lib.set_threads)
