@@ -32,8 +32,9 @@ from whatever runs next: measured on 2 cores, a VGG-like net's training step too
 ms on one thread, 196 ms on two with a 2-thread BLAS and 148 ms with a 1-thread BLAS
 (its inference 61.5 -> 44.4 ms only with the latter). So ``set_num_threads`` sets BLAS
 to ONE thread, through threadpoolctl, and lamina's GEMM kernels use the count by
-splitting their work (``split``, Note [Split work]): one pool, Numba's, owns the
-cores. The BLAS library is process-wide, so NumPy's own matmul runs on one thread too
+splitting their work (``split``, Note [Split work], or a parallel loop over a
+product's rows: Note [Products in parallel] in numba_cpu/gemm.py): one pool, Numba's,
+owns the cores. The BLAS library is process-wide, so NumPy's own matmul runs on one thread too
 after ``set_num_threads`` (threadpoolctl can give it more). Until the first
 ``set_num_threads`` call BLAS keeps its default (lamina then runs one thread itself).
 
@@ -65,7 +66,7 @@ AlexNet and Inception at 32: OpenMP passive 1.32 / 1.36 / 1.57 / 1.50x, workqueu
 but is not a dependency.
 
 Note [Split work]: ``split`` runs a kernel's independent parts (the images of a
-convolution's batch, the rows of a matmul) on Numba's pool, the threads of the parallel
+convolution's batch, the matrices of a batched matmul) on Numba's pool, the threads of the parallel
 loops: ``_parts_kernel`` is a prange over the parts whose body calls ``_run_part`` back
 in Python through a ctypes callback, which takes the GIL for the part's Python and
 gives it up in the kernels the part calls (they must release it: Numba ``nogil``,
@@ -302,6 +303,12 @@ def split(fn: Callable[[int, int], Any], total: int) -> list:
         if error is not None:
             raise error
     return results
+
+
+def parallel_parts(total: int) -> int:
+    """Into how many parts a parallel loop over ``total`` items is cut here: one per
+    thread, or 1 within a split's part (parts never split again: Note [Split work])."""
+    return 1 if getattr(_in_part, "active", False) else min(_count, total)
 
 
 def get_num_threads() -> int:

@@ -1,6 +1,7 @@
 """lamina.backends.numba_cpu.blas (Note [GEMM in kernels]): the BLAS GEMM called from
-Python and from inside a Numba kernel, against NumPy's matmul; gemm.add_product, which
-accumulates through it."""
+Python and from inside a Numba kernel, against NumPy's matmul; gemm.product, which
+runs it over the rows of a result in parallel (Note [Products in parallel]), and
+gemm.add_product, which accumulates through it."""
 
 import numpy as np
 import pytest
@@ -89,15 +90,61 @@ def test_add_product_accumulates_into_out(dtype, threads):
     before = lm.get_num_threads()
     lm.set_num_threads(threads)
     try:
-        gemm.SPLIT_FLOPS, saved = 0, gemm.SPLIT_FLOPS  # split even this small product
+        gemm.ROWS_FLOPS, saved = 0, gemm.ROWS_FLOPS  # split even this small product
         gemm.add_product(a, b, out)
         gemm.add_product(a[:0], b, out[:0])  # no rows
         transposed = np.asfortranarray(b).T.T  # (90, 70) with column stride 90 items
         again = out.copy()
         gemm.add_product(a, transposed, again)
     finally:
-        gemm.SPLIT_FLOPS = saved
+        gemm.ROWS_FLOPS = saved
         lm.set_num_threads(before)
     rtol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(out, want, rtol=rtol)
     np.testing.assert_allclose(again, want + a.astype(np.float64) @ b.T, rtol=rtol)
+
+
+def _views(a, kind):
+    """a (m, k) as the BLAS reads it in place (rows longer than their values), as the
+    transpose of such an array, or with neither rows nor columns adjacent (copied)."""
+    m, k = a.shape
+    if kind == "rows":
+        wide = np.zeros((m, k + 3), a.dtype)
+        wide[:, 1 : k + 1] = a
+        return wide[:, 1 : k + 1]
+    if kind == "transposed":
+        return np.ascontiguousarray(a.T).T
+    sparse = np.zeros((2 * m, 2 * k), a.dtype)
+    sparse[::2, ::2] = a
+    return sparse[::2, ::2]
+
+
+KINDS = [("rows", "rows"), ("transposed", "transposed"), ("rows", "apart"), ("apart", "transposed")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kinds", KINDS)
+@pytest.mark.parametrize("m", [1, 2, 7, 64])
+def test_product_in_parallel_over_rows_equals_numpy(dtype, kinds, m, monkeypatch):
+    """Note [Products in parallel]: out (a column slice of a wider array: rows longer
+    than the result's) = a @ b, and + beta out, in two parts of rows however few there
+    are, each operand read in place or copied; inside a split's part, one call."""
+    monkeypatch.setattr(gemm, "ROWS_FLOPS", 0)
+    a0, b0 = RNG.random((m, 11)).astype(dtype), RNG.random((11, 13)).astype(dtype)
+    a, b = _views(a0, kinds[0]), _views(b0, kinds[1])
+    want = a0.astype(np.float64) @ b0.astype(np.float64)
+    rtol = 1e-5 if dtype == "float32" else 1e-12
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    try:
+        wide = np.full((m, 20), 0.5, dtype)
+        out = wide[:, 3:16]
+        gemm.product(a, b, out)
+        np.testing.assert_allclose(out, want, rtol=rtol)
+        gemm.product(a, b, out, beta=1.0)
+        np.testing.assert_allclose(out, 2 * want, rtol=rtol)
+        assert (wide[:, :3] == 0.5).all() and (wide[:, 16:] == 0.5).all()
+        parts = lm.backends.threads.split(lambda i0, i1: lm.backends.threads.parallel_parts(m), 2)
+        assert lm.backends.threads.parallel_parts(m) == min(2, m) and parts == [1, 1]
+    finally:
+        lm.set_num_threads(before)

@@ -1,7 +1,8 @@
 """Float matrix products on lamina's threads (Note [BLAS threads] in
 lamina.backends.threads): BLAS runs on one thread once ``set_num_threads`` was called,
-so a product big enough is split -- the rows of a 2-D result, the first batch axis of
-a batched one -- into one single-threaded BLAS call per thread (``threads.split``).
+so a product big enough is split -- the rows of a 2-D result (Note [Products in
+parallel]), the first batch axis of a batched one (``threads.split``) -- into one
+single-threaded BLAS call per thread.
 
 Measured on 2 cores: see docs/performance.md, "Tuning" (``x @ w.T``).
 """
@@ -15,6 +16,73 @@ from lamina.backends import jit, threads
 from . import blas
 
 SPLIT_FLOPS = 1 << 23  # below this a product is one BLAS call: waking a thread costs more
+# Note [Products in parallel]: a 2-D product runs on lamina's threads as one Numba
+# kernel whose parallel loop gives each thread a range of the result's rows, each
+# calling the BLAS itself (Note [GEMM in kernels] in blas.py): no Python and no GIL in
+# the parts, so it costs what a parallel loop costs (~2 us while the pool spins), where
+# ``threads.split``'s parts call back into Python (~40 us empty, ~100 us with a
+# product in each part: the GIL changes hands). Measured on 2 cores, float32, (m x k x
+# n) one thread / threads.split / rows in parallel, us: 512 x 64 x 384 (MobileNet's
+# 1 x 1 convolution on 4 x 4 images at batch 32) 185 / 259 / 97, 128 x 160 x 960 258 /
+# 256 / 148, 4096 x 256 x 256 3477 / 1921 / 1662, 256 x 128 x 128 59 / 110 / 34,
+# 128 x 64 x 64 6 / 74 / 6 (so from ROWS_FLOPS).
+ROWS_FLOPS = 1 << 21
+
+
+def product(a, b, out, beta=0.0):
+    """out = a @ b + beta out (beta 0 or 1) for 2-D arrays: in parallel over out's rows
+    where it is big enough (Note [Products in parallel]), else one call of the BLAS;
+    NumPy's product where the BLAS cannot be called from kernels (other dtypes, out's
+    columns apart)."""
+    m, n = out.shape
+    parts = threads.parallel_parts(m) if 2 * m * n * a.shape[1] >= ROWS_FLOPS else 1
+    native = (
+        blas.available()
+        and out.dtype in (np.float32, np.float64)
+        and a.dtype == b.dtype == out.dtype
+        and out.strides[1] == out.itemsize
+    )
+    if native and (parts > 1 or beta):
+        (a, trans_a), (b, trans_b) = _operand(a), _operand(b)
+        _rows_kernel(out.dtype)(a, b, out, trans_a, trans_b, beta, parts)
+        return out
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
+        if beta:
+            out += np.dot(a, b)
+        elif out.flags.c_contiguous:
+            np.dot(a, b, out=out)  # Note [dot, not matmul] in nn/conv.py
+        else:
+            np.matmul(a, b, out=out)
+    return out
+
+
+def _operand(a):
+    """(a, False) where the BLAS reads a in place as it is, (a.T, True) where it reads
+    a.T in place, else (a C-contiguous copy, False)."""
+    for array, transposed in ((a, False), (a.T, True)):
+        row, column = array.strides
+        size = array.itemsize
+        if column == size and row >= array.shape[1] * size and row % size == 0:
+            return array, transposed
+    return np.ascontiguousarray(a), False
+
+
+def _rows(a, b, out, trans_a, trans_b, beta, parts):
+    m = out.shape[0]
+    for i in jit.prange(parts):
+        r0, r1 = m * i // parts, m * (i + 1) // parts
+        rows = a[:, r0:r1] if trans_a else a[r0:r1]
+        blas.gemm(rows, b, out[r0:r1], trans_a, trans_b, beta)
+
+
+def _rows_kernel(dtype):
+    def build():  # parallel: its loop is the split (Note [Products in parallel])
+        matrix, t = jit.array(dtype, 2, "A"), jit.types
+        real = t.float32 if dtype == np.float32 else t.float64
+        signature = t.void(matrix, matrix, matrix, t.boolean, t.boolean, real, t.int64)
+        return jit.compile_kernel(_rows, signature, parallel=True, nogil=True)
+
+    return jit.cached((_rows, dtype), build)
 
 
 def _part(a, ndim, i0, i1):
@@ -31,12 +99,14 @@ def matmul(a, b, out=None):
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim + b.ndim > 4 else ()
     shape = batch + (a.shape[-2], b.shape[-1])
     flops = 2 * math.prod(shape) * a.shape[-1]
+    ndim = len(shape)
+    if ndim == 2 and a.dtype == b.dtype and (out is None or out.dtype == a.dtype):
+        return product(a, b, np.empty(shape, a.dtype) if out is None else out)
     if threads.get_num_threads() == 1 or flops < SPLIT_FLOPS or shape[0] < 2:
         with np.errstate(invalid="ignore", over="ignore"):
             return np.matmul(a, b, out=out)
     if out is None:
         out = np.empty(shape, np.result_type(a, b))
-    ndim = len(shape)
 
     def part(i0, i1):  # a 2-D result's rows take all of b; a batch, b's batch
         b_part = b if ndim == 2 else _part(b, ndim, i0, i1)
@@ -49,43 +119,11 @@ def matmul(a, b, out=None):
 
 def add_product(a, b, out):
     """out += a @ b.T for float32 or float64 matrices a (m, k), b (n, k) and a
-    C-contiguous out (m, n): the BLAS's own accumulation (beta 1), in parts of out's
-    rows on lamina's threads when it is big enough. Where the BLAS cannot be called
-    from kernels, NumPy's product added.
+    C-contiguous out (m, n): the BLAS's own accumulation (beta 1), in parallel over
+    out's rows when it is big enough (``product``).
 
     Linear's bias is written into out first and the product added so (PyTorch's addmm
     does the same): the BLAS reads out where it writes it, while a bias added after
     the product is one more pass over out. One thread, 1024 rows, 256 -> 768 features:
     2.34 -> 2.16 ms; 256 -> 1024: 3.20 -> 2.93 ms; 1024 -> 256: 3.20 -> 3.09 ms."""
-    if not blas.available():
-        out += matmul(a, b.T)
-        return
-    a, b = _readable(a), _readable(b)
-    kernel = _add_product_kernel(out.dtype)
-    m, n = out.shape
-    if threads.get_num_threads() == 1 or 2 * m * n * a.shape[1] < SPLIT_FLOPS or m < 2:
-        kernel(a, b, out)
-    else:
-        threads.split(lambda i0, i1: kernel(a[i0:i1], b, out[i0:i1]), m)
-
-
-def _readable(a):
-    """a itself where the BLAS reads it in place (adjacent columns, rows at least a row
-    apart), else a C-contiguous copy."""
-    row, column = a.strides
-    if column != a.itemsize or row < a.shape[1] * a.itemsize or row % a.itemsize:
-        return np.ascontiguousarray(a)
-    return a
-
-
-def _add_rows(a, b, out):
-    blas.gemm(a, b, out, False, True, 1.0)
-
-
-def _add_product_kernel(dtype):
-    def build():  # nogil: the parts run on threads.split's threads
-        matrix = jit.array(dtype, 2, "A")
-        signature = jit.types.void(matrix, matrix, jit.array(dtype, 2))
-        return jit.compile_kernel(_add_rows, signature, nogil=True)
-
-    return jit.cached((_add_rows, dtype), build)
+    product(a, b.T, out, beta=1.0)

@@ -398,11 +398,13 @@ def _nchw_weight(w, g, geo):
 SPLIT_FLOPS = 1 << 23
 
 
-def _by_images(geo, run):
+def _by_images(geo, run, order=None):
     """``[run(start, stop, geometry of those images), ...]`` over the batch's images, in
     parts on lamina's threads when the convolution is big enough (Note [Split
-    convolutions])."""
-    if geo.flops < SPLIT_FLOPS:
+    convolutions]); not a 1x1 convolution of images in ``order`` channels-last, one
+    product over every pixel, whose rows run in parallel instead (Note [Products in
+    parallel] in gemm.py)."""
+    if geo.flops < SPLIT_FLOPS or (order == NHWC and geo.pointwise and geo.groups == 1):
         return [run(0, geo.n, geo)]
     return threads.split(lambda i0, i1: run(i0, i1, geo.images(i1 - i0)), geo.n)
 
@@ -410,16 +412,6 @@ def _by_images(geo, run):
 def _blocks(total, step):
     for p0 in range(0, total, step):
         yield p0, min(total, p0 + step)
-
-
-def _gemm(a, b, out):
-    """out = a @ b for 2-D operands: by np.dot where out is C-contiguous (Note [dot,
-    not matmul]), else np.matmul (np.dot only writes C-contiguous outputs)."""
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
-        if out.flags.c_contiguous:
-            np.dot(a, b, out=out)
-        else:
-            np.matmul(a, b, out=out)
 
 
 # ---------------------------------------------------------------- forward
@@ -431,12 +423,12 @@ def _forward_nhwc(x, w, geo, out):
         a = x.reshape(-1, geo.c)
         if geo.groups == 1 and a.shape[0] <= min(32, geo.c_out):  # _linear's transposed product
             transposed = np.empty((geo.c_out, a.shape[0]), x.dtype)
-            _gemm(_pointwise_weight(w, 0, geo), a.T, transposed)
+            gemm.product(_pointwise_weight(w, 0, geo), a.T, transposed)
             o2[...] = transposed.T
             return
         for g in range(geo.groups):
             wg = _pointwise_weight(w, g, geo).T
-            _gemm(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
+            gemm.product(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
     weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     step = geo.block_pixels(x.itemsize)
@@ -445,7 +437,7 @@ def _forward_nhwc(x, w, geo, out):
         cols = scratch((p1 - p0, geo.k), x.dtype, cache)
         for g, wg in enumerate(weights):
             im2col(x, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1, cols)
-            _gemm(cols, wg, o2[p0:p1, _cols(g, geo.cout)])
+            gemm.product(cols, wg, o2[p0:p1, _cols(g, geo.cout)])
 
 
 def _cols(g, per_group):
@@ -503,7 +495,7 @@ def _forward_nchw(x, w, geo, out):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
             for g, wg in enumerate(weights):
                 im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
-                _gemm(wg, cols, o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
+                gemm.product(wg, cols, o3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo])
 
 
 # Note [Flat planes]: with stride 1, the NCHW im2col row of kernel tap (c, i, j) for
@@ -716,7 +708,7 @@ def _forward_batched(x, w, geo, out):
         product = np.empty((geo.cout, cols.shape[1]), x.dtype)
         for g in range(geo.groups):
             _kernel(_im2col_blocks, x.dtype)(padded, *_tap_args(geo, g), cols)
-            _gemm(_nchw_weight(w, g, geo), cols, product)
+            gemm.product(_nchw_weight(w, g, geo), cols, product)
             block = product.reshape(geo.cout, i1 - i0, geo.ho, geo.wo)
             out[i0:i1, _cols(g, geo.cout)] = block.transpose(1, 0, 2, 3)
 
@@ -727,7 +719,7 @@ def _input_grad_batched(gk, w, geo, gx):
         grad = _channels_first(gk[i0:i1])
         cols = np.empty((geo.k, grad.shape[1]), gk.dtype)
         for g in range(geo.groups):
-            _gemm(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
+            gemm.product(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
             _kernel(_col2im_blocks, gk.dtype)(cols, padded, *_tap_args(geo, g))
         gx[i0:i1] = interior
 
@@ -742,7 +734,7 @@ def _weight_grad_batched(gk, x, geo):
         cols = np.empty((geo.k, grad.shape[1]), x.dtype)
         for g in range(geo.groups):
             _kernel(_im2col_blocks, x.dtype)(padded, *_tap_args(geo, g), cols)
-            _gemm(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
+            gemm.product(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
             if i0:
                 sums[g] += part
     return sums.reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
@@ -919,7 +911,7 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
             _epilogue(o, bias, layout, floor)
 
     alg, u = winograd.forward_filters(w, geo, x.dtype)
-    _by_images(geo, part)
+    _by_images(geo, part, layout)
 
 
 # ---------------------------------------------------------------- backward: input
@@ -931,7 +923,7 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
         gx2 = gx.reshape(-1, geo.c)
         for g in range(geo.groups):
             wg = _pointwise_weight(w, g, geo)
-            _gemm(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
+            gemm.product(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
         return
     weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
     col2im, cache = _kernel(_col2im_nhwc, dtype), [None]
@@ -939,7 +931,7 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
     for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
         cols = scratch((p1 - p0, geo.k), dtype, cache)
         for g, wg in enumerate(weights):
-            _gemm(g2[p0:p1, _cols(g, geo.cout)], wg.T, cols)
+            gemm.product(g2[p0:p1, _cols(g, geo.cout)], wg.T, cols)
             col2im(cols, gx, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1)
 
 
@@ -957,7 +949,7 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
         for oh0, oh1 in _blocks(geo.ho, rows):
             cols = scratch((geo.k, (oh1 - oh0) * geo.wo), dtype, cache)
             for g, wg in enumerate(weights):
-                _gemm(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], cols)
+                gemm.product(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], cols)
                 col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges)
 
 
@@ -1036,7 +1028,7 @@ def _input_grad(gk, w, geo, order, dtype):
             g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, geo.ho * geo.wo)
             _backward_input_nchw(g3, w, geo, dtype, gx[i0:i1])
 
-    _by_images(geo, part)
+    _by_images(geo, part, order)
     return gx
 
 
@@ -1050,7 +1042,7 @@ def _input_grad(gk, w, geo, order, dtype):
 # parts one after the other: VGG's first layer at batch 64, 11.3 ms on one thread and
 # 11.6 on two. np.dot is the same BLAS call. The forward's (16 x 27) @ (27 x 4224) was
 # held up too (two threads 1.30x one's time; np.dot 1.03x), so every 2-D product of
-# a part goes through _gemm: np.dot where it can write the output.
+# a part goes through gemm.product: np.dot where it can write the output.
 
 
 def _backward_weight_nhwc(g2, x, geo):
@@ -1059,7 +1051,7 @@ def _backward_weight_nhwc(g2, x, geo):
         a = x.reshape(-1, geo.c)
         for g in range(geo.groups):
             gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
-            _gemm(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
+            gemm.product(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
     step = geo.block_pixels(x.itemsize)
     im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
@@ -1133,7 +1125,7 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     def part(i0, i1, geo):
         return _weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order), _bias_grad(gk[i0:i1], order)
 
-    (gw, gb), *rest = _by_images(geo, part)
+    (gw, gb), *rest = _by_images(geo, part, order)
     for other_gw, other_gb in rest:
         gw += other_gw
         gb += other_gb
