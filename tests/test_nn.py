@@ -1125,6 +1125,35 @@ def test_winograd_block_loops_in_python_equal_the_kernels(dtype, layout, monkeyp
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype] / 10)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
+    dtype, two_threads, monkeypatch
+):
+    """conv._nchw_blocks, the forward's loop over images and blocks of output rows: one
+    kernel calling the BLAS, and the same loop from Python (no BLAS kernels can call),
+    against numpy_ref: 2 groups, stride 2, blocks of 3 of 11 output rows (the last
+    shorter), the images split between two threads."""
+    calls = []
+    real = conv._forward_nchw
+    monkeypatch.setattr(conv, "_forward_nchw", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    x = image((3, 4, 22, 21), "NCHW", dtype)
+    w, b = param((6, 2, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
+    geo = conv.Geometry(x.shape, w.shape, (2, 2), (1,) * 4, (1, 1), 2)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 3 * geo.wo * geo.k * np.dtype(dtype).itemsize)
+    fn = lambda: F.conv2d(x, w, b, stride=2, padding=1, groups=2).numpy()
+    got = fn()
+    monkeypatch.setattr(blas, "available", lambda: False)
+    again = fn()
+    assert sorted(calls) == [1, 1, 2, 2]  # each run in two parts
+    with lm.backends.use("numpy_ref"):
+        want = fn()
+    tol = {"f8": 1e-13, "f4": 1e-5}[dtype]
+    _close_to_max(got, want, tol)
+    _close_to_max(again, got, tol / 10)
+
+
 def test_winograd_blocks_are_at_least_as_big_as_the_filters_they_read():
     """Note [Winograd blocks]: 512 channels' U (16 MB in float32) sizes the blocks, 64
     channels' (256 KB) leaves them at BLOCK_BYTES."""
