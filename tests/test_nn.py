@@ -969,13 +969,23 @@ def test_small_planes_run_over_blocks_of_images_matching_the_oracle(
         _close_to_max(got.numpy(), ref.numpy(), {"f8": 1e-13, "f4": 1e-5}[dtype])
 
 
-def test_small_planes_split_by_images_match_one_part(two_threads, monkeypatch, batched_calls):
+def test_small_planes_on_two_threads_split_their_products_and_match_one_thread(
+    two_threads, monkeypatch, batched_calls
+):
+    """Note [Small planes]' products over whole images run their rows in parallel
+    (conv._whole_batch_products), the images in one part."""
     monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    monkeypatch.setattr(gemm, "ROWS_FLOPS", 0)
+    products = []
+    real = gemm._rows_kernel
+    monkeypatch.setattr(gemm, "_rows_kernel", lambda dtype: products.append(dtype) or real(dtype))
     x = image((3, 4, 5, 5), requires_grad=True)
     w = param((32, 4, 3, 3))
     fn = lambda x, w: F.conv2d(x, w, stride=2, padding=1)
     (out,), grads = _run(fn, [x, w])
-    assert batched_calls.count("_forward_batched") == 2  # two parts
+    drivers = ["_forward_batched", "_input_grad_batched", "_weight_grad_batched"]
+    assert sorted(batched_calls) == drivers  # each once: one part
+    assert len(products) >= 3
     lm.set_num_threads(1)
     (want,), want_grads = _run(fn, [x, w])
     for got, ref in zip([out, *grads], [want, *want_grads]):
