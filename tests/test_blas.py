@@ -148,3 +148,31 @@ def test_product_in_parallel_over_rows_equals_numpy(dtype, kinds, m, monkeypatch
         assert lm.backends.threads.parallel_parts(m) == min(2, m) and parts == [1, 1]
     finally:
         lm.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_product_reads_and_writes_any_strides_numpy_gives(threads, monkeypatch):
+    """gemm.product on what the BLAS cannot take as it is: a one-row view x[None]
+    (NumPy gives it row stride 0 and calls it C-contiguous: copied with C strides), an
+    output with rows in reverse or overlapping an operand (NumPy's product instead);
+    operands that do not fit the output are refused before any kernel."""
+    monkeypatch.setattr(gemm, "ROWS_FLOPS", 0)
+    before = lm.get_num_threads()
+    lm.set_num_threads(threads)
+    try:
+        x = RNG.random(64).astype(np.float32)
+        ones = np.ones((16, 1), np.float32)
+        np.testing.assert_allclose(gemm.matmul(ones, x[None]), np.tile(x, (16, 1)), rtol=1e-6)
+        out = RNG.random((1, 16)).astype(np.float32)
+        want = out + x[None] @ np.ones((64, 16), np.float32)
+        gemm.product(x[None], np.ones((64, 16), np.float32), out, beta=1.0)
+        np.testing.assert_allclose(out, want, rtol=1e-5)
+        a, b = RNG.random((40, 30)), RNG.random((30, 30))
+        reversed_rows = np.zeros((40, 30))[::-1]
+        np.testing.assert_allclose(gemm.product(a, b, reversed_rows), a @ b, rtol=1e-12)
+        want = a @ b
+        np.testing.assert_allclose(gemm.product(a, b, a), want, rtol=1e-12)  # in place
+        with pytest.raises(ValueError, match=r"\(40, 30\) @ \(20, 30\) does not fit"):
+            gemm.product(RNG.random((40, 30)), RNG.random((20, 30)), np.empty((40, 30)))
+    finally:
+        lm.set_num_threads(before)

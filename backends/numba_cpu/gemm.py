@@ -32,19 +32,15 @@ ROWS_FLOPS = 1 << 21
 def product(a, b, out, beta=0.0):
     """out = a @ b + beta out (beta 0 or 1) for 2-D arrays: in parallel over out's rows
     where it is big enough (Note [Products in parallel]), else one call of the BLAS;
-    NumPy's product where the BLAS cannot be called from kernels (other dtypes, out's
-    columns apart)."""
+    NumPy's product where the BLAS cannot be called from kernels or not on these
+    arrays (other dtypes, out's rows or columns apart, out overlapping an operand)."""
     m, n = out.shape
+    if a.shape != (m, b.shape[0]) or b.shape[1] != n:  # the kernel reads by out's shape
+        raise ValueError(f"product: {a.shape} @ {b.shape} does not fit out {out.shape}")
     parts = threads.parallel_parts(m) if 2 * m * n * a.shape[1] >= ROWS_FLOPS else 1
-    native = (
-        blas.available()
-        and out.dtype in (np.float32, np.float64)
-        and a.dtype == b.dtype == out.dtype
-        and out.strides[1] == out.itemsize
-    )
-    if native and (parts > 1 or beta):
+    if (parts > 1 or beta) and _native(a, b, out):
         (a, trans_a), (b, trans_b) = _operand(a), _operand(b)
-        _rows_kernel(out.dtype)(a, b, out, trans_a, trans_b, beta, parts)
+        _rows_kernel(out.dtype, parts > 1)(a, b, out, trans_a, trans_b, beta, parts)
         return out
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
         if beta:
@@ -56,15 +52,32 @@ def product(a, b, out, beta=0.0):
     return out
 
 
+def _native(a, b, out):
+    """Whether the kernel may write out = a @ b (+ out): a dtype the BLAS has for all
+    three, out's columns adjacent and its rows at least a row apart (the BLAS's leading
+    dimension), and no operand in out's memory (parts write rows the other parts read)."""
+    row, column = out.strides
+    return (
+        blas.available()
+        and out.dtype in (np.float32, np.float64)
+        and a.dtype == b.dtype == out.dtype
+        and column == out.itemsize
+        and row >= out.shape[1] * out.itemsize
+        and not np.may_share_memory(out, a)
+        and not np.may_share_memory(out, b)
+    )
+
+
 def _operand(a):
     """(a, False) where the BLAS reads a in place as it is, (a.T, True) where it reads
-    a.T in place, else (a C-contiguous copy, False)."""
+    a.T in place, else (a copy with a C array's strides, False: NumPy gives a one-row
+    view such as x[None] row stride 0 and calls it C-contiguous)."""
     for array, transposed in ((a, False), (a.T, True)):
         row, column = array.strides
         size = array.itemsize
         if column == size and row >= array.shape[1] * size and row % size == 0:
             return array, transposed
-    return np.ascontiguousarray(a), False
+    return np.array(a, order="C"), False
 
 
 def _rows(a, b, out, trans_a, trans_b, beta, parts):
@@ -75,14 +88,17 @@ def _rows(a, b, out, trans_a, trans_b, beta, parts):
         blas.gemm(rows, b, out[r0:r1], trans_a, trans_b, beta)
 
 
-def _rows_kernel(dtype):
-    def build():  # parallel: its loop is the split (Note [Products in parallel])
+def _rows_kernel(dtype, parallel):
+    """_rows, its loop the split (Note [Products in parallel]); serial for one part,
+    which may run inside a split's part, where a parallel kernel would nest."""
+
+    def build():
         matrix, t = jit.array(dtype, 2, "A"), jit.types
         real = t.float32 if dtype == np.float32 else t.float64
         signature = t.void(matrix, matrix, matrix, t.boolean, t.boolean, real, t.int64)
-        return jit.compile_kernel(_rows, signature, parallel=True, nogil=True)
+        return jit.compile_kernel(_rows, signature, parallel=parallel, nogil=True)
 
-    return jit.cached((_rows, dtype), build)
+    return jit.cached((_rows, dtype, parallel), build)
 
 
 def _part(a, ndim, i0, i1):

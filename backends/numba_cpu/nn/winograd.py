@@ -588,7 +588,8 @@ def prepared(w, tag, build, steady=False):
     bits = np.dtype(f"u{w.itemsize}") if w.itemsize in (1, 2, 4, 8) else None
     if hit is not None and bits is not None and np.array_equal(hit[0].view(bits), w.view(bits)):
         if hit[1] is not None:
-            _prepared[key] = _prepared.pop(key)  # the last one served
+            _prepared.pop(key, None)  # (another thread may have evicted it)
+            _prepared[key] = hit  # the last one served
             return hit[1]
         copy, result = hit[0], build(w)
         kept = result
