@@ -67,6 +67,14 @@ DEPTHWISE = [
     (1, 37, 21, 23, 3, 1, 1, 1, 1),
     (2, 37, 23, 21, 3, 2, 0, 1, 1),  # stride 2, no padding
     (1, 37, 9, 7, 3, 1, 1, 1, 1),  # a small image, copied zero-padded
+    # NCHW plane by plane (Note [Channels-first depthwise forward]): output rows of 37
+    # and 21 columns, whole vectors and a masked one at every vector width
+    (1, 3, 9, 37, 3, 1, 1, 1, 1),
+    (2, 2, 9, 41, 3, 2, 1, 1, 1),  # stride 2: even lanes of two vectors
+    (1, 2, 10, 17, 3, 1, 3, 1, 1),  # padding past the kernel: the input gradient's is < 0
+    (1, 3, 11, 20, 5, 1, 2, 1, 1),  # 5 x 5: weights reloaded per tap
+    (1, 2, 13, 33, 3, 2, 2, 2, 2),  # dilated, strided, with a multiplier
+    (1, 2, 20, 50, 3, 3, 1, 1, 1),  # stride 3, which NCHW runs channels-last
 ]
 
 
@@ -135,6 +143,77 @@ def test_depthwise_input_grad_writes_every_pixel(case, layout, monkeypatch):
     args = _checked_conv(x, wt, None, s, p, d, c)
     gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *args[3:])
     _close(lx.grad.numpy(), gx.numpy(), np.float64)
+
+
+def test_depthwise_on_two_threads_runs_parts_and_matches_one_thread(monkeypatch):
+    """Note [Depthwise parts]: every kernel (both layouts, forward and both gradients,
+    stride 1 and 2) runs in two parts on two threads, with results one thread's up to
+    the order of the weight gradient's sums."""
+    from lamina.backends.numba_cpu.nn import depthwise
+
+    parts, real = [], depthwise._kernel
+    monkeypatch.setattr(
+        depthwise, "_kernel", lambda *args: parts.append(args[3].shape[0]) or real(*args)
+    )
+    x = RNG.standard_normal((4, 8, 48, 47))  # past PARALLEL_ELEMENTS multiply-adds
+    wt, b = RNG.standard_normal((8, 1, 3, 3)), RNG.standard_normal(8)
+    results = {}
+    before = lm.get_num_threads()
+    try:
+        for threads in (2, 1):
+            lm.set_num_threads(threads)
+            for layout in ("NCHW", "NHWC"):
+                for stride in (1, 2):
+                    lx, lw = _tensor(x, layout, True), lm.asarray(wt).requires_grad_()
+                    out = F.conv2d(lx, lw, lm.asarray(b), stride, 1, 1, 8)
+                    out.backward(_tensor(np.ones(out.shape), layout))
+                    got = [out.numpy(), lx.grad.numpy(), lw.grad.numpy()]
+                    results.setdefault((layout, stride), []).append(got)
+            if threads == 2:
+                assert parts == [2] * 12, parts
+    finally:
+        lm.set_num_threads(before)
+    for two, one in results.values():
+        for a, b_ in zip(two, one):
+            np.testing.assert_allclose(a, b_, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+def test_depthwise_infinite_weight_reaches_no_padding(value):
+    """The NCHW forward pass reads zero padding (Note [Channels-first depthwise
+    forward]); an infinite or NaN weight would turn it into NaN, so such a weight runs
+    channels-last, which reads none: both layouts give the same, with the border's
+    outputs that the tap does not reach finite."""
+    x = RNG.standard_normal((2, 3, 9, 40))
+    wt = RNG.standard_normal((3, 1, 3, 3))
+    wt[1, 0, 0, 0] = value  # tap (0, 0) reads the padding in row 0 and column 0
+    outs = [F.conv2d(_tensor(x, layout), lm.asarray(wt), None, 1, 1, 1, 3).numpy()
+            for layout in ("NCHW", "NHWC")]  # fmt: skip
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert np.isfinite(outs[0][:, 1, 0, :]).all() and np.isfinite(outs[0][:, 1, :, 0]).all()
+    assert not np.isfinite(outs[0][:, 1, 1:, 1:]).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_explicit_vectors_of_the_plane_kernel(dtype):
+    """vectors.splat, load_even and store_first (Note [Explicit vectors]) against
+    NumPy: a masked store leaves the elements after its lanes alone."""
+    from lamina.backends import jit
+    from lamina.backends.numba_cpu import vectors as v
+
+    def kernel(a, out, count):
+        v.store_first(out, 1, v.load_even(a, 3), count)
+        v.store_first(out, 40, v.splat(a, 5), count + 1)
+
+    t, a1 = jit.types, jit.array(dtype, 1)
+    run = jit.compile_kernel(kernel, t.void(a1, a1, t.int64))
+    lanes = v.lanes_of(dtype)
+    a, out = np.arange(100, dtype=dtype), np.full(80, -1, dtype)
+    run(a, out, lanes - 3)
+    expected = np.full(80, -1, dtype)
+    expected[1 : lanes - 2] = np.arange(3, 3 + 2 * (lanes - 3), 2)
+    expected[40 : 40 + lanes - 2] = 5
+    np.testing.assert_array_equal(out, expected)
 
 
 def test_depthwise_gradcheck_both_layouts():

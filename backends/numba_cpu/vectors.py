@@ -16,6 +16,10 @@ it, never a call to libm's fma where it does not. ``prefetch(a, i)`` and
 no fault outside the array).
 """
 
+import functools
+
+import numpy as np
+
 from lamina.backends import jit
 
 
@@ -29,8 +33,25 @@ def load(a, i):
     raise NotImplementedError
 
 
+def splat(a, i):
+    """The vector whose every lane is a's element i (a flat index)."""
+    raise NotImplementedError
+
+
+def load_even(a, i):
+    """The vector of a's elements i, i + 2, ..., i + 2 (lanes(a) - 1): every other one of
+    the two vectors from i (a stride-2 loop's operand)."""
+    raise NotImplementedError
+
+
 def store(a, i, v):
     """a's elements i, ... = vector v."""
+    raise NotImplementedError
+
+
+def store_first(a, i, v, count):
+    """a's elements i, ..., i + count - 1 = the first ``count`` lanes of vector v (a
+    masked store: the elements after them are not touched)."""
     raise NotImplementedError
 
 
@@ -47,6 +68,16 @@ def prefetch(a, i):
 def prefetch_write(a, i):
     """Hint that a's element i is written soon."""
     raise NotImplementedError
+
+
+def lanes_of(dtype):
+    """How many elements of ``dtype`` one vector holds on this host."""
+    return _host_register_bytes() // np.dtype(dtype).itemsize
+
+
+@functools.cache
+def _host_register_bytes():
+    return _register_bytes(jit.numba)  # asking LLVM for the host's features takes ~0.3 ms
 
 
 def _register_bytes(numba):
@@ -99,6 +130,39 @@ def _lower(numba):
         return vector_of(a)(a, i), codegen
 
     @intrinsic
+    def vector_splat(typingctx, a, i):
+        if not floats(a) or not isinstance(i, types.Integer):
+            return None
+        lanes = vector_of(a).count
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(a)(context, builder, args[0]).data
+            value = builder.load(builder.gep(data, [args[1]]))
+            i32 = ir.IntType(32)
+            vector = ir.Constant(context.get_value_type(vector_of(a)), None)
+            vector = builder.insert_element(vector, value, ir.Constant(i32, 0))
+            zeros = ir.Constant(ir.VectorType(i32, lanes), [0] * lanes)
+            return builder.shuffle_vector(vector, vector, zeros)
+
+        return vector_of(a)(a, i), codegen
+
+    @intrinsic
+    def vector_load_even(typingctx, a, i):
+        if not floats(a) or not isinstance(i, types.Integer):
+            return None
+        count = vector_of(a).count
+
+        def codegen(context, builder, sig, args):
+            p = pointer(context, builder, a, args[0], args[1])
+            align = a.dtype.bitwidth // 8
+            first = builder.load(p, align=align)
+            second = builder.load(builder.gep(p, [ir.Constant(ir.IntType(64), 1)]), align=align)
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), count), [2 * k for k in range(count)])
+            return builder.shuffle_vector(first, second, mask)
+
+        return vector_of(a)(a, i), codegen
+
+    @intrinsic
     def vector_store(typingctx, a, i, v):
         if not floats(a) or not isinstance(i, types.Integer) or v != vector_of(a):
             return None
@@ -108,6 +172,28 @@ def _lower(numba):
             builder.store(args[2], p, align=a.dtype.bitwidth // 8)
 
         return types.void(a, i, v), codegen
+
+    @intrinsic
+    def vector_store_first(typingctx, a, i, v, count):
+        ok = floats(a) and isinstance(i, types.Integer) and v == vector_of(a)
+        if not ok or not isinstance(count, types.Integer):
+            return None
+        lanes = vector_of(a).count
+
+        def codegen(context, builder, sig, args):
+            p = pointer(context, builder, a, args[0], args[1])
+            i32, vector = ir.IntType(32), ir.VectorType(ir.IntType(32), lanes)
+            limit = builder.trunc(args[3], i32)
+            limits = builder.insert_element(ir.Constant(vector, None), limit, ir.Constant(i32, 0))
+            limits = builder.shuffle_vector(limits, limits, ir.Constant(vector, [0] * lanes))
+            mask = builder.icmp_signed("<", ir.Constant(vector, list(range(lanes))), limits)
+            value = context.get_value_type(vector_of(a))
+            name = f"llvm.masked.store.v{lanes}f{a.dtype.bitwidth}.p0"
+            fnty = ir.FunctionType(ir.VoidType(), [value, p.type, i32, mask.type])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+            builder.call(fn, [args[2], p, ir.Constant(i32, a.dtype.bitwidth // 8), mask])
+
+        return types.void(a, i, v, count), codegen
 
     @intrinsic
     def vector_multiply_add(typingctx, x, w, acc):
@@ -149,6 +235,9 @@ def _lower(numba):
             return lambda a: count
 
     overload(load)(lambda a, i: lambda a, i: vector_load(a, i))
+    overload(store_first)(lambda a, i, v, n: lambda a, i, v, n: vector_store_first(a, i, v, n))
+    overload(splat)(lambda a, i: lambda a, i: vector_splat(a, i))
+    overload(load_even)(lambda a, i: lambda a, i: vector_load_even(a, i))
     overload(store)(lambda a, i, v: lambda a, i, v: vector_store(a, i, v))
     overload(multiply_add)(lambda x, w, acc: lambda x, w, acc: vector_multiply_add(x, w, acc))
 

@@ -392,9 +392,11 @@ def _nchw_weight(w, g, geo):
 # im2col part (Note [Flat block loops]), is one kernel calling the BLAS itself, so it
 # holds the GIL only to start (Note [GEMM in kernels]); other im2col parts run their
 # block loops in Python. The weight gradient is the sum of the parts'. A
-# batch of one image (or a small convolution) runs in one part: serially. So do the
-# convolutions that are products over the whole batch (``_whole_batch_products``),
-# whose rows run in parallel instead (Note [Products in parallel] in gemm.py): split by
+# batch of one image (or a small convolution) runs in one part: serially. Two kinds
+# run in parallel inside instead: depthwise convolutions, whose kernels' loops run in
+# parts (Note [Depthwise parts] in depthwise.py), and the convolutions that are
+# products over the whole batch (``_whole_batch_products``), whose rows run in
+# parallel (Note [Products in parallel] in gemm.py): split by
 # images, each part reads the whole weight (and writes a whole weight gradient) for a
 # few images' pixels. Measured on 2 cores, training steps at batch 8, images split /
 # rows: ResNet-18 (64 x 64 images) 99.8 / 86.1 ms, on 32 x 32 images 203 / 193 ms;
@@ -788,11 +790,14 @@ def _weight_grad_batched(gk, x, geo):
 
 def _order(geo, layout, dtype):
     """The memory order the kernels of this convolution run in (Note [Small planes]; a
-    depthwise one's NCHW rows of small planes would be too short to vectorize; a 1x1
-    one's products on small planes too small, SMALL_POINTWISE_PLANE)."""
+    depthwise one's NCHW rows of small planes would be too short to vectorize
+    (``depthwise.on_planes``); a 1x1 one's products on small planes too small,
+    SMALL_POINTWISE_PLANE)."""
     if _batched(geo, dtype):
         return NCHW
-    if layout == NCHW and geo.pointwise and not depthwise.applies(geo):
+    if depthwise.applies(geo):
+        return NHWC if layout == NCHW and not depthwise.on_planes(geo, dtype) else layout
+    if layout == NCHW and geo.pointwise:
         return NHWC if geo.ho * geo.wo <= SMALL_POINTWISE_PLANE else NCHW
     if layout == NCHW and geo.ho * geo.wo <= SMALL_PLANE and winograd.algorithm(geo, dtype) is None:
         return NHWC
@@ -925,13 +930,9 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
     ``floor`` (Note [Fused epilogues]): by Winograd (Note [Winograd]) where it suits,
     else by blocked im2col (Note [Convolution]); depthwise by direct loops (Note
     [Depthwise convolution])."""
-    if depthwise.applies(geo):
-
-        def depthwise_part(i0, i1, g):
-            depthwise.forward(x[i0:i1], w, bias, g, layout, out[i0:i1])
-            _epilogue(out[i0:i1], None, layout, floor)  # the sums started from the bias
-
-        return _by_images(geo, depthwise_part)
+    if depthwise.applies(geo):  # in parallel inside (Note [Depthwise parts])
+        depthwise.forward(x, w, bias, geo, layout, out)
+        return _epilogue(out, None, layout, floor)  # the sums started from the bias
     if _by_groups(geo, x.dtype):
         one = _one_group(geo)
         for g in range(geo.groups):
@@ -1044,7 +1045,7 @@ def _input_grad(gk, w, geo, order, dtype):
     """The input gradient (images in ``order``) from grad gk (in ``order``)."""
     if depthwise.applies(geo):
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
-        _by_images(geo, lambda i0, i1, g: depthwise.input_grad(gk[i0:i1], w, g, order, gx[i0:i1]))
+        depthwise.input_grad(gk, w, geo, order, gx)
         return gx
     if _by_groups(geo, dtype):
         gx, one = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order), _one_group(geo)
@@ -1171,7 +1172,8 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     def part(i0, i1, geo):
         return _weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order), _bias_grad(gk[i0:i1], order)
 
-    whole = alg is None and _whole_batch_products(geo, order, x.dtype)
+    # depthwise kernels run in parts themselves (Note [Depthwise parts])
+    whole = depthwise.applies(geo) or (alg is None and _whole_batch_products(geo, order, x.dtype))
     (gw, gb), *rest = _by_images(geo, part, not whole)
     for other_gw, other_gb in rest:
         gw += other_gw
