@@ -176,3 +176,42 @@ def test_product_reads_and_writes_any_strides_numpy_gives(threads, monkeypatch):
             gemm.product(RNG.random((40, 30)), RNG.random((20, 30)), np.empty((40, 30)))
     finally:
         lm.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kinds", KINDS)
+@pytest.mark.parametrize("total", [1, 3, 8])
+def test_batches_in_parallel_equal_numpy(dtype, kinds, total, monkeypatch):
+    """Note [Batches in parallel]: out[i] = a[i] @ b[i] (out a channel slice of a
+    wider array, as a 1x1 convolution's group writes it), and + out, with a's or b's
+    one matrix shared, each operand read in place or copied, on two threads; summed,
+    each part adds into its own matrix; an empty batch; operands that do not fit."""
+    monkeypatch.setattr(gemm, "ROWS_FLOPS", 0)
+    rtol = 1e-5 if dtype == "float32" else 1e-12
+    a0 = RNG.random((total, 7, 11)).astype(dtype)
+    b0 = RNG.random((total, 11, 13)).astype(dtype)
+    a = np.stack([_views(m, kinds[0]) for m in a0]) if kinds[0] != "transposed" else None
+    a = np.ascontiguousarray(a0.transpose(0, 2, 1)).transpose(0, 2, 1) if a is None else a
+    b = _views(b0[0], kinds[1])[None]  # shared
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    try:
+        wide = np.full((total, 20, 13), 0.5, dtype)
+        out = wide[:, 3:10]
+        gemm.batched(a, b, out)
+        want = a0.astype(np.float64) @ b0[0].astype(np.float64)
+        np.testing.assert_allclose(out, want, rtol=rtol)
+        gemm.batched(a, b, out, beta=1.0)
+        np.testing.assert_allclose(out, 2 * want, rtol=rtol)
+        assert (wide[:, :3] == 0.5).all() and (wide[:, 10:] == 0.5).all()
+        shared = gemm.batched(a0[:1], b0, np.empty((total, 7, 13), dtype))
+        np.testing.assert_allclose(shared, a0[:1].astype(np.float64) @ b0, rtol=rtol)
+        summed = gemm.summed(a0, b0, dtype)
+        np.testing.assert_allclose(summed, (a0.astype(np.float64) @ b0).sum(0), rtol=rtol)
+        empty = gemm.batched(a0[:0], b0[:1], np.empty((0, 7, 13), dtype))
+        assert empty.shape == (0, 7, 13)
+        assert gemm.summed(a0[:0], b0[:1], dtype).tolist() == np.zeros((7, 13)).tolist()
+        with pytest.raises(ValueError, match=r"\(3, 7, 11\) @ \(3, 12, 13\) does not fit"):
+            gemm.batched(a0[:1].repeat(3, 0), RNG.random((3, 12, 13)), np.empty((3, 7, 13)))
+    finally:
+        lm.set_num_threads(before)

@@ -418,11 +418,13 @@ def _by_images(geo, run, split=True):
 
 def _whole_batch_products(geo, order, dtype):
     """Whether a convolution by im2col runs as products over its whole batch -- a 1x1
-    channels-last, one over every pixel; one over blocks of whole images (Note [Small
-    planes]) -- whose rows then run in parallel (Note [Products in parallel] in
-    gemm.py) instead of its images (Note [Split convolutions])."""
-    pointwise = order == NHWC and geo.pointwise and geo.groups == 1
-    return pointwise or (order == NCHW and _batched(geo, dtype))
+    channels-last, one over every pixel; a 1x1 channels-first, one per image; one over
+    blocks of whole images (Note [Small planes]) -- whose rows or images then run in
+    parallel (Notes [Products in parallel] and [Batches in parallel] in gemm.py)
+    instead of the images of ``threads.split`` (Note [Split convolutions])."""
+    if geo.pointwise:
+        return geo.groups == 1 or order == NCHW
+    return order == NCHW and _batched(geo, dtype)
 
 
 def _blocks(total, step):
@@ -500,7 +502,7 @@ def _forward_nchw(x, w, geo, out):
     if geo.pointwise:
         x3 = x.reshape(geo.n, geo.c, geo.h * geo.w)
         for g, wg in enumerate(weights):
-            np.matmul(wg, x3[:, _cols(g, geo.cin)], out=o3[:, _cols(g, geo.cout)])
+            gemm.batched(wg[None], x3[:, _cols(g, geo.cin)], o3[:, _cols(g, geo.cout)])
         return
     if geo.flat:
         return _forward_nchw_flat(x, w, geo, out)
@@ -988,7 +990,7 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
     if geo.pointwise:
         gx3 = gx.reshape(geo.n, geo.c, geo.h * geo.w)
         for g, wg in enumerate(weights):
-            np.matmul(wg.T, g3[:, _cols(g, geo.cout)], out=gx3[:, _cols(g, geo.cin)])
+            gemm.batched(wg.T[None], g3[:, _cols(g, geo.cout)], gx3[:, _cols(g, geo.cin)])
         return
     col2im, cache = _kernel(_col2im_nchw, dtype), [None]
     rows, ranges = geo.nchw_rows(np.dtype(dtype).itemsize), geo.columns()
@@ -1120,8 +1122,8 @@ def _backward_weight_nchw(g3, x, geo):
         x3 = x.reshape(geo.n, geo.c, geo.h * geo.w)
         gw = np.empty((geo.c_out, geo.cin, 1, 1), x.dtype)
         for g in range(geo.groups):
-            part = np.matmul(g3[:, _cols(g, geo.cout)], x3[:, _cols(g, geo.cin)].transpose(0, 2, 1))
-            gw[_cols(g, geo.cout), :, 0, 0] = part.sum(axis=0)
+            gx = x3[:, _cols(g, geo.cin)].transpose(0, 2, 1)
+            gw[_cols(g, geo.cout), :, 0, 0] = gemm.summed(g3[:, _cols(g, geo.cout)], gx, x.dtype)
         return gw
     if geo.flat:
         return _backward_weight_nchw_flat(g3, x, geo)
