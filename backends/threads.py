@@ -311,6 +311,13 @@ def parallel_parts(total: int) -> int:
     return 1 if getattr(_in_part, "active", False) else min(_count, total)
 
 
+def parts_for(work: float, total: int) -> int:
+    """``parallel_parts(total)`` for a loop doing ``work`` multiply-adds in all from the
+    parallel threshold (Note [Parallel threshold]), else 1: a kernel that runs its own
+    parallel loop over parts of its work (a convolution's images)."""
+    return parallel_parts(total) if work >= _threshold else 1
+
+
 def get_num_threads() -> int:
     """The thread count big kernels use (in every thread)."""
     return _count

@@ -1106,12 +1106,17 @@ def test_the_input_gradients_flipped_kernel_follows_the_weight(monkeypatch):
     assert len(built) == 2
 
 
-def test_winograd_split_by_images_matches_one_part(two_threads, monkeypatch, winograd_calls):
-    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
-    x, w = image((3, 16, 6, 5), "NHWC", requires_grad=True), param((16, 16, 3, 3))
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_winograd_in_parts_matches_one_part(layout, two_threads, monkeypatch, winograd_calls):
+    """Note [Winograd parts]: each driver (the forward pass, the input gradient's
+    transposed convolution, the weight gradient) runs once, its block loop in two parts
+    of the 3 images; the results are one thread's up to the order of the sums."""
+    parts, real = [], winograd._parts
+    monkeypatch.setattr(winograd, "_parts", lambda geo: parts.append(real(geo)) or parts[-1])
+    x, w = image((3, 16, 6, 5), layout, requires_grad=True), param((16, 16, 3, 3))
     fn = lambda x, w: F.conv2d(x, w, padding=1)
     (out,), grads = _run(fn, [x, w])
-    assert winograd_calls == ["forward"] * 4 + ["weight_grad"] * 2  # two parts each
+    assert winograd_calls == ["forward", "forward", "weight_grad"] and parts == [2, 2, 2]
     lm.set_num_threads(1)
     (want,), want_grads = _run(fn, [x, w])
     for got, ref in zip([out, *grads], [want, *want_grads]):

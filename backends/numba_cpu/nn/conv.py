@@ -204,9 +204,9 @@ def _im2col_blocks(padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo, cols):
     """cols[(c kh + i) kw + j, (m ho + oh) wo + ow] = padded[m, c0 + c, oh sh + i dh, ow
     sw + j dw]: the im2col matrix of a block of whole zero-padded NCHW images (Note
     [Small planes]), image plane by image plane, each read from the L1 cache kh kw
-    times."""
+    times; the channels in parallel where compiled so."""
     pixels = ho * wo
-    for c in range(cin):
+    for c in jit.prange(cin):
         for m in range(padded.shape[0]):
             plane = padded[m, c0 + c]
             for i in range(kh):
@@ -221,7 +221,7 @@ def _im2col_blocks(padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo, cols):
 def _col2im_blocks(cols, padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo):
     """The adjoint of _im2col_blocks: padded[m, c0 + c, ...] += cols[...]."""
     pixels = ho * wo
-    for c in range(cin):
+    for c in jit.prange(cin):
         for m in range(padded.shape[0]):
             plane = padded[m, c0 + c]
             for i in range(kh):
@@ -273,11 +273,19 @@ def _signature(pyfunc, dtype):
     return _SIGNATURES[pyfunc](t, jit.array(dtype, 4), jit.array(dtype, 2), t.int64, jit.index())
 
 
-def _kernel(pyfunc, dtype):
+def _kernel(pyfunc, dtype, parallel=False):
     def build():  # nogil: Note [Split convolutions]
-        return jit.compile_kernel(pyfunc, _signature(pyfunc, dtype), nogil=True)
+        return jit.compile_kernel(pyfunc, _signature(pyfunc, dtype), parallel, nogil=True)
 
-    return jit.cached((pyfunc, dtype), build)
+    return jit.cached((pyfunc, dtype, parallel), build)
+
+
+def _blocks_kernel(pyfunc, cols, cin):
+    """_im2col_blocks or _col2im_blocks for ``cols``, its loop over the ``cin`` channels
+    in parallel from PARALLEL_ELEMENTS elements of cols (Note [Small planes]): these
+    convolutions' products run in parallel (_whole_batch_products), and the copies
+    serially took a third of the time on two threads."""
+    return _kernel(pyfunc, cols.dtype, threads.parts_for(cols.size, cin) > 1)
 
 
 # the floors of Note [Fused epilogues]: the plain operators' raises nothing, relu's
@@ -757,7 +765,7 @@ def _forward_batched(x, w, geo, out):
         cols = np.empty((geo.k, (i1 - i0) * geo.ho * geo.wo), x.dtype)
         product = np.empty((geo.cout, cols.shape[1]), x.dtype)
         for g in range(geo.groups):
-            _kernel(_im2col_blocks, x.dtype)(padded, *_tap_args(geo, g), cols)
+            _blocks_kernel(_im2col_blocks, cols, geo.cin)(padded, *_tap_args(geo, g), cols)
             gemm.product(_nchw_weight(w, g, geo), cols, product)
             block = product.reshape(geo.cout, i1 - i0, geo.ho, geo.wo)
             out[i0:i1, _cols(g, geo.cout)] = block.transpose(1, 0, 2, 3)
@@ -770,7 +778,7 @@ def _input_grad_batched(gk, w, geo, gx):
         cols = np.empty((geo.k, grad.shape[1]), gk.dtype)
         for g in range(geo.groups):
             gemm.product(_nchw_weight(w, g, geo).T, grad[_cols(g, geo.cout)], cols)
-            _kernel(_col2im_blocks, gk.dtype)(cols, padded, *_tap_args(geo, g))
+            _blocks_kernel(_col2im_blocks, cols, geo.cin)(cols, padded, *_tap_args(geo, g))
         gx[i0:i1] = interior
 
 
@@ -783,7 +791,7 @@ def _weight_grad_batched(gk, x, geo):
         grad = _channels_first(gk[i0:i1])
         cols = np.empty((geo.k, grad.shape[1]), x.dtype)
         for g in range(geo.groups):
-            _kernel(_im2col_blocks, x.dtype)(padded, *_tap_args(geo, g), cols)
+            _blocks_kernel(_im2col_blocks, cols, geo.cin)(padded, *_tap_args(geo, g), cols)
             gemm.product(grad[_cols(g, geo.cout)], cols.T, sums[g] if i0 == 0 else part)
             if i0:
                 sums[g] += part
@@ -953,14 +961,15 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
     else:
         im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
-    def part(i0, i1, g):
-        o = out[i0:i1]
-        if alg is None or not winograd.forward(x[i0:i1], u, alg, g, layout, bias, floor, o):
-            im2col(x[i0:i1], w, g, o)
-            _epilogue(o, bias, layout, floor)
-
     alg, u = winograd.forward_filters(w, geo, x.dtype)
-    _by_images(geo, part, alg is not None or not _whole_batch_products(geo, layout, x.dtype))
+    if alg is not None and winograd.forward(x, u, alg, geo, layout, bias, floor, out):
+        return  # in parallel inside (Note [Winograd parts])
+
+    def part(i0, i1, g):
+        im2col(x[i0:i1], w, g, out[i0:i1])
+        _epilogue(out[i0:i1], bias, layout, floor)
+
+    _by_images(geo, part, not _whole_batch_products(geo, layout, x.dtype))
 
 
 # ---------------------------------------------------------------- backward: input
@@ -1174,8 +1183,10 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     def part(i0, i1, geo):
         return _weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order), _bias_grad(gk[i0:i1], order)
 
-    # depthwise kernels run in parts themselves (Note [Depthwise parts])
-    whole = depthwise.applies(geo) or (alg is None and _whole_batch_products(geo, order, x.dtype))
+    # Winograd and depthwise kernels run in parts themselves (Notes [Winograd parts],
+    # [Depthwise parts]); a Winograd gradient that meets a value that is not finite runs
+    # by im2col, over the whole batch
+    whole = alg is not None or depthwise.applies(geo) or _whole_batch_products(geo, order, x.dtype)
     (gw, gb), *rest = _by_images(geo, part, not whole)
     for other_gw, other_gb in rest:
         gw += other_gw

@@ -641,8 +641,7 @@ def _parts(geo, total):
     """Into how many parts a kernel of ``geo`` cuts its ``total`` units (images or
     planes): one per thread from PARALLEL_ELEMENTS multiply-adds (Note [Depthwise
     parts])."""
-    work = geo.n * geo.c_out * geo.ho * geo.wo * geo.kh * geo.kw
-    return threads.parallel_parts(total) if work >= threads.parallel_threshold() else 1
+    return threads.parts_for(geo.n * geo.c_out * geo.ho * geo.wo * geo.kh * geo.kw, total)
 
 
 # The small images whose forward pass runs zero-padded (forward_pixels), and only
