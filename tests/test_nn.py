@@ -1199,6 +1199,22 @@ def test_winograd_blocks_sized_by_the_filters_match_the_oracle(dtype, monkeypatc
         _close_to_max(got.numpy(), ref.numpy(), WINOGRAD_TOLERANCE[dtype])
 
 
+def _kernels_match_oracle_and_python(fn, leaves, dtype, monkeypatch):
+    """fn and its gradients against the oracle, then run with loops in Python (no BLAS
+    kernels can call) against the kernels' results; the kernels' output."""
+    (out,), grads = _run(fn, leaves)
+    with lm.backends.use("numpy_ref"):
+        (want,), want_grads = _run(fn, leaves)
+    tol = {"f8": 1e-13, "f4": 1e-5}[dtype]
+    for got, ref in zip([out, *grads], [want, *want_grads]):
+        _close_to_max(got.numpy(), ref.numpy(), tol)
+    monkeypatch.setattr(blas, "available", lambda: False)
+    (again,), again_grads = _run(fn, leaves)
+    for got, ref in zip([again, *again_grads], [out, *grads]):
+        _close_to_max(got.numpy(), ref.numpy(), tol / 10)
+    return out
+
+
 FLAT_CASES = [c for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same_even_kernel")]
 
 
@@ -1215,17 +1231,28 @@ def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(case, dt
     x = image((2, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
-    (out,), grads = _run(fn, [x, w, b])
+    _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
     assert sorted(set(loops)) == ["flat_forward_blocks", "flat_weight_grad_blocks"]
-    with lm.backends.use("numpy_ref"):
-        (want,), want_grads = _run(fn, [x, w, b])
-    tol = {"f8": 1e-13, "f4": 1e-5}[dtype]
-    for got, ref in zip([out, *grads], [want, *want_grads]):
-        _close_to_max(got.numpy(), ref.numpy(), tol)
-    monkeypatch.setattr(blas, "available", lambda: False)
-    (again,), again_grads = _run(fn, [x, w, b])
-    for got, ref in zip([again, *again_grads], [out, *grads]):
-        _close_to_max(got.numpy(), ref.numpy(), tol / 10)
+
+
+@pytest.mark.parametrize("dtype", ["f8", "f4"])
+@pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1, groups=2), dict(dilation=2)])
+def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
+    kwargs, dtype, two_threads, monkeypatch
+):
+    """Note [Channels-last block loops]: im2col (no Winograd: 2 channels a group, or
+    dilated) with several blocks of 7 pixels per image, 3 images in two parts; forward
+    and both gradients against the oracle, then the same loops run from Python (no
+    BLAS kernels can call) against the kernels."""
+    parts, real = [], conv._nhwc_parts
+    monkeypatch.setattr(conv, "_nhwc_parts", lambda *a: parts.append(len(real(*a)[0])) or real(*a))
+    groups = kwargs.get("groups", 1)
+    x = image((3, 4, 42, 41), "NHWC", dtype, requires_grad=True)  # past the parallel threshold
+    w, b = param((6, 4 // groups, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 7 * w.shape[1] * 9 * np.dtype(dtype).itemsize)
+    fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
+    out = _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
+    assert F.layout_of(out) == "NHWC" and parts[:3] == [2, 2, 2]  # forward, both gradients
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -76,6 +76,7 @@ BLOCK_BYTES = 8 << 20  # one im2col block (Note [Convolution]): a quarter of the
 # LLVM vectorizes the copy (measured: the NHWC im2col block 126 us -> 31 us).
 
 
+@jit.jitable(**jit.CALLEE)  # and a kernel of its own (_SIGNATURES)
 def _im2col_nhwc(x, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1, cols):
     """cols[p - p0, (i * kw + j) * cin + c] = x[n, ih, iw, c0 + c] (0 outside)."""
     h, w = x.shape[1], x.shape[2]
@@ -97,6 +98,7 @@ def _im2col_nhwc(x, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1, col
                         dst[c] = 0
 
 
+@jit.jitable(**jit.CALLEE)
 def _col2im_nhwc(cols, gx, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1):
     """The adjoint of _im2col_nhwc: gx[n, ih, iw, c0 + c] += cols[...]."""
     h, w = gx.shape[1], gx.shape[2]
@@ -233,6 +235,20 @@ def _col2im_blocks(cols, padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo):
                             dst[ow * sw + j * dw] += src[oh * wo + ow]
 
 
+def _reversed_axes(a, out):
+    """out[k, j, i] = a[i, j, k] (3-D arrays), in blocks of 16 of a's first axis (rows
+    of out's last written whole), the middle axis in parallel where compiled so: the
+    NHWC weight matrices' transposition and its inverse. NumPy's copy of the transposed
+    weight read a cache line per element: 512 x 512 x 3 x 3 float32, 9.3 ms against 2.1
+    (one thread) and 1.3 (two)."""
+    for j in jit.prange(a.shape[1]):
+        for i0 in range(0, a.shape[0], 16):
+            for k in range(a.shape[2]):
+                row = out[k, j]
+                for i in range(i0, min(a.shape[0], i0 + 16)):
+                    row[i] = a[i, j, k]
+
+
 def _epilogue_rows(out, bias, floor):
     """out[p, c] = out[p, c] + bias[c], raised to floor where below it, for rows of
     channels (pixels or samples, C) (Note [Fused epilogues])."""
@@ -265,6 +281,7 @@ _SIGNATURES = {
     _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, *[i] * 7, a2),
     _epilogue_rows: lambda t, a4, a2, i, x: t.void(a2, a2.copy(ndim=1), a2.dtype),
     _epilogue_planes: lambda t, a4, a2, i, x: t.void(a4.copy(ndim=3), a2.copy(ndim=1), a2.dtype),
+    _reversed_axes: lambda t, a4, a2, i, x: t.void(a4.copy(ndim=3), a4.copy(ndim=3)),
 }
 
 
@@ -283,7 +300,7 @@ def _kernel(pyfunc, dtype, parallel=False):
 def _blocks_kernel(pyfunc, cols, cin):
     """_im2col_blocks or _col2im_blocks for ``cols``, its loop over the ``cin`` channels
     in parallel from PARALLEL_ELEMENTS elements of cols (Note [Small planes]): these
-    convolutions' products run in parallel (_whole_batch_products), and the copies
+    convolutions' products run in parallel (_parallel_inside), and the copies
     serially took a third of the time on two threads."""
     return _kernel(pyfunc, cols.dtype, threads.parts_for(cols.size, cin) > 1)
 
@@ -373,10 +390,17 @@ class Geometry:
         return max(1, self.block_pixels(itemsize) // self.wo)
 
 
+def _reverse_axes(a):
+    """a (3-D, C-contiguous) with its axes reversed, as a C-contiguous array."""
+    out = np.empty(a.shape[::-1], a.dtype)
+    _kernel(_reversed_axes, a.dtype, threads.parts_for(a.size, a.shape[1]) > 1)(a, out)
+    return out
+
+
 def _nhwc_weight(w, g, geo):
     """Group g's weight as the NHWC GEMM's (kh kw c_in, c_out) matrix."""
-    wg = w[g * geo.cout : (g + 1) * geo.cout]
-    return np.ascontiguousarray(wg.transpose(2, 3, 1, 0)).reshape(geo.k, geo.cout)
+    wg = np.ascontiguousarray(w[g * geo.cout : (g + 1) * geo.cout])
+    return _reverse_axes(wg.reshape(geo.cout, geo.cin, geo.kh * geo.kw)).reshape(geo.k, geo.cout)
 
 
 def _pointwise_weight(w, g, geo):
@@ -392,26 +416,25 @@ def _nchw_weight(w, g, geo):
     return np.ascontiguousarray(w[g * geo.cout : (g + 1) * geo.cout]).reshape(geo.cout, geo.k)
 
 
-# Note [Split convolutions]: with several threads, a convolution big enough
-# (SPLIT_FLOPS) runs its batch's images in parts, one per thread (threads.split, Note
-# [Split work]): each part builds its own im2col blocks (Numba kernels compiled nogil)
-# and runs its GEMMs on the one-thread BLAS (Note [BLAS threads]), so a thread reads
-# the blocks it wrote, from its own cache. A Winograd part, and an NCHW stride-1
-# im2col part (Note [Flat block loops]), is one kernel calling the BLAS itself, so it
-# holds the GIL only to start (Note [GEMM in kernels]); other im2col parts run their
-# block loops in Python. The weight gradient is the sum of the parts'. A
-# batch of one image (or a small convolution) runs in one part: serially. Two kinds
-# run in parallel inside instead: depthwise convolutions, whose kernels' loops run in
-# parts (Note [Depthwise parts] in depthwise.py), and the convolutions that are
-# products over the whole batch (``_whole_batch_products``), whose rows run in
-# parallel (Note [Products in parallel] in gemm.py): split by
-# images, each part reads the whole weight (and writes a whole weight gradient) for a
-# few images' pixels. Measured on 2 cores, training steps at batch 8, images split /
-# rows: ResNet-18 (64 x 64 images) 99.8 / 86.1 ms, on 32 x 32 images 203 / 193 ms;
-# at batch 32 the same (225, 523 ms).
-# Measured on 2 cores, VGG's convolutions at batch 32: forward 1.7-2.5x faster on two
-# threads than on one, forward + backward 1.3-1.9x, where a 2-thread BLAS splitting
-# each block's GEMM gave 0.5-1.15x.
+# Note [Split convolutions]: with several threads, a convolution's batch runs in parts,
+# one per thread, each part running its GEMMs on the one-thread BLAS (Note [BLAS
+# threads]), so a thread reads the blocks it wrote, from its own cache. Most kernels
+# run their parts themselves, in a parallel loop without Python (~2 us a loop, where
+# ``threads.split``'s parts call back into Python and wait on each other at the GIL):
+# Winograd's block loops (Note [Winograd parts] in winograd.py), depthwise kernels
+# (Note [Depthwise parts] in depthwise.py), channels-last im2col (Note [Channels-last
+# block loops]), and the products over a whole batch (``_parallel_inside``: their rows
+# or images in parallel, Notes [Products in parallel] and [Batches in parallel] in
+# gemm.py; split by images, each part read the whole weight for a few images' pixels:
+# measured on 2 cores, training steps at batch 8, ResNet-18 on 64 x 64 images 99.8 ->
+# 86.1 ms, on 32 x 32 203 -> 193 ms). The channels-first im2col convolutions left
+# (SPLIT_FLOPS or more) split their images by ``threads.split`` (Note [Split work]):
+# an NCHW stride-1 part (Note [Flat block loops]) is one kernel calling the BLAS, other
+# parts run their block loops in Python; the weight gradient is the sum of the parts'.
+# A batch of one image runs in one part: serially. Measured on 2 cores, VGG's
+# convolutions at batch 32: forward 1.7-2.5x faster on two threads than on one,
+# forward + backward 1.3-1.9x, where a 2-thread BLAS splitting each block's GEMM gave
+# 0.5-1.15x.
 SPLIT_FLOPS = 1 << 23
 
 
@@ -424,15 +447,14 @@ def _by_images(geo, run, split=True):
     return threads.split(lambda i0, i1: run(i0, i1, geo.images(i1 - i0)), geo.n)
 
 
-def _whole_batch_products(geo, order, dtype):
-    """Whether a convolution by im2col runs as products over its whole batch -- a 1x1
-    channels-last, one over every pixel; a 1x1 channels-first, one per image; one over
-    blocks of whole images (Note [Small planes]) -- whose rows or images then run in
-    parallel (Notes [Products in parallel] and [Batches in parallel] in gemm.py)
-    instead of the images of ``threads.split`` (Note [Split convolutions])."""
-    if geo.pointwise:
-        return geo.groups == 1 or order == NCHW
-    return order == NCHW and _batched(geo, dtype)
+def _parallel_inside(geo, order, dtype):
+    """Whether a convolution by im2col runs in parallel inside its kernels instead of
+    in ``threads.split``'s parts (Note [Split convolutions]): channels-last ones (Note
+    [Channels-last block loops], and a 1x1's one product over every pixel, its rows in
+    parallel: Note [Products in parallel] in gemm.py), a 1x1 channels-first (a product
+    per image: Note [Batches in parallel]), and one over blocks of whole images (Note
+    [Small planes], its rows in parallel)."""
+    return order == NHWC or geo.pointwise or _batched(geo, dtype)
 
 
 def _blocks(total, step):
@@ -456,14 +478,126 @@ def _forward_nhwc(x, w, geo, out):
             wg = _pointwise_weight(w, g, geo).T
             gemm.product(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
-    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
-    step = geo.block_pixels(x.itemsize)
-    im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
-    for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
-        cols = scratch((p1 - p0, geo.k), x.dtype, cache)
-        for g, wg in enumerate(weights):
-            im2col(x, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1, cols)
-            gemm.product(cols, wg, o2[p0:p1, _cols(g, geo.cout)])
+    parts, size = _nhwc_parts(geo, x.itemsize)
+    loop = _nhwc_loop(nhwc_forward_step, x.dtype, len(parts) > 1)
+    loop(x, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, parts, o2)
+
+
+# Note [Channels-last block loops]: the channels-last im2col convolution runs its blocks
+# of output pixels -- im2col, then a GEMM per group -- in a parallel loop over parts of
+# the images (one part per thread from PARALLEL_ELEMENTS multiply-adds), each part with
+# an im2col buffer of its own and, in the weight gradient, sums of its own: one kernel
+# calling the BLAS (Note [GEMM in kernels]); where kernels cannot call it, the same
+# loops run from Python over the im2col kernels, the parts one after the other. Parts
+# hold whole images, so the input gradient's scatter never adds into another part's
+# pixels. Measured on 2 cores, forward and both gradients of ResNet-18's channels-last
+# convolutions (small images, which Winograd does not take in training), float32, the
+# pool allocator on, one thread / two, ms: 128 channels 3 x 3 on 8 x 8 at batch 8 4.58
+# / 3.95 as ``threads.split``'s parts -> 4.55 / 2.97; 64 -> 128 channels stride 2 on
+# 16 x 16, 1.89 / 2.31 -> 1.93 / 1.39; 256 channels on 4 x 4 at batch 32, 19.8 / 13.5
+# -> 15.2 / 10.1 (with the weight matrices' transposition by ``_reversed_axes``).
+
+
+def nhwc_blocks(step):
+    """The channels-last block loop (Note [Channels-last block loops]): ``step(a, b,
+    out, p, g, cols, b0, b1, *geometry)`` for each group g of each block [b0, b1) of
+    part p's output pixels, cols the block's rows of part p's buffer."""
+
+    def run(a, b, images, groups, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, size, parts, out):
+        k = cin * kh * kw
+        for p in jit.prange(parts.shape[0]):
+            buffer = parts[p]
+            start, stop = _part_pixels(images, parts.shape[0], p, ho * wo)
+            for b0 in range(start, stop, size):
+                b1 = min(stop, b0 + size)
+                cols = buffer[: (b1 - b0) * k].reshape(b1 - b0, k)
+                for g in range(groups):
+                    step(a, b, out, p, g, cols, b0, b1, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo)
+
+    return run
+
+
+def nhwc_forward_step(im2col):
+    """out2 (pixels, groups * cout) rows [b0, b1) = the block's im2col rows of x @
+    weights[g] (k, cout)."""
+
+    def step(x, weights, out2, p, g, cols, b0, b1, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo):
+        cout = weights.shape[2]
+        im2col(x, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, b0, b1, cols)
+        blas.gemm(cols, weights[g], out2[b0:b1, g * cout : (g + 1) * cout], False, False, 0.0)
+
+    return step
+
+
+def nhwc_input_grad_step(col2im):
+    """gx (zeros) += the block's grad2 rows @ weights[g]^T, scattered back."""
+
+    def step(grad2, weights, gx, p, g, cols, b0, b1, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo):
+        cout = weights.shape[2]
+        blas.gemm(grad2[b0:b1, g * cout : (g + 1) * cout], weights[g], cols, False, True, 0.0)
+        col2im(cols, gx, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, b0, b1)
+
+    return step
+
+
+def nhwc_weight_grad_step(im2col):
+    """sums[p, g] (k, cout) += the block's im2col rows of x, transposed, @ grad2's."""
+
+    def step(x, grad2, sums, p, g, cols, b0, b1, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo):
+        cout = sums.shape[3]
+        im2col(x, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, b0, b1, cols)
+        blas.gemm(cols, grad2[b0:b1, g * cout : (g + 1) * cout], sums[p, g], True, False, 1.0)
+
+    return step
+
+
+@jit.jitable
+def _part_pixels(images, parts, p, pixels):
+    """The output pixels [start, stop) of part p's images."""
+    return images * p // parts * pixels, images * (p + 1) // parts * pixels
+
+
+# each step's im2col kernel, and the arrays before and after its loop's integers
+_NHWC_STEPS = {
+    nhwc_forward_step: (_im2col_nhwc, (4, 3), 2),
+    nhwc_input_grad_step: (_col2im_nhwc, (2, 3), 4),
+    nhwc_weight_grad_step: (_im2col_nhwc, (4, 2), 4),
+}
+
+
+def _nhwc_loop(template, dtype, parallel):
+    """The block loop of step ``template`` for ``dtype`` (Note [Channels-last block
+    loops])."""
+    native = blas.available()
+    im2col, (first, second), result = _NHWC_STEPS[template]
+
+    def build():
+        if not native:
+            return nhwc_blocks(template(_kernel(im2col, dtype)))
+        step = jit.jitable(template(im2col), **jit.CALLEE, inline="always")
+        t, a = jit.types, lambda ndim: jit.array(dtype, ndim)
+        signature = t.void(a(first), a(second), *[t.int64] * 14, a(2), a(result))
+        return jit.compile_kernel(nhwc_blocks(step), signature, parallel, nogil=True)
+
+    return jit.cached((template, np.dtype(dtype), native, native and parallel), build)
+
+
+def _nhwc_parts(geo, itemsize):
+    """(an im2col buffer per part, pixels per block) of the channels-last block loops."""
+    parts = threads.parts_for(geo.flops // 2, geo.n)
+    size = geo.block_pixels(itemsize)
+    most = min(size, -(-geo.n // parts) * geo.ho * geo.wo)  # a part's biggest block
+    return np.empty((parts, most * geo.k), np.dtype(f"f{itemsize}")), size
+
+
+def _nhwc_geometry(geo):
+    """The block loop's integers before the block size."""
+    return (geo.n, geo.groups, geo.cin, *geo.args(), geo.ho, geo.wo)
+
+
+def _nhwc_weights(w, geo):
+    """The groups' (kh kw c_in, c_out) matrices (_nhwc_weight), stacked."""
+    return np.stack([_nhwc_weight(w, g, geo) for g in range(geo.groups)])
 
 
 def _cols(g, per_group):
@@ -969,7 +1103,7 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
         im2col(x[i0:i1], w, g, out[i0:i1])
         _epilogue(out[i0:i1], bias, layout, floor)
 
-    _by_images(geo, part, not _whole_batch_products(geo, layout, x.dtype))
+    _by_images(geo, part, not _parallel_inside(geo, layout, x.dtype))
 
 
 # ---------------------------------------------------------------- backward: input
@@ -983,14 +1117,9 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
             wg = _pointwise_weight(w, g, geo)
             gemm.product(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
         return
-    weights = [_nhwc_weight(w, g, geo) for g in range(geo.groups)]
-    col2im, cache = _kernel(_col2im_nhwc, dtype), [None]
-    step = geo.block_pixels(np.dtype(dtype).itemsize)
-    for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
-        cols = scratch((p1 - p0, geo.k), dtype, cache)
-        for g, wg in enumerate(weights):
-            gemm.product(g2[p0:p1, _cols(g, geo.cout)], wg.T, cols)
-            col2im(cols, gx, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1)
+    parts, size = _nhwc_parts(geo, np.dtype(dtype).itemsize)
+    loop = _nhwc_loop(nhwc_input_grad_step, dtype, len(parts) > 1)
+    loop(g2, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, parts, gx)
 
 
 def _backward_input_nchw(g3, w, geo, dtype, gx):
@@ -1067,7 +1196,7 @@ def _input_grad(gk, w, geo, order, dtype):
         return gx
     if order == NCHW and _batched(geo, dtype):
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
-        _input_grad_batched(gk, w, geo, gx)  # its products in parallel: _whole_batch_products
+        _input_grad_batched(gk, w, geo, gx)  # its products in parallel: _parallel_inside
         return gx
     # the transposed convolution multiplies its zero padding by the weight: a NaN or
     # infinite weight would spread NaN over the border, which the scatter (PyTorch's
@@ -1086,7 +1215,7 @@ def _input_grad(gk, w, geo, order, dtype):
             g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, geo.ho * geo.wo)
             _backward_input_nchw(g3, w, geo, dtype, gx[i0:i1])
 
-    _by_images(geo, part, not _whole_batch_products(geo, order, dtype))
+    _by_images(geo, part, not _parallel_inside(geo, order, dtype))
     return gx
 
 
@@ -1111,18 +1240,14 @@ def _backward_weight_nhwc(g2, x, geo):
             gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
             gemm.product(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
-    step = geo.block_pixels(x.itemsize)
-    im2col, cache = _kernel(_im2col_nhwc, x.dtype), [None]
-    sums = [np.zeros((geo.k, geo.cout), x.dtype) for _ in range(geo.groups)]
-    part = np.empty((geo.k, geo.cout), x.dtype)
-    for p0, p1 in _blocks(geo.n * geo.ho * geo.wo, step):
-        cols = scratch((p1 - p0, geo.k), x.dtype, cache)
-        for g in range(geo.groups):
-            im2col(x, g * geo.cin, geo.cin, *geo.args(), geo.ho, geo.wo, p0, p1, cols)
-            np.dot(cols.T, g2[p0:p1, _cols(g, geo.cout)], out=part)  # Note [dot, not matmul]
-            sums[g] += part
-    for g, s in enumerate(sums):  # (kh, kw, cin, cout) -> (cout, cin, kh, kw)
-        gw[_cols(g, geo.cout)] = s.reshape(geo.kh, geo.kw, geo.cin, geo.cout).transpose(3, 2, 0, 1)
+    parts, size = _nhwc_parts(geo, x.itemsize)
+    sums = np.zeros((len(parts), geo.groups, geo.k, geo.cout), x.dtype)
+    loop = _nhwc_loop(nhwc_weight_grad_step, x.dtype, len(parts) > 1)
+    loop(x, g2, *_nhwc_geometry(geo), size, parts, sums)
+    for g, s in enumerate(sums.sum(axis=0)):  # (kh kw, cin, cout) -> (cout, cin, kh kw)
+        gw[_cols(g, geo.cout)] = _reverse_axes(s.reshape(-1, geo.cin, geo.cout)).reshape(
+            geo.cout, geo.cin, geo.kh, geo.kw
+        )
     return gw
 
 
@@ -1186,7 +1311,7 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     # Winograd and depthwise kernels run in parts themselves (Notes [Winograd parts],
     # [Depthwise parts]); a Winograd gradient that meets a value that is not finite runs
     # by im2col, over the whole batch
-    whole = alg is not None or depthwise.applies(geo) or _whole_batch_products(geo, order, x.dtype)
+    whole = alg is not None or depthwise.applies(geo) or _parallel_inside(geo, order, x.dtype)
     (gw, gb), *rest = _by_images(geo, part, not whole)
     for other_gw, other_gb in rest:
         gw += other_gw
