@@ -307,8 +307,9 @@ def split(fn: Callable[[int, int], Any], total: int) -> list:
 
 def parallel_parts(total: int) -> int:
     """Into how many parts a parallel loop over ``total`` items is cut here: one per
-    thread, or 1 within a split's part (parts never split again: Note [Split work])."""
-    return 1 if getattr(_in_part, "active", False) else min(_count, total)
+    thread (one at least, for no items), or 1 within a split's part (parts never split
+    again: Note [Split work])."""
+    return 1 if getattr(_in_part, "active", False) else max(1, min(_count, total))
 
 
 def parts_for(work: float, total: int) -> int:

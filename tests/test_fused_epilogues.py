@@ -114,9 +114,9 @@ def test_the_epilogue_is_relu_of_the_sum_with_the_bias(layout):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
-def test_conv2d_relu_split_by_images_equals_relu_of_conv2d(monkeypatch):
+def test_conv2d_relu_in_parts_equals_relu_of_conv2d(monkeypatch):
     """Two threads run a big convolution's images in two parts (Note [Split
-    convolutions]), each adding bias and relu to its own part."""
+    convolutions]), bias and relu added to each."""
     before = lm.get_num_threads()
     lm.set_num_threads(2)
     try:

@@ -756,9 +756,10 @@ def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_thr
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
-def test_conv2d_split_by_images_matches_the_oracle(case, layout, two_threads, monkeypatch):
-    """Note [Split convolutions]: every convolution split, 3 images in 2 parts."""
-    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+def test_conv2d_in_parts_matches_the_oracle(case, layout, two_threads, monkeypatch):
+    """Note [Split convolutions]: every convolution's kernels in 2 parts of the 3 images
+    (the parallel threshold lowered to nothing)."""
+    monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     _, kwargs, wshape = case
     x = image((3, 4, 7, 6), layout, requires_grad=True)
     w, b = param(wshape), param((wshape[0],), seed=2)
@@ -972,9 +973,8 @@ def test_small_planes_run_over_blocks_of_images_matching_the_oracle(
 def test_small_planes_on_two_threads_split_their_products_and_match_one_thread(
     two_threads, monkeypatch, batched_calls
 ):
-    """Note [Small planes]' products over whole images run their rows in parallel
-    (conv._whole_batch_products), the images in one part."""
-    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
+    """Note [Small planes]' products over whole images run their rows in parallel, the
+    images in one part."""
     monkeypatch.setattr(gemm, "ROWS_FLOPS", 0)
     products = []
     real = gemm._rows_kernel
@@ -1145,28 +1145,21 @@ def test_winograd_block_loops_in_python_equal_the_kernels(dtype, layout, monkeyp
 def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     dtype, two_threads, monkeypatch
 ):
-    """conv._nchw_blocks, the forward's loop over images and blocks of output rows: one
+    """conv.nchw_blocks, the channels-first loop over images and blocks of output rows,
+    with each of its steps (forward, input gradient's scatter, weight gradient): one
     kernel calling the BLAS, and the same loop from Python (no BLAS kernels can call),
     against numpy_ref: 2 groups, stride 2, blocks of 3 of 11 output rows (the last
-    shorter), the images split between two threads."""
-    calls = []
-    real = conv._forward_nchw
-    monkeypatch.setattr(conv, "_forward_nchw", lambda *a: calls.append(a[0].shape[0]) or real(*a))
-    monkeypatch.setattr(conv, "SPLIT_FLOPS", 0)
-    x = image((3, 4, 22, 21), "NCHW", dtype)
+    shorter), the 3 images in two parts."""
+    parts, real = [], conv._nchw_parts
+    monkeypatch.setattr(conv, "_nchw_parts", lambda *a: parts.append(len(real(*a)[0])) or real(*a))
+    monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
+    x = image((3, 4, 22, 21), "NCHW", dtype, requires_grad=True)
     w, b = param((6, 2, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
     geo = conv.Geometry(x.shape, w.shape, (2, 2), (1,) * 4, (1, 1), 2)
     monkeypatch.setattr(conv, "BLOCK_BYTES", 3 * geo.wo * geo.k * np.dtype(dtype).itemsize)
-    fn = lambda: F.conv2d(x, w, b, stride=2, padding=1, groups=2).numpy()
-    got = fn()
-    monkeypatch.setattr(blas, "available", lambda: False)
-    again = fn()
-    assert sorted(calls) == [1, 1, 2, 2]  # each run in two parts
-    with lm.backends.use("numpy_ref"):
-        want = fn()
-    tol = {"f8": 1e-13, "f4": 1e-5}[dtype]
-    _close_to_max(got, want, tol)
-    _close_to_max(again, got, tol / 10)
+    fn = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2)
+    _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
+    assert parts[:3] == [2, 2, 2]  # the forward pass and both gradients
 
 
 def test_winograd_blocks_are_at_least_as_big_as_the_filters_they_read():
@@ -1220,19 +1213,24 @@ FLAT_CASES = [c for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same
 
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 @pytest.mark.parametrize("case", FLAT_CASES, ids=[c[0] for c in FLAT_CASES])
-def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(case, dtype, monkeypatch):
+def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
+    case, dtype, two_threads, monkeypatch
+):
     """Note [Flat block loops]: NCHW stride-1 im2col with several blocks per image (a
-    small BLOCK_BYTES), the last one shorter; the kernels against the oracle, then the
-    same loops run from Python (no BLAS kernels can call) against the kernels."""
+    small BLOCK_BYTES), the last one shorter, the 2 images in two parts; the kernels
+    against the oracle, then the same loops run from Python (no BLAS kernels can call)
+    against the kernels."""
     monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows
+    monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     loops, real = [], conv._flat_loop
-    monkeypatch.setattr(conv, "_flat_loop", lambda t, d: loops.append(t.__name__) or real(t, d))
+    spy = lambda t, d, parallel: loops.append((t.__name__, parallel)) or real(t, d, parallel)
+    monkeypatch.setattr(conv, "_flat_loop", spy)
     _, kwargs, wshape = case
     x = image((2, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
-    assert sorted(set(loops)) == ["flat_forward_blocks", "flat_weight_grad_blocks"]
+    assert sorted(set(loops)) == [("flat_forward_blocks", True), ("flat_weight_grad_blocks", True)]
 
 
 @pytest.mark.parametrize("dtype", ["f8", "f4"])

@@ -115,21 +115,21 @@ def _rows_kernel(dtype, parallel):
 # x 128) products, 552 / 458 / 273.
 
 
-def batched(a, b, out, beta=0.0):
+def batched(a, b, out, beta=0.0, sums=False):
     """out[i] = a[i] @ b[i] + beta out[i] (beta 0 or 1) for 3-D arrays, an operand with
     one matrix (first axis 1) shared by all: in parallel over the batch where it is big
-    enough (Note [Batches in parallel]), else NumPy's matmul. With ``out`` of one
-    matrix per part (``summed``), part p adds its products into out[p] instead."""
+    enough (Note [Batches in parallel]), else NumPy's matmul. With ``sums``, ``out``
+    has a matrix per part (``summed``), and part p adds its products into out[p]."""
     total, (m, n) = _total(a, b), out.shape[1:]
     if a.shape[1:] != (m, b.shape[1]) or b.shape[2] != n:  # the kernel reads by out's shape
         raise ValueError(f"batched: {a.shape} @ {b.shape} does not fit out {out.shape}")
     parts = _batch_parts(a, b)
     if parts > 1 and _native(a, b, out):
         (a, trans_a), (b, trans_b) = _operand(a), _operand(b)
-        _batch_kernel(out.dtype)(a, b, out, trans_a, trans_b, beta, total, parts)
+        _batch_kernel(out.dtype)(a, b, out, trans_a, trans_b, beta, total, sums, parts)
         return out
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf data: no warnings
-        if out.shape[0] < total:  # summed: all in the first part's
+        if sums:  # all in the first part's
             out[0] += np.matmul(a, b).sum(axis=0)
         elif beta:
             out += np.matmul(a, b)
@@ -141,7 +141,7 @@ def batched(a, b, out, beta=0.0):
 def summed(a, b, dtype):
     """The sum over the batch of a[i] @ b[i] (``batched``, each part summing its own)."""
     sums = np.zeros((_batch_parts(a, b), a.shape[1], b.shape[2]), dtype)
-    return batched(a, b, sums, beta=1.0).sum(axis=0)
+    return batched(a, b, sums, beta=1.0, sums=True).sum(axis=0)
 
 
 def _total(a, b):
@@ -156,10 +156,10 @@ def _batch_parts(a, b):
     return threads.parallel_parts(total) if flops >= ROWS_FLOPS else 1
 
 
-def _batch(a, b, out, trans_a, trans_b, beta, total, parts):
+def _batch(a, b, out, trans_a, trans_b, beta, total, sums, parts):
     for p in jit.prange(parts):
         for i in range(total * p // parts, total * (p + 1) // parts):
-            target = out[i] if out.shape[0] == total else out[p]
+            target = out[p] if sums else out[i]
             blas.gemm(a[i % a.shape[0]], b[i % b.shape[0]], target, trans_a, trans_b, beta)
 
 
@@ -169,7 +169,9 @@ def _batch_kernel(dtype):
     def build():
         array, t = jit.array(dtype, 3, "A"), jit.types
         real = t.float32 if dtype == np.float32 else t.float64
-        signature = t.void(array, array, array, t.boolean, t.boolean, real, t.int64, t.int64)
+        signature = t.void(
+            array, array, array, t.boolean, t.boolean, real, t.int64, t.boolean, t.int64
+        )
         return jit.compile_kernel(_batch, signature, parallel=True, nogil=True)
 
     return jit.cached((_batch, dtype), build)
@@ -178,8 +180,8 @@ def _batch_kernel(dtype):
 def _batch_operand(a, batch):
     """Operand a of a product over ``batch`` as a 3-D batch for ``batched``: all of
     ``batch``'s matrices, or one shared by all; None for other broadcasts."""
-    if a.shape[:-2] == batch:
-        return a.reshape(-1, *a.shape[-2:])
+    if a.shape[:-2] == batch:  # (the batch counted: -1 is ambiguous for empty matrices)
+        return a.reshape(math.prod(batch), *a.shape[-2:])
     if math.prod(a.shape[:-2]) == 1:
         return a.reshape(1, *a.shape[-2:])
     return None
@@ -206,7 +208,7 @@ def matmul(a, b, out=None):
     a3, b3 = _batch_operand(a, batch), _batch_operand(b, batch)
     if same and a3 is not None and b3 is not None and (out is None or out.flags.c_contiguous):
         out = np.empty(shape, a.dtype) if out is None else out
-        batched(a3, b3, out.reshape(-1, *shape[-2:]))
+        batched(a3, b3, out.reshape(math.prod(batch), *shape[-2:]))
         return out
     if threads.get_num_threads() == 1 or flops < SPLIT_FLOPS or shape[0] < 2:
         with np.errstate(invalid="ignore", over="ignore"):

@@ -59,7 +59,7 @@ from lamina.dispatch.tensor import from_array
 
 from .. import blas, gemm
 from . import depthwise, winograd
-from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, scratch, zeros_image
+from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
 BLOCK_BYTES = 8 << 20  # one im2col block (Note [Convolution]): a quarter of the L3 cache
@@ -149,6 +149,7 @@ def _im2col_nchw(x, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo
                         row[base + ow] = 0
 
 
+@jit.jitable(**jit.CALLEE)
 def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_):
     """The adjoint of _im2col_nchw: gx[n, c0 + c, ih, iw] += cols[...]."""
     h = gx.shape[2]
@@ -300,7 +301,7 @@ def _kernel(pyfunc, dtype, parallel=False):
 def _blocks_kernel(pyfunc, cols, cin):
     """_im2col_blocks or _col2im_blocks for ``cols``, its loop over the ``cin`` channels
     in parallel from PARALLEL_ELEMENTS elements of cols (Note [Small planes]): these
-    convolutions' products run in parallel (_parallel_inside), and the copies
+    convolutions' products run in parallel (Note [Products in parallel]), and the copies
     serially took a third of the time on two threads."""
     return _kernel(pyfunc, cols.dtype, threads.parts_for(cols.size, cin) > 1)
 
@@ -417,44 +418,25 @@ def _nchw_weight(w, g, geo):
 
 
 # Note [Split convolutions]: with several threads, a convolution's batch runs in parts,
-# one per thread, each part running its GEMMs on the one-thread BLAS (Note [BLAS
-# threads]), so a thread reads the blocks it wrote, from its own cache. Most kernels
-# run their parts themselves, in a parallel loop without Python (~2 us a loop, where
-# ``threads.split``'s parts call back into Python and wait on each other at the GIL):
-# Winograd's block loops (Note [Winograd parts] in winograd.py), depthwise kernels
-# (Note [Depthwise parts] in depthwise.py), channels-last im2col (Note [Channels-last
-# block loops]), and the products over a whole batch (``_parallel_inside``: their rows
-# or images in parallel, Notes [Products in parallel] and [Batches in parallel] in
-# gemm.py; split by images, each part read the whole weight for a few images' pixels:
-# measured on 2 cores, training steps at batch 8, ResNet-18 on 64 x 64 images 99.8 ->
-# 86.1 ms, on 32 x 32 203 -> 193 ms). The channels-first im2col convolutions left
-# (SPLIT_FLOPS or more) split their images by ``threads.split`` (Note [Split work]):
-# an NCHW stride-1 part (Note [Flat block loops]) is one kernel calling the BLAS, other
-# parts run their block loops in Python; the weight gradient is the sum of the parts'.
-# A batch of one image runs in one part: serially. Measured on 2 cores, VGG's
-# convolutions at batch 32: forward 1.7-2.5x faster on two threads than on one,
-# forward + backward 1.3-1.9x, where a 2-thread BLAS splitting each block's GEMM gave
-# 0.5-1.15x.
-SPLIT_FLOPS = 1 << 23
-
-
-def _by_images(geo, run, split=True):
-    """``[run(start, stop, geometry of those images), ...]`` over the batch's images, in
-    parts on lamina's threads when the convolution is big enough and ``split`` (Note
-    [Split convolutions])."""
-    if not split or geo.flops < SPLIT_FLOPS:
-        return [run(0, geo.n, geo)]
-    return threads.split(lambda i0, i1: run(i0, i1, geo.images(i1 - i0)), geo.n)
-
-
-def _parallel_inside(geo, order, dtype):
-    """Whether a convolution by im2col runs in parallel inside its kernels instead of
-    in ``threads.split``'s parts (Note [Split convolutions]): channels-last ones (Note
-    [Channels-last block loops], and a 1x1's one product over every pixel, its rows in
-    parallel: Note [Products in parallel] in gemm.py), a 1x1 channels-first (a product
-    per image: Note [Batches in parallel]), and one over blocks of whole images (Note
-    [Small planes], its rows in parallel)."""
-    return order == NHWC or geo.pointwise or _batched(geo, dtype)
+# one per thread from PARALLEL_ELEMENTS multiply-adds (``threads.parts_for``), each
+# part running its GEMMs on the one-thread BLAS (Note [BLAS threads]), so that a
+# thread reads the blocks it wrote, from its own cache. Every kernel runs its parts
+# itself, in a parallel loop without Python: Winograd's block loops (Note [Winograd
+# parts] in winograd.py), depthwise kernels (Note [Depthwise parts] in depthwise.py),
+# the im2col block loops (Notes [Channels-last block loops], [Flat block loops]; parts
+# of whole images, the weight gradient summing the parts'), and the products over a
+# whole batch, their rows or images in parallel (Notes [Products in parallel] and
+# [Batches in parallel] in gemm.py; split by images, each part read the whole weight for
+# a few images' pixels: measured on 2 cores, training steps at batch 8, ResNet-18 on 64
+# x 64 images 99.8 -> 86.1 ms, on 32 x 32 203 -> 193 ms). A loop costs ~2 us where
+# ``threads.split``'s parts, which convolutions used before, call back into Python and
+# wait on each other at the GIL (Note [Split work]): Winograd's loop for 128 channels on
+# 8 x 8 images at batch 8 took 0.80 ms on two threads as split parts, 0.39 as a parallel
+# loop (one thread 0.89). A batch of one image runs in one part, serially, but for the
+# depthwise forward pass (parts of planes) and the products split by rows. Measured on
+# 2 cores, VGG's convolutions at batch 32 split by images: forward 1.7-2.5x faster on
+# two threads than on one, forward + backward 1.3-1.9x, where a 2-thread BLAS splitting
+# each block's GEMM gave 0.5-1.15x.
 
 
 def _blocks(total, step):
@@ -478,8 +460,8 @@ def _forward_nhwc(x, w, geo, out):
             wg = _pointwise_weight(w, g, geo).T
             gemm.product(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
-    parts, size = _nhwc_parts(geo, x.itemsize)
-    loop = _nhwc_loop(nhwc_forward_step, x.dtype, len(parts) > 1)
+    parts, size = _nhwc_parts(geo, x.dtype)
+    loop = _block_loop(nhwc_forward_step, x.dtype, len(parts) > 1)
     loop(x, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, parts, o2)
 
 
@@ -557,37 +539,45 @@ def _part_pixels(images, parts, p, pixels):
     return images * p // parts * pixels, images * (p + 1) // parts * pixels
 
 
-# each step's im2col kernel, and the arrays before and after its loop's integers
-_NHWC_STEPS = {
-    nhwc_forward_step: (_im2col_nhwc, (4, 3), 2),
-    nhwc_input_grad_step: (_col2im_nhwc, (2, 3), 4),
-    nhwc_weight_grad_step: (_im2col_nhwc, (4, 2), 4),
-}
+# each step's loop, im2col kernel, the arrays before its integers, the integers and
+# what follows them (Notes [Channels-last block loops], [Flat block loops])
+def _loop_table():
+    index = jit.index()
+    return {
+        nhwc_forward_step: (nhwc_blocks, _im2col_nhwc, (4, 3), 14, (2, 2)),
+        nhwc_input_grad_step: (nhwc_blocks, _col2im_nhwc, (2, 3), 14, (2, 4)),
+        nhwc_weight_grad_step: (nhwc_blocks, _im2col_nhwc, (4, 2), 14, (2, 4)),
+        nchw_forward_step: (nchw_blocks, _im2col_nchw, (4, 3), 14, (index, index, 2, 3)),
+        nchw_input_grad_step: (nchw_blocks, _col2im_nchw, (3, 3), 14, (index, index, 2, 4)),
+        nchw_weight_grad_step: (nchw_blocks, _im2col_nchw, (4, 3), 14, (index, index, 2, 4)),
+    }
 
 
-def _nhwc_loop(template, dtype, parallel):
-    """The block loop of step ``template`` for ``dtype`` (Note [Channels-last block
-    loops])."""
+def _block_loop(template, dtype, parallel):
+    """The block loop of step ``template`` for ``dtype``, its parts in parallel or not
+    (Note [Channels-last block loops]): one kernel calling the BLAS, or where kernels
+    cannot, the loop in Python over the im2col kernel."""
     native = blas.available()
-    im2col, (first, second), result = _NHWC_STEPS[template]
 
     def build():
+        loop, im2col, before, count, after = _loop_table()[template]
         if not native:
-            return nhwc_blocks(template(_kernel(im2col, dtype)))
+            return loop(template(_kernel(im2col, dtype)))
         step = jit.jitable(template(im2col), **jit.CALLEE, inline="always")
-        t, a = jit.types, lambda ndim: jit.array(dtype, ndim)
-        signature = t.void(a(first), a(second), *[t.int64] * 14, a(2), a(result))
-        return jit.compile_kernel(nhwc_blocks(step), signature, parallel, nogil=True)
+        t = jit.types
+        arrays = [jit.array(dtype, d) if isinstance(d, int) else d for d in (*before, *after)]
+        signature = t.void(*arrays[:2], *[t.int64] * count, *arrays[2:])
+        return jit.compile_kernel(loop(step), signature, parallel, nogil=True)
 
     return jit.cached((template, np.dtype(dtype), native, native and parallel), build)
 
 
-def _nhwc_parts(geo, itemsize):
+def _nhwc_parts(geo, dtype):
     """(an im2col buffer per part, pixels per block) of the channels-last block loops."""
     parts = threads.parts_for(geo.flops // 2, geo.n)
-    size = geo.block_pixels(itemsize)
+    size = geo.block_pixels(np.dtype(dtype).itemsize)
     most = min(size, -(-geo.n // parts) * geo.ho * geo.wo)  # a part's biggest block
-    return np.empty((parts, most * geo.k), np.dtype(f"f{itemsize}")), size
+    return np.empty((parts, most * geo.k), dtype), size
 
 
 def _nhwc_geometry(geo):
@@ -648,46 +638,89 @@ def _forward_nchw(x, w, geo, out):
         return
     if geo.flat:
         return _forward_nchw_flat(x, w, geo, out)
-    rows, ranges = geo.nchw_rows(x.itemsize), geo.columns()
-    cols = np.empty(geo.k * rows * geo.wo, x.dtype)
-    run = _nchw_blocks_kernel(x.dtype)
-    run(x, weights, geo.cin, *geo.args(), geo.ho, geo.wo, rows, *ranges, cols, o3)
+    parts, rows = _nchw_parts(geo, x.dtype)
+    loop = _block_loop(nchw_forward_step, x.dtype, len(parts) > 1)
+    loop(x, weights, *_nchw_geometry(geo), rows, *geo.columns(), parts, o3)
 
 
-def _nchw_blocks(im2col):
-    """_forward_nchw's loop over the images and blocks of their output rows, with
-    ``im2col`` (_im2col_nchw jitable, or its kernel): one kernel without the GIL where
-    kernels can call the BLAS (Note [GEMM in kernels]), else Python. Run from Python,
-    each part of a split MobileNet first layer at batch 32 (3 -> 32 channels, stride 2,
-    64 x 64 images) made 32 calls, each giving up the GIL and taking it back, and ran
-    2x slower beside the other part: two threads took 4.0 ms, one 1.6."""
+def nchw_blocks(step):
+    """The channels-first im2col block loop (Note [Channels-last block loops] holds for
+    it too): ``step(a, b, out, p, g, n, oh0, oh1, cols, *geometry)`` for each group g of
+    each block [oh0, oh1) of output rows of each image n of part p, cols the block's (k,
+    rows x wo) view of part p's buffer. Run from Python, each part of a split MobileNet
+    first layer at batch 32 (3 -> 32 channels, stride 2, 64 x 64 images) made 32 calls,
+    each giving up the GIL and taking it back, and ran 2x slower beside the other part:
+    two threads took 4.0 ms, one 1.6; as one kernel, 0.8."""
 
-    def run(x, weights, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, rows, lo_, hi_, cols, o3):
-        cout, k = weights.shape[1], weights.shape[2]
-        for n in range(x.shape[0]):
-            for oh0 in range(0, ho, rows):
-                oh1 = min(ho, oh0 + rows)
-                block = cols[: k * (oh1 - oh0) * wo].reshape(k, (oh1 - oh0) * wo)
-                for g in range(weights.shape[0]):
-                    im2col(x, n, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1,
-                           lo_, hi_, block)  # fmt: skip
-                    out = o3[n, g * cout : (g + 1) * cout, oh0 * wo : oh1 * wo]
-                    blas.gemm(weights[g], block, out, False, False, 0.0)
+    def run(a, b, images, groups, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, rows, lo_, hi_,
+            parts, out):  # fmt: skip
+        k = cin * kh * kw
+        for p in jit.prange(parts.shape[0]):
+            buffer = parts[p]
+            start, stop = _part_pixels(images, parts.shape[0], p, 1)
+            for n in range(start, stop):
+                for oh0 in range(0, ho, rows):
+                    oh1 = min(ho, oh0 + rows)
+                    cols = buffer[: k * (oh1 - oh0) * wo].reshape(k, (oh1 - oh0) * wo)
+                    for g in range(groups):
+                        step(a, b, out, p, g, n, oh0, oh1, cols, cin, kh, kw, sh, sw, pt, pl, dh,
+                             dw, wo, lo_, hi_)  # fmt: skip
 
     return run
 
 
-def _nchw_blocks_kernel(dtype):
-    native = blas.available()
+def nchw_forward_step(im2col):
+    """o3 (N, groups * cout, ho wo) block = weights[g] (cout, k) @ the block's im2col
+    matrix of image n."""
 
-    def build():
-        if not native:
-            return _nchw_blocks(_kernel(_im2col_nchw, dtype))
-        t, a = jit.types, lambda ndim: jit.array(dtype, ndim)
-        signature = t.void(a(4), a(3), *[t.int64] * 12, jit.index(), jit.index(), a(1), a(3))
-        return jit.compile_kernel(_nchw_blocks(_im2col_nchw), signature, nogil=True)
+    def step(x, weights, o3, p, g, n, oh0, oh1, cols, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo,
+             lo_, hi_):  # fmt: skip
+        cout = weights.shape[1]
+        im2col(x, n, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_, cols)
+        out = o3[n, g * cout : (g + 1) * cout, oh0 * wo : oh1 * wo]
+        blas.gemm(weights[g], cols, out, False, False, 0.0)
 
-    return jit.cached((_nchw_blocks, np.dtype(dtype), native), build)
+    return step
+
+
+def nchw_input_grad_step(col2im):
+    """gx (zeros) += weights[g]^T @ the block of grad g3 (N, groups * cout, ho wo),
+    scattered back."""
+
+    def step(g3, weights, gx, p, g, n, oh0, oh1, cols, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo,
+             lo_, hi_):  # fmt: skip
+        cout = weights.shape[1]
+        grad = g3[n, g * cout : (g + 1) * cout, oh0 * wo : oh1 * wo]
+        blas.gemm(weights[g], grad, cols, True, False, 0.0)
+        col2im(cols, gx, n, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_)
+
+    return step
+
+
+def nchw_weight_grad_step(im2col):
+    """sums[p, g] (cout, k) += the block of grad g3 @ its im2col matrix, transposed."""
+
+    def step(x, g3, sums, p, g, n, oh0, oh1, cols, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo,
+             lo_, hi_):  # fmt: skip
+        cout = sums.shape[2]
+        im2col(x, n, g * cin, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, oh1, lo_, hi_, cols)
+        grad = g3[n, g * cout : (g + 1) * cout, oh0 * wo : oh1 * wo]
+        blas.gemm(grad, cols, sums[p, g], False, True, 1.0)
+
+    return step
+
+
+def _nchw_parts(geo, dtype):
+    """(an im2col buffer per part, output rows per block) of the channels-first block
+    loop."""
+    parts = threads.parts_for(geo.flops // 2, geo.n)
+    rows = geo.nchw_rows(np.dtype(dtype).itemsize)
+    return np.empty((parts, geo.k * min(rows, geo.ho) * geo.wo), dtype), rows
+
+
+def _nchw_geometry(geo):
+    """The channels-first block loop's integers before the rows per block."""
+    return (geo.n, geo.groups, geo.cin, *geo.args(), geo.ho, geo.wo)
 
 
 # Note [Flat planes]: with stride 1, the NCHW im2col row of kernel tap (c, i, j) for
@@ -714,9 +747,10 @@ def _flat_planes(x, geo):
 
 # Note [Flat block loops]: the block loops of Note [Flat planes] are one kernel each,
 # without the GIL, where kernels can call the BLAS (Note [GEMM in kernels]), else the
-# same code runs from Python over the im2col kernel's entry point. Run from Python, a
-# split's two parts (Note [Split convolutions]) took turns at the GIL a few times per
-# block and each turn woke a sleeping thread. Measured on VGG's first convolution (3
+# same code runs from Python over the im2col kernel's entry point; a parallel loop over
+# parts of the images (Note [Split convolutions]), with buffers (and weight-gradient
+# sums) per part. Run from Python, a split's two parts took turns at the GIL a few
+# times per block and each turn woke a sleeping thread. Measured on VGG's first convolution (3
 # -> 16 channels, 64 x 64, batch 64, float32), one thread / two, the loops in Python
 # and as kernels alternating in one process: forward 6.97 / 5.49 ms (1.27x) -> 6.84 /
 # 4.19 ms (1.63x), weight gradient 11.96 / 8.38 ms (1.43x) -> 12.61 / 6.80 ms (1.85x).
@@ -735,72 +769,92 @@ def flat_block(n, oh0, ho, rows, channels, hp, wp, k, cols_buf):
 
 def flat_forward_blocks(im2col):
     """out (N, groups * cout, ho, wo) = weights[g] (cout, k) @ each im2col block, group
-    by group, the padded width's extra columns dropped (Note [Flat block loops])."""
+    by group, the padded width's extra columns dropped (Note [Flat block loops]); part p
+    of the images with buffers cols_bufs[p] and wide_bufs[p]."""
 
-    def run(flat, weights, taps, hp, wp, rows, cols_buf, wide_buf, out):
+    def run(flat, weights, taps, hp, wp, rows, cols_bufs, wide_bufs, out):
         kh, kw, dh, dw = taps
         groups, cout, k = weights.shape
         cin, ho, wo = k // (kh * kw), out.shape[2], out.shape[3]
-        for n in range(out.shape[0]):
-            for oh0 in range(0, ho, rows):
-                oh1, span, base, cols = flat_block(
-                    n, oh0, ho, rows, cin * groups, hp, wp, k, cols_buf
-                )
-                wide = wide_buf[: cout * span].reshape(cout, span)
-                for g in range(groups):
-                    im2col(flat, base[g * cin : (g + 1) * cin], kh, kw, dh, dw, wp, oh0, span, cols)
-                    blas.gemm(weights[g], cols, wide, False, False, 0)
-                    block = wide.reshape(cout, oh1 - oh0, wp)
-                    out[n, g * cout : (g + 1) * cout, oh0:oh1] = block[:, :, :wo]
+        for p in jit.prange(cols_bufs.shape[0]):
+            start, stop = _part_pixels(out.shape[0], cols_bufs.shape[0], p, 1)
+            for n in range(start, stop):
+                for oh0 in range(0, ho, rows):
+                    oh1, span, base, cols = flat_block(
+                        n, oh0, ho, rows, cin * groups, hp, wp, k, cols_bufs[p]
+                    )
+                    wide = wide_bufs[p][: cout * span].reshape(cout, span)
+                    for g in range(groups):
+                        bases = base[g * cin : (g + 1) * cin]
+                        im2col(flat, bases, kh, kw, dh, dw, wp, oh0, span, cols)
+                        blas.gemm(weights[g], cols, wide, False, False, 0)
+                        block = wide.reshape(cout, oh1 - oh0, wp)
+                        out[n, g * cout : (g + 1) * cout, oh0:oh1] = block[:, :, :wo]
 
     return run
 
 
 def flat_weight_grad_blocks(im2col):
-    """sums[g] (cout, k) += grad's block, widened to the padded width with zeros in the
-    extra columns, times the im2col block transposed (Note [Flat block loops])."""
+    """sums[p, g] (cout, k) += grad's block, widened to the padded width with zeros in
+    the extra columns, times the im2col block transposed (Note [Flat block loops]),
+    over part p of the images."""
 
-    def run(flat, grad, taps, hp, wp, rows, cols_buf, wide_buf, sums):
+    def run(flat, grad, taps, hp, wp, rows, cols_bufs, wide_bufs, sums):
         kh, kw, dh, dw = taps
-        groups, cout, k = sums.shape
+        groups, cout, k = sums.shape[1], sums.shape[2], sums.shape[3]
         cin, ho, wo = k // (kh * kw), grad.shape[2], grad.shape[3]
-        for n in range(grad.shape[0]):
-            for oh0 in range(0, ho, rows):
-                oh1, span, base, cols = flat_block(
-                    n, oh0, ho, rows, cin * groups, hp, wp, k, cols_buf
-                )
-                wide = wide_buf[: groups * cout * span].reshape(groups * cout, oh1 - oh0, wp)
-                wide[:, :, :wo] = grad[n, :, oh0:oh1]
-                wide[:, :, wo:] = 0
-                block = wide.reshape(groups * cout, span)
-                for g in range(groups):
-                    im2col(flat, base[g * cin : (g + 1) * cin], kh, kw, dh, dw, wp, oh0, span, cols)
-                    # the extra columns read the next row's values: zero times an
-                    # infinity or a NaN there would be NaN
-                    cols.reshape(k, oh1 - oh0, wp)[:, :, wo:] = 0
-                    blas.gemm(block[g * cout : (g + 1) * cout], cols, sums[g], False, True, 1)
+        for p in jit.prange(cols_bufs.shape[0]):
+            start, stop = _part_pixels(grad.shape[0], cols_bufs.shape[0], p, 1)
+            for n in range(start, stop):
+                for oh0 in range(0, ho, rows):
+                    oh1, span, base, cols = flat_block(
+                        n, oh0, ho, rows, cin * groups, hp, wp, k, cols_bufs[p]
+                    )
+                    shape = (groups * cout, oh1 - oh0, wp)
+                    wide = wide_bufs[p][: groups * cout * span].reshape(shape)
+                    wide[:, :, :wo] = grad[n, :, oh0:oh1]
+                    wide[:, :, wo:] = 0
+                    block = wide.reshape(groups * cout, span)
+                    for g in range(groups):
+                        bases = base[g * cin : (g + 1) * cin]
+                        im2col(flat, bases, kh, kw, dh, dw, wp, oh0, span, cols)
+                        # the extra columns read the next row's values: zero times an
+                        # infinity or a NaN there would be NaN
+                        cols.reshape(k, oh1 - oh0, wp)[:, :, wo:] = 0
+                        grad_g = block[g * cout : (g + 1) * cout]
+                        blas.gemm(grad_g, cols, sums[p, g], False, True, 1)
 
     return run
 
 
 def _flat_signature(template, dtype):
     t = jit.types
-    a1, a3, a4, i = jit.array(dtype), jit.array(dtype, 3), jit.array(dtype, 4), t.int64
-    operand, result = {flat_forward_blocks: (a3, a4), flat_weight_grad_blocks: (a4, a3)}[template]
-    return t.void(a1, operand, t.UniTuple(i, 4), i, i, i, a1, a1, result)
+    a1, a2, a3, a4, i = (*(jit.array(dtype, d) for d in (1, 2, 3, 4)), t.int64)
+    operand, result = {flat_forward_blocks: (a3, a4), flat_weight_grad_blocks: (a4, a4)}[template]
+    return t.void(a1, operand, t.UniTuple(i, 4), i, i, i, a2, a2, result)
 
 
-def _flat_loop(template, dtype):
-    """Block loop ``template`` for ``dtype`` (Note [Flat block loops])."""
+def _flat_loop(template, dtype, parallel):
+    """Block loop ``template`` for ``dtype``, its parts in parallel or not (Note [Flat
+    block loops])."""
     native = blas.available()
 
     def build():
         if native:
             sig = _flat_signature(template, dtype)
-            return jit.compile_kernel(template(_im2col_flat), sig, nogil=True)
+            return jit.compile_kernel(template(_im2col_flat), sig, parallel, nogil=True)
         return template(_kernel(_im2col_flat, dtype))
 
-    return jit.cached((template, np.dtype(dtype), native), build)
+    return jit.cached((template, np.dtype(dtype), native, native and parallel), build)
+
+
+def _flat_buffers(geo, wp, dtype):
+    """(the im2col and the wide buffer of each part, output rows per block) of the flat
+    block loops."""
+    parts = threads.parts_for(geo.flops // 2, geo.n)
+    rows = _flat_rows(geo, wp, np.dtype(dtype).itemsize)
+    span = min(rows, geo.ho) * wp
+    return (np.empty((parts, c * span), dtype) for c in (geo.k, geo.c_out)), rows
 
 
 def _flat_rows(geo, wp, itemsize):
@@ -810,10 +864,9 @@ def _flat_rows(geo, wp, itemsize):
 
 def _forward_nchw_flat(x, w, geo, out):
     flat, hp, wp = _flat_planes(x, geo)
-    rows = _flat_rows(geo, wp, x.itemsize)
-    cols, wide = (np.empty(c * rows * wp, x.dtype) for c in (geo.k, geo.cout))
+    (cols, wide), rows = _flat_buffers(geo, wp, x.dtype)
     weights = np.ascontiguousarray(w).reshape(geo.groups, geo.cout, geo.k)  # _nchw_weight's
-    loop = _flat_loop(flat_forward_blocks, x.dtype)
+    loop = _flat_loop(flat_forward_blocks, x.dtype, len(cols) > 1)
     loop(flat, weights, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, out)
 
 
@@ -1096,14 +1149,9 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
         im2col = _forward_nhwc if layout == NHWC else _forward_nchw
 
     alg, u = winograd.forward_filters(w, geo, x.dtype)
-    if alg is not None and winograd.forward(x, u, alg, geo, layout, bias, floor, out):
-        return  # in parallel inside (Note [Winograd parts])
-
-    def part(i0, i1, g):
-        im2col(x[i0:i1], w, g, out[i0:i1])
-        _epilogue(out[i0:i1], bias, layout, floor)
-
-    _by_images(geo, part, not _parallel_inside(geo, layout, x.dtype))
+    if alg is None or not winograd.forward(x, u, alg, geo, layout, bias, floor, out):
+        im2col(x, w, geo, out)
+        _epilogue(out, bias, layout, floor)
 
 
 # ---------------------------------------------------------------- backward: input
@@ -1117,8 +1165,8 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
             wg = _pointwise_weight(w, g, geo)
             gemm.product(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
         return
-    parts, size = _nhwc_parts(geo, np.dtype(dtype).itemsize)
-    loop = _nhwc_loop(nhwc_input_grad_step, dtype, len(parts) > 1)
+    parts, size = _nhwc_parts(geo, dtype)
+    loop = _block_loop(nhwc_input_grad_step, dtype, len(parts) > 1)
     loop(g2, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, parts, gx)
 
 
@@ -1130,14 +1178,10 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
         for g, wg in enumerate(weights):
             gemm.batched(wg.T[None], g3[:, _cols(g, geo.cout)], gx3[:, _cols(g, geo.cin)])
         return
-    col2im, cache = _kernel(_col2im_nchw, dtype), [None]
-    rows, ranges = geo.nchw_rows(np.dtype(dtype).itemsize), geo.columns()
-    for n in range(geo.n):
-        for oh0, oh1 in _blocks(geo.ho, rows):
-            cols = scratch((geo.k, (oh1 - oh0) * geo.wo), dtype, cache)
-            for g, wg in enumerate(weights):
-                gemm.product(wg.T, g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo], cols)
-                col2im(cols, gx, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges)
+    parts, rows = _nchw_parts(geo, dtype)
+    loop = _block_loop(nchw_input_grad_step, dtype, len(parts) > 1)
+    loop(np.ascontiguousarray(g3), np.stack(weights), *_nchw_geometry(geo), rows,
+         *geo.columns(), parts, gx)  # fmt: skip
 
 
 def _flipped(w, geo):
@@ -1196,7 +1240,7 @@ def _input_grad(gk, w, geo, order, dtype):
         return gx
     if order == NCHW and _batched(geo, dtype):
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
-        _input_grad_batched(gk, w, geo, gx)  # its products in parallel: _parallel_inside
+        _input_grad_batched(gk, w, geo, gx)
         return gx
     # the transposed convolution multiplies its zero padding by the weight: a NaN or
     # infinite weight would spread NaN over the border, which the scatter (PyTorch's
@@ -1207,15 +1251,10 @@ def _input_grad(gk, w, geo, order, dtype):
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
         return gx
     gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
-
-    def part(i0, i1, geo):
-        if order == NHWC:
-            _backward_input_nhwc(gk[i0:i1].reshape(-1, geo.c_out), w, geo, dtype, gx[i0:i1])
-        else:
-            g3 = gk[i0:i1].reshape(i1 - i0, geo.c_out, geo.ho * geo.wo)
-            _backward_input_nchw(g3, w, geo, dtype, gx[i0:i1])
-
-    _by_images(geo, part, not _parallel_inside(geo, order, dtype))
+    if order == NHWC:
+        _backward_input_nhwc(gk.reshape(-1, geo.c_out), w, geo, dtype, gx)
+    else:
+        _backward_input_nchw(gk.reshape(geo.n, geo.c_out, geo.ho * geo.wo), w, geo, dtype, gx)
     return gx
 
 
@@ -1240,9 +1279,9 @@ def _backward_weight_nhwc(g2, x, geo):
             gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
             gemm.product(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
-    parts, size = _nhwc_parts(geo, x.itemsize)
+    parts, size = _nhwc_parts(geo, x.dtype)
     sums = np.zeros((len(parts), geo.groups, geo.k, geo.cout), x.dtype)
-    loop = _nhwc_loop(nhwc_weight_grad_step, x.dtype, len(parts) > 1)
+    loop = _block_loop(nhwc_weight_grad_step, x.dtype, len(parts) > 1)
     loop(x, g2, *_nhwc_geometry(geo), size, parts, sums)
     for g, s in enumerate(sums.sum(axis=0)):  # (kh kw, cin, cout) -> (cout, cin, kh kw)
         gw[_cols(g, geo.cout)] = _reverse_axes(s.reshape(-1, geo.cin, geo.cout)).reshape(
@@ -1261,31 +1300,22 @@ def _backward_weight_nchw(g3, x, geo):
         return gw
     if geo.flat:
         return _backward_weight_nchw_flat(g3, x, geo)
-    im2col, cache = _kernel(_im2col_nchw, x.dtype), [None]
-    rows, ranges = geo.nchw_rows(x.itemsize), geo.columns()
-    sums = [np.zeros((geo.cout, geo.k), x.dtype) for _ in range(geo.groups)]
-    part = np.empty((geo.cout, geo.k), x.dtype)
-    for n in range(geo.n):
-        for oh0, oh1 in _blocks(geo.ho, rows):
-            cols = scratch((geo.k, (oh1 - oh0) * geo.wo), x.dtype, cache)
-            for g in range(geo.groups):
-                im2col(x, n, g * geo.cin, geo.cin, *geo.args(), geo.wo, oh0, oh1, *ranges, cols)
-                gb = g3[n, _cols(g, geo.cout), oh0 * geo.wo : oh1 * geo.wo]
-                np.dot(gb, cols.T, out=part)  # Note [dot, not matmul]
-                sums[g] += part
-    return np.concatenate(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+    parts, rows = _nchw_parts(geo, x.dtype)
+    sums = np.zeros((len(parts), geo.groups, geo.cout, geo.k), x.dtype)
+    loop = _block_loop(nchw_weight_grad_step, x.dtype, len(parts) > 1)
+    loop(x, np.ascontiguousarray(g3), *_nchw_geometry(geo), rows, *geo.columns(), parts, sums)
+    return sums.sum(axis=0).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 
 def _backward_weight_nchw_flat(g3, x, geo):
     """Note [Flat planes] for the weight gradient."""
     flat, hp, wp = _flat_planes(x, geo)
-    rows = _flat_rows(geo, wp, x.itemsize)
-    cols, wide = (np.empty(c * rows * wp, x.dtype) for c in (geo.k, geo.c_out))
-    sums = np.zeros((geo.groups, geo.cout, geo.k), x.dtype)
-    loop = _flat_loop(flat_weight_grad_blocks, x.dtype)
-    grad = g3.reshape(geo.n, geo.c_out, geo.ho, geo.wo)
+    (cols, wide), rows = _flat_buffers(geo, wp, x.dtype)
+    sums = np.zeros((len(cols), geo.groups, geo.cout, geo.k), x.dtype)
+    loop = _flat_loop(flat_weight_grad_blocks, x.dtype, len(cols) > 1)
+    grad = np.ascontiguousarray(g3).reshape(geo.n, geo.c_out, geo.ho, geo.wo)
     loop(flat, grad, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, sums)
-    return sums.reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+    return sums.sum(axis=0).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 
 def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilation, groups):
@@ -1303,19 +1333,8 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
         x, geo = s2d.input(x, order), s2d.geo
-    alg = winograd.algorithm(geo, x.dtype)
-
-    def part(i0, i1, geo):
-        return _weight_grad(x[i0:i1], gk[i0:i1], alg, geo, order), _bias_grad(gk[i0:i1], order)
-
-    # Winograd and depthwise kernels run in parts themselves (Notes [Winograd parts],
-    # [Depthwise parts]); a Winograd gradient that meets a value that is not finite runs
-    # by im2col, over the whole batch
-    whole = alg is not None or depthwise.applies(geo) or _parallel_inside(geo, order, x.dtype)
-    (gw, gb), *rest = _by_images(geo, part, not whole)
-    for other_gw, other_gb in rest:
-        gw += other_gw
-        gb += other_gb
+    gw = _weight_grad(x, gk, winograd.algorithm(geo, x.dtype), geo, order)
+    gb = _bias_grad(gk, order)
     if s2d is not None:
         gw = s2d.weight_grad(gw)
     return from_array(gw), from_array(gb)

@@ -14,8 +14,6 @@ run on the flat memory of a dense tensor of any stride order (``dense``) and giv
 result with the same strides.
 """
 
-import math
-
 import numpy as np
 
 from lamina.dispatch.tensor import from_array
@@ -45,15 +43,6 @@ def image(x):
     if nhwc.flags.c_contiguous:
         return nhwc, NHWC, unbatched
     return np.ascontiguousarray(data), NCHW, unbatched
-
-
-def scratch(shape, dtype, cache):
-    """A C-contiguous array of ``shape`` carved from ``cache``'s one allocation (a
-    1-list, grown when too small): the work buffers a kernel reuses block after block."""
-    size = math.prod(shape)  # np.prod of a tuple took ~4 us: it runs per block
-    if cache[0] is None or cache[0].size < size:
-        cache[0] = np.empty(size, dtype)
-    return cache[0][:size].reshape(shape)
 
 
 def empty_image(n, c, h, w, dtype, layout):
