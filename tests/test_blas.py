@@ -213,5 +213,9 @@ def test_batches_in_parallel_equal_numpy(dtype, kinds, total, monkeypatch):
         assert gemm.summed(a0[:0], b0[:1], dtype).tolist() == np.zeros((7, 13)).tolist()
         with pytest.raises(ValueError, match=r"\(3, 7, 11\) @ \(3, 12, 13\) does not fit"):
             gemm.batched(a0[:1].repeat(3, 0), RNG.random((3, 12, 13)), np.empty((3, 7, 13)))
+        with pytest.raises(ValueError, match=r"\(3, 7, 11\) @ \(2, 11, 13\) does not fit"):
+            gemm.batched(a0[:1].repeat(3, 0), RNG.random((2, 11, 13)), np.empty((3, 7, 13)))
+        with pytest.raises(ValueError, match="does not fit out \\(2, 7, 13\\)"):
+            gemm.batched(a0[:1].repeat(3, 0), b0[:1], np.empty((2, 7, 13)))
     finally:
         lm.set_num_threads(before)

@@ -178,6 +178,17 @@ def test_depthwise_on_two_threads_runs_parts_and_matches_one_thread(monkeypatch)
             np.testing.assert_allclose(a, b_, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_depthwise_reads_a_strided_bias_by_its_strides(layout):
+    """The kernels read the bias as a C-contiguous array: a view with a stride is
+    copied first."""
+    x, wt = RNG.standard_normal((2, 3, 9, 40)), RNG.standard_normal((3, 1, 3, 3))
+    bias = RNG.standard_normal(6)
+    got = F.conv2d(_tensor(x, layout), lm.asarray(wt), lm.asarray(bias)[::2], 1, 1, 1, 3)
+    want = F.conv2d(_tensor(x, layout), lm.asarray(wt), lm.asarray(bias[::2].copy()), 1, 1, 1, 3)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 @pytest.mark.parametrize("value", [np.inf, np.nan])
 def test_depthwise_infinite_weight_reaches_no_padding(value):
     """The NCHW forward pass reads zero padding (Note [Channels-first depthwise

@@ -121,7 +121,8 @@ def batched(a, b, out, beta=0.0, sums=False):
     enough (Note [Batches in parallel]), else NumPy's matmul. With ``sums``, ``out``
     has a matrix per part (``summed``), and part p adds its products into out[p]."""
     total, (m, n) = _total(a, b), out.shape[1:]
-    if a.shape[1:] != (m, b.shape[1]) or b.shape[2] != n:  # the kernel reads by out's shape
+    batches = {a.shape[0], b.shape[0]} <= {1, total} and (sums or out.shape[0] == total)
+    if not batches or a.shape[1:] != (m, b.shape[1]) or b.shape[2] != n:  # the kernel reads
         raise ValueError(f"batched: {a.shape} @ {b.shape} does not fit out {out.shape}")
     parts = _batch_parts(a, b)
     if parts > 1 and _native(a, b, out):

@@ -697,8 +697,9 @@ def forward(x, w, bias, geo, layout, out):
 
 def _forward(x, w, bias, geo, geometry, layout, out):
     (sh, sw), (pt, pl), (dh, dw) = geometry
-    if bias is None:  # the kernels start from it
-        bias = np.zeros(geo.c_out, x.dtype)
+    # the kernels start from the bias, read as a C-contiguous array (a view's strides
+    # would be misread)
+    bias = np.zeros(geo.c_out, x.dtype) if bias is None else np.ascontiguousarray(bias)
     if layout == NCHW and not (_loads(sw) and np.isfinite(w).all()):
         # forward_planes reads zero padding, which an infinite or NaN weight would turn
         # into NaN: channels-last, which reads none
