@@ -134,6 +134,14 @@ def jitable(fn: Callable | None = None, **options: Any) -> Any:
     return fn
 
 
+@jitable
+def part(total: int, parts: int, p: int) -> tuple[int, int]:
+    """Part p's items [start, stop) when ``total`` are cut into ``parts`` contiguous
+    parts, for kernels' parallel loops over parts (Note [Split work] in threads.py):
+    the parts' sizes differ by one at most."""
+    return total * p // parts, total * (p + 1) // parts
+
+
 def _register(fn: Callable, options: dict[str, Any]) -> None:
     from numba.extending import register_jitable
 

@@ -86,7 +86,7 @@ def _operand(a):
 def _rows(a, b, out, trans_a, trans_b, beta, parts):
     m = out.shape[0]
     for i in jit.prange(parts):
-        r0, r1 = m * i // parts, m * (i + 1) // parts
+        r0, r1 = jit.part(m, parts, i)
         rows = a[:, r0:r1] if trans_a else a[r0:r1]
         blas.gemm(rows, b, out[r0:r1], trans_a, trans_b, beta)
 
@@ -159,7 +159,8 @@ def _batch_parts(a, b):
 
 def _batch(a, b, out, trans_a, trans_b, beta, total, sums, parts):
     for p in jit.prange(parts):
-        for i in range(total * p // parts, total * (p + 1) // parts):
+        start, stop = jit.part(total, parts, p)
+        for i in range(start, stop):
             target = out[p] if sums else out[i]
             blas.gemm(a[i % a.shape[0]], b[i % b.shape[0]], target, trans_a, trans_b, beta)
 

@@ -489,7 +489,8 @@ def nhwc_blocks(step):
         k = cin * kh * kw
         for p in jit.prange(parts.shape[0]):
             buffer = parts[p]
-            start, stop = _part_pixels(images, parts.shape[0], p, ho * wo)
+            first, last = jit.part(images, parts.shape[0], p)  # images
+            start, stop = first * ho * wo, last * ho * wo
             for b0 in range(start, stop, size):
                 b1 = min(stop, b0 + size)
                 cols = buffer[: (b1 - b0) * k].reshape(b1 - b0, k)
@@ -531,12 +532,6 @@ def nhwc_weight_grad_step(im2col):
         blas.gemm(cols, grad2[b0:b1, g * cout : (g + 1) * cout], sums[p, g], True, False, 1.0)
 
     return step
-
-
-@jit.jitable
-def _part_pixels(images, parts, p, pixels):
-    """The output pixels [start, stop) of part p's images."""
-    return images * p // parts * pixels, images * (p + 1) // parts * pixels
 
 
 # each step's loop, im2col kernel, the arrays before its integers, the integers and
@@ -657,7 +652,7 @@ def nchw_blocks(step):
         k = cin * kh * kw
         for p in jit.prange(parts.shape[0]):
             buffer = parts[p]
-            start, stop = _part_pixels(images, parts.shape[0], p, 1)
+            start, stop = jit.part(images, parts.shape[0], p)
             for n in range(start, stop):
                 for oh0 in range(0, ho, rows):
                     oh1 = min(ho, oh0 + rows)
@@ -777,7 +772,7 @@ def flat_forward_blocks(im2col):
         groups, cout, k = weights.shape
         cin, ho, wo = k // (kh * kw), out.shape[2], out.shape[3]
         for p in jit.prange(cols_bufs.shape[0]):
-            start, stop = _part_pixels(out.shape[0], cols_bufs.shape[0], p, 1)
+            start, stop = jit.part(out.shape[0], cols_bufs.shape[0], p)
             for n in range(start, stop):
                 for oh0 in range(0, ho, rows):
                     oh1, span, base, cols = flat_block(
@@ -804,7 +799,7 @@ def flat_weight_grad_blocks(im2col):
         groups, cout, k = sums.shape[1], sums.shape[2], sums.shape[3]
         cin, ho, wo = k // (kh * kw), grad.shape[2], grad.shape[3]
         for p in jit.prange(cols_bufs.shape[0]):
-            start, stop = _part_pixels(grad.shape[0], cols_bufs.shape[0], p, 1)
+            start, stop = jit.part(grad.shape[0], cols_bufs.shape[0], p)
             for n in range(start, stop):
                 for oh0 in range(0, ho, rows):
                     oh1, span, base, cols = flat_block(

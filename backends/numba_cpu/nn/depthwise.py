@@ -591,7 +591,7 @@ def in_parts(kernel):
     def run(x, w, y, scratch, total, rest):
         parts = scratch.shape[0]
         for p in jit.prange(parts):
-            start, stop = total * p // parts, total * (p + 1) // parts
+            start, stop = jit.part(total, parts, p)
             kernel(x, w[p % w.shape[0]], y, scratch[p], start, stop, *rest)
 
     return run

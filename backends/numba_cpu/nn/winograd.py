@@ -475,7 +475,7 @@ def forward_parts(loop):
     def run(x, u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows, buffers, out, done):
         parts, images = done.size, x.shape[0]
         for p in jit.prange(parts):
-            i0, i1 = images * p // parts, images * (p + 1) // parts
+            i0, i1 = jit.part(images, parts, p)
             own = (buffers[0][p], buffers[1][p], buffers[2][p], buffers[3][p], buffers[4][p],
                    buffers[5][p])  # fmt: skip
             done[p] = loop(x[i0:i1], u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows, own,
@@ -491,7 +491,7 @@ def weight_grad_parts(loop):
     def run(x, g, h, w, pt, pl, ho, wo, th, tw, rows, buffers, totals, done):
         parts, images = done.size, x.shape[0]
         for p in jit.prange(parts):
-            i0, i1 = images * p // parts, images * (p + 1) // parts
+            i0, i1 = jit.part(images, parts, p)
             own = (buffers[0][p], buffers[1][p], buffers[2][p], buffers[3][p], buffers[4][p],
                    buffers[5][p])  # fmt: skip
             done[p] = loop(x[i0:i1], g[i0:i1], h, w, pt, pl, ho, wo, th, tw, rows, own, totals[p])
