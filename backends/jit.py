@@ -235,7 +235,8 @@ def compile_kernel(
     # Note [Cache keys and options] in loop_cache.py
     options = (parallel, tuple(sorted(fastmath or ())), nogil)
     dispatcher._cache.options = options if vector_width is None else (*options, vector_width)
-    with _compiling_for(vector_width):
+    key = f"{signature}|{dispatcher._cache.options}"
+    with loop_cache.compiling_once(dispatcher._cache, key), _compiling_for(vector_width):
         dispatcher.compile(signature)
         if signature.args not in dispatcher.overloads:
             # the cache gave another variant's code for this signature (Note [Numba's
@@ -291,10 +292,12 @@ def compile_cfunc(
     options = {**OPTIONS, "fastmath": fastmath}
     del options["cache"]
     cfunc = CFunc(pyfunc, normalize_signature(signature), locals={}, options=options)
+    once: Any = contextlib.nullcontext()
     if cache:
         cfunc.enable_caching()
         cfunc._cache.options = (tuple(sorted(fastmath or ())), vector_width)
-    with _compiling_for(vector_width):
+        once = loop_cache.compiling_once(cfunc._cache, f"{signature}|{cfunc._cache.options}")
+    with once, _compiling_for(vector_width):
         cfunc.compile()
     return cfunc
 

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -554,6 +556,51 @@ def harden_numba_cache() -> None:
         IndexDataCacheFile.save = locked(IndexDataCacheFile.save, fcntl.LOCK_EX)
         IndexDataCacheFile.flush = locked(IndexDataCacheFile.flush, fcntl.LOCK_EX)
         IndexDataCacheFile.load = locked(IndexDataCacheFile.load, fcntl.LOCK_SH)
+
+
+# Note [Compiling once]: processes that share Numba's cache (pytest's workers, the two
+# per-call cores' test runs of CI, a user's pool) and need one kernel at the same time
+# would each compile it: Numba looks in the cache, misses, compiles and saves, and
+# nothing keeps the others from doing the same meanwhile. So a compile holds a lock on
+# one byte of a file in its cache directory, the byte chosen by a hash of the kernel's
+# key (its function's index, signature and options); a process that waited for it looks
+# in the cache again and loads what the other saved. Keys that share a byte wait for
+# each other, which is slower, never wrong; so is a wait given up after
+# _COMPILE_WAIT seconds (a process stopped mid-compile), which compiles.
+
+_COMPILING = "lamina-compiling.lock"  # in each of Numba's cache directories
+_COMPILE_WAIT = 120.0
+_LOCK_BYTES = 1 << 16  # the bytes of _COMPILING that keys are hashed to
+
+
+@contextlib.contextmanager
+def compiling_once(cache: Any, key: str) -> Any:
+    """Note [Compiling once]'s lock of ``key`` held through the block, which compiles
+    into ``cache`` (a Numba cache: Numba loads from it again once the lock is taken)."""
+    path = getattr(cache, "_cache_path", None)  # None: a function Numba does not cache
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(path, _COMPILING), os.O_RDWR | os.O_CREAT, 0o644)
+    except (ImportError, TypeError, OSError):  # no fcntl, no cache, no directory yet
+        yield
+        return
+    name = f"{cache._impl.filename_base}|{key}".encode()
+    byte = int.from_bytes(hashlib.blake2b(name, digest_size=4).digest(), "little")
+    byte %= _LOCK_BYTES
+    try:
+        deadline = time.monotonic() + _COMPILE_WAIT
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte)
+                break
+            except OSError:  # held by another process
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def prune_numba_cache() -> None:
