@@ -1,7 +1,7 @@
 """lamina.backends.numba_cpu.blas (Note [GEMM in kernels]): the BLAS GEMM called from
 Python and from inside a Numba kernel, against NumPy's matmul; gemm.product, which
-runs it over the rows of a result in parallel (Note [Products in parallel]), and
-gemm.add_product, which accumulates through it."""
+runs it over the rows of a result in parallel (Note [Products in parallel]), a bias
+first where there is one (Note [Bias first])."""
 
 import numpy as np
 import pytest
@@ -81,27 +81,36 @@ def test_gemms_multiplies_each_pair_of_a_batch(where, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_add_product_accumulates_into_out(dtype, threads):
-    """gemm.add_product: out += a @ b.T, with a strided a, a transposed view b (copied:
-    its columns are not adjacent) and, on two threads, a product split by rows."""
+def test_product_starts_from_a_bias(dtype, threads):
+    """Note [Bias first]: gemm.product with a bias gives bias + a @ b, with a strided a,
+    a transposed view b (copied: its columns are not adjacent), a strided bias of
+    another dtype, a bias that is a row of out itself and, on two threads, a product
+    split by rows; a bias that does not fit out's columns is refused."""
     a, b = _operands((300, 70), (90, 70), dtype, strided=True)
-    out = RNG.random((300, 90)).astype(dtype)
-    want = out.astype(np.float64) + a.astype(np.float64) @ b.T.astype(np.float64)
+    bias = RNG.random(180)[::2]  # float64, every second element
+    want = bias + a.astype(np.float64) @ b.T.astype(np.float64)
     before = lm.get_num_threads()
     lm.set_num_threads(threads)
     try:
         gemm.ROWS_FLOPS, saved = 0, gemm.ROWS_FLOPS  # split even this small product
-        gemm.add_product(a, b, out)
-        gemm.add_product(a[:0], b, out[:0])  # no rows
+        out = np.full((300, 90), np.nan, dtype)
+        gemm.product(a, b.T, out, bias=bias)
+        gemm.product(a[:0], b.T, out[:0], bias=bias)  # no rows
         transposed = np.asfortranarray(b).T.T  # (90, 70) with column stride 90 items
-        again = out.copy()
-        gemm.add_product(a, transposed, again)
+        again = np.full((300, 90), np.nan, dtype)
+        gemm.product(a, transposed.T, again, bias=bias)
+        own = RNG.random((300, 90)).astype(dtype)
+        row = own[7].astype(np.float64)
+        gemm.product(a, b.T, own, bias=own[7])
+        with pytest.raises(ValueError, match=r"bias \(89,\) does not fit out \(300, 90\)"):
+            gemm.product(a, b.T, out, bias=bias[:89])
     finally:
         gemm.ROWS_FLOPS = saved
         lm.set_num_threads(before)
     rtol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(out, want, rtol=rtol)
-    np.testing.assert_allclose(again, want + a.astype(np.float64) @ b.T, rtol=rtol)
+    np.testing.assert_allclose(again, want, rtol=rtol)
+    np.testing.assert_allclose(own, row + a.astype(np.float64) @ b.T, rtol=rtol)
 
 
 def _views(a, kind):

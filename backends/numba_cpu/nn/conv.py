@@ -1400,10 +1400,8 @@ def _linear(input, weight, bias, floor):
     if rows < w.shape[0] and (rows <= 32 or features >= 1024):
         out = np.ascontiguousarray(gemm.matmul(w, x2.T).T)
     elif bias is not None and features:  # (float32 or float64: linear's dtypes)
-        out = np.empty((rows, w.shape[0]), x.dtype)
-        out[...] = bias._data
-        gemm.add_product(x2, w, out)  # the bias first: gemm.add_product says why
-        bias = None
+        out = gemm.product(x2, w.T, np.empty((rows, w.shape[0]), x.dtype), bias=bias._data)
+        bias = None  # added first (Note [Bias first] in gemm.py)
     else:
         out = gemm.matmul(x2, w.T)
     _epilogue(out, None if bias is None else bias._data, NHWC, floor)  # rows of features
