@@ -581,8 +581,9 @@ def compiling_once(cache: Any, key: str) -> Any:
     try:
         import fcntl
 
+        os.makedirs(path, exist_ok=True)  # as Numba's save would
         fd = os.open(os.path.join(path, _COMPILING), os.O_RDWR | os.O_CREAT, 0o644)
-    except (ImportError, TypeError, OSError):  # no fcntl, no cache, no directory yet
+    except (ImportError, TypeError, OSError):  # no fcntl, no cache, a read-only directory
         yield
         return
     name = f"{cache._impl.filename_base}|{key}".encode()

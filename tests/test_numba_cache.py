@@ -1,7 +1,8 @@
 """Numba's cache under concurrent processes (Note [Numba's cache races] in
 backends/loop_cache.py): saves are serialized by a lock file, and an index naming
 another variant's data is detected and compiled around, never run; variants compiled
-with other options are keyed apart.
+with other options are keyed apart; a kernel another process is compiling is loaded
+once it is saved, not compiled again (Note [Compiling once]).
 
 The kernel lives in a module written to a temporary directory, so its cache files
 (``__pycache__`` beside it) belong to the test alone."""
@@ -10,6 +11,7 @@ import fcntl
 import importlib.util
 import os
 import pickle
+import subprocess
 import sys
 import threading
 
@@ -99,6 +101,71 @@ def test_a_save_waits_for_the_lock_of_its_cache_directory(kernel):
     assert not saver.is_alive()
     check(entries[0], np.float32)
     assert index_of(cache).exists()
+
+
+# another process compiling double for float32: it holds the compile's lock, says so,
+# and compiles (saving the kernel) once told to go on
+COMPILING = """
+import contextlib, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import doubling
+from lamina.backends import jit, loop_cache
+
+locking = loop_cache.compiling_once
+
+
+@contextlib.contextmanager
+def held_until_told(cache, key):
+    with locking(cache, key):
+        print("locked", flush=True)
+        sys.stdin.readline()
+        yield
+
+
+loop_cache.compiling_once = held_until_told
+array = jit.array(np.float32)
+jit.compile_kernel(doubling.double, jit.types.none(array, array))
+"""
+
+
+def test_a_kernel_another_process_is_compiling_is_waited_for_and_loaded(kernel, tmp_path):
+    """Note [Compiling once]: while another process compiles a kernel, a process that
+    needs it waits, then loads the kernel the other saved: it compiles nothing."""
+    from numba.core import event
+
+    double = kernel[0]
+    other = subprocess.Popen(
+        [sys.executable, "-c", COMPILING, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout.readline() == "locked\n"
+        compiled, entries = [], []
+
+        class Compiles(event.Listener):
+            def on_start(self, ev):
+                compiled.append(ev.data["dispatcher"].py_func.__name__)
+
+            def on_end(self, ev):
+                pass
+
+        waiter = threading.Thread(target=lambda: entries.append(compile_for(double, np.float32)))
+        with event.install_listener("numba:compile", Compiles()):
+            waiter.start()
+            waiter.join(timeout=1.5)
+            assert waiter.is_alive(), "compiled while another process held the lock"
+            other.stdin.write("go\n")
+            other.stdin.flush()
+            waiter.join(timeout=120)
+        assert not waiter.is_alive()
+        assert other.wait(timeout=60) == 0
+    finally:
+        other.kill()
+    assert compiled == [], "compiled what the other process saved"
+    check(entries[0], np.float32)
 
 
 def test_variants_compiled_with_other_options_are_cached_apart(tmp_path, monkeypatch):
