@@ -67,7 +67,7 @@ lm.set_num_threads(1)
 block_loops = {  # the convolutions' (conv.py's and winograd.py's) this step ran
     key[0].__name__
     for key in jit._entries
-    if isinstance(key, tuple) and getattr(key[0], "__name__", "").endswith("_blocks")
+    if isinstance(key, tuple) and getattr(key[0], "__name__", "").endswith(("_blocks", "_step"))
 }
 print(json.dumps({
     "loss": loss.item(),
@@ -81,8 +81,8 @@ print(json.dumps({
 
 # the kernels that missed Numba's cache in every process (conv.py's and winograd.py's)
 BLOCK_LOOPS = {
-    "flat_forward_blocks",
-    "flat_weight_grad_blocks",
+    "flat_forward_step",
+    "flat_weight_grad_step",
     "forward_blocks",
     "weight_grad_blocks",
 }

@@ -1222,15 +1222,15 @@ def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
     against the kernels."""
     monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
-    loops, real = [], conv._flat_loop
+    loops, real = [], conv._block_loop
     spy = lambda t, d, parallel: loops.append((t.__name__, parallel)) or real(t, d, parallel)
-    monkeypatch.setattr(conv, "_flat_loop", spy)
+    monkeypatch.setattr(conv, "_block_loop", spy)
     _, kwargs, wshape = case
     x = image((2, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
-    assert sorted(set(loops)) == [("flat_forward_blocks", True), ("flat_weight_grad_blocks", True)]
+    assert sorted(set(loops)) == [("flat_forward_step", True), ("flat_weight_grad_step", True)]
 
 
 @pytest.mark.parametrize("dtype", ["f8", "f4"])

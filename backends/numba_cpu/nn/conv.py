@@ -545,6 +545,8 @@ def _loop_table():
         nchw_forward_step: (nchw_blocks, _im2col_nchw, (4, 3), 14, (index, index, 2, 3)),
         nchw_input_grad_step: (nchw_blocks, _col2im_nchw, (3, 3), 14, (index, index, 2, 4)),
         nchw_weight_grad_step: (nchw_blocks, _im2col_nchw, (4, 3), 14, (index, index, 2, 4)),
+        flat_forward_step: (flat_blocks, _im2col_flat, (1, 3), 11, (2, 2, 4)),
+        flat_weight_grad_step: (flat_blocks, _im2col_flat, (1, 4), 11, (2, 2, 4)),
     }
 
 
@@ -740,15 +742,17 @@ def _flat_planes(x, geo):
     return flat, hp, wp
 
 
-# Note [Flat block loops]: the block loops of Note [Flat planes] are one kernel each,
-# without the GIL, where kernels can call the BLAS (Note [GEMM in kernels]), else the
-# same code runs from Python over the im2col kernel's entry point; a parallel loop over
-# parts of the images (Note [Split convolutions]), with buffers (and weight-gradient
-# sums) per part. Run from Python, a split's two parts took turns at the GIL a few
-# times per block and each turn woke a sleeping thread. Measured on VGG's first convolution (3
-# -> 16 channels, 64 x 64, batch 64, float32), one thread / two, the loops in Python
-# and as kernels alternating in one process: forward 6.97 / 5.49 ms (1.27x) -> 6.84 /
-# 4.19 ms (1.63x), weight gradient 11.96 / 8.38 ms (1.43x) -> 12.61 / 6.80 ms (1.85x).
+# Note [Flat block loops]: the block loop of Note [Flat planes], ``flat_blocks``, is one
+# kernel per step (the forward pass's, the weight gradient's), without the GIL, where
+# kernels can call the BLAS (Note [GEMM in kernels]), else the same code runs from
+# Python over the im2col kernel's entry point (``_block_loop``, as the other block
+# loops); a parallel loop over parts of the images (Note [Split convolutions]), with
+# buffers (and weight-gradient sums) per part. Run from Python, a split's two parts took
+# turns at the GIL a few times per block and each turn woke a sleeping thread. Measured
+# on VGG's first convolution (3 -> 16 channels, 64 x 64, batch 64, float32), one thread
+# / two, the loops in Python and as kernels alternating in one process: forward 6.97 /
+# 5.49 ms (1.27x) -> 6.84 / 4.19 ms (1.63x), weight gradient 11.96 / 8.38 ms (1.43x) ->
+# 12.61 / 6.80 ms (1.85x).
 
 
 @jit.jitable
@@ -762,85 +766,64 @@ def flat_block(n, oh0, ho, rows, channels, hp, wp, k, cols_buf):
     return oh1, span, base, cols_buf[: k * span].reshape(k, span)
 
 
-def flat_forward_blocks(im2col):
-    """out (N, groups * cout, ho, wo) = weights[g] (cout, k) @ each im2col block, group
-    by group, the padded width's extra columns dropped (Note [Flat block loops]); part p
-    of the images with buffers cols_bufs[p] and wide_bufs[p]."""
+def flat_blocks(step):
+    """The flat block loop (Note [Flat block loops]): ``step(flat, b, out, p, n, oh0,
+    oh1, span, base, cols, wide_buf, kh, kw, dh, dw, wp, groups, cin)`` for each block
+    [oh0, oh1) of the output rows of each image n of part p (``flat_block``'s span,
+    base and cols; wide_buf part p's wide buffer)."""
 
-    def run(flat, weights, taps, hp, wp, rows, cols_bufs, wide_bufs, out):
-        kh, kw, dh, dw = taps
-        groups, cout, k = weights.shape
-        cin, ho, wo = k // (kh * kw), out.shape[2], out.shape[3]
+    def run(flat, b, kh, kw, dh, dw, hp, wp, rows, images, groups, cin, ho, cols_bufs,
+            wide_bufs, out):  # fmt: skip
+        k = cin * kh * kw
         for p in jit.prange(cols_bufs.shape[0]):
-            start, stop = jit.part(out.shape[0], cols_bufs.shape[0], p)
+            start, stop = jit.part(images, cols_bufs.shape[0], p)
             for n in range(start, stop):
                 for oh0 in range(0, ho, rows):
                     oh1, span, base, cols = flat_block(
                         n, oh0, ho, rows, cin * groups, hp, wp, k, cols_bufs[p]
                     )
-                    wide = wide_bufs[p][: cout * span].reshape(cout, span)
-                    for g in range(groups):
-                        bases = base[g * cin : (g + 1) * cin]
-                        im2col(flat, bases, kh, kw, dh, dw, wp, oh0, span, cols)
-                        blas.gemm(weights[g], cols, wide, False, False, 0)
-                        block = wide.reshape(cout, oh1 - oh0, wp)
-                        out[n, g * cout : (g + 1) * cout, oh0:oh1] = block[:, :, :wo]
+                    step(flat, b, out, p, n, oh0, oh1, span, base, cols, wide_bufs[p], kh, kw,
+                         dh, dw, wp, groups, cin)  # fmt: skip
 
     return run
 
 
-def flat_weight_grad_blocks(im2col):
-    """sums[p, g] (cout, k) += grad's block, widened to the padded width with zeros in
-    the extra columns, times the im2col block transposed (Note [Flat block loops]),
-    over part p of the images."""
+def flat_forward_step(im2col):
+    """out (N, groups * cout, ho, wo) rows [oh0, oh1) of image n = weights[g] (cout, k)
+    @ the block's im2col, group by group, the padded width's extra columns dropped."""
 
-    def run(flat, grad, taps, hp, wp, rows, cols_bufs, wide_bufs, sums):
-        kh, kw, dh, dw = taps
-        groups, cout, k = sums.shape[1], sums.shape[2], sums.shape[3]
-        cin, ho, wo = k // (kh * kw), grad.shape[2], grad.shape[3]
-        for p in jit.prange(cols_bufs.shape[0]):
-            start, stop = jit.part(grad.shape[0], cols_bufs.shape[0], p)
-            for n in range(start, stop):
-                for oh0 in range(0, ho, rows):
-                    oh1, span, base, cols = flat_block(
-                        n, oh0, ho, rows, cin * groups, hp, wp, k, cols_bufs[p]
-                    )
-                    shape = (groups * cout, oh1 - oh0, wp)
-                    wide = wide_bufs[p][: groups * cout * span].reshape(shape)
-                    wide[:, :, :wo] = grad[n, :, oh0:oh1]
-                    wide[:, :, wo:] = 0
-                    block = wide.reshape(groups * cout, span)
-                    for g in range(groups):
-                        bases = base[g * cin : (g + 1) * cin]
-                        im2col(flat, bases, kh, kw, dh, dw, wp, oh0, span, cols)
-                        # the extra columns read the next row's values: zero times an
-                        # infinity or a NaN there would be NaN
-                        cols.reshape(k, oh1 - oh0, wp)[:, :, wo:] = 0
-                        grad_g = block[g * cout : (g + 1) * cout]
-                        blas.gemm(grad_g, cols, sums[p, g], False, True, 1)
+    def step(flat, weights, out, p, n, oh0, oh1, span, base, cols, wide_buf, kh, kw, dh, dw,
+             wp, groups, cin):  # fmt: skip
+        cout, wo = weights.shape[1], out.shape[3]
+        wide = wide_buf[: cout * span].reshape(cout, span)
+        for g in range(groups):
+            im2col(flat, base[g * cin : (g + 1) * cin], kh, kw, dh, dw, wp, oh0, span, cols)
+            blas.gemm(weights[g], cols, wide, False, False, 0)
+            block = wide.reshape(cout, oh1 - oh0, wp)
+            out[n, g * cout : (g + 1) * cout, oh0:oh1] = block[:, :, :wo]
 
-    return run
+    return step
 
 
-def _flat_signature(template, dtype):
-    t = jit.types
-    a1, a2, a3, a4, i = (*(jit.array(dtype, d) for d in (1, 2, 3, 4)), t.int64)
-    operand, result = {flat_forward_blocks: (a3, a4), flat_weight_grad_blocks: (a4, a4)}[template]
-    return t.void(a1, operand, t.UniTuple(i, 4), i, i, i, a2, a2, result)
+def flat_weight_grad_step(im2col):
+    """sums[p, g] (cout, k) += image n's grad block, widened to the padded width with
+    zeros in the extra columns, times the block's im2col transposed."""
 
+    def step(flat, grad, sums, p, n, oh0, oh1, span, base, cols, wide_buf, kh, kw, dh, dw,
+             wp, groups, cin):  # fmt: skip
+        cout, k, wo = sums.shape[2], sums.shape[3], grad.shape[3]
+        wide = wide_buf[: groups * cout * span].reshape(groups * cout, oh1 - oh0, wp)
+        wide[:, :, :wo] = grad[n, :, oh0:oh1]
+        wide[:, :, wo:] = 0
+        block = wide.reshape(groups * cout, span)
+        for g in range(groups):
+            im2col(flat, base[g * cin : (g + 1) * cin], kh, kw, dh, dw, wp, oh0, span, cols)
+            # the extra columns read the next row's values: zero times an infinity or a
+            # NaN there would be NaN
+            cols.reshape(k, oh1 - oh0, wp)[:, :, wo:] = 0
+            blas.gemm(block[g * cout : (g + 1) * cout], cols, sums[p, g], False, True, 1)
 
-def _flat_loop(template, dtype, parallel):
-    """Block loop ``template`` for ``dtype``, its parts in parallel or not (Note [Flat
-    block loops])."""
-    native = blas.available()
-
-    def build():
-        if native:
-            sig = _flat_signature(template, dtype)
-            return jit.compile_kernel(template(_im2col_flat), sig, parallel, nogil=True)
-        return template(_kernel(_im2col_flat, dtype))
-
-    return jit.cached((template, np.dtype(dtype), native, native and parallel), build)
+    return step
 
 
 def _flat_buffers(geo, wp, dtype):
@@ -861,8 +844,13 @@ def _forward_nchw_flat(x, w, geo, out):
     flat, hp, wp = _flat_planes(x, geo)
     (cols, wide), rows = _flat_buffers(geo, wp, x.dtype)
     weights = np.ascontiguousarray(w).reshape(geo.groups, geo.cout, geo.k)  # _nchw_weight's
-    loop = _flat_loop(flat_forward_blocks, x.dtype, len(cols) > 1)
-    loop(flat, weights, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, out)
+    loop = _block_loop(flat_forward_step, x.dtype, len(cols) > 1)
+    loop(flat, weights, *_flat_geometry(geo, hp, wp, rows), cols, wide, out)
+
+
+def _flat_geometry(geo, hp, wp, rows):
+    """The flat block loop's integers."""
+    return geo.kh, geo.kw, geo.dh, geo.dw, hp, wp, rows, geo.n, geo.groups, geo.cin, geo.ho
 
 
 # Note [Small planes]: NCHW im2col blocks hold one image's output rows, so a
@@ -1307,9 +1295,9 @@ def _backward_weight_nchw_flat(g3, x, geo):
     flat, hp, wp = _flat_planes(x, geo)
     (cols, wide), rows = _flat_buffers(geo, wp, x.dtype)
     sums = np.zeros((len(cols), geo.groups, geo.cout, geo.k), x.dtype)
-    loop = _flat_loop(flat_weight_grad_blocks, x.dtype, len(cols) > 1)
+    loop = _block_loop(flat_weight_grad_step, x.dtype, len(cols) > 1)
     grad = np.ascontiguousarray(g3).reshape(geo.n, geo.c_out, geo.ho, geo.wo)
-    loop(flat, grad, (geo.kh, geo.kw, geo.dh, geo.dw), hp, wp, rows, cols, wide, sums)
+    loop(flat, grad, *_flat_geometry(geo, hp, wp, rows), cols, wide, sums)
     return sums.sum(axis=0).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 
