@@ -886,7 +886,8 @@ def test_strided_convolution_by_space_to_depth_matches_the_oracle(
 def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, monkeypatch):
     """Note [Filter cache]: served again only while the weight's bits are unchanged,
     whatever changed them (an in-place operation, a write through a NumPy view, even
-    0.0 -> -0.0), and bounded in bytes."""
+    0.0 -> -0.0, in the first block compared or after it), and bounded in bytes."""
+    monkeypatch.setattr(winograd, "_FIRST_BLOCK", 100)
     built = []
     real = winograd._transform_filters
     monkeypatch.setattr(winograd, "_transform_filters", lambda *a: built.append(1) or real(*a))
@@ -911,7 +912,9 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     check()
     w.numpy()[1, 1, 1, 1] = -0.0
     check()
-    assert len(built) == 5
+    w.numpy()[-1, -1, -1, -1] = 7.0  # past the first block
+    check()
+    assert len(built) == 6
     monkeypatch.setattr(winograd, "FILTER_CACHE_BYTES", 0)
     w.numpy()[1, 1, 1, 1] = 1.0
     check()
