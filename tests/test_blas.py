@@ -228,3 +228,25 @@ def test_batches_in_parallel_equal_numpy(dtype, kinds, total, monkeypatch):
             gemm.batched(a0[:1].repeat(3, 0), b0[:1], np.empty((2, 7, 13)))
     finally:
         lm.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_parts_total_is_numpys_sum_over_the_parts_bit_for_bit(dtype, parts, monkeypatch):
+    """gemm.parts_total: the parts' sums added in NumPy's order on two threads (so the
+    same bits), one part given back as it is, other dtypes and strides by NumPy."""
+    monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
+    sums = (RNG.standard_normal((parts, 5, 7, 3)) * 1e4).astype(dtype)
+    before = lm.get_num_threads()
+    lm.set_num_threads(2)
+    try:
+        total = gemm.parts_total(sums)
+        strided = gemm.parts_total(sums[:, :, ::2])
+        ints = gemm.parts_total(sums.astype(np.int64))
+    finally:
+        lm.set_num_threads(before)
+    np.testing.assert_array_equal(total, sums.sum(axis=0))
+    assert total.dtype == sums.dtype and total.shape == (5, 7, 3)
+    assert np.shares_memory(total, sums) == (parts == 1)
+    np.testing.assert_array_equal(strided, sums[:, :, ::2].sum(axis=0))
+    np.testing.assert_array_equal(ints, sums.astype(np.int64).sum(axis=0))

@@ -183,7 +183,40 @@ def batched(a, b, out, beta=0.0, sums=False):
 def summed(a, b, dtype):
     """The sum over the batch of a[i] @ b[i] (``batched``, each part summing its own)."""
     sums = np.zeros((_batch_parts(a, b), a.shape[1], b.shape[2]), dtype)
-    return batched(a, b, sums, beta=1.0, sums=True).sum(axis=0)
+    return parts_total(batched(a, b, sums, beta=1.0, sums=True))
+
+
+def parts_total(sums):
+    """sums.sum(axis=0) of the parts' own sums of a parallel loop (a weight gradient's):
+    the one part's as it is, else added part by part (NumPy's order, so its bits) in
+    parallel over the elements where they are many. It was NumPy's sum, a copy for one
+    part and a serial pass for more: 512 x 512 x 3 x 3 float32, ~1 ms a call."""
+    if sums.shape[0] == 1:
+        return sums[0]
+    parts = threads.parts_for(sums.size, sums[0].size)
+    if parts == 1 or sums.dtype not in (np.float32, np.float64) or not sums.flags.c_contiguous:
+        return sums.sum(axis=0)
+    out = np.empty(sums.shape[1:], sums.dtype)
+    _add_parts_kernel(sums.dtype)(sums.reshape(sums.shape[0], -1), out.reshape(-1), parts)
+    return out
+
+
+def _add_parts(sums, out, parts):
+    for q in jit.prange(parts):
+        start, stop = jit.part(out.size, parts, q)
+        for i in range(start, stop):
+            out[i] = sums[0, i]
+        for p in range(1, sums.shape[0]):
+            for i in range(start, stop):
+                out[i] += sums[p, i]
+
+
+def _add_parts_kernel(dtype):
+    def build():
+        signature = jit.types.void(jit.array(dtype, 2), jit.array(dtype, 1), jit.types.int64)
+        return jit.compile_kernel(_add_parts, signature, parallel=True, nogil=True)
+
+    return jit.cached((_add_parts, dtype), build)
 
 
 def _total(a, b):

@@ -1266,7 +1266,7 @@ def _backward_weight_nhwc(g2, x, geo):
     sums = np.zeros((len(parts), geo.groups, geo.k, geo.cout), x.dtype)
     loop = _block_loop(nhwc_weight_grad_step, x.dtype, len(parts) > 1)
     loop(x, g2, *_nhwc_geometry(geo), size, parts, sums)
-    for g, s in enumerate(sums.sum(axis=0)):  # (kh kw, cin, cout) -> (cout, cin, kh kw)
+    for g, s in enumerate(gemm.parts_total(sums)):  # (kh kw, cin, cout) -> (cout, cin, kh kw)
         gw[_cols(g, geo.cout)] = _reverse_axes(s.reshape(-1, geo.cin, geo.cout)).reshape(
             geo.cout, geo.cin, geo.kh, geo.kw
         )
@@ -1287,7 +1287,7 @@ def _backward_weight_nchw(g3, x, geo):
     sums = np.zeros((len(parts), geo.groups, geo.cout, geo.k), x.dtype)
     loop = _block_loop(nchw_weight_grad_step, x.dtype, len(parts) > 1)
     loop(x, np.ascontiguousarray(g3), *_nchw_geometry(geo), rows, *geo.columns(), parts, sums)
-    return sums.sum(axis=0).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+    return gemm.parts_total(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 
 def _backward_weight_nchw_flat(g3, x, geo):
@@ -1298,7 +1298,7 @@ def _backward_weight_nchw_flat(g3, x, geo):
     loop = _block_loop(flat_weight_grad_step, x.dtype, len(cols) > 1)
     grad = np.ascontiguousarray(g3).reshape(geo.n, geo.c_out, geo.ho, geo.wo)
     loop(flat, grad, *_flat_geometry(geo, hp, wp, rows), cols, wide, sums)
-    return sums.sum(axis=0).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
+    return gemm.parts_total(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 
 def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilation, groups):

@@ -116,6 +116,7 @@ import numpy as np
 from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
 
+from .. import gemm
 from .. import vectors as v
 from .layout import NCHW, NHWC
 from .windows import tap_ranges
@@ -796,8 +797,8 @@ def weight_grad(x, g, geo, layout):
     if layout == NHWC:
         gw, unused = np.zeros((parts, geo.kh, geo.kw, geo.c_out), x.dtype), _unused(parts, x)
         _kernel(NHWC, "weight", (), unused)(x, gw, g, unused, geo.n, _pixels_args(geo))
-        return np.ascontiguousarray(gw.sum(axis=0).transpose(2, 0, 1))[:, None]
+        return np.ascontiguousarray(gemm.parts_total(gw).transpose(2, 0, 1))[:, None]
     gw = np.zeros((parts, geo.c_out, 1, geo.kh, geo.kw), x.dtype)
     sums = np.zeros((parts, geo.kh, geo.kw, geo.wo), x.dtype)
     _kernel(NCHW, "weight", (geo.sw,), sums)(x, gw, g, sums, geo.n, _taps_args(geo))
-    return gw.sum(axis=0)
+    return gemm.parts_total(gw)

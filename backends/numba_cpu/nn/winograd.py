@@ -49,7 +49,7 @@ import numpy as np
 
 from lamina.backends import jit, precision, threads
 
-from .. import blas
+from .. import blas, gemm
 from .layout import NCHW, NHWC
 
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
@@ -796,7 +796,7 @@ def weight_grad(x, g, alg, geo, layout):
     run(x, g, *tiles.geometry(geo), buffers, totals, done)
     if not done.all():
         return None
-    total = totals.sum(axis=0) if parts > 1 else totals[0]
+    total = gemm.parts_total(totals)
     # the adjoint of ``filters`` (Note [Filter transforms]): gw[o, i] = gg^T total[:, i, o]
     gw = np.dot(alg.gg.T, total.reshape(tiles.positions, -1).astype(np.float64)).astype(dtype)
     return np.ascontiguousarray(gw.reshape(alg.r, alg.r, geo.cin, geo.c_out).transpose(3, 2, 0, 1))
