@@ -578,12 +578,15 @@ def compiling_once(cache: Any, key: str) -> Any:
     """Note [Compiling once]'s lock of ``key`` held through the block, which compiles
     into ``cache`` (a Numba cache: Numba loads from it again once the lock is taken)."""
     path = getattr(cache, "_cache_path", None)  # None: a function Numba does not cache
+    fd = None
     try:
         import fcntl
 
         os.makedirs(path, exist_ok=True)  # as Numba's save would
         fd = os.open(os.path.join(path, _COMPILING), os.O_RDWR | os.O_CREAT, 0o644)
     except (ImportError, TypeError, OSError):  # no fcntl, no cache, a read-only directory
+        pass
+    if fd is None:
         yield
         return
     name = f"{cache._impl.filename_base}|{key}".encode()
@@ -591,14 +594,14 @@ def compiling_once(cache: Any, key: str) -> Any:
     byte %= _LOCK_BYTES
     try:
         deadline = time.monotonic() + _COMPILE_WAIT
-        while True:
+        while time.monotonic() < deadline:
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte)
                 break
-            except OSError:  # held by another process
-                if time.monotonic() > deadline:
-                    break
+            except (BlockingIOError, PermissionError):  # held by another process
                 time.sleep(0.005)
+            except OSError:  # a file system without record locks: compile unlocked
+                break
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -234,7 +234,8 @@ def test_batches_in_parallel_equal_numpy(dtype, kinds, total, monkeypatch):
 @pytest.mark.parametrize("parts", [1, 2, 3])
 def test_parts_total_is_numpys_sum_over_the_parts_bit_for_bit(dtype, parts, monkeypatch):
     """gemm.parts_total: the parts' sums added in NumPy's order on two threads (so the
-    same bits), one part given back as it is, other dtypes and strides by NumPy."""
+    same bits, but for the sign of a zero), one part given back as it is, other dtypes
+    and strides by NumPy."""
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     sums = (RNG.standard_normal((parts, 5, 7, 3)) * 1e4).astype(dtype)
     before = lm.get_num_threads()

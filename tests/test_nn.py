@@ -1014,6 +1014,30 @@ def test_winograd_needs_enough_tiles(monkeypatch):
     assert takes(64) and not takes(8)
 
 
+def test_a_copy_kept_with_a_result_is_never_rewritten_in_place(monkeypatch):
+    """Note [Filter cache]: a weight that changed gets a new copy where its entry kept
+    a result (another thread comparing with the old copy must fail to serve that
+    result), and its own copy rewritten in place once it has none (training)."""
+    monkeypatch.setattr(winograd, "_prepared", {})
+    w = np.random.default_rng(0).random((8, 8, 3, 3))
+
+    def prepared():
+        return winograd.prepared(w, "twice", lambda w: 2 * w)
+
+    prepared()
+    prepared()  # unchanged: its result kept
+    ((first, kept),) = winograd._prepared.values()
+    assert kept is not None
+    w += 1
+    np.testing.assert_array_equal(prepared(), 2 * w)
+    ((second, kept),) = winograd._prepared.values()
+    assert kept is None and second is not first and not np.array_equal(first, w)
+    w += 1
+    np.testing.assert_array_equal(prepared(), 2 * w)
+    ((third, kept),) = winograd._prepared.values()
+    assert third is second and np.array_equal(third, w)
+
+
 def test_the_filter_cache_evicts_copies_without_results_first_then_the_least_served(
     monkeypatch,
 ):
