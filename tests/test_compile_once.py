@@ -19,6 +19,10 @@ import pytest
 
 from lamina.backends import loop_cache
 
+# other processes, each with the C core's loops and kernels: what the pure-Python core
+# compiles is a part of that (Note [Core-independent tests])
+pytestmark = pytest.mark.core_independent
+
 # one training step; prints what it compiled and what it ran
 PROGRAM = """
 import collections, json, sys

@@ -114,6 +114,7 @@ def test_the_epilogue_is_relu_of_the_sum_with_the_bias(layout):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 def test_conv2d_relu_in_parts_equals_relu_of_conv2d(monkeypatch):
     """Two threads run a big convolution's images in two parts (Note [Split
     convolutions]), bias and relu added to each."""

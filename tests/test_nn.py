@@ -1133,6 +1133,7 @@ def test_the_input_gradients_flipped_kernel_follows_the_weight(monkeypatch):
     assert len(built) == 2
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_winograd_in_parts_matches_one_part(layout, two_threads, monkeypatch, winograd_calls):
     """Note [Winograd parts]: each driver (the forward pass, the input gradient's
@@ -1238,6 +1239,7 @@ def _kernels_match_oracle_and_python(fn, leaves, dtype, monkeypatch):
 FLAT_CASES = [c for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same_even_kernel")]
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 @pytest.mark.parametrize("case", FLAT_CASES, ids=[c[0] for c in FLAT_CASES])
 def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
@@ -1260,6 +1262,7 @@ def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
     assert sorted(set(loops)) == [("flat_forward_step", True), ("flat_weight_grad_step", True)]
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 @pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1, groups=2), dict(dilation=2)])
 def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
