@@ -921,6 +921,27 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     assert not winograd._prepared
 
 
+def test_the_filter_cache_compares_a_strided_weight_whole(monkeypatch):
+    """Note [Filter cache] on a weight that is not a C array (compared whole, not
+    flattened): a change past the first block is seen, one in the memory between its
+    elements is not."""
+    monkeypatch.setattr(winograd, "_FIRST_BLOCK", 4)
+    monkeypatch.setattr(winograd, "_prepared", {})
+    base = np.arange(64.0).reshape(8, 8)
+    w = base[:, ::2]
+    built = []
+
+    def served():
+        return winograd.prepared(w, "sum", lambda w: built.append(1) or w.sum())
+
+    assert served() == served() == base[:, ::2].sum()
+    base[-1, -2] = 100.0  # w's last element
+    assert served() == base[:, ::2].sum()
+    base[-1, -1] = -5.0  # between w's elements
+    assert served() == served() == base[:, ::2].sum()
+    assert len(built) == 3  # the first call, the change, the call after it (kept then)
+
+
 @pytest.fixture
 def batched_calls(monkeypatch):
     """The Note [Small planes] drivers conv2d called, in order."""

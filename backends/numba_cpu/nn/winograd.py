@@ -665,7 +665,11 @@ def _rewritten(hit, w):
 
 
 def _blocks_of(copy, w):
-    """(copy, w) flat, their first _FIRST_BLOCK elements and then the rest."""
+    """(copy, w) flat, their first _FIRST_BLOCK elements and then the rest; whole where
+    w is not a C array (flattening it would copy it on every call)."""
+    if not w.flags.c_contiguous:
+        yield copy, w
+        return
     a, b = copy.reshape(-1), w.reshape(-1)
     yield a[:_FIRST_BLOCK], b[:_FIRST_BLOCK]
     yield a[_FIRST_BLOCK:], b[_FIRST_BLOCK:]
