@@ -420,10 +420,10 @@ def _prefer() -> None:
     those still open is preferred, in every thread (the tables are process-wide).
     Leaving a block removes its own entry, never restores a saved state: blocks left in
     any order, in any thread, leave the preference of the blocks still open."""
-    preferred = _preferences[-1][1] if _preferences else None
-    if preferred != R.preferred_plugin:
+    preferred, before = _preferences[-1][1] if _preferences else None, R.preferred_plugin
+    if preferred != before:
         R.preferred_plugin = preferred
-        entries.rebuild()
+        entries.rebuild_preferring(before)
 
 
 @contextlib.contextmanager

@@ -385,12 +385,12 @@ def _floor(op: Operator, key: int) -> Callable:
 
 def rebuild_op(op: Operator) -> None:
     all_keys = keys.all_keys()
-    op.entries = {key: compute_entry(op, key) for key in all_keys}
+    entries = {key: compute_entry(op, key) for key in all_keys}
     none = _cached((op.name, 0, "missing"), lambda: missing_kernel(op, 0))
     table, scalar_table, mask = [none], [none], 0
     for bit in range(max(all_keys).bit_length()):
         key = 1 << bit
-        entry = op.entries.get(key)
+        entry = entries.get(key)
         if entry is None:  # a device key no registered plugin provides now: rule 5
             slot = _cached((op.name, key, "missing"), lambda k=key: missing_kernel(op, k))
             entry = Entry(slot, slot, True, 5, "no kernel: raises NotImplementedError")
@@ -398,10 +398,17 @@ def rebuild_op(op: Operator) -> None:
         scalar_table.append(entry.scalar_slot)
         if entry.in_mask:
             mask |= key
+    _install(op, (entries, table, scalar_table, mask))
+
+
+def _install(op: Operator, tables: tuple) -> None:
+    """Make (entries, table, scalar table, mask) op's."""
+    entries, table, scalar_table, mask = tables
     # Note [Rebuild order]: calls in other threads go on while a table is rebuilt, so a
     # key leaves the mask before its slot changes and joins it after: no call indexes a
     # slot whose key is in the mask but whose entry is not (the lists are replaced in
     # place, each in one step: bindings hold the lists themselves)
+    op.entries = entries
     op.mask &= mask
     op.table[:] = table
     op.scalar_table[:] = scalar_table
@@ -418,12 +425,49 @@ generation = 0
 def rebuild() -> None:
     """Recompute every operator's table and mask (registration time, never per call)."""
     with R.lock:
+        _preferences.clear()
         _rebuild()
 
 
+# Note [Preference snapshots]: ``lm.backends.use`` changes only which plugin is
+# preferred (Note [Preferred plugin]), and a test or a comparison switches back and
+# forth between the same few: so the tables of each preference seen since the tables
+# were last computed are kept, and switching to one of them installs its tables again
+# instead of computing every entry (13 ms, twice per ``use`` block, now 0.25 ms per
+# block: most of the time of an elementwise test comparing against numpy_ref). Anything
+# else that changes what tables hold -- a registration, a plugin loaded, a layer
+# switched, a priority, check_kernels -- goes through rebuild(), which forgets them all;
+# so does a kernel registered since (the registrations' order counter moved).
+_preferences: dict[str | None, list[tuple]] = {}  # plugin -> every (operator, its tables)
+_computed_at = -1  # the registrations' order counter when the tables were computed
+
+
+def rebuild_preferring(before: str | None) -> None:
+    """rebuild() after the preferred plugin changed from ``before`` (the tables') to
+    ``R.preferred_plugin``, from a snapshot where one is kept (Note [Preference
+    snapshots])."""
+    global generation
+    with R.lock:
+        if R._order != _computed_at or any(len(k) != len(OPERATORS) for k in _preferences.values()):
+            _preferences.clear()  # kernels or operators added since
+        elif before not in _preferences:
+            _preferences[before] = [
+                (op, (op.entries, list(op.table), list(op.scalar_table), op.mask))
+                for op in OPERATORS.values()
+            ]
+        kept = _preferences.get(R.preferred_plugin)
+        if kept is None:
+            _rebuild()
+            return
+        generation += 1
+        for op, tables in kept:
+            _install(op, tables)
+
+
 def _rebuild() -> None:
-    global _slot_cache, generation
+    global _slot_cache, generation, _computed_at
     generation += 1
+    _computed_at = R._order
     _used.clear()
     for op in OPERATORS.values():
         rebuild_op(op)

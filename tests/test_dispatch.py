@@ -432,6 +432,35 @@ def test_use_switches_kernels_for_a_block_and_restores(plugins, x):
     assert cpu_plugin("add") == name
 
 
+def test_use_installs_kept_tables_again_unless_something_changed(x, monkeypatch):
+    """Note [Preference snapshots]: a preference seen since the tables were computed
+    gets its tables back (the identical slots, no entry computed); a kernel registered
+    or a layer switched meanwhile has them computed anew."""
+    op, cpu = lm.dispatch.get("add"), CPU.bit_length()
+    with lm.backends.use("numpy_ref"):
+        reference = op.table[cpu]
+    before, numba_slot = snapshot(), op.table[cpu]
+    computed = []
+    real = entries.compute_entry
+    monkeypatch.setattr(entries, "compute_entry", lambda *a: computed.append(a) or real(*a))
+    with lm.backends.use("numpy_ref"):
+        assert op.table[cpu] is reference and cpu_plugin("add") == "numpy_ref"
+        assert (x + x).tolist() == [2.0, 4.0, 6.0]
+    assert not computed and op.table[cpu] is numba_slot and snapshot() == before
+    try:
+        with lm.backends.use("numpy_ref"):
+            registry.register_kernel("add", CPU, marker_kernel("direct"), "direct_test", 100)
+        assert computed and marked(x + x) == ("direct", CPU)  # preferred nowhere: priority
+    finally:
+        registry.unregister_plugin("direct_test")
+        entries.rebuild()
+    with lm.backends.use("numpy_ref"):
+        with lm.layers.off("autograd"):
+            assert not lm.dispatch.get("add").mask & AUTOGRAD
+        computed.clear()
+    assert computed and snapshot() == before
+
+
 def test_use_unknown_plugin_raises_and_changes_nothing():
     before = snapshot()
     with pytest.raises(ValueError, match="no backend plugin named 'nope'.*numba_cpu"):

@@ -47,8 +47,8 @@ def check_many(op, fn, cases):
     """For each case (lamina args, NumPy args, description): fn(*args) on numba_cpu and
     on numpy_ref both equal NumPy's result (or both raise TypeError where NumPy's dtype
     is not one the operator takes), and the inputs are left untouched. Returns the
-    numba_cpu results. (numpy_ref runs in one ``backends.use`` block: switching
-    backends rebuilds every dispatch table, ~2.5 ms.)"""
+    numba_cpu results. (numpy_ref runs in one ``backends.use`` block: a switch of
+    backends installs other tables, Note [Preference snapshots].)"""
     results = []
     for lm_args, np_args, where in cases:
         want, res = I.expected(op, np_args)
