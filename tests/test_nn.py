@@ -1159,13 +1159,16 @@ def test_the_input_gradients_flipped_kernel_follows_the_weight(monkeypatch):
 def test_winograd_in_parts_matches_one_part(layout, two_threads, monkeypatch, winograd_calls):
     """Note [Winograd parts]: each driver (the forward pass, the input gradient's
     transposed convolution, the weight gradient) runs once, its block loop in two parts
-    of the 3 images; the results are one thread's up to the order of the sums."""
-    parts, real = [], winograd._parts
-    monkeypatch.setattr(winograd, "_parts", lambda geo: parts.append(real(geo)) or parts[-1])
-    x, w = image((3, 16, 6, 5), layout, requires_grad=True), param((16, 16, 3, 3))
+    of one image's 3 tile rows; the results are one thread's up to the order of the
+    sums."""
+    monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
+    made, real = [], winograd._Tiles
+    monkeypatch.setattr(winograd, "_Tiles", lambda *a: made.append(real(*a)) or made[-1])
+    x, w = image((1, 16, 10, 5), layout, requires_grad=True), param((16, 16, 3, 3))
     fn = lambda x, w: F.conv2d(x, w, padding=1)
     (out,), grads = _run(fn, [x, w])
-    assert winograd_calls == ["forward", "forward", "weight_grad"] and parts == [2, 2, 2]
+    assert winograd_calls == ["forward", "forward", "weight_grad"]
+    assert [(t.th, t.parts) for t in made] == [(3, 2)] * 3  # F(4x4, 3x3): 4-row tiles
     lm.set_num_threads(1)
     (want,), want_grads = _run(fn, [x, w])
     for got, ref in zip([out, *grads], [want, *want_grads]):
@@ -1198,9 +1201,11 @@ def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     with each of its steps (forward, input gradient's scatter, weight gradient): one
     kernel calling the BLAS, and the same loop from Python (no BLAS kernels can call),
     against numpy_ref: 2 groups, stride 2, blocks of 3 of 11 output rows (the last
-    shorter), the 3 images in two parts."""
+    shorter), the 3 images in two parts, cut inside the second but for the input
+    gradient's (Note [Parts of images])."""
     parts, real = [], conv._nchw_parts
-    monkeypatch.setattr(conv, "_nchw_parts", lambda *a: parts.append(len(real(*a)[0])) or real(*a))
+    spy = lambda *a, **k: parts.append(real(*a, **k)) or parts[-1]
+    monkeypatch.setattr(conv, "_nchw_parts", spy)
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     x = image((3, 4, 22, 21), "NCHW", dtype, requires_grad=True)
     w, b = param((6, 2, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
@@ -1208,7 +1213,8 @@ def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     monkeypatch.setattr(conv, "BLOCK_BYTES", 3 * geo.wo * geo.k * np.dtype(dtype).itemsize)
     fn = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
-    assert parts[:3] == [2, 2, 2]  # the forward pass and both gradients
+    # the forward pass, the input gradient (whole images of 11 rows), the weight gradient
+    assert [(len(p[0]), p[2]) for p in parts[:3]] == [(2, 1), (2, 11), (2, 1)]
 
 
 def test_winograd_blocks_are_at_least_as_big_as_the_filters_they_read():
@@ -1267,16 +1273,16 @@ def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
     case, dtype, two_threads, monkeypatch
 ):
     """Note [Flat block loops]: NCHW stride-1 im2col with several blocks per image (a
-    small BLOCK_BYTES), the last one shorter, the 2 images in two parts; the kernels
-    against the oracle, then the same loops run from Python (no BLAS kernels can call)
-    against the kernels."""
+    small BLOCK_BYTES), the last one shorter, the 3 images in two parts cut inside the
+    second (Note [Parts of images]); the kernels against the oracle, then the same loops
+    run from Python (no BLAS kernels can call) against the kernels."""
     monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     loops, real = [], conv._block_loop
     spy = lambda t, d, parallel: loops.append((t.__name__, parallel)) or real(t, d, parallel)
     monkeypatch.setattr(conv, "_block_loop", spy)
     _, kwargs, wshape = case
-    x = image((2, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
+    x = image((3, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
@@ -1290,18 +1296,24 @@ def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
     kwargs, dtype, two_threads, monkeypatch
 ):
     """Note [Channels-last block loops]: im2col (no Winograd: 2 channels a group, or
-    dilated) with several blocks of 7 pixels per image, 3 images in two parts; forward
+    dilated) with several blocks of 7 pixels per image, 3 images in two parts, cut
+    inside the second but for the input gradient's (Note [Parts of images]); forward
     and both gradients against the oracle, then the same loops run from Python (no
     BLAS kernels can call) against the kernels."""
     parts, real = [], conv._nhwc_parts
-    monkeypatch.setattr(conv, "_nhwc_parts", lambda *a: parts.append(len(real(*a)[0])) or real(*a))
+    spy = lambda *a, **k: parts.append(real(*a, **k)) or parts[-1]
+    monkeypatch.setattr(conv, "_nhwc_parts", spy)
     groups = kwargs.get("groups", 1)
     x = image((3, 4, 42, 41), "NHWC", dtype, requires_grad=True)  # past the parallel threshold
     w, b = param((6, 4 // groups, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
     monkeypatch.setattr(conv, "BLOCK_BYTES", 7 * w.shape[1] * 9 * np.dtype(dtype).itemsize)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     out = _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
-    assert F.layout_of(out) == "NHWC" and parts[:3] == [2, 2, 2]  # forward, both gradients
+    # forward, both gradients: a strided input gradient scatters (whole images), a stride-1
+    # one is the forward pass of the flipped kernel
+    scatter = out.shape[2] * out.shape[3] if "stride" in kwargs else 1
+    got = [(len(p[0]), p[2]) for p in parts[:3]]
+    assert F.layout_of(out) == "NHWC" and got == [(2, 1), (2, scatter), (2, 1)]
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -349,12 +349,6 @@ class Geometry:
         self.k = self.cin * self.kh * self.kw  # the GEMM's inner dimension, per group
         self.pointwise = (self.kh, self.kw, self.sh, self.sw) == (1, 1, 1, 1) and not any(padding)
 
-    def images(self, n):
-        """The geometry of ``n`` of the batch's images."""
-        part = copy.copy(self)
-        part.n = n
-        return part
-
     @property
     def flops(self):
         return 2 * self.n * self.ho * self.wo * self.c_out * self.k
@@ -418,22 +412,22 @@ def _nchw_weight(w, g, geo):
 
 
 # Note [Split convolutions]: with several threads, a convolution's batch runs in parts,
-# one per thread from PARALLEL_ELEMENTS multiply-adds (``threads.parts_for``), each
-# part running its GEMMs on the one-thread BLAS (Note [BLAS threads]), so that a
-# thread reads the blocks it wrote, from its own cache. Every kernel runs its parts
-# itself, in a parallel loop without Python: Winograd's block loops (Note [Winograd
-# parts] in winograd.py), depthwise kernels (Note [Depthwise parts] in depthwise.py),
-# the im2col block loops (Notes [Channels-last block loops], [Flat block loops]; parts
-# of whole images, the weight gradient summing the parts'), and the products over a
-# whole batch, their rows or images in parallel (Notes [Products in parallel] and
-# [Batches in parallel] in gemm.py; split by images, each part read the whole weight for
-# a few images' pixels: measured on 2 cores, training steps at batch 8, ResNet-18 on 64
-# x 64 images 99.8 -> 86.1 ms, on 32 x 32 203 -> 193 ms). A loop costs ~2 us where
-# ``threads.split``'s parts, which convolutions used before, call back into Python and
-# wait on each other at the GIL (Note [Split work]): Winograd's loop for 128 channels on
-# 8 x 8 images at batch 8 took 0.80 ms on two threads as split parts, 0.39 as a parallel
-# loop (one thread 0.89). A batch of one image runs in one part, serially, but for the
-# depthwise forward pass (parts of planes) and the products split by rows. Measured on
+# one per thread from PARALLEL_ELEMENTS multiply-adds (``threads.parts_for``), each part
+# running its GEMMs on the one-thread BLAS (Note [BLAS threads]), so that a thread reads
+# the blocks it wrote, from its own cache. Every kernel runs its parts itself, in a
+# parallel loop without Python: Winograd's block loops (Note [Winograd parts] in
+# winograd.py), depthwise kernels (Note [Depthwise parts] in depthwise.py), the im2col
+# block loops (Notes [Channels-last block loops], [Flat block loops]; parts of rows or
+# pixels, Note [Parts of images], the weight gradient summing the parts'), and the
+# products over a whole batch, their rows or images in parallel (Notes [Products in
+# parallel] and [Batches in parallel] in gemm.py; split by images, each part read the
+# whole weight for a few images' pixels: measured on 2 cores, training steps at batch 8,
+# ResNet-18 on 64 x 64 images 99.8 -> 86.1 ms, on 32 x 32 203 -> 193 ms). A loop costs
+# ~2 us where ``threads.split``'s parts, which convolutions used before, call back into
+# Python and wait on each other at the GIL (Note [Split work]): Winograd's loop for 128
+# channels on 8 x 8 images at batch 8 took 0.80 ms on two threads as split parts, 0.39
+# as a parallel loop (one thread 0.89). A batch of one image has parts too (of its tile
+# rows, output rows or pixels), but for the channels-last depthwise kernels. Measured on
 # 2 cores, VGG's convolutions at batch 32 split by images: forward 1.7-2.5x faster on
 # two threads than on one, forward + backward 1.3-1.9x, where a 2-thread BLAS splitting
 # each block's GEMM gave 0.5-1.15x.
@@ -460,37 +454,40 @@ def _forward_nhwc(x, w, geo, out):
             wg = _pointwise_weight(w, g, geo).T
             gemm.product(a[:, g * geo.cin : (g + 1) * geo.cin], wg, o2[:, _cols(g, geo.cout)])
         return
-    parts, size = _nhwc_parts(geo, x.dtype)
+    parts, size, unit = _nhwc_parts(geo, x.dtype)
     loop = _block_loop(nhwc_forward_step, x.dtype, len(parts) > 1)
-    loop(x, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, parts, o2)
+    loop(x, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, unit, parts, o2)
 
 
 # Note [Channels-last block loops]: the channels-last im2col convolution runs its blocks
 # of output pixels -- im2col, then a GEMM per group -- in a parallel loop over parts of
-# the images (one part per thread from PARALLEL_ELEMENTS multiply-adds), each part with
-# an im2col buffer of its own and, in the weight gradient, sums of its own: one kernel
-# calling the BLAS (Note [GEMM in kernels]); where kernels cannot call it, the same
-# loops run from Python over the im2col kernels, the parts one after the other. Parts
-# hold whole images, so the input gradient's scatter never adds into another part's
-# pixels. Measured on 2 cores, forward and both gradients of ResNet-18's channels-last
-# convolutions (small images, which Winograd does not take in training), float32, the
-# pool allocator on, one thread / two, ms: 128 channels 3 x 3 on 8 x 8 at batch 8 4.58
-# / 3.95 as ``threads.split``'s parts -> 4.55 / 2.97; 64 -> 128 channels stride 2 on
-# 16 x 16, 1.89 / 2.31 -> 1.93 / 1.39; 256 channels on 4 x 4 at batch 32, 19.8 / 13.5
-# -> 15.2 / 10.1 (with the weight matrices' transposition by ``_reversed_axes``).
+# the output pixels (one part per thread from PARALLEL_ELEMENTS multiply-adds), each
+# part with an im2col buffer of its own and, in the weight gradient, sums of its own:
+# one kernel calling the BLAS (Note [GEMM in kernels]); where kernels cannot call it,
+# the same loops run from Python over the im2col kernels, the parts one after the other.
+# The input gradient's parts hold whole images, so its scatter never adds into another
+# part's pixels (Note [Parts of images]). Measured on 2 cores, forward and both
+# gradients of ResNet-18's channels-last convolutions (small images, which Winograd does
+# not take in training), float32, the pool allocator on, one thread / two, ms: 128
+# channels 3 x 3 on 8 x 8 at batch 8 4.58 / 3.95 as ``threads.split``'s parts -> 4.55 /
+# 2.97; 64 -> 128 channels stride 2 on 16 x 16, 1.89 / 2.31 -> 1.93 / 1.39; 256 channels
+# on 4 x 4 at batch 32, 19.8 / 13.5 -> 15.2 / 10.1 (with the weight matrices'
+# transposition by ``_reversed_axes``).
 
 
 def nhwc_blocks(step):
     """The channels-last block loop (Note [Channels-last block loops]): ``step(a, b,
     out, p, g, cols, b0, b1, *geometry)`` for each group g of each block [b0, b1) of
-    part p's output pixels, cols the block's rows of part p's buffer."""
+    part p's output pixels (the parts cut at multiples of ``unit`` pixels: Note [Parts
+    of images]), cols the block's rows of part p's buffer."""
 
-    def run(a, b, images, groups, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, size, parts, out):
+    def run(a, b, images, groups, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, size, unit,
+            parts, out):  # fmt: skip
         k = cin * kh * kw
         for p in jit.prange(parts.shape[0]):
             buffer = parts[p]
-            first, last = jit.part(images, parts.shape[0], p)  # images
-            start, stop = first * ho * wo, last * ho * wo
+            first, last = jit.part(images * ho * wo // unit, parts.shape[0], p)
+            start, stop = first * unit, last * unit
             for b0 in range(start, stop, size):
                 b1 = min(stop, b0 + size)
                 cols = buffer[: (b1 - b0) * k].reshape(b1 - b0, k)
@@ -539,12 +536,12 @@ def nhwc_weight_grad_step(im2col):
 def _loop_table():
     index = jit.index()
     return {
-        nhwc_forward_step: (nhwc_blocks, _im2col_nhwc, (4, 3), 14, (2, 2)),
-        nhwc_input_grad_step: (nhwc_blocks, _col2im_nhwc, (2, 3), 14, (2, 4)),
-        nhwc_weight_grad_step: (nhwc_blocks, _im2col_nhwc, (4, 2), 14, (2, 4)),
-        nchw_forward_step: (nchw_blocks, _im2col_nchw, (4, 3), 14, (index, index, 2, 3)),
-        nchw_input_grad_step: (nchw_blocks, _col2im_nchw, (3, 3), 14, (index, index, 2, 4)),
-        nchw_weight_grad_step: (nchw_blocks, _im2col_nchw, (4, 3), 14, (index, index, 2, 4)),
+        nhwc_forward_step: (nhwc_blocks, _im2col_nhwc, (4, 3), 15, (2, 2)),
+        nhwc_input_grad_step: (nhwc_blocks, _col2im_nhwc, (2, 3), 15, (2, 4)),
+        nhwc_weight_grad_step: (nhwc_blocks, _im2col_nhwc, (4, 2), 15, (2, 4)),
+        nchw_forward_step: (nchw_blocks, _im2col_nchw, (4, 3), 15, (index, index, 2, 3)),
+        nchw_input_grad_step: (nchw_blocks, _col2im_nchw, (3, 3), 15, (index, index, 2, 4)),
+        nchw_weight_grad_step: (nchw_blocks, _im2col_nchw, (4, 3), 15, (index, index, 2, 4)),
         flat_forward_step: (flat_blocks, _im2col_flat, (1, 3), 11, (2, 2, 4)),
         flat_weight_grad_step: (flat_blocks, _im2col_flat, (1, 4), 11, (2, 2, 4)),
     }
@@ -569,12 +566,28 @@ def _block_loop(template, dtype, parallel):
     return jit.cached((template, np.dtype(dtype), native, native and parallel), build)
 
 
-def _nhwc_parts(geo, dtype):
-    """(an im2col buffer per part, pixels per block) of the channels-last block loops."""
-    parts = threads.parts_for(geo.flops // 2, geo.n)
+def _nhwc_parts(geo, dtype, scatter=False):
+    """(an im2col buffer per part, pixels per block, pixels per unit of the parts) of
+    the channels-last block loops (Note [Parts of images])."""
+    parts, unit = _parts_of(geo, geo.ho * geo.wo, scatter)
     size = geo.block_pixels(np.dtype(dtype).itemsize)
-    most = min(size, -(-geo.n // parts) * geo.ho * geo.wo)  # a part's biggest block
-    return np.empty((parts, most * geo.k), dtype), size
+    most = min(size, -(-geo.n * geo.ho * geo.wo // (parts * unit)) * unit)  # a part's biggest block
+    return np.empty((parts, most * geo.k), dtype), size, unit
+
+
+# Note [Parts of images]: the im2col block loops cut their work into parts at any
+# output row (NCHW) or pixel (NHWC) of the batch, so that fewer images than threads
+# (one, in inference) still run on every thread; but where a step scatters into the
+# input gradient (col2im), whose pixels neighbouring output rows share, at whole
+# images, so that no two parts add into the same pixel.
+
+
+def _parts_of(geo, per_image, scatter):
+    """(parts, unit) of a block loop over ``per_image`` units (output rows or pixels)
+    of each image: parts of any whole number of units, or of whole images where the
+    step scatters (Note [Parts of images])."""
+    unit = per_image if scatter else 1
+    return threads.parts_for(geo.flops // 2, geo.n * per_image // unit), unit
 
 
 def _nhwc_geometry(geo):
@@ -635,33 +648,35 @@ def _forward_nchw(x, w, geo, out):
         return
     if geo.flat:
         return _forward_nchw_flat(x, w, geo, out)
-    parts, rows = _nchw_parts(geo, x.dtype)
+    parts, rows, unit = _nchw_parts(geo, x.dtype)
     loop = _block_loop(nchw_forward_step, x.dtype, len(parts) > 1)
-    loop(x, weights, *_nchw_geometry(geo), rows, *geo.columns(), parts, o3)
+    loop(x, weights, *_nchw_geometry(geo), rows, unit, *geo.columns(), parts, o3)
 
 
 def nchw_blocks(step):
     """The channels-first im2col block loop (Note [Channels-last block loops] holds for
     it too): ``step(a, b, out, p, g, n, oh0, oh1, cols, *geometry)`` for each group g of
-    each block [oh0, oh1) of output rows of each image n of part p, cols the block's (k,
-    rows x wo) view of part p's buffer. Run from Python, each part of a split MobileNet
+    each block [oh0, oh1) of output rows of image n in part p (the parts cut at
+    multiples of ``unit`` rows of the batch: Note [Parts of images]), cols the block's
+    (k, rows x wo) view of part p's buffer. Run from Python, each part of a split MobileNet
     first layer at batch 32 (3 -> 32 channels, stride 2, 64 x 64 images) made 32 calls,
     each giving up the GIL and taking it back, and ran 2x slower beside the other part:
     two threads took 4.0 ms, one 1.6; as one kernel, 0.8."""
 
-    def run(a, b, images, groups, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, rows, lo_, hi_,
-            parts, out):  # fmt: skip
+    def run(a, b, images, groups, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, rows, unit, lo_,
+            hi_, parts, out):  # fmt: skip
         k = cin * kh * kw
         for p in jit.prange(parts.shape[0]):
             buffer = parts[p]
-            start, stop = jit.part(images, parts.shape[0], p)
-            for n in range(start, stop):
-                for oh0 in range(0, ho, rows):
-                    oh1 = min(ho, oh0 + rows)
-                    cols = buffer[: k * (oh1 - oh0) * wo].reshape(k, (oh1 - oh0) * wo)
-                    for g in range(groups):
-                        step(a, b, out, p, g, n, oh0, oh1, cols, cin, kh, kw, sh, sw, pt, pl, dh,
-                             dw, wo, lo_, hi_)  # fmt: skip
+            first, last = jit.part(images * ho // unit, parts.shape[0], p)
+            r, stop = first * unit, last * unit
+            while r < stop:
+                n, oh0, oh1 = row_block(r, stop, ho, rows)
+                r += oh1 - oh0
+                cols = buffer[: k * (oh1 - oh0) * wo].reshape(k, (oh1 - oh0) * wo)
+                for g in range(groups):
+                    step(a, b, out, p, g, n, oh0, oh1, cols, cin, kh, kw, sh, sw, pt, pl, dh, dw,
+                         wo, lo_, hi_)  # fmt: skip
 
     return run
 
@@ -707,12 +722,21 @@ def nchw_weight_grad_step(im2col):
     return step
 
 
-def _nchw_parts(geo, dtype):
-    """(an im2col buffer per part, output rows per block) of the channels-first block
-    loop."""
-    parts = threads.parts_for(geo.flops // 2, geo.n)
+def _nchw_parts(geo, dtype, scatter=False):
+    """(an im2col buffer per part, output rows per block, rows per unit of the parts) of
+    the channels-first block loop (Note [Parts of images])."""
+    parts, unit = _parts_of(geo, geo.ho, scatter)
     rows = geo.nchw_rows(np.dtype(dtype).itemsize)
-    return np.empty((parts, geo.k * min(rows, geo.ho) * geo.wo), dtype), rows
+    return np.empty((parts, geo.k * min(rows, geo.ho) * geo.wo), dtype), rows, unit
+
+
+@jit.jitable
+def row_block(r, stop, ho, rows):
+    """The block of output rows from row r of the batch (image r // ho) in a part ending
+    at row ``stop``: (image, its first row, its end row), at most ``rows`` rows of one
+    image."""
+    n, oh0 = r // ho, r % ho
+    return n, oh0, min(ho, oh0 + rows, oh0 + stop - r)
 
 
 def _nchw_geometry(geo):
@@ -756,34 +780,33 @@ def _flat_planes(x, geo):
 
 
 @jit.jitable
-def flat_block(n, oh0, ho, rows, channels, hp, wp, k, cols_buf):
-    """Block [oh0, oh1) of image n's output rows: (oh1, its span (rows times the padded
+def flat_block(n, oh0, oh1, channels, hp, wp, k, cols_buf):
+    """Block [oh0, oh1) of image n's output rows: (its span (rows times the padded
     width), the offsets of the image's padded planes in the flat buffer, the (k, span)
     view of cols_buf)."""
-    oh1 = min(ho, oh0 + rows)
     span = (oh1 - oh0) * wp
     base = (n * channels + np.arange(channels)) * (hp * wp)
-    return oh1, span, base, cols_buf[: k * span].reshape(k, span)
+    return span, base, cols_buf[: k * span].reshape(k, span)
 
 
 def flat_blocks(step):
     """The flat block loop (Note [Flat block loops]): ``step(flat, b, out, p, n, oh0,
     oh1, span, base, cols, wide_buf, kh, kw, dh, dw, wp, groups, cin)`` for each block
-    [oh0, oh1) of the output rows of each image n of part p (``flat_block``'s span,
-    base and cols; wide_buf part p's wide buffer)."""
+    [oh0, oh1) of output rows of image n in part p (the parts cut at any row of the
+    batch: Note [Parts of images]; ``flat_block``'s span, base and cols; wide_buf part
+    p's wide buffer)."""
 
     def run(flat, b, kh, kw, dh, dw, hp, wp, rows, images, groups, cin, ho, cols_bufs,
             wide_bufs, out):  # fmt: skip
         k = cin * kh * kw
         for p in jit.prange(cols_bufs.shape[0]):
-            start, stop = jit.part(images, cols_bufs.shape[0], p)
-            for n in range(start, stop):
-                for oh0 in range(0, ho, rows):
-                    oh1, span, base, cols = flat_block(
-                        n, oh0, ho, rows, cin * groups, hp, wp, k, cols_bufs[p]
-                    )
-                    step(flat, b, out, p, n, oh0, oh1, span, base, cols, wide_bufs[p], kh, kw,
-                         dh, dw, wp, groups, cin)  # fmt: skip
+            r, stop = jit.part(images * ho, cols_bufs.shape[0], p)
+            while r < stop:
+                n, oh0, oh1 = row_block(r, stop, ho, rows)
+                r += oh1 - oh0
+                span, base, cols = flat_block(n, oh0, oh1, cin * groups, hp, wp, k, cols_bufs[p])
+                step(flat, b, out, p, n, oh0, oh1, span, base, cols, wide_bufs[p], kh, kw, dh, dw,
+                     wp, groups, cin)  # fmt: skip
 
     return run
 
@@ -829,7 +852,7 @@ def flat_weight_grad_step(im2col):
 def _flat_buffers(geo, wp, dtype):
     """(the im2col and the wide buffer of each part, output rows per block) of the flat
     block loops."""
-    parts = threads.parts_for(geo.flops // 2, geo.n)
+    parts, _ = _parts_of(geo, geo.ho, scatter=False)
     rows = _flat_rows(geo, wp, np.dtype(dtype).itemsize)
     span = min(rows, geo.ho) * wp
     return (np.empty((parts, c * span), dtype) for c in (geo.k, geo.c_out)), rows
@@ -1148,9 +1171,9 @@ def _backward_input_nhwc(g2, w, geo, dtype, gx):
             wg = _pointwise_weight(w, g, geo)
             gemm.product(g2[:, _cols(g, geo.cout)], wg, gx2[:, _cols(g, geo.cin)])
         return
-    parts, size = _nhwc_parts(geo, dtype)
+    parts, size, unit = _nhwc_parts(geo, dtype, scatter=True)
     loop = _block_loop(nhwc_input_grad_step, dtype, len(parts) > 1)
-    loop(g2, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, parts, gx)
+    loop(g2, _nhwc_weights(w, geo), *_nhwc_geometry(geo), size, unit, parts, gx)
 
 
 def _backward_input_nchw(g3, w, geo, dtype, gx):
@@ -1161,9 +1184,9 @@ def _backward_input_nchw(g3, w, geo, dtype, gx):
         for g, wg in enumerate(weights):
             gemm.batched(wg.T[None], g3[:, _cols(g, geo.cout)], gx3[:, _cols(g, geo.cin)])
         return
-    parts, rows = _nchw_parts(geo, dtype)
+    parts, rows, unit = _nchw_parts(geo, dtype, scatter=True)
     loop = _block_loop(nchw_input_grad_step, dtype, len(parts) > 1)
-    loop(np.ascontiguousarray(g3), np.stack(weights), *_nchw_geometry(geo), rows,
+    loop(np.ascontiguousarray(g3), np.stack(weights), *_nchw_geometry(geo), rows, unit,
          *geo.columns(), parts, gx)  # fmt: skip
 
 
@@ -1262,10 +1285,10 @@ def _backward_weight_nhwc(g2, x, geo):
             gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
             gemm.product(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
-    parts, size = _nhwc_parts(geo, x.dtype)
+    parts, size, unit = _nhwc_parts(geo, x.dtype)
     sums = np.zeros((len(parts), geo.groups, geo.k, geo.cout), x.dtype)
     loop = _block_loop(nhwc_weight_grad_step, x.dtype, len(parts) > 1)
-    loop(x, g2, *_nhwc_geometry(geo), size, parts, sums)
+    loop(x, g2, *_nhwc_geometry(geo), size, unit, parts, sums)
     for g, s in enumerate(gemm.parts_total(sums)):  # (kh kw, cin, cout) -> (cout, cin, kh kw)
         gw[_cols(g, geo.cout)] = _reverse_axes(s.reshape(-1, geo.cin, geo.cout)).reshape(
             geo.cout, geo.cin, geo.kh, geo.kw
@@ -1283,10 +1306,11 @@ def _backward_weight_nchw(g3, x, geo):
         return gw
     if geo.flat:
         return _backward_weight_nchw_flat(g3, x, geo)
-    parts, rows = _nchw_parts(geo, x.dtype)
+    parts, rows, unit = _nchw_parts(geo, x.dtype)
     sums = np.zeros((len(parts), geo.groups, geo.cout, geo.k), x.dtype)
     loop = _block_loop(nchw_weight_grad_step, x.dtype, len(parts) > 1)
-    loop(x, np.ascontiguousarray(g3), *_nchw_geometry(geo), rows, *geo.columns(), parts, sums)
+    loop(x, np.ascontiguousarray(g3), *_nchw_geometry(geo), rows, unit, *geo.columns(), parts,
+         sums)  # fmt: skip
     return gemm.parts_total(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 

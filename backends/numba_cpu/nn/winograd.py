@@ -425,17 +425,18 @@ def block(r0, rows, rows_per_block, tw, in_buf, out_buf, shape):
 
 
 def forward_blocks(transform, finish):
-    """The block loop of ``forward``: each block's input tiles transformed (``transform``,
+    """The block loop of ``forward`` over tile rows [start, stop) of all the images
+    (Note [Winograd parts]): each block's input tiles transformed (``transform``,
     a ``transform_input`` function), multiplied by the filters u position by position,
     and transformed into the output (``finish``, a ``transform_output`` function). One
     kernel where it can call the BLAS, else Python calling the transforms' kernels (Note
     [GEMM in kernels]). False if a value on the way was not finite."""
 
-    def run(x, u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, out):
+    def run(x, u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows_per_block, start, stop,
+            buffers, out):  # fmt: skip
         slab, tmp_in, tmp_out, rows, v_buf, m_buf = buffers
-        total = x.shape[0] * th
-        for r0 in range(0, total, rows_per_block):
-            r1, v, m = block(r0, total, rows_per_block, tw, v_buf, m_buf, u.shape)
+        for r0 in range(start, stop, rows_per_block):
+            r1, v, m = block(r0, stop, rows_per_block, tw, v_buf, m_buf, u.shape)
             if not math.isfinite(transform(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)):
                 return False
             blas.gemms(v, u, m, False, False, 0)
@@ -452,11 +453,10 @@ def weight_grad_blocks(transform_x, transform_g):
     (``transform_x``) and output-gradient tiles (``transform_g``); as
     ``forward_blocks``."""
 
-    def run(x, g, h, w, pt, pl, ho, wo, th, tw, rows_per_block, buffers, total):
+    def run(x, g, h, w, pt, pl, ho, wo, th, tw, rows_per_block, start, stop, buffers, total):
         slab, gslab, tmp_in, tmp_g, v_buf, z_buf = buffers
-        rows = x.shape[0] * th
-        for r0 in range(0, rows, rows_per_block):
-            r1, v, z = block(r0, rows, rows_per_block, tw, v_buf, z_buf, total.shape)
+        for r0 in range(start, stop, rows_per_block):
+            r1, v, z = block(r0, stop, rows_per_block, tw, v_buf, z_buf, total.shape)
             check = transform_x(x, h, w, pt, pl, r0, r1, th, slab, tmp_in, v)
             check += transform_g(g, ho, wo, r0, r1, th, gslab, tmp_g, z)
             if not math.isfinite(check):
@@ -468,33 +468,33 @@ def weight_grad_blocks(transform_x, transform_g):
 
 
 def forward_parts(loop):
-    """``loop`` (forward_blocks') over parts of the images in parallel, part p with
+    """``loop`` (forward_blocks') over parts of the tile rows in parallel, part p with
     buffers[k][p] (Note [Winograd parts]); done[p] whether part p's values stayed
     finite."""
 
     def run(x, u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows, buffers, out, done):
-        parts, images = done.size, x.shape[0]
+        parts = done.size
         for p in jit.prange(parts):
-            i0, i1 = jit.part(images, parts, p)
+            start, stop = jit.part(x.shape[0] * th, parts, p)
             own = (buffers[0][p], buffers[1][p], buffers[2][p], buffers[3][p], buffers[4][p],
                    buffers[5][p])  # fmt: skip
-            done[p] = loop(x[i0:i1], u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows, own,
-                           out[i0:i1])  # fmt: skip
+            done[p] = loop(x, u, bias, floor, h, w, pt, pl, ho, wo, th, tw, rows, start, stop,
+                           own, out)  # fmt: skip
 
     return run
 
 
 def weight_grad_parts(loop):
-    """``loop`` (weight_grad_blocks') over parts of the images in parallel, part p
+    """``loop`` (weight_grad_blocks') over parts of the tile rows in parallel, part p
     summing into totals[p]; as ``forward_parts``."""
 
     def run(x, g, h, w, pt, pl, ho, wo, th, tw, rows, buffers, totals, done):
-        parts, images = done.size, x.shape[0]
+        parts = done.size
         for p in jit.prange(parts):
-            i0, i1 = jit.part(images, parts, p)
+            start, stop = jit.part(x.shape[0] * th, parts, p)
             own = (buffers[0][p], buffers[1][p], buffers[2][p], buffers[3][p], buffers[4][p],
                    buffers[5][p])  # fmt: skip
-            done[p] = loop(x[i0:i1], g[i0:i1], h, w, pt, pl, ho, wo, th, tw, rows, own, totals[p])
+            done[p] = loop(x, g, h, w, pt, pl, ho, wo, th, tw, rows, start, stop, own, totals[p])
 
     return run
 
@@ -721,15 +721,18 @@ def _transform_filters(w, alg):
 
 
 class _Tiles:
-    """The tiling of one convolution: tile rows and columns, rows per block."""
+    """The tiling of one convolution: tile rows (of each image) and columns, the parts
+    of the tile rows of all images (Note [Winograd parts]), tile rows per block."""
 
     def __init__(self, geo, alg, itemsize):
         m = alg.m
         self.th, self.tw = -(-geo.ho // m), -(-geo.wo // m)
+        self.parts = threads.parts_for(geo.flops // 2, geo.n * self.th)
         self.positions = alg.n * alg.n
         per_row = self.positions * self.tw * (geo.cin + geo.c_out) * itemsize
         filters = self.positions * geo.cin * geo.c_out * itemsize  # U, read by every block
-        self.rows = max(1, min(geo.n * self.th, max(BLOCK_BYTES, filters) // per_row))
+        most = -(-geo.n * self.th // self.parts)  # the biggest part's tile rows
+        self.rows = max(1, min(most, max(BLOCK_BYTES, filters) // per_row))
         self.slab = (alg.n, m * self.tw + alg.n - m, geo.cin)  # transform_input's
         self.grad_slab = (m, m * self.tw, geo.c_out)  # transform_grad's
 
@@ -743,17 +746,16 @@ class _Tiles:
         return (geo.h, geo.w, geo.pt, geo.pl, geo.ho, geo.wo, self.th, self.tw, self.rows)
 
 
-# Note [Winograd parts]: a convolution's block loop runs in a parallel loop over parts of
-# its images, one part per thread from PARALLEL_ELEMENTS multiply-adds (``_parts``),
-# each part with buffers of its own and, in the weight gradient, a sum of its own that
-# the parts' total ends. Run instead as ``threads.split``'s parts, whose Python calls
-# the loop kernel, the parts waited on each other: measured on 2 cores, ResNet's 128 ->
-# 128 channels 3 x 3 on 8 x 8 images at batch 8, one thread 0.89 ms, two as split
-# parts 0.80, two in the parallel loop 0.39; at batch 32 3.32 / 2.05 / 1.71 ms.
-
-
-def _parts(geo):
-    return threads.parts_for(geo.flops // 2, geo.n)
+# Note [Winograd parts]: a convolution's block loop runs in a parallel loop over parts
+# of the tile rows of all its images (``_Tiles.parts``), one part per thread from
+# PARALLEL_ELEMENTS multiply-adds, each part with buffers of its own and, in the weight
+# gradient, a sum of its own that the parts' total ends. A tile row's output rows are
+# its own, so the parts never write the same values, and a single image has as many
+# parts as a batch (cut by images, one image ran on one thread). Run instead as
+# ``threads.split``'s parts, whose Python calls the loop kernel, the parts waited on
+# each other: measured on 2 cores, ResNet's 128 -> 128 channels 3 x 3 on 8 x 8 images at
+# batch 8, one thread 0.89 ms, two as split parts 0.80, two in the parallel loop 0.39;
+# at batch 32 3.32 / 2.05 / 1.71 ms.
 
 
 def _part_buffers(parts, *shapes_and_fills):
@@ -769,8 +771,8 @@ def forward(x, u, alg, geo, layout, bias, floor, out) -> bool:
     raised to ``floor`` (Note [Fused epilogues] in conv.py), in parts on lamina's threads
     (Note [Winograd parts]); False if a value on the way was not finite (Note [Winograd
     and infinities])."""
-    dtype, parts = x.dtype, _parts(geo)
-    tiles = _Tiles(geo.images(-(-geo.n // parts)), alg, x.itemsize)  # the biggest part's
+    dtype, tiles = x.dtype, _Tiles(geo, alg, x.itemsize)
+    parts = tiles.parts
     buffers = _part_buffers(
         parts,
         (tiles.slab, True, dtype),
@@ -790,8 +792,8 @@ def forward(x, u, alg, geo, layout, bias, floor, out) -> bool:
 def weight_grad(x, g, alg, geo, layout):
     """The (C_out, C_in, r, r) gradient of the weight from input x and grad g (both in
     ``layout``), in parts as ``forward``; None if a value on the way was not finite."""
-    dtype, parts = x.dtype, _parts(geo)
-    tiles = _Tiles(geo.images(-(-geo.n // parts)), alg, x.itemsize)
+    dtype, tiles = x.dtype, _Tiles(geo, alg, x.itemsize)
+    parts = tiles.parts
     buffers = _part_buffers(
         parts,
         (tiles.slab, True, dtype),
