@@ -942,6 +942,24 @@ def test_the_filter_cache_compares_a_strided_weight_whole(monkeypatch):
     assert len(built) == 3  # the first call, the change, the call after it (kept then)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
+def test_reorders_of_many_elements_copy_their_images_in_parts(two_threads, monkeypatch):
+    """conv._reorder: from PARALLEL_ELEMENTS elements the transposing copy runs in
+    parts of the images on two threads, both ways, equal to NumPy's transpose; below,
+    in one piece."""
+    splits, real = [], lm.backends.threads.split
+    monkeypatch.setattr(lm.backends.threads, "split", lambda f, n: splits.append(n) or real(f, n))
+    a = np.random.default_rng(0).standard_normal((4, 8, 64, 64)).astype(np.float32)
+    nhwc = conv._reorder(a, "NCHW", "NHWC")
+    back = conv._reorder(nhwc, "NHWC", "NCHW")
+    assert nhwc.flags.c_contiguous and back.flags.c_contiguous and splits == [4, 4]
+    np.testing.assert_array_equal(nhwc, a.transpose(0, 2, 3, 1))
+    np.testing.assert_array_equal(back, a)
+    small = conv._reorder(a[:, :, :8], "NCHW", "NHWC")
+    np.testing.assert_array_equal(small, a[:, :, :8].transpose(0, 2, 3, 1))
+    assert splits == [4, 4]
+
+
 @pytest.fixture
 def batched_calls(monkeypatch):
     """The Note [Small planes] drivers conv2d called, in order."""

@@ -1008,10 +1008,24 @@ def _order(geo, layout, dtype):
 
 
 def _reorder(a, src, dst):
-    """Kernel-order images ``a`` in order ``src`` as a C-contiguous array in ``dst``."""
+    """Kernel-order images ``a`` in order ``src`` as a C-contiguous array in ``dst``: a
+    copy of its images in parts on lamina's threads from PARALLEL_ELEMENTS elements
+    (NumPy's copy gives up the GIL). Measured on 2 cores, float32, one thread / two, ms:
+    8 x 64 x 32 x 32 to channels-last 1.48 / 0.80, back 0.32 / 0.21; 32 x 96 x 16 x 16
+    0.68 / 0.39 and 0.27 / 0.18; 32 x 576 x 4 x 4 0.18 / 0.14 and 0.12 / 0.11."""
     if src == dst:
         return a
-    return np.ascontiguousarray(a.transpose((0, 2, 3, 1) if dst == NHWC else (0, 3, 1, 2)))
+    view = a.transpose((0, 2, 3, 1) if dst == NHWC else (0, 3, 1, 2))
+    out = np.empty(view.shape, a.dtype)
+
+    def part(i0, i1):
+        np.copyto(out[i0:i1], view[i0:i1])
+
+    if threads.parts_for(a.size, a.shape[0]) > 1:
+        threads.split(part, a.shape[0])
+    else:
+        part(0, a.shape[0])
+    return out
 
 
 # Note [Strided convolutions]: a convolution with stride s (and kernel k, dilation 1,
