@@ -9,6 +9,8 @@ test_autograd.py's SAMPLES. Shapes are few and small and mostly float64, the dty
 rest of the suite compiles kernels for; one sweep runs the production dtype, float32.
 """
 
+import itertools
+
 import fused
 import numpy as np
 import pytest
@@ -1218,15 +1220,16 @@ def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     """conv.nchw_blocks, the channels-first loop over images and blocks of output rows,
     with each of its steps (forward, input gradient's scatter, weight gradient): one
     kernel calling the BLAS, and the same loop from Python (no BLAS kernels can call),
-    against numpy_ref: 2 groups, stride 2, blocks of 3 of 11 output rows (the last
-    shorter), the 3 images in two parts, cut inside the second but for the input
-    gradient's (Note [Parts of images])."""
+    against numpy_ref: 2 groups, stride 2 with a kernel one column wide (which does
+    not read every phase of the stride, so its rows are gathered: Note [Flat planes]),
+    blocks of 3 of 11 output rows (the last shorter), the 3 images in two parts, cut
+    inside the second but for the input gradient's (Note [Parts of images])."""
     parts, real = [], conv._nchw_parts
     spy = lambda *a, **k: parts.append(real(*a, **k)) or parts[-1]
     monkeypatch.setattr(conv, "_nchw_parts", spy)
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     x = image((3, 4, 22, 21), "NCHW", dtype, requires_grad=True)
-    w, b = param((6, 2, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
+    w, b = param((6, 2, 3, 1), dtype=dtype), param((6,), seed=2, dtype=dtype)
     geo = conv.Geometry(x.shape, w.shape, (2, 2), (1,) * 4, (1, 1), 2)
     monkeypatch.setattr(conv, "BLOCK_BYTES", 3 * geo.wo * geo.k * np.dtype(dtype).itemsize)
     fn = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2)
@@ -1281,30 +1284,56 @@ def _kernels_match_oracle_and_python(fn, leaves, dtype, monkeypatch):
     return out
 
 
-FLAT_CASES = [c for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same_even_kernel")]
+# (case, the images' height and width: output planes above SMALL_PLANE)
+FLAT_CASES = [
+    *((c, (11, 12)) for c in CONV_CASES if c[0] in ("plain", "dilated_groups", "same_even_kernel")),
+    (("stride2_5x4", _kw(stride=2, padding=(2, 1)), (3, 4, 5, 4)), (31, 25)),
+    (("stride3x2_7x5", _kw(stride=(3, 2), padding=(1, 2)), (3, 4, 7, 5)), (31, 25)),
+]
 
 
 @pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
-@pytest.mark.parametrize("case", FLAT_CASES, ids=[c[0] for c in FLAT_CASES])
+@pytest.mark.parametrize("case, size", FLAT_CASES, ids=[c[0][0] for c in FLAT_CASES])
 def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
-    case, dtype, two_threads, monkeypatch
+    case, size, dtype, two_threads, monkeypatch
 ):
-    """Note [Flat block loops]: NCHW stride-1 im2col with several blocks per image (a
-    small BLOCK_BYTES), the last one shorter, the 3 images in two parts cut inside the
-    second (Note [Parts of images]); the kernels against the oracle, then the same loops
-    run from Python (no BLAS kernels can call) against the kernels."""
-    monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows
+    """Note [Flat block loops]: NCHW im2col from flat planes (split into the stride's
+    phases where it is not 1: Note [Flat planes]) with several blocks per image (a small
+    BLOCK_BYTES), the last one shorter, the 3 images in two parts cut inside the second
+    (Note [Parts of images]); the kernels against the oracle, then the same loops run
+    from Python (no BLAS kernels can call) against the kernels."""
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows at stride 1
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     loops, real = [], conv._block_loop
     spy = lambda t, d, parallel: loops.append((t.__name__, parallel)) or real(t, d, parallel)
     monkeypatch.setattr(conv, "_block_loop", spy)
     _, kwargs, wshape = case
-    x = image((3, 4, 11, 12), "NCHW", dtype, requires_grad=True)  # planes above SMALL_PLANE
+    x = image((3, 4, *size), "NCHW", dtype, requires_grad=True)
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
-    assert sorted(set(loops)) == [("flat_forward_step", True), ("flat_weight_grad_step", True)]
+    # a strided input gradient scatters (nchw_blocks); a stride-1 one is a forward pass
+    assert {t for t in loops if t[0].startswith("flat")} == {
+        ("flat_forward_step", True),
+        ("flat_weight_grad_step", True),
+    }
+
+
+def test_phase_planes_hold_the_padded_planes_strided_pixels():
+    """Note [Flat planes]: each tap's run of the phase planes, read at an output row's
+    offset, is the padded input that tap meets along the output row (and beyond it, in
+    the extra columns, values no output keeps)."""
+    x = np.arange(2 * 3 * 9 * 10, dtype=np.float64).reshape(2, 3, 9, 10) + 1
+    w_shape, stride, padding = (5, 3, 4, 3), (3, 2), (2, 1, 1, 2)
+    geo = conv.Geometry(x.shape, w_shape, stride, padding, (1, 1), 1)
+    flat, taps, plane, wq = conv._flat_planes(x, geo)
+    padded = np.pad(x, ((0, 0), (0, 0), (2, 1), (1, 2)))
+    for n, c, t, oh in itertools.product(range(2), range(3), range(len(taps)), range(geo.ho)):
+        i, j = divmod(t, 3)
+        start = (n * 3 + c) * plane + taps[t] + oh * wq
+        row = padded[n, c, oh * 3 + i, j::2][: geo.wo]
+        assert np.array_equal(flat[start : start + geo.wo], row), (n, c, t, oh)
 
 
 @pytest.mark.core_independent  # Note [Core-independent tests]
