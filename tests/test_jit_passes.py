@@ -188,6 +188,81 @@ def test_a_channels_last_convnet_converts_only_at_its_borders(name, borders):
     assert len(layout.conversions(graph)) == borders
 
 
+def small_convnet():
+    """Convolution, batch norm, ReLU, pooling, flattened into a linear layer."""
+    lm.random.seed(0)
+    return lm.nn.Sequential(
+        lm.nn.Conv2d(3, 6, 3, padding=1),
+        lm.nn.BatchNorm2d(6),
+        lm.nn.ReLU(),
+        lm.nn.MaxPool2d(2),
+        lm.nn.Flatten(),
+        lm.nn.Linear(6 * 4 * 4, 5),
+    )
+
+
+@pytest.mark.parametrize("channels_last_faster", [True, False])
+def test_auto_layout_keeps_the_faster_plan_for_a_kind_of_variant(channels_last_faster, monkeypatch):
+    """Note [Compiled layout]: NCHW inference is traced channels-last too, and the
+    faster plan is kept (the timing stubbed); channels-last converts only at the
+    borders, where images enter and where they are flattened; a later size of the same
+    kind gets the same layout without another trial."""
+    trials = []
+    stub = lambda *plans: trials.append(plans) or channels_last_faster
+    monkeypatch.setattr(jit.layouts, "faster", stub)
+    model = small_convnet().eval()
+    compiled = jit.compile(model)
+    with lm.no_grad():
+        for batch in (2, 3):
+            x = rand(batch, 3, 8, 8, seed=batch)
+            close(compiled(x), model(x))
+    assert len(trials) == 1
+    for graph in compiled._compiled.graphs:  # each size's, and the symbolic one
+        converts = [n.args[0] for n in graph.nodes if n.name == "to_layout"]
+        if channels_last_faster:  # the input, and the flatten
+            assert converts == [graph.inputs[0]] and len(layout.conversions(graph)) == 2
+        else:
+            assert not converts and not layout.conversions(graph)
+
+
+def test_auto_layout_tries_nothing_where_the_program_has_effects(monkeypatch):
+    """A training step writes batch norm's statistics: trials would write them again."""
+    monkeypatch.setattr(jit.layouts, "faster", lambda *a: pytest.fail("a trial ran"))
+    model = small_convnet()
+    compiled = jit.compile(model)
+    lm.sum(compiled(rand(2, 3, 8, 8))).backward()
+    with lm.no_grad():
+        compiled(rand(2, 3, 8, 8))  # inference in training mode writes them too
+
+
+def test_a_fixed_layout_runs_training_channels_last_and_gives_eager_results():
+    """``layout="NHWC"``: a training step's loss and gradients as eager's (within
+    rounding: the kernels sum in another order), images returned in their NCHW layout;
+    channels-last inputs are left as they are."""
+    eager = small_convnet()
+    model = copy.deepcopy(eager)
+    compiled = jit.compile(model, layout="NHWC")
+    x = rand(2, 3, 8, 8)
+    for run in (eager, compiled):
+        lm.sum(run(x) ** 2).backward()
+    # within 1e-5 of the largest gradient: the convolution's bias, which batch norm
+    # cancels, has only rounding for a gradient
+    largest = max(np.abs(p.grad.numpy()).max() for p in eager.parameters())
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), atol=1e-5 * largest)
+    (variant,) = compiled._compiled.variants.values()
+    assert "to_layout" in [n.name for n in variant.plan.forward.graph.nodes]
+    features = jit.compile(model[:3], layout="NHWC")
+    with lm.no_grad():
+        out = features(x)
+        close(out, model[:3](x))
+        assert F.layout_of(out) == "NCHW"
+        graph = jit.trace(features._compiled.fn, F.to_layout(x, "NHWC"))
+        assert "to_layout" not in [n.name for n in graph.nodes]
+    with pytest.raises(ValueError, match="layout must be one of"):
+        jit.compile(model, layout="NCWH")
+
+
 # ---------------------------------------------------------------- saved values
 
 

@@ -48,9 +48,11 @@ from lamina.autograd.grad_mode import is_grad_enabled
 from lamina.autograd.grad_mode import state as _grad
 from lamina.dispatch import core, entries, keys
 from lamina.dispatch.dtypes import DType
+from lamina.dispatch.layouts import NHWC
 from lamina.dispatch.tensor import Tensor
 from lamina.nn import modules
 
+from . import layouts as L
 from . import passes as P
 from . import training
 from .executor import Plan, call_node
@@ -362,10 +364,13 @@ class CompiledFunction:
         fullgraph: bool = False,
         passes: Sequence[str] = P.DEFAULT,
         cache_limit: int = CACHE_LIMIT,
+        layout: str | None = "auto",
     ) -> None:
         P.check(passes)
+        L.check(layout)
         self.fn, self.module, self.dynamic, self.fullgraph = fn, module, dynamic, fullgraph
-        self.passes, self.cache_limit = tuple(passes), cache_limit
+        self.passes, self.cache_limit, self.layout = tuple(passes), cache_limit, layout
+        self.layouts: dict[Any, str | None] = {}  # kind -> its images' layout, None: as given
         self.variants: dict[tuple, Variant] = {}
         # Note [Guard tokens]: the hot path looks a call up by its guard token (the
         # per-call core's ``guard_token``: the guard key's facts as bytes, cheap to hash
@@ -489,28 +494,50 @@ class CompiledFunction:
             del self.recompiles[:-RECOMPILES_KEPT]
         tensors: list = []
         _flatten((args, kwargs), tensors)
-        variant = self._add(key, kind, self._build(args, kwargs))
+        variant = self._add(key, kind, self._built(kind, args, tensors, kwargs))
         variant.shapes = [tuple(t.shape) for t in tensors]
         if same_kind is not None and variant.plan is not None:
             self._generalize(kind, same_kind.shapes, tensors, args, kwargs, variant)
         return variant
 
+    def _built(self, kind: Any, args: tuple, tensors: list, kwargs: dict) -> Variant:
+        """The variant of these arguments, its images in the layout chosen for its kind
+        (Note [Compiled layout]), which the first variant of the kind chooses."""
+        if kind in self.layouts:
+            return self._build(args, kwargs, layout=self.layouts[kind])
+        chosen = None if self.layout == "auto" else self.layout
+        variant = self._build(args, kwargs, layout=chosen)
+        if self.layout == "auto" and L.worth_a_trial(variant.plan, args):
+            other = self._build(args, kwargs, layout=NHWC)
+            if isinstance(other.plan, Plan) and L.faster(other.plan, variant.plan, tensors):
+                variant, chosen = other, NHWC
+        self.layouts[kind] = chosen
+        return variant
+
     def _build(
-        self, args: tuple, kwargs: dict, sizes: list | None = None, passes: Any = None
+        self,
+        args: tuple,
+        kwargs: dict,
+        sizes: list | None = None,
+        passes: Any = None,
+        layout: str | None = None,
     ) -> Variant:
         """The variant traced at the arguments (at ``sizes``: a probe's), optimized
-        by ``passes`` (the function's by default)."""
+        by ``passes`` (the function's by default), its images in ``layout`` (None: as
+        given; Note [Compiled layout])."""
         start = _start if sizes is None else functools.partial(_start, sizes=sizes)
         passes = self.passes if passes is None else passes
+        fn = (layout and L.in_layout(self.fn, args, layout)) or self.fn
+        no_global_writes = lambda _: _no_global_writes(self.fn)  # the user's function's
         grad = is_grad_enabled()
         if grad:  # training, where something the function reads requires grad
-            trained = training.build(self.fn, args, kwargs, start, passes, _no_global_writes)
+            trained = training.build(fn, args, kwargs, start, passes, no_global_writes)
             if trained is not None:  # Note [Joint graph]
                 return Variant(trained, trained.graph)
-        tracer, _, targs, tkwargs = start(self.fn, args, kwargs)
+        tracer, _, targs, tkwargs = start(fn, args, kwargs)
         try:
-            with _no_global_writes(self.fn), tracing(tracer):
-                out = self.fn(*targs, **tkwargs)
+            with no_global_writes(fn), tracing(tracer):
+                out = fn(*targs, **tkwargs)
             tracer.graph.outputs = _output_of(tracer, out)
         except GraphBreak as e:
             if self.fullgraph:
@@ -561,9 +588,10 @@ class CompiledFunction:
             tries.append((None, tuple(p for p in self.passes if p != "fold")))  # at the next
         for traced, passes in tries:
             try:
-                traced = traced or self._build(args, kwargs, passes=passes)
-                probe = self._build(args, kwargs, shapes_at(probes), passes)
-                third = self._build(args, kwargs, shapes_at(checks), passes)
+                images = self.layouts.get(kind)  # Note [Compiled layout]
+                traced = traced or self._build(args, kwargs, passes=passes, layout=images)
+                probe = self._build(args, kwargs, shapes_at(probes), passes, images)
+                third = self._build(args, kwargs, shapes_at(checks), passes, images)
                 if None in (traced.plan, probe.plan, third.plan):
                     raise ValueError("a trace breaks")
                 generalizer = Generalizer(actual, probes)
@@ -731,6 +759,7 @@ def compile(
     fullgraph: bool = False,
     passes: Sequence[str] = P.DEFAULT,
     cache_limit: int = CACHE_LIMIT,
+    layout: str | None = "auto",
 ) -> Any:
     """``fn_or_module`` compiled: a callable with the same signature that traces each
     new variant of its inputs into a graph (Note [Guards]), optimizes it with
@@ -743,7 +772,9 @@ def compile(
     count against ``cache_limit`` (Note [Dynamic sizes])."""
     from lamina.nn import Module
 
-    options = dict(dynamic=dynamic, fullgraph=fullgraph, passes=passes, cache_limit=cache_limit)
+    options = dict(
+        dynamic=dynamic, fullgraph=fullgraph, passes=passes, cache_limit=cache_limit, layout=layout
+    )
     if isinstance(fn_or_module, Module):
         module = fn_or_module
         compiled = CompiledFunction(module.forward, module=module, **options)
