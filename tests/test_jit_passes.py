@@ -225,14 +225,35 @@ def test_auto_layout_keeps_the_faster_plan_for_a_kind_of_variant(channels_last_f
             assert not converts and not layout.conversions(graph)
 
 
-def test_auto_layout_tries_nothing_where_the_program_has_effects(monkeypatch):
-    """A training step writes batch norm's statistics: trials would write them again."""
-    monkeypatch.setattr(jit.layouts, "faster", lambda *a: pytest.fail("a trial ran"))
-    model = small_convnet()
+def test_auto_layout_trials_of_a_training_step_leave_no_trace():
+    """Note [Compiled layout]: the trials (real ones) of a training step write no
+    ``.grad`` and put batch norm's running statistics back, so the first compiled step
+    leaves the model as eager's first step does, whichever layout won."""
+    eager = small_convnet()
+    model = copy.deepcopy(eager)
     compiled = jit.compile(model)
-    lm.sum(compiled(rand(2, 3, 8, 8))).backward()
+    x = rand(4, 3, 8, 8)
+    for run in (eager, compiled):
+        lm.sum(run(x) ** 2).backward()
+    (chosen,) = compiled._compiled.layouts.values()  # one kind of variant, one choice
+    assert chosen in (None, "NHWC")
+    largest = max(np.abs(p.grad.numpy()).max() for p in eager.parameters())
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), atol=1e-5 * largest)
+    for a, b in zip(eager.buffers(), model.buffers()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_auto_layout_tries_nothing_whose_effects_it_could_not_undo(monkeypatch):
+    """Dropout draws random numbers; an in-place write to an argument changes the
+    caller's tensor: neither program is run again for a trial."""
+    monkeypatch.setattr(jit.layouts, "faster", lambda *a: pytest.fail("a trial ran"))
+    lm.random.seed(0)
+    dropping = jit.compile(lm.nn.Sequential(lm.nn.Conv2d(3, 4, 3), lm.nn.Dropout(0.5)))
+    dropping(rand(2, 3, 8, 8))
+    writing = jit.compile(lambda x, w: F.conv2d(x.mul_(2.0), w))
     with lm.no_grad():
-        compiled(rand(2, 3, 8, 8))  # inference in training mode writes them too
+        writing(rand(2, 3, 8, 8), rand(4, 3, 3, 3))
 
 
 def test_a_fixed_layout_runs_training_channels_last_and_gives_eager_results():
