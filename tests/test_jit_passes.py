@@ -225,16 +225,20 @@ def test_auto_layout_keeps_the_faster_plan_for_a_kind_of_variant(channels_last_f
             assert not converts and not layout.conversions(graph)
 
 
-def test_auto_layout_trials_of_a_training_step_leave_no_trace():
+def test_auto_layout_trials_of_a_training_step_leave_no_trace(monkeypatch):
     """Note [Compiled layout]: the trials (real ones) of a training step write no
     ``.grad`` and put batch norm's running statistics back, so the first compiled step
     leaves the model as eager's first step does, whichever layout won."""
+    trials, real = [], jit.layouts.faster
+    spy = lambda *a: trials.append(1) or real(*a)
+    monkeypatch.setattr(jit.layouts, "faster", spy)
     eager = small_convnet()
     model = copy.deepcopy(eager)
     compiled = jit.compile(model)
     x = rand(4, 3, 8, 8)
     for run in (eager, compiled):
         lm.sum(run(x) ** 2).backward()
+    assert trials == [1]  # a step's trial ran (its outcome is the machine's)
     (chosen,) = compiled._compiled.layouts.values()  # one kind of variant, one choice
     assert chosen in (None, "NHWC")
     largest = max(np.abs(p.grad.numpy()).max() for p in eager.parameters())
@@ -300,7 +304,7 @@ def test_a_compiled_training_step_peaks_no_higher_than_eager():
     tensors; and a plan's intermediates after their last use (Note [Released values])."""
     lm.random.seed(0)
     model = convnet.build(convnet.ARCHITECTURES["vgg"], convnet._lamina())
-    compiled = jit.compile(model)
+    compiled = jit.compile(model, layout=None)  # NCHW both, as eager
     x, y = rand(8, 3, 64, 64), lm.asarray(np.arange(8))
     lm.layers.enable("allocator")
     try:
@@ -332,7 +336,7 @@ def test_pool_indices_are_recomputed_where_the_backward_reads_the_pooled_input()
     )
     eager = copy.deepcopy(model)
     x = rand(2, 2, 6, 6)
-    compiled = jit.compile(model)
+    compiled = jit.compile(model, layout=None)  # eager's order of sums
     for run in (eager, compiled):
         lm.sum(run(x)).backward()
     for a, b in zip(eager.parameters(), model.parameters()):
@@ -343,7 +347,9 @@ def test_pool_indices_are_recomputed_where_the_backward_reads_the_pooled_input()
     assert all(v.dtype.kind == "f" for v in step.plan.saved)
     backward = [n.name for n in step.plan.backward.graph.nodes]
     assert backward.index("max_pool2d_with_indices") < backward.index("pool2d_scatter")
-    without = jit.compile(model, passes=[p for p in passes.DEFAULT if p != "recompute"])
+    without = jit.compile(
+        model, passes=[p for p in passes.DEFAULT if p != "recompute"], layout=None
+    )
     lm.sum(without(x)).backward()
     (step,) = without._compiled.variants.values()
     assert any(v.dtype.kind == "i" for v in step.plan.saved)  # what the pass saves
@@ -399,11 +405,12 @@ def test_inceptions_branches_run_at_once_and_equal_eager():
 
 def compiled_equals_eager(name, layout, rtol=0.0):
     """Two training steps bit for bit (within ``rtol``), then inference within
-    rounding; the compiled model."""
+    rounding; the compiled model, its images in the layout given (a layout the trials
+    chose would sum in another order: Note [Compiled layout])."""
     lm.random.seed(0)
     eager = convnet.build(convnet.ARCHITECTURES[name], convnet._lamina())
     model = copy.deepcopy(eager)
-    compiled = jit.compile(model)
+    compiled = jit.compile(model, layout=None)
     x = F.to_layout(rand(2, 3, 64, 64), layout)
     y = lm.asarray(np.array([3, 7]))
     optimizers = [lm.optim.SGD(m.parameters(), lr=0.01) for m in (eager, model)]

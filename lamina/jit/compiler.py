@@ -509,7 +509,8 @@ class CompiledFunction:
         variant = self._build(args, kwargs, layout=chosen)
         if self.layout == "auto" and L.worth_a_trial(variant.plan, args):
             other = self._build(args, kwargs, layout=NHWC)
-            if isinstance(other.plan, Plan) and L.faster(other.plan, variant.plan, tensors):
+            same_kind = isinstance(other.plan, type(variant.plan))  # both whole graphs
+            if same_kind and L.faster(other.plan, variant.plan, tensors):
                 variant, chosen = other, NHWC
         self.layouts[kind] = chosen
         return variant
@@ -769,7 +770,9 @@ def compile(
     ``dynamic=None`` makes it dynamic at its second distinct size, ``True`` from the
     start, ``False`` never: in a dynamic function the dimensions that changed become
     symbolic, one graph for every size, and variants that differ only in sizes do not
-    count against ``cache_limit`` (Note [Dynamic sizes])."""
+    count against ``cache_limit`` (Note [Dynamic sizes]). ``layout="auto"`` runs image
+    programs in the memory layout found faster on their first call, ``"NHWC"`` or
+    ``"NCHW"`` in that one, ``None`` in their inputs' (Note [Compiled layout])."""
     from lamina.nn import Module
 
     options = dict(
