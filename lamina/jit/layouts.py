@@ -13,13 +13,14 @@ as eager would give them.
 ``lm.jit.compile(..., layout=...)`` says which: ``"auto"`` (the default) traces a
 variant as it comes and, where it takes NCHW images and calls image operators
 (``worth_a_trial``), also channels-last, times both plans on the call's own inputs
-(``faster``: an inference, or a training step's forward and backward without
-autograd, so no ``.grad`` moves) and keeps channels-last only where it is faster by
-MARGIN. What the trials write -- batch norm's running statistics -- is put back as it
-was; a variant that draws random numbers (dropout) or writes a tensor it was given is
-not tried, as its effects could not be undone. ``"NHWC"`` or ``"NCHW"`` runs every
-variant's images in that layout; ``None`` keeps the inputs' layouts. The choice is made
-once per kind of variant (Note [Dynamic sizes]), so the sizes of one kind share it.
+(``faster``: an inference, or a training step's forward and backward without autograd,
+so no ``.grad`` moves; fewer runs where they would take over TRIAL_SECONDS) and keeps
+channels-last only where it is faster by MARGIN. What the trials write -- batch norm's
+running statistics -- is put back as it was; a variant that draws random numbers
+(dropout) or writes a tensor it was given is not tried, as its effects could not be
+undone. ``"NHWC"`` or ``"NCHW"`` runs every variant's images in that layout; ``None``
+keeps the inputs' layouts. The choice is made once per kind of variant
+(Note [Dynamic sizes]), so the sizes of one kind share it.
 Measured on 2 cores, float32, batch 32, compiled with ``layout=None`` / ``"auto"``:
 MobileNet v2 inference 36.2 / 33.8 ms (1 thread) and 29.1 / 22.7 ms (2), ResNet-18 on
 32 x 32 images 336 / 239 and 180 / 135 ms; training channels-last took 0.73x and 0.74x
@@ -45,7 +46,10 @@ from .training import Training
 
 CHOICES = ("auto", None, layouts.NCHW, layouts.NHWC)
 MARGIN = 0.95  # channels-last is kept where it takes at most this much of NCHW's time
-TRIAL_ROUNDS = 3  # timed runs of each plan, alternating, after one untimed run
+# timed runs of each plan, alternating, after one untimed run: up to TRIAL_ROUNDS, fewer
+# (at least one) where they would take more than TRIAL_SECONDS (a big training step)
+TRIAL_ROUNDS = 3
+TRIAL_SECONDS = 1.0
 
 
 def check(layout: Any) -> None:
@@ -137,21 +141,26 @@ def _run(plan: Any, tensors: list) -> None:
 
 def faster(challenger: Any, incumbent: Any, tensors: list) -> bool:
     """Whether ``challenger`` runs on ``tensors`` in at most MARGIN of ``incumbent``'s
-    time: the fastest of TRIAL_ROUNDS runs each, alternating, after one untimed run of
-    each (it loads their kernels); the tensors they write are then as before."""
+    time: the fastest of its timed runs each (TRIAL_ROUNDS and TRIAL_SECONDS),
+    alternating, after one untimed run of each (it loads their kernels); the tensors
+    they write are then as before."""
     plans = (challenger, incumbent)
     written = _written(_graph(incumbent)) or []
     before = [t.numpy().copy() for t in written]
     try:
-        for plan in plans:
-            _run(plan, tensors)
+        best = [_timed(plan, tensors) for plan in plans]  # the untimed runs' times
+        rounds = max(1, min(TRIAL_ROUNDS, int(TRIAL_SECONDS / sum(best))))
         best = [float("inf")] * len(plans)
-        for _ in range(TRIAL_ROUNDS):
+        for _ in range(rounds):
             for i, plan in enumerate(plans):
-                start = time.perf_counter()
-                _run(plan, tensors)
-                best[i] = min(best[i], time.perf_counter() - start)
+                best[i] = min(best[i], _timed(plan, tensors))
     finally:
         for t, values in zip(written, before):
             np.copyto(t.numpy(), values)
     return best[0] <= MARGIN * best[1]
+
+
+def _timed(plan: Any, tensors: list) -> float:
+    start = time.perf_counter()
+    _run(plan, tensors)
+    return time.perf_counter() - start
