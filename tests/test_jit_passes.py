@@ -403,6 +403,36 @@ def test_inceptions_branches_run_at_once_and_equal_eager():
     assert len(sources) == 3 and all("def t" in source for source in sources)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
+@pytest.mark.parametrize("name", ["resnet18_cifar", "mobilenet_v2"])
+def test_residual_and_depthwise_models_compiled_channels_last_equal_eager(name):
+    """Note [Compiled layout] through residual additions, depthwise convolutions, ReLU6
+    and adaptive pooling: given NCHW images, the model compiled channels-last converts
+    once, where they enter (global pooling leaves 1 x 1 images, in both layouts), and a
+    training step equals eager's on channels-last images bit for bit, inference within
+    rounding (batch norm folded)."""
+    from lamina.tools.bench import models
+
+    spec, lib = models.MODELS[name], convnet._lamina()
+    lm.random.seed(0)
+    eager = spec.make(lib, "NCHW")
+    model = copy.deepcopy(eager)
+    compiled = jit.compile(model, layout="NHWC")
+    x, y = spec.inputs(np.random.default_rng(0), 2)
+    x, y = spec.tensor(lib, x, "NCHW"), lm.asarray(y)
+    losses = [F.cross_entropy(eager(F.to_layout(x, "NHWC")), y), F.cross_entropy(compiled(x), y)]
+    for loss in losses:
+        loss.backward()
+    assert float(losses[1]) == float(losses[0])
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_array_equal(b.grad.numpy(), a.grad.numpy())
+    (step,) = compiled._compiled.variants.values()
+    assert len(layout.conversions(step.plan.forward.graph)) == 1
+    eager.eval(), model.eval()
+    with lm.no_grad():
+        close(compiled(x), eager(F.to_layout(x, "NHWC")), rtol=2e-5)
+
+
 def compiled_equals_eager(name, layout, rtol=0.0):
     """Two training steps bit for bit (within ``rtol``), then inference within
     rounding; the compiled model, its images in the layout given (a layout the trials
