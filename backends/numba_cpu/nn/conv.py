@@ -171,7 +171,7 @@ def _col2im_nchw(cols, gx, n, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, wo, oh0, 
 def _phase_planes(x, pt, pl, sh, sw, hq, wq, planes):
     """planes[n * C + c] = x[n, c] zero-padded, as its sh x sw phase planes of hq x wq
     pixels, flattened: phase (a, b) holds the padded plane's pixels [a::sh, b::sw] (Note
-    [Flat planes]; stride 1: the padded plane itself)."""
+    [Flat planes]; stride 1 takes _pad_planes)."""
     c_, h, w = x.shape[1], x.shape[2], x.shape[3]
     for p in jit.prange(planes.shape[0]):
         src_plane, plane = x[p // c_, p % c_], planes[p]
@@ -194,6 +194,28 @@ def _phase_planes(x, pt, pl, sh, sw, hq, wq, planes):
                     seg[k] = src[k * sw + b - pl]
                 for k in range(hi, wq):
                     seg[k] = 0
+
+
+def _pad_planes(x, pt, pl, hp, wp, planes):
+    """_phase_planes of stride 1, whose copies Numba vectorizes as it does not the
+    general loop's: padding 32 x 16 x 64 x 64 float32 took 0.32 ms against 0.76-1.6."""
+    c_, h, w = x.shape[1], x.shape[2], x.shape[3]
+    for p in jit.prange(planes.shape[0]):
+        src_plane, plane = x[p // c_, p % c_], planes[p]
+        for r in range(hp):
+            seg = plane[r * wp : (r + 1) * wp]
+            ih = r - pt
+            if ih < 0 or ih >= h:
+                for k in range(wp):
+                    seg[k] = 0
+                continue
+            for k in range(pl):
+                seg[k] = 0
+            dst, src = seg[pl : pl + w], src_plane[ih]
+            for k in range(w):
+                dst[k] = src[k]
+            for k in range(pl + w, wp):
+                seg[k] = 0
 
 
 @jit.jitable(**jit.CALLEE)  # called by the flat block loops (Note [Closure cells])
@@ -281,6 +303,7 @@ _SIGNATURES = {
     _im2col_nchw: lambda t, a4, a2, i, x: t.void(a4, *[i] * 14, x, x, a2),
     _col2im_nchw: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 14, x, x),
     _phase_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 6, a2),
+    _pad_planes: lambda t, a4, a2, i, x: t.void(a4, *[i] * 4, a2),
     _im2col_blocks: lambda t, a4, a2, i, x: t.void(a4, *[i] * 10, a2),
     _col2im_blocks: lambda t, a4, a2, i, x: t.void(a2, a4, *[i] * 10),
     _im2col_flat: lambda t, a4, a2, i, x: t.void(a2.copy(ndim=1), x, x, *[i] * 3, a2),
@@ -787,7 +810,10 @@ def _flat_planes(x, geo):
     flat[size:] = 0
     planes = flat[:size].reshape(geo.n * geo.c, sh * sw * hq * wq)
     parallel = threads.parts_for(size, len(planes)) > 1
-    _kernel(_phase_planes, x.dtype, parallel)(x, geo.pt, geo.pl, sh, sw, hq, wq, planes)
+    if (sh, sw) == (1, 1):
+        _kernel(_pad_planes, x.dtype, parallel)(x, geo.pt, geo.pl, hq, wq, planes)
+    else:
+        _kernel(_phase_planes, x.dtype, parallel)(x, geo.pt, geo.pl, sh, sw, hq, wq, planes)
     i, j = np.divmod(np.arange(geo.kh * geo.kw), geo.kw)
     phases = (i * dh % sh) * sw + j * dw % sw
     taps = (phases * hq + i * dh // sh) * wq + j * dw // sw
