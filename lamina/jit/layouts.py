@@ -3,7 +3,7 @@
 Note [Compiled layout]: lamina's image kernels run in either memory layout, and which
 is faster depends on the network and its batch. Measured on 2 cores, float32,
 inference at batch 32, eager channels-last time / NCHW time: MobileNet v2 0.84x (1
-thread) and 0.78x (2), ResNet-18 on 32 x 32 images 0.83x and 0.88x, VGG 0.90x,
+thread) and 0.78x (2), ResNet-18 on 32 x 32 images 0.86x and 0.84x, VGG 0.91x,
 Inception v1 1.22x, AlexNet 1.01x. Every image operator gives its result in its
 input's layout (Note [Layout regions]), so one conversion where images enter a program
 runs all of it in the other layout, and one where images leave puts them back: the
