@@ -509,8 +509,8 @@ class CompiledFunction:
         variant = self._build(args, kwargs, layout=chosen)
         if self.layout == "auto" and L.worth_a_trial(variant.plan, args):
             other = self._build(args, kwargs, layout=NHWC)
-            same_kind = isinstance(other.plan, type(variant.plan))  # both whole graphs
-            if same_kind and L.faster(other.plan, variant.plan, tensors):
+            whole = isinstance(other.plan, type(variant.plan))  # no graph break either
+            if whole and L.faster(other.plan, variant.plan, tensors):
                 variant, chosen = other, NHWC
         self.layouts[kind] = chosen
         return variant

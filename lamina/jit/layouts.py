@@ -90,12 +90,6 @@ def in_layout(fn: Callable, args: tuple, target: str) -> Callable | None:
     return converted
 
 
-def _graph(plan: Any) -> Graph:
-    """The graph of a plan's forward calls: an inference plan's, a training step's
-    forward (Note [Joint graph])."""
-    return plan.graph if isinstance(plan, Plan) else plan.forward.graph
-
-
 def _written(graph: Graph) -> list[Tensor] | None:
     """The module tensors the graph writes (batch norm's statistics), which trials
     restore; None where a trial could not be undone: a random draw, or a write to a
@@ -117,7 +111,7 @@ def worth_a_trial(plan: Any, args: tuple) -> bool:
     effects trials can undo (Note [Compiled layout])."""
     if not isinstance(plan, (Plan, Training)) or layouts.NCHW not in map(_image_layout, args):
         return False
-    graph = _graph(plan)
+    graph = plan.graph  # a training step's: its forward's (Note [Joint graph])
     if _written(graph) is None:
         return False
     return any(
@@ -145,11 +139,11 @@ def faster(challenger: Any, incumbent: Any, tensors: list) -> bool:
     alternating, after one untimed run of each (it loads their kernels); the tensors
     they write are then as before."""
     plans = (challenger, incumbent)
-    written = _written(_graph(incumbent)) or []
+    written = _written(incumbent.graph) or []
     before = [t.numpy().copy() for t in written]
     try:
-        best = [_timed(plan, tensors) for plan in plans]  # the untimed runs' times
-        rounds = max(1, min(TRIAL_ROUNDS, int(TRIAL_SECONDS / sum(best))))
+        untimed = sum(_timed(plan, tensors) for plan in plans)
+        rounds = max(1, min(TRIAL_ROUNDS, int(TRIAL_SECONDS / untimed)))
         best = [float("inf")] * len(plans)
         for _ in range(rounds):
             for i, plan in enumerate(plans):
