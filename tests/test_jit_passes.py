@@ -4,13 +4,14 @@ on the three benchmark convnets: compiled equals eager in inference and training
 both memory layouts."""
 
 import copy
+import itertools
 
 import numpy as np
 import pytest
 
 import lamina as lm
 from lamina import jit
-from lamina.jit import passes
+from lamina.jit import executor, passes
 from lamina.jit.passes import hoist, layout
 from lamina.tools.bench import convnet
 
@@ -298,18 +299,22 @@ def _vgg_step(run, x, y):
 
 
 @pytest.mark.core_independent  # the pool's counters: the C core's
-def test_a_compiled_training_step_peaks_no_higher_than_eager():
+def test_a_compiled_training_step_peaks_lower_than_eager():
     """Note [Saved values of a compiled step]: the forward's values the backward reads
     are released after their last use there, as eager releases each node's saved
-    tensors; and a plan's intermediates after their last use (Note [Released values])."""
+    tensors; and a plan's intermediates after their last use (Note [Released values]).
+    With each batch norm's result made again in the backward (Note [Recomputed batch
+    norm]), VGG's step peaks at most 0.8x as high as eager's (0.58x measured); without
+    that pass, higher than with it."""
     lm.random.seed(0)
     model = convnet.build(convnet.ARCHITECTURES["vgg"], convnet._lamina())
     compiled = jit.compile(model, layout=None)  # NCHW both, as eager
+    keeping = [p for p in passes.DEFAULT if p != "recompute_batch_norm"]
     x, y = rand(8, 3, 64, 64), lm.asarray(np.arange(8))
     lm.layers.enable("allocator")
     try:
         peaks = []
-        for run in (model, compiled):
+        for run in (model, compiled, jit.compile(model, layout=None, passes=keeping)):
             _vgg_step(run, x, y)  # compiled, the pool filled
             model.zero_grad()
             lm.memory.reset_stats()
@@ -319,7 +324,76 @@ def test_a_compiled_training_step_peaks_no_higher_than_eager():
             model.zero_grad()
     finally:
         lm.layers.disable("allocator")
-    assert 0 < peaks[1] <= peaks[0]
+    assert 0 < peaks[1] <= 0.8 * peaks[0] and peaks[1] < peaks[2] <= peaks[0]
+
+
+def test_batch_norm_results_are_recomputed_in_the_backward():
+    """Note [Recomputed batch norm]: the forward saves no batch norm result, the
+    backward makes each again from the saved input without running statistics; the
+    gradients and the running statistics after two steps are eager's bit for bit."""
+    lm.random.seed(0)
+    model = lm.nn.Sequential(
+        lm.nn.Conv2d(3, 4, 3, padding=1),
+        lm.nn.BatchNorm2d(4),
+        lm.nn.ReLU(),
+        lm.nn.Conv2d(4, 4, 3),
+        lm.nn.BatchNorm2d(4),
+        lm.nn.ReLU(),
+        lm.nn.MaxPool2d(2),
+        lm.nn.Flatten(),
+        lm.nn.Linear(36, 2),
+    )
+    eager = copy.deepcopy(model)
+    compiled = jit.compile(model, layout=None)
+    x = rand(4, 3, 8, 8)
+    for _ in range(2):
+        for run, m in ((eager, eager), (compiled, model)):
+            m.zero_grad()
+            lm.sum(run(x)).backward()
+    for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+
+    def batch_norms(plan):
+        backward = [n for n in plan.backward.graph.nodes if n.name == "native_batch_norm"]
+        saved = [v for v in plan.saved if v.node and v.node.name == "native_batch_norm"]
+        return backward, saved
+
+    (step,) = compiled._compiled.variants.values()
+    backward, saved = batch_norms(step.plan)
+    assert len(backward) == 2 and not saved
+    assert all(n.args[3] is None and n.args[4] is None for n in backward)
+    keeping = [p for p in passes.DEFAULT if p != "recompute_batch_norm"]
+    without = jit.compile(model, layout=None, passes=keeping)
+    lm.sum(without(x)).backward()
+    (step,) = without._compiled.variants.values()
+    backward, saved = batch_norms(step.plan)
+    assert not backward and len(saved) == 2 * 3  # each call's result and statistics
+
+
+def test_recomputed_pool_indices_are_made_next_to_their_scatter():
+    """Note [Inter-op parallelism]: calls whose results the graph does not return run
+    at the latest level their readers allow, so even with Inception's branches run
+    at once, the backward's recomputed pool indices are alive one at a time, not all
+    from its start."""
+    lm.random.seed(0)
+    model = convnet.build(convnet.ARCHITECTURES["inception"], convnet._lamina())
+    compiled = jit.compile(model, layout=None)
+    lm.sum(compiled(rand(2, 3, 64, 64))).backward()
+    (step,) = compiled._compiled.variants.values()
+    nodes, groups = executor._schedule(step.plan.backward.graph)
+    assert any(len(group) > 1 for group in groups)
+    position = {nodes[i]: k for k, group in enumerate(groups) for i in group}
+    alive = []  # (made, last read) of each recomputed indices
+    for node in nodes:
+        if node.name == "max_pool2d_with_indices":
+            indices = node.results[1]
+            readers = [n for n in nodes if indices in list(n.inputs())]
+            alive.append((position[node], max(position[n] for n in readers)))
+    assert len(alive) >= 3
+    alive.sort()
+    assert all(end < start for (_, end), (start, _) in itertools.pairwise(alive))
 
 
 def test_pool_indices_are_recomputed_where_the_backward_reads_the_pooled_input():

@@ -21,7 +21,7 @@ from lamina.backends.threads import concurrently
 from lamina.dispatch import keys
 from lamina.dispatch.schema import Operator
 
-from .graph import INPUT, Graph, Node, Value, map_values
+from .graph import INPUT, Graph, Node, Value, map_values, values_in
 from .symbolic import Sym, SymbolicFused, symbol_places
 
 
@@ -192,9 +192,13 @@ def _release(values: Any, names: dict) -> list[str]:
 # calls by level (the longest chain of calls before each), and a level with two or more
 # big calls (convolutions, pooling, matrix products: WORTH_A_THREAD elements of result
 # or more) becomes one group whose calls are spread over the threads by their cost;
-# every other call runs alone, in order. Only a graph that writes nothing and draws no
-# random numbers (no impure node) is reordered so: levels keep every dependency that
-# flows through values, and no other kind.
+# every other call runs alone, in order. A call runs at the latest level its readers
+# allow, unless the graph returns one of its results: a backward's recomputed pool
+# indices are then made next to the scatter that reads them, not all at its start
+# where they would all be alive at once, while a parameter's gradient is made as soon
+# as it can be and the gradient it reads released. Only a graph that writes nothing
+# and draws no random numbers (no impure node) is reordered so: levels keep every
+# dependency that flows through values, and no other kind.
 WORTH_A_THREAD = 1 << 12
 _BIG = ("nn", "linalg")  # the operator categories whose calls may be big
 
@@ -206,12 +210,7 @@ def _schedule(graph: Graph) -> tuple[list[Node], list[list[int]]]:
     nodes = graph.nodes
     if any(node.impure for node in nodes):
         return nodes, [[i] for i in range(len(nodes))]
-    level: dict[Value, int] = {}
-    levels = []
-    for node in nodes:
-        depth = 1 + max((level.get(v, 0) for v in node.inputs()), default=0)
-        levels.append(depth)
-        level.update(dict.fromkeys(node.results, depth))
+    levels = _levels(graph)
     ordered: list[Node] = []
     groups: list[list[int]] = []
     for depth in sorted(set(levels)):
@@ -226,6 +225,29 @@ def _schedule(graph: Graph) -> tuple[list[Node], list[list[int]]]:
     if len(groups) == len(nodes):
         return nodes, [[i] for i in range(len(nodes))]  # nothing at once: graph order
     return ordered, groups
+
+
+def _levels(graph: Graph) -> list[int]:
+    """Each node's level (Note [Inter-op parallelism]): one more than the deepest of
+    the calls it reads from; then, from the last node back, one less than the lowest
+    of its readers' for a node whose results the graph does not return."""
+    nodes = graph.nodes
+    level: dict[Value, int] = {}
+    levels = []
+    for node in nodes:
+        depth = 1 + max((level.get(v, 0) for v in node.inputs()), default=0)
+        levels.append(depth)
+        level.update(dict.fromkeys(node.results, depth))
+    returned = set(values_in([graph.outputs]))
+    readers: dict[Value, list[int]] = {}
+    for i in reversed(range(len(nodes))):
+        node = nodes[i]
+        reading = [levels[j] for r in node.results for j in readers.get(r, ())]
+        if reading and not returned.intersection(node.results):
+            levels[i] = min(reading) - 1
+        for v in node.inputs():
+            readers.setdefault(v, []).append(i)
+    return levels
 
 
 def _cost(node: Node) -> int:
