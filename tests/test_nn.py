@@ -96,6 +96,8 @@ CONV_CASES = [
     ("pointwise", _kw(), (5, 4, 1, 1)),
     ("pointwise_groups", _kw(groups=2), (4, 2, 1, 1)),
     ("strided_1x1", _kw(stride=(2, 3)), (3, 4, 1, 1)),
+    # kernel rows wider than the image, cut at both ends (Note [Kernel rows as runs])
+    ("wide_kernel_rows", _kw(stride=(1, 2), padding=(1, 3)), (3, 4, 3, 7)),
 ]
 
 
@@ -1338,12 +1340,16 @@ def test_phase_planes_hold_the_padded_planes_strided_pixels():
 
 @pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
-@pytest.mark.parametrize("kwargs", [dict(stride=2, padding=1, groups=2), dict(dilation=2)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(stride=2, padding=1, groups=2), dict(dilation=2), dict(stride=(2, 3), padding=1)],
+)
 def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
     kwargs, dtype, two_threads, monkeypatch
 ):
-    """Note [Channels-last block loops]: im2col (no Winograd: 2 channels a group, or
-    dilated) with several blocks of 7 pixels per image, 3 images in two parts, cut
+    """Note [Channels-last block loops]: im2col (no Winograd: 2 channels a group,
+    dilated, or strided; the last with each kernel row copied as one run, Note [Kernel
+    rows as runs]) with several blocks of 7 pixels per image, 3 images in two parts, cut
     inside the second but for the input gradient's (Note [Parts of images]); forward
     and both gradients against the oracle, then the same loops run from Python (no
     BLAS kernels can call) against the kernels."""

@@ -81,16 +81,49 @@ BLOCK_BYTES = 4 << 20  # one im2col block (Note [Convolution])
 # LLVM vectorizes the copy (measured: the NHWC im2col block 126 us -> 31 us).
 
 
+# Note [Kernel rows as runs]: where a group has all of the input's channels and the
+# kernel is not dilated, the taps of one kernel row are consecutive pixels of one input
+# row, and in NHWC their channels one contiguous run: the im2col row's part for that
+# kernel row is one copy (zeros where the taps fall outside), not kW copies of C_in
+# elements. It matters where C_in is small: a 3-channel stem copied 3 floats per tap
+# (measured im2col of 32 images 3 x 64 x 64, one thread: 7 x 7 stride 2 5.15 -> 2.16
+# ms, 3 x 3 stride 2 1.29 -> 1.03).
+
+
+@jit.jitable(**jit.CALLEE, inline="always")
+def _fill(a, value):
+    for t in range(a.size):
+        a[t] = value
+
+
 @jit.jitable(**jit.CALLEE)  # and a kernel of its own (_SIGNATURES)
 def _im2col_nhwc(x, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1, cols):
     """cols[p - p0, (i * kw + j) * cin + c] = x[n, ih, iw, c0 + c] (0 outside)."""
     h, w = x.shape[1], x.shape[2]
+    runs = dw == 1 and cin == x.shape[3]  # Note [Kernel rows as runs]
+    rows = x.reshape(x.shape[0], h, w * x.shape[3])
+    span = kw * cin
     for p in range(p0, p1):
         n, r = p // (ho * wo), p % (ho * wo)
         oh, ow = r // wo, r % wo
         row = cols[p - p0]
+        iw0 = ow * sw - pl
+        lo = min(max(0, -iw0), kw)
+        hi = max(lo, min(kw, w - iw0))  # kernel columns [lo, hi) fall inside the input
         for i in range(kh):
             ih = oh * sh - pt + i * dh
+            if runs:
+                dst = row[i * span : (i + 1) * span]
+                if 0 <= ih < h:
+                    _fill(dst[: lo * cin], 0)
+                    src = rows[n, ih, (iw0 + lo) * cin : (iw0 + hi) * cin]
+                    part = dst[lo * cin : hi * cin]
+                    for t in range(src.size):
+                        part[t] = src[t]
+                    _fill(dst[hi * cin :], 0)
+                else:
+                    _fill(dst, 0)
+                continue
             for j in range(kw):
                 iw = ow * sw - pl + j * dw
                 dst = row[(i * kw + j) * cin : (i * kw + j + 1) * cin]
@@ -107,13 +140,25 @@ def _im2col_nhwc(x, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1, col
 def _col2im_nhwc(cols, gx, c0, cin, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo, p0, p1):
     """The adjoint of _im2col_nhwc: gx[n, ih, iw, c0 + c] += cols[...]."""
     h, w = gx.shape[1], gx.shape[2]
+    runs = dw == 1 and cin == gx.shape[3]  # Note [Kernel rows as runs]
+    rows = gx.reshape(gx.shape[0], h, w * gx.shape[3])
+    span = kw * cin
     for p in range(p0, p1):
         n, r = p // (ho * wo), p % (ho * wo)
         oh, ow = r // wo, r % wo
         row = cols[p - p0]
+        iw0 = ow * sw - pl
+        lo = min(max(0, -iw0), kw)
+        hi = max(lo, min(kw, w - iw0))  # kernel columns [lo, hi) fall inside the input
         for i in range(kh):
             ih = oh * sh - pt + i * dh
             if not 0 <= ih < h:
+                continue
+            if runs:
+                dst = rows[n, ih, (iw0 + lo) * cin : (iw0 + hi) * cin]
+                src = row[i * span + lo * cin : i * span + hi * cin]
+                for t in range(dst.size):
+                    dst[t] += src[t]
                 continue
             for j in range(kw):
                 iw = ow * sw - pl + j * dw
