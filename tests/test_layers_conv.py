@@ -62,11 +62,11 @@ DEPTHWISE = [
     (1, 2, 23, 21, 3, 2, 1, 1, 1),  # stride 2: row by row
     (1, 2, 13, 14, 3, 1, 0, 1, 2),  # no padding (output narrower than the input), multiplier
     # 37 channels: whole vectors and a tail at every vector width (Note [Channels-last
-    # depthwise forward]); over 400 pixels (not copied zero-padded), rows of 8-pixel runs
-    # and a shorter one
+    # depthwise forward]); at stride 1 copied zero-padded, rows of 4-pixel steps and a
+    # shorter one (the image read in place: test_depthwise_padded_or_in_place_...)
     (1, 37, 21, 23, 3, 1, 1, 1, 1),
-    (2, 37, 23, 21, 3, 2, 0, 1, 1),  # stride 2, no padding
-    (1, 37, 9, 7, 3, 1, 1, 1, 1),  # a small image, copied zero-padded
+    (2, 37, 23, 21, 3, 2, 0, 1, 1),  # stride 2, no padding: read in place, 8-pixel runs
+    (1, 37, 9, 7, 3, 1, 1, 1, 1),  # a small image
     # NCHW plane by plane (Note [Channels-first depthwise forward]): output rows of 37
     # and 21 columns, whole vectors and a masked one at every vector width
     (1, 3, 9, 37, 3, 1, 1, 1, 1),
@@ -101,6 +101,29 @@ def test_depthwise_matches_oracle(case, dtype, layout):
     _close(lb.grad.numpy(), gb.numpy(), dtype)
     if n and min(out.shape[2:]) > 1 and c * m > 1:  # layouts kept (both count as NCHW else)
         assert F.layout_of(out) == F.layout_of(lx.grad) == layout
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_depthwise_padded_or_in_place_sums_alike(dtype, monkeypatch):
+    """Note [Channels-last depthwise forward]: an image copied zero-padded (SHARED
+    pixels a step sharing their loads) and one read in place (runs of RUN pixels,
+    prefetching; the border pixels one by one) sum each output's taps in the same order,
+    in the same operations: bit for bit, through forward and input gradient (stride 1:
+    the forward pass of the flipped kernel)."""
+    from lamina.backends.numba_cpu.nn import depthwise
+
+    x = RNG.standard_normal((2, 37, 21, 23)).astype(dtype)
+    wt, b = RNG.standard_normal((37, 1, 3, 3)).astype(dtype), RNG.standard_normal(37).astype(dtype)
+    g = _tensor(RNG.standard_normal((2, 37, 21, 23)).astype(dtype), "NHWC")
+    found = []
+    for padded in (depthwise.PADDED_BYTES, 0):
+        monkeypatch.setattr(depthwise, "PADDED_BYTES", padded)
+        lx = _tensor(x, "NHWC", True)
+        out = F.conv2d(lx, lm.asarray(wt), lm.asarray(b), 1, 1, 1, 37)
+        out.backward(g)
+        found.append((out.numpy(), lx.grad.numpy()))
+    for a, b in zip(*found):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
