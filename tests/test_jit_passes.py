@@ -303,13 +303,13 @@ def test_a_compiled_training_step_peaks_lower_than_eager():
     """Note [Saved values of a compiled step]: the forward's values the backward reads
     are released after their last use there, as eager releases each node's saved
     tensors; and a plan's intermediates after their last use (Note [Released values]).
-    With each batch norm's result made again in the backward (Note [Recomputed batch
-    norm]), VGG's step peaks at most 0.8x as high as eager's (0.58x measured); without
+    With each batch norm's result made again in the backward (Note [Recomputed
+    normalizations]), VGG's step peaks at most 0.8x as high as eager's (0.58x measured); without
     that pass, higher than with it."""
     lm.random.seed(0)
     model = convnet.build(convnet.ARCHITECTURES["vgg"], convnet._lamina())
     compiled = jit.compile(model, layout=None)  # NCHW both, as eager
-    keeping = [p for p in passes.DEFAULT if p != "recompute_batch_norm"]
+    keeping = [p for p in passes.DEFAULT if p != "recompute_normalization"]
     x, y = rand(8, 3, 64, 64), lm.asarray(np.arange(8))
     lm.layers.enable("allocator")
     try:
@@ -327,18 +327,26 @@ def test_a_compiled_training_step_peaks_lower_than_eager():
     assert 0 < peaks[1] <= 0.8 * peaks[0] and peaks[1] < peaks[2] <= peaks[0]
 
 
-def test_batch_norm_results_are_recomputed_in_the_backward():
-    """Note [Recomputed batch norm]: the forward saves no batch norm result, the
-    backward makes each again from the saved input without running statistics; the
-    gradients and the running statistics after two steps are eager's bit for bit."""
+# the normalizations a training step makes again, with the index of the result made
+NORMALIZATIONS = {
+    "native_batch_norm": (lambda: [lm.nn.BatchNorm2d(4), lm.nn.ReLU()], 0),
+    "native_local_response_norm": (lambda: [lm.nn.ReLU(), lm.nn.LocalResponseNorm(3)], 1),
+}
+
+
+@pytest.mark.parametrize("name", list(NORMALIZATIONS))
+def test_normalizations_are_made_again_in_the_backward(name):
+    """Note [Recomputed normalizations]: the forward saves no batch norm result and no
+    LRN scale; the backward makes them again from the saved input (a batch norm
+    without running statistics); the gradients and the running statistics after two
+    steps are eager's bit for bit. Without the pass, the forward saves them."""
+    layers, index = NORMALIZATIONS[name]
     lm.random.seed(0)
     model = lm.nn.Sequential(
         lm.nn.Conv2d(3, 4, 3, padding=1),
-        lm.nn.BatchNorm2d(4),
-        lm.nn.ReLU(),
+        *layers(),
         lm.nn.Conv2d(4, 4, 3),
-        lm.nn.BatchNorm2d(4),
-        lm.nn.ReLU(),
+        *layers(),
         lm.nn.MaxPool2d(2),
         lm.nn.Flatten(),
         lm.nn.Linear(36, 2),
@@ -350,26 +358,27 @@ def test_batch_norm_results_are_recomputed_in_the_backward():
         for run, m in ((eager, eager), (compiled, model)):
             m.zero_grad()
             lm.sum(run(x)).backward()
-    for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    for (key, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=key)
     for a, b in zip(eager.parameters(), model.parameters()):
         np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
 
-    def batch_norms(plan):
-        backward = [n for n in plan.backward.graph.nodes if n.name == "native_batch_norm"]
-        saved = [v for v in plan.saved if v.node and v.node.name == "native_batch_norm"]
-        return backward, saved
+    def calls_and_saved(plan):
+        again = [n for n in plan.backward.graph.nodes if n.name == name]
+        saved = [v for v in plan.saved if v.node and v.node.name == name]
+        return again, [v for v in saved if v is v.node.results[index]]
 
     (step,) = compiled._compiled.variants.values()
-    backward, saved = batch_norms(step.plan)
-    assert len(backward) == 2 and not saved
-    assert all(n.args[3] is None and n.args[4] is None for n in backward)
-    keeping = [p for p in passes.DEFAULT if p != "recompute_batch_norm"]
+    again, saved = calls_and_saved(step.plan)
+    assert len(again) == 2 and not saved
+    if name == "native_batch_norm":
+        assert all(n.args[3] is None and n.args[4] is None for n in again)
+    keeping = [p for p in passes.DEFAULT if p != "recompute_normalization"]
     without = jit.compile(model, layout=None, passes=keeping)
     lm.sum(without(x)).backward()
     (step,) = without._compiled.variants.values()
-    backward, saved = batch_norms(step.plan)
-    assert not backward and len(saved) == 2 * 3  # each call's result and statistics
+    again, saved = calls_and_saved(step.plan)
+    assert not again and len(saved) == 2
 
 
 def test_recomputed_pool_indices_are_made_next_to_their_scatter():

@@ -23,7 +23,7 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
 }
 # passes over a training step's joint graph, before it is split into forward and
 # backward (Note [Joint graph]): they choose what the forward saves
-JOINT = {"recompute": recompute.run, "recompute_batch_norm": recompute.batch_norm}
+JOINT = {"recompute": recompute.run, "recompute_normalization": recompute.normalizations}
 DEFAULT = (
     "cse",
     "fold",
@@ -34,7 +34,7 @@ DEFAULT = (
     "hoist",
     "fuse",
     "recompute",
-    "recompute_batch_norm",
+    "recompute_normalization",
 )
 
 

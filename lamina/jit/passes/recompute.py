@@ -11,18 +11,17 @@ again, next to the scatter, and nothing to keep: the forward pools values only, 
 inference, and the step's saved state shrinks by the indices (VGG at batch 32: 7.5 of
 73 MiB).
 
-Note [Recomputed batch norm]: a training batch norm's backward reads its input, so
-the forward keeps that; its result (after the fused relu) is read again by the
+Note [Recomputed normalizations]: a training batch norm's backward reads its input,
+so the forward keeps that; its result (after the fused relu) is read again by the
 backward too -- the relu's gate, the next convolution's weight gradient -- and would
 be kept beside it, as eager keeps both. Computed again from the input in the
 backward, just before its first use there, it is kept by nobody: a batch norm layer
 then saves one activation instead of two (VGG at batch 32: 29 of 66 MiB, its step's
 peak 65 -> 41 MiB), for a second statistics-and-normalize pass per layer (VGG's step
-1-4% slower). The call is the forward's own, on the same input with the same threads,
-so its results are the forward's bit for bit; made again, it updates no running
-statistics. Local response normalization, which keeps its result and scale beside
-its input, gained nothing so: AlexNet's peak comes later in its backward, where the
-pooling's recomputed indices need the normalized values anyway.
+1-4% slower). Local response normalization keeps its input, its result and the scale
+it divided by; the scale, read only by its own backward, is made again there. The
+call is the forward's own, on the same input with the same threads, so its results
+are the forward's bit for bit.
 """
 
 from __future__ import annotations
@@ -68,30 +67,40 @@ def run(
     return new_forward, _recomputing(backward, before, renamed)
 
 
-def batch_norm(
+def normalizations(
     graph: Graph, forward: list[Node], backward: list[Node], outputs: list[Value]
 ) -> tuple[list, list]:
-    """The backward computes each training batch norm's result again from the input
-    it reads anyway (Note [Recomputed batch norm]), where the step returns none of
+    """The backward computes results of each normalization again from the input it
+    reads anyway (Note [Recomputed normalizations]), where the step returns none of
     the call's results and nothing writes the input."""
     written = {v for n in forward + backward for v in n.writes()}
     read = {v for n in backward for v in n.inputs()}
     renamed: dict[Value, Value] = {}
     before: dict[Node, list[Node]] = {}
     for node in forward:
-        if node.name != "native_batch_norm" or not node.args[5]:  # training only
-            continue
-        x, weight, bias, _, _, _, *options = node.args
-        results = [r for r in node.results if r in read]
+        arguments, taken = AGAIN.get(node.name, (lambda args: None, ()))
+        args = arguments(node.args)
+        results = [node.results[k] for k in taken if node.results[k] in read]
+        x = node.args[0]
         returned = any(r in outputs for r in node.results)
-        if not results or x not in read or x in written or returned:
+        if args is None or not results or x not in read or x in written or returned:
             continue
-        again, new = record_calls(
-            graph, node.target, x, weight, bias, None, None, True, *options
-        )  # no running statistics to update a second time
-        renamed.update(zip(node.results, new))
+        again, new = record_calls(graph, node.target, *args)
+        renamed.update((node.results[k], new[k]) for k in taken)
         before.setdefault(next(n for n in backward if read_by(n, results)), []).extend(again)
     return forward, _recomputing(backward, before, renamed)
+
+
+# Note [Recomputed normalizations]: operator -> (the arguments of its call made again
+# in the backward, from the forward call's, or None where it is not made again; the
+# indices of the results the backward takes from it). A training batch norm gives its
+# result, and updates no running statistics a second time; local response
+# normalization its scale, which only its own backward reads (its result is the next
+# layer's input, kept for that layer's backward or a pooling's recomputed indices).
+AGAIN = {
+    "native_batch_norm": (lambda a: (*a[:3], None, None, *a[5:]) if a[5] else None, (0,)),
+    "native_local_response_norm": (lambda a: a, (1,)),
+}
 
 
 def read_by(node: Node, values: list[Value]) -> bool:
