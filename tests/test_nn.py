@@ -1369,6 +1369,51 @@ def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
     assert F.layout_of(out) == "NHWC" and got == [(2, 1), (2, scatter), (2, 1)]
 
 
+# Note [Taps inside tiny planes]: (input, weight, padding)
+TINY_PLANES = [
+    ((3, 5, 2, 2), (4, 5, 3, 3), 1),  # a ResNet's last stage: 4 of 9 taps inside
+    ((2, 4, 1, 2), (6, 4, 3, 3), 1),  # one row: a kernel row inside
+    ((2, 3, 2, 1), (5, 3, 3, 3), 1),
+    ((2, 3, 1, 2), (5, 3, 5, 5), 2),  # kernel rows cut at both ends
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", TINY_PLANES, ids=str)
+def test_tiny_planes_multiply_only_the_taps_inside(case, layout, monkeypatch):
+    """Forward and both gradients against the oracle, each through its taps kernel;
+    with an infinite weight, the forward and the input gradient through the image-block
+    path instead, whose NaN where the weight meets the padding is the oracle's (the
+    weight gradient, which does not read the weight, still through its taps; with an
+    infinite gradient, through the image blocks too)."""
+    calls = []
+    for name in ("_forward_taps", "_input_grad_taps", "_weight_grad_taps"):
+        real = getattr(conv, name)
+        monkeypatch.setattr(conv, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a))
+    (xs, ws, padding), b = case, param((case[1][0],), seed=2)
+    fn = lambda x, w, b: F.conv2d(x, w, b, padding=padding)
+    check_against_oracle(fn, [image(xs, layout, requires_grad=True), param(ws), b])
+    assert sorted(set(calls)) == ["_forward_taps", "_input_grad_taps", "_weight_grad_taps"]
+    calls.clear()
+    w = param(ws)
+    w.detach()[0, 0, 0, 0] = np.inf
+    with np.errstate(invalid="ignore"):
+        outs = check_against_oracle(fn, [image(xs, layout, requires_grad=True), w, b])
+    assert calls == ["_weight_grad_taps"] and np.isnan(outs[0].numpy()).any()
+    calls.clear()
+    grads = []
+    for backend in ("numba_cpu", "numpy_ref"):
+        with lm.backends.use(backend), np.errstate(invalid="ignore"):
+            w = param(ws)
+            out = F.conv2d(image(xs, layout), w, padding=padding)
+            g = np.ones(out.shape)
+            g[0, 0, 0, 0] = np.inf
+            out.backward(F.to_layout(lm.asarray(g), layout))
+            grads.append(w.grad.numpy())
+    assert calls == ["_forward_taps"] and np.isnan(grads[0]).any()
+    np.testing.assert_array_equal(np.isnan(grads[0]), np.isnan(grads[1]))
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monkeypatch):
     """Note [Winograd and infinities]: a non-finite value would spread over its tiles;
