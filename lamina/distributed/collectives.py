@@ -18,7 +18,9 @@ that sends a notice ("rank R failed: ValueError: ...") to every other rank, on a
 communicator of its own, and waits (up to the timeout) until each has received it;
 a rank that receives one raises ``RankFailedError`` from the collective it is waiting
 in, and its own excepthook then ends it. The failing rank finally calls MPI's Abort,
-which ends whatever is left of the job.
+which ends whatever is left of the job -- but only once each rank it told has printed
+its own error and said so (a message back, or the timeout): MPI's Abort kills every
+rank at once, and had cut a notified rank's traceback mid-line on a loaded machine.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from lamina.dispatch.tensor import Tensor, bump_version, from_array
 REDUCE_OPS = ("sum", "mean", "max", "min")
 _KINDS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 FAILURE_TAG = 1
+REPORTED_TAG = 2  # a notified rank to the failing one: my error is printed
 _SHAPE_SLOTS = 6  # dimensions a mismatch's message shows
 # a wait polls without yielding its core this long: on a busy machine a yield costs a
 # time slice, many times a 1 MB all-reduce
@@ -84,6 +87,7 @@ class ProcessGroup:
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.timeout = timeout
         self.failed = False  # a notice was received, or this rank sent one
+        self.notified_by: set[int] = set()  # the ranks whose notices this one received
         self._extremes = np.empty(2, np.int64)  # agree's result
 
     # Note [Waiting with a deadline]
@@ -121,8 +125,10 @@ class ProcessGroup:
         status = self.mpi.Status()
         if not self.notices.Iprobe(source=self.mpi.ANY_SOURCE, tag=FAILURE_TAG, status=status):
             return None
-        message = self.notices.recv(source=status.Get_source(), tag=FAILURE_TAG)
-        return f"rank {status.Get_source()} failed: {message}"
+        source = status.Get_source()
+        message = self.notices.recv(source=source, tag=FAILURE_TAG)
+        self.notified_by.add(source)
+        return f"rank {source} failed: {message}"
 
     def announce_failure(self, error: BaseException) -> None:
         """Tell every other rank that this one failed with ``error``, and wait (up to
@@ -138,6 +144,24 @@ class ProcessGroup:
         while not self.mpi.Request.Testall(requests) and time.monotonic() < deadline:
             self._notice()  # ranks failing at once: each takes the other's notice
             time.sleep(0.001)
+        # then each rank told reports its own error printed; a rank that failed too
+        # (its notice taken here) reports nothing: it is announcing its own
+        waiting = {
+            r: self.notices.irecv(source=r, tag=REPORTED_TAG)
+            for r in range(self.size)
+            if r != self.rank
+        }
+        while waiting and time.monotonic() < deadline:
+            self._notice()
+            done = {r for r, q in waiting.items() if r in self.notified_by or q.test()[0]}
+            waiting = {r: q for r, q in waiting.items() if r not in done}
+            time.sleep(0.001)
+
+    def reported(self) -> None:
+        """Tell each rank whose failure notice this one received that its own error is
+        printed (Note [Failing together])."""
+        for r in self.notified_by:
+            self.notices.send(None, dest=r, tag=REPORTED_TAG)
 
     def agree(self, kind: str, array: np.ndarray, detail: int = 0) -> None:
         """Check that every rank calls the same collective on the same shape and dtype
@@ -242,9 +266,11 @@ def _end_job(error: BaseException) -> None:
     g = _group
     if g is None or g.size == 1:
         return
+    sys.stderr.flush()
     if not g.failed:
         g.announce_failure(error)
-    sys.stderr.flush()
+    else:
+        g.reported()
     g.comm.Abort(1)
 
 
