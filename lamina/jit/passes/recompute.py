@@ -91,9 +91,9 @@ def normalizations(
     return forward, _recomputing(backward, before, renamed)
 
 
-# Note [Recomputed normalizations]: operator -> (the arguments of its call made again
-# in the backward, from the forward call's, or None where it is not made again; the
-# indices of the results the backward takes from it). A training batch norm gives its
+# operator -> (the arguments of its call made again in the backward, from the forward
+# call's, or None where it is not made again; the indices of the results the backward
+# takes from it), Note [Recomputed normalizations]. A training batch norm gives its
 # result, and updates no running statistics a second time; local response
 # normalization its scale, which only its own backward reads (its result is the next
 # layer's input, kept for that layer's backward or a pooling's recomputed indices).
