@@ -12,7 +12,7 @@ import pytest
 import lamina as lm
 from lamina import jit
 from lamina.jit import executor, passes
-from lamina.jit.passes import hoist, layout
+from lamina.jit.passes import hoist, layout, recompute
 from lamina.tools.bench import convnet
 
 F = lm.nn.functional
@@ -327,6 +327,13 @@ def test_a_compiled_training_step_peaks_lower_than_eager():
     assert 0 < peaks[1] <= 0.8 * peaks[0] and peaks[1] < peaks[2] <= peaks[0]
 
 
+@pytest.fixture
+def recompute_any_size(monkeypatch):
+    """The small models below have no value worth recomputing (Note [Values worth
+    recomputing]): the recompute passes' other rules are tested on them without it."""
+    monkeypatch.setattr(recompute, "RECOMPUTE_BYTES", 0)
+
+
 # the normalizations a training step makes again, with the index of the result made
 NORMALIZATIONS = {
     "native_batch_norm": (lambda: [lm.nn.BatchNorm2d(4), lm.nn.ReLU()], 0),
@@ -334,15 +341,12 @@ NORMALIZATIONS = {
 }
 
 
-@pytest.mark.parametrize("name", list(NORMALIZATIONS))
-def test_normalizations_are_made_again_in_the_backward(name):
-    """Note [Recomputed normalizations]: the forward saves no batch norm result and no
-    LRN scale; the backward makes them again from the saved input (a batch norm
-    without running statistics); the gradients and the running statistics after two
-    steps are eager's bit for bit. Without the pass, the forward saves them."""
-    layers, index = NORMALIZATIONS[name]
+def normalized_model(name):
+    """Two convolutions, each followed by the normalization ``name`` (and a relu): on
+    a batch of (4, 3, 8, 8), each result is (4, 4, 8, 8), then (4, 4, 6, 6)."""
+    layers, _ = NORMALIZATIONS[name]
     lm.random.seed(0)
-    model = lm.nn.Sequential(
+    return lm.nn.Sequential(
         lm.nn.Conv2d(3, 4, 3, padding=1),
         *layers(),
         lm.nn.Conv2d(4, 4, 3),
@@ -351,8 +355,13 @@ def test_normalizations_are_made_again_in_the_backward(name):
         lm.nn.Flatten(),
         lm.nn.Linear(36, 2),
     )
+
+
+def trained_alike(model, passes_=passes.DEFAULT):
+    """The model compiled with ``passes_``, after two steps beside an eager copy whose
+    gradients and state (running statistics) it equals bit for bit."""
     eager = copy.deepcopy(model)
-    compiled = jit.compile(model, layout=None)
+    compiled = jit.compile(model, layout=None, passes=passes_)
     x = rand(4, 3, 8, 8)
     for _ in range(2):
         for run, m in ((eager, eager), (compiled, model)):
@@ -362,26 +371,51 @@ def test_normalizations_are_made_again_in_the_backward(name):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=key)
     for a, b in zip(eager.parameters(), model.parameters()):
         np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    return compiled
 
-    def calls_and_saved(plan):
-        again = [n for n in plan.backward.graph.nodes if n.name == name]
-        saved = [v for v in plan.saved if v.node and v.node.name == name]
-        return again, [v for v in saved if v is v.node.results[index]]
 
+def calls_and_saved(compiled, name):
+    """The backward's calls of ``name`` and the results of the forward's that the
+    step saves (of the index NORMALIZATIONS names)."""
+    _, index = NORMALIZATIONS[name]
     (step,) = compiled._compiled.variants.values()
-    again, saved = calls_and_saved(step.plan)
+    again = [n for n in step.plan.backward.graph.nodes if n.name == name]
+    saved = [v for v in step.plan.saved if v.node and v.node.name == name]
+    return again, [v for v in saved if v is v.node.results[index]]
+
+
+@pytest.mark.parametrize("name", list(NORMALIZATIONS))
+def test_normalizations_are_made_again_in_the_backward(name, recompute_any_size):
+    """Note [Recomputed normalizations]: the forward saves no batch norm result and no
+    LRN scale; the backward makes them again from the saved input (a batch norm
+    without running statistics); the gradients and the running statistics after two
+    steps are eager's bit for bit. Without the pass, the forward saves them."""
+    model = normalized_model(name)
+    again, saved = calls_and_saved(trained_alike(model), name)
     assert len(again) == 2 and not saved
     if name == "native_batch_norm":
         assert all(n.args[3] is None and n.args[4] is None for n in again)
     keeping = [p for p in passes.DEFAULT if p != "recompute_normalization"]
-    without = jit.compile(model, layout=None, passes=keeping)
-    lm.sum(without(x)).backward()
-    (step,) = without._compiled.variants.values()
-    again, saved = calls_and_saved(step.plan)
+    again, saved = calls_and_saved(trained_alike(model, keeping), name)
     assert not again and len(saved) == 2
 
 
-def test_recomputed_pool_indices_are_made_next_to_their_scatter():
+@pytest.mark.parametrize("name", list(NORMALIZATIONS))
+def test_values_under_the_recompute_size_are_kept(name, monkeypatch):
+    """Note [Values worth recomputing]: with the size set to the first normalization's
+    value (4 x 4 x 8 x 8 float32: 4096 bytes) that one is made again in the backward
+    and the second's (4 x 4 x 6 x 6) is saved; at the default size, 512 KiB, both
+    are saved. Either way the step is eager's bit for bit."""
+    monkeypatch.setattr(recompute, "RECOMPUTE_BYTES", 4 * 4 * 8 * 8 * 4)
+    again, saved = calls_and_saved(trained_alike(normalized_model(name)), name)
+    assert len(again) == 1 and len(saved) == 1
+    assert again[0].args[0].shape == (4, 4, 8, 8) and saved[0].shape == (4, 4, 6, 6)
+    monkeypatch.undo()
+    again, saved = calls_and_saved(trained_alike(normalized_model(name)), name)
+    assert not again and len(saved) == 2
+
+
+def test_recomputed_pool_indices_are_made_next_to_their_scatter(recompute_any_size):
     """Note [Inter-op parallelism]: calls whose results the graph does not return run
     at the latest level their readers allow, so even with Inception's branches run
     at once, the backward's recomputed pool indices are alive one at a time, not all
@@ -405,7 +439,9 @@ def test_recomputed_pool_indices_are_made_next_to_their_scatter():
     assert all(end < start for (_, end), (start, _) in itertools.pairwise(alive))
 
 
-def test_pool_indices_are_recomputed_where_the_backward_reads_the_pooled_input():
+def test_pool_indices_are_recomputed_where_the_backward_reads_the_pooled_input(
+    recompute_any_size,
+):
     """Note [Recomputed pool indices]: relu's backward reads its result, the pooling's
     input, so the forward pools values only and saves no int64 indices; the gradients
     are eager's bit for bit."""
