@@ -159,6 +159,34 @@ def test_product_in_parallel_over_rows_equals_numpy(dtype, kinds, m, monkeypatch
         lm.set_num_threads(before)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m, n", [(256, 40), (1, 7), (0, 5), (6, 0)])
+def test_outer_products_are_one_rounded_multiplication_each(dtype, m, n):
+    """Note [Outer products]: a product over one column and one row gives each output
+    its correctly rounded product (for float32: the exact float64 product, rounded),
+    read through strided and transposed views and written into a column slice; with
+    beta or a bias it is the sum as before. NaN and infinities pass without warnings."""
+    a = RNG.standard_normal((1, 2 * m)).astype(dtype)[:, ::2].T  # (m, 1), strided
+    b = RNG.standard_normal((n, 1)).astype(dtype).T  # (1, n), a transpose
+    if m and n:
+        a[0, 0], b[0, -1] = np.inf, np.nan
+    wide = np.full((m, n + 2), 0.5, dtype)
+    with np.errstate(all="raise"):
+        got = gemm.product(a, b, wide[:, 1 : n + 1])
+    if dtype == "float32":
+        want = (a.astype(np.float64) * b.astype(np.float64)).astype(dtype)
+    else:
+        want = np.multiply(a, b)  # one IEEE multiplication each: its own reference
+    np.testing.assert_array_equal(got, want)
+    assert (wide[:, 0] == 0.5).all() and (wide[:, -1] == 0.5).all()
+    finite = np.ones((m, 1), dtype), np.arange(n, dtype=dtype)[None]
+    out = np.full((m, n), 2.0, dtype)
+    gemm.product(*finite, out, beta=1.0)
+    np.testing.assert_array_equal(out, np.broadcast_to(2.0 + finite[1], (m, n)))
+    biased = gemm.product(*finite, np.empty((m, n), dtype), bias=np.full(n, 3.0, dtype))
+    np.testing.assert_array_equal(biased, np.broadcast_to(3.0 + finite[1], (m, n)))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_product_reads_and_writes_any_strides_numpy_gives(threads, monkeypatch):
     """gemm.product on what the BLAS cannot take as it is: a one-row view x[None]
