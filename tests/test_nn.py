@@ -87,17 +87,18 @@ def _kw(**kwargs):
 
 
 # (id, fn, inputs(layout)): each runs on both backends, in both layouts
+# on 6 input channels: more than run direct (Note [Direct convolution of few channels])
 CONV_CASES = [
-    ("plain", _kw(padding=1), (4, 4, 3, 3)),
-    ("stride2_odd", _kw(stride=2, padding=(2, 1)), (3, 4, 3, 2)),
-    ("dilated_groups", _kw(padding=2, dilation=(2, 1), groups=2), (6, 2, 3, 3)),
-    ("same_even_kernel", _kw(padding="same"), (3, 4, 2, 4)),
-    ("valid_depthwise", _kw(padding="valid", groups=4), (4, 1, 3, 3)),
-    ("pointwise", _kw(), (5, 4, 1, 1)),
-    ("pointwise_groups", _kw(groups=2), (4, 2, 1, 1)),
-    ("strided_1x1", _kw(stride=(2, 3)), (3, 4, 1, 1)),
+    ("plain", _kw(padding=1), (4, 6, 3, 3)),
+    ("stride2_odd", _kw(stride=2, padding=(2, 1)), (3, 6, 3, 2)),
+    ("dilated_groups", _kw(padding=2, dilation=(2, 1), groups=2), (6, 3, 3, 3)),
+    ("same_even_kernel", _kw(padding="same"), (3, 6, 2, 4)),
+    ("valid_depthwise", _kw(padding="valid", groups=6), (6, 1, 3, 3)),
+    ("pointwise", _kw(), (5, 6, 1, 1)),
+    ("pointwise_groups", _kw(groups=2), (4, 3, 1, 1)),
+    ("strided_1x1", _kw(stride=(2, 3)), (3, 6, 1, 1)),
     # kernel rows wider than the image, cut at both ends (Note [Kernel rows as runs])
-    ("wide_kernel_rows", _kw(stride=(1, 2), padding=(1, 3)), (3, 4, 3, 7)),
+    ("wide_kernel_rows", _kw(stride=(1, 2), padding=(1, 3)), (3, 6, 3, 7)),
 ]
 
 
@@ -105,10 +106,57 @@ CONV_CASES = [
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
 def test_conv2d_forward_and_backward_match_the_oracle(case, layout):
     _, kwargs, wshape = case
-    x = image((2, 4, 7, 6), layout, requires_grad=True)
+    x = image((2, 6, 7, 6), layout, requires_grad=True)
     w, b = param(wshape), param((wshape[0],), seed=2)
     outs = check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
     assert F.layout_of(outs[0]) == layout
+
+
+# Note [Direct convolution of few channels]: (id, input shape, weight shape, conv2d's
+# keywords): output channels short of a vector and more than four vectors, output rows
+# that are no multiple of four pixels, strides, a dilation along the height, padding
+# beyond the kernel's reach, an output row that reads only padding
+DIRECT_CASES = [
+    ("stem_7x7_s2", (2, 3, 13, 11), (5, 3, 7, 7), _kw(stride=2, padding=3)),
+    ("vectors_3x3", (1, 4, 6, 9), (70, 4, 3, 3), _kw(padding=1)),
+    (
+        "dilated_rows",
+        (2, 2, 9, 8),
+        (40, 2, 3, 2),
+        _kw(stride=(3, 1), padding=(2, 0), dilation=(2, 1)),
+    ),
+    ("padding_only", (1, 2, 1, 5), (3, 2, 1, 2), _kw(stride=(4, 1), padding=(5, 3))),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
+def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, monkeypatch):
+    """Forward (with a bias, without one, and relu'd) through the direct kernel, and
+    both gradients, against the oracle in both layouts; an infinite weight gives the
+    oracle's NaN where it meets the padding (both multiply its zeros)."""
+    calls = []
+    real = conv.direct.forward
+    monkeypatch.setattr(conv.direct, "forward", lambda *a: calls.append(1) or real(*a))
+    _, xs, ws, kwargs = case
+    x, w, b = (
+        image(xs, layout, dtype, requires_grad=True),
+        param(ws, dtype=dtype),
+        param(ws[:1], 2, dtype),
+    )
+    rtol = 1e-10 if dtype == np.float64 else 2e-5
+    check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b], rtol, rtol)
+    check_against_oracle(lambda x, w: F.conv2d(x, w, **kwargs), [x, w], rtol, rtol)
+    relu = check_against_oracle(
+        lambda x, w: fused.conv2d_relu(x, w, b, **kwargs), [x, w], rtol, rtol
+    )
+    assert len(calls) == 3 and (relu[0].numpy() >= 0).all()
+    w = param(ws, dtype=dtype)
+    w.detach()[0, 0, 0, 0] = np.inf
+    with np.errstate(invalid="ignore"):
+        outs = check_against_oracle(lambda x, w: F.conv2d(x, w, **kwargs), [x, w], rtol, rtol)
+    assert not np.isfinite(outs[0].numpy()).all() and len(calls) == 4
 
 
 def test_conv2d_unbatched_and_empty_batch():
@@ -659,6 +707,13 @@ def test_float32_matches_the_oracle(fn, layout):
 
 
 @pytest.fixture
+def im2col_on_few_channels(monkeypatch):
+    """The im2col and taps paths for images of few channels, which run direct by
+    default (Note [Direct convolution of few channels]): small shapes test them."""
+    monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS", 0)
+
+
+@pytest.fixture
 def two_threads():
     """Two lamina threads (BLAS one) for the test, both restored after."""
     blas = lm.backends.threads.blas_num_threads()
@@ -765,8 +820,20 @@ def test_conv2d_in_parts_matches_the_oracle(case, layout, two_threads, monkeypat
     (the parallel threshold lowered to nothing)."""
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     _, kwargs, wshape = case
-    x = image((3, 4, 7, 6), layout, requires_grad=True)
+    x = image((3, 6, 7, 6), layout, requires_grad=True)
     w, b = param(wshape), param((wshape[0],), seed=2)
+    check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
+def test_few_channels_in_parts_match_the_oracle(case, layout, two_threads, monkeypatch):
+    """Note [Direct convolution of few channels]: the direct forward pass in 2 parts of
+    the batch's output rows, cut inside an image (the parallel threshold lowered to
+    nothing)."""
+    monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
+    _, xs, ws, kwargs = case
+    x, w, b = image(xs, layout), param(ws), param(ws[:1], seed=2)
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
 
 
@@ -856,11 +923,12 @@ def test_winograd_convolution_matches_the_oracle(
 
 
 # Note [Strided convolutions]: (id, input shape, weight shape, stride, padding, float32
-# precision)
+# precision); more input channels than run direct (Note [Direct convolution of few
+# channels]), as the stems whose geometry they have would
 STRIDED_CASES = [
-    ("alexnet_11x11_s4", (2, 3, 23, 22), (8, 3, 11, 11), 4, 2, "highest"),  # a 3x3 on 48
-    ("inception_7x7_s2", (2, 3, 16, 15), (8, 3, 7, 7), 2, 3, "high"),  # a 4x4 on 12
-    ("uneven_5x7_s2x3", (1, 4, 13, 17), (9, 4, 5, 7), (2, 3), (1, 2), "highest"),  # 3x3 on 24
+    ("alexnet_11x11_s4", (2, 5, 23, 22), (8, 5, 11, 11), 4, 2, "highest"),  # a 3x3 on 80
+    ("inception_7x7_s2", (2, 5, 16, 15), (8, 5, 7, 7), 2, 3, "high"),  # a 4x4 on 20
+    ("uneven_5x7_s2x3", (1, 5, 13, 17), (9, 5, 5, 7), (2, 3), (1, 2), "highest"),  # 3x3 on 30
 ]
 
 
@@ -1017,7 +1085,7 @@ def test_small_planes_run_over_blocks_of_images_matching_the_oracle(
 
 
 def test_small_planes_on_two_threads_split_their_products_and_match_one_thread(
-    two_threads, monkeypatch, batched_calls
+    two_threads, monkeypatch, batched_calls, im2col_on_few_channels
 ):
     """Note [Small planes]' products over whole images run their rows in parallel, the
     images in one part."""
@@ -1298,7 +1366,7 @@ FLAT_CASES = [
 @pytest.mark.parametrize("dtype", ["f8", "f4"])
 @pytest.mark.parametrize("case, size", FLAT_CASES, ids=[c[0][0] for c in FLAT_CASES])
 def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
-    case, size, dtype, two_threads, monkeypatch
+    case, size, dtype, two_threads, monkeypatch, im2col_on_few_channels
 ):
     """Note [Flat block loops]: NCHW im2col from flat planes (split into the stride's
     phases where it is not 1: Note [Flat planes]) with several blocks per image (a small
@@ -1311,7 +1379,8 @@ def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
     spy = lambda t, d, parallel: loops.append((t.__name__, parallel)) or real(t, d, parallel)
     monkeypatch.setattr(conv, "_block_loop", spy)
     _, kwargs, wshape = case
-    x = image((3, 4, *size), "NCHW", dtype, requires_grad=True)
+    channels = wshape[1] * kwargs.get("groups", 1)
+    x = image((3, channels, *size), "NCHW", dtype, requires_grad=True)
     w, b = param(wshape, dtype=dtype), param((wshape[0],), seed=2, dtype=dtype)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
@@ -1345,7 +1414,7 @@ def test_phase_planes_hold_the_padded_planes_strided_pixels():
     [dict(stride=2, padding=1, groups=2), dict(dilation=2), dict(stride=(2, 3), padding=1)],
 )
 def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
-    kwargs, dtype, two_threads, monkeypatch
+    kwargs, dtype, two_threads, monkeypatch, im2col_on_few_channels
 ):
     """Note [Channels-last block loops]: im2col (no Winograd: 2 channels a group,
     dilated, or strided; the last with each kernel row copied as one run, Note [Kernel
@@ -1380,7 +1449,9 @@ TINY_PLANES = [
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", TINY_PLANES, ids=str)
-def test_tiny_planes_multiply_only_the_taps_inside(case, layout, monkeypatch):
+def test_tiny_planes_multiply_only_the_taps_inside(
+    case, layout, monkeypatch, im2col_on_few_channels
+):
     """Forward and both gradients against the oracle, each through its taps kernel;
     with an infinite weight, the forward and the input gradient through the image-block
     path instead, whose NaN where the weight meets the padding is the oracle's (the

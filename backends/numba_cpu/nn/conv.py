@@ -63,7 +63,7 @@ from lamina.dispatch import meta
 from lamina.dispatch.tensor import from_array
 
 from .. import blas, gemm
-from . import depthwise, winograd
+from . import depthwise, direct, winograd
 from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
@@ -1376,6 +1376,9 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
     if depthwise.applies(geo):  # in parallel inside (Note [Depthwise parts])
         depthwise.forward(x, w, bias, geo, layout, out)
         return _epilogue(out, None, layout, floor)  # the sums started from the bias
+    if direct.applies(geo):  # Note [Direct convolution of few channels]
+        direct.forward(x, w, bias, geo, layout, out)
+        return _epilogue(out, None, layout, floor)
     if _by_groups(geo, x.dtype):
         one = _one_group(geo)
         for g in range(geo.groups):
