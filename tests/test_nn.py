@@ -133,12 +133,16 @@ DIRECT_CASES = [
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
 def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, monkeypatch):
-    """Forward (with a bias, without one, and relu'd) through the direct kernel, and
-    both gradients, against the oracle in both layouts; an infinite weight gives the
-    oracle's NaN where it meets the padding (both multiply its zeros)."""
+    """Forward (with a bias, without one, and relu'd) and weight gradient through the
+    direct kernels, and the input gradient, against the oracle in both layouts; an
+    infinite weight (forward) or gradient (weight gradient) gives the oracle's NaN
+    where it meets the padding (both multiply its zeros)."""
     calls = []
-    real = conv.direct.forward
-    monkeypatch.setattr(conv.direct, "forward", lambda *a: calls.append(1) or real(*a))
+    for name in ("forward", "weight_grad"):
+        real = getattr(conv.direct, name)
+        monkeypatch.setattr(
+            conv.direct, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a)
+        )
     _, xs, ws, kwargs = case
     x, w, b = (
         image(xs, layout, dtype, requires_grad=True),
@@ -151,12 +155,26 @@ def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, monke
     relu = check_against_oracle(
         lambda x, w: fused.conv2d_relu(x, w, b, **kwargs), [x, w], rtol, rtol
     )
-    assert len(calls) == 3 and (relu[0].numpy() >= 0).all()
-    w = param(ws, dtype=dtype)
-    w.detach()[0, 0, 0, 0] = np.inf
+    assert calls == ["forward", "weight_grad"] * 3 and (relu[0].numpy() >= 0).all()
+    infinite = param(ws, dtype=dtype)
+    infinite.detach()[0, 0, 0, 0] = np.inf
     with np.errstate(invalid="ignore"):
-        outs = check_against_oracle(lambda x, w: F.conv2d(x, w, **kwargs), [x, w], rtol, rtol)
-    assert not np.isfinite(outs[0].numpy()).all() and len(calls) == 4
+        outs = check_against_oracle(
+            lambda x, w: F.conv2d(x, w, **kwargs), [x, infinite], rtol, rtol
+        )
+    assert not np.isfinite(outs[0].numpy()).all()
+    grads = []
+    for backend in ("numba_cpu", "numpy_ref"):
+        with lm.backends.use(backend), np.errstate(invalid="ignore"):
+            w = param(ws, dtype=dtype)
+            out = F.conv2d(x.detach(), w, **kwargs)
+            g = np.ones(out.shape, dtype)
+            g[0, 0, 0, 0] = np.inf
+            out.backward(F.to_layout(lm.asarray(g), layout))
+            grads.append(w.grad.numpy())
+    assert not np.isfinite(grads[0]).all() and calls[-1] == "weight_grad"
+    np.testing.assert_array_equal(np.isnan(grads[0]), np.isnan(grads[1]))
+    np.testing.assert_array_equal(np.isinf(grads[0]), np.isinf(grads[1]))
 
 
 def test_conv2d_unbatched_and_empty_batch():

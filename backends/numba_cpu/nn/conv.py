@@ -1338,8 +1338,11 @@ class _SpaceToDepth:
 
 
 def _space_to_depth(geo, dtype):
-    """The _SpaceToDepth of a strided convolution that Winograd then takes, or None."""
+    """The _SpaceToDepth of a strided convolution that Winograd then takes, or None
+    (also where it runs direct: Note [Direct convolution of few channels])."""
     if (geo.sh, geo.sw) == (1, 1) or (geo.dh, geo.dw, geo.groups) != (1, 1, 1):
+        return None
+    if direct.applies(geo):
         return None
     s2d = _SpaceToDepth(geo)
     return s2d if winograd.algorithm(s2d.geo, dtype) is not None else None
@@ -1597,6 +1600,8 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
 def _weight_grad(x, gk, alg, geo, order):
     if depthwise.applies(geo):
         return depthwise.weight_grad(x, gk, geo, order)
+    if direct.applies(geo):
+        return direct.weight_grad(x, gk, geo, order)
     if _by_groups(geo, x.dtype):
         one = _one_group(geo)
         alg = winograd.algorithm(one, x.dtype)

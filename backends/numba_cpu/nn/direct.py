@@ -1,25 +1,37 @@
-"""The forward pass of convolutions on few input channels (a network's first layer on
-RGB images) by a direct loop over the kernel's taps.
+"""Convolutions on few input channels (a network's first layer on RGB images): the
+forward pass and the weight gradient by direct loops over the kernel's taps.
 
 Note [Direct convolution of few channels]: with C_in <= DIRECT_CHANNELS, im2col's
 matrix is a row of kH kW C_in values per output pixel built from almost nothing (the
 image is 3 channels, the matrix 49 times its size for a 7 x 7 kernel), then a GEMM
 of inner dimension 27-363. The copy costs as much as the product: ResNet-18's 7 x 7
-stride-2 stem took 8.6 ms at batch 32 (PyTorch channels-last, a direct convolution:
+stride-2 stem took 8.8 ms at batch 32 channels-last (PyTorch's direct convolution:
 5.9). Here each output row is summed in registers, in explicit vectors of output
 channels (Note [Explicit vectors] in vectors.py): PIXELS = 4 neighbouring output
-pixels a step, two vectors of output channels each, so that each weight vector loaded
-serves four pixels and each input value (one broadcast) two vectors. In channels-last
-images a kernel row's taps are one contiguous run of kW C_in input values (Note
-[Kernel rows as runs] in conv.py), so a pixel's taps are kH runs, read in the order
-of the weight's rows (kH, kW, C_in). The images are copied zero-padded first (a few
-channels: a small copy), so every pixel has all its taps, and an infinite weight
-meets the padding's zeros as im2col's matrix does (NaN, numpy_ref's result).
+pixels a step, up to four vectors of output channels each, so that each weight vector
+loaded serves four pixels and each input value (one broadcast) every vector. A
+pixel's taps are read as runs ("segments"): in channels-last images a kernel row's
+taps are one run of kW C_in input values (Note [Kernel rows as runs] in conv.py), in
+channels-first ones a kernel row of one channel is a run of kW; the weight's rows are
+in the same order ((kH, kW, C_in) or (C_in, kH, kW)). The images are copied
+zero-padded first (a few channels: a small copy), so every pixel has all its taps,
+and an infinite weight (or gradient) meets the padding's zeros as im2col's matrix
+does: NaN, numpy_ref's result. Channels-first outputs are made a row at a time
+channels-last, then transposed into place.
 
-Measured at batch 32, 64 x 64 images, one thread, Zen 4, float32: ResNet-18's stem (3
--> 64, 7 x 7 stride 2) 10.5 -> 5.6 ms, Inception's (3 -> 32) 5.6 -> 2.7, MobileNet
-v2's (3 -> 32, 3 x 3 stride 2) 1.6 -> 0.5 (PyTorch channels-last 5.9, 3.0, 0.63):
-110-114 GFLOP/s, where OpenBLAS's GEMM alone reached 95.
+The weight gradient runs the same steps: each tap's row of sums (a part's own, added
+at the end) loaded once for four pixels, whose gradient vectors stay in registers
+through the taps.
+
+Measured at batch 32, 64 x 64 images, one thread, Zen 4, float32, channels-last
+(channels-first), before -> after, PyTorch's channels-last in brackets:
+
+    stem (3 channels in)       forward                       + weight gradient
+    ResNet-18, 64 7x7 s2       8.8 -> 5.5 (8.8 -> 6.4) [5.9]   15.8 -> 13.5 [12.9]
+    Inception, 32 7x7 s2       5.7 -> 2.9 (4.9 -> 3.5) [3.0]   13.0 -> 6.7 (12.2 -> 8.3) [5.9]
+    MobileNet v2, 32 3x3 s2    1.7 -> 0.64 (1.4 -> 1.1) [0.63]  2.8 -> 2.1 [1.4]
+
+The forward pass runs at 110-114 GFLOP/s, where OpenBLAS's GEMM alone reached 95.
 """
 
 import numpy as np
@@ -27,6 +39,7 @@ import numpy as np
 from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
 
+from .. import gemm
 from .. import vectors as v
 from . import winograd
 from .layout import NHWC
@@ -51,6 +64,16 @@ def _put(out, at, acc, count):
         v.store_first(out, at, acc, count)
 
 
+@jitable(**jit.CALLEE, inline="always")
+def _starts(q, step, pixels, zero):
+    """Where the taps of a step's four pixels start: q for the first, ``step`` after
+    one another, at ``zero`` (a run of zeros) for the pixels past the row's end."""
+    q1 = q + step if pixels > 1 else zero
+    q2 = q + 2 * step if pixels > 2 else zero
+    q3 = q + 3 * step if pixels > 3 else zero
+    return q1, q2, q3
+
+
 @jitable(**jit.CALLEE)
 def row(xp, w, bias, base, taps, wo, cout, dst, at):
     """One output row, channels last ((wo, C_out) from dst's element at) = the
@@ -61,6 +84,7 @@ def row(xp, w, bias, base, taps, wo, cout, dst, at):
     segments, kh, plane, height, run, step = taps
     lanes = v.lanes(w)
     padded = w.shape[1]
+    zero = xp.size - xp.size // xp.shape[0]  # the last image's: zeros
     for cb in range(0, padded, 4 * lanes):
         vectors = min(4, (padded - cb) // lanes)
         s0 = v.load(bias, cb)
@@ -75,11 +99,8 @@ def row(xp, w, bias, base, taps, wo, cout, dst, at):
             d0, d1, d2, d3 = s3, s3, s3, s3
             for i in range(segments):
                 q = base + (i // kh) * plane + (i % kh) * height + ow * step
+                q1, q2, q3 = _starts(q, step, pixels, zero)
                 first = i * run * padded + cb
-                # a missing pixel reads its row's first one's taps, summed in vain
-                q1 = q + step if pixels > 1 else q
-                q2 = q + 2 * step if pixels > 2 else q
-                q3 = q + 3 * step if pixels > 3 else q
                 for t in range(run):
                     x0, x1 = v.splat(xp, q + t), v.splat(xp, q1 + t)
                     x2, x3 = v.splat(xp, q2 + t), v.splat(xp, q3 + t)
@@ -113,11 +134,10 @@ def row(xp, w, bias, base, taps, wo, cout, dst, at):
                         _put(dst, o + p * cout + 3 * lanes, d, cout - cb - 3 * lanes)
 
 
-def in_parts(xp, w, bias, out, rows, taps, rise, ho, wo, cout):
-    """``row`` over the batch's output rows in parts, in parallel, one part per row of
-    ``rows`` (parts, wo C_out): a channels-first out's row is made there, then
-    transposed into out; a channels-last one's in out itself. An output row's taps
-    start ``rise`` elements of xp after the row above's."""
+def in_parts(xp, w, bias, out, rows, taps, rise, ho, wo, cout, channels_last):
+    """``row`` over the batch's output rows in parts, in parallel: into out itself
+    where it is channels last, else into rows[p], then transposed into out. An output
+    row's taps start ``rise`` elements of xp after the row above's."""
     parts, total = rows.shape[0], out.shape[0] * ho
     image = xp.size // xp.shape[0]
     for p in jit.prange(parts):
@@ -125,7 +145,7 @@ def in_parts(xp, w, bias, out, rows, taps, rise, ho, wo, cout):
         for r in range(r0, r1):
             n, oh = r // ho, r % ho
             base = n * image + oh * rise
-            if rows.shape[1] == 0:  # channels last
+            if channels_last:
                 row(xp, w, bias, base, taps, wo, cout, out, r * wo * cout)
                 continue
             made = rows[p]
@@ -147,10 +167,16 @@ def forward(x, w, bias, geo, layout, out):
         start[: geo.c_out] = bias
     weight = winograd.prepared(w, ("direct", layout, padded), lambda w: _weight(w, layout, padded))
     parts = threads.parts_for(geo.flops // 2, geo.n * geo.ho)
-    rows = np.empty((parts, 0 if layout == NHWC else geo.wo * geo.c_out), x.dtype)
+    rows = np.empty((parts, geo.wo * geo.c_out), x.dtype)  # channels first: a row made
     xp = _padded(x, geo, layout)
-    _kernel(x.dtype, parts > 1)(xp, weight, start, out, rows, *_taps(geo, layout), geo.ho,
-                                geo.wo, geo.c_out)  # fmt: skip
+    kernel = _kernel(in_parts, x.dtype, parts > 1)
+    kernel(xp, weight, start, out, rows, *_taps(geo, layout), *_sizes(geo, layout))
+
+
+def _sizes(geo, layout):
+    """The kernels' last arguments: the output's height, width and channels, and
+    whether its images are channels last."""
+    return geo.ho, geo.wo, geo.c_out, int(layout == NHWC)
 
 
 def _extent(geo):
@@ -170,6 +196,113 @@ def _taps(geo, layout):
     return taps, geo.sh * wp * unit
 
 
+@jitable(**jit.CALLEE)
+def weight_row(xp, grads, sums, base, taps, wo):
+    """sums (a row per tap, C_out rounded up to whole vectors) += one output row's
+    pixels' taps (as ``row`` reads them) times their gradients, grads (wo + PIXELS - 1
+    rows of sums' width, zeros past the row's pixels and C_out): four pixels a step,
+    their gradient vectors in registers through the taps, each tap's row of sums
+    loaded and stored once for the four."""
+    segments, kh, plane, height, run, step = taps
+    lanes = v.lanes(sums)
+    padded = sums.shape[1]
+    zero = xp.size - xp.size // xp.shape[0]
+    for cb in range(0, padded, 4 * lanes):
+        vectors = min(4, (padded - cb) // lanes)
+        for ow in range(0, wo, PIXELS):
+            pixels = min(PIXELS, wo - ow)
+            g = ow * padded + cb
+            # gradient vector j of pixel k: g<k><j> (channels cb + j lanes onwards)
+            g00, g10 = v.load(grads, g), v.load(grads, g + padded)
+            g20, g30 = v.load(grads, g + 2 * padded), v.load(grads, g + 3 * padded)
+            g01, g11, g21, g31 = g00, g10, g20, g30
+            g02, g12, g22, g32 = g00, g10, g20, g30
+            g03, g13, g23, g33 = g00, g10, g20, g30
+            if vectors > 1:
+                g01, g11 = v.load(grads, g + lanes), v.load(grads, g + padded + lanes)
+                g21, g31 = (
+                    v.load(grads, g + 2 * padded + lanes),
+                    v.load(grads, g + 3 * padded + lanes),
+                )
+            if vectors > 2:
+                h = g + 2 * lanes
+                g02, g12 = v.load(grads, h), v.load(grads, h + padded)
+                g22, g32 = v.load(grads, h + 2 * padded), v.load(grads, h + 3 * padded)
+            if vectors > 3:
+                h = g + 3 * lanes
+                g03, g13 = v.load(grads, h), v.load(grads, h + padded)
+                g23, g33 = v.load(grads, h + 2 * padded), v.load(grads, h + 3 * padded)
+            for i in range(segments):
+                q = base + (i // kh) * plane + (i % kh) * height + ow * step
+                q1, q2, q3 = _starts(q, step, pixels, zero)
+                first = i * run * padded + cb
+                for t in range(run):
+                    x0, x1 = v.splat(xp, q + t), v.splat(xp, q1 + t)
+                    x2, x3 = v.splat(xp, q2 + t), v.splat(xp, q3 + t)
+                    k = first + t * padded
+                    s0 = v.multiply_add(x0, g00, v.load(sums, k))
+                    s0 = v.multiply_add(x1, g10, s0)
+                    s0 = v.multiply_add(x2, g20, s0)
+                    v.store(sums, k, v.multiply_add(x3, g30, s0))
+                    if vectors > 1:
+                        s1 = v.multiply_add(x0, g01, v.load(sums, k + lanes))
+                        s1 = v.multiply_add(x1, g11, s1)
+                        s1 = v.multiply_add(x2, g21, s1)
+                        v.store(sums, k + lanes, v.multiply_add(x3, g31, s1))
+                    if vectors > 2:
+                        s2 = v.multiply_add(x0, g02, v.load(sums, k + 2 * lanes))
+                        s2 = v.multiply_add(x1, g12, s2)
+                        s2 = v.multiply_add(x2, g22, s2)
+                        v.store(sums, k + 2 * lanes, v.multiply_add(x3, g32, s2))
+                    if vectors > 3:
+                        s3 = v.multiply_add(x0, g03, v.load(sums, k + 3 * lanes))
+                        s3 = v.multiply_add(x1, g13, s3)
+                        s3 = v.multiply_add(x2, g23, s3)
+                        v.store(sums, k + 3 * lanes, v.multiply_add(x3, g33, s3))
+
+
+def weight_parts(xp, grad, sums, rows, taps, rise, ho, wo, cout, channels_last):
+    """``weight_row`` over the batch's output rows in parts, in parallel, part p into
+    sums[p], each row's gradients (grad: images channels last or first) copied into
+    rows[p] first."""
+    parts, total = sums.shape[0], grad.shape[0] * ho
+    image, padded = xp.size // xp.shape[0], sums.shape[2]
+    for p in jit.prange(parts):
+        r0, r1 = jit.part(total, parts, p)
+        grads = rows[p]
+        for r in range(r0, r1):
+            n, oh = r // ho, r % ho
+            if channels_last:
+                for ow in range(wo):
+                    for c in range(cout):
+                        grads[ow * padded + c] = grad[n, oh, ow, c]
+            else:
+                for c in range(cout):
+                    for ow in range(wo):
+                        grads[ow * padded + c] = grad[n, c, oh, ow]
+
+            weight_row(xp, grads, sums[p], n * image + oh * rise, taps, wo)
+
+
+def weight_grad(x, grad, geo, layout):
+    """The weight gradient (C_out, C_in, kH, kW) of the convolution of the images x
+    with gradient ``grad`` (both C-contiguous in ``layout``), in parts on lamina's
+    threads, each into sums of its own, added at the end."""
+    lanes = v.lanes_of(x.dtype)
+    padded = -(-geo.c_out // lanes) * lanes
+    parts = threads.parts_for(geo.flops // 2, geo.n * geo.ho)
+    sums = np.zeros((parts, geo.c * geo.kh * geo.kw, padded), x.dtype)
+    rows = np.zeros((parts, (geo.wo + PIXELS - 1) * padded), x.dtype)
+    if geo.n * geo.ho * geo.wo:
+        kernel = _kernel(weight_parts, x.dtype, parts > 1)
+        grad = np.ascontiguousarray(grad)
+        kernel(_padded(x, geo, layout), grad, sums, rows, *_taps(geo, layout), *_sizes(geo, layout))
+    total = gemm.parts_total(sums)[:, : geo.c_out]
+    if layout == NHWC:
+        return np.ascontiguousarray(total.reshape(geo.kh, geo.kw, geo.c, -1).transpose(3, 2, 0, 1))
+    return np.ascontiguousarray(total.reshape(geo.c, geo.kh, geo.kw, -1).transpose(3, 0, 1, 2))
+
+
 def _weight(w, layout, padded):
     """(C_out, C_in, kH, kW) -> a row per tap in ``row``'s order of taps, (kH, kW, C_in)
     channels last, (C_in, kH, kW) first, of C_out padded with zeros to ``padded``."""
@@ -182,24 +315,31 @@ def _weight(w, layout, padded):
 
 def _padded(x, geo, layout):
     """The images x (C-contiguous in ``layout``) with the padding each output pixel's
-    taps reach as zeros (and none of the rows and columns no tap reaches)."""
+    taps reach as zeros (and none of the rows and columns no tap reaches), and one
+    more image of zeros, where the taps of the pixels past a row's end are read."""
     hp, wp = _extent(geo)
     h, w = max(0, min(geo.h, hp - geo.pt)), max(0, min(geo.w, wp - geo.pl))
     rows, cols = slice(geo.pt, geo.pt + h), slice(geo.pl, geo.pl + w)
     if layout == NHWC:
-        xp = np.zeros((geo.n, hp, wp, geo.c), x.dtype)
-        xp[:, rows, cols] = x[:, :h, :w]
+        xp = np.zeros((geo.n + 1, hp, wp, geo.c), x.dtype)
+        xp[:-1, rows, cols] = x[:, :h, :w]
     else:
-        xp = np.zeros((geo.n, geo.c, hp, wp), x.dtype)
-        xp[:, :, rows, cols] = x[:, :, :h, :w]
+        xp = np.zeros((geo.n + 1, geo.c, hp, wp), x.dtype)
+        xp[:-1, :, rows, cols] = x[:, :, :h, :w]
     return xp
 
 
-def _kernel(dtype, parallel):
+_SIGNATURES = {  # (arrays: 1-D, 2-D, 3-D, 4-D), the taps' tuple, the ints after it
+    in_parts: lambda a1, a2, a3, a4, taps, i: (a4, a2, a1, a4, a2, taps, *[i] * 5),
+    weight_parts: lambda a1, a2, a3, a4, taps, i: (a4, a4, a3, a2, taps, *[i] * 5),
+}
+
+
+def _kernel(kernel, dtype, parallel):
     def build():
         t, i64 = jit.types, jit.types.int64
-        a1, a2, a4 = (jit.array(dtype, d) for d in (1, 2, 4))
-        signature = t.void(a4, a2, a1, a4, a2, t.UniTuple(i64, 6), *[i64] * 4)
-        return jit.compile_kernel(in_parts, signature, parallel, nogil=True)
+        arrays = (jit.array(dtype, d) for d in (1, 2, 3, 4))
+        signature = t.void(*_SIGNATURES[kernel](*arrays, t.UniTuple(i64, 6), i64))
+        return jit.compile_kernel(kernel, signature, parallel, nogil=True)
 
-    return jit.cached((in_parts, np.dtype(dtype), parallel), build)
+    return jit.cached((kernel, np.dtype(dtype), parallel), build)
