@@ -1169,7 +1169,7 @@ def _tap_major(w):
     [Taps inside tiny planes])."""
     if not np.isfinite(w).all():
         return None
-    return np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(w.shape[0], -1)
+    return _in_order(w, (0, 2, 3, 1)).reshape(w.shape[0], -1)
 
 
 def _tap_weight(w, geo):
@@ -1209,7 +1209,7 @@ def _weight_grad_taps(x, gk, geo, layout):
     wt = np.zeros((geo.c_out, geo.kh * geo.kw * geo.c), x.dtype)
     for oh, ow, ih, (a, b), (c0, c1) in _tap_runs(geo):
         gemm.product(gt[oh, ow], xt[ih, a:b].reshape(-1, geo.n).T, wt[:, c0:c1], 1.0)
-    return np.ascontiguousarray(wt.reshape(geo.c_out, geo.kh, geo.kw, geo.c).transpose(0, 3, 1, 2))
+    return _in_order(wt.reshape(geo.c_out, geo.kh, geo.kw, geo.c), (0, 3, 1, 2))
 
 
 def _order(geo, layout, dtype):
@@ -1234,6 +1234,14 @@ def _reorder(a, src, dst):
     if src == dst:
         return a
     view = a.transpose((0, 2, 3, 1) if dst == NHWC else (0, 3, 1, 2))
+    return _copied(view, np.empty(view.shape, a.dtype))
+
+
+def _in_order(a, axes):
+    """a.transpose(axes) as a C array, copied in parts (``_copied``): a training step
+    makes a tiny-plane convolution's tap-major weight, and its gradient back, on each
+    call (512 x 512 x 3 x 3 float32: 1 ms on one thread)."""
+    view = a.transpose(axes)
     return _copied(view, np.empty(view.shape, a.dtype))
 
 
