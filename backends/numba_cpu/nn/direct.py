@@ -44,13 +44,14 @@ from .. import vectors as v
 from . import winograd
 from .layout import NHWC
 
-DIRECT_CHANNELS = 4  # input channels up to which the forward pass runs direct
+DIRECT_CHANNELS = 4  # input channels up to which convolutions run direct
 PIXELS = 4  # output pixels a step (Note [Direct convolution of few channels])
 
 
 def applies(geo):
-    """Whether conv2d of ``geo``'s forward pass runs direct (Note [Direct convolution
-    of few channels]): one group of few input channels, kernel columns adjacent."""
+    """Whether conv2d of ``geo`` (its forward pass and weight gradient) runs direct
+    (Note [Direct convolution of few channels]): one group of few input channels,
+    kernel columns adjacent."""
     return geo.groups == 1 and 0 < geo.c <= DIRECT_CHANNELS and geo.dw == 1
 
 
