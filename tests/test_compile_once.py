@@ -54,7 +54,8 @@ lm.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
 lm.random.seed(0)
 rng = np.random.default_rng(0)
 model = nn.Sequential(
-    nn.Conv2d(1, 8, 3, padding=1),  # 1 -> 8 channels, NCHW, 12 x 12: flat im2col blocks
+    nn.Conv2d(1, 5, 3, padding=1),  # 1 input channel: the direct kernels
+    nn.Conv2d(5, 8, 3, padding=1),  # 5 -> 8 channels, NCHW, 12 x 12: flat im2col blocks
     nn.BatchNorm2d(8),
     nn.ReLU(),
     nn.MaxPool2d(2),

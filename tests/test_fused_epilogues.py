@@ -18,8 +18,9 @@ F = lm.nn.functional
 CASES = [
     ("winograd_3x3", (2, 8, 9, 10), (8, 8, 3, 3), dict(padding=1), True),
     ("winograd_groups", (1, 16, 8, 8), (16, 8, 3, 3), dict(padding=1, groups=2), True),
-    ("space_to_depth", (2, 3, 19, 19), (8, 3, 7, 7), dict(stride=2, padding=3), True),
-    ("im2col_flat", (2, 3, 11, 12), (4, 3, 3, 3), dict(padding=1), False),
+    ("space_to_depth", (2, 6, 19, 19), (8, 6, 7, 7), dict(stride=2, padding=3), True),
+    ("direct_few_channels", (2, 3, 19, 19), (8, 3, 7, 7), dict(stride=2, padding=3), False),
+    ("im2col_flat", (2, 6, 11, 12), (4, 6, 3, 3), dict(padding=1), False),
     ("im2col_strided_dilated", (2, 3, 13, 11), (5, 3, 3, 2), dict(stride=2, dilation=2), False),
     ("small_planes_groups", (3, 4, 6, 6), (6, 2, 3, 3), dict(groups=2), False),
     ("pointwise", (2, 5, 6, 7), (4, 5, 1, 1), {}, False),
@@ -83,7 +84,7 @@ def test_conv2d_relu_is_relu_of_conv2d_bit_for_bit(case, layout, dtype, winograd
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("case", CASES[:1] + CASES[3:4] + CASES[-1:], ids=lambda c: c[0])
+@pytest.mark.parametrize("case", CASES[:1] + CASES[3:5] + CASES[-1:], ids=lambda c: c[0])
 def test_conv2d_relu_of_nans_without_a_bias(case, layout):
     """A NaN input makes NaN outputs where relu keeps them, on every path (Winograd's
     falls back to im2col: Note [Winograd and infinities])."""
