@@ -649,6 +649,7 @@ def test_the_largest_settings_pass():
     finally:
         lm.memory.configure(limit=1 << 30)
     assert F.conv2d(image(), W(), stride=BIG - 1).shape == (2, 4, 1, 1)
+    assert F.conv2d(image(), W(k=1), dilation=(BIG - 1, 1)).shape == (2, 4, 6, 6)
     assert F.max_pool2d(image(), 2, BIG - 1).shape == (2, 3, 1, 1)
     assert F.avg_pool2d(image(), 2, BIG - 1).shape == (2, 3, 1, 1)
     assert F.local_response_norm(image(), BIG - 1).shape == (2, 3, 6, 6)

@@ -193,10 +193,11 @@ def _taps(geo, layout):
     hp, wp = _extent(geo)
     unit = geo.c if layout == NHWC else 1  # a pixel's values in an image row
     segments, plane = (geo.kh, 0) if layout == NHWC else (geo.c * geo.kh, hp * wp)
-    # a stride only steps where there is a next pixel or row (one as long as 2**63 - 1
-    # would overflow the kernel's int64 where there is not)
+    # a stride or dilation only steps where there is a next pixel, row or kernel row
+    # (one of 2**63 - 1 would overflow the kernel's int64 where there is not)
     step = geo.sw * unit if geo.wo > 1 else 0
-    taps = (segments, geo.kh, plane, geo.dh * wp * unit, geo.kw * unit, step)
+    height = geo.dh * wp * unit if geo.kh > 1 else 0
+    taps = (segments, geo.kh, plane, height, geo.kw * unit, step)
     return taps, geo.sh * wp * unit if geo.ho > 1 else 0
 
 
