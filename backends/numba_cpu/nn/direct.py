@@ -66,13 +66,24 @@ def _put(out, at, acc, count):
 
 
 @jitable(**jit.CALLEE, inline="always")
-def _starts(q, step, pixels, zero):
-    """Where the taps of a step's four pixels start: q for the first, ``step`` after
-    one another, at ``zero`` (a run of zeros) for the pixels past the row's end."""
+def _segment(base, i, taps, ow, pixels, zero):
+    """Where segment i's taps start for a step's four pixels from output column ow
+    (the row's first pixel's taps from ``base``): ``step`` after one another, at
+    ``zero`` (a run of zeros) for the pixels past the row's end."""
+    _, kh, plane, height, _, step = taps
+    q = base + (i // kh) * plane + (i % kh) * height + ow * step
     q1 = q + step if pixels > 1 else zero
     q2 = q + 2 * step if pixels > 2 else zero
     q3 = q + 3 * step if pixels > 3 else zero
-    return q1, q2, q3
+    return q, q1, q2, q3
+
+
+@jitable(**jit.CALLEE, inline="always")
+def _splats(xp, starts, t):
+    """Tap t of the four pixels whose segment starts at ``starts``, each broadcast
+    to a vector."""
+    q0, q1, q2, q3 = starts
+    return v.splat(xp, q0 + t), v.splat(xp, q1 + t), v.splat(xp, q2 + t), v.splat(xp, q3 + t)
 
 
 @jitable(**jit.CALLEE)
@@ -82,7 +93,7 @@ def row(xp, w, bias, base, taps, wo, cout, dst, at):
     whole vectors), starting from bias (as long): the row's first pixel's taps are
     xp[base + segment offset + t], t < run, for each segment (kernel row, or kernel
     row of one channel) in taps = (segments, kh, plane, height, run, step)."""
-    segments, kh, plane, height, run, step = taps
+    segments, run = taps[0], taps[4]
     lanes = v.lanes(w)
     padded = w.shape[1]
     zero = xp.size - xp.size // xp.shape[0]  # the last image's: zeros
@@ -99,12 +110,10 @@ def row(xp, w, bias, base, taps, wo, cout, dst, at):
             c0, c1, c2, c3 = s2, s2, s2, s2
             d0, d1, d2, d3 = s3, s3, s3, s3
             for i in range(segments):
-                q = base + (i // kh) * plane + (i % kh) * height + ow * step
-                q1, q2, q3 = _starts(q, step, pixels, zero)
+                starts = _segment(base, i, taps, ow, pixels, zero)
                 first = i * run * padded + cb
                 for t in range(run):
-                    x0, x1 = v.splat(xp, q + t), v.splat(xp, q1 + t)
-                    x2, x3 = v.splat(xp, q2 + t), v.splat(xp, q3 + t)
+                    x0, x1, x2, x3 = _splats(xp, starts, t)
                     k = first + t * padded
                     w0 = v.load(w, k)
                     a0, a1 = v.multiply_add(x0, w0, a0), v.multiply_add(x1, w0, a1)
@@ -168,7 +177,7 @@ def forward(x, w, bias, geo, layout, out):
         start[: geo.c_out] = bias
     weight = winograd.prepared(w, ("direct", layout, padded), lambda w: _weight(w, layout, padded))
     parts = threads.parts_for(geo.flops // 2, geo.n * geo.ho)
-    rows = np.empty((parts, geo.wo * geo.c_out), x.dtype)  # channels first: a row made
+    rows = np.empty((parts, 0 if layout == NHWC else geo.wo * geo.c_out), x.dtype)
     xp = _padded(x, geo, layout)
     kernel = _kernel(in_parts, x.dtype, parts > 1)
     kernel(xp, weight, start, out, rows, *_taps(geo, layout), *_sizes(geo, layout))
@@ -208,7 +217,7 @@ def weight_row(xp, grads, sums, base, taps, wo):
     rows of sums' width, zeros past the row's pixels and C_out): four pixels a step,
     their gradient vectors in registers through the taps, each tap's row of sums
     loaded and stored once for the four."""
-    segments, kh, plane, height, run, step = taps
+    segments, run = taps[0], taps[4]
     lanes = v.lanes(sums)
     padded = sums.shape[1]
     zero = xp.size - xp.size // xp.shape[0]
@@ -238,12 +247,10 @@ def weight_row(xp, grads, sums, base, taps, wo):
                 g03, g13 = v.load(grads, h), v.load(grads, h + padded)
                 g23, g33 = v.load(grads, h + 2 * padded), v.load(grads, h + 3 * padded)
             for i in range(segments):
-                q = base + (i // kh) * plane + (i % kh) * height + ow * step
-                q1, q2, q3 = _starts(q, step, pixels, zero)
+                starts = _segment(base, i, taps, ow, pixels, zero)
                 first = i * run * padded + cb
                 for t in range(run):
-                    x0, x1 = v.splat(xp, q + t), v.splat(xp, q1 + t)
-                    x2, x3 = v.splat(xp, q2 + t), v.splat(xp, q3 + t)
+                    x0, x1, x2, x3 = _splats(xp, starts, t)
                     k = first + t * padded
                     s0 = v.multiply_add(x0, g00, v.load(sums, k))
                     s0 = v.multiply_add(x1, g10, s0)
