@@ -164,19 +164,18 @@ class Elementwise:
         ins = self.in_dtypes(comp)
         arrays = [S.operand(a, d) for a, d in zip(args, ins)]
         if target is None:
-            out = empty(shape, res.np)
             if not all(a.flags.c_contiguous for a in arrays):
                 like = layouts.layout_source(op, args)
                 if like is not None:  # operands in one dense order: the result too, and
                     # the loop runs over the memory in that order (Note [Result layouts])
                     order = layouts.dense_order(like._shape, layouts.strides_of(like))
                     physical = empty(tuple(shape[i] for i in order), res.np)
-                    out = physical.transpose(np.argsort(order))
                     arrays = [a.transpose(order) if a.ndim else a for a in arrays]
-                    if comp.kind in self.validate_kinds and out.size:
+                    if comp.kind in self.validate_kinds and physical.size:
                         self.validate(op, comp, arrays)
                     self.run(comp, physical, arrays)
-                    return from_array(out)
+                    return from_array(physical.transpose(np.argsort(order)))
+            out = empty(shape, res.np)
         else:
             S.inplace_check(op, target, res, shape)
             out = target._data
