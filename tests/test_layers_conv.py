@@ -67,6 +67,7 @@ DEPTHWISE = [
     (1, 37, 21, 23, 3, 1, 1, 1, 1),
     (2, 37, 23, 21, 3, 2, 0, 1, 1),  # stride 2, no padding: read in place, 8-pixel runs
     (1, 37, 9, 7, 3, 1, 1, 1, 1),  # a small image
+    (1, 37, 15, 14, 3, 1, 2, 2, 1),  # dilated: the weight gradient's nine sums per vector
     # NCHW plane by plane (Note [Channels-first depthwise forward]): output rows of 37
     # and 21 columns, whole vectors and a masked one at every vector width
     (1, 3, 9, 37, 3, 1, 1, 1, 1),

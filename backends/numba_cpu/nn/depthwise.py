@@ -403,33 +403,57 @@ def weight_grad_pixels(x, w, y, unused, n0, n1, sh, sw, pt, pl, dh, dw, lo_h, hi
                             if lo_w[j] <= ow < hi_w[j]:
                                 multiply_add(w[i, j], x[n, ih + i * dh, iw + j * dw], gs)
             if blocked:
-                nine_weight_taps(x[n, ih], x[n, ih + dh], x[n, ih + 2 * dh], w, y[n, oh],
-                                 w0, w1, sw, pl, dw)  # fmt: skip
+                nine_weight_taps(x[n], ih, w, y[n], oh, w0, w1, sw, pl, dh, dw)
 
 
 @jitable(**jit.CALLEE, inline="always")
-def nine_weight_taps(x0, x1, x2, w, grow, w0, w1, sw, left, dw):
-    """nine_taps' adjoint in the weight: w[i, j] += x_i[column j] * grad for output
-    pixels [w0, w1) of one row."""
-    w00, w01, w02, w10, w11, w12 = w[0, 0], w[0, 1], w[0, 2], w[1, 0], w[1, 1], w[1, 2]
-    w20, w21, w22 = w[2, 0], w[2, 1], w[2, 2]
+def nine_weight_taps(image, ih, w, ys, oh, w0, w1, sw, left, dh, dw):
+    """nine_taps' adjoint in the weight: w[i, j] += the input under tap (i, j) times the
+    gradient, over output pixels [w0, w1) of row oh, whose taps are in input rows ih,
+    ih + dh, ih + 2 dh. Each whole vector of channels keeps its nine sums in registers
+    through the row, loaded and stored once, where a loop over each pixel's channels
+    loaded and stored them (LLVM could not keep them in registers: they might alias
+    the images). The whole weight gradient, float32, one thread, channels-last, ms:
+    32 x 32 x 32 x 32 2.2-2.4 -> 0.47, 32 x 96 x 32 x 32 stride 2 1.0 -> 0.47, 16 x 144
+    x 56 x 56 8.3-8.9 -> 5.7. The channels after the last whole vector run one by
+    one."""
+    c, lanes = w.shape[2], v.lanes(w)
+    r0, at = ih * image.shape[1] * c, oh * ys.shape[1] * c  # flat indices of the rows
+    r1, r2 = r0 + dh * image.shape[1] * c, r0 + 2 * dh * image.shape[1] * c
+    vectors = c - c % lanes
+    for k in range(0, vectors, lanes):
+        s00, s01, s02 = v.load(w, k), v.load(w, c + k), v.load(w, 2 * c + k)
+        s10, s11, s12 = v.load(w, 3 * c + k), v.load(w, 4 * c + k), v.load(w, 5 * c + k)
+        s20, s21, s22 = v.load(w, 6 * c + k), v.load(w, 7 * c + k), v.load(w, 8 * c + k)
+        for ow in range(w0, w1):
+            a = (ow * sw - left) * c + k
+            b, d = a + dw * c, a + 2 * dw * c
+            g = v.load(ys, at + ow * c + k)
+            s00 = v.multiply_add(v.load(image, r0 + a), g, s00)
+            s01 = v.multiply_add(v.load(image, r0 + b), g, s01)
+            s02 = v.multiply_add(v.load(image, r0 + d), g, s02)
+            s10 = v.multiply_add(v.load(image, r1 + a), g, s10)
+            s11 = v.multiply_add(v.load(image, r1 + b), g, s11)
+            s12 = v.multiply_add(v.load(image, r1 + d), g, s12)
+            s20 = v.multiply_add(v.load(image, r2 + a), g, s20)
+            s21 = v.multiply_add(v.load(image, r2 + b), g, s21)
+            s22 = v.multiply_add(v.load(image, r2 + d), g, s22)
+        v.store(w, k, s00)
+        v.store(w, c + k, s01)
+        v.store(w, 2 * c + k, s02)
+        v.store(w, 3 * c + k, s10)
+        v.store(w, 4 * c + k, s11)
+        v.store(w, 5 * c + k, s12)
+        v.store(w, 6 * c + k, s20)
+        v.store(w, 7 * c + k, s21)
+        v.store(w, 8 * c + k, s22)
     for ow in range(w0, w1):
-        a = ow * sw - left
-        b, d = a + dw, a + 2 * dw
-        gs = grow[ow]
-        x0a, x0b, x0d, x1a, x1b, x1d = x0[a], x0[b], x0[d], x1[a], x1[b], x1[d]
-        x2a, x2b, x2d = x2[a], x2[b], x2[d]
-        for k in range(gs.size):
-            v = gs[k]
-            w00[k] += x0a[k] * v
-            w01[k] += x0b[k] * v
-            w02[k] += x0d[k] * v
-            w10[k] += x1a[k] * v
-            w11[k] += x1b[k] * v
-            w12[k] += x1d[k] * v
-            w20[k] += x2a[k] * v
-            w21[k] += x2b[k] * v
-            w22[k] += x2d[k] * v
+        iw = ow * sw - left
+        for i in range(3):
+            for j in range(3):
+                src, dst = image[ih + i * dh, iw + j * dw], w[i, j]
+                for k in range(vectors, c):
+                    dst[k] += src[k] * ys[oh, ow, k]
 
 
 def nchw_taps(tap, with_sums, sw):
