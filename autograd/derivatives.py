@@ -962,7 +962,7 @@ def _conv2d(g, r, n, x, w, b, *geometry):
     gx = n[0] and _CONV_INPUT(g, w, x, *geometry)
     gw = gb = None
     if n[1] or n[2]:
-        gw, gb = _CONV_WEIGHT(g, x, w.shape, *geometry)
+        gw, gb = _CONV_WEIGHT(g, x, w.shape, *geometry, bool(n[2]))
     return (gx, n[1] and gw, n[2] and gb, *_NONE[:4])
 
 
@@ -976,21 +976,23 @@ def _conv2d_backward_input(u, r, n, g, w, x, *geometry):
     """Its adjoint in grad is conv2d; in weight, the weight gradient of grad over u; x
     gives only its shape and layout (no gradient)."""
     gg = n[0] and _CONV(u, w, None, *geometry)
-    gw = n[1] and _CONV_WEIGHT(g, u, w.shape, *geometry)[0]
+    gw = n[1] and _CONV_WEIGHT(g, u, w.shape, *geometry, False)[0]
     return (gg, gw, *_NONE[:5])
 
 
-def _conv2d_backward_weight(us, r, n, g, x, weight_shape, *geometry):
+def _conv2d_backward_weight(us, r, n, g, x, weight_shape, *geometry_and_bias):
     """(grad_weight, grad_bias) is adjoint to conv2d(x, u_w, u_b) in grad, and to the
-    input gradient of grad over u_w in x."""
-    uw, ub = us
+    input gradient of grad over u_w in x; an empty grad_bias (no bias_grad) has no
+    adjoint."""
+    *geometry, bias_grad = geometry_and_bias
+    uw, ub = us[0], us[1] if bias_grad else None
     gg = gx = None
     if n[0]:
         weight = uw if uw is not None else ops.zeros(weight_shape, dtype=g.dtype, device=g.device)
         gg = _CONV(x, weight, ub, *geometry)
     if n[1] and uw is not None:
         gx = _CONV_INPUT(g, uw, x, *geometry)
-    return (gg, gx, *_NONE[:5])
+    return (gg, gx, *_NONE[:6])
 
 
 def _index_pool(gs, r, n, x, *window):

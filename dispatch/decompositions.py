@@ -1737,13 +1737,19 @@ def native_scaled_dot_product_attention_backward(ks, grad, query, key, value, we
 
 
 @decomposition("conv2d_backward_weight")
-def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilation, groups):
+def conv2d_backward_weight(
+    ks, grad, input, weight_shape, stride, padding, dilation, groups, bias_grad
+):
     """(grad_weight, grad_bias) as one convolution per group: the input's channels as
     the batch, grad's channels as the filters, stride and dilation swapped."""
     x = input if input.ndim == 4 else ops.expand_dims(input, axis=0)
     g = grad if grad.ndim == 4 else ops.expand_dims(grad, axis=0)
     c_out, c_in, kh, kw = weight_shape
-    grad_bias = ops.sum(g, axis=(0, 2, 3))
+    grad_bias = (
+        ops.sum(g, axis=(0, 2, 3))
+        if bias_grad
+        else ops.full((0,), 0, dtype=g.dtype, device=g.device)
+    )
     if not c_in or not x.shape[0]:
         return ops.full(weight_shape, 0, dtype=x.dtype, device=x.device), grad_bias
     per_in, per_out = x.shape[1] // groups, c_out // groups

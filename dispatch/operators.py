@@ -601,13 +601,15 @@ define(
     "in the input's shape and layout (its values are not read).",
 )
 define(
-    f"conv2d_backward_weight(grad: Tensor, input: Tensor, weight_shape: Shape, {CONV}) "
-    "-> tuple[Tensor, Tensor]",
+    f"conv2d_backward_weight(grad: Tensor, input: Tensor, weight_shape: Shape, {CONV}, "
+    "bias_grad: bool) -> tuple[Tensor, Tensor]",
     "nn",
     dtypes=FLOATING,
     tags=DIFF,
     namespace=None,
-    doc="conv2d's gradients with respect to its weight and its bias: (grad_weight, grad_bias).",
+    doc="conv2d's gradients with respect to its weight and its bias: (grad_weight, grad_bias); "
+    "without bias_grad (a convolution with no bias) grad_bias is empty, a pass over grad "
+    "not made.",
 )
 define(
     "resample2d(input: Tensor, rows: Tensor, cols: Tensor, row_weights: Tensor | None = None, "

@@ -352,8 +352,9 @@ def _with_indices(op: Operator, args: tuple) -> list:
 
 
 def _conv2d_backward_weight(op: Operator, args: tuple) -> list:
-    grad, _, weight_shape = args[:3]
-    return [(grad._dtype, tuple(weight_shape)), (grad._dtype, (weight_shape[0],))]
+    grad, _, weight_shape, *_, bias_grad = args
+    biases = weight_shape[0] if bias_grad else 0
+    return [(grad._dtype, tuple(weight_shape)), (grad._dtype, (biases,))]
 
 
 def _split(op: Operator, args: tuple) -> list:

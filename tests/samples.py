@@ -831,7 +831,9 @@ def _conv2d_backward(fn, d, t):
         if fn.name == "conv2d_backward_input":
             out.append(S(fn, grad, w, x, s, pad, dil, g, label=label))
         else:
-            out.append(S(fn, grad, x, w.shape, s, pad, dil, g, label=label))
+            out.append(S(fn, grad, x, w.shape, s, pad, dil, g, True, label=label))
+            if label in ("plain", "T"):  # a convolution without bias: no grad_bias
+                out.append(S(fn, grad, x, w.shape, s, pad, dil, g, False, label=label + "-no-bias"))
     return out
 
 

@@ -504,7 +504,7 @@ SAMPLES.update(
         "conv2d_backward_weight": [
             (
                 "nhwc",
-                lambda g, x: CONV_WEIGHT(g, x, (3, 2, 2, 2), (1, 1), (0, 1, 1, 0), (1, 1), 1),
+                lambda g, x: CONV_WEIGHT(g, x, (3, 2, 2, 2), (1, 1), (0, 1, 1, 0), (1, 1), 1, True),
                 [nhwc((1, 3, 5, 4)), nhwc((1, 2, 5, 4), seed=1)],
             )
         ],

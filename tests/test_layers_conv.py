@@ -96,7 +96,7 @@ def test_depthwise_matches_oracle(case, dtype, layout):
     geometry = args[3:]
     _close(out.numpy(), ref.conv2d(None, *args).numpy(), dtype)
     gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *geometry)
-    gw, gb = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry)
+    gw, gb = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry, True)
     _close(lx.grad.numpy(), gx.numpy(), dtype)
     _close(lw.grad.numpy(), gw.numpy(), dtype)
     _close(lb.grad.numpy(), gb.numpy(), dtype)
@@ -142,7 +142,7 @@ def test_every_groups_value_matches_oracle(groups, layout):
     _close(out.numpy(), ref.conv2d(None, *args).numpy(), np.float64)
     gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *geometry)
     _close(lx.grad.numpy(), gx.numpy(), np.float64)
-    gw, _ = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry)
+    gw, _ = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *geometry, False)
     _close(lw.grad.numpy(), gw.numpy(), np.float64)
     assert F.layout_of(out) == F.layout_of(lx.grad) == layout
 

@@ -203,8 +203,36 @@ def test_conv2d_backward_operators_match_the_oracle(layout):
     g = image((2, 6, 4, 5), layout, seed=3, requires_grad=True)
     check_against_oracle(lambda g, w: OPERATORS["conv2d_backward_input"](g, w, x, *args), [g, w])
     check_against_oracle(
-        lambda g, x: OPERATORS["conv2d_backward_weight"](g, x, w.shape, *args), [g, x]
+        lambda g, x: OPERATORS["conv2d_backward_weight"](g, x, w.shape, *args, True), [g, x]
     )
+    check_against_oracle(  # no grad_bias: an empty second result, no adjoint through it
+        lambda g, x: OPERATORS["conv2d_backward_weight"](g, x, w.shape, *args, False)[0], [g, x]
+    )
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_convolution_without_bias_sums_no_bias_gradient(layout, monkeypatch):
+    """Its backward pass asks for the weight's gradient alone: grad is not summed into a
+    bias gradient nobody reads (a pass over grad); with a bias it is, and equals grad's
+    sum."""
+    sums = []
+    bias_grad = conv._bias_grad
+    monkeypatch.setattr(conv, "_bias_grad", lambda *a: sums.append(a) or bias_grad(*a))
+    x, w = image((2, 4, 7, 6), layout), param((6, 4, 3, 3))
+    g = image((2, 6, 5, 4), layout, seed=3)
+    w.requires_grad_()
+    F.conv2d(x, w).backward(g)
+    assert not sums
+    alone = w.grad.numpy().copy()
+    w.grad, b = None, param((6,), seed=2).requires_grad_()
+    F.conv2d(x, w, b).backward(g)
+    assert len(sums) == 1
+    np.testing.assert_array_equal(w.grad.numpy(), alone)
+    np.testing.assert_allclose(b.grad.numpy(), g.numpy().sum(axis=(0, 2, 3)), rtol=1e-12)
+    geometry = ((1, 1), (0, 0, 0, 0), (1, 1), 1)
+    gw, gb = OPERATORS["conv2d_backward_weight"](g, x, w.shape, *geometry, False)
+    assert gb.shape == (0,) and gb.dtype == g.dtype
+    np.testing.assert_array_equal(gw.numpy(), alone)
 
 
 @pytest.mark.parametrize("shape", [(5,), (3, 5), (2, 3, 5)], ids=["vector", "matrix", "batch"])

