@@ -291,6 +291,17 @@ def pixel(image, ih, iw, w, bias, ys, oh, ow, k, lo_h, hi_h, lo_w, hi_w, dh, dw)
 
 
 @jitable(**jit.CALLEE, inline="always")
+def _nine(w, c, k):
+    """Vector k of each of a 3 x 3 kernel's nine taps, w (3, 3, c) as flat rows of c:
+    the weights (or weight gradient sums) a vector of channels keeps in registers."""
+    return (
+        v.load(w, k), v.load(w, c + k), v.load(w, 2 * c + k),
+        v.load(w, 3 * c + k), v.load(w, 4 * c + k), v.load(w, 5 * c + k),
+        v.load(w, 6 * c + k), v.load(w, 7 * c + k), v.load(w, 8 * c + k),
+    )  # fmt: skip
+
+
+@jitable(**jit.CALLEE, inline="always")
 def nine_taps(image, ih, w, bias, ys, oh, w0, w1, sw, left, dh, dw, fetch):
     """The whole vectors of channels of output pixels [w0, w1) of row oh of a 3 x 3
     kernel, all taps inside input rows ih, ih + dh, ih + 2 dh: runs of RUN pixels, each
@@ -304,9 +315,7 @@ def nine_taps(image, ih, w, bias, ys, oh, w0, w1, sw, left, dh, dw, fetch):
     for p0 in range(w0, w1, RUN):
         p1 = min(p0 + RUN, w1)
         for k in range(0, c - lanes + 1, lanes):
-            w00, w01, w02 = v.load(w, k), v.load(w, c + k), v.load(w, 2 * c + k)
-            w10, w11, w12 = v.load(w, 3 * c + k), v.load(w, 4 * c + k), v.load(w, 5 * c + k)
-            w20, w21, w22 = v.load(w, 6 * c + k), v.load(w, 7 * c + k), v.load(w, 8 * c + k)
+            w00, w01, w02, w10, w11, w12, w20, w21, w22 = _nine(w, c, k)
             start = v.load(bias, k)
             for ow in range(p0, p1):
                 a = (ow * sw - left) * c + k
@@ -341,9 +350,7 @@ def shared_taps(image, ih, w, bias, ys, oh, w0, w1, dh):
     r0, at = ih * image.shape[1] * c, oh * ys.shape[1] * c
     r1, r2 = r0 + dh * image.shape[1] * c, r0 + 2 * dh * image.shape[1] * c
     for k in range(0, c - lanes + 1, lanes):
-        w00, w01, w02 = v.load(w, k), v.load(w, c + k), v.load(w, 2 * c + k)
-        w10, w11, w12 = v.load(w, 3 * c + k), v.load(w, 4 * c + k), v.load(w, 5 * c + k)
-        w20, w21, w22 = v.load(w, 6 * c + k), v.load(w, 7 * c + k), v.load(w, 8 * c + k)
+        w00, w01, w02, w10, w11, w12, w20, w21, w22 = _nine(w, c, k)
         rows = ((r0, w00, w01, w02), (r1, w10, w11, w12), (r2, w20, w21, w22))
         start = v.load(bias, k)
         last = w1 - (w1 - w0) % SHARED
@@ -422,9 +429,7 @@ def nine_weight_taps(image, ih, w, ys, oh, w0, w1, sw, left, dh, dw):
     r1, r2 = r0 + dh * image.shape[1] * c, r0 + 2 * dh * image.shape[1] * c
     vectors = c - c % lanes
     for k in range(0, vectors, lanes):
-        s00, s01, s02 = v.load(w, k), v.load(w, c + k), v.load(w, 2 * c + k)
-        s10, s11, s12 = v.load(w, 3 * c + k), v.load(w, 4 * c + k), v.load(w, 5 * c + k)
-        s20, s21, s22 = v.load(w, 6 * c + k), v.load(w, 7 * c + k), v.load(w, 8 * c + k)
+        s00, s01, s02, s10, s11, s12, s20, s21, s22 = _nine(w, c, k)
         for ow in range(w0, w1):
             a = (ow * sw - left) * c + k
             b, d = a + dw * c, a + 2 * dw * c
