@@ -174,7 +174,7 @@ class Elementwise:
                     if comp.kind in self.validate_kinds and physical.size:
                         self.validate(op, comp, arrays)
                     self.run(comp, physical, arrays)
-                    return from_array(physical.transpose(np.argsort(order)))
+                    return from_array(physical.transpose(layouts.inverse_order(order)))
             out = empty(shape, res.np)
         else:
             S.inplace_check(op, target, res, shape)
