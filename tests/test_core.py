@@ -292,3 +292,42 @@ def test_kernels_along_the_last_axis_give_their_python_kernels_results():
                 got, want = call(kernel, x, dim), call(python_kernel, x, dim)
                 assert got.dtype == want.dtype and got.shape == want.shape
                 np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_operands_in_one_dense_order_get_the_general_paths_result_and_strides():
+    """Note [C permuted path]: channels-last operands (one tensor, two of one shape and
+    strides, one with a Python scalar) give the reference's general path's values,
+    dtype and strides exactly, sizes of 1 included (a bool result's strides are in its
+    own itemsize); operands in two different dense orders give its C order."""
+    from lamina.dispatch import layouts
+
+    rng = np.random.default_rng(0)
+
+    def kernel_of(name):
+        return lm.dispatch.get(name).table[lm.dispatch.CPU.bit_length()]
+
+    def permuted(shape, axes, dtype=np.float32):
+        data = rng.standard_normal([shape[a] for a in axes]).astype(dtype)
+        return lm.asarray(data.transpose(np.argsort(axes)))
+
+    nhwc = (0, 2, 3, 1)
+    for shape in [(2, 3, 4, 5), (1, 3, 1, 5), (2, 3, 1, 5), (2, 1, 4, 1), (3, 7, 1, 1)]:
+        a, b = permuted(shape, nhwc), permuted(shape, nhwc)
+        other = permuted(shape, (0, 2, 1, 3))
+        cases = [
+            ("add", lambda: lm.add(a, b), (a, b)),
+            ("greater", lambda: a > b, (a, b)),
+            ("exp", lambda: lm.exp(a), (a,)),
+            ("multiply", lambda: a * 2.5, (a, 2.5)),
+            ("subtract", lambda: 2.5 - a, (2.5, a)),
+            ("add", lambda: a + other, (a, other)),
+        ]
+        for name, compute, args in cases:
+            got = compute()
+            want = getattr(kernel_of(name), "reference", kernel_of(name)).general(a._ks, *args)
+            where = f"{name} {shape}"
+            assert got.dtype == want.dtype and got.shape == want.shape, where
+            np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=where)
+            assert layouts.strides_of(got) == layouts.strides_of(want), where
+            assert got._flat is None or got.numpy().flags.c_contiguous, where
+    assert layouts.strides_of(a + other) == layouts.contiguous(a.shape)
