@@ -177,13 +177,15 @@ def bn_forward_cf(activation, loop):
     return kernel
 
 
-def bn_sums_cl(loop):
-    """Partial per-channel sums of (x - shift) and its square over chunks of the rows
-    of x (M, C), one chunk per entry of the (chunks, C) float64 outputs. Each run of
-    ROWS rows is summed in x's dtype first (vectorized at full width: 0.77 -> 0.40 ms
-    on 50176 x 64 float32, one thread), then added in float64."""
+def bn_statistics_cl(loop):
+    """The per-channel mean and (biased) variance, float64, of the rows of x (M, C):
+    partial sums of (x - shift) and its square (the shift x's first row) over chunks of
+    the rows, one chunk per row of the (chunks, C) float64 ``sums`` and ``squares``,
+    then added up. Each run of ROWS rows is summed in x's dtype first (vectorized at
+    full width: 0.77 -> 0.40 ms on 50176 x 64 float32, one thread), then added in
+    float64."""
 
-    def kernel(x, shift, sums, squares):
+    def kernel(x, sums, squares, mean, var):
         m, c = x.shape
         chunks = sums.shape[0]
         size = (m + chunks - 1) // chunks
@@ -192,7 +194,7 @@ def bn_sums_cl(loop):
             sh = np.empty(c, x.dtype)
             ps, pq = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
             for k in range(c):
-                s[k], q[k], sh[k] = 0.0, 0.0, shift[k]
+                s[k], q[k], sh[k] = 0.0, 0.0, x[0, k]
             end = min(m, (t + 1) * size)
             for i0 in range(t * size, end, ROWS):
                 for i in range(i0, min(end, i0 + ROWS)):
@@ -205,6 +207,15 @@ def bn_sums_cl(loop):
                     s[k] += ps[k]
                     q[k] += pq[k]
                     ps[k], pq[k] = 0, 0
+        for k in range(c):
+            first, second = 0.0, 0.0
+            for t in range(chunks):
+                first += sums[t, k]
+                second += squares[t, k]
+            first, second = first / m, second / m
+            spread = second - first * first
+            mean[k] = np.float64(x[0, k]) + first
+            var[k] = spread if not spread < 0.0 else 0.0  # NaN stays NaN
 
     return kernel
 
@@ -279,10 +290,9 @@ def bn_grad_sums_cl(gate, loop):
         size = (m + chunks - 1) // chunks
         for t in loop(chunks):
             s, p = sums[t], products[t]
-            mu = np.empty(c, x.dtype)
             ps, pp = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
             for k in range(c):
-                s[k], p[k], mu[k] = 0.0, 0.0, mean[k]
+                s[k], p[k] = 0.0, 0.0
             end = min(m, (t + 1) * size)
             for i0 in range(t * size, end, ROWS):
                 for i in range(i0, min(end, i0 + ROWS)):
@@ -290,7 +300,7 @@ def bn_grad_sums_cl(gate, loop):
                     for k in range(c):
                         gk = gate(grow[k], rrow[k], zero)
                         ps[k] += gk
-                        pp[k] += gk * (xrow[k] - mu[k])
+                        pp[k] += gk * (xrow[k] - mean[k])
                 for k in range(c):
                     s[k] += ps[k]
                     p[k] += pp[k]
@@ -302,18 +312,34 @@ def bn_grad_sums_cl(gate, loop):
 def bn_grad_cl(gate, loop):
     """gx[i, k] = g[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k] (``training``) or
     g[i, k] * a[k] (evaluation: x not read, so a NaN or infinite x leaves g * a, as in
-    PyTorch), g gated by the result r."""
+    PyTorch), g gated by the result r. The coefficients come from the chunks' partial
+    sums (bn_grad_sums_cl), in float64 and then x's dtype, and so do the parameter
+    gradients gw = invstd * sum g (x - mean) and gb = sum g (as normalize_cl makes its
+    own coefficients)."""
 
-    def kernel(g, x, r, mean, a, b, c, gx, training):
+    def kernel(g, x, r, weight, mean, invstd, sums, products, gx, gw, gb, training):
         zero = x.dtype.type(0)
-        for i in loop(x.shape[0]):
+        m, c = x.shape
+        a, b, cc = np.empty(c, x.dtype), np.empty(c, x.dtype), np.empty(c, x.dtype)
+        for k in range(c):
+            total, total_x = 0.0, 0.0
+            for t in range(sums.shape[0]):
+                total += sums[t, k]
+                total_x += products[t, k]
+            inv = np.float64(invstd[k])
+            gb[k], gw[k] = total, total_x * inv
+            scale = weight[k] * inv
+            a[k] = scale
+            b[k] = -scale * inv * inv * total_x / m if training else 0.0
+            cc[k] = -scale * total / m if training else 0.0
+        for i in loop(m):
             grow, xrow, rrow, res = g[i], x[i], r[i], gx[i]
             if training:
-                for k in range(x.shape[1]):
+                for k in range(c):
                     gk = gate(grow[k], rrow[k], zero)
-                    res[k] = gk * a[k] + (xrow[k] - mean[k]) * b[k] + c[k]
+                    res[k] = gk * a[k] + (xrow[k] - mean[k]) * b[k] + cc[k]
             else:
-                for k in range(x.shape[1]):
+                for k in range(c):
                     res[k] = gate(grow[k], rrow[k], zero) * a[k]
 
     return kernel
@@ -582,11 +608,11 @@ def _signature(template, dtype):
     lrn_backward = (t.int64, t.float64, t.float64)
     return {
         bn_forward_cf: (a3, vec, vec, f64, f64, a3, t.boolean, t.float64),
-        bn_sums_cl: (a2, f64, f64_2, f64_2),
+        bn_statistics_cl: (a2, f64_2, f64_2, f64, f64),
         normalize_cl: (a2, vec, vec, f64, f64, t.float64, a2, vec),
         bn_backward_cf: (a3, a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
-        bn_grad_sums_cl: (a2, a2, a2, f64, f64_2, f64_2),
-        bn_grad_cl: (a2, a2, a2, vec, vec, vec, vec, a2, t.boolean),
+        bn_grad_sums_cl: (a2, a2, a2, vec, f64_2, f64_2),
+        bn_grad_cl: (a2, a2, a2, vec, vec, vec, f64_2, f64_2, a2, vec, vec, t.boolean),
         ln_forward: (a2, vec, vec, f64, f64, a2, t.float64),
         ln_backward: (a2, a2, vec, f64, f64, a2, f64_2, f64_2),
         gn_forward_cf: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
@@ -630,12 +656,8 @@ def native_batch_norm(
     else:
         if training:
             chunks = _threads() if x.size >= _parallel_min else 1
-            shift = x[0].astype(np.float64)
             sums, squares = np.empty((chunks, c)), np.empty((chunks, c))
-            _entry(bn_sums_cl, (), data.dtype, x.size)(x, shift, sums, squares)
-            s, q = sums.sum(axis=0) / count, squares.sum(axis=0) / count
-            with np.errstate(invalid="ignore"):  # an infinite x: NaN statistics
-                mean[:], var[:] = shift + s, np.maximum(q - s * s, 0.0)
+            _entry(bn_statistics_cl, (), data.dtype, x.size)(x, sums, squares, mean, var)
         normalize = _entry(normalize_cl, (activation,), data.dtype, x.size)
         normalize(x, w, b, mean, var, eps, out, invstd)
     if training and running_mean is not None:
@@ -667,31 +689,26 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
     c = data.shape[1]
     count = data.size // c if c else 0
     w = _params(weight, c, 1, data.dtype)
-    m, inv = mean._data.astype(np.float64), invstd._data.astype(np.float64)
     gx = np.empty_like(x)
     if not count:  # an empty batch: an empty input gradient, zero parameter gradients
         gw, gb = (from_array(np.zeros(c, data.dtype)) for _ in range(2))
         return from_array(from_channel_view(gx, data, channels_last)), gw, gb
+    m, inv = np.ascontiguousarray(mean._data), np.ascontiguousarray(invstd._data)
     if not channels_last:
-        gw, gb = np.empty(c), np.empty(c)
+        sums_w, sums_b = np.empty(c), np.empty(c)
         backward = _entry(bn_backward_cf, (gate,), data.dtype, x.size)
-        backward(g, x, r, w, m, inv, gx, gw, gb, training)
+        backward(
+            g, x, r, w, m.astype(np.float64), inv.astype(np.float64), gx, sums_w, sums_b, training
+        )
+        gw, gb = sums_w.astype(data.dtype), sums_b.astype(data.dtype)
     else:
         chunks = _threads() if x.size >= _parallel_min else 1
         sums, products = np.empty((chunks, c)), np.empty((chunks, c))
         _entry(bn_grad_sums_cl, (gate,), data.dtype, x.size)(g, x, r, m, sums, products)
-        gb, sgx = sums.sum(axis=0), products.sum(axis=0)
-        gw = sgx * inv
-        a = w * inv
-        b = -a * inv * inv * sgx / count if training else np.zeros(c)
-        cc = -a * gb / count if training else np.zeros(c)
-        coefficients = [v.astype(data.dtype) for v in (m, a, b, cc)]
-        _entry(bn_grad_cl, (gate,), data.dtype, x.size)(g, x, r, *coefficients, gx, training)
-    return (
-        from_array(from_channel_view(gx, data, channels_last)),
-        from_array(gw.astype(data.dtype)),
-        from_array(gb.astype(data.dtype)),
-    )
+        gw, gb = np.empty(c, data.dtype), np.empty(c, data.dtype)
+        grad_input = _entry(bn_grad_cl, (gate,), data.dtype, x.size)
+        grad_input(g, x, r, w, m, inv, sums, products, gx, gw, gb, training)
+    return from_array(from_channel_view(gx, data, channels_last)), from_array(gw), from_array(gb)
 
 
 def _rows(data, k):
