@@ -303,8 +303,9 @@ def test_operands_in_one_dense_order_get_the_general_paths_result_and_strides():
 
     rng = np.random.default_rng(0)
 
-    def kernel_of(name):
-        return lm.dispatch.get(name).table[lm.dispatch.CPU.bit_length()]
+    def general(name, *args):  # the reference's general path
+        kernel = lm.dispatch.get(name).table[lm.dispatch.CPU.bit_length()]
+        return getattr(kernel, "reference", kernel).general(lm.dispatch.CPU, *args)
 
     def permuted(shape, axes, dtype=np.float32):
         data = rng.standard_normal([shape[a] for a in axes]).astype(dtype)
@@ -324,10 +325,15 @@ def test_operands_in_one_dense_order_get_the_general_paths_result_and_strides():
         ]
         for name, compute, args in cases:
             got = compute()
-            want = getattr(kernel_of(name), "reference", kernel_of(name)).general(a._ks, *args)
+            want = general(name, *args)
             where = f"{name} {shape}"
             assert got.dtype == want.dtype and got.shape == want.shape, where
             np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=where)
             assert layouts.strides_of(got) == layouts.strides_of(want), where
             assert got._flat is None or got.numpy().flags.c_contiguous, where
     assert layouts.strides_of(a + other) == layouts.contiguous(a.shape)
+    a.requires_grad_(True)  # recorded by the autograd layer, computed the same way
+    got = a * b
+    assert layouts.strides_of(got) == layouts.strides_of(general("multiply", a, b))
+    got.sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), b.numpy())

@@ -414,7 +414,8 @@ static PyObject *shape_tuple(int nd, const npy_intp *dims, TensorObject *a, Tens
  * each stride the product of the sizes (at least 1) inside it. The general path took
  * ~13 us for a small channels-last add; this one takes what a contiguous call does. */
 static PyArrayObject *permuted_array(TensorObject *t, int i) {
-    if (t->ks != 1) return NULL;
+    /* its key set may hold AUTOGRAD (the layer above redispatched): the storage decides,
+     * as for the contiguous path */
     PyArrayObject *a = data_array(t, i);
     return a != NULL && permuted_dense(a) ? a : NULL;
 }
