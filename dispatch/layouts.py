@@ -218,10 +218,8 @@ def _common_order_operand(args: tuple) -> Any:
     order = dense_order(full[0]._shape, first)
     if order is None:
         return None
-    for t in full[1:]:
-        strides = strides_of(t)
-        if strides != first and dense_order(t._shape, strides) != order:
-            return None
+    if any(dense_order(t._shape, strides_of(t)) != order for t in full[1:]):
+        return None
     return full[0]
 
 
