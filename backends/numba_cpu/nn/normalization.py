@@ -132,6 +132,26 @@ def gated(g, result, zero):
     return zero if result <= 0 else g  # activation.py's relu_backward (NaN passes g)
 
 
+@jitable
+def affine(weight, bias, mean, var, eps):
+    """(invstd, a, b) of one channel, float64: its normalization with its weight and
+    bias is x * a + b."""
+    inv = 1.0 / math.sqrt(var + eps)
+    a = weight * inv
+    return inv, a, bias - mean * a
+
+
+@jitable
+def gradient_affine(weight, invstd, total, total_x, count, training):
+    """(a, b, c) of one channel, float64: its input gradient is g * a + (x - mean) * b
+    + c, from the sums of g (total) and g (x - mean) (total_x) over its count values;
+    in evaluation g * a (b = c = 0)."""
+    a = weight * invstd
+    if not training:
+        return a, 0.0, 0.0
+    return a, -a * invstd * invstd * total_x / count, -a * total / count
+
+
 # by whether relu is fused: the forward's scalar function, the backward's gate
 _ACTIVATION = {False: unchanged, True: rectified}
 _GATE = {False: ungated, True: gated}
@@ -166,9 +186,7 @@ def bn_forward_cf(activation, loop):
                         d = row[j] - m
                         q += d * d
                 mean[k], var[k] = m, q / count
-            inv = 1.0 / math.sqrt(var[k] + eps)
-            a = weight[k] * inv
-            b = bias[k] - mean[k] * a
+            _, a, b = affine(weight[k], bias[k], mean[k], var[k], eps)
             for i in range(n):
                 row, res = x[i, k], out[i, k]
                 for j in range(s):
@@ -221,19 +239,16 @@ def bn_statistics_cl(loop):
 
 
 def normalize_cl(activation, loop):
-    """out[i, k] = activation(x[i, k] * a[k] + b[k]) over the rows of x (M, C), where
-    invstd[k] = 1 / sqrt(var[k] + eps), a = weight * invstd and b = bias - mean * a (in
-    float64, then x's dtype). The per-channel coefficients are made here, not by NumPy:
-    a dozen NumPy calls on vectors of C values were half of a small batch norm's time."""
+    """out[i, k] = activation(x[i, k] * a[k] + b[k]) over the rows of x (M, C), with
+    channel k's invstd[k], a[k] and b[k] from ``affine`` (float64, then x's dtype). The
+    per-channel coefficients are made here, not by NumPy: a dozen NumPy calls on
+    vectors of C values were half of a small batch norm's time."""
 
     def kernel(x, weight, bias, mean, var, eps, out, invstd):
         c = x.shape[1]
         a, b = np.empty(c, x.dtype), np.empty(c, x.dtype)
         for k in range(c):
-            inv = 1.0 / math.sqrt(var[k] + eps)
-            invstd[k] = inv
-            a[k] = weight[k] * inv
-            b[k] = bias[k] - mean[k] * weight[k] * inv
+            invstd[k], a[k], b[k] = affine(weight[k], bias[k], mean[k], var[k], eps)
         zero = x.dtype.type(0)
         for i in loop(x.shape[0]):
             row, res = x[i], out[i]
@@ -262,11 +277,8 @@ def bn_backward_cf(gate, loop):
                     gj = gate(grow[j], rrow[j], zero)
                     sg += gj
                     sgx += gj * (xrow[j] - m)
-            inv = invstd[k]
-            gb[k], gw[k] = sg, sgx * inv
-            a = weight[k] * inv
-            b = -a * inv * inv * sgx / count if training else 0.0
-            cc = -a * sg / count if training else 0.0
+            gb[k], gw[k] = sg, sgx * invstd[k]
+            a, b, cc = gradient_affine(weight[k], invstd[k], sg, sgx, count, training)
             for i in range(n):
                 grow, xrow, rrow, res = g[i, k], x[i, k], r[i, k], gx[i, k]
                 if training:
@@ -281,7 +293,7 @@ def bn_backward_cf(gate, loop):
 
 def bn_grad_sums_cl(gate, loop):
     """Partial per-channel sums of g and g * (x - mean), g gated by the result r, over
-    chunks of rows, in runs of ROWS rows in x's dtype as bn_sums_cl."""
+    chunks of rows, in runs of ROWS rows in x's dtype as bn_statistics_cl."""
 
     def kernel(g, x, r, mean, sums, products):
         m, c = x.shape
@@ -312,10 +324,9 @@ def bn_grad_sums_cl(gate, loop):
 def bn_grad_cl(gate, loop):
     """gx[i, k] = g[i, k] * a[k] + (x[i, k] - mean[k]) * b[k] + c[k] (``training``) or
     g[i, k] * a[k] (evaluation: x not read, so a NaN or infinite x leaves g * a, as in
-    PyTorch), g gated by the result r. The coefficients come from the chunks' partial
-    sums (bn_grad_sums_cl), in float64 and then x's dtype, and so do the parameter
-    gradients gw = invstd * sum g (x - mean) and gb = sum g (as normalize_cl makes its
-    own coefficients)."""
+    PyTorch), g gated by the result r. The coefficients (``gradient_affine``) and the
+    parameter gradients gw = invstd * sum g (x - mean) and gb = sum g come from the
+    chunks' partial sums (bn_grad_sums_cl), in float64, then in x's dtype."""
 
     def kernel(g, x, r, weight, mean, invstd, sums, products, gx, gw, gb, training):
         zero = x.dtype.type(0)
@@ -328,10 +339,7 @@ def bn_grad_cl(gate, loop):
                 total_x += products[t, k]
             inv = np.float64(invstd[k])
             gb[k], gw[k] = total, total_x * inv
-            scale = weight[k] * inv
-            a[k] = scale
-            b[k] = -scale * inv * inv * total_x / m if training else 0.0
-            cc[k] = -scale * total / m if training else 0.0
+            a[k], b[k], cc[k] = gradient_affine(weight[k], inv, total, total_x, m, training)
         for i in loop(m):
             grow, xrow, rrow, res = g[i], x[i], r[i], gx[i]
             if training:
@@ -503,10 +511,10 @@ def gn_backward_cf(loop):
 
 def gn_forward_cl(loop):
     """Per sample n of channels-last x (N, S, C) (in L2 at the usual sizes): float64
-    per-channel sums of x - shift and its square down the pixels (runs of ROWS pixels in
-    x's dtype, as bn_sums_cl; the shift each channel's first value), combined by group:
-    sum (x - mean)^2 = second + 2 (shift - mean) first + S (shift - mean)^2 over its
-    channels; then out = (x - mean) * rstd * weight + bias, x - mean taken relative to
+    per-channel sums of x - shift and its square down the pixels (runs of ROWS pixels
+    in x's dtype, as bn_statistics_cl; the shift each channel's first value), combined
+    by group: sum (x - mean)^2 = second + 2 (shift - mean) first + S (shift - mean)^2
+    over its channels; then out = (x - mean) * rstd * weight + bias, x - mean taken relative to
     the shift (as ln_forward)."""
 
     def kernel(x, weight, bias, groups, mean, rstd, out, eps):
