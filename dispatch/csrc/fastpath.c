@@ -413,19 +413,6 @@ static PyObject *shape_tuple(int nd, const npy_intp *dims, TensorObject *a, Tens
  * gives it (Note [Result layouts]): axes by decreasing stride (ties in axis order),
  * each stride the product of the sizes (at least 1) inside it. The general path took
  * ~13 us for a small channels-last add; this one takes what a contiguous call does. */
-static PyArrayObject *permuted_array(TensorObject *t, int i) {
-    /* its key set may hold AUTOGRAD (the layer above redispatched): the storage decides,
-     * as for the contiguous path */
-    PyArrayObject *a = data_array(t, i);
-    return a != NULL && permuted_dense(a) ? a : NULL;
-}
-
-static int same_layout(PyArrayObject *a, PyArrayObject *b) {
-    int nd = PyArray_NDIM(a);
-    return PyArray_NDIM(b) == nd &&
-           memcmp(PyArray_DIMS(a), PyArray_DIMS(b), nd * sizeof(npy_intp)) == 0 &&
-           memcmp(PyArray_STRIDES(a), PyArray_STRIDES(b), nd * sizeof(npy_intp)) == 0;
-}
 
 /* the strides (bytes) of a result of dtype index `out` in a's dense order */
 static npy_intp *order_strides(PyArrayObject *a, int out, npy_intp *strides) {
@@ -442,6 +429,25 @@ static npy_intp *order_strides(PyArrayObject *a, int out, npy_intp *strides) {
         step *= dims[order[j]] > 1 ? dims[order[j]] : 1;
     }
     return strides;
+}
+
+/* t's storage where it is in such an order (else NULL), with *strides set to those of
+ * a result of dtype index `out` in it (kept in `kept`) */
+static PyArrayObject *permuted_operand(TensorObject *t, int i, int out, npy_intp *kept,
+                                       npy_intp **strides) {
+    /* its key set may hold AUTOGRAD (the layer above redispatched): the storage decides,
+     * as for the contiguous path */
+    PyArrayObject *a = data_array(t, i);
+    if (a == NULL || !permuted_dense(a)) return NULL;
+    *strides = order_strides(a, out, kept);
+    return a;
+}
+
+static int same_layout(PyArrayObject *a, PyArrayObject *b) {
+    int nd = PyArray_NDIM(a);
+    return PyArray_NDIM(b) == nd &&
+           memcmp(PyArray_DIMS(a), PyArray_DIMS(b), nd * sizeof(npy_intp)) == 0 &&
+           memcmp(PyArray_STRIDES(a), PyArray_STRIDES(b), nd * sizeof(npy_intp)) == 0;
 }
 
 static PyObject *out_kwnames;  /* ("out",) */
@@ -504,11 +510,10 @@ static PyObject *fast_binary(KernelObject *k, PyObject *a, PyObject *b) {
     PyArrayObject *fa = flat_array(ta, i), *fb = flat_array(tb, i);
     npy_intp kept[NPY_MAXDIMS], *strides = NULL;
     if (fa == NULL || fb == NULL || !same_shape(ta->shape, tb->shape)) {
-        fa = permuted_array(ta, i);
-        fb = permuted_array(tb, i);
-        if (fa == NULL || fb == NULL || !same_layout(fa, fb))
+        fa = permuted_operand(ta, i, out, kept, &strides);  /* Note [C permuted path] */
+        fb = fa == NULL ? NULL : data_array(tb, i);
+        if (fb == NULL || !same_layout(fa, fb))
             return general_binary(k, ta, tb, i, out);  /* Note [C general path] */
-        strides = order_strides(fa, out, kept);  /* Note [C permuted path] */
     }
     npy_intp n = PyArray_SIZE(fa);
     if (n >= k->limit || PyArray_SIZE(fb) != n) return NULL;
@@ -535,11 +540,8 @@ static PyObject *fast_unary(KernelObject *k, PyObject *x) {
     if (out < 0) return NULL;
     PyArrayObject *fx = flat_array(tx, i);
     npy_intp kept[NPY_MAXDIMS], *strides = NULL;
-    if (fx == NULL) {
-        fx = permuted_array(tx, i);
-        if (fx == NULL) return general_unary(k, tx, i, out);  /* Note [C general path] */
-        strides = order_strides(fx, out, kept);  /* Note [C permuted path] */
-    }
+    if (fx == NULL && (fx = permuted_operand(tx, i, out, kept, &strides)) == NULL)
+        return general_unary(k, tx, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(fx);
     if (n >= k->limit) return NULL;
     loop1_t loop = (loop1_t)kernel_loop(k, LOOP_FLAT, i);
@@ -625,11 +627,8 @@ static PyObject *fast_with_scalar(KernelObject *k, PyObject *a, PyObject *b) {
     if (out < 0) return NULL;
     PyArrayObject *f = flat_array(t, i);
     npy_intp kept[NPY_MAXDIMS], *strides = NULL;
-    if (f == NULL) {
-        f = permuted_array(t, i);
-        if (f == NULL) return general_scalar(k, t, v, first, i, out);  /* Note [C general path] */
-        strides = order_strides(f, out, kept);  /* Note [C permuted path] */
-    }
+    if (f == NULL && (f = permuted_operand(t, i, out, kept, &strides)) == NULL)
+        return general_scalar(k, t, v, first, i, out);  /* Note [C general path] */
     npy_intp n = PyArray_SIZE(f);
     if (n >= k->limit) return NULL;
     void *loop = kernel_loop(k, LOOP_SCALAR, i);
