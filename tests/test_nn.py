@@ -1159,16 +1159,28 @@ def test_small_planes_gradients_against_finite_differences():
     assert lm.autograd.gradcheck(fn, [x, w, b])
 
 
-def test_winograd_needs_enough_tiles(monkeypatch):
-    """Below MIN_TILES output tiles of the whole batch, im2col: ResNet's 3 x 3 on 4 x 4
-    images at batch 8, not 64."""
-    monkeypatch.setattr(winograd, "MIN_TILES", 256)
-
-    def takes(n):
-        geo = conv.Geometry((n, 512, 4, 4), (512, 512, 3, 3), (1, 1), (1,) * 4, (1, 1), 1)
-        return winograd.algorithm(geo, np.float32) is not None
-
-    assert takes(64) and not takes(8)
+@pytest.mark.parametrize(
+    "channels, size, batch, parts, wins",
+    [
+        (128, 8, 4, 1, True),  # 64 tiles a part, U of 1 MB
+        (128, 8, 4, 2, False),  # 32 tiles a part
+        (256, 4, 32, 1, True),  # 128 tiles a part, U of 4 MB: 2 x 64
+        (256, 4, 32, 2, False),
+        (512, 4, 32, 1, False),  # 128 tiles a part, U of 16 MB: 4 x 64
+        (512, 4, 64, 1, True),
+        (512, 4, 64, 2, False),
+    ],
+)
+def test_winograd_needs_enough_tiles_in_each_part(monkeypatch, channels, size, batch, parts, wins):
+    """Note [Enough tiles]: MIN_TILES output tiles a thread's part, times sqrt(U's bytes
+    / L2_BYTES) past the L2; fewer, im2col (in training) or steady filters only."""
+    monkeypatch.setattr(winograd, "MIN_TILES", 64)
+    monkeypatch.setattr(winograd.threads, "parts_for", lambda work, total: parts)
+    geo = conv.Geometry(
+        (batch, channels, size, size), (channels, channels, 3, 3), (1, 1), (1,) * 4, (1, 1), 1
+    )
+    assert (winograd.algorithm(geo, np.float32) is not None) == wins
+    assert winograd.algorithm(geo, np.float32, steady=True) is not None
 
 
 def test_a_copy_kept_with_a_result_is_never_rewritten_in_place(monkeypatch):
@@ -1227,9 +1239,10 @@ def test_the_filter_cache_evicts_copies_without_results_first_then_the_least_ser
 def test_inference_takes_winograd_from_fewer_tiles_once_the_weight_is_steady(
     layout, winograd_calls, monkeypatch
 ):
-    """Note [Steady filters]: between MIN_STEADY_TILES and MIN_TILES, Winograd from the
-    second call with an unchanged weight on, never while the weight changes between
-    calls (training), which keep only the weight's copy (Note [Filter cache])."""
+    """Note [Steady filters]: from MIN_STEADY_TILES output tiles, too few for Note
+    [Enough tiles], Winograd from the second call with an unchanged weight on, never
+    while the weight changes between calls (training), which keep only the weight's
+    copy (Note [Filter cache])."""
     monkeypatch.setattr(winograd, "MIN_TILES", 256)
     monkeypatch.setattr(winograd, "MIN_STEADY_TILES", 64)
     monkeypatch.setattr(winograd, "_prepared", {})

@@ -55,20 +55,32 @@ from .layout import NCHW, NHWC
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
 MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
-# Below MIN_TILES output tiles (of the whole batch) the weight's side costs more than
-# the GEMMs save: the transformed filters (16/9 or 4 times the weight's size, read
-# again per block), and in training, where the weights change every step so the
-# filter cache never serves, the transforms of the forward's filters and of the input
-# gradient's flipped ones on every call. Those convolutions -- ResNet's late stages,
-# 3 x 3 on 8 x 8 and 4 x 4 images of 256 and 512 channels -- run by im2col (Note
-# [Small planes] in conv.py). Measured one thread, float32, forward + both gradients
-# with Winograd (the flipped filters transformed on every call, as in training) /
-# without: 256 channels on 8 x 8 at batch 1 (16 tiles) 7.7 / 3.2 ms, 512 on 4 x 4 at
-# batch 8 (32 tiles) 87 / 22 ms; ResNet-18 (32 x 32 images) training at batch 8, 16
-# -> 27 images/s with this bound raised from 32 to 256, and at batch 32 33 -> 39 from
-# 128 to 256 (a shared machine: +-15%). Inference takes Winograd from fewer tiles (Note
-# [Steady filters]).
-MIN_TILES = 256
+# Note [Enough tiles]: Winograd pays where a thread's part (Note [Winograd parts]) has
+# enough output tiles: every block of a part reads all of the transformed filters U
+# (16/9 or 4 times the weight's size), and in training, where the weights change every
+# step so the filter cache never serves, the forward's filters and the input gradient's
+# flipped ones are transformed on every call. Past the L2 cache (L2_BYTES), U is
+# read from the L3, which both threads share: a part then needs more tiles to repay the
+# reads, sqrt(U's bytes / L2_BYTES) times MIN_TILES (fitted below). Those that have
+# fewer -- ResNet's late stages, 3 x 3 on 8 x 8 to 2 x 2 images of 256 and 512
+# channels -- run by im2col (Note [Small planes] in conv.py). Measured on 2 cores (Zen
+# 4), float32, F(2x2, 3x3), forward + both gradients with the weight changed before
+# every call, im2col time / Winograd time (above 1: Winograd is faster):
+#
+#     channels  tiles  1 thread  2 threads   | channels  tiles  1 thread  2 threads
+#     64        32     0.98-1.09 1.04        | 256       64     0.86      0.43
+#     64        64     1.37      1.07        | 256       128    1.08-1.22 0.94
+#     128       64     1.16-1.28 0.99        | 256       256    1.47      1.13
+#     128       128    1.43-1.85 1.01        | 512       128    0.97      0.68
+#     128       256    -         1.31        | 512       256    1.41      0.97
+#
+# So a part needs 64 tiles up to 128 channels (U of 1 MB), 128 at 256 and 256 at 512.
+# The rule before this one, 256 tiles of the whole batch on any thread count, left
+# ResNet-18's 256-channel convolutions on 4 x 4 images at batch 32 to im2col on one
+# thread (1.2x slower there), and took Winograd for 512 channels at 256 tiles on two
+# (1.03x slower). Inference takes Winograd from fewer tiles (Note [Steady filters]).
+MIN_TILES = 64
+L2_BYTES = 1 << 20  # per core
 # Note [Winograd blocks]: a block's transformed input and products fill BLOCK_BYTES (the
 # L2 cache), or as many bytes as the transformed filters U where those are bigger: every
 # block's GEMMs read all of U, so with wide channels (U of 256 x 256 channels is 4 MB, of
@@ -569,11 +581,12 @@ def _kernel(template, algorithm, dtype, layout, parallel):
 # ---------------------------------------------------------------- the convolutions
 
 
-def algorithm(geo, dtype, min_tiles=None):
+def algorithm(geo, dtype, steady=False):
     """The Winograd algorithm conv2d of geometry ``geo`` runs by (Note [Winograd
     family]), or None: for float32 at "highest" the precise ones only (Note [Float32
-    precision] in lamina.backends.precision); from ``min_tiles`` output tiles
-    (MIN_TILES where not given)."""
+    precision] in lamina.backends.precision); where each thread's part has enough output
+    tiles (Note [Enough tiles]), or, with ``steady`` filters, from MIN_STEADY_TILES
+    tiles of the batch (Note [Steady filters])."""
     fast = np.dtype(dtype) != np.float32 or precision.fast_float32()
     alg = (FAST if fast else PRECISE).get(geo.kh) if ENABLED and geo.kh == geo.kw else None
     if (
@@ -581,35 +594,18 @@ def algorithm(geo, dtype, min_tiles=None):
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
         or min(geo.cin, geo.c_out) < MIN_CHANNELS
         or min(geo.ho, geo.wo) < MIN_SIZE
-        or geo.n * -(-geo.ho // alg.m) * -(-geo.wo // alg.m) < (min_tiles or MIN_TILES)
         or np.dtype(dtype) not in (np.float32, np.float64)
     ):
         return None
-    return alg
+    tile_rows = geo.n * -(-geo.ho // alg.m)
+    tiles = tile_rows * -(-geo.wo // alg.m)
+    if steady:
+        return alg if tiles >= MIN_STEADY_TILES else None
+    u_bytes = alg.n * alg.n * geo.cin * geo.c_out * np.dtype(dtype).itemsize
+    per_part = MIN_TILES * max(1.0, math.sqrt(u_bytes / L2_BYTES))
+    return alg if tiles >= threads.parts_for(geo.flops // 2, tile_rows) * per_part else None
 
 
-# Note [Filter transforms]: the filter transform and its adjoint (the weight gradient's
-# last step) are one GEMM each with gg (n^2 x r^2), arranged so that the big operand --
-# U or the weight gradient's transformed sum, n^2 x C_in x C_out -- is read and written
-# in its own order; only the weight (r^2 values per channel pair) is transposed. The
-# transposed read of the big one had cost more than the GEMM: measured one thread,
-# 64 -> 128 channels, float32, U 0.43 -> 0.28 ms, the adjoint 0.99 -> 0.18 ms (of a
-# 2.9 ms weight gradient at batch 32 on 8 x 8 images).
-
-
-# Note [Filter cache]: the filter transform is most of a small convolution's time in
-# inference (measured one thread, 128 -> 64 channels 3 x 3: 402 us, against 6.5 us to
-# compare the weight with a copy), and the weights rarely change between calls. So the
-# last transforms (and the space-to-depth weights of strided convolutions, the flipped
-# kernels of input gradients: conv.py) are kept with a copy of the weight they came
-# from, keyed by the weight's memory, and served again only while its bits equal the
-# copy's: by content, so a write through a NumPy view of the weight is seen as well as
-# any lamina operation. A weight that changed since the last call, as in training,
-# keeps only its copy: its results would not be served. At most FILTER_CACHE_BYTES
-# (copies and results) stay, the copies without a result going first, then the
-# entries served longest ago: so a model trained between inferences of another, or
-# of its own copy, does not evict the other's transforms. A ResNet-18's take 101 MB
-# in inference at batch 32 (32 x 32 images; its 512-channel layers' U is 16.8 MB each,
 # Note [Steady filters]), and a cache smaller than a model's transforms serves none of
 # them (each call evicts the entry the next one needs).
 FILTER_CACHE_BYTES = 256 << 20
@@ -682,15 +678,16 @@ def _cached_bytes():
     return sum(copy.nbytes + (0 if r is None else r.nbytes) for copy, r in _prepared.values())
 
 
-# Note [Steady filters]: from MIN_STEADY_TILES up to MIN_TILES output tiles, Winograd
-# pays only where U comes from the filter cache, as in inference: a weight seen
-# unchanged from one call to the next has its U made on the second call and served
-# after, and until then (in training, every call) the convolution runs by im2col, at
-# the cost of copying the weight (0.7 ms for 512 x 512 x 3 x 3; the compare stops early).
-# Measured one thread, float32, ResNet-18 (32 x 32 images) inference, MIN_TILES alone /
-# with steady filters from 64 tiles: batch 32 279 -> 246 ms (its 512-channel 3 x 3 on
-# 4 x 4 images, 128 tiles: 22 -> 13 ms each, PyTorch's 14.6), batch 8 80 -> 70 ms (the
-# 256-channel ones on 8 x 8 images); from 32 tiles batch 8 was slower (75 ms).
+# Note [Steady filters]: from MIN_STEADY_TILES output tiles of the batch, fewer than
+# Note [Enough tiles] asks for, Winograd pays only where U comes from the filter cache,
+# as in inference: a weight seen unchanged from one call to the next has its U made on
+# the second call and served after, and until then (in training, every call) the
+# convolution runs by im2col, at the cost of copying the weight (0.7 ms for 512 x 512 x
+# 3 x 3; the compare stops early). Measured one thread, float32, ResNet-18 (32 x 32
+# images) inference, 256 tiles of the batch alone / with steady filters from 64 tiles:
+# batch 32 279 -> 246 ms (its 512-channel 3 x 3 on 4 x 4 images, 128 tiles: 22 -> 13 ms
+# each, PyTorch's 14.6), batch 8 80 -> 70 ms (the 256-channel ones on 8 x 8 images);
+# from 32 tiles batch 8 was slower (75 ms).
 MIN_STEADY_TILES = 64
 
 
@@ -708,7 +705,7 @@ def forward_filters(w, geo, dtype):
     alg = algorithm(geo, dtype)
     if alg is not None:
         return alg, filters(w, alg)
-    alg = algorithm(geo, dtype, MIN_STEADY_TILES)
+    alg = algorithm(geo, dtype, steady=True)
     u = None if alg is None else filters(w, alg, steady=True)
     return (None, None) if u is None else (alg, u)
 
