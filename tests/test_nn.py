@@ -1162,25 +1162,28 @@ def test_small_planes_gradients_against_finite_differences():
 @pytest.mark.parametrize(
     "channels, size, batch, parts, wins",
     [
-        (128, 8, 4, 1, True),  # 64 tiles a part, U of 1 MB
-        (128, 8, 4, 2, False),  # 32 tiles a part
-        (256, 4, 32, 1, True),  # 128 tiles a part, U of 4 MB: 2 x 64
-        (256, 4, 32, 2, False),
-        (512, 4, 32, 1, False),  # 128 tiles a part, U of 16 MB: 4 x 64
-        (512, 4, 64, 1, True),
-        (512, 4, 64, 2, False),
+        (128, 8, 2, 1, True),  # 32 tiles a part, U of 1 MB
+        (128, 8, 2, 2, False),  # 16 tiles a part
+        (256, 4, 16, 1, True),  # 64 tiles a part, U of 4 MB: 2 x 32
+        (256, 4, 16, 2, False),
+        (256, 4, 32, 2, True),
+        (512, 4, 16, 1, False),  # 64 tiles a part, U of 16 MB: 4 x 32
+        (512, 4, 32, 1, True),
+        (512, 4, 32, 2, False),
     ],
 )
 def test_winograd_needs_enough_tiles_in_each_part(monkeypatch, channels, size, batch, parts, wins):
     """Note [Enough tiles]: MIN_TILES output tiles a thread's part, times sqrt(U's bytes
     / L2_BYTES) past the L2; fewer, im2col (in training) or steady filters only."""
-    monkeypatch.setattr(winograd, "MIN_TILES", 64)
+    monkeypatch.setattr(winograd, "MIN_TILES", 32)
     monkeypatch.setattr(winograd.threads, "parts_for", lambda work, total: parts)
     geo = conv.Geometry(
         (batch, channels, size, size), (channels, channels, 3, 3), (1, 1), (1,) * 4, (1, 1), 1
     )
     assert (winograd.algorithm(geo, np.float32) is not None) == wins
-    assert winograd.algorithm(geo, np.float32, steady=True) is not None
+    tiles = batch * (size // 2) ** 2
+    steady = winograd.algorithm(geo, np.float32, steady=True)
+    assert (steady is not None) == (tiles >= winograd.MIN_STEADY_TILES)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

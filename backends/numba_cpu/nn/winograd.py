@@ -59,27 +59,29 @@ MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
 # enough output tiles: every block of a part reads all of the transformed filters U
 # (16/9 or 4 times the weight's size), and in training, where the weights change every
 # step so the filter cache never serves, the forward's filters and the input gradient's
-# flipped ones are transformed on every call. Past the L2 cache (L2_BYTES), U is
-# read from the L3, which both threads share: a part then needs more tiles to repay the
-# reads, sqrt(U's bytes / L2_BYTES) times MIN_TILES (fitted below). Those that have
-# fewer -- ResNet's late stages, 3 x 3 on 8 x 8 to 2 x 2 images of 256 and 512
-# channels -- run by im2col (Note [Small planes] in conv.py). Measured on 2 cores (Zen
-# 4), float32, F(2x2, 3x3), forward + both gradients with the weight changed before
-# every call, im2col time / Winograd time (above 1: Winograd is faster):
+# flipped ones are transformed on every call (Note [Filter transforms]). Past the L2
+# cache (L2_BYTES), U is read from the L3, which both threads share: a part then needs
+# more tiles to repay the reads, sqrt(U's bytes / L2_BYTES) times MIN_TILES (fitted
+# below). Those that have fewer -- ResNet's late stages at small batches, 3 x 3 on 8 x 8
+# to 2 x 2 images of 256 and 512 channels -- run by im2col (Note [Small planes] in
+# conv.py). Measured on 2 cores (Zen 4), float32, F(2x2, 3x3), forward + both gradients
+# with the weight changed before every call, im2col time / Winograd time (above 1:
+# Winograd is faster; -: not measured):
 #
 #     channels  tiles  1 thread  2 threads   | channels  tiles  1 thread  2 threads
-#     64        32     0.98-1.09 1.04        | 256       64     0.86      0.43
-#     64        64     1.37      1.07        | 256       128    1.08-1.22 0.94
-#     128       64     1.16-1.28 0.99        | 256       256    1.47      1.13
-#     128       128    1.43-1.85 1.01        | 512       128    0.97      0.68
-#     128       256    -         1.31        | 512       256    1.41      0.97
+#     64        32     1.03      0.94        | 256       32     0.75      -
+#     64        64     -         1.16        | 256       64     1.11      0.94
+#     128       32     1.05      -           | 256       128    1.45      1.37
+#     128       64     -         1.20        | 512       64     0.83      -
+#     128       128    -         1.21        | 512       128    1.24      1.09
+#                                            | 512       256    1.58      1.49
 #
-# So a part needs 64 tiles up to 128 channels (U of 1 MB), 128 at 256 and 256 at 512.
+# So a part needs 32 tiles up to 128 channels (U of 1 MB), 64 at 256 and 128 at 512.
 # The rule before this one, 256 tiles of the whole batch on any thread count, left
-# ResNet-18's 256-channel convolutions on 4 x 4 images at batch 32 to im2col on one
-# thread (1.2x slower there), and took Winograd for 512 channels at 256 tiles on two
-# (1.03x slower). Inference takes Winograd from fewer tiles (Note [Steady filters]).
-MIN_TILES = 64
+# ResNet-18's 256-channel convolutions on 4 x 4 images at batch 32 to im2col (1.45x and
+# 1.37x slower on one and two threads). Inference takes Winograd from fewer tiles (Note
+# [Steady filters]).
+MIN_TILES = 32
 L2_BYTES = 1 << 20  # per core
 # Note [Winograd blocks]: a block's transformed input and products fill BLOCK_BYTES (the
 # L2 cache), or as many bytes as the transformed filters U where those are bigger: every
