@@ -617,11 +617,13 @@ def algorithm(geo, dtype, steady=False):
 # 144) are skipped. In training both run on every call (the forward's filters, the
 # input gradient's flipped ones, then the adjoint). They were one float64 GEMM each with
 # gg around a transposed copy and two conversions; measured float32, F(2x2, 3x3),
-# transform / adjoint, ms, before -> after: one thread, 128 channels 2.41 / 0.34 ->
-# 0.20 / 0.22, 256 1.94 / 2.49 -> 0.78 / 1.14, 512 13.4 / 20.9 -> 8.4 / 7.1; two
-# threads, 256 channels 1.72 / 2.04 -> 0.41 / 0.52. A 256-channel 3 x 3 convolution on
-# 4 x 4 images at batch 32, forward and both gradients, one thread: 19.6 -> 17.1 ms
-# (by im2col: 23.6).
+# transform / adjoint, ms, before -> after: one thread, 128 channels 2.4-3.0 / 0.34 ->
+# 0.26 / 0.31, 256 1.9-4.3 / 2.5-3.2 -> 1.0 / 1.6, 512 13-16 / 21-23 -> 9.0 / 11.6; two
+# threads, 256 channels 1.7-2.0 / 2.0-2.6 -> 0.8 / 0.9. (A kernel for each direction,
+# reading the adjoint's sums in place, was 10-40% faster still: 1.1 ms for the 256-channel
+# adjoint on one thread; the copy into rows is what lets both share one loop.) A
+# 256-channel 3 x 3 convolution on 4 x 4 images at batch 32, forward and both
+# gradients, one thread: 19.6-21.4 -> 17.6 ms (by im2col: 23.6-25.5).
 
 
 # Note [Filter cache]: the filter transform is most of a small convolution's time in
