@@ -606,7 +606,13 @@ def algorithm(geo, dtype, steady=False):
         return alg if tiles >= MIN_STEADY_TILES else None
     u_bytes = alg.n * alg.n * geo.cin * geo.c_out * np.dtype(dtype).itemsize
     per_part = MIN_TILES * max(1.0, math.sqrt(u_bytes / L2_BYTES))
-    return alg if tiles >= threads.parts_for(geo.flops // 2, tile_rows) * per_part else None
+    return alg if tiles >= _parts(geo, tile_rows) * per_part else None
+
+
+def _parts(geo, tile_rows):
+    """How many parts (threads) a convolution's tile rows run in (Note [Winograd
+    parts])."""
+    return threads.parts_for(geo.flops // 2, tile_rows)
 
 
 # Note [Filter transforms]: the filter transform U[p, i, o] = sum_q gg[p, q] w[o, i, q]
@@ -798,7 +804,7 @@ class _Tiles:
     def __init__(self, geo, alg, itemsize):
         m = alg.m
         self.th, self.tw = -(-geo.ho // m), -(-geo.wo // m)
-        self.parts = threads.parts_for(geo.flops // 2, geo.n * self.th)
+        self.parts = _parts(geo, geo.n * self.th)
         self.positions = alg.n * alg.n
         per_row = self.positions * self.tw * (geo.cin + geo.c_out) * itemsize
         filters = self.positions * geo.cin * geo.c_out * itemsize  # U, read by every block
