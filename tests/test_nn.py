@@ -1012,10 +1012,10 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     x = image((1, 16, 16, 16), "NCHW", "f8")
     w = param((16, 16, size, size), dtype="f8")
 
-    def check():
-        got = F.conv2d(x, w, stride=stride, padding=size // 2)
+    def check(weight=w):
+        got = F.conv2d(x, weight, stride=stride, padding=size // 2)
         with lm.backends.use("numpy_ref"):
-            want = F.conv2d(x, w, stride=stride, padding=size // 2)
+            want = F.conv2d(x, weight, stride=stride, padding=size // 2)
         _close_to_max(got.numpy(), want.numpy(), 1e-12)
 
     check()
@@ -1034,8 +1034,7 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     check()
     assert len(built) == 6
     monkeypatch.setattr(winograd, "FILTER_CACHE_BYTES", 0)
-    w.numpy()[1, 1, 1, 1] = 1.0
-    check()
+    check(param((16, 16, size, size), seed=3, dtype="f8"))  # an entry more: evictions
     assert not winograd._prepared
 
 
@@ -1227,6 +1226,25 @@ def test_a_copy_kept_with_a_result_is_never_rewritten_in_place(monkeypatch):
     np.testing.assert_array_equal(prepared(), 2 * w)
     ((third, kept),) = winograd._prepared.values()
     assert third is second and np.array_equal(third, w)
+
+
+@pytest.mark.parametrize("reused, builds", [(False, 5), (True, 3)])
+def test_a_reused_result_is_kept_when_its_weight_changed(reused, builds, monkeypatch):
+    """Note [Filter cache]: with ``reused`` (the tap-major weight, asked for by the
+    forward and again by the input gradient of a training step), a result made from a
+    weight that changed since the last call is kept and served until it changes again;
+    without, it is made again by the second call."""
+    monkeypatch.setattr(winograd, "_prepared", {})
+    w, built = np.random.default_rng(0).random((8, 8, 3, 3)), []
+
+    def prepared():
+        return winograd.prepared(w, "twice", lambda w: built.append(1) or 2 * w, reused=reused)
+
+    for _ in range(3):  # training steps
+        w += 1
+        np.testing.assert_array_equal(prepared(), 2 * w)  # the forward
+        np.testing.assert_array_equal(prepared(), 2 * w)  # the input gradient
+    assert len(built) == builds
 
 
 def test_the_filter_cache_evicts_copies_without_results_first_then_the_least_served(

@@ -1175,7 +1175,9 @@ def _tap_major(w):
 def _tap_weight(w, geo):
     """The tap-major weight (filter cache) where this convolution runs over the taps
     inside its tiny planes, else None."""
-    return winograd.prepared(w, "tap-major", _tap_major) if _by_taps(geo) else None
+    if not _by_taps(geo):
+        return None
+    return winograd.prepared(w, "tap-major", _tap_major, reused=True)  # and by the gradient
 
 
 def _tap_runs(geo):

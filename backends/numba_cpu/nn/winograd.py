@@ -640,7 +640,9 @@ def _parts(geo, tile_rows):
 # from, keyed by the weight's memory, and served again only while its bits equal the
 # copy's: by content, so a write through a NumPy view of the weight is seen as well as
 # any lamina operation. A weight that changed since the last call, as in training,
-# keeps only its copy: its results would not be served. At most FILTER_CACHE_BYTES
+# keeps only its copy: its results would not be served, except those asked for again
+# before the weight changes (``reused``: the tap-major weight of Note [Taps inside tiny
+# planes], which the input gradient takes after the forward). At most FILTER_CACHE_BYTES
 # (copies and results) stay, the copies without a result going first, then the
 # entries served longest ago: so a model trained between inferences of another, or
 # of its own copy, does not evict the other's transforms. A ResNet-18's take 101 MB
@@ -651,11 +653,12 @@ FILTER_CACHE_BYTES = 256 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
 
 
-def prepared(w, tag, build, steady=False):
+def prepared(w, tag, build, steady=False, reused=False):
     """``build(w)``, made again only when w's values changed (Note [Filter cache]);
     ``tag`` names what ``build`` makes of a weight. With ``steady``, not made before w
     was seen unchanged from one call to the next: None until then (Note [Steady
-    filters])."""
+    filters]). With ``reused``, kept even when w changed since the last call: asked for
+    again before w changes next."""
     key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype, tag)
     hit = _prepared.get(key)
     if hit is None:  # first seen
@@ -669,12 +672,16 @@ def prepared(w, tag, build, steady=False):
         copy, result = hit[0], build(w)
         kept = result
     else:  # changed since the last call (training): its result not kept
-        copy, result, kept = _rewritten(hit, w), None if steady else build(w), None
+        copy, result = _rewritten(hit, w), None if steady else build(w)
+        kept = result if reused else None
     _prepared.pop(key, None)
     _prepared[key] = (copy, kept)
-    while _cached_bytes() > FILTER_CACHE_BYTES:
-        copies = (k for k, (_, r) in _prepared.items() if r is None)
-        del _prepared[next(copies, next(iter(_prepared)))]
+    # only an entry that grew takes the cache past its bound (summing every entry's
+    # bytes on every call took ~1 ms of a ResNet-18 training step)
+    if hit is None or _entry_bytes((copy, kept)) > _entry_bytes(hit):
+        while _cached_bytes() > FILTER_CACHE_BYTES:
+            copies = (k for k, (_, r) in _prepared.items() if r is None)
+            del _prepared[next(copies, next(iter(_prepared)))]
     return result
 
 
@@ -714,7 +721,12 @@ _FIRST_BLOCK = 4096
 
 
 def _cached_bytes():
-    return sum(copy.nbytes + (0 if r is None else r.nbytes) for copy, r in _prepared.values())
+    return sum(map(_entry_bytes, _prepared.values()))
+
+
+def _entry_bytes(entry):
+    copy, result = entry
+    return copy.nbytes + (0 if result is None else result.nbytes)
 
 
 # Note [Steady filters]: from MIN_STEADY_TILES output tiles of the batch, fewer than
