@@ -1188,8 +1188,9 @@ def test_winograd_needs_enough_tiles_in_each_part(monkeypatch, channels, size, b
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("alg", [winograd.F2x3, *winograd.FAST.values()], ids=lambda a: a.name)
 def test_filter_transform_and_its_adjoint_match_float64_sums(alg, dtype):
-    """Note [Filter transforms]: U = gg vec(k) per channel pair and the adjoint gg^T,
-    against NumPy's float64 sums rounded once; the weight a transposed view."""
+    """Note [Filter transforms]: U = gg vec(k) per channel pair and the adjoint gg^T of
+    the sum of three parts' sums, against NumPy's float64 sums rounded once; the weight
+    a transposed view."""
     rng = np.random.default_rng(0)
     r, c_in, c_out = alg.r, 9, 20
     w = rng.standard_normal((c_in, c_out, r, r)).astype(dtype).transpose(1, 0, 2, 3)
@@ -1197,10 +1198,10 @@ def test_filter_transform_and_its_adjoint_match_float64_sums(alg, dtype):
     want = np.einsum("pq,oiq->pio", alg.gg, taps).astype(dtype)
     tol = 4 * np.finfo(dtype).eps * np.abs(want).max()
     np.testing.assert_allclose(winograd._transform_filters(w, alg), want, rtol=0, atol=tol)
-    total = rng.standard_normal((alg.n * alg.n, c_in, c_out)).astype(dtype)
+    parts = rng.standard_normal((3, alg.n * alg.n, c_in, c_out)).astype(dtype)
     gw = np.empty((c_out, c_in, r * r), dtype)
-    winograd._filter_sums(gw, alg.gg_t, total, False)
-    want = np.einsum("pq,pio->oiq", alg.gg, total.astype(np.float64)).astype(dtype)
+    winograd._filter_sums(gw, alg.gg_t, parts, False)
+    want = np.einsum("pq,kpio->oiq", alg.gg, parts.astype(np.float64)).astype(dtype)
     np.testing.assert_allclose(gw, want, rtol=0, atol=4 * np.finfo(dtype).eps * np.abs(want).max())
 
 
