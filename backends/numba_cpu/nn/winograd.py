@@ -651,8 +651,11 @@ def _parts(geo, tile_rows):
 # of its own copy, does not evict the other's transforms. A ResNet-18's take 101 MB
 # in inference at batch 32 (32 x 32 images; its 512-channel layers' U is 16.8 MB each,
 # Note [Steady filters]), and a cache smaller than a model's transforms serves none of
-# them (each call evicts the entry the next one needs).
-FILTER_CACHE_BYTES = 256 << 20
+# them (each call evicts the entry the next one needs): the reference-model bench's
+# four models, each trained and run for inference in one process, hold 416 MB, and
+# with 256 MB its ResNet-18 inference on 32 x 32 images took 204 ms a batch of 32
+# instead of 137 (two threads), its filters evicted and made again on every call.
+FILTER_CACHE_BYTES = 512 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
 
 
