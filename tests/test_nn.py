@@ -1161,19 +1161,22 @@ def test_small_planes_gradients_against_finite_differences():
 @pytest.mark.parametrize(
     "channels, size, batch, parts, wins",
     [
-        (128, 8, 2, 1, True),  # 32 tiles a part, U of 1 MB
+        (128, 8, 2, 1, True),  # 32 tiles, U of 1 MB
         (128, 8, 2, 2, False),  # 16 tiles a part
-        (256, 4, 16, 1, True),  # 64 tiles a part, U of 4 MB: 2 x 32
-        (256, 4, 16, 2, False),
-        (256, 4, 32, 2, True),
-        (512, 4, 16, 1, False),  # 64 tiles a part, U of 16 MB: 4 x 32
+        (128, 8, 4, 2, True),
+        (256, 4, 8, 1, False),  # 32 tiles, U of 4 MB: 2 x 32 needed
+        (256, 4, 16, 1, True),
+        (256, 4, 16, 2, True),  # 32 tiles a part
+        (512, 4, 16, 1, False),  # 64 tiles, U of 16 MB: 4 x 32 needed
+        (512, 4, 16, 2, False),
         (512, 4, 32, 1, True),
-        (512, 4, 32, 2, False),
+        (512, 4, 32, 2, True),  # 64 tiles a part
     ],
 )
-def test_winograd_needs_enough_tiles_in_each_part(monkeypatch, channels, size, batch, parts, wins):
-    """Note [Enough tiles]: MIN_TILES output tiles a thread's part, times sqrt(U's bytes
-    / L2_BYTES) past the L2; fewer, im2col (in training) or steady filters only."""
+def test_winograd_needs_enough_tiles(monkeypatch, channels, size, batch, parts, wins):
+    """Note [Enough tiles]: MIN_TILES output tiles a thread's part, and sqrt(U's bytes /
+    L2_BYTES) times MIN_TILES in all past the L2; fewer, im2col (in training) or steady
+    filters only."""
     monkeypatch.setattr(winograd, "MIN_TILES", 32)
     monkeypatch.setattr(winograd.threads, "parts_for", lambda work, total: parts)
     geo = conv.Geometry(

@@ -55,32 +55,35 @@ from .layout import NCHW, NHWC
 ENABLED = os.environ.get("LAMINA_WINOGRAD", "1") != "0"
 MIN_CHANNELS = 8  # below this the GEMMs are too thin to pay for the transforms
 MIN_SIZE = 4  # a narrower output wastes most of a tile (a tile is 2 to 4 wide)
-# Note [Enough tiles]: Winograd pays where a thread's part (Note [Winograd parts]) has
-# enough output tiles: every block of a part reads all of the transformed filters U
-# (16/9 or 4 times the weight's size), and in training, where the weights change every
-# step so the filter cache never serves, the forward's filters and the input gradient's
-# flipped ones are transformed on every call (Note [Filter transforms]). Past the L2
-# cache (L2_BYTES), U is read from the L3, which both threads share: a part then needs
-# more tiles to repay the reads, sqrt(U's bytes / L2_BYTES) times MIN_TILES (fitted
-# below). Those that have fewer -- ResNet's late stages at small batches, 3 x 3 on 8 x 8
-# to 2 x 2 images of 256 and 512 channels -- run by im2col (Note [Small planes] in
-# conv.py). Measured on 2 cores (Zen 4), float32, F(2x2, 3x3), forward + both gradients
-# with the weight changed before every call, im2col time / Winograd time (above 1:
-# Winograd is faster; -: not measured):
+# Note [Enough tiles]: Winograd pays where a convolution has enough output tiles: every
+# block reads all of the transformed filters U (16/9 or 4 times the weight's size), and
+# in training, where the weights change every step so the filter cache never serves,
+# the forward's filters and the input gradient's flipped ones are transformed on every
+# call (Note [Filter transforms]). Each thread's part (Note [Winograd parts]) needs
+# MIN_TILES tiles; and past the L2 cache (L2_BYTES), where U is read from the L3, the
+# batch needs sqrt(U's bytes / L2_BYTES) times MIN_TILES however many threads share
+# them (fitted below: the threads read U from the L3 side by side). Those that have
+# fewer -- ResNet's late stages at small batches, 3 x 3 on 8 x 8 to 2 x 2 images of 256
+# and 512 channels -- run by im2col (Note [Small planes] in conv.py). Measured on 2 cores
+# (Zen 4), float32, F(2x2, 3x3), forward + both gradients with the weight changed
+# before every call, im2col time / Winograd time (above 1: Winograd is faster; -: not
+# measured; two figures: two sessions):
 #
 #     channels  tiles  1 thread  2 threads   | channels  tiles  1 thread  2 threads
 #     64        32     1.03      0.94        | 256       32     0.75      -
-#     64        64     -         1.16        | 256       64     1.11      0.94
+#     64        64     -         1.16        | 256       64     1.11      0.94-1.17
 #     128       32     1.05      -           | 256       128    1.45      1.37
-#     128       64     -         1.20        | 512       64     0.83      -
-#     128       128    -         1.21        | 512       128    1.24      1.09
+#     128       64     -         1.20        | 512       64     0.83-0.88 0.70-0.86
+#     128       128    -         1.21        | 512       128    1.24-1.26 1.09-1.26
 #                                            | 512       256    1.58      1.49
 #
-# So a part needs 32 tiles up to 128 channels (U of 1 MB), 64 at 256 and 128 at 512.
-# The rule before this one, 256 tiles of the whole batch on any thread count, left
-# ResNet-18's 256-channel convolutions on 4 x 4 images at batch 32 to im2col (1.45x and
-# 1.37x slower on one and two threads). Inference takes Winograd from fewer tiles (Note
-# [Steady filters]).
+# So a part needs 32 tiles, and the batch 64 tiles at 256 channels and 128 at 512, on
+# one thread or two. (Tiles per part times sqrt(U / L2), the rule before this one, left
+# 512 channels at 128 tiles on two threads to im2col: ResNet-18 on 32 x 32 images at
+# batch 32.) The rule before those, 256 tiles of the whole batch on any thread count,
+# left ResNet-18's 256-channel convolutions on 4 x 4 images at batch 32 to im2col
+# (1.45x and 1.37x slower on one and two threads). Inference takes Winograd from fewer
+# tiles (Note [Steady filters]).
 MIN_TILES = 32
 L2_BYTES = 1 << 20  # per core
 # Note [Winograd blocks]: a block's transformed input and products fill BLOCK_BYTES (the
@@ -605,8 +608,8 @@ def algorithm(geo, dtype, steady=False):
     if steady:
         return alg if tiles >= MIN_STEADY_TILES else None
     u_bytes = alg.n * alg.n * geo.cin * geo.c_out * np.dtype(dtype).itemsize
-    per_part = MIN_TILES * max(1.0, math.sqrt(u_bytes / L2_BYTES))
-    return alg if tiles >= _parts(geo, tile_rows) * per_part else None
+    needed = MIN_TILES * max(_parts(geo, tile_rows), math.sqrt(u_bytes / L2_BYTES))
+    return alg if tiles >= needed else None
 
 
 def _parts(geo, tile_rows):
