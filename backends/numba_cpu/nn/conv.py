@@ -1177,7 +1177,7 @@ def _tap_weight(w, geo):
     inside its tiny planes, else None."""
     if not _by_taps(geo):
         return None
-    return winograd.prepared(w, "tap-major", _tap_major, reused=True)  # and by the gradient
+    return winograd.prepared(w, "tap-major", _tap_major, reused=True)  # input gradient: again
 
 
 def _tap_runs(geo):

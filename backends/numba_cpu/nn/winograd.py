@@ -680,7 +680,7 @@ def prepared(w, tag, build, steady=False, reused=False):
             return hit[1]
         copy, result = hit[0], build(w)
         kept = result
-    else:  # changed since the last call (training): its result not kept
+    else:  # changed since the last call (training): its result kept only if reused
         copy, result = _rewritten(hit, w), None if steady else build(w)
         kept = result if reused else None
     _prepared.pop(key, None)
