@@ -419,6 +419,11 @@ def _root_grads(
     return out
 
 
+# A hook a tracer sets (Note [Eager calls in a trace] in lamina.jit.tracer): called with
+# backward's arguments; True where the tensors were a trace's, which ran the pass itself
+on_traced_backward: Callable[..., bool] | None = None
+
+
 @checked
 def backward(
     tensors: Tensor | Sequence[Tensor],
@@ -430,6 +435,10 @@ def backward(
     ``.grad`` of the leaves they were computed from; ``grad_tensors`` gives one gradient
     per output (None for a one-element output)."""
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if on_traced_backward is not None and on_traced_backward(
+        tensors, grad_tensors, retain_graph, create_graph
+    ):
+        return
     grads = _root_grads("backward", tensors, grad_tensors, "grad_tensors")
     run([edge(t) for t in tensors], grads, retain_graph or create_graph, create_graph)
 

@@ -494,6 +494,40 @@ def test_a_compiled_module_trains_step_by_step_as_eager():
     assert len(compiled._compiled.variants) == 2
 
 
+@pytest.mark.parametrize(
+    "optimizer", [lambda p: lm.optim.SGD(p, lr=0.1, momentum=0.9), lambda p: lm.optim.Adam(p)]
+)
+def test_a_whole_training_step_compiles_with_backward_and_step_as_breaks(optimizer):
+    # Note [Eager calls in a trace]: backward() and step() run eagerly between graphs;
+    # the optimizers' state (momentum, Adam's moments and step) stays real tensors
+    x, y = rand(5, 6), lm.asarray(np.array([0, 2, 1, 1, 0]))
+    results = []
+    for compiled in (False, True):
+        model = _mlp(0)
+        opt = optimizer(model.parameters())
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        run = jit.compile(step) if compiled else step
+        losses = [float(run(x, y)) for _ in range(3)]
+        results.append((losses, [p.numpy().copy() for p in model.parameters()], run))
+    (losses, params, _), (got_losses, got_params, compiled) = results
+    assert got_losses == losses and losses[2] < losses[0]
+    for a, b in zip(params, got_params):
+        np.testing.assert_array_equal(b, a)
+    found = jit.explain(compiled, x, y)
+    assert [b.line.split(": ", 1)[1] for b in found.breaks] == ["loss.backward()", "opt.step()"]
+    assert "backward() of %" in found.breaks[0].reason
+    assert found.breaks[1].reason.endswith(".step() runs eagerly: it updates its state")
+    with pytest.raises(jit.GraphBreak, match=r"fullgraph=True.*loss.backward\(\)"):
+        jit.compile(compiled.fn, fullgraph=True)(x, y)
+
+
 def test_training_compiles_the_backward_from_the_formulas():
     x = rand(4, 3).requires_grad_()
     w = rand(3, 5, seed=1).requires_grad_()

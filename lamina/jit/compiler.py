@@ -67,7 +67,7 @@ from .symbolic import (
     sizes_at,
     symbolic_layout,
 )
-from .tracer import GraphBreak, Tracer, current, tracing
+from .tracer import GraphBreak, Tracer, current, suspended, tracing
 
 CACHE_LIMIT = 8
 SIZE_VARIANTS = 64  # kept per kind of variant in a dynamic function (Note [Dynamic sizes])
@@ -542,11 +542,8 @@ class CompiledFunction:
             tracer.graph.outputs = _output_of(tracer, out)
         except GraphBreak as e:
             if self.fullgraph:
-                raise GraphBreak(
-                    f"lamina.jit (fullgraph=True): {e.reason}: the program needs a value "
-                    "that a graph cannot know",
-                    e.line,
-                ) from None
+                message = f"lamina.jit (fullgraph=True): a graph break: {e.reason}"
+                raise GraphBreak(message, e.line) from None
             return Variant(breaks=[Break(e.reason, e.line)])
         graph = tracer.graph
         return Variant(_plan(graph, passes, grad), graph)
@@ -725,11 +722,16 @@ class _Segments:
         results = found.run([self.env[v] for v in external])
         self.env.update(zip(outputs, results))
 
-    def on_break(self, reason: str, line: str, read: Value | None = None, call: Any = None) -> Any:
+    def on_break(
+        self, reason: str, line: str, read: Value | None = None, call: Any = None, run: Any = None
+    ) -> Any:
         self.breaks.append(Break(reason, line))
         self.flush()
         if read is not None:
             return self.env[read]
+        if run is not None:  # Note [Eager calls in a trace] in tracer.py
+            with suspended(self.tracer):
+                return run(self._real)
         results = call_node(call, self.env)
         if not results:
             return None

@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from lamina.autograd import engine
 from lamina.autograd.grad_mode import no_grad
 from lamina.backends import meta as meta_device
 from lamina.backends.fallback import new_tensor
@@ -76,6 +77,7 @@ def lamina_register_kernels(registry: Any) -> None:
     for op in OPERATORS.values():
         registry.register(op.name, "trace", _tracing_kernel(op))
     meta_device.on_read = _on_read
+    engine.on_traced_backward = _on_backward
 
 
 def user_line() -> str:
@@ -276,10 +278,68 @@ def _flat(args: Any) -> Any:
 
 def _break(tracer: Tracer, reason: str, line: str, **need: Any) -> Any:
     """A graph break: GraphBreak, or what the tracer's ``on_break`` gives for ``need``
-    (``read=`` a Value whose values are read, ``call=`` a Node to run eagerly)."""
+    (``read=`` a Value whose values are read, ``call=`` a Node to run eagerly, ``run=``
+    a function to call eagerly: Note [Eager calls in a trace])."""
     if tracer.on_break is None:
         raise GraphBreak(reason, line)
     return tracer.on_break(reason, line, **need)
+
+
+# Note [Eager calls in a trace]: a call that changes state outside the tensors it is
+# given -- ``backward()``, adding into the leaves' ``.grad``, and an optimizer's
+# ``step()``, which keeps new tensors in its state -- cannot be replayed from a graph
+# (the tensors a trace made are meta twins, and each call's state must be the last
+# call's). In a trace it is a graph break (Note [Graph breaks] in compiler.py) whose
+# ``run`` makes the call eagerly, with the trace suspended, on the real tensors that
+# ``real`` gives for the trace's twins; the calls recorded before it have run by then.
+# So a training step compiled whole -- forward, loss, ``backward()``, ``step()`` --
+# runs as torch.compile runs one: the forward and loss as a graph, backward and the
+# update eagerly. (Compiling the model alone compiles its backward too: Note [Joint
+# graph] in training.py.)
+
+
+def eagerly(reason: str, run: Callable[[Callable[[Any], Any]], Any]) -> Any:
+    """What ``run(real)`` returns, called now: outside a trace with ``real`` the
+    identity; inside one at a graph break (Note [Eager calls in a trace]), where
+    ``real`` gives the real tensor of a twin (any other argument as it is)."""
+    tracer = current()
+    if tracer is None:
+        return run(lambda t: t)
+    return _break(tracer, reason, user_line(), run=run)
+
+
+class suspended:
+    """Context: the trace of this thread (``tracer``) off, its calls made for real."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+
+    def __enter__(self) -> None:
+        _local.tracer = None
+        self._mode = modes.exclude(trace_key())
+        self._mode.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+        _local.tracer = self.tracer
+
+
+def _on_backward(tensors: list, gradients: Any, retain_graph: bool, create_graph: bool) -> bool:
+    """The autograd engine's hook: a traced tensor's backward() runs eagerly (Note
+    [Eager calls in a trace]); False for real tensors, which it leaves to the engine."""
+    tracer = current()
+    if tracer is None or not any(id(t) in tracer.values for t in tensors):
+        return False
+
+    def run(real: Callable[[Any], Any]) -> None:
+        several = gradients is not None and not isinstance(gradients, Tensor)
+        given = [real(g) for g in gradients] if several else real(gradients)
+        engine.backward([real(t) for t in tensors], given, retain_graph, create_graph)
+
+    names = ", ".join(tracer.values[id(t)].name for t in tensors if id(t) in tracer.values)
+    reason = f"backward() of {names} runs eagerly: it adds into the leaves' .grad"
+    _break(tracer, reason, user_line(), run=run)
+    return True
 
 
 def _on_read(t: Tensor) -> Any:

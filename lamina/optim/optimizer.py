@@ -40,6 +40,7 @@ from lamina.dispatch import dtypes, ops
 from lamina.dispatch.arguments import boolean, real
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import Tensor, bump_version, from_array
+from lamina.jit import tracer
 
 _ADD_SCALED = OPERATORS["add_scaled_"]
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]] | Iterable[tuple[str, Tensor]]
@@ -292,6 +293,9 @@ class Optimizer:
         the gradients; None without one). All or nothing: a gradient that does not fit
         its parameter, or an option that is not a number, raises before any parameter
         or state changes."""
+        if tracer.current() is not None:  # Note [Eager calls in a trace] in lamina.jit
+            reason = f"{type(self).__name__}.step() runs eagerly: it updates its state"
+            return tracer.eagerly(reason, lambda real: self.step(closure))
         self._opt_called = True
         loss = None
         if closure is not None:
