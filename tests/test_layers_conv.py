@@ -203,14 +203,23 @@ def test_depthwise_on_two_threads_runs_parts_and_matches_one_thread(monkeypatch)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_depthwise_reads_a_strided_bias_by_its_strides(layout):
-    """The kernels read the bias as a C-contiguous array: a view with a stride is
-    copied first."""
-    x, wt = RNG.standard_normal((2, 3, 9, 40)), RNG.standard_normal((3, 1, 3, 3))
-    bias = RNG.standard_normal(6)
-    got = F.conv2d(_tensor(x, layout), lm.asarray(wt), lm.asarray(bias)[::2], 1, 1, 1, 3)
-    want = F.conv2d(_tensor(x, layout), lm.asarray(wt), lm.asarray(bias[::2].copy()), 1, 1, 1, 3)
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
+def test_a_strided_bias_is_read_by_its_strides(layout):
+    """The kernels read a bias as a C array: a view with a stride is copied first
+    (dense convolutions, conv1d and linear read bias.base's first values instead)."""
+    x = RNG.standard_normal((2, 6, 9, 10))
+    bias = RNG.standard_normal(12)
+    for weight, groups in [((6, 1, 3, 3), 6), ((6, 6, 3, 3), 1), ((6, 3, 1, 1), 2)]:
+        wt = lm.asarray(RNG.standard_normal(weight))
+        got = F.conv2d(_tensor(x, layout), wt, lm.asarray(bias)[::2], 1, 1, 1, groups)
+        want = F.conv2d(_tensor(x, layout), wt, lm.asarray(bias[::2].copy()), 1, 1, 1, groups)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    x1, w1 = lm.asarray(x[:, :, 0]), lm.asarray(RNG.standard_normal((6, 6, 3)))
+    got = F.conv1d(x1, w1, lm.asarray(bias)[::2]).numpy()
+    np.testing.assert_array_equal(got, F.conv1d(x1, w1, lm.asarray(bias[::2].copy())).numpy())
+    for rows in (1, 100):  # linear's two products (Note [Bias first] with many rows)
+        a, w = lm.asarray(RNG.standard_normal((rows, 5))), lm.asarray(RNG.standard_normal((6, 5)))
+        got = F.linear(a, w, lm.asarray(bias)[::2]).numpy()
+        np.testing.assert_allclose(got, a.numpy() @ w.numpy().T + bias[::2], rtol=1e-12)
 
 
 @pytest.mark.parametrize("value", [np.inf, np.nan])
@@ -286,13 +295,16 @@ def test_conv1d_matches_float64_reference():
         ((4, 3, 3, 3), dict(stride=2, padding=1, output_padding=1)),
         ((4, 2, 2, 2), dict(stride=2, groups=2)),
         ((4, 1, 3, 3), dict(groups=4, dilation=2, padding=2)),
+        ((4, 3, 1, 1), dict(dilation=2, padding=1, output_padding=1)),
+        ((4, 3, 3, 3), dict(stride=2, dilation=3, output_padding=2)),
     ],
-    ids=["s2-outpad", "k2s2-groups", "depthwise-dilated"],
+    ids=["s2-outpad", "k2s2-groups", "depthwise-dilated", "outpad-stride", "outpad-over-stride"],
 )
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_conv_transpose2d_is_conv2d_adjoint(wshape, kwargs, layout):
     """<conv_transpose2d(x), y> == <x, conv2d(y)>, with conv2d checked against the
-    oracle above; the output size is PyTorch's formula."""
+    oracle above; the output size is PyTorch's formula. An output_padding of a stride
+    or more (below the dilation) adds rows that conv2d reads past x's (read garbage)."""
     x, wt = RNG.standard_normal((2, 4, 5, 6)), RNG.standard_normal(wshape)
     out = F.conv_transpose2d(_tensor(x, layout), lm.asarray(wt), None, **kwargs)
     s, p, d = (kwargs.get(k, dflt) for k, dflt in (("stride", 1), ("padding", 0), ("dilation", 1)))
@@ -304,8 +316,10 @@ def test_conv_transpose2d_is_conv2d_adjoint(wshape, kwargs, layout):
     assert F.layout_of(out) == layout
     y = RNG.standard_normal(out.shape)
     back = F.conv2d(lm.asarray(y), lm.asarray(wt), None, s, p, d, kwargs.get("groups", 1))
-    assert back.shape == x.shape
-    np.testing.assert_allclose(np.sum(out.numpy() * y), np.sum(x * back.numpy()), rtol=1e-10)
+    extra = kwargs.get("output_padding", 0) // s  # rows and columns x has not
+    assert back.shape == (*x.shape[:2], 5 + extra, 6 + extra)
+    back = back.numpy()[:, :, :5, :6]
+    np.testing.assert_allclose(np.sum(out.numpy() * y), np.sum(x * back), rtol=1e-10)
     b = RNG.standard_normal(out.shape[1])
     leaves = [lm.asarray(a[:1]).requires_grad_() for a in (x,)] + [
         lm.asarray(wt).requires_grad_(), lm.asarray(b).requires_grad_()]  # fmt: skip
@@ -370,6 +384,8 @@ def test_pad_modules():
 
 
 def _nearest_index(n_in, n_out, scale):
+    if n_out in (n_in, 2 * n_in):  # PyTorch's exact cases
+        return np.arange(n_out) * n_in // n_out
     return np.minimum(
         np.floor(np.arange(n_out, dtype=np.float32) * np.float32(scale)).astype(int), n_in - 1
     )
@@ -420,6 +436,34 @@ def test_interpolate_matches_pytorchs_rules(kwargs):
     leaf = lm.asarray(x[:1, :2]).requires_grad_()
     assert gradcheck(lambda x: F.interpolate(x, **kwargs), [leaf])
     assert nn.Upsample(**kwargs)(lm.asarray(x)).shape == out.shape
+
+
+def test_nearest_resizing_by_a_factor_matches_recorded_pytorch_values():
+    """At the input's size or twice it PyTorch reads row o (o // 2), whatever the
+    factor: 3 columns by 1.3 read columns 0, 0, 1 before."""
+    recorded = {  # (width, factor): the columns read, from torch 2.13
+        (3, 1.3): [0, 1, 2],
+        (2, 2.3): [0, 0, 1, 1],
+        (5, 1.5): [0, 0, 1, 2, 2, 3, 4],
+        (4, 0.6): [0, 1],
+        (3, 2.0): [0, 0, 1, 1, 2, 2],
+    }
+    for (width, factor), columns in recorded.items():
+        x = lm.asarray(np.arange(float(width)).reshape(1, 1, 1, width))
+        got = F.interpolate(x, scale_factor=(1.0, factor)).numpy()
+        assert got.ravel().tolist() == columns
+
+
+def test_an_empty_batch_with_a_channel_multiplier():
+    """The depthwise input gradient summed its repeated channels by a reshape to -1,
+    which an empty batch cannot infer."""
+    for layout in ("NCHW", "NHWC"):
+        x = _tensor(np.ones((0, 4, 5, 5)), layout).requires_grad_()
+        w = lm.asarray(np.ones((8, 1, 3, 3))).requires_grad_()
+        lm.sum(F.conv2d(x, w, groups=4)).backward()
+        assert x.grad.shape == (0, 4, 5, 5) and not w.grad.numpy().any()
+        out = F.conv_transpose2d(_tensor(np.ones((0, 4, 3, 3)), layout), w[:4], groups=2)
+        assert out.shape == (0, 2, 5, 5)
 
 
 def test_resizing_matches_pytorch():

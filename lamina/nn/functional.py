@@ -282,6 +282,11 @@ def conv_transpose2d(
     like = ops.permute_dims(like, (0, 3, 1, 2) if batch else (2, 0, 1))
     if layout_of(input) != "NHWC":
         like = ops.empty((*batch, c_out, *size), dtype=input.dtype, device=input.device)
+    # output_padding of a stride or more (allowed below the dilation) adds rows that the
+    # convolution's last outputs read: they come from zero rows of input
+    extra = [op // s for op, s in zip(output_padding, stride)]
+    if any(extra):
+        input = pad(input, (0, extra[1], 0, extra[0]))
     pads = (padding[0], padding[0], padding[1], padding[1])
     out = _CONV_INPUT(input, weight, like, stride, pads, dilation, groups)
     if bias is None:
@@ -432,7 +437,8 @@ def interpolate(
 ) -> Tensor:
     """input (N, C, H, W) resized to ``size``, or scaled by ``scale_factor`` (the size
     rounded down), with PyTorch's sampling: 'nearest' reads input row floor(o * scale)
-    (scale = 1 / scale_factor, or H / h for a given size); 'bilinear' weighs the two
+    (scale = 1 / scale_factor, or H / h for a given size; row o at the same size, o // 2
+    at twice it); 'bilinear' weighs the two
     nearest rows and columns of position (o + 0.5) scale - 0.5 (clamped at 0), or of
     o (H - 1) / (h - 1) with align_corners."""
     fn = "interpolate"
@@ -463,6 +469,8 @@ def interpolate(
         dst = np.arange(o, dtype=np.float64)
         if mode == "nearest":
             index = np.floor(dst.astype(np.float32) * np.float32(scale)).astype(np.int64)
+            if o in (n, 2 * n):  # PyTorch's exact cases, whatever the scale_factor said
+                index = np.arange(o) // (o // n)
             tables.append(np.minimum(index, n - 1))
             continue
         if align_corners:

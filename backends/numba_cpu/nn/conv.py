@@ -1372,7 +1372,7 @@ def _conv2d(input, weight, bias, geometry, floor):
     geo = Geometry((x.shape[0], *input._shape[-3:]), weight._shape, *geometry)
     order = _order(geo, layout, x.dtype)
     out = empty_image(geo.n, geo.c_out, geo.ho, geo.wo, x.dtype, order)
-    b = None if bias is None else bias._data
+    b = _bias(bias)
     if not geo.k:  # no input channels: every output is the bias (PyTorch's result)
         out[...] = 0 if b is None else (b if order == NHWC else b[:, None, None])
         _epilogue(out, None, order, floor)
@@ -1661,6 +1661,12 @@ def linear_relu(ks, input, weight, bias):
     return _linear(input, weight, bias, RELU)
 
 
+def _bias(bias):
+    """A bias tensor's values as the kernels read them: a C array (a strided view's
+    values were read as if adjacent), or None."""
+    return None if bias is None else np.ascontiguousarray(bias._data)
+
+
 def _linear(input, weight, bias, floor):
     """input @ weight.T + bias over the flattened leading axes, raised to ``floor``.
 
@@ -1674,17 +1680,17 @@ def _linear(input, weight, bias, floor):
     64, 256 -> 512: 128 -> 133 us; but 32, 256 -> 512: 94 -> 71 us, 64, 1024 -> 1000:
     1086 -> 919 us, 128, 1024 -> 1024: 1781 -> 1701 us. So it needs 32 rows or fewer, or
     1024 input features or more."""
-    x, w = input._data, weight._data
+    x, w, bias = input._data, weight._data, _bias(bias)
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
     rows, features = x2.shape
     if rows < w.shape[0] and (rows <= 32 or features >= 1024):
         out = np.ascontiguousarray(gemm.matmul(w, x2.T).T)
     elif bias is not None and features:  # (float32 or float64: linear's dtypes)
-        out = gemm.product(x2, w.T, np.empty((rows, w.shape[0]), x.dtype), bias=bias._data)
+        out = gemm.product(x2, w.T, np.empty((rows, w.shape[0]), x.dtype), bias=bias)
         bias = None  # added first (Note [Bias first] in gemm.py)
     else:
         out = gemm.matmul(x2, w.T)
-    _epilogue(out, None if bias is None else bias._data, NHWC, floor)  # rows of features
+    _epilogue(out, bias, NHWC, floor)  # rows of features
     return from_array(out.reshape(x.shape[:-1] + (w.shape[0],)))
 
 

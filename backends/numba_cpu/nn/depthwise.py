@@ -853,7 +853,7 @@ def input_grad(g, w, geo, layout, gx):
     if layout == NHWC and geo.c_out != geo.c:  # the repeated channels' gradients summed
         repeated = np.empty((*gx.shape[:3], geo.c_out), gx.dtype)
         input_grad(g, w, _no_multiplier(geo), layout, repeated)
-        np.sum(repeated.reshape(*gx.shape, -1), axis=-1, out=gx)
+        np.sum(repeated.reshape(*gx.shape, geo.c_out // geo.c), axis=-1, out=gx)
         return
     if (geo.sh, geo.sw) == (1, 1) and geo.c_out == geo.c:
         flipped = copy.copy(geo)
