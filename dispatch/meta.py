@@ -1120,7 +1120,7 @@ def softmax(name: str) -> Any:
     return check
 
 
-def _reduction(fn: str, reduction: str) -> None:
+def check_reduction(fn: str, reduction: str) -> None:
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
@@ -1146,7 +1146,7 @@ def nll_loss(input: Any, target: Any, weight: Any, ignore_index: int, reduction:
         )
     c = shape[0] if len(shape) == 1 else shape[1]
     _like_input("nll_loss", "weight", weight, input, (c,))
-    _reduction("nll_loss", reduction)
+    check_reduction("nll_loss", reduction)
     return input, target, weight, ignore_index, reduction
 
 
@@ -1179,7 +1179,7 @@ def mse_loss(input: Any, target: Any, reduction: str) -> tuple:
         raise ValueError(
             f"mse_loss: target shape {target._shape} differs from input shape {input._shape}"
         )
-    _reduction("mse_loss", reduction)
+    check_reduction("mse_loss", reduction)
     return input, target, reduction
 
 
@@ -1200,7 +1200,7 @@ def _pointwise_loss(fn: str, input: Any, target: Any, reduction: str) -> None:
         raise ValueError(
             f"{fn}: target shape {target._shape} differs from input shape {input._shape}"
         )
-    _reduction(fn, reduction)
+    check_reduction(fn, reduction)
 
 
 def binary_cross_entropy_with_logits(

@@ -87,6 +87,41 @@ def test_activations_keep_channels_last_and_modules_match_functions():
         F.silu(lm.asarray([1, 2]))
 
 
+INPLACE = {  # PyTorch's positional order: inplace comes last
+    "relu": (),
+    "leaky_relu": (0.2,),
+    "hardtanh": (-0.5, 0.5),
+    "relu6": (),
+    "silu": (),
+    "hardswish": (),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_inplace_activations_write_their_input_and_train(name):
+    """Note [In-place activations]: ``F.relu(x, inplace=True)`` (a TypeError before)
+    writes the result into x and returns x; under autograd the gradient is the
+    out-of-place one, though the formula saved its input (run on a copy)."""
+    fn, settings = getattr(F, name), INPLACE[name]
+    a = np.array([-4.0, -1.0, -0.2, 0.3, 2.0, 7.0])
+    x = lm.asarray(a.copy())
+    assert fn(x, *settings, True) is x
+    np.testing.assert_array_equal(x.numpy(), fn(lm.asarray(a), *settings).numpy())
+    weights = lm.asarray(np.arange(6.0))
+    grads = []
+    for inplace in (False, True):
+        w = lm.asarray(a.copy(), requires_grad=True)
+        h = w * 2.0
+        out = fn(h, *settings, inplace=inplace)
+        assert (out is h) is inplace
+        lm.sum(out * weights).backward()
+        grads.append(w.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+    leaf = lm.asarray(a.copy(), requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        fn(leaf, *settings, inplace=True)
+
+
 # ---------------------------------------------------------------- one_hot
 
 
@@ -200,6 +235,15 @@ def test_losses_match_recorded_pytorch_values():
     ]
     for got, value in recorded:
         np.testing.assert_allclose(float(got), value, rtol=1e-13)
+
+
+def test_cross_entropy_refuses_an_unknown_reduction_with_probability_targets_too():
+    """Probability targets returned the sum for any reduction that was not 'mean'."""
+    x, p = lm.zeros((2, 3)), lm.full((2, 3), 1 / 3)
+    for target in (p, lm.asarray([0, 2])):
+        with pytest.raises(ValueError, match="cross_entropy: reduction must be"):
+            F.cross_entropy(x, target, reduction="avg")
+    assert float(F.cross_entropy(x, p, reduction="sum")) == pytest.approx(2 * math.log(3))
 
 
 def test_cross_entropy_label_smoothing_matches_recorded_pytorch_values():

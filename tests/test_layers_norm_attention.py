@@ -59,6 +59,9 @@ def test_layer_norm_of_a_non_contiguous_input_and_the_module():
     bare = nn.LayerNorm([2, 3], elementwise_affine=False)
     assert bare.weight is None and bare.bias is None and not list(bare.parameters())
     assert nn.LayerNorm(3, bias=False).bias is None
+    five = np.int64(5)  # NumPy's integers name a size too, as in PyTorch
+    assert nn.LayerNorm(five).normalized_shape == (5,)
+    assert F.layer_norm(lm.ones((2, 5)), five).shape == (2, 5)
 
 
 def test_layer_norm_bad_input():

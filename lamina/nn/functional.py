@@ -8,16 +8,15 @@ functions below are composites of operators, as in PyTorch:
 pooling with ``return_indices``, batch, layer, group and local response
 normalization over the internal operators that also return what backward needs,
 embedding, scaled_dot_product_attention, cross_entropy, dropout, flatten and
-``layout_of``.
-pooling with ``return_indices``, batch and local response normalization over the
-internal operators that also return what backward needs, cross_entropy, dropout,
-flatten and ``layout_of``; conv1d and conv_transpose2d over conv2d's operators, pad and
-interpolate over resample2d (Note [Resampling]).
+``layout_of``; conv1d and conv_transpose2d over conv2d's operators, pad and
+interpolate over resample2d (Note [Resampling]); the activations with PyTorch's
+``inplace`` over their operators (Note [In-place activations]).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -42,6 +41,12 @@ _RESAMPLE = OPERATORS["resample2d"]
 _max_pool_values = bindings.generated_binding(OPERATORS["max_pool2d"])
 _min_pool_values = bindings.generated_binding(OPERATORS["min_pool2d"])
 _cross_entropy_loss = bindings.generated_binding(OPERATORS["cross_entropy_loss"])
+# the activations' operators, which the functions of the same names call: Note
+# [In-place activations]
+_relu, _leaky_relu, _hardtanh, _silu, _hardswish = (
+    bindings.generated_binding(OPERATORS[name])
+    for name in ("relu", "leaky_relu", "hardtanh", "silu", "hardswish")
+)
 _COMPOSITES = [
     "adaptive_max_pool2d",
     "batch_norm",
@@ -55,18 +60,23 @@ _COMPOSITES = [
     "kl_div",
     "l1_loss",
     "group_norm",
+    "hardswish",
+    "hardtanh",
     "layer_norm",
+    "leaky_relu",
     "interpolate",
     "layout_of",
     "local_response_norm",
     "max_pool2d",
     "min_pool2d",
     "one_hot",
+    "relu",
     "relu6",
     "scaled_dot_product_attention",
+    "silu",
     "pad",
 ]
-__all__ = sorted([op.name for op in bindings.public_operators("nn.functional")] + _COMPOSITES)
+__all__ = sorted({op.name for op in bindings.public_operators("nn.functional")} | set(_COMPOSITES))
 
 Size2 = int | tuple[int, int]
 
@@ -512,7 +522,7 @@ def layer_norm(
 ) -> Tensor:
     """Normalization of each slice over the trailing ``normalized_shape`` axes by its
     mean and (biased) variance, then * weight + bias (of normalized_shape)."""
-    if isinstance(normalized_shape, int):
+    if isinstance(normalized_shape, numbers.Integral):  # NumPy's integers too
         normalized_shape = (normalized_shape,)
     args = (input, tuple(normalized_shape), weight, bias, eps)
     return _NATIVE_LAYER_NORM(*_NATIVE_LAYER_NORM.check(*args))[0]
@@ -631,6 +641,7 @@ def cross_entropy(
     """The cross entropy of logits ``input`` (N, C, ...) with class indices (N, ...)
     or class probabilities (input's shape): nll_loss of log_softmax over axis 1, with
     label_smoothing mixing in the uniform distribution (PyTorch's definition)."""
+    meta.check_reduction("cross_entropy", reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     if target.dtype.kind in "iu" and target.dtype != dtypes.int64:
@@ -681,12 +692,68 @@ def cross_entropy(
     return loss * (1.0 - label_smoothing) + smooth * (label_smoothing / classes)
 
 
+# Note [In-place activations]: the functional activations take PyTorch's ``inplace``:
+# the result is computed as a new tensor, then written into ``input``, which is
+# returned. Where autograd records, the operator runs on a copy of ``input`` (its
+# formula may save its input, which the write would change under it; PyTorch's
+# in-place formulas read the result instead). The modules' ``inplace`` is accepted and
+# ignored: a module's result is a new tensor.
+
+
+def _applied(op, input: Tensor, inplace: bool, *settings) -> Tensor:
+    if not inplace:
+        return op(input, *settings)
+    recorded = is_grad_enabled() and input.requires_grad
+    input[...] = op(input.clone() if recorded else input, *settings)
+    return input
+
+
+def _in_place_too(fn):
+    """``fn``, documented as its operator and Note [In-place activations]."""
+    fn.__doc__ = (
+        f"{OPERATORS[fn.__name__].doc} With inplace=True the result is written into "
+        "input, which is returned (Note [In-place activations])."
+    )
+    return fn
+
+
+@_in_place_too
+@checked
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _applied(_relu, input, inplace)
+
+
+@_in_place_too
+@checked
+def leaky_relu(input: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return _applied(_leaky_relu, input, inplace, negative_slope)
+
+
+@_in_place_too
+@checked
+def hardtanh(
+    input: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False
+) -> Tensor:
+    return _applied(_hardtanh, input, inplace, min_val, max_val)
+
+
 @checked
 def relu6(input: Tensor, inplace: bool = False) -> Tensor:
     """min(max(input, 0), 6): hardtanh(input, 0, 6), as in PyTorch (its gradient is 0
-    at 0 and 6). ``inplace`` is accepted for PyTorch compatibility; the result is a
-    new tensor."""
-    return hardtanh(input, 0.0, 6.0)  # noqa: F821 (installed from the schema)
+    at 0 and 6; Note [In-place activations])."""
+    return _applied(_hardtanh, input, inplace, 0.0, 6.0)
+
+
+@_in_place_too
+@checked
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    return _applied(_silu, input, inplace)
+
+
+@_in_place_too
+@checked
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
+    return _applied(_hardswish, input, inplace)
 
 
 @checked
@@ -737,7 +804,7 @@ def _loss_operands(fn: str, input: Tensor, target: Tensor, weight: Tensor | None
 
 
 def _reduced(fn: str, losses: Tensor, reduction: str) -> Tensor:
-    meta._reduction(fn, reduction)
+    meta.check_reduction(fn, reduction)
     if reduction == "none":
         return losses
     return ops.sum(losses) if reduction == "sum" else ops.mean(losses)

@@ -18,6 +18,7 @@ tensor, Note [Copies]) and its tied weights (one object in the copy), and ``to``
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -942,7 +943,7 @@ class LayerNorm(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, int):
+        if isinstance(normalized_shape, numbers.Integral):  # NumPy's integers too
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
