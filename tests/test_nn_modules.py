@@ -130,6 +130,32 @@ def test_train_and_eval_change_batch_norm_and_dropout():
     np.testing.assert_array_equal(drop(ones).numpy(), ones.numpy())
 
 
+@pytest.mark.parametrize(
+    "cls, shape",
+    [("BatchNorm1d", (6, 3)), ("BatchNorm1d", (4, 3, 5)), ("BatchNorm3d", (2, 3, 2, 3, 2))],
+)
+def test_batch_norm_of_other_ranks_trains_and_evaluates_as_the_functional_one(cls, shape):
+    """BatchNorm1d and BatchNorm3d, PyTorch's other two: the functional batch norm
+    (checked against the oracle in test_nn.py) with the module's statistics."""
+    lm.random.seed(4)
+    bn, x = getattr(nn, cls)(3, momentum=0.2), lm.randn(*shape) * 2.0 + 1.0
+    bn.weight.data[...] = lm.asarray([0.5, 1.0, 2.0])
+    axes = (0, *range(2, len(shape)))
+    stats = lm.zeros(3), lm.ones(3)
+    want = F.batch_norm(x, *stats, bn.weight, bn.bias, training=True, momentum=0.2)
+    np.testing.assert_array_equal(bn(x).detach().numpy(), want.detach().numpy())
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.2 * x.numpy().mean(axis=axes), rtol=1e-6)
+    np.testing.assert_array_equal(bn.running_var.numpy(), stats[1].numpy())
+    bn.eval()
+    want = F.batch_norm(x, *stats, bn.weight, bn.bias)
+    np.testing.assert_array_equal(bn(x).detach().numpy(), want.detach().numpy())
+    assert set(bn.state_dict()) == {
+        "weight", "bias", "running_mean", "running_var", "num_batches_tracked"}  # fmt: skip
+    wrong = (3, 3, 3, 3) if cls == "BatchNorm1d" else (3, 3)
+    with pytest.raises(ValueError, match=f"{cls}: expected a .*-D input, got shape"):
+        bn(lm.ones(wrong))
+
+
 def test_sequential_fuses_batch_norm_and_relu_with_the_same_results(monkeypatch):
     """Note [Fused batch norm and relu]: a BatchNorm2d then a ReLU run as one call, in
     training and evaluation, with the outputs, gradients and running statistics of

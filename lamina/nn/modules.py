@@ -851,10 +851,14 @@ class ReplicationPad2d(_Pad2d):
     mode = "replicate"
 
 
-class BatchNorm2d(Module):
-    """Batch normalization of (N, C, H, W) inputs over N, H and W: batch statistics in
+class _BatchNorm(Module):
+    """Batch normalization over every axis but the channels' (1): batch statistics in
     training (updating the running ones by ``momentum``, or their cumulative average
-    when momentum is None), the running statistics in evaluation."""
+    when momentum is None), the running statistics in evaluation. A subclass names the
+    input ranks it takes (``ranks``), as PyTorch's three, and declares its operator
+    itself (Sequential fuses only what a module's own class declares: ``_operator``)."""
+
+    ranks: tuple[int, ...]
 
     @checked
     def __init__(
@@ -886,11 +890,12 @@ class BatchNorm2d(Module):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
 
-    operator = "native_batch_norm"
-
     def operator_args(self, x: Tensor) -> tuple:
-        if x.ndim != 4:
-            raise ValueError(f"BatchNorm2d: expected a 4-D input, got shape {x.shape}")
+        if x.ndim not in self.ranks:
+            ranks = " or ".join(f"{r}-D" for r in self.ranks)
+            raise ValueError(
+                f"{type(self).__name__}: expected a {ranks} input, got shape {x.shape}"
+            )
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)  # in place, as a compiled step replays it
@@ -917,6 +922,27 @@ class BatchNorm2d(Module):
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
             f"affine={self.affine}, track_running_stats={self.track_running_stats}"
         )
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (N, C) or (N, C, L) inputs over N (and L)."""
+
+    ranks = (2, 3)
+    operator = _NATIVE_BATCH_NORM.name
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (N, C, H, W) inputs over N, H and W."""
+
+    ranks = (4,)
+    operator = _NATIVE_BATCH_NORM.name
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of (N, C, D, H, W) inputs over N, D, H and W."""
+
+    ranks = (5,)
+    operator = _NATIVE_BATCH_NORM.name
 
 
 def _affine(module: Module, shape: tuple, weight: bool, bias: bool, dtype: Any, device: Any):
