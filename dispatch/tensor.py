@@ -394,9 +394,10 @@ class Tensor(_Base):
     # tensor that requires grad comes back as a leaf without .grad, and deepcopy of a
     # non-leaf that requires grad raises (the copy would be a leaf of no graph). pickle
     # goes through the CPU for a device tensor (rebuilt on its device at load, which
-    # must be registered then); deepcopy copies on the device, and copies .grad and the
-    # attributes a user set. Both keep an nn.Parameter's mark (``_is_parameter``), so a
-    # copied Parameter is still one, as in PyTorch.
+    # must be registered then); deepcopy copies on the device, and copies .grad (not an
+    # nn.Parameter's, as PyTorch's Parameter.__deepcopy__) and the attributes a user
+    # set. Both keep an nn.Parameter's mark (``_is_parameter``), so a copied Parameter is
+    # still one, as in PyTorch.
     def __reduce_ex__(self, protocol: Any) -> tuple:
         if self.__dict__.get("_is_parameter"):  # an nn.Parameter stays one (its mark)
             return (_rebuild, _parts(self), {"_is_parameter": True})
@@ -419,8 +420,11 @@ class Tensor(_Base):
         memo[id(self)] = new
         if self._ks & keys.AUTOGRAD:
             new.requires_grad_()
-        for name, value in self.__dict__.items():  # .grad and a user's attributes
-            if name in ("grad", "_is_parameter") or not name.startswith("_"):
+        # (Note [Copies]; TransformerEncoder deep-copies its layer: no copy starts with
+        # the layer's gradient)
+        left = "grad" if self.__dict__.get("_is_parameter") else None
+        for name, value in self.__dict__.items():
+            if name != left and (name in ("grad", "_is_parameter") or not name.startswith("_")):
                 setattr(new, name, copy.deepcopy(value, memo))
         return new
 

@@ -350,6 +350,20 @@ def test_a_copied_model_trains_on_its_own():
     assert c.frozen.grad is None  # still frozen
 
 
+def test_a_deep_copy_leaves_the_parameters_gradients_behind():
+    """As PyTorch's Parameter.__deepcopy__: TransformerEncoder's copies of a layer that
+    had been trained started with its gradients, and the first step used them."""
+    layer = lm.nn.TransformerEncoderLayer(8, 2, 16, 0.0)
+    lm.sum(layer(lm.ones((3, 2, 8)))).backward()
+    assert all(p.grad is not None for p in layer.parameters())
+    encoder = lm.nn.TransformerEncoder(layer, 2)
+    assert all(p.grad is None for p in encoder.parameters())
+    assert all(p.grad is not None for p in layer.parameters())  # the original keeps its own
+    w = lm.asarray([1.0, 2.0], requires_grad=True)  # a plain tensor's .grad is copied
+    lm.sum(w * w).backward()
+    assert copy.deepcopy(w).grad.tolist() == [2.0, 4.0]
+
+
 @pytest.mark.parametrize("how", [copy.deepcopy, roundtrip], ids=list(COPIES))
 def test_a_parameter_alone_copies_as_a_parameter(how):
     for requires_grad in (True, False):
