@@ -1706,8 +1706,8 @@ def attention_weights(
     elif attn_mask is not None:
         scores = scores + attn_mask
     weights = _call("softmax", scores, -1)
-    if attn_mask is None or is_causal:  # every row keeps a key
-        return weights
+    if attn_mask is None or is_causal or not scores.shape[-1]:  # every row keeps a key
+        return weights  # (or has none: no weights to zero)
     # a row whose every key is masked: zeros, not NaN (PyTorch's safe softmax)
     masked = ops.max(scores, axis=-1, keepdims=True) == -math.inf
     return ops.where(masked, 0.0, weights)

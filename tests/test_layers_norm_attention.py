@@ -190,6 +190,19 @@ def test_a_query_whose_every_key_is_masked_gets_zeros():
         assert np.isfinite(grad.numpy()).all()
 
 
+def test_attention_over_no_keys_gives_zeros_with_a_mask_too():
+    """softmax over no keys: zeros (PyTorch's result); the masked rows' zeroing took a
+    max over the empty axis."""
+    q, kv = lm.ones((2, 3, 4)), lm.ones((2, 0, 4))
+    for mask in (None, lm.ones((3, 0), dtype=lm.bool), lm.zeros((3, 0))):
+        out = F.scaled_dot_product_attention(q, kv, kv, attn_mask=mask)
+        assert out.shape == (2, 3, 4) and not out.numpy().any()
+    attention = nn.MultiheadAttention(8, 2)
+    padding = lm.zeros((2, 0), dtype=lm.bool)
+    out, weights = attention(lm.ones((3, 2, 8)), lm.ones((0, 2, 8)), lm.ones((0, 2, 8)), padding)
+    assert out.shape == (3, 2, 8) and weights.shape == (2, 3, 0)
+
+
 @pytest.mark.parametrize("mask", ["none", "bool-over-heads", "float-over-batch", "causal"])
 def test_scaled_dot_product_attention(mask):
     q, k, v = rand(2, 3, 5, 4), rand(2, 3, 6, 4), rand(2, 3, 6, 2)
