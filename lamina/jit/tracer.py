@@ -84,15 +84,22 @@ def user_line() -> str:
     """``file:line: source`` of the innermost frame outside lamina: the user's call."""
     frame = sys._getframe(1)
     while frame is not None:
-        name = frame.f_code.co_filename
-        path = os.path.abspath(name)
-        if not (path.startswith(_lamina_dirs) or name.startswith(_GENERATED)):
+        path = _users_path(frame.f_code.co_filename)
+        if path is not None:
             import linecache
 
             source = linecache.getline(path, frame.f_lineno).strip()
             return f"{os.path.basename(path)}:{frame.f_lineno}: {source}"
         frame = frame.f_back
     return ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _users_path(name: str) -> str | None:
+    """The absolute path of a code file outside lamina, None for lamina's own (every
+    traced call asks, for each frame between it and the user's: once per file)."""
+    path = os.path.abspath(name)
+    return None if path.startswith(_lamina_dirs) or name.startswith(_GENERATED) else path
 
 
 class Tracer:
