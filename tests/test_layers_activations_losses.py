@@ -49,6 +49,22 @@ RECORDED = {
         [1.0, 1.0, 0.0, 0.0, 1.0, 0.16666666666666669, 0.8333333333333333, 0.5, 1.0, 0.5,
          0.0, 1.0, 1.3333333333333335],
     ),
+    "softplus": (
+        [NAN, INF, 0.0, 0.04858735157374206, 3.048587351573742, 0.31326168751822286,
+         1.3132616875182228, 0.6931471805599453, 6.00247568513773, 0.6931471805599453,
+         3.720075976020836e-44, 100.0, 2.5788897342925496],
+        [NAN, 1.0, 0.0, 0.04742587317756679, 0.9525741268224333, 0.2689414213699951,
+         0.7310585786300049, 0.5, 0.9975273768433652, 0.5, 3.720075976020836e-44, 1.0,
+         0.9241418199787564],
+    ),
+    # elu's gradient at -100 is PyTorch's exp(-100) = 3.7e-44; lamina's expm1 formula
+    # (result + 1, as PyTorch's expm1) gives 0 below ~-37 (test_elu below)
+    "elu": (
+        [NAN, INF, -1.0, -0.950212931632136, 3.0, -0.6321205588285577, 1.0, 0.0, 6.0, -0.0,
+         -1.0, 100.0, 2.5],
+        [1.0, 1.0, 0.0, 0.049787068367863944, 1.0, 0.36787944117144233, 1.0, 1.0, 1.0, 1.0,
+         0.0, 1.0, 1.0],
+    ),
 }  # fmt: skip
 
 
@@ -120,6 +136,49 @@ def test_inplace_activations_write_their_input_and_train(name):
     leaf = lm.asarray(a.copy(), requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
         fn(leaf, *settings, inplace=True)
+
+
+def test_elu_softplus_huber_and_pixel_shuffle_against_numpy():
+    """PyTorch's other activations, loss and upscaling, as composites: float64 NumPy
+    formulas, gradients by finite differences, and the modules."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 4)) * 3.0
+    for alpha in (1.0, 0.3):
+        want = np.where(a > 0, a, alpha * np.expm1(np.minimum(a, 0)))
+        np.testing.assert_allclose(F.elu(lm.asarray(a), alpha).numpy(), want, rtol=1e-15)
+        np.testing.assert_allclose(nn.ELU(alpha)(lm.asarray(a)).numpy(), want, rtol=1e-15)
+    for beta, threshold in ((1.0, 20.0), (2.0, 3.0), (-1.0, 5.0)):
+        b = a * beta
+        want = np.where(b > threshold, a, np.log1p(np.exp(np.minimum(b, threshold))) / beta)
+        got = nn.Softplus(beta, threshold)(lm.asarray(a)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+    t = rng.standard_normal((3, 4))
+    for delta in (0.5, 1.0, 2.5):
+        d = np.abs(a - t)
+        losses = np.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+        for reduction, want in (("none", losses), ("sum", losses.sum()), ("mean", losses.mean())):
+            got = nn.HuberLoss(reduction, delta)(lm.asarray(a), lm.asarray(t)).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-14)
+    with pytest.raises(ValueError, match="huber_loss: delta must be positive"):
+        F.huber_loss(lm.asarray(a), lm.asarray(t), delta=0.0)
+    x = rng.standard_normal((2, 12, 3, 5))
+    r = 2
+    want = x.reshape(2, 3, r, r, 3, 5).transpose(0, 1, 4, 2, 5, 3).reshape(2, 3, 6, 10)
+    for layout in ("NCHW", "NHWC"):
+        shuffled = nn.PixelShuffle(r)(F.to_layout(lm.asarray(x), layout))
+        np.testing.assert_array_equal(shuffled.numpy(), want)
+        np.testing.assert_array_equal(nn.PixelUnshuffle(r)(shuffled).numpy(), x)
+    assert F.pixel_shuffle(lm.asarray(x[0]), r).shape == (3, 6, 10)  # unbatched
+    with pytest.raises(ValueError, match="pixel_shuffle: input must be .* a multiple of 4"):
+        F.pixel_shuffle(lm.asarray(x[:, :6]), r)
+    with pytest.raises(ValueError, match="pixel_unshuffle: the height and width"):
+        F.pixel_unshuffle(lm.asarray(x), r)
+    leaves = [lm.asarray(rng.standard_normal((2, 3)) * 2, requires_grad=True)]
+    for fn in (F.elu, lambda v: F.softplus(v, 2.0, 1.0), lambda v: F.huber_loss(v, v * 0.5)):
+        assert gradcheck(fn, leaves)
+    assert gradcheck(
+        lambda v: F.pixel_shuffle(v, 2), [lm.asarray(x[:1, :4, :2, :2], requires_grad=True)]
+    )
 
 
 # ---------------------------------------------------------------- one_hot

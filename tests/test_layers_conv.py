@@ -506,6 +506,9 @@ def test_adaptive_max_pool2d_any_output_size(layout):
     assert F.layout_of(out) == layout
     leaf = lm.asarray(RNG.standard_normal((1, 2, 5, 7))).requires_grad_()
     assert gradcheck(lambda x: F.adaptive_max_pool2d(x, (3, 2)), [leaf])
+    pooled, found = nn.AdaptiveMaxPool2d((3, 4), return_indices=True)(_tensor(x, layout))
+    np.testing.assert_array_equal(found.numpy(), indices.numpy())  # the module: the function
+    np.testing.assert_array_equal(pooled.numpy(), out.numpy())
 
 
 def test_modules_conv1d_and_transpose():

@@ -153,6 +153,21 @@ def test_embedding_module_init_and_bad_input():
         nn.Embedding(4, 2, padding_idx=4)
 
 
+def test_an_embedding_from_pretrained_rows():
+    rows = np.arange(12.0).reshape(4, 3)
+    frozen = nn.Embedding.from_pretrained(lm.asarray(rows), padding_idx=1)
+    assert not frozen.weight.requires_grad and frozen.weight.dtype == lm.float64
+    np.testing.assert_array_equal(frozen(lm.asarray([[3, 1]])).numpy(), rows[[[3, 1]]])
+    assert frozen.weight.numpy()[1].tolist() == [3.0, 4.0, 5.0]  # kept, as PyTorch's
+    trained = nn.Embedding.from_pretrained(lm.asarray(rows), freeze=False)
+    lm.sum(trained(lm.asarray([2, 2]))).backward()
+    assert trained.weight.grad.numpy()[2].tolist() == [2.0, 2.0, 2.0]
+    rows[0, 0] = -1.0  # a copy
+    assert trained.weight.numpy()[0, 0] == 0.0
+    with pytest.raises(ValueError, match="embeddings must be 2-D"):
+        nn.Embedding.from_pretrained(lm.ones(3))
+
+
 # ---------------------------------------------------------------- attention
 
 

@@ -5,8 +5,10 @@ primitives and their composites), ``init`` (PyTorch's initializations) and modul
 
 from . import functional, init, utils
 from .modules import (
+    ELU,
     GELU,
     AdaptiveAvgPool2d,
+    AdaptiveMaxPool2d,
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
@@ -24,6 +26,7 @@ from .modules import (
     GroupNorm,
     Hardswish,
     Hardtanh,
+    HuberLoss,
     Identity,
     KLDivLoss,
     L1Loss,
@@ -39,6 +42,8 @@ from .modules import (
     MSELoss,
     NLLLoss,
     Parameter,
+    PixelShuffle,
+    PixelUnshuffle,
     ReflectionPad2d,
     ReLU,
     ReLU6,
@@ -48,6 +53,7 @@ from .modules import (
     SiLU,
     SmoothL1Loss,
     Softmax,
+    Softplus,
     Tanh,
     Upsample,
     ZeroPad2d,
@@ -56,10 +62,12 @@ from .recurrent import GRU, LSTM, GRUCell, LSTMCell
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
+    "ELU",
     "GELU",
     "GRU",
     "LSTM",
     "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool2d",
     "AvgPool2d",
     "BCELoss",
     "BCEWithLogitsLoss",
@@ -78,6 +86,7 @@ __all__ = [
     "GroupNorm",
     "Hardswish",
     "Hardtanh",
+    "HuberLoss",
     "Identity",
     "KLDivLoss",
     "L1Loss",
@@ -95,6 +104,8 @@ __all__ = [
     "MultiheadAttention",
     "NLLLoss",
     "Parameter",
+    "PixelShuffle",
+    "PixelUnshuffle",
     "ReLU",
     "ReLU6",
     "ReflectionPad2d",
@@ -104,6 +115,7 @@ __all__ = [
     "Sigmoid",
     "SmoothL1Loss",
     "Softmax",
+    "Softplus",
     "Tanh",
     "TransformerEncoder",
     "TransformerEncoderLayer",

@@ -55,6 +55,7 @@ _COMPOSITES = [
     "conv_transpose2d",
     "cross_entropy",
     "dropout",
+    "elu",
     "embedding",
     "flatten",
     "kl_div",
@@ -62,6 +63,7 @@ _COMPOSITES = [
     "group_norm",
     "hardswish",
     "hardtanh",
+    "huber_loss",
     "layer_norm",
     "leaky_relu",
     "interpolate",
@@ -70,10 +72,13 @@ _COMPOSITES = [
     "max_pool2d",
     "min_pool2d",
     "one_hot",
+    "pixel_shuffle",
+    "pixel_unshuffle",
     "relu",
     "relu6",
     "scaled_dot_product_attention",
     "silu",
+    "softplus",
     "pad",
 ]
 __all__ = sorted({op.name for op in bindings.public_operators("nn.functional")} | set(_COMPOSITES))
@@ -754,6 +759,82 @@ def silu(input: Tensor, inplace: bool = False) -> Tensor:
 @checked
 def hardswish(input: Tensor, inplace: bool = False) -> Tensor:
     return _applied(_hardswish, input, inplace)
+
+
+@checked
+def elu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
+    """input where positive, alpha (exp(input) - 1) elsewhere (gradient alpha at 0, as
+    PyTorch's; Note [In-place activations])."""
+    return _applied(_elu, input, inplace, alpha)
+
+
+def _elu(input: Tensor, alpha: float) -> Tensor:
+    negative = input <= 0  # NaN is not: its gradient is 1, as PyTorch's
+    # expm1 of the non-positive values only: exp of a large one would be inf, and its
+    # zero share of the gradient inf * 0 = NaN
+    return ops.where(negative, ops.expm1(ops.where(negative, input, 0.0)) * alpha, input)
+
+
+@checked
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta input)) / beta, and input itself where beta input exceeds
+    threshold, as PyTorch (its gradient there 1)."""
+    if beta == 0:
+        raise ValueError("softplus: beta must not be 0")
+    scaled = input * beta
+    linear = scaled > threshold
+    soft = ops.log1p(ops.exp(ops.where(linear, 0.0, scaled))) / beta  # no exp overflow
+    return ops.where(linear, input, soft)
+
+
+@checked
+def huber_loss(
+    input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
+) -> Tensor:
+    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target:
+    delta times smooth_l1_loss with beta = delta, as PyTorch defines both."""
+    if not delta > 0:
+        raise ValueError(f"huber_loss: delta must be positive, got {delta}")
+    return smooth_l1_loss(input, target, reduction, delta) * delta  # noqa: F821 (schema)
+
+
+@checked
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
+    """(*, C r^2, H, W) -> (*, C, H r, W r), r = upscale_factor: each group of r^2
+    channels spread over an r x r block of pixels, as PyTorch."""
+    r = upscale_factor
+    *lead, c, h, w = _shuffled("pixel_shuffle", input, r, r * r)
+    blocks = ops.reshape(input, (*lead, c // (r * r), r, r, h, w))
+    k = len(lead)
+    order = (*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    return ops.reshape(ops.permute_dims(blocks, order), (*lead, c // (r * r), h * r, w * r))
+
+
+@checked
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
+    """(*, C, H r, W r) -> (*, C r^2, H, W), r = downscale_factor: pixel_shuffle undone."""
+    r = downscale_factor
+    *lead, c, h, w = _shuffled("pixel_unshuffle", input, r, 1)
+    if h % r or w % r:
+        raise ValueError(
+            f"pixel_unshuffle: the height and width ({h}, {w}) must be multiples of "
+            f"downscale_factor {r}"
+        )
+    blocks = ops.reshape(input, (*lead, c, h // r, r, w // r, r))
+    k = len(lead)
+    order = (*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    return ops.reshape(ops.permute_dims(blocks, order), (*lead, c * r * r, h // r, w // r))
+
+
+def _shuffled(fn: str, input: Tensor, factor: int, divides_channels: int) -> tuple:
+    if factor < 1:
+        raise ValueError(f"{fn}: the factor must be positive, got {factor}")
+    if input.ndim < 3 or input.shape[-3] % divides_channels:
+        raise ValueError(
+            f"{fn}: input must be (*, C, H, W) with C a multiple of {divides_channels}, "
+            f"got shape {input.shape}"
+        )
+    return input.shape
 
 
 @checked

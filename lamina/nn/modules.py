@@ -1059,6 +1059,32 @@ class Embedding(Module):
             with no_grad():
                 self.weight[self.padding_idx] = 0.0
 
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        padding_idx: int | None = None,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        sparse: bool = False,
+    ) -> Embedding:
+        """An Embedding whose rows are a copy of ``embeddings`` (num_embeddings,
+        embedding_dim), trained unless ``freeze``; its padding_idx row is kept as given,
+        as PyTorch's."""
+        if embeddings.ndim != 2:
+            raise ValueError(
+                f"Embedding.from_pretrained: embeddings must be 2-D, got shape {embeddings.shape}"
+            )
+        rows, dim = embeddings.shape
+        module = cls(rows, dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                     device=embeddings.device, dtype=embeddings.dtype)  # fmt: skip
+        with no_grad():
+            module.weight[...] = embeddings
+        module.weight.requires_grad_(not freeze)
+        return module
+
     def forward(self, input: Tensor) -> Tensor:
         return F.embedding(
             input,
@@ -1165,6 +1191,23 @@ class AdaptiveAvgPool2d(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(Module):
+    """Max pooling to a fixed output size, with the indices when asked
+    (F.adaptive_max_pool2d)."""
+
+    def __init__(
+        self, output_size: int | tuple[int | None, int | None], return_indices: bool = False
+    ) -> None:
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        return F.adaptive_max_pool2d(x, self.output_size, self.return_indices)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -1280,6 +1323,63 @@ class Hardswish(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.hardswish(x)
+
+
+class ELU(Module):
+    """x where positive, alpha (exp(x) - 1) elsewhere (F.elu). ``inplace`` is accepted
+    for PyTorch compatibility, as ReLU's."""
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False) -> None:
+        super().__init__()
+        self.alpha, self.inplace = alpha, inplace
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class Softplus(Module):
+    """log(1 + exp(beta x)) / beta, linear above threshold (F.softplus)."""
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class PixelShuffle(Module):
+    """(*, C r^2, H, W) -> (*, C, H r, W r) (F.pixel_shuffle)."""
+
+    def __init__(self, upscale_factor: int) -> None:
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class PixelUnshuffle(Module):
+    """(*, C, H r, W r) -> (*, C r^2, H, W) (F.pixel_unshuffle)."""
+
+    def __init__(self, downscale_factor: int) -> None:
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pixel_unshuffle(x, self.downscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"downscale_factor={self.downscale_factor}"
 
 
 class Sigmoid(Module):
@@ -1455,6 +1555,17 @@ class SmoothL1Loss(Module):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return F.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class HuberLoss(Module):
+    """F.huber_loss."""
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0) -> None:
+        super().__init__()
+        self.reduction, self.delta = reduction, delta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.huber_loss(input, target, self.reduction, self.delta)
 
 
 class KLDivLoss(Module):
