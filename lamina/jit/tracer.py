@@ -306,13 +306,10 @@ def _break(tracer: Tracer, reason: str, line: str, **need: Any) -> Any:
 
 
 def eagerly(reason: str, run: Callable[[Callable[[Any], Any]], Any]) -> Any:
-    """What ``run(real)`` returns, called now: outside a trace with ``real`` the
-    identity; inside one at a graph break (Note [Eager calls in a trace]), where
-    ``real`` gives the real tensor of a twin (any other argument as it is)."""
-    tracer = current()
-    if tracer is None:
-        return run(lambda t: t)
-    return _break(tracer, reason, user_line(), run=run)
+    """What ``run(real)`` returns, called at a graph break of this thread's trace (Note
+    [Eager calls in a trace]), ``real`` giving the real tensor of a twin (any other
+    argument as it is)."""
+    return _break(current(), reason, user_line(), run=run)
 
 
 class suspended:

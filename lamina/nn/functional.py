@@ -791,7 +791,7 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
 def huber_loss(
     input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
 ) -> Tensor:
-    """0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = input - target:
+    """0.5 d^2 where abs(d) < delta, else delta (abs(d) - delta / 2), d = input - target:
     delta times smooth_l1_loss with beta = delta, as PyTorch defines both."""
     if not delta > 0:
         raise ValueError(f"huber_loss: delta must be positive, got {delta}")
@@ -800,7 +800,7 @@ def huber_loss(
 
 @checked
 def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
-    """(*, C r^2, H, W) -> (*, C, H r, W r), r = upscale_factor: each group of r^2
+    """``(..., C r^2, H, W)`` -> ``(..., C, H r, W r)``, r = upscale_factor: each group of r^2
     channels spread over an r x r block of pixels, as PyTorch."""
     r = upscale_factor
     *lead, c, h, w = _shuffled("pixel_shuffle", input, r, r * r)
@@ -812,7 +812,8 @@ def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:
 
 @checked
 def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:
-    """(*, C, H r, W r) -> (*, C r^2, H, W), r = downscale_factor: pixel_shuffle undone."""
+    """``(..., C, H r, W r)`` -> ``(..., C r^2, H, W)``, r = downscale_factor: pixel_shuffle
+    undone."""
     r = downscale_factor
     *lead, c, h, w = _shuffled("pixel_unshuffle", input, r, 1)
     if h % r or w % r:

@@ -1355,7 +1355,7 @@ class Softplus(Module):
 
 
 class PixelShuffle(Module):
-    """(*, C r^2, H, W) -> (*, C, H r, W r) (F.pixel_shuffle)."""
+    """``(..., C r^2, H, W)`` -> ``(..., C, H r, W r)`` (F.pixel_shuffle)."""
 
     def __init__(self, upscale_factor: int) -> None:
         super().__init__()
@@ -1369,7 +1369,7 @@ class PixelShuffle(Module):
 
 
 class PixelUnshuffle(Module):
-    """(*, C, H r, W r) -> (*, C r^2, H, W) (F.pixel_unshuffle)."""
+    """``(..., C, H r, W r)`` -> ``(..., C r^2, H, W)`` (F.pixel_unshuffle)."""
 
     def __init__(self, downscale_factor: int) -> None:
         super().__init__()
