@@ -303,6 +303,9 @@ def test_cross_entropy_refuses_an_unknown_reduction_with_probability_targets_too
         with pytest.raises(ValueError, match="cross_entropy: reduction must be"):
             F.cross_entropy(x, target, reduction="avg")
     assert float(F.cross_entropy(x, p, reduction="sum")) == pytest.approx(2 * math.log(3))
+    for target in (p, lm.asarray([0, 2])):  # a weight of the wrong size, named
+        with pytest.raises(ValueError, match=r"cross_entropy: weight must .* shape \(3,\)"):
+            F.cross_entropy(x, target, lm.ones(2))
 
 
 def test_cross_entropy_label_smoothing_matches_recorded_pytorch_values():

@@ -218,6 +218,22 @@ def test_attention_over_no_keys_gives_zeros_with_a_mask_too():
     assert out.shape == (3, 2, 8) and weights.shape == (2, 3, 0)
 
 
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        (((3, 2, 8), (5, 2, 8), (4, 2, 8)), "same sequence length"),
+        (((3, 2, 8), (5, 3, 8), (5, 3, 8)), r"same batch size \(axis 1 of \(L, N, E\)\)"),
+        (((2, 3, 2, 8), (3, 2, 8), (3, 2, 8)), "all be 3-D"),
+        (((3, 2, 8), (3, 8), (3, 8)), "all be 3-D"),
+        (((3, 2, 8), (3, 2, 6), (3, 2, 6)), "embed_dim = 8 features"),
+    ],
+)
+def test_multihead_attention_names_shapes_that_do_not_fit(shapes, message):
+    """They failed inside a reshape or a matmul, naming neither input."""
+    with pytest.raises(ValueError, match=f"MultiheadAttention: .*{message}"):
+        nn.MultiheadAttention(8, 2)(*(lm.ones(s) for s in shapes))
+
+
 @pytest.mark.parametrize("mask", ["none", "bool-over-heads", "float-over-batch", "causal"])
 def test_scaled_dot_product_attention(mask):
     q, k, v = rand(2, 3, 5, 4), rand(2, 3, 6, 4), rand(2, 3, 6, 2)

@@ -662,6 +662,11 @@ def cross_entropy(
     dim = 0 if input.ndim == 1 else 1
     logp = log_softmax(input, dim)  # noqa: F821 (installed from the schema)
     classes = input.shape[dim]
+    if weight is not None and weight.shape != (classes,):
+        raise ValueError(
+            f"cross_entropy: weight must hold one value per class, shape ({classes},), "
+            f"got {weight.shape}"
+        )
     if target.dtype.kind == "f":  # class probabilities
         if target.shape != input.shape:
             raise ValueError(

@@ -102,6 +102,7 @@ class MultiheadAttention(Module):
         hint that attn_mask is the causal mask (which must be given, as in PyTorch)."""
         if is_causal and attn_mask is None:
             raise ValueError("MultiheadAttention: is_causal needs the causal attn_mask")
+        self._check_inputs(query, key, value)
         batched, self_attention = query.ndim == 3, query is key and key is value
         # Note [Attention layouts]: the inputs stay (N, L, E) or (L, N, E) as given: the
         # projections' heads are views of (N, H, L, D) order, which the attention copies
@@ -125,6 +126,33 @@ class MultiheadAttention(Module):
         if average_attn_weights:
             weights = ops.mean(weights, axis=1)
         return out, weights if batched else weights[0]
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        """The shapes' agreement, named (a mismatch failed inside a reshape or a matmul)."""
+        layout = "(N, L, E)" if self.batch_first else "(L, N, E)"
+        shapes = {name: t.shape for name, t in (("query", query), ("key", key), ("value", value))}
+        if query.ndim not in (2, 3) or any(len(v) != query.ndim for v in shapes.values()):
+            raise ValueError(
+                f"MultiheadAttention: query, key and value must all be 3-D {layout} or all "
+                f"2-D (L, E), got shapes {shapes}"
+            )
+        features = {name: shape[-1] for name, shape in shapes.items()}
+        if set(features.values()) != {self.embed_dim}:
+            raise ValueError(
+                f"MultiheadAttention: query, key and value must have embed_dim = "
+                f"{self.embed_dim} features, got {features}"
+            )
+        batch = 0 if self.batch_first else 1
+        if query.ndim == 3 and not query.shape[batch] == key.shape[batch] == value.shape[batch]:
+            raise ValueError(
+                f"MultiheadAttention: query, key and value must have the same batch size "
+                f"(axis {batch} of {layout}), got shapes {shapes}"
+            )
+        if key.shape[:-1] != value.shape[:-1]:
+            raise ValueError(
+                f"MultiheadAttention: key and value must have the same sequence length, "
+                f"got shapes {shapes}"
+            )
 
     def _projections(
         self, query: Tensor, key: Tensor, value: Tensor, self_attention: bool
