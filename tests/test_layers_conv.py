@@ -511,6 +511,37 @@ def test_adaptive_max_pool2d_any_output_size(layout):
     np.testing.assert_array_equal(pooled.numpy(), out.numpy())
 
 
+@pytest.mark.parametrize("mode, numpy_mode", [("reflect", "reflect"), ("replicate", "edge"),
+                                              ("circular", "wrap")])  # fmt: skip
+@pytest.mark.parametrize("padding, kernel, dilation", [(1, 3, 1), ((2, 1), 3, 1), ("same", 4, 2)])
+def test_padding_modes_pad_as_numpy_then_convolve(mode, numpy_mode, padding, kernel, dilation):
+    """Conv2d's and Conv1d's padding_mode (refused before): the input padded as
+    np.pad does in that mode ('same': the odd one after), then no padding."""
+    x = RNG.standard_normal((2, 3, 6, 7))
+    conv = nn.Conv2d(3, 4, kernel, padding=padding, dilation=dilation, padding_mode=mode).double()
+    if padding == "same":
+        total = dilation * (kernel - 1)
+        pairs = [(total // 2, total - total // 2)] * 2
+    else:
+        ph, pw = (padding, padding) if isinstance(padding, int) else padding
+        pairs = [(ph, ph), (pw, pw)]
+    padded = np.pad(x, [(0, 0), (0, 0), *pairs], mode=numpy_mode)
+    want = F.conv2d(lm.asarray(padded), conv.weight, conv.bias, 1, 0, dilation).detach().numpy()
+    for layout in ("NCHW", "NHWC"):
+        np.testing.assert_allclose(conv(_tensor(x, layout)).detach().numpy(), want, atol=1e-12)
+    fused = nn.Sequential(conv, nn.ReLU())  # conv2d + relu in one call: the padding kept
+    np.testing.assert_allclose(
+        fused(lm.asarray(x)).detach().numpy(), np.maximum(want, 0), atol=1e-12
+    )
+    line = nn.Conv1d(3, 4, 3, padding=2, padding_mode=mode).double()
+    want = F.conv1d(lm.asarray(np.pad(x[:, :, 0], [(0, 0), (0, 0), (2, 2)], mode=numpy_mode)),
+                    line.weight, line.bias).detach().numpy()  # fmt: skip
+    np.testing.assert_allclose(line(lm.asarray(x[:, :, 0])).detach().numpy(), want, atol=1e-12)
+    assert f"padding_mode={mode}" in repr(conv)
+    leaf = lm.asarray(x[:1, :, :4, :4]).requires_grad_()
+    assert gradcheck(lambda t: conv(t), [leaf])
+
+
 def test_modules_conv1d_and_transpose():
     m = nn.Conv1d(4, 6, 3, padding=1, groups=2)
     assert m.weight.shape == (6, 2, 3)

@@ -388,8 +388,10 @@ def test_modules_repr_and_layers():
     assert idx.dtype == lm.int64
     with pytest.raises(ValueError, match="expected a 4-D input"):
         nn.BatchNorm2d(3)(lm.zeros((2, 3)))
-    with pytest.raises(ValueError, match="padding_mode='zeros'"):
-        nn.Conv2d(3, 3, 3, padding_mode="reflect")
+    with pytest.raises(ValueError, match="padding_mode must be one of 'zeros', 'reflect'"):
+        nn.Conv2d(3, 3, 3, padding_mode="mirror")
+    with pytest.raises(ValueError, match="ConvTranspose2d: only padding_mode='zeros'"):
+        nn.ConvTranspose2d(3, 3, 3, padding_mode="reflect")  # PyTorch's rule too
 
 
 def test_losses_as_modules():

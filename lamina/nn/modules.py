@@ -629,10 +629,9 @@ class Conv2d(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
-        if padding_mode != "zeros":
-            raise ValueError(
-                f"Conv2d: only padding_mode='zeros' is supported, got {padding_mode!r}"
-            )
+        if padding_mode not in PADDING_MODES:
+            modes = ", ".join(repr(m) for m in PADDING_MODES)
+            raise ValueError(f"Conv2d: padding_mode must be one of {modes}, got {padding_mode!r}")
         if groups < 1:
             raise ValueError(f"Conv2d: groups must be positive, got {groups}")
         if in_channels % groups or out_channels % groups:
@@ -643,7 +642,7 @@ class Conv2d(Module):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride = _pair(kernel_size), _pair(stride)
         self.padding = padding if isinstance(padding, str) else _pair(padding)
-        self.dilation, self.groups = _pair(dilation), groups
+        self.dilation, self.groups, self.padding_mode = _pair(dilation), groups, padding_mode
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         self.weight = Parameter(_empty(shape, dtype, device))
         self.bias = Parameter(_empty((out_channels,), dtype, device)) if bias else None
@@ -659,14 +658,29 @@ class Conv2d(Module):
     operator = "conv2d"
 
     def operator_args(self, x: Tensor) -> tuple:
+        x, padding = self._padded(x)
         return OPERATORS["conv2d"].check(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
+            x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded(x)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
+    def _padded(self, x: Tensor) -> tuple[Tensor, Any]:
+        """(the input, the convolution's padding): as given for padding_mode 'zeros';
+        else the input padded by F.pad in that mode ('same': PyTorch's split, the odd
+        one after) and no padding left to the convolution."""
+        if self.padding_mode == "zeros":
+            return x, self.padding
+        if isinstance(self.padding, str):
+            totals = [0 if self.padding == "valid" else d * (k - 1)
+                      for k, d in zip(self.kernel_size, self.dilation)]  # fmt: skip
+            pairs = [(t // 2, t - t // 2) for t in totals]
+        else:
+            pairs = [(p, p) for p in self.padding]
+        flat = tuple(v for pair in reversed(pairs) for v in pair)  # F.pad: last axis first
+        return F.pad(x, flat, PADDING_MODES[self.padding_mode]), (0,) * len(pairs)
 
     def extra_repr(self) -> str:
         text = (
@@ -679,6 +693,8 @@ class Conv2d(Module):
             text += f", dilation={self.dilation}"
         if self.groups != 1:
             text += f", groups={self.groups}"
+        if self.padding_mode != "zeros":
+            text += f", padding_mode={self.padding_mode}"
         return text + ("" if self.bias is not None else ", bias=False")
 
 
@@ -712,9 +728,8 @@ class Conv1d(Conv2d):
         self.weight = Parameter(ops.reshape(self.weight.detach(), (out_channels, -1, k)))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv1d(
-            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups
-        )
+        x, padding = self._padded(x)
+        return F.conv1d(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
     def extra_repr(self) -> str:
         return (
@@ -722,6 +737,11 @@ class Conv1d(Conv2d):
             f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
             f"groups={self.groups}" + ("" if self.bias is not None else ", bias=False")
         )
+
+
+# Conv1d's and Conv2d's padding modes: F.pad's mode for each (Conv2d._padded)
+PADDING_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate",
+                 "circular": "circular"}  # fmt: skip
 
 
 def _single(v: Any) -> int:
