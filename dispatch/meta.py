@@ -604,7 +604,7 @@ def conv_output_size(size: int, pad: int, kernel: int, stride: int, dilation: in
     return (size + pad - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def _conv_padding(padding: Any, kernel: Shape, stride: Shape, dilation: Shape) -> tuple:
+def conv_padding(padding: Any, kernel: Shape, stride: Shape, dilation: Shape) -> tuple:
     """conv2d's padding as (top, bottom, left, right): an int, a pair, 'valid' or 'same'
     (the extra row or column of an even kernel goes at the bottom or right, as in
     PyTorch)."""
@@ -658,7 +658,7 @@ def conv2d(
     _like_input("conv2d", "bias", bias, input, (c_out,))
     stride = _positive("conv2d", "stride", stride)
     dilation = _positive("conv2d", "dilation", dilation)
-    padding = _conv_padding(padding, (kh, kw), stride, dilation)
+    padding = conv_padding(padding, (kh, kw), stride, dilation)
     pads = (padding[0] + padding[1], padding[2] + padding[3])
     _spans_fit("conv2d", (h, w), pads, (kh, kw), dilation)
     sizes = (

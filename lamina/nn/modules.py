@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lamina.autograd import no_grad
-from lamina.dispatch import ops, rewrites
+from lamina.dispatch import meta, ops, rewrites
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.dtypes import DType, float32, float64
 from lamina.dispatch.schema import OPERATORS
@@ -669,18 +669,18 @@ class Conv2d(Module):
 
     def _padded(self, x: Tensor) -> tuple[Tensor, Any]:
         """(the input, the convolution's padding): as given for padding_mode 'zeros';
-        else the input padded by F.pad in that mode ('same': PyTorch's split, the odd
-        one after) and no padding left to the convolution."""
+        else the input padded by F.pad in that mode, by conv2d's own padding rule
+        (``meta.conv_padding``), and no padding left to the convolution."""
         if self.padding_mode == "zeros":
             return x, self.padding
-        if isinstance(self.padding, str):
-            totals = [0 if self.padding == "valid" else d * (k - 1)
-                      for k, d in zip(self.kernel_size, self.dilation)]  # fmt: skip
-            pairs = [(t // 2, t - t // 2) for t in totals]
-        else:
-            pairs = [(p, p) for p in self.padding]
-        flat = tuple(v for pair in reversed(pairs) for v in pair)  # F.pad: last axis first
-        return F.pad(x, flat, PADDING_MODES[self.padding_mode]), (0,) * len(pairs)
+        rank = len(self.kernel_size)  # 2, or Conv1d's 1: its geometry is a row's
+        ones, zeros = (1,) * (2 - rank), (0,) * (2 - rank)
+        padding = self.padding if isinstance(self.padding, str) else zeros + self.padding
+        top, bottom, left, right = meta.conv_padding(
+            padding, ones + self.kernel_size, ones + self.stride, ones + self.dilation
+        )
+        flat = (left, right, top, bottom)[: 2 * rank]  # F.pad's order: the last axis first
+        return F.pad(x, flat, PADDING_MODES[self.padding_mode]), (0,) * rank
 
     def extra_repr(self) -> str:
         text = (
