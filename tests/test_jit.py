@@ -671,4 +671,11 @@ def test_a_compiled_module_sees_every_change_of_its_tree():
         model[0]._parameters["bias"] = lm.nn.Parameter(lm.ones((4,)))
         equal(compiled(x), model(x))
         compiled(x)
+        model.eval()  # the new child was training
+        before = lm.nn.modules.generation
+        model.eval()  # every module evaluating already: nothing to read again
+        model[1].eval()
+        assert lm.nn.modules.generation == before
+        model[1].train()
+        assert lm.nn.modules.generation > before
     assert len(compiled._compiled.variants) == 4

@@ -74,7 +74,9 @@ class IncompatibleKeys(NamedTuple):
 
 # Note [Module generation]: one count for all modules, bumped whenever any of them
 # gains, loses or replaces a parameter, buffer or child (every change of its tables, by
-# whatever path) or switches between training and evaluation. A compiled module
+# whatever path) or switches between training and evaluation (not when ``train()`` or
+# ``eval()`` finds every module in that mode already: loops that call ``model.train()``
+# before every step would re-read the tree at every call). A compiled module
 # (lamina.jit) reads which parameters and buffers it has, and its modes, again only
 # when the count moved: a guard of one comparison per call, not a walk of the tree.
 generation = 0
@@ -290,9 +292,11 @@ class Module:
     # ---------------------------------------------------------- modes and state
     def train(self, mode: bool = True) -> Module:
         """Training mode (batch norm uses batch statistics, dropout drops), recursively."""
+        mode = bool(mode)
         for m in self.modules():
-            m.__dict__["training"] = bool(mode)
-        _changed()  # Note [Module generation]
+            if m.__dict__.get("training") is not mode:  # Note [Module generation]
+                m.__dict__["training"] = mode
+                _changed()
         return self
 
     def eval(self) -> Module:
