@@ -402,44 +402,67 @@ def _gru_step(x, h, w_ih, w_hh, b_ih, b_hh):
     return (1 - z) * n + z * h
 
 
+def _rnn_step(nonlinearity):
+    def step(x, h, w_ih, w_hh, b_ih, b_hh):
+        pre = x @ w_ih.T + b_ih + h @ w_hh.T + b_hh
+        return np.tanh(pre) if nonlinearity == "tanh" else np.maximum(pre, 0)
+
+    return step
+
+
 def _reference(kind, module, x, h0, c0):
-    """The float64 NumPy sequence loop: output (L, N, H), h_n, c_n."""
+    """The float64 NumPy sequence loop: output (L, N, directions * H), h_n, c_n."""
     hs, cs = [], []
+    directions = ("", "_reverse") if module.bidirectional else ("",)
     for layer in range(module.num_layers):
-        w = [getattr(module, f"{n}_l{layer}").numpy() for n in ("weight_ih", "weight_hh")]
-        if module.bias:
-            w += [getattr(module, f"{n}_l{layer}").numpy() for n in ("bias_ih", "bias_hh")]
-        else:
-            w += [0.0, 0.0]
-        h, c, out = h0[layer], c0[layer], []
-        for x_t in x:
-            if kind == "LSTM":
-                h, c = _lstm_step(x_t, h, c, *w)
-            else:
-                h = _gru_step(x_t, h, *w)
-            out.append(h)
-        x = np.stack(out)
-        hs.append(h)
-        cs.append(c)
+        outputs = []
+        for d, suffix in enumerate(directions):
+            names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if module.bias else [])
+            w = [getattr(module, f"{n}_l{layer}{suffix}").numpy() for n in names] + [0.0] * (
+                4 - len(names)
+            )
+            k = layer * len(directions) + d
+            h, c, out = h0[k], c0[k], []
+            for x_t in x[::-1] if d else x:
+                if kind == "LSTM":
+                    h, c = _lstm_step(x_t, h, c, *w)
+                elif kind == "GRU":
+                    h = _gru_step(x_t, h, *w)
+                else:
+                    h = _rnn_step(module.nonlinearity)(x_t, h, *w)
+                out.append(h)
+            outputs.append(np.stack(out[::-1] if d else out))
+            hs.append(h)
+            cs.append(c)
+        x = np.concatenate(outputs, axis=-1)
     return x, np.stack(hs), np.stack(cs)
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-@pytest.mark.parametrize("batch_first, bias", [(False, True), (True, False)])
-def test_recurrent_layers_match_numpy_reference(kind, batch_first, bias):
-    m = getattr(nn, kind)(3, 4, num_layers=2, bias=bias, batch_first=batch_first, dtype=lm.float64)
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize(
+    "batch_first, bias, bidirectional", [(False, True, False), (True, False, True)]
+)
+def test_recurrent_layers_match_numpy_reference(kind, batch_first, bias, bidirectional):
+    m = getattr(nn, kind)(
+        3, 4, num_layers=2, bias=bias, batch_first=batch_first, bidirectional=bidirectional,
+        dtype=lm.float64,
+    )  # fmt: skip
     names = [n for n, _ in m.named_parameters()]
     assert (
         names[: 4 if bias else 2]
         == ["weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"][: 4 if bias else 2]
     )
-    gates = 4 if kind == "LSTM" else 3
-    assert m.weight_ih_l1.shape == (gates * 4, 4) and m.weight_hh_l0.shape == (gates * 4, 4)
+    directions = 2 if bidirectional else 1
+    assert len(names) == (4 if bias else 2) * 2 * directions
+    assert bidirectional == ("weight_ih_l0_reverse" in names)
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
+    assert m.weight_ih_l1.shape == (gates * 4, 4 * directions)
+    assert m.weight_hh_l0.shape == (gates * 4, 4)
     bound = 1 / math.sqrt(4)  # PyTorch's init: U(-1/sqrt(hidden), 1/sqrt(hidden))
     assert all(np.abs(p.numpy()).max() <= bound for p in m.parameters())
     rng = np.random.default_rng(3)
     x = rng.standard_normal((5, 2, 3))  # (L, N, input)
-    h0, c0 = rng.standard_normal((2, 2, 4)), rng.standard_normal((2, 2, 4))
+    h0, c0 = (rng.standard_normal((2 * directions, 2, 4)) for _ in range(2))
     out_ref, h_ref, c_ref = _reference(kind, m, x, h0, c0)
     xin = x.transpose(1, 0, 2) if batch_first else x
     hx = (lm.asarray(h0), lm.asarray(c0)) if kind == "LSTM" else lm.asarray(h0)
@@ -453,10 +476,31 @@ def test_recurrent_layers_match_numpy_reference(kind, batch_first, bias):
         np.testing.assert_allclose(c_n.numpy(), c_ref, rtol=1e-12, atol=1e-14)
     # unbatched, zero initial state
     out1, _ = m(lm.asarray(x[:, 0]))  # (L, input) whatever batch_first says
-    zeros = np.zeros((2, 1, 4))
+    zeros = np.zeros((2 * directions, 1, 4))
     np.testing.assert_allclose(
         out1.numpy(), _reference(kind, m, x[:, :1], zeros, zeros)[0][:, 0], rtol=1e-12, atol=1e-14
     )
+
+
+def test_rnn_relu_and_cells_match_numpy_reference():
+    """RNN's other nonlinearity, and RNNCell's two."""
+    rng = np.random.default_rng(4)
+    m = nn.RNN(3, 4, 1, "relu", False, dtype=lm.float64)  # PyTorch's positional order
+    assert (m.nonlinearity, m.bias) == ("relu", False)
+    x, h0 = rng.standard_normal((6, 2, 3)), rng.standard_normal((1, 2, 4))
+    out, h_n = m(lm.asarray(x), lm.asarray(h0))
+    out_ref, h_ref, _ = _reference("RNN", m, x, h0, h0)
+    assert (out_ref == 0).any()  # some steps clipped
+    np.testing.assert_allclose(out.numpy(), out_ref, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(h_n.numpy(), h_ref, rtol=1e-12, atol=1e-14)
+    for nonlinearity in ("tanh", "relu"):
+        cell = nn.RNNCell(3, 4, nonlinearity=nonlinearity, dtype=lm.float64)
+        w = [getattr(cell, n).numpy() for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        want = _rnn_step(nonlinearity)(x[0], h0[0], *w)
+        got = cell(lm.asarray(x[0]), lm.asarray(h0[0])).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert cell(lm.asarray(x[0, 0])).shape == (4,)  # unbatched, zero state
+    assert repr(cell) == "RNNCell(3, 4, nonlinearity=relu)"  # PyTorch's
 
 
 def test_cells_match_numpy_reference():
@@ -486,26 +530,28 @@ def test_cells_match_numpy_reference():
     )
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_recurrent_gradients(kind):
-    m = getattr(nn, kind)(2, 3, num_layers=2, dtype=lm.float64)
+@pytest.mark.parametrize("kind, bidirectional", [("LSTM", False), ("GRU", True), ("RNN", True)])
+def test_recurrent_gradients(kind, bidirectional):
+    m = getattr(nn, kind)(2, 3, num_layers=2, bidirectional=bidirectional, dtype=lm.float64)
+    directions = 2 if bidirectional else 1
     rng = np.random.default_rng(0)
     x = lm.asarray(rng.standard_normal((3, 2, 2)), requires_grad=True)
-    h0 = lm.asarray(rng.standard_normal((2, 2, 3)), requires_grad=True)
+    h0 = lm.asarray(rng.standard_normal((2 * directions, 2, 3)), requires_grad=True)
     if kind == "LSTM":
         c0 = lm.asarray(rng.standard_normal((2, 2, 3)), requires_grad=True)
         gradcheck(lambda x, h, c: (lambda o, s: (o, *s))(*m(x, (h, c))), [x, h0, c0])
     else:
         gradcheck(lambda x, h: m(x, h), [x, h0])
     # the parameters' gradients against central differences of a weighted sum
-    weights = lm.asarray(rng.standard_normal((3, 2, 3)))
+    weights = lm.asarray(rng.standard_normal((3, 2, 3 * directions)))
 
     def loss():
         return float(lm.sum(m(x)[0] * weights))
 
     m.zero_grad()
     lm.sum(m(x)[0] * weights).backward()
-    for p in (m.weight_ih_l0, m.weight_hh_l1, m.bias_hh_l0):
+    last = m.weight_hh_l1_reverse if bidirectional else m.weight_hh_l1
+    for p in (m.weight_ih_l0, last, m.bias_hh_l0):
         data, eps = p.numpy(), 1e-6  # the parameter's own storage
         for index in [(0,) * p.ndim, tuple(s - 1 for s in p.shape)]:
             saved = data[index]
@@ -529,7 +575,14 @@ def test_recurrent_layers_refuse_bad_input():
             r"h_0 of shape \(1, 2, 4\)",
         ),
         (lambda: lstm(lm.zeros((2, 3), dtype=lm.int64)), TypeError, "floating"),
-        (lambda: nn.LSTM(3, 4, bidirectional=True), NotImplementedError, "bidirectional"),
+        (
+            lambda: nn.GRU(3, 4, bidirectional=True)(lm.zeros((2, 5, 3)), lm.zeros((1, 5, 4))),
+            ValueError,
+            r"h_0 of shape \(2, 5, 4\)",
+        ),
+        (lambda: nn.RNN(3, 4, nonlinearity="sigmoid"), ValueError, "'tanh' or 'relu'"),
+        (lambda: nn.RNNCell(3, 4, nonlinearity="gelu"), ValueError, "'tanh' or 'relu'"),
+        (lambda: nn.LSTM(3, 4, proj_size=2), NotImplementedError, "proj_size"),
         (lambda: nn.GRU(3, 0), ValueError, "must be positive"),
         (lambda: nn.GRUCell(3, 4)(lm.zeros((2, 5))), ValueError, r"shape \(N, 3\)"),
         (
@@ -586,9 +639,13 @@ def test_gru_sequence_refuses_bad_arguments():
 
 def test_recurrent_layers_match_pytorch_with_copied_weights():
     torch = pytest.importorskip("torch")
-    for kind in ("LSTM", "GRU"):
-        ours = getattr(nn, kind)(3, 5, num_layers=2, batch_first=True, dtype=lm.float64)
-        theirs = getattr(torch.nn, kind)(3, 5, num_layers=2, batch_first=True, dtype=torch.float64)
+    for kind, options in [
+        ("LSTM", {}), ("GRU", {}), ("LSTM", {"bidirectional": True}),
+        ("RNN", {"bidirectional": True, "nonlinearity": "relu"}),
+    ]:  # fmt: skip
+        ours = getattr(nn, kind)(3, 5, 2, batch_first=True, dtype=lm.float64, **options)
+        theirs = getattr(torch.nn, kind)(3, 5, 2, batch_first=True, dtype=torch.float64, **options)
+        assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
         for name, p in theirs.named_parameters():
             getattr(ours, name).numpy()[...] = p.detach().numpy()
         x = np.random.default_rng(1).standard_normal((2, 4, 3))

@@ -1134,6 +1134,16 @@ EMPTY_BATCH = [
         (None,),
         True,
     ),
+    (
+        "RNN bidirectional",
+        lambda fn, f, lay: f.module("RNN", 3, 4, batch_first=True, bidirectional=True)(
+            f.x(0, 5, 3)
+        )[0],
+        (0, 5, 8),
+        [(0, 5, 3)],
+        (None,),
+        True,
+    ),
 ]
 LOSSES = [
     (

@@ -58,7 +58,7 @@ from .modules import (
     Upsample,
     ZeroPad2d,
 )
-from .recurrent import GRU, LSTM, GRUCell, LSTMCell
+from .recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "GELU",
     "GRU",
     "LSTM",
+    "RNN",
     "AdaptiveAvgPool2d",
     "AdaptiveMaxPool2d",
     "AvgPool2d",
@@ -106,6 +107,7 @@ __all__ = [
     "Parameter",
     "PixelShuffle",
     "PixelUnshuffle",
+    "RNNCell",
     "ReLU",
     "ReLU6",
     "ReflectionPad2d",

@@ -1,18 +1,21 @@
-"""Recurrent layers: ``LSTM``, ``GRU`` and their one-step cells ``LSTMCell`` and
-``GRUCell``, with PyTorch's parameters (names, shapes, gate order, initialization),
-arguments and results, so that state dicts and code port unchanged.
+"""Recurrent layers: ``LSTM``, ``GRU``, the Elman ``RNN`` and their one-step cells
+``LSTMCell``, ``GRUCell`` and ``RNNCell``, with PyTorch's parameters (names, shapes, gate
+order, initialization), arguments and results, bidirectional layers included, so that
+state dicts and code port unchanged.
 
 They are built from dispatched operators, so autograd runs through them: a layer
 projects the whole sequence's input with one matrix product up front, then runs all
 its steps in one operator call (native_lstm_sequence, native_gru_sequence: Note
-[Sequence in columns]); LSTMCell's step is one fused cell (native_lstm_cell), GRUCell's
-a few elementwise operators. Gate order (the blocks of rows of each weight): LSTM
-input, forget, cell, output (i, f, g, o); GRU reset, update, new (r, z, n).
+[Sequence in columns]; RNN's steps are a product and its nonlinearity each);
+LSTMCell's step is one fused cell (native_lstm_cell), GRUCell's and RNNCell's a few
+elementwise operators. Gate order (the blocks of rows of each weight): LSTM input,
+forget, cell, output (i, f, g, o); GRU reset, update, new (r, z, n).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from lamina.dispatch import ops
@@ -27,6 +30,8 @@ from .modules import Module, Parameter
 _LSTM_CELL = OPERATORS["native_lstm_cell"]
 _LSTM_SEQUENCE = OPERATORS["native_lstm_sequence"]
 _GRU_SEQUENCE = OPERATORS["native_gru_sequence"]
+_SUFFIXES = ("", "_reverse")  # the parameters' names per direction: PyTorch's
+_NONLINEARITIES = {"tanh": ops.tanh, "relu": F.relu}
 
 
 def _lstm_gates(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
@@ -81,7 +86,10 @@ def _projected(w_ih: Tensor, x: Tensor, bias: Tensor | None, shape: tuple) -> Te
 # in place, and so are its gradients; so is weight_hh's gradient, the steps' gates'
 # gradients against the h's before them, (G * H, (L - 1) N) and (H, (L - 1) N) views,
 # plus the first step's against h0. Each step reads and writes strided (G * H, N) and
-# (H, N) slices: copies of a few thousand elements beside the step's product.
+# (H, N) slices: copies of a few thousand elements beside the step's product. A
+# bidirectional layer's reverse direction runs the same kernel on its projections with
+# the steps reversed (a flipped view) and flips its output back; the directions'
+# outputs, stacked on rows, (2H, L, N), are the next layer's input in columns.
 
 
 def _parameter(shape: tuple, dtype: Any, device: Any) -> Tensor:
@@ -138,28 +146,32 @@ class _RNNBase(Module):
             )
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"{cls}: dropout must be in [0, 1], got {dropout}")
-        if bidirectional:
-            raise NotImplementedError(f"{cls}: bidirectional=True is not supported yet")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
         self.bidirectional = bidirectional
         rows = self.gates * hidden_size
         for layer in range(num_layers):
-            columns = input_size if layer == 0 else hidden_size
-            shapes = {"weight_ih": (rows, columns), "weight_hh": (rows, hidden_size)}
-            if bias:
-                shapes.update(bias_ih=(rows,), bias_hh=(rows,))
-            for name, shape in shapes.items():
-                setattr(self, f"{name}_l{layer}", _parameter(shape, dtype, device))
+            columns = input_size if layer == 0 else hidden_size * self._directions
+            for suffix in _SUFFIXES[: self._directions]:
+                shapes = {"weight_ih": (rows, columns), "weight_hh": (rows, hidden_size)}
+                if bias:
+                    shapes.update(bias_ih=(rows,), bias_hh=(rows,))
+                for name, shape in shapes.items():
+                    setattr(self, f"{name}_l{layer}{suffix}", _parameter(shape, dtype, device))
         self.reset_parameters()
+
+    @property
+    def _directions(self) -> int:
+        return 2 if self.bidirectional else 1
 
     def reset_parameters(self) -> None:
         _uniform_init(self, self.hidden_size)
 
-    def _weights(self, layer: int) -> tuple:
-        """weight_ih, weight_hh, bias_ih, bias_hh of ``layer`` (biases None without bias)."""
+    def _weights(self, layer: int, suffix: str) -> tuple:
+        """weight_ih, weight_hh, bias_ih, bias_hh of ``layer`` in the direction of
+        ``suffix`` (biases None without bias)."""
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        return tuple(getattr(self, f"{n}_l{layer}", None) for n in names)
+        return tuple(getattr(self, f"{n}_l{layer}{suffix}", None) for n in names)
 
     def _sequence(self, input: Tensor) -> tuple[Tensor, bool]:
         """The input as (L, N, input_size), and whether it had a batch axis."""
@@ -184,15 +196,52 @@ class _RNNBase(Module):
         return input, batched
 
     def _initial(self, name: str, t: Tensor | None, x: Tensor, batched: bool) -> Tensor:
-        """The initial state (num_layers, N, H) (given without N for an unbatched input)."""
-        n = x.shape[1]
-        shape = (
-            (self.num_layers, n, self.hidden_size)
-            if batched
-            else (self.num_layers, self.hidden_size)
-        )
+        """The initial state (num_layers * directions, N, H) (given without N for an
+        unbatched input)."""
+        states = self.num_layers * self._directions
+        shape = (states, x.shape[1], self.hidden_size) if batched else (states, self.hidden_size)
         t = _state(type(self).__name__, name, t, shape, x)
         return t if batched else ops.expand_dims(t, axis=1)
+
+    def _run(self, input: Tensor, initial: dict[str, Tensor | None]) -> tuple[Tensor, list]:
+        """The layers over ``input`` from the initial states (``initial``: name -> a
+        tensor or None), each layer's directions on the same input, the reverse one
+        on the steps reversed (Note [Sequence in columns]): the last layer's output in
+        the input's arrangement, and the final states, one tensor per initial state."""
+        x, batched = self._sequence(input)
+        states = [self._initial(name, t, x, batched) for name, t in initial.items()]
+        length, n, size = x.shape[0], x.shape[1], self.hidden_size
+        # each layer's input in columns, (input_size, L * N): Note [Sequence in columns]
+        x = _columns(ops.reshape(x, (length * n, self.input_size)))
+        finals: list[list[Tensor]] = [[] for _ in states]
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction, suffix in enumerate(_SUFFIXES[: self._directions]):
+                w_ih, w_hh, b_ih, b_hh = self._weights(layer, suffix)
+                bias = self._input_bias(b_ih, b_hh)
+                xw = _projected(w_ih, x, bias, (self.gates * size, length, n))
+                first = [_columns(s[layer * self._directions + direction]) for s in states]
+                if direction:  # the steps from last to first (a view)
+                    xw = ops.flip(xw, axis=1)
+                out, last = self._layer(xw, first, w_hh, b_hh)  # Note [States in columns]
+                outputs.append(ops.flip(out, axis=1) if direction else out)
+                for final, state in zip(finals, last):
+                    final.append(_columns(state))
+            out = outputs[0] if len(outputs) == 1 else ops.concat(outputs, axis=0)
+            out = self._between_layers(out, layer)
+            x = ops.reshape(out, (out.shape[0], length * n))
+        out = ops.permute_dims(out, (1, 2, 0))  # (L, N, directions * H), a view
+        return self._output(out, batched), [_final(f, batched) for f in finals]
+
+    def _input_bias(self, b_ih: Tensor | None, b_hh: Tensor | None) -> Tensor | None:
+        """The bias added to the input's projections: both biases, which enter every
+        gate's sum (GRU keeps b_hh for its steps)."""
+        return None if b_ih is None else b_ih + b_hh
+
+    def _layer(self, xw: Tensor, states: list[Tensor], w_hh: Tensor, b_hh: Tensor | None):
+        """(every step's h (H, L, N), the last states) of one layer in one direction,
+        from the projections xw (G * H, L, N) and the initial states, in columns."""
+        raise NotImplementedError
 
     def _between_layers(self, x: Tensor, layer: int) -> Tensor:
         """PyTorch's dropout on every layer's output but the last, while training."""
@@ -201,7 +250,7 @@ class _RNNBase(Module):
         return x
 
     def _output(self, out: Tensor, batched: bool) -> Tensor:
-        """The last layer's (L, N, H) steps in the input's arrangement."""
+        """The last layer's (L, N, directions * H) steps in the input's arrangement."""
         if not batched:
             return ops.squeeze(out, axis=1)
         return ops.permute_dims(out, (1, 0, 2)) if self.batch_first else out
@@ -216,6 +265,8 @@ class _RNNBase(Module):
             s += ", batch_first=True"
         if self.dropout:
             s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
         return s
 
 
@@ -227,9 +278,10 @@ def _final(states: list[Tensor], batched: bool) -> Tensor:
 class LSTM(_RNNBase):
     """A multi-layer long short-term memory over a sequence: ``forward(input, hx=None)``
     with input (L, N, input_size) ((N, L, input_size) with batch_first, (L,
-    input_size) unbatched) and hx = (h_0, c_0), each (num_layers, N, hidden_size) or
-    None for zeros, returns (output, (h_n, c_n)): every step's last-layer h, and each
-    layer's last h and c. ``proj_size`` and ``bidirectional`` are not supported."""
+    input_size) unbatched) and hx = (h_0, c_0), each (num_layers * directions, N,
+    hidden_size) or None for zeros, returns (output, (h_n, c_n)): every step's
+    last-layer h (both directions' side by side, (L, N, directions * hidden_size)), and
+    each layer's and direction's last h and c. ``proj_size`` is not supported."""
 
     gates = 4
 
@@ -241,54 +293,73 @@ class LSTM(_RNNBase):
     def forward(
         self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        x, batched = self._sequence(input)
         h0, c0 = (None, None) if hx is None else hx
-        h0 = self._initial("h_0", h0, x, batched)
-        c0 = self._initial("c_0", c0, x, batched)
-        length, n, size = x.shape[0], x.shape[1], self.hidden_size
-        # each layer's input in columns, (input_size, L * N): Note [Sequence in columns]
-        x = _columns(ops.reshape(x, (length * n, self.input_size)))
-        hs, cs = [], []
-        for layer in range(self.num_layers):
-            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            # both biases enter every gate's sum: added once, to the projections
-            bias = None if b_ih is None else b_ih + b_hh
-            xw = _projected(w_ih, x, bias, (4 * size, length, n))
-            h, c = _columns(h0[layer]), _columns(c0[layer])  # Note [States in columns]
-            out, h, c, _, _ = _LSTM_SEQUENCE(*_LSTM_SEQUENCE.check(xw, h, c, w_hh))
-            hs.append(_columns(h))
-            cs.append(_columns(c))
-            out = self._between_layers(out, layer)
-            x = ops.reshape(out, (size, length * n))
-        out = ops.permute_dims(out, (1, 2, 0))  # (L, N, H), a view
-        return self._output(out, batched), (_final(hs, batched), _final(cs, batched))
+        out, (h, c) = self._run(input, {"h_0": h0, "c_0": c0})
+        return out, (h, c)
+
+    def _layer(self, xw, states, w_hh, b_hh):
+        out, h, c, _, _ = _LSTM_SEQUENCE(*_LSTM_SEQUENCE.check(xw, *states, w_hh))
+        return out, (h, c)
 
 
 class GRU(_RNNBase):
     """A multi-layer gated recurrent unit over a sequence: ``forward(input, hx=None)``
-    with input as LSTM's and h_0 (num_layers, N, hidden_size) or None for zeros,
-    returns (output, h_n). ``bidirectional`` is not supported."""
+    with input as LSTM's and h_0 (num_layers * directions, N, hidden_size) or None for
+    zeros, returns (output, h_n)."""
 
     gates = 3
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        x, batched = self._sequence(input)
-        h0 = self._initial("h_0", hx, x, batched)
-        length, n, size = x.shape[0], x.shape[1], self.hidden_size
-        # each layer's input in columns, (input_size, L * N): Note [Sequence in columns]
-        x = _columns(ops.reshape(x, (length * n, self.input_size)))
-        hs = []
-        for layer in range(self.num_layers):
-            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            # b_hh's n part sits inside r * (w_hn h + b_hn): the kernel adds it per step
-            xw = _projected(w_ih, x, b_ih, (3 * size, length, n))
-            h = _columns(h0[layer])  # Note [States in columns]
-            out, h, _ = _GRU_SEQUENCE(*_GRU_SEQUENCE.check(xw, h, w_hh, b_hh))
-            hs.append(_columns(h))
-            out = self._between_layers(out, layer)
-            x = ops.reshape(out, (size, length * n))
-        out = ops.permute_dims(out, (1, 2, 0))  # (L, N, H), a view
-        return self._output(out, batched), _final(hs, batched)
+        out, (h,) = self._run(input, {"h_0": hx})
+        return out, h
+
+    def _input_bias(self, b_ih, b_hh):
+        return b_ih  # b_hh's n part sits inside r * (w_hn h + b_hn): the kernel adds it
+
+    def _layer(self, xw, states, w_hh, b_hh):
+        out, h, _ = _GRU_SEQUENCE(*_GRU_SEQUENCE.check(xw, *states, w_hh, b_hh))
+        return out, (h,)
+
+
+def _nonlinearity(cls: str, name: str) -> Callable[[Tensor], Tensor]:
+    """RNN's and RNNCell's activation, by PyTorch's name."""
+    if name not in _NONLINEARITIES:
+        raise ValueError(f"{cls}: nonlinearity must be 'tanh' or 'relu', got {name!r}")
+    return _NONLINEARITIES[name]
+
+
+class RNN(_RNNBase):
+    """A multi-layer Elman network over a sequence: h_t = nonlinearity(W_ih x_t + b_ih
+    + W_hh h_(t-1) + b_hh), nonlinearity ``"tanh"`` (the default) or ``"relu"``;
+    ``forward(input, hx=None)`` as GRU's. Each step is a matrix product and the
+    nonlinearity, dispatched one after another (its weights are one block of rows)."""
+
+    gates = 1
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",  # PyTorch's place for it: fourth
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        _nonlinearity("RNN", nonlinearity)
+        super().__init__(input_size, hidden_size, num_layers, *args, **kwargs)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        out, (h,) = self._run(input, {"h_0": hx})
+        return out, h
+
+    def _layer(self, xw, states, w_hh, b_hh):
+        (h,), activation = states, _nonlinearity("RNN", self.nonlinearity)
+        steps = []
+        for x_t in ops.unstack(xw, axis=1):  # Note [Recurrent pieces]: not slices
+            h = activation(x_t + ops.matmul(w_hh, h))
+            steps.append(h)
+        return ops.stack(steps, axis=1), (h,)
 
 
 class _CellBase(Module):
@@ -383,3 +454,27 @@ class GRUCell(_CellBase):
         x = self._step_input(input)
         h = self._hidden("hx", hx, x, batched)
         return _unbatched(_gru_gates(*self._projections(x, h), h), batched)
+
+
+class RNNCell(_CellBase):
+    """One Elman step: ``forward(input, hx=None)`` with input (N, input_size) or
+    (input_size,) and hx (or None for zeros) returns nonlinearity(W_ih x + b_ih + W_hh h
+    + b_hh), nonlinearity ``"tanh"`` (the default) or ``"relu"``."""
+
+    gates = 1
+
+    def __init__(self, *args: Any, nonlinearity: str = "tanh", **kwargs: Any) -> None:
+        _nonlinearity("RNNCell", nonlinearity)
+        super().__init__(*args, **kwargs)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:
+        batched = input.ndim == 2
+        x = self._step_input(input)
+        h = self._hidden("hx", hx, x, batched)
+        xw, hw = self._projections(x, h)
+        return _unbatched(_nonlinearity("RNNCell", self.nonlinearity)(xw + hw), batched)
+
+    def extra_repr(self) -> str:
+        s = super().extra_repr()  # PyTorch's: the nonlinearity unquoted, not RNN's
+        return s if self.nonlinearity == "tanh" else s + f", nonlinearity={self.nonlinearity}"
