@@ -65,7 +65,8 @@ class Training:
         del produced
         real = dict(zip(self.inputs, tensors))
         diff = [real[v] if v.kind == INPUT else v.source for v in self.diff]
-        autograd_graph.record(self.derivative, (*diff, *kept, box), tuple(outputs))
+        like = [(o.shape, o.dtype) for o in outputs]  # for gradients that do not come
+        autograd_graph.record(self.derivative, (*diff, *kept, like, box), tuple(outputs))
         return outputs[0] if self.single else tuple(outputs)
 
     def _formula(self, g: Any, result: Any, needs: list, release: bool, *args: Any) -> list:
@@ -76,13 +77,17 @@ class Training:
         into the plan's inputs (Note [Releasing saved values]), so each goes back to
         the pool after its last use in the backward, as eager's saved tensors go node
         by node (Note [Released values] in executor.py)."""
-        kept, box = args[len(self.diff) : -1], args[-1]
-        inputs = [*(g if self.n_outputs > 1 else [g]), *kept, *box]
-        if release:
-            box.clear()
+        kept, like, box = args[len(self.diff) : -2], args[-2], args[-1]
+        grads = list(g) if self.n_outputs > 1 else [g]
         with no_grad():
+            for i, (shape, dtype) in enumerate(like):  # an output the loss did not read
+                if grads[i] is None:  # (an RNN's last state): its gradient is zeros
+                    grads[i] = ops.zeros(shape, dtype=dtype)
+            inputs = [*grads, *kept, *box]
+            if release:
+                box.clear()
             out = self.backward.run(inputs)  # it empties ``inputs``
-        return [*out, *([None] * (len(kept) + 1))]
+        return [*out, *([None] * (len(kept) + 2))]
 
 
 def build(

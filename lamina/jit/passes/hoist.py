@@ -12,7 +12,11 @@ an optimizer step, a ``load_state_dict`` or any in-place operation on a paramete
 seen (a write through a NumPy view of it, ``p.numpy()[...] = v``, is not: version
 counters do not see it, in PyTorch either).
 A graph that writes a tensor in place is left alone: a hoisted call would read the
-tensor before a write that it followed.
+tensor before a write that it followed. Nor is a call whose result requires grad
+hoisted (traced in grad mode, from a parameter): the plan records autograd (a program
+compiled without a joint graph), and the result must link to the parameter's graph at
+every call -- an LSTM's two biases, added once, got no gradient. In a joint graph
+(Note [Joint graph]) no result requires grad, and under ``no_grad`` none does.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def run(graph: Graph) -> Graph:
             inputs
             and not node.impure
             and all(v in known for v in inputs)
-            and not any(r in returned for r in node.results)
+            and not any(r in returned or r.requires_grad for r in node.results)
         ):
             hoisted.append(node)
             known.update(node.results)
