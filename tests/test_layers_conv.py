@@ -326,6 +326,50 @@ def test_conv_transpose2d_is_conv2d_adjoint(wshape, kwargs, layout):
     assert gradcheck(lambda x, w, b: F.conv_transpose2d(x, w, b, **kwargs), leaves)
 
 
+@pytest.mark.parametrize(
+    "wshape, kwargs",
+    [
+        ((4, 3, 3), dict(stride=2, padding=1, output_padding=1)),
+        ((4, 2, 2), dict(groups=2, dilation=3)),
+    ],
+)
+def test_conv_transpose1d_is_conv1d_adjoint(wshape, kwargs):
+    """<conv_transpose1d(x), y> == <x, conv1d(y)> (conv1d checked against a loop above),
+    its length PyTorch's formula; ConvTranspose1d and output_size pick output_padding."""
+    x, wt = RNG.standard_normal((2, 4, 7)), RNG.standard_normal(wshape)
+    out = F.conv_transpose1d(lm.asarray(x), lm.asarray(wt), None, **kwargs)
+    defaults = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0, "groups": 1}
+    s, p, d, op, g = ({**defaults, **kwargs}[k] for k in defaults)
+    length = (7 - 1) * s - 2 * p + d * (wshape[2] - 1) + op + 1
+    assert out.shape == (2, wshape[1] * g, length)
+    y = RNG.standard_normal(out.shape)
+    back = F.conv1d(lm.asarray(y), lm.asarray(wt), None, s, p, d, g).numpy()[:, :, :7]
+    np.testing.assert_allclose(np.sum(out.numpy() * y), np.sum(x * back), rtol=1e-10)
+    leaves = [
+        lm.asarray(a).requires_grad_()
+        for a in (x[:1, :, :4], wt, RNG.standard_normal(out.shape[1]))
+    ]
+    assert gradcheck(lambda x, w, b: F.conv_transpose1d(x, w, b, **kwargs), leaves)
+    m = nn.ConvTranspose1d(4, wshape[1] * g, wshape[2], s, p, 0, g, True, d).double()
+    assert m.weight.shape == wshape
+    unbatched = m(lm.asarray(x[0]), output_size=[length])  # the output_padding for it
+    want = F.conv_transpose1d(lm.asarray(x[0]), m.weight, m.bias, s, p, op, g, d)
+    np.testing.assert_array_equal(unbatched.numpy(), want.numpy())
+
+
+def test_conv_transpose_output_size_picks_output_padding():
+    """PyTorch's ``output_size``: spatial sizes or the whole shape, each from the least
+    one (output_padding 0) to stride - 1 more; others are refused with the range."""
+    m = nn.ConvTranspose2d(3, 4, 3, stride=(2, 3), padding=1).double()
+    x = lm.asarray(RNG.standard_normal((1, 3, 5, 4)))
+    for size, output_padding in [((9, 10), (0, 0)), ((10, 12), (1, 2)), ((1, 4, 10, 11), (1, 1))]:
+        want = F.conv_transpose2d(x, m.weight, m.bias, (2, 3), 1, output_padding)
+        np.testing.assert_array_equal(m(x, output_size=size).numpy(), want.numpy())
+    for bad, message in [((11, 10), r"from \(9, 10\) to \(10, 12\)"), ((10,), "2 ints")]:
+        with pytest.raises(ValueError, match=message):
+            m(x, output_size=bad)
+
+
 def test_conv_variants_match_pytorch():
     t = _torch()
     x, w = RNG.standard_normal((2, 4, 5, 6)), RNG.standard_normal((4, 3, 3, 3))
@@ -335,6 +379,12 @@ def test_conv_variants_match_pytorch():
     x1, w1 = RNG.standard_normal((2, 6, 9)), RNG.standard_normal((6, 1, 3))
     ours = F.conv1d(lm.asarray(x1), lm.asarray(w1), None, 2, 1, 1, 6).numpy()
     theirs = t.nn.functional.conv1d(t.from_numpy(x1), t.from_numpy(w1), None, 2, 1, 1, 6)
+    _close(ours, theirs.numpy(), np.float64)
+    w2 = RNG.standard_normal((6, 2, 4))
+    ours = F.conv_transpose1d(lm.asarray(x1), lm.asarray(w2), None, 3, 2, 1, 2, 2).numpy()
+    theirs = t.nn.functional.conv_transpose1d(
+        t.from_numpy(x1), t.from_numpy(w2), None, 3, 2, 1, 2, 2
+    )
     _close(ours, theirs.numpy(), np.float64)
 
 

@@ -8,8 +8,8 @@ functions below are composites of operators, as in PyTorch:
 pooling with ``return_indices``, batch, layer, group and local response
 normalization over the internal operators that also return what backward needs,
 embedding, scaled_dot_product_attention, cross_entropy, dropout, flatten and
-``layout_of``; conv1d and conv_transpose2d over conv2d's operators, pad and
-interpolate over resample2d (Note [Resampling]); the activations with PyTorch's
+``layout_of``; conv1d, conv_transpose1d and conv_transpose2d over conv2d's operators,
+pad and interpolate over resample2d (Note [Resampling]); the activations with PyTorch's
 ``inplace`` over their operators (Note [In-place activations]).
 """
 
@@ -52,6 +52,7 @@ _COMPOSITES = [
     "batch_norm",
     "binary_cross_entropy",
     "conv1d",
+    "conv_transpose1d",
     "conv_transpose2d",
     "cross_entropy",
     "dropout",
@@ -309,6 +310,50 @@ def conv_transpose2d(
     if bias.shape != (c_out,):
         raise ValueError(f"{fn}: bias must have shape ({c_out},), got {bias.shape}")
     return out + ops.reshape(bias, (c_out, 1, 1))
+
+
+@checked
+def conv_transpose1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: int | tuple[int] = 1,
+    padding: int | tuple[int] = 0,
+    output_padding: int | tuple[int] = 0,
+    groups: int = 1,
+    dilation: int | tuple[int] = 1,
+) -> Tensor:
+    """The 1-D transposed convolution of a (N, C_in, L) or unbatched (C_in, L) input
+    with weight (C_in, C_out / groups, k), plus bias (C_out,): output length (L - 1)
+    stride - 2 padding + dilation (k - 1) + output_padding + 1 (conv_transpose2d on
+    images of height 1, Note [Convolution variants])."""
+    fn = "conv_transpose1d"
+    if input.ndim not in (2, 3):
+        raise ValueError(f"{fn}: input must be 2-D or 3-D (N, C, L), got shape {input.shape}")
+    if weight.ndim != 3:
+        raise ValueError(
+            f"{fn}: weight must be 3-D (C_in, C_out / groups, k), got shape {weight.shape}"
+        )
+    stride, padding, output_padding, dilation = (
+        _single(v, fn, name)
+        for v, name in (
+            (stride, "stride"),
+            (padding, "padding"),
+            (output_padding, "output_padding"),
+            (dilation, "dilation"),
+        )
+    )
+    out = conv_transpose2d(
+        ops.expand_dims(input, axis=-2),
+        ops.expand_dims(weight, axis=-2),
+        bias,
+        (1, stride),
+        (0, padding),
+        (0, output_padding),
+        groups,
+        (1, dilation),
+    )
+    return ops.squeeze(out, axis=-2)
 
 
 # ---------------------------------------------------------------- padding and resizing

@@ -21,7 +21,7 @@ import math
 import numbers
 import operator
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from lamina.autograd import no_grad
@@ -773,13 +773,12 @@ class ConvTranspose2d(Module):
         dtype: Any = None,
     ) -> None:
         super().__init__()
+        cls = type(self).__name__
         if padding_mode != "zeros":
-            raise ValueError(
-                f"ConvTranspose2d: only padding_mode='zeros' is supported, got {padding_mode!r}"
-            )
+            raise ValueError(f"{cls}: only padding_mode='zeros' is supported, got {padding_mode!r}")
         if groups < 1 or in_channels % groups or out_channels % groups:
             raise ValueError(
-                f"ConvTranspose2d: groups={groups} must be positive and divide "
+                f"{cls}: groups={groups} must be positive and divide "
                 f"in_channels={in_channels} and out_channels={out_channels}"
             )
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -793,11 +792,41 @@ class ConvTranspose2d(Module):
 
     reset_parameters = Conv2d.reset_parameters
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, output_size: Sequence[int] | None = None) -> Tensor:
+        """``output_size``: the output's spatial size (or its whole shape), which picks
+        output_padding among the sizes this stride allows (PyTorch's)."""
         return F.conv_transpose2d(
-            x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
-            self.groups, self.dilation,
+            x, self.weight, self.bias, self.stride, self.padding,
+            self._output_padding(x, output_size), self.groups, self.dilation,
         )  # fmt: skip
+
+    def _output_padding(self, x: Tensor, output_size: Sequence[int] | None) -> tuple:
+        """The output_padding that gives ``output_size`` (PyTorch's ``_output_padding``):
+        each spatial size between the least one, output_padding 0, and stride - 1 more."""
+        if output_size is None:
+            return self.output_padding
+        cls, spatial = type(self).__name__, len(self.kernel_size)
+        size = tuple(output_size)
+        if len(size) == x.ndim:  # the whole shape: its spatial part
+            size = size[-spatial:]
+        if len(size) != spatial or not all(isinstance(n, numbers.Integral) for n in size):
+            raise ValueError(
+                f"{cls}: output_size must be {spatial} ints or the output's whole shape, "
+                f"got {output_size!r}"
+            )
+        least = tuple(
+            (n - 1) * s - 2 * p + d * (k - 1) + 1
+            for n, s, p, d, k in zip(
+                x.shape[-spatial:], self.stride, self.padding, self.dilation, self.kernel_size
+            )
+        )
+        most = tuple(lo + s - 1 for lo, s in zip(least, self.stride))
+        if not all(lo <= n <= hi for lo, n, hi in zip(least, size, most)):
+            raise ValueError(
+                f"{cls}: requested an output size of {size}, but valid sizes range from "
+                f"{least} to {most} (for an input of {tuple(x.shape[-spatial:])})"
+            )
+        return tuple(n - lo for n, lo in zip(size, least))
 
     def extra_repr(self) -> str:
         return (
@@ -805,6 +834,44 @@ class ConvTranspose2d(Module):
             f"stride={self.stride}, padding={self.padding}, "
             f"output_padding={self.output_padding}"
         )
+
+
+class ConvTranspose1d(ConvTranspose2d):
+    """1-D transposed convolution (F.conv_transpose1d); weight (in, out / groups, k),
+    initialized as ConvTranspose2d's of kernel size (1, k)."""
+
+    @checked
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int],
+        stride: int | tuple[int] = 1,
+        padding: int | tuple[int] = 0,
+        output_padding: int | tuple[int] = 0,
+        groups: int = 1,
+        bias: bool = True,
+        dilation: int | tuple[int] = 1,
+        padding_mode: str = "zeros",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        k, s, p, op, d = (
+            _single(v) for v in (kernel_size, stride, padding, output_padding, dilation)
+        )
+        super().__init__(
+            in_channels, out_channels, (1, k), (1, s), (0, p), (0, op), groups, bias, (1, d),
+            padding_mode, device, dtype,
+        )  # fmt: skip
+        self.kernel_size, self.stride, self.padding = (k,), (s,), (p,)
+        self.output_padding, self.dilation = (op,), (d,)
+        self.weight = Parameter(ops.reshape(self.weight.detach(), (in_channels, -1, k)))
+
+    def forward(self, x: Tensor, output_size: Sequence[int] | None = None) -> Tensor:
+        return F.conv_transpose1d(
+            x, self.weight, self.bias, self.stride, self.padding,
+            self._output_padding(x, output_size), self.groups, self.dilation,
+        )  # fmt: skip
 
 
 class Upsample(Module):
