@@ -419,6 +419,39 @@ def test_pad_any_axes_value_and_cropping():
     assert gradcheck(lambda x: F.pad(x, (1, -2, 2, 0)), [lm.asarray(x[:1]).requires_grad_()])
 
 
+@pytest.mark.parametrize("mode, numpy_mode", [("reflect", "reflect"), ("replicate", "edge"),
+                                               ("circular", "wrap")])  # fmt: skip
+def test_negative_pads_crop_in_every_mode(mode, numpy_mode):
+    """Note [Negative pads]: reflect and replicate pad from the whole axis, then crop;
+    circular crops, then wraps around what is left (PyTorch's two orders, recorded:
+    [0, 1] reflect (-1, 1) -> [1, 0], circular (-1, 1) -> [1, 1]); an axis cropped to
+    nothing gives an empty result."""
+    x = RNG.standard_normal((2, 3, 5, 6))
+    for pad in [(-1, 2, 1, -2), (2, -3, -1, 0), (-2, -1, 0, 1), (-4, -2, 1, -1)]:
+        out = F.pad(lm.asarray(x), pad, mode)
+        (left, right), (top, bottom) = pad[:2], pad[2:]
+        widths = ((0, 0), (0, 0), (max(top, 0), max(bottom, 0)), (max(left, 0), max(right, 0)))
+
+        def crop(a):
+            h, w = a.shape[2:]
+            return a[:, :, max(-top, 0) : h - max(-bottom, 0), max(-left, 0) : w - max(-right, 0)]
+
+        if mode == "circular":
+            expected = np.pad(crop(x), widths, numpy_mode)
+        else:
+            expected = crop(np.pad(x, widths, numpy_mode))
+        assert out.shape == expected.shape, pad
+        np.testing.assert_array_equal(out.numpy(), expected)
+    assert gradcheck(
+        lambda x: F.pad(x, (-1, 2, 1, -2), mode), [lm.asarray(x[:1, :2]).requires_grad_()]
+    )
+    row = lm.asarray(np.array([[[0.0, 1.0]]]))
+    recorded = {"reflect": [1.0, 0.0], "replicate": [1.0, 1.0], "circular": [1.0, 1.0]}
+    assert F.pad(row, (-1, 1), mode).numpy().ravel().tolist() == recorded[mode]
+    with pytest.raises(ValueError, match="below 0"):
+        F.pad(row, (-2, -1), mode)
+
+
 def test_pad_modules():
     x = lm.asarray(RNG.standard_normal((1, 2, 3, 3)))
     assert nn.ZeroPad2d(1)(x).shape == (1, 2, 5, 5)

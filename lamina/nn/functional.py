@@ -365,9 +365,10 @@ def pad(
 ) -> Tensor:
     """input padded on its last len(pad) // 2 axes: pad is (before, after) for the last
     axis, then for the one before it, ... (PyTorch's order). 'constant' fills with value
-    (0 by default) and crops where a pad is negative, on any axes; 'reflect' mirrors
-    without repeating the edge, 'replicate' repeats the edge, 'circular' wraps around,
-    on the last 1-3 axes of a 2-5-D input (a batch of one or more channels)."""
+    (0 by default), on any axes; 'reflect' mirrors without repeating the edge,
+    'replicate' repeats the edge, 'circular' wraps around, on the last 1-3 axes of a 2-5-D
+    input (a batch of one or more channels). A negative pad crops, in every mode (Note
+    [Negative pads])."""
     pad = tuple(pad)
     if len(pad) % 2 or not pad or len(pad) // 2 > input.ndim:
         raise ValueError(
@@ -399,8 +400,16 @@ def pad(
     tables = []
     for axis, (before, after) in zip(axes, zip(pad[::2], pad[1::2])):
         size = input.shape[axis]
+        if size + before + after < 0:
+            raise ValueError(
+                f"pad: the pads ({before}, {after}) would crop axis {axis} of size {size} below 0"
+            )
         _PAD_CHECKS[mode](before, after, size, axis)
-        tables.append(_PAD_INDICES[mode](np.arange(-before, size + after), size))
+        tables.append(_PAD_INDICES[mode](before, after, size))
+    if not all(t.size for t in tables):  # negative pads cropped an axis to nothing
+        for axis, table in zip(axes, tables):
+            input = ops.take(input, ops.asarray(table, device=input.device), axis=axis)
+        return input
     # the last two axes by resample2d (one of height 1 for a single padded axis), a
     # third by indexing
     shape = input.shape
@@ -450,27 +459,37 @@ def _pad_constant(input: Tensor, axis: int, before: int, after: int, fill: float
 
 
 def _reflect_check(before: int, after: int, size: int, axis: int) -> None:
-    if min(before, after) < 0 or max(before, after) >= size:
+    if max(before, after) >= size:
         raise ValueError(
-            f"pad: reflect padding ({before}, {after}) must be non-negative and smaller "
-            f"than the size {size} of axis {axis}"
+            f"pad: reflect padding ({before}, {after}) must be smaller than the size {size} "
+            f"of axis {axis}"
         )
 
 
 def _replicate_check(before: int, after: int, size: int, axis: int) -> None:
-    if min(before, after) < 0 or (size == 0 and max(before, after) > 0):
-        raise ValueError(
-            f"pad: replicate padding ({before}, {after}) must be non-negative and the "
-            f"axis {axis} non-empty, got size {size}"
-        )
+    if size == 0 and max(before, after) > 0:
+        raise ValueError(f"pad: replicate padding ({before}, {after}) needs axis {axis} non-empty")
 
 
 def _circular_check(before: int, after: int, size: int, axis: int) -> None:
-    if min(before, after) < 0 or max(before, after) > size:
+    kept = size - max(-before, 0) - max(-after, 0)  # Note [Negative pads]
+    if kept < 0 or max(before, after) > kept:
         raise ValueError(
-            f"pad: circular padding ({before}, {after}) must be non-negative and at most "
-            f"the size {size} of axis {axis}"
+            f"pad: circular padding ({before}, {after}) must be at most the size {kept} of "
+            f"axis {axis} (of size {size}) after its negative pads crop it"
         )
+
+
+def _circular_indices(before: int, after: int, size: int) -> np.ndarray:
+    first = max(-before, 0)  # Note [Negative pads]: the cropped axis wraps around
+    kept = size - first - max(-after, 0)
+    return first + np.arange(-max(before, 0), kept + max(after, 0)) % max(kept, 1)
+
+
+def _positions(before: int, after: int, size: int) -> np.ndarray:
+    """The positions of a padded axis's outputs, before the input's first position -1
+    and on (a negative pad starts or ends them inside the input)."""
+    return np.arange(-before, size + after)
 
 
 _PAD_CHECKS = {
@@ -478,12 +497,16 @@ _PAD_CHECKS = {
     "replicate": _replicate_check,
     "circular": _circular_check,
 }
-# the input position each output position of a padded axis reads (position -1 is the
-# first before the input, size the first after it)
+# Note [Negative pads]: the input position each output position of a padded axis reads.
+# A negative pad crops, as in PyTorch, whose modes do so in two orders: reflect and
+# replicate pad from the whole axis and then crop (reflect (-1, 1) of [0, 1] is [1, 0]),
+# circular crops first and wraps around what is left (circular (-1, 1) is [1, 1]).
 _PAD_INDICES = {
-    "reflect": lambda i, size: np.where(i < 0, -i, np.where(i >= size, 2 * (size - 1) - i, i)),
-    "replicate": lambda i, size: np.clip(i, 0, size - 1),
-    "circular": lambda i, size: i % size,
+    "reflect": lambda before, after, size: (
+        lambda i: np.where(i < 0, -i, np.where(i >= size, 2 * (size - 1) - i, i))
+    )(_positions(before, after, size)),
+    "replicate": lambda before, after, size: np.clip(_positions(before, after, size), 0, size - 1),
+    "circular": _circular_indices,
 }
 
 
