@@ -675,21 +675,25 @@ def conv2d(
 
 
 def resample2d(input: Any, rows: Any, cols: Any, row_weights: Any, col_weights: Any) -> tuple:
-    """Index tables (size, taps) of int64, one or two taps, and their weights (input's
-    dtype) either both given or neither; the indices' range is the kernels' check."""
+    """Index tables (size, taps) of int64 and their weights (input's dtype), either
+    both given (rows and cols with as many taps) or neither (one tap each); the
+    indices' range is the kernels' check."""
     fn = "resample2d"
     _image(fn, input)
     if (row_weights is None) != (col_weights is None):
         raise ValueError(f"{fn}: row_weights and col_weights must be given together")
     for name, table, weights in (("rows", rows, row_weights), ("cols", cols, col_weights)):
-        if table._dtype.name != "int64" or len(table._shape) != 2 or table._shape[1] not in (1, 2):
+        if table._dtype.name != "int64" or len(table._shape) != 2 or table._shape[1] < 1:
             raise ValueError(
-                f"{fn}: {name} must be an int64 table (size, 1 or 2 taps), got "
+                f"{fn}: {name} must be an int64 table (size, taps), got "
                 f"{table._dtype.name} of shape {table._shape}"
             )
         _like_input(fn, f"{name[:-1]}_weights", weights, input, table._shape)
-    if row_weights is not None and (rows._shape[1:], cols._shape[1:]) != ((2,), (2,)):
-        raise ValueError(f"{fn}: weighted rows and cols must have two taps each")
+    taps = (rows._shape[1], cols._shape[1])
+    if row_weights is None and taps != (1, 1):
+        raise ValueError(f"{fn}: unweighted rows and cols must have one tap each, got {taps}")
+    if taps[0] != taps[1]:
+        raise ValueError(f"{fn}: weighted rows and cols must have as many taps, got {taps}")
     return input, rows, cols, row_weights, col_weights
 
 

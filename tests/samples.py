@@ -839,11 +839,15 @@ def _conv2d_backward(fn, d, t):
 
 def _resample_cases(t):
     """(input, rows, cols, row weights, col weights, label): an NHWC view and bilinear
-    weights, a transposed view with one tap (a gather), an empty batch"""
+    weights, bicubic's four taps and three in either layout, a transposed view with one
+    tap (a gather), an empty batch"""
     nhwc = F.to_layout(t((2, 3, 4, 5)), "NHWC")
     return [
         (nhwc, t.ints((7, 2), 0, 4), t.ints((3, 2), 0, 5), t((7, 2), lo=0, hi=1),
          t((3, 2), lo=0, hi=1), "nhwc-weights"),
+        (nhwc, t.ints((6, 3), 0, 4), t.ints((2, 3), 0, 5), t((6, 3)), t((2, 3)), "nhwc-3-taps"),
+        (t((2, 3, 5, 4)), t.ints((8, 4), 0, 5), t.ints((3, 4), 0, 4), t((8, 4)), t((3, 4)),
+         "4-taps"),
         (t((1, 2, 5, 4), "T"), t.ints((6, 1), 0, 5), t.ints((9, 1), 0, 4), None, None,
          "T-gather"),
         (t((0, 2, 3, 3)), t.ints((4, 1), 0, 3), t.ints((2, 1), 0, 3), None, None, "empty"),

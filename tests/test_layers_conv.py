@@ -489,31 +489,66 @@ def _bilinear_matrix(n_in, n_out, scale, align_corners):
     return m
 
 
+def _bicubic_matrix(n_in, n_out, scale, align_corners, a=-0.75):
+    """(n_out, n_in): Keys' cubic convolution weights of the four input positions
+    around each output's source position (not clamped), taps past an edge on the edge."""
+
+    def kernel(d):
+        d = abs(d)
+        if d <= 1:
+            return ((a + 2) * d - (a + 3)) * d * d + 1
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a if d < 2 else 0.0
+
+    m = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        if align_corners:
+            src = o * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+        else:
+            src = (o + 0.5) * scale - 0.5
+        first = int(np.floor(src))
+        for tap in range(first - 1, first + 3):
+            m[o, min(max(tap, 0), n_in - 1)] += kernel(src - tap)
+    return m
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
         dict(scale_factor=2, mode="nearest"),
         dict(size=(5, 11), mode="nearest"),
+        dict(size=(5, 11), mode="nearest-exact"),
         dict(scale_factor=2, mode="bilinear", align_corners=False),
         dict(size=(4, 13), mode="bilinear", align_corners=False),
         dict(size=(9, 3), mode="bilinear", align_corners=True),
+        dict(size=(4, 13), mode="bicubic", align_corners=False),
+        dict(size=(9, 3), mode="bicubic", align_corners=True),
+        dict(scale_factor=1.5, mode="bicubic", recompute_scale_factor=True),
     ],
     ids=str,
 )
 def test_interpolate_matches_pytorchs_rules(kwargs):
     x = RNG.standard_normal((2, 3, 6, 7))
     out = F.interpolate(_tensor(x, "NHWC"), **kwargs)
-    if "size" in kwargs:
-        size, scales = kwargs["size"], (6 / kwargs["size"][0], 7 / kwargs["size"][1])
+    if "size" in kwargs or kwargs.get("recompute_scale_factor"):
+        size = kwargs.get("size") or (
+            int(6 * kwargs["scale_factor"]),
+            int(7 * kwargs["scale_factor"]),
+        )
+        scales = (6 / size[0], 7 / size[1])
     else:
         f = kwargs["scale_factor"]
         size, scales = (6 * f, 7 * f), (1 / f, 1 / f)
     if kwargs["mode"] == "nearest":
         rows, cols = (_nearest_index(n, o, s) for n, o, s in zip((6, 7), size, scales))
         expected = x[:, :, rows][:, :, :, cols]
+    elif kwargs["mode"] == "nearest-exact":
+        rows, cols = (np.minimum(((np.arange(o) + 0.5) * s).astype(int), n - 1)
+                      for n, o, s in zip((6, 7), size, scales))  # fmt: skip
+        expected = x[:, :, rows][:, :, :, cols]
     else:
-        corners = kwargs["align_corners"]
-        mh, mw = (_bilinear_matrix(n, o, s, corners) for n, o, s in zip((6, 7), size, scales))
+        corners = kwargs.get("align_corners")
+        matrix = _bicubic_matrix if kwargs["mode"] == "bicubic" else _bilinear_matrix
+        mh, mw = (matrix(n, o, s, corners) for n, o, s in zip((6, 7), size, scales))
         expected = np.einsum("oh,nchw,pw->ncop", mh, x, mw)
     _close(out.numpy(), expected, np.float64)
     leaf = lm.asarray(x[:1, :2]).requires_grad_()
@@ -552,7 +587,12 @@ def test_an_empty_batch_with_a_channel_multiplier():
 def test_resizing_matches_pytorch():
     t = _torch()
     x = RNG.standard_normal((2, 3, 7, 5))
-    for kwargs in (dict(scale_factor=1.7), dict(size=(10, 3), mode="bilinear")):
+    for kwargs in (
+        dict(scale_factor=1.7), dict(size=(10, 3), mode="bilinear"),
+        dict(size=(16, 4), mode="bicubic"),
+        dict(scale_factor=1.7, mode="bicubic", align_corners=True),
+        dict(scale_factor=0.6, mode="nearest-exact", recompute_scale_factor=True),
+    ):  # fmt: skip
         theirs = t.nn.functional.interpolate(t.from_numpy(x), **kwargs).numpy()
         _close(F.interpolate(lm.asarray(x), **kwargs).numpy(), theirs, np.float64)
     theirs = t.nn.functional.pad(t.from_numpy(x), (2, 1, 3, 3), mode="reflect").numpy()
@@ -655,6 +695,8 @@ BAD = [
     (lambda: F.pad(lm.zeros((1, 2, 3)), (1, 1), "wrap"), "mode must be"),
     (lambda: F.interpolate(lm.zeros((1, 2, 3, 3)), size=4, scale_factor=2), "exactly one"),
     (lambda: F.interpolate(lm.zeros((1, 2, 3)), size=4), "4-D"),
+    (lambda: F.interpolate(lm.zeros((1, 2, 3, 3)), 4, recompute_scale_factor=True), "needs scale"),
+    (lambda: F.interpolate(lm.zeros((1, 2, 3, 3)), size=4, mode="area"), "'bicubic'"),
 ]  # fmt: skip
 
 

@@ -436,10 +436,10 @@ def _resample(input, rows, cols, row_weights=None, col_weights=None):
         a = a.reshape(a.shape[0], -1)
         return ops.asarray(np.ascontiguousarray(a), dtype=dtype, device=device)
 
-    if row_weights is None:
-        return _RESAMPLE(input, table(rows), table(cols), None, None)
-    weights = (table(w, input.dtype) for w in (row_weights, col_weights))
-    return _RESAMPLE(input, table(rows), table(cols), *weights)
+    weights = (None, None)
+    if row_weights is not None:
+        weights = (table(row_weights, input.dtype), table(col_weights, input.dtype))
+    return _RESAMPLE(*_RESAMPLE.check(input, table(rows), table(cols), *weights))
 
 
 def _pad_constant(input: Tensor, axis: int, before: int, after: int, fill: float) -> Tensor:
@@ -517,24 +517,34 @@ def interpolate(
     scale_factor: float | tuple[float, float] | None = None,
     mode: str = "nearest",
     align_corners: bool | None = None,
+    recompute_scale_factor: bool | None = None,
+    antialias: bool = False,
 ) -> Tensor:
     """input (N, C, H, W) resized to ``size``, or scaled by ``scale_factor`` (the size
-    rounded down), with PyTorch's sampling: 'nearest' reads input row floor(o * scale)
-    (scale = 1 / scale_factor, or H / h for a given size; row o at the same size, o // 2
-    at twice it); 'bilinear' weighs the two
-    nearest rows and columns of position (o + 0.5) scale - 0.5 (clamped at 0), or of
-    o (H - 1) / (h - 1) with align_corners."""
+    rounded down), with PyTorch's sampling of each output row o (columns alike), scale
+    = H / h for a given size or 1 / scale_factor (H / h too with
+    recompute_scale_factor): 'nearest' reads input row floor(o scale) (row o at the
+    same size, o // 2 at twice it), 'nearest-exact' row floor((o + 0.5) scale);
+    'bilinear' weighs the two nearest rows of position (o + 0.5) scale - 0.5 (clamped
+    at 0), or of o (H - 1) / (h - 1) with align_corners; 'bicubic' the four around that
+    position (not clamped), by Keys' cubic convolution with a = -0.75, rows past the
+    edges reading the edge's."""
     fn = "interpolate"
     if input.ndim != 4:
         raise ValueError(f"{fn}: input must be 4-D (N, C, H, W), got shape {input.shape}")
-    if mode not in ("nearest", "bilinear"):
-        raise ValueError(f"{fn}: mode must be 'nearest' or 'bilinear', got {mode!r}")
-    if mode == "nearest" and align_corners is not None:
-        raise ValueError(f"{fn}: align_corners applies to mode 'bilinear' only")
+    if mode not in _SAMPLINGS:
+        known = ", ".join(repr(m) for m in _SAMPLINGS)
+        raise ValueError(f"{fn}: mode must be one of {known}, got {mode!r}")
+    if mode.startswith("nearest") and align_corners is not None:
+        raise ValueError(f"{fn}: align_corners applies to modes 'bilinear' and 'bicubic' only")
+    if antialias:
+        raise NotImplementedError(f"{fn}: antialias=True is not supported")
     if (size is None) == (scale_factor is None):
         raise ValueError(f"{fn}: exactly one of size and scale_factor must be given")
     sizes_in = input.shape[2:]
     if size is not None:
+        if recompute_scale_factor:
+            raise ValueError(f"{fn}: recompute_scale_factor needs scale_factor, not size")
         sizes = arguments.pair(size, fn, "size")
         scales = [n / o if o else 0.0 for n, o in zip(sizes_in, sizes)]
     else:
@@ -544,27 +554,76 @@ def interpolate(
                 f"{fn}: scale_factor must be positive, one or two, got {scale_factor!r}"
             )
         sizes = tuple(math.floor(n * f) for n, f in zip(sizes_in, factors))
-        scales = [1.0 / f for f in factors]
+        scales = [n / o if recompute_scale_factor and o else 1.0 / f
+                  for n, o, f in zip(sizes_in, sizes, factors)]  # fmt: skip
     if min(sizes) < 1:
         raise ValueError(f"{fn}: the output size {sizes} must be positive")
     tables, weights = [], []
     for n, o, scale in zip(sizes_in, sizes, scales):
-        dst = np.arange(o, dtype=np.float64)
-        if mode == "nearest":
-            index = np.floor(dst.astype(np.float32) * np.float32(scale)).astype(np.int64)
-            if o in (n, 2 * n):  # PyTorch's exact cases, whatever the scale_factor said
-                index = np.arange(o) // (o // n)
-            tables.append(np.minimum(index, n - 1))
-            continue
-        if align_corners:
-            src = dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
-        else:
-            src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
-        lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
-        far = src - lo
-        tables.append(np.stack([lo, np.minimum(lo + 1, n - 1)], axis=1))
-        weights.append(np.stack([1.0 - far, far], axis=1))
+        index, weight = _SAMPLINGS[mode](n, o, scale, align_corners)
+        tables.append(index)
+        if weight is not None:
+            weights.append(weight)
     return _resample(input, *tables, *weights)
+
+
+# Note [Resampling tables]: each mode of interpolate gives, per axis, the input rows
+# each output row reads, (o,) or (o, taps), and their weights (o, taps) (None: one
+# row, read as it is), from the input's size n, the output's o and the scale of the
+# (o + 0.5) scale - 0.5 rule; resample2d then reads both axes' tables in one pass.
+
+
+def _nearest(n: int, o: int, scale: float, align_corners: bool | None) -> tuple:
+    if o in (n, 2 * n):  # PyTorch's exact cases, whatever the scale_factor said
+        return np.arange(o) // (o // n), None
+    index = np.floor(np.arange(o, dtype=np.float32) * np.float32(scale)).astype(np.int64)
+    return np.minimum(index, n - 1), None
+
+
+def _nearest_exact(n: int, o: int, scale: float, align_corners: bool | None) -> tuple:
+    # PyTorch's floorf of (o + 0.5) times its float32 scale, rounded to float32 first
+    position = ((np.arange(o) + 0.5) * np.float64(np.float32(scale))).astype(np.float32)
+    return np.minimum(np.floor(position).astype(np.int64), n - 1), None
+
+
+def _source(o: int, n: int, scale: float, align_corners: bool | None) -> np.ndarray:
+    """Each output row's position in the input: o (n - 1) / (o_size - 1) with
+    align_corners, else (o + 0.5) scale - 0.5."""
+    dst = np.arange(o, dtype=np.float64)
+    if align_corners:
+        return dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
+    return (dst + 0.5) * scale - 0.5
+
+
+def _bilinear(n: int, o: int, scale: float, align_corners: bool | None) -> tuple:
+    src = _source(o, n, scale, align_corners)
+    src = src if align_corners else np.maximum(src, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    far = src - lo
+    return np.stack([lo, np.minimum(lo + 1, n - 1)], axis=1), np.stack([1.0 - far, far], axis=1)
+
+
+CUBIC_A = -0.75  # PyTorch's (and OpenCV's) coefficient of Keys' cubic convolution
+
+
+def _bicubic(n: int, o: int, scale: float, align_corners: bool | None) -> tuple:
+    src = _source(o, n, scale, align_corners)
+    first = np.floor(src).astype(np.int64)
+    t = (src - first)[:, None]
+    d = np.abs(np.array([-1.0, 0.0, 1.0, 2.0]) - t)  # each tap's distance
+    a = CUBIC_A
+    near = ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
+    taps = np.clip(first[:, None] + np.arange(-1, 3), 0, n - 1)
+    return taps, np.where(d <= 1, near, far)
+
+
+_SAMPLINGS = {
+    "nearest": _nearest,
+    "nearest-exact": _nearest_exact,
+    "bilinear": _bilinear,
+    "bicubic": _bicubic,
+}
 
 
 @checked

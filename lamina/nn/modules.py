@@ -883,13 +883,18 @@ class Upsample(Module):
         scale_factor: float | tuple[float, float] | None = None,
         mode: str = "nearest",
         align_corners: bool | None = None,
+        recompute_scale_factor: bool | None = None,
     ) -> None:
         super().__init__()
         self.size, self.scale_factor = size, scale_factor
         self.mode, self.align_corners = mode, align_corners
+        self.recompute_scale_factor = recompute_scale_factor
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+        return F.interpolate(
+            x, self.size, self.scale_factor, self.mode, self.align_corners,
+            self.recompute_scale_factor,
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
