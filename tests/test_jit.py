@@ -494,6 +494,60 @@ def test_a_compiled_module_trains_step_by_step_as_eager():
     assert len(compiled._compiled.variants) == 2
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_modules_that_read_their_inputs_layout_compile(layout):
+    """F.layout_of read a traced (meta) tensor's values: ZeroPad2d, ConvTranspose2d
+    and AdaptiveMaxPool2d (sizes that do not divide) could not be compiled."""
+    x = F.to_layout(rand(2, 3, 5, 5), layout).requires_grad_()
+    for make in (
+        lambda: lm.nn.ZeroPad2d((1, 2, 0, 1)),
+        lambda: lm.nn.ConvTranspose2d(3, 4, 3, stride=2),
+        lambda: lm.nn.AdaptiveMaxPool2d((3, 3)),
+    ):
+        eager = make()
+        model = copy.deepcopy(eager)
+        outs = []
+        for run in (eager, jit.compile(model)):
+            out = run(x)
+            lm.sum(out * out).backward()
+            outs.append((out, x.grad.numpy().copy()))
+            x.grad = None
+        (a, ga), (b, gb) = outs
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6)
+        assert F.layout_of(b) == F.layout_of(a)
+        np.testing.assert_allclose(gb, ga, rtol=1e-5, atol=1e-6)
+        for p, q in zip(eager.parameters(), model.parameters()):
+            np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_program_with_breaks_records_autograd_after_a_no_grad_call():
+    """The plans of a program's pieces around a graph break were cached without grad
+    mode: after a validation call under no_grad, training reused its plans, and the
+    layers before the break got no gradient."""
+
+    class Broken(lm.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = lm.nn.Linear(3, 3), lm.nn.Linear(3, 1)
+
+        def forward(self, x):
+            y = self.a(x)
+            if float(y.sum()) > -1e9:  # a graph break
+                y = y * 2.0
+            return self.b(y)
+
+    model = Broken()
+    compiled, x = jit.compile(model), rand(2, 3)
+    with lm.no_grad():
+        compiled(x)
+    compiled(x).sum().backward()
+    got = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(got, model.parameters()):
+        np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "layer",
     [

@@ -711,7 +711,7 @@ class _Segments:
         external = list(dict.fromkeys(v for n in nodes for v in n.inputs() if v not in produced))
         segment = Graph()
         segment.inputs, segment.nodes, segment.outputs = external, nodes, outputs
-        key = _segment_key(segment)
+        key = (_segment_key(segment), self.grad)  # a plan records autograd or does not
         found = self.compiled.segments.get(key)
         if found is None:
             found = _plan(segment, self.compiled.passes, self.grad, external)

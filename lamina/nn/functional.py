@@ -21,7 +21,7 @@ import numbers
 import numpy as np
 
 from lamina.autograd import is_grad_enabled
-from lamina.dispatch import arguments, bindings, dtypes, meta, ops
+from lamina.dispatch import arguments, bindings, dtypes, layouts, meta, ops
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.decompositions import attention_weights
 from lamina.dispatch.schema import OPERATORS
@@ -1122,11 +1122,14 @@ def flatten(input: Tensor, start_dim: int = 1, end_dim: int = -1) -> Tensor:
 
 @checked
 def layout_of(input: Tensor) -> str | None:
-    """The memory layout of a CPU tensor: "NCHW" (C-contiguous), "NHWC" (channels-last
+    """The memory layout of a tensor: "NCHW" (C-contiguous), "NHWC" (channels-last
     strides of a 4-D tensor) or None (any other strides). A tensor that is both (one
-    channel, or 1 x 1 images) is "NCHW"."""
-    data = input.numpy()
-    if data.flags.c_contiguous:
+    channel, or 1 x 1 images) is "NCHW". From its strides, so on any device (the meta
+    device's included: lm.jit traces on it)."""
+    data = input._data
+    if not isinstance(data, np.ndarray):  # another device's storage: by its strides
+        return layouts.image_layout(input._shape, layouts.strides_of(input))
+    if data.flags.c_contiguous:  # NumPy's flags: ten times faster than the strides
         return "NCHW"
     if data.ndim == 4 and data.transpose(0, 2, 3, 1).flags.c_contiguous:
         return "NHWC"
