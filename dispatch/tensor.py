@@ -38,6 +38,18 @@ class UpperLayers:
 
 upper = UpperLayers()
 
+# Note [Grad flag changes]: a count bumped whenever a tensor's requires_grad flips
+# (requires_grad_, or the property's setter). A compiled module (lamina.jit) reads its
+# parameters' flags again only when it moved, as its tree when the module generation
+# did (Note [Module generation] in lamina.nn.modules): unfreezing a layer after its
+# first compiled call must give it gradients.
+requires_grad_changes = 0
+
+
+def _flag_changed() -> None:
+    global requires_grad_changes
+    requires_grad_changes += 1
+
 
 # Note [Typed dunders]: Tensor's operator methods (__add__, ...) are installed from the
 # schema at import (dispatch/bindings.py). For type checkers only, Tensor also derives
@@ -310,7 +322,9 @@ class Tensor(_Base):
                     "requires_grad_(False) is only allowed on leaf tensors; "
                     "use detach() for a non-leaf tensor"
                 )
-            self._ks &= ~keys.AUTOGRAD
+            if self._ks & keys.AUTOGRAD:
+                _flag_changed()
+                self._ks &= ~keys.AUTOGRAD
             return self
         if self._dtype.kind not in "fc":
             raise TypeError(
@@ -318,6 +332,7 @@ class Tensor(_Base):
                 f"{self._dtype}"
             )
         if not self._ks & keys.AUTOGRAD:
+            _flag_changed()
             self._grad_fn = None  # Note [Autograd fields]
             self._ks |= keys.AUTOGRAD
         return self

@@ -494,6 +494,44 @@ def test_a_compiled_module_trains_step_by_step_as_eager():
     assert len(compiled._compiled.variants) == 2
 
 
+def test_unfreezing_a_parameter_after_compiling_gives_it_gradients():
+    """Note [Grad flag changes]: the guard reads the parameters' requires_grad again
+    when one flips; the variant traced with a frozen weight treated it as a constant."""
+    model = lm.nn.Linear(3, 2)
+    compiled, x = jit.compile(model), rand(4, 3).requires_grad_()
+    model.weight.requires_grad_(False)
+    lm.sum(compiled(x)).backward()
+    assert model.weight.grad is None and model.bias.grad is not None
+    model.weight.requires_grad = True
+    lm.sum(compiled(x)).backward()
+    np.testing.assert_allclose(model.weight.grad.numpy(), np.tile(x.numpy().sum(0), (2, 1)))
+    assert "a parameter's requires_grad" in compiled.recompiles[-1]
+
+
+def test_an_input_only_unread_outputs_depend_on_gets_no_gradient():
+    """As in eager mode: a loss over the first of two branches leaves the second's
+    parameters without a gradient (None, which optimizers skip), not zeros."""
+
+    class Two(lm.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = lm.nn.Linear(3, 2), lm.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.a(x), self.b(x)
+
+    model = Two()
+    compiled, x = jit.compile(model), rand(4, 3)
+    for _ in range(2):
+        model.zero_grad()
+        lm.sum(compiled(x)[0]).backward()
+        assert model.b.weight.grad is None and model.b.bias.grad is None
+        assert model.a.weight.grad is not None
+    first, second = compiled(x)
+    lm.sum(first + second).backward()
+    assert model.b.weight.grad is not None
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_modules_that_read_their_inputs_layout_compile(layout):
     """F.layout_of read a traced (meta) tensor's values: ZeroPad2d, ConvTranspose2d

@@ -4,8 +4,10 @@ Note [Guards]: a compiled variant is valid for the calls whose inputs match what
 trace assumed: each tensor's shape, dtype, strides (its layout) and requires_grad
 (CPU tensors only: others run eagerly), the other arguments' values, grad mode, the
 dispatch tables' generation number (Note [Generation]) and, for a Module, every
-submodule's training flag and the identity of its parameters and buffers (read again
-only when a module changed: Note [Module generation] in lamina.nn.modules).
+submodule's training flag, the identity of its parameters and buffers and whether each
+parameter requires grad (read again only when a module changed or a flag flipped: Note
+[Module generation] in lamina.nn.modules, Note [Grad flag changes] in
+dispatch/tensor.py).
 ``_guard_key`` reads all of that into one tuple, the key of the variant's dict: a call
 costs that tuple and one lookup.
 A call matching no variant traces a new one, up to ``cache_limit`` variants per
@@ -47,6 +49,7 @@ from typing import Any
 from lamina.autograd.grad_mode import is_grad_enabled
 from lamina.autograd.grad_mode import state as _grad
 from lamina.dispatch import core, entries, keys
+from lamina.dispatch import tensor as tensor_module
 from lamina.dispatch.dtypes import DType
 from lamina.dispatch.layouts import NHWC
 from lamina.dispatch.tensor import Tensor
@@ -254,10 +257,13 @@ def _guard_key(args: tuple, kwargs: dict, module: tuple | None) -> tuple | None:
 
 def _module_guard(module: Any) -> tuple:
     """What a compiled module's variants depend on besides the arguments: every
-    submodule's mode and the identity of every parameter and buffer (Note [Guards])."""
+    submodule's mode, the identity of every parameter and buffer and whether each
+    parameter requires grad (Note [Guards])."""
+    parameters = list(module.parameters())
     return (
         ("modes", tuple(m.training for m in module.modules())),
-        ("parameters", tuple(map(id, module.parameters()))),
+        ("parameters", tuple(map(id, parameters))),
+        ("grads", tuple(p.requires_grad for p in parameters)),
         ("buffers", tuple(map(id, module.buffers()))),
     )
 
@@ -265,6 +271,7 @@ def _module_guard(module: Any) -> tuple:
 _MODULE_CHANGES = {  # _module_guard's parts, in _what_changed's words
     "modes": "the module's training flag (or a submodule's)",
     "parameters": "the module's parameters (one added, removed or replaced)",
+    "grads": "a parameter's requires_grad",
     "buffers": "the module's buffers (one added, removed or replaced)",
 }
 
@@ -395,10 +402,11 @@ class CompiledFunction:
     def _module_key(self) -> tuple:
         """``_module_guard`` of the module, read again only when a module changed
         (Note [Module generation] in lamina.nn.modules)."""
-        if self._module_state[0] != modules.generation:
+        stamp = (modules.generation, tensor_module.requires_grad_changes)
+        if self._module_state[0] != stamp:  # Note [Grad flag changes] in dispatch/tensor.py
             guard = _module_guard(self.module)
             number = self._module_numbers.setdefault(guard, len(self._module_numbers))
-            self._module_state = (modules.generation, guard, number)
+            self._module_state = (stamp, guard, number)
         return self._module_state[1]
 
     def _token_prefix(self) -> tuple:
@@ -803,6 +811,16 @@ class _CompiledModule:
     @property
     def _orig_mod(self) -> Any:
         return self._module
+
+    @property
+    def graphs(self) -> list[Graph]:
+        """The compiled function's graphs, as a compiled function's."""
+        return self._compiled.graphs
+
+    @property
+    def recompiles(self) -> list[str]:
+        """What changed at each variant after the first, as a compiled function's."""
+        return self._compiled.recompiles
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)

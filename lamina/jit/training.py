@@ -45,8 +45,10 @@ class Training:
         inputs: list[Value],
         saved: list[Value],
         n_kept: int,
+        reach: list[frozenset[int]],
     ) -> None:
         self.forward, self.backward = forward, backward
+        self.reach = reach  # per differentiable input, the outputs that depend on it
         self.n_outputs, self.single = n_outputs, single
         self.diff, self.inputs, self.saved = diff, inputs, saved
         self.n_kept = (
@@ -79,14 +81,16 @@ class Training:
         by node (Note [Released values] in executor.py)."""
         kept, like, box = args[len(self.diff) : -2], args[-2], args[-1]
         grads = list(g) if self.n_outputs > 1 else [g]
+        missing = {k for k, grad in enumerate(grads) if grad is None}
         with no_grad():
-            for i, (shape, dtype) in enumerate(like):  # an output the loss did not read
-                if grads[i] is None:  # (an RNN's last state): its gradient is zeros
-                    grads[i] = ops.zeros(shape, dtype=dtype)
+            for k in missing:  # an output the loss did not read (an RNN's last state)
+                grads[k] = ops.zeros(like[k][0], dtype=like[k][1])
             inputs = [*grads, *kept, *box]
             if release:
                 box.clear()
             out = self.backward.run(inputs)  # it empties ``inputs``
+        if missing:  # an input only those outputs read gets none, as in eager mode
+            out = [None if self.reach[i] <= missing else grad for i, grad in enumerate(out)]
         return [*out, *([None] * (len(kept) + 2))]
 
 
@@ -126,6 +130,7 @@ def build(
     diff = [tracer.values[id(t)] for t in diff_twins]
     gvalues = [tracer.values[id(p)] for p in placeholders]
     forward_nodes, backward_nodes = graph.nodes[:forward_count], graph.nodes[forward_count:]
+    reach = _reach(forward_nodes, outputs, diff)
     for name in names:
         if name in P.JOINT:  # what the forward saves for the backward
             forward_nodes, backward_nodes = P.JOINT[name](
@@ -159,7 +164,24 @@ def build(
     bwd.outputs = tuple(grad_values)
     forward_plan = Plan(_optimized(fwd, names))
     backward_plan = Plan(_optimized(bwd, names), positional=gvalues + read, consume=True)
-    return Training(forward_plan, backward_plan, len(outs), single, diff, inputs, read, len(users))
+    return Training(
+        forward_plan, backward_plan, len(outs), single, diff, inputs, read, len(users), reach
+    )
+
+
+def _reach(nodes: list, outputs: list[Value], diff: list[Value]) -> list[frozenset[int]]:
+    """For each differentiable input, the indices of the outputs whose values depend on
+    it (through ``nodes``, the forward's)."""
+    depends: dict[Value, frozenset[int]] = {v: frozenset([i]) for i, v in enumerate(diff)}
+    for node in nodes:
+        found = frozenset().union(*(depends.get(v, ()) for v in node.inputs()))
+        for r in node.results:
+            depends[r] = found
+    reach: list[set[int]] = [set() for _ in diff]
+    for k, o in enumerate(outputs):
+        for i in depends.get(o, ()):
+            reach[i].add(k)
+    return [frozenset(r) for r in reach]
 
 
 def _optimized(graph: Graph, names: Any) -> Graph:
