@@ -34,6 +34,10 @@ class UpperLayers:
 
     autograd: Any = None  # lamina.autograd: backward(), register_hook() and the like
     namespace: Any = None  # the lamina module
+    # lamina.jit, while a trace runs: called with a CPU tensor whose values are read (item(),
+    # float(), bool(), tolist()), so that the trace makes the read a graph break (Note
+    # [Tracing])
+    reads: Any = None
 
 
 upper = UpperLayers()
@@ -204,7 +208,11 @@ class Tensor(_Base):
         """The values as a NumPy array: the storage for CPU tensors, a copy otherwise."""
         # moved without a call of to_device: a read of values, not an operation a mode
         # (a trace: Note [Tracing] in lamina.jit) would record
-        return self.numpy() if self._ks & keys.CPU else move(self, "cpu").numpy()
+        if not self._ks & keys.CPU:
+            return move(self, "cpu").numpy()
+        if upper.reads is not None:
+            upper.reads(self)
+        return self.numpy()
 
     def item(self) -> bool | int | float:
         if self.size != 1:

@@ -494,6 +494,36 @@ def test_a_compiled_module_trains_step_by_step_as_eager():
     assert len(compiled._compiled.variants) == 2
 
 
+def test_a_read_of_a_buffers_values_is_a_graph_break():
+    """Note [Tracing]: float() of a real tensor in a trace baked its value into the
+    graph: stale after the buffer changed, and stale at once after a traced write
+    (BatchNorm with momentum=None divides by its count of batches: ZeroDivisionError on
+    a fresh module, running statistics drifting after one eager step)."""
+
+    class Scale(lm.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("s", lm.asarray(np.array(1.0)))
+
+        def forward(self, x):
+            return x * float(self.s)
+
+    model, x = Scale(), rand(3)
+    compiled = jit.compile(model)
+    equal(compiled(x), x)
+    model.s.fill_(5.0)
+    equal(compiled(x), x * 5.0)
+    assert [b.reason for b in jit.explain(model, x).breaks] == ["reading the values of a float64[]"]
+    for momentum in (None, 0.1):
+        eager, norm = (lm.nn.BatchNorm2d(3, momentum=momentum) for _ in range(2))
+        compiled = jit.compile(norm)
+        for seed in range(3):
+            images = rand(4, 3, 5, 5, seed=seed)
+            np.testing.assert_allclose(compiled(images).numpy(), eager(images).numpy(), rtol=1e-5)
+        for a, b in zip(eager.buffers(), norm.buffers()):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6)
+
+
 def test_unfreezing_a_parameter_after_compiling_gives_it_gradients():
     """Note [Grad flag changes]: the guard reads the parameters' requires_grad again
     when one flips; the variant traced with a frozen weight treated it as a constant."""
