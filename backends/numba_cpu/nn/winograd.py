@@ -593,8 +593,10 @@ def algorithm(geo, dtype, steady=False):
     precision] in lamina.backends.precision); where each thread's part has enough output
     tiles (Note [Enough tiles]), or, with ``steady`` filters, from MIN_STEADY_TILES
     tiles of the batch (Note [Steady filters])."""
+    if not ENABLED or geo.kh != geo.kw or geo.kh not in FAST:  # 1 x 1: most of a net's
+        return None
     fast = np.dtype(dtype) != np.float32 or precision.fast_float32()
-    alg = (FAST if fast else PRECISE).get(geo.kh) if ENABLED and geo.kh == geo.kw else None
+    alg = (FAST if fast else PRECISE).get(geo.kh)
     if (
         alg is None
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
