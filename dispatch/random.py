@@ -35,7 +35,11 @@ class Generator:
         if seed < 0:
             seed &= (1 << 64) - 1  # PyTorch wraps negative seeds to 64 bits as well
         self._seed = seed
-        self._rng = numpy.random.default_rng(seed)
+        fresh = numpy.random.default_rng(seed)
+        if self._rng is None:
+            self._rng = fresh
+        else:  # restarted in place: a compiled graph holds this NumPy generator (lm.jit)
+            self._rng.bit_generator.state = fresh.bit_generator.state
         return self
 
     def seed(self) -> int:

@@ -494,6 +494,78 @@ def test_a_compiled_module_trains_step_by_step_as_eager():
     assert len(compiled._compiled.variants) == 2
 
 
+def _grads_of(fn, x):
+    """(fn(x)'s backward gradient of x, the result's requires_grad)."""
+    x = lm.asarray(x.numpy()).requires_grad_()
+    out = fn(x)
+    lm.sum(out if isinstance(out, lm.Tensor) else out[0]).backward()
+    return x.grad.numpy(), (out if isinstance(out, lm.Tensor) else out[-1]).requires_grad
+
+
+def test_no_grad_inside_and_masks_at_a_break_keep_eager_gradients():
+    """A call under no_grad inside the program recorded autograd in the compiled plan
+    (its gradient counted twice); a boolean-mask selection, run at a graph break, lost
+    its gradient; a derivative formula that reads values (sort's) failed to compile."""
+
+    def inside(x):
+        with lm.no_grad():
+            z = x * 2
+        return z * x, z
+
+    programs = [
+        inside,
+        lambda x: lm.sum(x * 2) + lm.sum(x[x > 0]),
+        lambda x: lm.sum(lm.sort(x, axis=0) * lm.asarray([1.0, 2.0, 3.0, 4.0])),
+    ]
+    x = lm.asarray(np.array([3.0, -1.0, 2.0, 0.5]))
+    for fn in programs:
+        compiled = jit.compile(fn)
+        for _ in range(2):
+            (ga, ra), (gb, rb) = _grads_of(fn, x), _grads_of(compiled, x)
+            np.testing.assert_array_equal(gb, ga)
+            assert ra == rb
+
+
+def test_compiled_writes_bump_versions_and_saved_tensors_are_checked():
+    """Note [Version counters]: a compiled in-place write bumps its storage's version,
+    so a tensor autograd saved and a program then changed is an error, as in eager
+    mode (the backward used the new values); so is a program writing a tensor its own
+    backward reads. Double backward through a compiled function is refused."""
+    double = jit.compile(lambda x: x.mul_(2))
+    w, x = lm.ones(3).requires_grad_(), lm.ones(3)
+    y = lm.sum(w * x)  # saves x
+    double(x)
+    assert x._version == 1
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        y.backward()
+
+    def squares(x):
+        y = x * 2 + 1
+        y.mul_(y)
+        return lm.sum(y)
+
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        jit.compile(squares)(lm.ones(2).requires_grad_()).backward()
+    x = lm.asarray([1.0, 2.0]).requires_grad_()
+    with pytest.raises(NotImplementedError, match="create_graph"):
+        lm.autograd.grad(jit.compile(lambda x: lm.sum(x**3))(x), [x], create_graph=True)
+
+
+def test_reseeding_restarts_compiled_random_calls():
+    """A compiled graph holds the stream's NumPy generator: manual_seed restarts it in
+    place, where it made a new one the graph never saw."""
+    noisy = jit.compile(lambda x: x + lm.rand(3))
+    x = lm.zeros(3)
+    draws = []
+    for _ in range(3):
+        lm.manual_seed(0)
+        draws.append(noisy(x).numpy())
+    lm.manual_seed(0)
+    np.testing.assert_array_equal(draws[0], lm.rand(3).numpy())
+    for d in draws[1:]:
+        np.testing.assert_array_equal(d, draws[0])
+
+
 def test_a_read_of_a_buffers_values_is_a_graph_break():
     """Note [Tracing]: float() of a real tensor in a trace baked its value into the
     graph: stale after the buffer changed, and stale at once after a traced write

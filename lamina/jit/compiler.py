@@ -740,7 +740,7 @@ class _Segments:
         if run is not None:  # Note [Eager calls in a trace] in tracer.py
             with suspended(self.tracer):
                 return run(self._real)
-        results = call_node(call, self.env)
+        results = call_node(call, self.env, self.grad)  # boolean masks keep gradients
         if not results:
             return None
         outs = []

@@ -20,6 +20,7 @@ from typing import Any
 from lamina.backends.threads import concurrently
 from lamina.dispatch import keys
 from lamina.dispatch.schema import Operator
+from lamina.dispatch.tensor import bump_version
 
 from .graph import INPUT, Graph, Node, Value, map_values, values_in
 from .symbolic import Sym, SymbolicFused, symbol_places
@@ -27,10 +28,12 @@ from .symbolic import Sym, SymbolicFused, symbol_places
 
 def node_keys(node: Node, grad: bool) -> int:
     """The key set of a node's call on the CPU: CPU (creation operators take their
-    device from it too), and AUTOGRAD where an input requires grad and ``grad`` (grad
-    mode at the trace) is on."""
+    device from it too), and AUTOGRAD where autograd recorded the call in the trace: an
+    input requires grad, its result does (not under a ``no_grad`` inside the program)
+    and ``grad`` (grad mode at the trace) is on."""
     ks = keys.CPU
-    if grad and any(v.requires_grad for v in node.inputs()):
+    recorded = any(v.requires_grad for v in node.results) or not node.results
+    if grad and recorded and any(v.requires_grad for v in node.inputs()):
         ks |= keys.AUTOGRAD
     return ks & node.target.mask
 
@@ -109,11 +112,14 @@ class Plan:
                 return node.target.emit([arg(a) for a in node.args], results, bind)
             else:  # another kernel a pass made: called with its arguments
                 call = f"{bind(node.target, 'k')}({args})"
+            # Note [Version counters] (dispatch/tensor.py): a write bumps its storage's
+            # version, so that autograd refuses a saved tensor changed since
+            bumps = [f"{bind(bump_version, 'c')}({names[v]})" for v in dict.fromkeys(node.writes())]
             if not node.results:
-                return [call]
+                return [call, *bumps]
             if node.several:
-                return ["".join(names[r] + ", " for r in node.results) + f"= {call}"]
-            return [f"{names[node.results[0]]} = {call}"]
+                return ["".join(names[r] + ", " for r in node.results) + f"= {call}", *bumps]
+            return [f"{names[node.results[0]]} = {call}", *bumps]
 
         last_use = _last_uses(nodes, graph)
         for group in groups:
@@ -274,10 +280,11 @@ def _entry(op: Operator, ks: int, args: tuple) -> Any:
     return op.table[ks.bit_length()]
 
 
-def call_node(node: Node, env: dict) -> list:
-    """Run one operator node now on the real tensors ``env`` gives its Values (grad
-    off): the results as a list (empty for an in-place call)."""
-    ks = node_keys(node, False)
+def call_node(node: Node, env: dict, grad: bool = False) -> list:
+    """Run one operator node now on the real tensors ``env`` gives its Values (with
+    ``grad``, recorded by autograd as in the trace): the results as a list (empty for
+    an in-place call)."""
+    ks = node_keys(node, grad)
     args = map_values(node.args, env.__getitem__)
     out = _entry(node.target, ks, args)(ks, *args)
     if "inplace" in node.target.tags:

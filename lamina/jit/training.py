@@ -22,7 +22,7 @@ from typing import Any
 
 from lamina.autograd import derivatives, engine
 from lamina.autograd import graph as autograd_graph
-from lamina.autograd.grad_mode import no_grad
+from lamina.autograd.grad_mode import is_grad_enabled, no_grad
 from lamina.dispatch import modes, ops
 from lamina.dispatch.tensor import Tensor
 
@@ -79,6 +79,11 @@ class Training:
         into the plan's inputs (Note [Releasing saved values]), so each goes back to
         the pool after its last use in the backward, as eager's saved tensors go node
         by node (Note [Released values] in executor.py)."""
+        if is_grad_enabled():  # backward(create_graph=True): this plan records nothing
+            raise NotImplementedError(
+                "a compiled function's backward cannot be differentiated again "
+                "(create_graph=True); call the function uncompiled for higher derivatives"
+            )
         kept, like, box = args[len(self.diff) : -2], args[-2], args[-1]
         grads = list(g) if self.n_outputs > 1 else [g]
         missing = {k for k, grad in enumerate(grads) if grad is None}
@@ -112,6 +117,9 @@ def build(
         if not outs or not all(isinstance(o, Tensor) and o.requires_grad for o in outs):
             return None
         forward_count = len(graph.nodes)
+        if any(v.requires_grad for node in graph.nodes for v in node.writes()):
+            return None  # a write into autograd's graph: it records through the forward
+            # plan, and checks the tensors it saved (a batch norm's statistics are not)
         twins = [t for t in tracer.keep if id(t) in tracer.values and t.requires_grad]
         kinds = [tracer.values[id(t)].kind for t in twins]
         if CONSTANT in kinds:  # a non-leaf read from elsewhere: its graph is not ours
@@ -125,7 +133,10 @@ def build(
                 twin = ops.empty(o.shape, dtype=o.dtype, device="meta")
                 tracer._bind(twin, graph.new_value(twin, None, f"g{k}"))
                 placeholders.append(twin)
-        grads = engine.grad(outs, diff_twins, placeholders, allow_unused=True)
+        try:
+            grads = engine.grad(outs, diff_twins, placeholders, allow_unused=True)
+        except GraphBreak:  # a derivative formula reads values (sort's): autograd records
+            return None  # through the forward plan instead
     outputs = [tracer.values[id(o)] for o in outs]
     diff = [tracer.values[id(t)] for t in diff_twins]
     gvalues = [tracer.values[id(p)] for p in placeholders]
