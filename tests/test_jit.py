@@ -526,6 +526,30 @@ def test_no_grad_inside_and_masks_at_a_break_keep_eager_gradients():
             assert ra == rb
 
 
+def test_a_result_returned_detached_stays_detached():
+    """A detached tensor is an alias of its tensor in the trace (the same Value):
+    returned, the compiled call gave the tensor itself, history and all (gradients
+    through it counted twice), with or without a graph break."""
+
+    def plain(x):
+        return (x * 2).detach(), x * 3
+
+    def broken(x):
+        y = x * 2
+        if float(lm.sum(y)) > -1e9:  # a graph break
+            y = y + 1
+        return y.detach(), y
+
+    for fn in (plain, broken):
+        compiled = jit.compile(fn)
+        for run in (fn, compiled, compiled):
+            x = lm.ones(3).requires_grad_()
+            a, b = run(x)
+            assert not a.requires_grad and b.requires_grad
+            lm.sum(a * x + b).backward()
+            np.testing.assert_array_equal(x.grad.numpy(), [5.0] * 3)  # a + 3, a + 2 (a = 3)
+
+
 def test_compiled_writes_bump_versions_and_saved_tensors_are_checked():
     """Note [Version counters]: a compiled in-place write bumps its storage's version,
     so a tensor autograd saved and a program then changed is an error, as in eager

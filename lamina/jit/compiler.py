@@ -115,7 +115,10 @@ def _output_of(tracer: Tracer, out: Any) -> Any:
     that is not made of tensors, numbers, strings, None, tuples, lists and dicts is
     refused (a compiled function could not return it again)."""
     if isinstance(out, Tensor):
-        return tracer.value_of(tracer.meta_of(out))  # a tensor read from elsewhere: a constant
+        value = tracer.value_of(tracer.meta_of(out))  # a tensor read from elsewhere: a constant
+        if value.requires_grad and not out.requires_grad:  # returned detached
+            return tracer.detached(out, value)
+        return value
     if isinstance(out, (tuple, list)):
         return _rebuilt(out, [_output_of(tracer, x) for x in out])
     if isinstance(out, dict):
@@ -697,7 +700,12 @@ class _Segments:
     def _real(self, out: Any) -> Any:
         if isinstance(out, Tensor):
             value = self.tracer.values.get(id(out))
-            return out if value is None else self.env[value]
+            if value is None:  # a detached alias of a Value's tensor (meta_of's rule)
+                value = self.tracer.storages.get(id(out._data))
+                if value is None or value.shape != out._shape:
+                    return out
+            real = self.env[value]
+            return real.detach() if real.requires_grad and not out.requires_grad else real
         if isinstance(out, (tuple, list)):
             return _rebuilt(out, [self._real(x) for x in out])
         if isinstance(out, dict):

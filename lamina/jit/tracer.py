@@ -170,6 +170,16 @@ class Tracer:
             return type(a)(self.value_of(x) for x in a)
         return a
 
+    def detached(self, twin: Tensor, value: Value) -> Value:
+        """A Value for ``twin``, a detached alias of ``value``'s tensor that the
+        program returns: made by a DETACH node."""
+        node = Node(DETACH, (value,), line=user_line())
+        result = self.graph.new_value(twin)
+        result.node = node
+        node.results.append(result)
+        self.graph.nodes.append(node)
+        return result
+
     def record(self, op: Operator, args: tuple, result: Any, line: str) -> None:
         node = Node(op, self.value_of(args), line=line)
         several = isinstance(result, tuple)
@@ -183,6 +193,21 @@ class Tracer:
             node.results.append(value)
             self._bind(r, value)
         self.graph.nodes.append(node)
+
+
+class _Detach:
+    """The kernel of a result the program returns detached: ``t.detach()`` at each call.
+    Inside a program a detached tensor is an alias of its tensor, the same Value
+    (``meta_of``); returned, the alias would be the tensor itself, autograd history
+    and all."""
+
+    name = "detach"
+
+    def __call__(self, t: Tensor) -> Tensor:
+        return t.detach()
+
+
+DETACH = _Detach()
 
 
 def current() -> Tracer | None:
