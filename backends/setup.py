@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lamina.dispatch import dtypes as D
+from lamina.dispatch import layouts
 from lamina.dispatch.meta import (  # noqa: F401 (re-exported: the schema's dtype and shape rules)
     broadcast_shapes,
     check_cast,
@@ -112,3 +113,12 @@ def check_clip_bounds(x: Any, *bounds: Any) -> None:
                 f"cannot bound a {x._dtype} tensor without changing its dtype; "
                 "cast x with astype first"
             )
+
+
+def copy_order(data: np.ndarray) -> str:
+    """NumPy's ``order`` for a copy of ``data`` that Note [Result layouts] describes
+    (dispatch/layouts.py): "K", its stride order, where data is dense; "C" where it is
+    not (a broadcast view, stride 0: "K" put that axis innermost, and PyTorch's copy is
+    C-contiguous too)."""
+    dense = layouts.dense_order(data.shape, layouts.element_strides(data)) is not None
+    return "K" if dense else "C"

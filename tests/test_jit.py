@@ -526,6 +526,21 @@ def test_no_grad_inside_and_masks_at_a_break_keep_eager_gradients():
             assert ra == rb
 
 
+def test_copies_of_a_broadcast_input_are_contiguous_as_traced():
+    """clone, sort and astype of a broadcast view (stride 0) kept NumPy's "K" order,
+    that axis innermost, where the trace described a C-contiguous result: a fused loop
+    after them refused its input."""
+    y = rand(3, 4)
+    x = lm.asarray(np.arange(4.0, dtype=np.float32)).reshape(1, 4).expand(3, 4)
+    for copy_of in (lm.clone, lambda t: lm.sort(t, axis=0), lambda t: lm.astype(t, lm.float64)):
+        assert copy_of(x).numpy().flags.c_contiguous
+
+        def fn(x, y):
+            return lm.exp(copy_of(x)) + y
+
+        np.testing.assert_allclose(jit.compile(fn)(x, y).numpy(), fn(x, y).numpy(), rtol=1e-6)
+
+
 def test_a_result_returned_detached_stays_detached():
     """A detached tensor is an alias of its tensor in the trace (the same Value):
     returned, the compiled call gave the tensor itself, history and all (gradients

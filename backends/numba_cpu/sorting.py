@@ -58,7 +58,9 @@ def sort(ks, x, axis, descending, stable):
 
 def _sort_general(data, axis, descending):
     if not descending:
-        return from_array(np.sort(data, axis=axis, kind="stable"))
+        out = data.copy(order=S.copy_order(data))
+        out.sort(axis=axis, kind="stable")
+        return from_array(out)
     return from_array(np.take_along_axis(data, _order(data, axis, True), axis))
 
 

@@ -124,7 +124,7 @@ def setitem(ks, x, key, value):
 def index_add(ks, x, key, values):
     """A copy of x with values added at x[key] (np.add.at: repeated indices add up)."""
     comp = S.promote(OPERATORS["index_add"], (x, values))
-    out = x._data.astype(comp.np, copy=True)
+    out = x._data.astype(comp.np, order=S.copy_order(x._data), copy=True)
     np.add.at(out, unwrap_index(key), S.operand(values, comp))
     return from_array(out)
 
@@ -133,11 +133,11 @@ def astype(ks, x, dtype, copy):
     if not copy and dtype is x._dtype:
         return x
     S.check_cast("astype", x._data, dtype)
-    return from_array(x._data.astype(dtype.np))
+    return from_array(x._data.astype(dtype.np, order=S.copy_order(x._data)))
 
 
 def copy(ks, x):
-    return from_array(x._data.copy(order="K"))  # keeping the memory layout, as np.copy
+    return from_array(x._data.copy(order=S.copy_order(x._data)))  # keeping the layout
 
 
 def to_device(ks, x, device):
