@@ -510,7 +510,11 @@ def _m_new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
 
 
 def _reduction(name: str) -> Callable:
-    def reduce(self, dim=None, keepdim=False, **kwargs):
+    def reduce(self, dim=None, keepdim=False, *, axis=None, keepdims=None, **kwargs):
+        # PyTorch takes NumPy's spellings too: x.amax(axis=1, keepdims=True)
+        if axis is not None and dim is not None:
+            raise TypeError(f"{name}: got both dim= and axis=")
+        dim, keepdim = (dim if axis is None else axis), (keepdim if keepdims is None else keepdims)
         fn = getattr(ops, name)
         return fn(
             self, axis=tuple(dim) if isinstance(dim, list) else dim, keepdims=keepdim, **kwargs

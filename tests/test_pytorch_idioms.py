@@ -92,6 +92,11 @@ def test_each_spelling_gets_its_own_semantics():
         lm.mean(x, keepdim=True, keepdims=True)
     with pytest.raises(TypeError, match="got both dim= and axis="):
         lm.roll(x, 1, dim=0, axis=1)
+    # PyTorch's amax takes NumPy's spellings too (they failed: "multiple values for axis")
+    assert lm.amax(x, axis=1).tolist() == [4.0, 3.0]
+    assert x.amin(axis=0, keepdims=True).tolist() == [[1.0, 2.0]]
+    with pytest.raises(TypeError, match="got both dim= and axis="):
+        lm.amax(x, dim=0, axis=1)
 
 
 def test_inplace_methods_record_the_gradient_of_what_they_compute():
