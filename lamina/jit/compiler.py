@@ -699,11 +699,9 @@ class _Segments:
 
     def _real(self, out: Any) -> Any:
         if isinstance(out, Tensor):
-            value = self.tracer.values.get(id(out))
-            if value is None:  # a detached alias of a Value's tensor (meta_of's rule)
-                value = self.tracer.storages.get(id(out._data))
-                if value is None or value.shape != out._shape:
-                    return out
+            value = self.tracer.values.get(id(out)) or self.tracer.alias_of(out)
+            if value is None:
+                return out
             real = self.env[value]
             return real.detach() if real.requires_grad and not out.requires_grad else real
         if isinstance(out, (tuple, list)):

@@ -114,7 +114,7 @@ class Plan:
                 call = f"{bind(node.target, 'k')}({args})"
             # Note [Version counters] (dispatch/tensor.py): a write bumps its storage's
             # version, so that autograd refuses a saved tensor changed since
-            bumps = [f"{bind(bump_version, 'c')}({names[v]})" for v in dict.fromkeys(node.writes())]
+            bumps = [f"{bind(bump_version, 'c')}({names[v]})" for v in node.writes()]
             if not node.results:
                 return [call, *bumps]
             if node.several:

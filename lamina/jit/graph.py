@@ -78,7 +78,8 @@ class Node:
         if "inplace" in getattr(self.target, "tags", ()):
             written = (self.target.params[0].name, *written)
         names = [p.name for p in getattr(self.target, "params", ())]
-        args = [self.args[i] for i in map(names.index, written) if i < len(self.args)]
+        places = dict.fromkeys(map(names.index, written))  # in-place ops name arg 0 twice
+        args = [self.args[i] for i in places if i < len(self.args)]
         return [a for a in args if isinstance(a, Value)]
 
     @property

@@ -142,14 +142,20 @@ class Tracer:
         self.storages[id(twin._data)] = value
         self.keep.append(twin)
 
+    def alias_of(self, t: Tensor) -> Value | None:
+        """The Value whose tensor ``t`` is a detached alias of (its storage and shape),
+        or None."""
+        alias = self.storages.get(id(t._data))
+        return alias if alias is not None and alias.shape == t._shape else None
+
     def meta_of(self, a: Any) -> Any:
         """An argument as the meta device gets it: tensors as meta twins (a real tensor
         met for the first time becomes a constant input), sequences element by element."""
         if isinstance(a, Tensor):
             if id(a) in self.values:
                 return a
-            alias = self.storages.get(id(a._data))
-            if alias is not None and alias.shape == a._shape:  # a detached alias (a node's
+            alias = self.alias_of(a)
+            if alias is not None:  # a detached alias (a node's
                 self._bind(a, alias)  # saved result): the same Value
                 return a
             twin = self.metas.get(id(a))
