@@ -303,18 +303,24 @@ def _im2col_blocks(padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo, cols):
     """cols[(c kh + i) kw + j, (m ho + oh) wo + ow] = padded[m, c0 + c, oh sh + i dh, ow
     sw + j dw]: the im2col matrix of a block of whole zero-padded NCHW images (Note
     [Small planes]), image plane by image plane, each read from the L1 cache kh kw
-    times; the channels in parallel where compiled so."""
+    times; the channels in parallel where compiled so. Note [Runs of kernel columns]."""
     pixels = ho * wo
     for c in jit.prange(cin):
         for m in range(padded.shape[0]):
             plane = padded[m, c0 + c]
             for i in range(kh):
-                for j in range(kw):
-                    dst = cols[(c * kh + i) * kw + j, m * pixels : (m + 1) * pixels]
-                    for oh in range(ho):
-                        src = plane[oh * sh + i * dh]
-                        for ow in range(wo):
-                            dst[oh * wo + ow] = src[ow * sw + j * dw]
+                for oh in range(ho):
+                    src = plane[oh * sh + i * dh]
+                    p = m * pixels + oh * wo
+                    for j in range(kw):
+                        dst = cols[(c * kh + i) * kw + j, p : p + wo]
+                        if sw == 1:
+                            run = src[j * dw : j * dw + wo]
+                            for ow in range(wo):
+                                dst[ow] = run[ow]
+                        else:
+                            for ow in range(wo):
+                                dst[ow] = src[ow * sw + j * dw]
 
 
 def _col2im_blocks(cols, padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo):
@@ -324,12 +330,29 @@ def _col2im_blocks(cols, padded, c0, cin, kh, kw, sh, sw, dh, dw, ho, wo):
         for m in range(padded.shape[0]):
             plane = padded[m, c0 + c]
             for i in range(kh):
-                for j in range(kw):
-                    src = cols[(c * kh + i) * kw + j, m * pixels : (m + 1) * pixels]
-                    for oh in range(ho):
-                        dst = plane[oh * sh + i * dh]
-                        for ow in range(wo):
-                            dst[ow * sw + j * dw] += src[oh * wo + ow]
+                for oh in range(ho):
+                    dst = plane[oh * sh + i * dh]
+                    p = m * pixels + oh * wo
+                    for j in range(kw):
+                        src = cols[(c * kh + i) * kw + j, p : p + wo]
+                        if sw == 1:
+                            run = dst[j * dw : j * dw + wo]
+                            for ow in range(wo):
+                                run[ow] += src[ow]
+                        else:
+                            for ow in range(wo):
+                                dst[ow * sw + j * dw] += src[ow]
+
+
+# Note [Runs of kernel columns]: the image-block kernels walk an input row's kernel
+# columns innermost, each one output row of the im2col matrix: at stride 1 the row's
+# part is a run of the input row sliced to start at 0 (Note [Slices from 0]), which LLVM
+# vectorizes, where a gather at a stride known only at run time was copied element by
+# element. Measured float32, one thread, im2col / col2im of one block, us, before ->
+# after: Inception's 3 x 3 from 48 channels on 8 x 8 at batch 1 24.8 -> 11.2 / 29.0 ->
+# 19.8, 3 x 3 from 32 channels on 16 x 16 46.4 -> 16.2 / 53.3 -> 29.3; ResNet's 256
+# channels on 4 x 4 at batch 32 1839 -> 1359 / 2105 -> 2004; a 3 x 3 stride 2 from 64
+# channels at batch 8, 279 -> 222 / 349 -> 340 (the input row read once per output row).
 
 
 def _reversed_axes(a, out):
@@ -1022,7 +1045,13 @@ def _flat_loop(step, x, b, geo, out_for):
 # from 256 to 512 channels 19.4 / 2.2 ms (1.5) and 40.5 / 29.8 ms (34.3). With more
 # pixels than channels the convolution runs channels-last, its operands and result
 # transposed: AlexNet's 5 x 5 on 7 x 7 (48 -> 128 channels) at batch 32, forward and
-# both gradients, 34 -> 19 ms against NCHW blocks of one image.
+# both gradients, 34 -> 19 ms against NCHW blocks of one image. But channels-first
+# images of at most SMALL_PLANE output pixels in all (one image, in inference) run over
+# image blocks whatever their channels: there the channels-last path's transposes and
+# weight reordering cost more than its GEMM saved. Measured float32, one thread, the
+# forward pass / with both gradients, us: Inception's 3 x 3 from 32 to 48 channels on
+# 8 x 8 at batch 1 55-67 / 289-351 -> 47 / 235, its 5 x 5 from 12 to 24 38-41 / 235-326
+# -> 31-32 / 191-196. Channels-last images, which need no transposes there, stay.
 SMALL_PLANE = 100
 # A 1x1 convolution's NCHW products run image by image, (C_out, C_in) @ (C_in, pixels),
 # nearly matrix-vector products on MobileNet's late 4 x 4 and 2 x 2 images; channels-last
@@ -1033,11 +1062,13 @@ SMALL_PLANE = 100
 SMALL_POINTWISE_PLANE = 16
 
 
-def _batched(geo, dtype):
-    """Whether this convolution runs over blocks of whole images (Note [Small planes])."""
+def _batched(geo, dtype, layout=NCHW):
+    """Whether this convolution of images in ``layout`` runs over blocks of whole
+    images (Note [Small planes]); where its order is NCHW, either layout's answer."""
+    most = max(geo.c_out, SMALL_PLANE) if layout == NCHW else geo.c_out
     return (
         geo.ho * geo.wo <= SMALL_PLANE
-        and 0 < geo.n * geo.ho * geo.wo <= geo.c_out  # empty batches: the general path
+        and 0 < geo.n * geo.ho * geo.wo <= most  # empty batches: the general path
         and not geo.pointwise
         and not depthwise.applies(geo)
         and winograd.algorithm(geo, dtype) is None
@@ -1219,7 +1250,7 @@ def _order(geo, layout, dtype):
     depthwise one's NCHW rows of small planes would be too short to vectorize
     (``depthwise.on_planes``); a 1x1 one's products on small planes too small,
     SMALL_POINTWISE_PLANE)."""
-    if _batched(geo, dtype):
+    if _batched(geo, dtype, layout):
         return NCHW
     if depthwise.applies(geo):
         return NHWC if layout == NCHW and not depthwise.on_planes(geo, dtype) else layout
