@@ -450,6 +450,13 @@ def _epilogue(out, bias, layout, floor):
 # ---------------------------------------------------------------- geometry
 
 
+# Note [Decisions of one call]: a Geometry is made on every call of a convolution
+# operator, and the choices that several steps of the call ask for again -- Winograd's
+# algorithm: the memory order, the image-block test and the filters each, ~2.5 us a time
+# -- are kept in its ``decisions``, made once a call. Not across calls: the number of
+# threads, the float32 precision and the thresholds they read may change between them.
+
+
 class Geometry:
     """The shapes of one convolution: input (n, c, h, w), weight (c_out, c_in per
     group, kh, kw), output (ho, wo), the canonical stride, padding and dilation."""
@@ -468,6 +475,13 @@ class Geometry:
         self.wo = meta.conv_output_size(self.w, self.pl + self.pr, self.kw, self.sw, self.dw)
         self.k = self.cin * self.kh * self.kw  # the GEMM's inner dimension, per group
         self.pointwise = (self.kh, self.kw, self.sh, self.sw) == (1, 1, 1, 1) and not any(padding)
+        self.decisions = {}  # Note [Decisions of one call]
+
+    def __copy__(self):
+        """A copy to change (one group's, a flipped one's): its decisions its own."""
+        other = object.__new__(Geometry)
+        other.__dict__.update(self.__dict__, decisions={})
+        return other
 
     @property
     def flops(self):

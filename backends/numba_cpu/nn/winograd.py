@@ -592,26 +592,38 @@ def algorithm(geo, dtype, steady=False):
     family]), or None: for float32 at "highest" the precise ones only (Note [Float32
     precision] in lamina.backends.precision); where each thread's part has enough output
     tiles (Note [Enough tiles]), or, with ``steady`` filters, from MIN_STEADY_TILES
-    tiles of the batch (Note [Steady filters])."""
+    tiles of the batch (Note [Steady filters]). Decided once a call (Note [Decisions of
+    one call] in conv.py)."""
     if not ENABLED or geo.kh != geo.kw or geo.kh not in FAST:  # 1 x 1: most of a net's
         return None
-    fast = np.dtype(dtype) != np.float32 or precision.fast_float32()
+    key = ("winograd", dtype, steady)
+    if key not in geo.decisions:
+        geo.decisions[key] = _algorithm(geo, np.dtype(dtype), steady)
+    return geo.decisions[key]
+
+
+def _algorithm(geo, dtype, steady):
+    fast = dtype != _FLOAT32 or precision.fast_float32()
     alg = (FAST if fast else PRECISE).get(geo.kh)
     if (
         alg is None
         or (geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) != (1, 1, 1, 1, 1)
         or min(geo.cin, geo.c_out) < MIN_CHANNELS
         or min(geo.ho, geo.wo) < MIN_SIZE
-        or np.dtype(dtype) not in (np.float32, np.float64)
+        or dtype not in _FLOATS
     ):
         return None
     tile_rows = geo.n * -(-geo.ho // alg.m)
     tiles = tile_rows * -(-geo.wo // alg.m)
     if steady:
         return alg if tiles >= MIN_STEADY_TILES else None
-    u_bytes = alg.n * alg.n * geo.cin * geo.c_out * np.dtype(dtype).itemsize
+    u_bytes = alg.n * alg.n * geo.cin * geo.c_out * dtype.itemsize
     needed = MIN_TILES * max(_parts(geo, tile_rows), math.sqrt(u_bytes / L2_BYTES))
     return alg if tiles >= needed else None
+
+
+_FLOAT32 = np.dtype(np.float32)
+_FLOATS = (_FLOAT32, np.dtype(np.float64))
 
 
 def _parts(geo, tile_rows):
