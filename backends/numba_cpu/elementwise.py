@@ -55,6 +55,12 @@ _INT_BOUNDS = [
 ]
 
 
+def in_parallel(comp, n):
+    """Whether an elementwise loop over n elements of dtype ``comp`` runs in parallel
+    (Note [Parallel threshold] in lamina.backends.threads)."""
+    return n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
+
+
 class Elementwise:
     """Kernels and setup of one elementwise operator (unary, binary or ternary).
 
@@ -193,7 +199,7 @@ class Elementwise:
         n = out.size
         if n == 0:
             return
-        parallel = n >= (_parallel_min if comp.np.itemsize >= 4 else _parallel_min_narrow)
+        parallel = in_parallel(comp, n)
         if self.numpy_loops and comp.kind == "f":
             self.run_simd(out, *arrays)
             return

@@ -9,7 +9,7 @@ from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from . import kernels as K
-from .elementwise import Elementwise
+from .elementwise import Elementwise, in_parallel
 
 empty = np.empty
 
@@ -33,14 +33,23 @@ def concat(ks, arrays, axis):
     else:  # channels-last images: the result too (Note [Result layouts])
         n, c, h, w = shape
         out = empty((n, h, w, c), comp.np).transpose(0, 3, 1, 2)
-    copy = _COPY
+    pieces = [S.operand(t, comp) for t in arrays]
+    if not in_parallel(comp, out.size):  # Note [Serial joins]
+        np.concatenate(pieces, axis, out=out, casting="unsafe")
+        return from_array(out)
     start = 0
-    for t in arrays:
-        n = t._shape[axis]
+    for piece in pieces:
+        n = piece.shape[axis]
         index = (slice(None),) * axis + (slice(start, start + n),)
-        copy.run(comp, out[index], [S.operand(t, comp)])
+        _COPY.run(comp, out[index], [piece])
         start += n
     return from_array(out)
+
+
+# Note [Serial joins]: a join too small for lamina's threads is NumPy's concatenate, one
+# C call (the pieces already cast to the result's dtype); a bigger one copies each
+# piece with the elementwise copy kernel, in parallel. Measured float32, one thread, an
+# Inception block's four branches (32, 48, 16 and 16 channels of 8 x 8): 20.7 -> 1.9 us.
 
 
 _COPY = Elementwise(OPERATORS["positive"], 1, lambda dtype: K.identity)
