@@ -156,6 +156,86 @@ def test_calls_on_parameters_alone_are_hoisted_and_rerun_when_one_changes():
         assert len(runs) == 2
 
 
+# ---------------------------------------------------------------- siblings
+
+
+def branches():
+    """An Inception-like block: two 1 x 1 convolutions of x with relu (siblings), a
+    3 x 3 one (another geometry) and a 1 x 1 one without bias (another family)."""
+    lm.random.seed(0)
+    a, b = lm.nn.Conv2d(4, 3, 1), lm.nn.Conv2d(4, 2, 1)
+    c, d = lm.nn.Conv2d(4, 2, 3, padding=1), lm.nn.Conv2d(4, 5, 1, bias=False)
+    after = lm.nn.Conv2d(2, 2, 3, padding=1)
+
+    def f(x):
+        return lm.concat([F.relu(a(x)), after(F.relu(b(x))), c(x), d(x)], axis=1)
+
+    return f, [m.weight for m in (a, b, c, d, after)] + [a.bias, b.bias]
+
+
+def test_sibling_convolutions_merge_into_one_and_split():
+    f, _ = branches()
+    x = rand(2, 4, 5, 5)
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(f, x), ["rewrite", "siblings"])
+        graph.lint()
+        assert str(graph) == (
+            "graph(x: float32[2, 4, 5, 5]):\n"
+            "  %0: float32[3, 4, 1, 1] = parameter\n"
+            "  %1: float32[3] = parameter\n"
+            "  %4: float32[2, 4, 1, 1] = parameter\n"
+            "  %5: float32[2] = parameter\n"
+            "  %8: float32[2, 2, 3, 3] = parameter\n"
+            "  %9: float32[2] = parameter\n"
+            "  %11: float32[2, 4, 3, 3] = parameter\n"
+            "  %12: float32[2] = parameter\n"
+            "  %14: float32[5, 4, 1, 1] = parameter\n"
+            "  %19: float32[5, 4, 1, 1] = concat([%0, %4], 0)\n"
+            "  %20: float32[5] = concat([%1, %5], 0)\n"
+            "  %21: float32[2, 5, 5, 5] = "
+            "conv2d_relu(x, %19, %20, (1, 1), (0, 0, 0, 0), (1, 1), 1)\n"
+            "  %22: float32[2, 3, 5, 5]{125,25,5,1}, %23: float32[2, 2, 5, 5]{125,25,5,1} = "
+            "split(%21, [3, 2], 1)\n"
+            "  %10: float32[2, 2, 5, 5] = conv2d(%23, %8, %9, (1, 1), (1, 1, 1, 1), (1, 1), 1)\n"
+            "  %13: float32[2, 2, 5, 5] = conv2d(x, %11, %12, (1, 1), (1, 1, 1, 1), (1, 1), 1)\n"
+            "  %15: float32[2, 5, 5, 5] = conv2d(x, %14, None, (1, 1), (0, 0, 0, 0), (1, 1), 1)\n"
+            "  %16: float32[2, 12, 5, 5] = concat([%22, %10, %13, %15], 1)\n"
+            "  return %16"
+        )
+        hoisted = passes.apply(jit.trace(f, x), ["rewrite", "siblings", "hoist"])
+        assert hoisted.nodes[0].name == "hoisted[concat, concat]"
+        compiled = jit.compile(f, passes=["rewrite", "siblings", "hoist"])
+        close(compiled(x), f(x))
+
+
+def test_merged_siblings_train_as_the_separate_convolutions():
+    f, params = branches()
+    x = rand(2, 4, 5, 5).requires_grad_()
+    compiled = jit.compile(f, passes=["rewrite", "siblings"])
+    for run in (f, compiled):
+        for p in [x, *params]:
+            p.grad = None
+        (run(x) ** 2).sum().backward()
+        grads = [p.grad.numpy().copy() for p in [x, *params]]
+        if run is f:
+            want = grads
+    for got, expected in zip(grads, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    (variant,) = compiled.variants.values()
+    assert "split" in [n.name for n in variant.plan.forward.graph.nodes]
+
+
+def test_channels_last_siblings_stay_apart():
+    """Note [Sibling convolutions]: a channel slice of channels-last images is in
+    neither layout."""
+    f, _ = branches()
+    x = F.to_layout(rand(2, 4, 5, 5), "NHWC")
+    with lm.no_grad():
+        graph = passes.apply(jit.trace(f, x), ["rewrite", "siblings"])
+        assert "split" not in [n.name for n in graph.nodes]
+        close(jit.compile(f)(x), f(x))
+
+
 # ---------------------------------------------------------------- layout
 
 

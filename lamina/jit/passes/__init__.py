@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..graph import Graph
-from . import cse, dce, fold, fold_batch_norm, fuse, hoist, layout, recompute, rewrite
+from . import cse, dce, fold, fold_batch_norm, fuse, hoist, layout, recompute, rewrite, siblings
 
 PASSES: dict[str, Callable[[Graph], Graph]] = {
     "cse": cse.run,
@@ -18,6 +18,7 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
     "dce": dce.run,
     "fold_batch_norm": fold_batch_norm.run,
     "rewrite": rewrite.run,
+    "siblings": siblings.run,
     "hoist": hoist.run,
     "fuse": fuse.run,
 }
@@ -31,6 +32,7 @@ DEFAULT = (
     "dce",
     "fold_batch_norm",
     "rewrite",
+    "siblings",
     "hoist",
     "fuse",
     "recompute",

@@ -53,7 +53,7 @@ def _foldable(conv: Node, bn: Node) -> bool:
 
 def run(graph: Graph) -> Graph:
     users, returned = graph.users(), set(graph.output_values())
-    replaced: dict[Node, tuple[list[Node], Value]] = {}
+    replaced: dict[Node, tuple[list[Node], dict]] = {}
     dropped: set[Node] = set()
     for node in graph.nodes:
         if node.name != "conv2d":
@@ -71,6 +71,6 @@ def run(graph: Graph) -> Graph:
         )
         for n in nodes:
             n.line = bn.line
-        replaced[bn] = (nodes, value)
+        replaced[bn] = (nodes, {bn.results[0]: value})
         dropped.add(conv)
     return splice(graph, replaced, dropped)

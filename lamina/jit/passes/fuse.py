@@ -225,7 +225,7 @@ def _row_length(shape: tuple, axis: Any) -> int | None:
 # their decompositions -- those formulas -- take their place, so that a fusion group
 # sees through them and they join the calls around them.
 def _inline(graph: Graph) -> Graph:
-    at: dict[Node, tuple[list[Node], Value]] = {}
+    at: dict[Node, tuple[list[Node], dict]] = {}
     for node in graph.nodes:
         if isinstance(node.target, Operator) and node.target.name in layouts.ELEMENTWISE_LIKE:
             decomposition = decompositions.DECOMPOSITIONS[node.target.name]
@@ -233,7 +233,7 @@ def _inline(graph: Graph) -> Graph:
             if all(_computation(n) is not None for n in nodes):
                 for n in nodes:
                     n.line = node.line
-                at[node] = (nodes, value)
+                at[node] = (nodes, {node.results[0]: value})
     return splice(graph, at, set())
 
 

@@ -47,7 +47,7 @@ def _fused(rewrite: rewrites.Rewrite) -> object:
 
 def run(graph: Graph) -> Graph:
     users, returned = graph.users(), set(graph.output_values())
-    at_last: dict[Node, tuple[list[Node], Value]] = {}  # a chain's last call -> fused
+    at_last: dict[Node, tuple[list[Node], dict]] = {}  # a chain's last call -> fused
     dropped: set[Node] = set()
     for node in graph.nodes:
         if node in dropped or not node.args or not isinstance(node.args[0], Value):
@@ -64,19 +64,23 @@ def run(graph: Graph) -> Graph:
         )
         for n in nodes:
             n.line = chain[-1].line
-        at_last[chain[-1]] = (nodes, value)
+        at_last[chain[-1]] = (nodes, {chain[-1].results[0]: value})
         dropped.update(chain)
     return splice(graph, at_last, dropped)
 
 
-def splice(graph: Graph, at: dict[Node, tuple[list[Node], Value]], dropped: set[Node]) -> Graph:
-    """``graph`` with each node of ``at`` replaced by its new nodes, whose Value takes
-    the place of the node's first result, and the ``dropped`` nodes removed."""
+def splice(
+    graph: Graph, at: dict[Node, tuple[list[Node], dict[Value, Value]]], dropped: set[Node]
+) -> Graph:
+    """``graph`` with each node of ``at`` replaced by its new nodes, whose Values take
+    the places the node's entry names (old Value -> new), and the ``dropped`` nodes
+    removed."""
     renamed: dict[Value, Value] = {}
     kept: list[Node] = []
     for node in graph.nodes:
         if node in at:
-            nodes, renamed[node.results[0]] = at[node]
+            nodes, places = at[node]
+            renamed.update(places)
         elif node in dropped:
             continue
         else:
