@@ -3,11 +3,13 @@ strides over the same storage), indexing, conversion. NumPy's own view and index
 machinery does the work; what lamina adds is the operator's semantics (dtype rules of
 setitem, PyTorch's 0-d views, read-only broadcasts) and the tensors."""
 
+import itertools
+
 import numpy as np
 
 from lamina.backends import setup as S
 from lamina.dispatch import dtypes as D
-from lamina.dispatch import keys
+from lamina.dispatch import keys, layouts
 from lamina.dispatch.devices import move
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
@@ -58,13 +60,11 @@ def broadcast_to(ks, x, shape):
 
 
 def split(ks, x, sections, axis):
+    """Slices of x along ``axis`` at the description's cuts (``layouts.split_bounds``)."""
     n = x._shape[axis]
-    bounds = (
-        list(range(sections, n, sections))
-        if isinstance(sections, int)
-        else list(np.cumsum(sections)[:-1])
-    )
-    return tuple(_view_of(x, p) for p in np.split(x._data, bounds, axis=axis))
+    bounds = [0, *layouts.split_bounds(n, sections), n]
+    lead = (slice(None),) * axis
+    return tuple(_view_of(x, x._data[(*lead, slice(a, b))]) for a, b in itertools.pairwise(bounds))
 
 
 def unwrap_index(key):
