@@ -208,32 +208,71 @@ def test_sibling_convolutions_merge_into_one_and_split():
         close(compiled(x), f(x))
 
 
-def test_merged_siblings_train_as_the_separate_convolutions():
-    f, params = branches()
-    x = rand(2, 4, 5, 5).requires_grad_()
-    compiled = jit.compile(f, passes=["rewrite", "siblings"])
-    for run in (f, compiled):
-        for p in [x, *params]:
-            p.grad = None
-        (run(x) ** 2).sum().backward()
-        grads = [p.grad.numpy().copy() for p in [x, *params]]
-        if run is f:
-            want = grads
-    for got, expected in zip(grads, want):
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
-    (variant,) = compiled.variants.values()
-    assert "split" in [n.name for n in variant.plan.forward.graph.nodes]
+def _sibling_programs():
+    """Programs whose sibling convolutions must not merge (Note [Sibling convolutions]),
+    each with the input it runs on."""
+    lm.random.seed(0)
+    a, b = lm.nn.Conv2d(4, 3, 1), lm.nn.Conv2d(4, 2, 1)
+
+    def reshaped(x):  # a reader that depends on the strides
+        return a(x).reshape(2, -1).exp() * 2, b(x).flatten(1) + 1
+
+    def returned(x):
+        return a(x), b(x)
+
+    def written(x):  # the input changes between the siblings
+        y = a(x)
+        x.mul_(2)
+        return lm.concat([y, b(x)], axis=1)
+
+    def broken(x):  # a graph break between them
+        y, z = a(x), b(x)
+        return lm.concat([y * float(y.sum()), z], axis=1)
+
+    images = rand(2, 4, 5, 5)
+    return [
+        (reshaped, images),
+        (returned, images),
+        (written, images),
+        (broken, images),
+        (returned, rand(4, 5, 5)),  # unbatched
+        (returned, F.to_layout(images, "NHWC")),
+    ]
 
 
-def test_channels_last_siblings_stay_apart():
-    """Note [Sibling convolutions]: a channel slice of channels-last images is in
-    neither layout."""
-    f, _ = branches()
-    x = F.to_layout(rand(2, 4, 5, 5), "NHWC")
+def results(out):
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_siblings_that_a_view_would_change_stay_apart(case):
+    f, x = _sibling_programs()[case]
     with lm.no_grad():
-        graph = passes.apply(jit.trace(f, x), ["rewrite", "siblings"])
-        assert "split" not in [n.name for n in graph.nodes]
-        close(jit.compile(f)(x), f(x))
+        want = results(f(x.clone()))
+        compiled = jit.compile(f, layout=None)
+        got = results(compiled(x.clone()))
+    for g, w in zip(got, want, strict=True):
+        close(g, w)
+        assert g.is_contiguous() == w.is_contiguous()
+    assert not any("split" in str(graph) for graph in compiled.graphs)
+
+
+def test_siblings_in_training_keep_their_gradients():
+    """In a joint graph the siblings' results are saved for the backward (returned by
+    the forward); a program that records autograd through its plan (one returning a
+    dict) does not merge them either: both give eager mode's gradients."""
+    f, params = branches()
+    for wrap in (lambda y: y, lambda y: {"y": y}):
+        x = rand(2, 4, 5, 5).requires_grad_()
+        grads = []
+        for run in (lambda x, wrap=wrap: wrap(f(x)), jit.compile(lambda x, wrap=wrap: wrap(f(x)))):
+            for p in [x, *params]:
+                p.grad = None
+            out = run(x)
+            ((out["y"] if isinstance(out, dict) else out) ** 2).sum().backward()
+            grads.append([p.grad.numpy().copy() for p in [x, *params]])
+        for got, want in zip(grads[1], grads[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 # ---------------------------------------------------------------- layout

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lamina.autograd import engine
-from lamina.autograd.grad_mode import no_grad
+from lamina.autograd.grad_mode import enable_grad, no_grad
 from lamina.backends import meta as meta_device
 from lamina.backends.fallback import new_tensor
 from lamina.backends.hookspecs import hookimpl
@@ -251,21 +251,30 @@ _traces: set[Tracer] = set()  # the traces running, in any thread
 _traces_lock = threading.Lock()
 
 
-def record_calls(graph: Graph, fn: Callable[..., Any], *args: Any) -> tuple[list[Node], Any]:
+def record_calls(
+    graph: Graph, fn: Callable[..., Any], *args: Any, grad: bool = False
+) -> tuple[list[Node], Any]:
     """The nodes of ``fn``'s calls on ``args`` (Values of ``graph`` in place of their
     tensors), traced as a program's are, and the Values ``fn`` returned; the nodes are
     not added to ``graph``. A pass writes new calls this way: through the operators'
-    own argument checks and descriptions, never by assembling nodes by hand."""
+    own argument checks and descriptions, never by assembling nodes by hand. With
+    ``grad`` (the calls replace one whose result required grad), they are traced in
+    grad mode, so that their results require grad where it flows, and the plan records
+    autograd through them as it did through the calls they replace (Note [Executor]);
+    traced without, a conv2d + relu rewritten into conv2d_relu in a program that records
+    autograd lost its weights' gradients."""
     scratch = Graph()
     scratch._count = graph._count  # new Values are named on from the graph's
     tracer = Tracer(scratch)
 
     def twin(value: Value) -> Tensor:
         meta = new_tensor(MetaStorage(value.strides), "meta", value.dtype, value.shape)
+        if grad and value.requires_grad:
+            meta.requires_grad_()
         tracer._bind(meta, value)
         return meta
 
-    with no_grad(), tracing(tracer):
+    with enable_grad() if grad else no_grad(), tracing(tracer):
         out = fn(*map_values(args, twin))
     graph._count = scratch._count
     graph.inputs += scratch.inputs  # tensors fn read from elsewhere

@@ -67,8 +67,9 @@ def run(graph: Graph) -> Graph:
         x, w, b, *conv_args = conv.args
         _, gamma, beta, mean, var, _, _, eps, relu = bn.args
         nodes, value = record_calls(
-            graph, _folded, x, w, b, tuple(conv_args), gamma, beta, mean, var, eps, relu
-        )
+            graph, _folded, x, w, b, tuple(conv_args), gamma, beta, mean, var, eps, relu,
+            grad=bn.results[0].requires_grad,
+        )  # fmt: skip
         for n in nodes:
             n.line = bn.line
         replaced[bn] = (nodes, {bn.results[0]: value})

@@ -229,7 +229,10 @@ def _inline(graph: Graph) -> Graph:
     for node in graph.nodes:
         if isinstance(node.target, Operator) and node.target.name in layouts.ELEMENTWISE_LIKE:
             decomposition = decompositions.DECOMPOSITIONS[node.target.name]
-            nodes, value = record_calls(graph, lambda *a: decomposition(0, *a), *node.args)
+            grad = node.results[0].requires_grad
+            nodes, value = record_calls(
+                graph, lambda *a: decomposition(0, *a), *node.args, grad=grad
+            )
             if all(_computation(n) is not None for n in nodes):
                 for n in nodes:
                     n.line = node.line

@@ -59,8 +59,9 @@ def run(graph: Graph) -> Graph:
         chain = chain[: len(found.pattern)]
         if any(r in returned or r in users for r in chain[-1].results[1:]):
             continue
+        grad = chain[-1].results[0].requires_grad
         nodes, value = record_calls(
-            graph, _fused(found), node.args[0], *[n.args[1:] for n in chain]
+            graph, _fused(found), node.args[0], *[n.args[1:] for n in chain], grad=grad
         )
         for n in nodes:
             n.line = chain[-1].line

@@ -5,17 +5,20 @@ siblings' results (views of its channels): one call and one wider product where 
 were several narrow ones (the "horizontal fusion" of TensorRT and TVM).
 
 Note [Sibling convolutions]: siblings are calls of one convolution operator (conv2d,
-or conv2d_relu after the rewrite pass) on the same input Value, with equal stride,
-padding and dilation, one group, weights of one kernel shape and dtype, and biases all
-present or all absent. Their weights and biases must be inputs of the graph
-(parameters), so that all of them are defined before any call: the merged call takes
-the place of the first sibling, before any use of a sibling's result. The
-concatenation of weights and biases reads parameters only, so the hoist pass computes
-it once per change of them (in inference, once). Each sibling's result becomes its
-piece of the split: a view, whose strides the Values carry, so the passes after this
-one plan on them. Only channels-first images are merged: a channel slice of
-channels-last images is in neither layout, and a convolution reading one would run on
-a channels-first copy (Note [Result layouts]), against the layout pass's plan.
+or conv2d_relu after the rewrite pass) on the same channels-first batch of images (a
+4-D, C-contiguous Value), with equal stride, padding and dilation, one group, weights
+of one kernel shape and dtype, and biases all present or all absent. Their weights and
+biases must be parameters or constants of the graph, defined before any call, so the
+merged call takes the first sibling's place, before any use of a sibling's result; the
+concatenation of weights and biases reads them only, so the hoist pass computes it once
+per change of them. Each sibling's result becomes its piece of the split, a view of
+channels, so a result qualifies only where nothing depends on its strides: read by
+convolutions and joins alone (which copy a strided input, or read it as it is, and
+make results of the same strides either way), never returned (a caller's tensor, or a
+training forward's saved value, would be a view), nor recording autograd (the pass's
+calls do not), in a graph that writes nothing in place (a write to the input between
+two siblings would be read before it). So the pass merges in inference; a channel slice
+of channels-last images is in neither layout, and those are left alone too.
 
 Measured float32, one thread, Inception's two families of 1 x 1 branches on 8 x 8
 images, the separate convolutions with relu against the merged one and its split,
@@ -31,7 +34,7 @@ from typing import Any
 from lamina.dispatch import layouts, ops
 from lamina.dispatch.schema import OPERATORS
 
-from ..graph import Graph, Node, Value
+from ..graph import CONSTANT, PARAMETER, Graph, Node, Value
 from ..tracer import record_calls
 from .rewrite import splice
 
@@ -46,28 +49,45 @@ def _merged(name: str, x: Any, weights: list, biases: list | None, geometry: tup
 
 
 def _parameter(v: Any) -> bool:
-    return isinstance(v, Value) and v.node is None
+    return isinstance(v, Value) and v.kind in (PARAMETER, CONSTANT)
 
 
-def _family(node: Node) -> tuple | None:
+def _images(v: Any) -> bool:
+    return isinstance(v, Value) and len(v.shape) == 4 and _contiguous(v)
+
+
+def _contiguous(v: Value) -> bool:
+    return tuple(v.strides) == layouts.contiguous(v.shape)
+
+
+def _family(node: Node, users: dict[Value, list[Node]], returned: set[Value]) -> tuple | None:
     """What siblings share (Note [Sibling convolutions]), or None where ``node`` can
     have none."""
     if node.name not in CONVOLUTIONS:
         return None
     x, w, b, *geometry = node.args
-    if not isinstance(x, Value) or not _parameter(w) or geometry[-1] != 1:
-        return None
-    if tuple(x.strides) != layouts.contiguous(x.shape):  # channels-last: left alone
+    if not _images(x) or not _parameter(w) or geometry[-1] != 1:
         return None
     if b is not None and not _parameter(b):
         return None
+    result = node.results[0]
+    if result in returned or result.requires_grad:
+        return None
+    for reader in users.get(result, []):
+        if reader.name not in (*CONVOLUTIONS, "concat"):
+            return None
+        if reader.name == "concat" and not all(map(_contiguous, reader.inputs())):
+            return None
     return (node.name, x, w.shape[1:], w.dtype, b is None, tuple(geometry))
 
 
 def run(graph: Graph) -> Graph:
+    if any(node.writes() for node in graph.nodes):
+        return graph
+    users, returned = graph.users(), set(graph.output_values())
     families: dict[tuple, list[Node]] = {}
     for node in graph.nodes:
-        family = _family(node)
+        family = _family(node, users, returned)
         if family is not None:
             families.setdefault(family, []).append(node)
     at_first: dict[Node, tuple[list[Node], dict]] = {}
