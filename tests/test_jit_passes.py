@@ -368,6 +368,26 @@ def test_auto_layout_trials_of_a_training_step_leave_no_trace(monkeypatch):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-7)
 
 
+def test_a_program_channels_last_images_cannot_run_keeps_its_layout():
+    """Note [Failed trials]: a view of a convolution's result that NCHW strides allow
+    (channels-last ones cannot give it) failed to compile under ``"auto"``; the trial's
+    failure keeps NCHW, and its batch norm statistics are put back."""
+    lm.random.seed(0)
+    conv, bn = lm.nn.Conv2d(4, 3, 1), lm.nn.BatchNorm2d(3)
+
+    def f(x):
+        return bn(conv(x)).view(-1)
+
+    x = rand(2, 4, 5, 5)
+    twin = copy.deepcopy(bn)
+    with lm.no_grad():
+        got = jit.compile(f)(x)  # layout "auto"
+        bn, eager = twin, bn  # the eager run on the twin's untouched statistics
+        want = f(x)
+    close(got, want)
+    close(eager.running_mean, twin.running_mean)
+
+
 def test_auto_layout_tries_nothing_whose_effects_it_could_not_undo(monkeypatch):
     """Dropout draws random numbers; an in-place write to an argument changes the
     caller's tensor: neither program is run again for a trial."""

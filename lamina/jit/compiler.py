@@ -39,6 +39,7 @@ only for large tensors. ``explain`` lists the breaks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -519,10 +520,11 @@ class CompiledFunction:
         chosen = None if self.layout == "auto" else self.layout
         variant = self._build(args, kwargs, layout=chosen)
         if self.layout == "auto" and L.worth_a_trial(variant.plan, args):
-            other = self._build(args, kwargs, layout=NHWC)
-            whole = isinstance(other.plan, type(variant.plan))  # no graph break either
-            if whole and L.faster(other.plan, variant.plan, tensors):
-                variant, chosen = other, NHWC
+            with contextlib.suppress(Exception):  # Note [Failed trials]
+                other = self._build(args, kwargs, layout=NHWC)
+                whole = isinstance(other.plan, type(variant.plan))  # no graph break either
+                if whole and L.faster(other.plan, variant.plan, tensors):
+                    variant, chosen = other, NHWC
         self.layouts[kind] = chosen
         return variant
 

@@ -44,6 +44,12 @@ from .executor import Plan
 from .graph import Graph
 from .training import Training
 
+# Note [Failed trials]: a program may work only in the layout it was written for: a
+# ``view`` of a convolution's result (``y.view(-1)``) that NCHW strides allow and
+# channels-last ones cannot give, which eager PyTorch refuses as well for channels-last
+# images. A channels-last trial that raises, in its trace or its run, keeps the program
+# in its own layout, as written (it failed to compile: found by review). The trial's
+# writes are put back by ``faster`` either way.
 CHOICES = ("auto", None, layouts.NCHW, layouts.NHWC)
 MARGIN = 0.95  # channels-last is kept where it takes at most this much of NCHW's time
 # timed runs of each plan, alternating, after one untimed run: up to TRIAL_ROUNDS, fewer
