@@ -692,7 +692,9 @@ def test_modules_that_read_their_inputs_layout_compile(layout):
             outs.append((out, x.grad.numpy().copy()))
             x.grad = None
         (a, ga), (b, gb) = outs
-        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6)
+        # within rounding: layout "auto" may run the compiled model channels-last, its
+        # sums in another order than eager's
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6)
         assert F.layout_of(b) == F.layout_of(a)
         np.testing.assert_allclose(gb, ga, rtol=1e-5, atol=1e-6)
         for p, q in zip(eager.parameters(), model.parameters()):
