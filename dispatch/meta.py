@@ -279,10 +279,25 @@ def concat(arrays: list, axis: Any) -> tuple:
         axis = 0
     if not arrays[0]._shape:
         raise ValueError("concat: zero-dimensional tensors cannot be concatenated")
-    return arrays, _check_join_axis("concat", arrays, axis, 0)
+    axis = _check_join_axis("concat", arrays, axis, 0)
+    first = arrays[0]._shape
+    for t in arrays:
+        if len(t._shape) != len(first) or any(
+            s != f for d, (s, f) in enumerate(zip(t._shape, first)) if d != axis
+        ):
+            raise ValueError(
+                f"concat: all tensors must have the same shape except on "
+                f"axis {axis}; got {', '.join(str(a._shape) for a in arrays)}"
+            )
+    return arrays, axis
 
 
 def stack(arrays: list, axis: Any) -> tuple:
+    if any(t._shape != arrays[0]._shape for t in arrays):
+        raise ValueError(
+            f"stack: all tensors must have the same shape; got "
+            f"{', '.join(str(a._shape) for a in arrays)}"
+        )
     return arrays, _check_join_axis("stack", arrays, axis, 1)
 
 

@@ -4,12 +4,12 @@ elementwise copy kernel (strided where it must be)."""
 import numpy as np
 
 from lamina.backends import setup as S
-from lamina.dispatch import layouts
 from lamina.dispatch.schema import OPERATORS
 from lamina.dispatch.tensor import from_array
 
 from . import kernels as K
 from .elementwise import Elementwise, in_parallel
+from .nn.layout import NHWC, layout_of
 
 empty = np.empty
 
@@ -17,22 +17,13 @@ empty = np.empty
 def concat(ks, arrays, axis):
     op = OPERATORS["concat"]
     comp = S.promote(op, arrays)
-    first = arrays[0]._shape
-    for t in arrays:
-        if len(t._shape) != len(first) or any(
-            s != f for d, (s, f) in enumerate(zip(t._shape, first)) if d != axis
-        ):
-            raise ValueError(
-                f"concat: all tensors must have the same shape except on "
-                f"axis {axis}; got {', '.join(str(a._shape) for a in arrays)}"
-            )
-    shape = list(first)
+    shape = list(arrays[0]._shape)  # shapes checked by the description (meta.concat)
     shape[axis] = sum(t._shape[axis] for t in arrays)
-    if layouts.layout_source(op, (arrays, axis)) is None:
-        out = empty(tuple(shape), comp.np)
-    else:  # channels-last images: the result too (Note [Result layouts])
-        n, c, h, w = shape
+    if len(shape) == 4 and all(layout_of(t._data) == NHWC for t in arrays):
+        n, c, h, w = shape  # channels-last images: the result too (Note [Result layouts])
         out = empty((n, h, w, c), comp.np).transpose(0, 3, 1, 2)
+    else:
+        out = empty(tuple(shape), comp.np)
     pieces = [S.operand(t, comp) for t in arrays]
     if not in_parallel(comp, out.size):  # Note [Serial joins]
         np.concatenate(pieces, axis, out=out, casting="unsafe")
@@ -56,13 +47,6 @@ _COPY = Elementwise(OPERATORS["positive"], 1, lambda dtype: K.identity)
 
 
 def stack(ks, arrays, axis):
-    first = arrays[0]._shape
-    for t in arrays:
-        if t._shape != first:
-            raise ValueError(
-                f"stack: all tensors must have the same shape; got "
-                f"{', '.join(str(a._shape) for a in arrays)}"
-            )
     expanded = [from_array(np.expand_dims(t._data, axis)) for t in arrays]
     return concat(ks, expanded, axis)
 
