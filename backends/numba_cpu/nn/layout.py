@@ -104,6 +104,14 @@ def flat_output(like):
 # ---------------------------------------------------------------- to_layout
 
 
+# Images of at most FEW_CHANNELS channels (a network's RGB input) go channels-last one
+# channel at a time: NumPy's copy of the whole transposition runs an inner loop of C
+# elements per pixel. Measured float32, one thread, us: 1 x 3 x 64 x 64 24.5 -> 6.3,
+# 16 x 3 x 224 x 224 2918 -> 727, 1 x 4 x 64 x 64 16.2 -> 6.6; from 8 channels on,
+# the two are within 20% either way.
+FEW_CHANNELS = 4
+
+
 def to_layout(ks, x, layout):
     """NumPy's strided copy does the transposition: measured on 16x64x56x56 float32,
     NCHW -> NHWC 2.4 ms (as fast as a copy) against 11 ms for a tiled Numba loop."""
@@ -113,7 +121,11 @@ def to_layout(ks, x, layout):
     n, c, h, w = data.shape
     if layout == NHWC:
         out = np.empty((n, h, w, c), data.dtype)
-        out[...] = data.transpose(0, 2, 3, 1)
+        if c <= FEW_CHANNELS:
+            for channel in range(c):
+                out[..., channel] = data[:, channel]
+        else:
+            out[...] = data.transpose(0, 2, 3, 1)
         return from_array(out.transpose(0, 3, 1, 2))
     return from_array(np.ascontiguousarray(data))
 
