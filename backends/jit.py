@@ -237,13 +237,7 @@ def compile_kernel(
     dispatcher._cache.options = options if vector_width is None else (*options, vector_width)
     key = f"{signature}|{dispatcher._cache.options}"
     with loop_cache.compiling_once(dispatcher._cache, key), _compiling_for(vector_width):
-        dispatcher.compile(signature)
-        if signature.args not in dispatcher.overloads:
-            # the cache gave another variant's code for this signature (Note [Numba's
-            # cache races] in loop_cache.py): forget the function's cached variants,
-            # compile anew
-            dispatcher._cache.flush()
-            dispatcher.compile(signature)
+        dispatcher.compile(signature)  # never another variant's code: Note [Numba's cache races]
     entry = dispatcher.overloads[signature.args].entry_point
     return threads.synced(entry) if parallel else entry  # Note [Thread count]
 

@@ -481,10 +481,17 @@ _PRUNED = "lamina-pruned"  # in the cache directory of backends/: the stamp last
 # its pointers as the wrong types at worst. So while Numba is in a lamina process, every
 # save (and flush) of an index takes an exclusive lock on a file of its cache directory
 # and every load a shared one (``harden_numba_cache``), which also keeps a load from
-# reading an index whose data file is not written yet; ``jit.compile_kernel`` still
-# checks what it got, for a cache damaged by a process without the lock.
+# reading an index whose data file is not written yet. And each data file carries the
+# key it was saved under, which a load compares with the key it asked for: an index
+# naming another variant's data -- left by a process without the lock, or by files
+# copied over each other -- is a miss, compiled again. That includes variants of one
+# signature, two closures of one template (Winograd's block loops for two algorithms
+# or layouts), which no signature check tells apart. A float64 Winograd weight
+# gradient loaded from a damaged cache once hung on every run, and aborted beside
+# PyTorch ("double free or corruption"), until its index was rebuilt.
 
 _LOCK = "lamina-numba.lock"  # in each of Numba's cache directories
+_KEYED = "lamina-keyed"  # first of a data file's (mark, key, Numba's data)
 
 # Note [Cache keys and options]: Numba keys a cached variant by signature, bytecode and
 # closure cells, not by the options it was compiled with. One function compiled both
@@ -531,11 +538,25 @@ def harden_numba_cache() -> None:
 
         keyed_by_options.keyed_by_options = True  # type: ignore[attr-defined]
         Cache._index_key = keyed_by_options
+    from numba.core.caching import IndexDataCacheFile
+
+    if not getattr(IndexDataCacheFile, "saves_keys", False):  # Note [Numba's cache races]
+        save, load = IndexDataCacheFile.save, IndexDataCacheFile.load
+
+        def save_with_key(self: Any, key: Any, data: Any) -> None:
+            save(self, key, (_KEYED, key, data))
+
+        def load_if_keyed(self: Any, key: Any) -> Any:
+            found = load(self, key)
+            keyed = type(found) is tuple and len(found) == 3 and found[0] == _KEYED
+            return found[2] if keyed and found[1] == key else None
+
+        IndexDataCacheFile.save, IndexDataCacheFile.load = save_with_key, load_if_keyed
+        IndexDataCacheFile.saves_keys = True
     try:
         import fcntl
     except ImportError:  # no flock (Windows): Numba's own behaviour
         return
-    from numba.core.caching import IndexDataCacheFile
 
     def locked(method: Any, mode: int) -> Any:
         def under_lock(self: Any, *args: Any) -> Any:

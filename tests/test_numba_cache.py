@@ -84,6 +84,40 @@ def test_an_index_naming_another_variants_data_is_compiled_around(kernel):
         check(compile_for(double, dtype), dtype)
 
 
+SCALED = """
+def scaled_by(k):
+    def scale(x, out):
+        for i in range(x.size):
+            out[i] = x[i] * k
+    return scale
+"""
+
+
+def test_an_index_naming_another_closures_data_is_compiled_around(tmp_path, monkeypatch):
+    """Two closures of one template share a signature; each data file carries its key,
+    so a swapped index (what a race, or files copied over each other, leaves) is a miss
+    and compiles again, never another variant's code run as this one's."""
+    scaled_by = fresh_module(tmp_path, monkeypatch, "scaling", SCALED).scaled_by
+    array = jit.array(np.float64)
+    signature = jit.types.none(array, array)
+    for k in (2, 3):
+        jit.compile_kernel(scaled_by(k), signature)
+    index = next((tmp_path / "__pycache__").glob("*scale*.nbi"))
+    with open(index, "rb") as f:
+        version, rest = pickle.load(f), f.read()
+    stamp, overloads = pickle.loads(rest)
+    (two, two_data), (three, three_data) = overloads.items()
+    with open(index, "wb") as f:
+        pickle.dump(version, f)
+        f.write(pickle.dumps((stamp, {two: three_data, three: two_data})))
+
+    x = np.arange(4.0)
+    for k in (2, 3):
+        out = np.zeros_like(x)
+        jit.compile_kernel(scaled_by(k), signature)(x, out)
+        np.testing.assert_array_equal(out, x * k)
+
+
 def test_a_save_waits_for_the_lock_of_its_cache_directory(kernel):
     double, cache = kernel
     cache.mkdir()
