@@ -271,6 +271,26 @@ def test_jit_times_the_compiled_model_after_checking_it_against_eager(capsys):
     assert out["compiled"]["memory_bytes"] == []  # no training step asked for
 
 
+def test_a_compiled_model_agrees_with_eager_in_either_layout(tmp_path):
+    """Note [Agreement in either layout]: a compiled lamina model is checked against
+    eager lamina in both layouts, and agrees where either agrees; the report says which.
+    A gradient off by a tenth disagrees with both."""
+    rng = np.random.default_rng(0)
+    want = {"loss": np.float64(4.6), "0.weight": rng.standard_normal((4, 3))}
+    moved = {**want, "0.weight": want["0.weight"] * 1.1}  # a max pool picked the other value
+    assert convnet._agreement(want, want)["agrees"]
+    found = convnet._agreement(moved, want)
+    assert not found["agrees"] and found["worst"] == "0.weight" and found["worst_ratio"] > 1
+
+    def message(layout, agrees=True):
+        found = {**convnet._agreement(want, want), "agrees": agrees, "layout": layout}
+        return convnet._check_message("lamina.jit", "vgg", "train", found)
+
+    assert "agrees with eager lamina (worst" in message(None)
+    assert "agrees with eager lamina run channels-last (worst" in message("NHWC")
+    assert "NOT TIMED -- differs from eager lamina:" in message(None, agrees=False)
+
+
 def _probes(memory: bool) -> convnet.Probes:
     agrees = {"agrees": True, "loss": [4.6, 4.6], "worst": "0.weight", "worst_ratio": 0.01,
               "worst_abs": 1e-7, "first": 2.5, "then": 0.5}  # fmt: skip
