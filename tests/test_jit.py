@@ -4,6 +4,7 @@ every sample of every operator, on random elementwise programs, through graph br
 recompiles, mutation, training and two threads."""
 
 import copy
+import sys
 import threading
 import warnings
 
@@ -941,3 +942,30 @@ def test_a_compiled_module_sees_every_change_of_its_tree():
         model[1].train()
         assert lm.nn.modules.generation > before
     assert len(compiled._compiled.variants) == 4
+
+
+@pytest.mark.core_independent  # Note [Core-independent tests]
+def test_a_convolution_node_keeps_its_plan_per_size_and_thread_count(monkeypatch):
+    """Note [Kernels of plans]: a plan's convolution nodes call their kernel's
+    ``for_plan()`` form, made once per node, which keeps its geometry between calls
+    keyed by the sizes (here a symbolic batch) and the thread count (Note
+    [Convolutions of a plan]): every call still equals eager."""
+    conv = sys.modules["lamina.backends.numba_cpu.nn.conv"]
+    made = []
+    real = conv.conv2d_relu.for_plan
+    monkeypatch.setattr(conv.conv2d_relu, "for_plan", lambda: made.append(1) or real())
+    nn = lm.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.ReLU())
+    model.eval()
+    compiled = lm.jit.compile(model, dynamic=True, layout=None)
+    threads = lm.get_num_threads()
+    try:
+        for batch, count in ((2, 1), (5, 1), (3, 1), (4, 1), (4, 2), (6, 2)):
+            lm.set_num_threads(count)
+            x = np.random.default_rng(batch).standard_normal((batch, 3, 10, 10))
+            x = lm.asarray(x.astype(np.float32))
+            with lm.no_grad():
+                np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), 1e-5, 1e-6)
+    finally:
+        lm.set_num_threads(threads)
+    assert made and len(made) % 2 == 0  # both convolutions of each plan made

@@ -10,6 +10,14 @@ variables, Python numbers and the like inlined or bound as constants. The source
 printed (``Plan.source``), like any generated code in lamina. Tables rebuilt since
 (a plugin registered, a layer switched) change ``entries.generation``, which the guards
 check, so a plan never calls a kernel its table no longer holds.
+
+Note [Kernels of plans]: a kernel may offer ``kernel.for_plan()``: a callable of the
+kernel's own signature that one node of a plan calls instead, made once per node, which
+may keep between calls what a call decides from its arguments' shapes, layouts and
+constants -- they stay as the guards fixed them, except for the sizes a symbolic graph
+leaves free -- and from settings it keys by itself (the CPU convolutions' geometry and
+memory order: Note [Convolutions of a plan] in their backend). Eager calls, and the
+kernels of plugins that offer none, decide on every call.
 """
 
 from __future__ import annotations
@@ -105,7 +113,10 @@ class Plan:
             args = ", ".join(arg(a) for a in node.args)
             if isinstance(node.target, Operator):
                 ks = node_keys(node, grad)
-                kernel = bind(_entry(node.target, ks, node.args), "k")
+                entry = _entry(node.target, ks, node.args)
+                if hasattr(entry, "for_plan"):  # Note [Kernels of plans]
+                    entry = entry.for_plan()
+                kernel = bind(entry, "k")
                 call = f"{kernel}({ks}, {args})"
             elif hasattr(node.target, "emit"):  # a kernel a pass made: its own lines
                 results = [names[r] for r in node.results]
