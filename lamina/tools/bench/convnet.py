@@ -321,9 +321,11 @@ def compare_step(name, models, libs, input_of: Callable, y) -> Agreement:
         model.zero_grad()
         model.float()
     (loss, loss_ref), (mine, ref) = losses, grads
-    ok = _ratio(np.float64(loss), np.float64(loss_ref), **LOSS_TOLERANCE) <= 1
-    worst, worst_ratio, worst_abs = _worst(mine, ref)
-    return Agreement(name, ok and worst_ratio <= 1, (loss, loss_ref), worst, worst_ratio, worst_abs)
+    found = _agreement({"loss": loss, **mine}, {"loss": loss_ref, **ref})
+    return Agreement(
+        name, found["agrees"], tuple(found["loss"]), found["worst"], found["worst_ratio"],
+        found["worst_abs"],
+    )  # fmt: skip
 
 
 def _worst(mine: dict, ref: dict) -> tuple[str, float, float]:
@@ -346,8 +348,9 @@ def _worst(mine: dict, ref: dict) -> tuple[str, float, float]:
 
 
 def _agreement(got: dict, want: dict) -> dict:
-    """How a compiled model's result (``result_of``) stands against an eager one: the
-    loss within LOSS_TOLERANCE and every array within GRAD_TOLERANCE (``_worst``)."""
+    """How a result ({"loss": ..., name: array}, as ``result_of`` gives) stands against
+    a reference: the loss within LOSS_TOLERANCE and every array within GRAD_TOLERANCE
+    (``_worst``)."""
     got, want = dict(got), dict(want)
     loss = [float(got.pop("loss")), float(want.pop("loss"))] if "loss" in want else None
     worst, ratio, difference = _worst(got, want)
