@@ -387,6 +387,26 @@ def test_local_response_norm_matches_the_oracle(size, alpha, beta, k, layout):
     assert F.layout_of(out) == layout
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "shape, size",
+    [((2, 6, 4, 5), 5), ((2, 3, 4, 5), 8), ((1, 48, 7, 9), 4), ((2, 64, 32, 33), 5)],
+    ids=["blocks", "window wider than channels", "even window", "parts on two threads"],
+)
+def test_channels_last_local_response_norm_equals_channels_first(shape, size, dtype, two_threads):
+    """The same sums in the same order (Note [Channels-last LRN]): equal bit for bit,
+    forward and backward, whatever the blocks of pixel rows and the parts."""
+    results = []
+    for layout in ("NCHW", "NHWC"):
+        x = image(shape, layout, dtype=dtype, requires_grad=True)
+        y = F.local_response_norm(x, size, 0.05, 0.75, 1.0)
+        y.backward(lm.asarray(np.cos(np.arange(y.size, dtype=dtype)).reshape(shape)))
+        assert F.layout_of(y) == layout
+        results.append((y.detach().numpy(), x.grad.numpy()))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_local_response_norm_on_3d_and_5d_inputs():
     for shape in ((2, 5, 7), (1, 4, 2, 3, 2)):
         x = param(shape)
