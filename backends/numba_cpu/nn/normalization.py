@@ -628,9 +628,9 @@ def _signature(template, dtype):
         gn_forward_cl: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
         gn_backward_cl: (a3, a3, vec, t.int64, f64_2, f64_2, a3, f64_2, f64_2),
         lrn_forward_cf: (a3, a3, a3, *lrn_forward),
-        lrn_forward_cl: (a2, a2, a2, a2, a2, *lrn_forward),
         lrn_backward_cf: (a3, a3, a3, a3, a3, *lrn_backward),
-        lrn_backward_cl: (a2, a2, a2, a2, a2, a2, a2, *lrn_backward),
+        lrn_forward_cl: (t.UniTuple(a2, 1), t.UniTuple(a2, 2), a2, a2, *lrn_forward),
+        lrn_backward_cl: (t.UniTuple(a2, 4), t.UniTuple(a2, 1), a2, a2, *lrn_forward),
     }[template]
 
 
@@ -891,40 +891,57 @@ def window_sums(padded, total, size, sums):
             sums[j] += run[j]
 
 
-@jitable
-def pixel_block(m, block):
-    """(first row, rows) of block ``block`` of Note [Channels-last LRN] over m rows."""
-    first = block * LRN_PIXELS
-    return first, min(m, first + LRN_PIXELS) - first
+def lrn_cl(inv_pow, backward, loop):
+    """Either channels-last kernel over pixel rows (M, C), a block of rows at a time in
+    part p's padded[p] and sums[p] (Note [Channels-last LRN]): forward, ``inputs`` (x,)
+    and ``outputs`` (out, scale) as lrn_forward_cf's; backward, (g, x, y, scale) and
+    (gx,) as lrn_backward_cf's. The window of backward's sums is forward's transposed:
+    its rows' padding before them is forward's after."""
+
+    def kernel(inputs, outputs, padded, sums, size, alpha, beta, k):
+        m, c = inputs[0].shape
+        before, after = size // 2, (size - 1) // 2
+        lead, pitch, parts = after if backward else before, c + size - 1, padded.shape[0]
+        coef = 2.0 * alpha * beta / size if backward else alpha / size
+        for p in loop(parts):
+            first, last = jit.part(-(-m // LRN_PIXELS), parts, p)
+            for r0 in range(first * LRN_PIXELS, min(m, last * LRN_PIXELS), LRN_PIXELS):
+                rows = min(m, r0 + LRN_PIXELS) - r0
+                for r in range(rows):
+                    terms = padded[p, r * pitch + lead : r * pitch + lead + c]
+                    if backward:  # g y / scale
+                        grow, yrow, srow = inputs[0][r0 + r], inputs[2][r0 + r], inputs[3][r0 + r]
+                        for ch in range(c):
+                            terms[ch] = grow[ch] * yrow[ch] / srow[ch]
+                    else:  # x**2
+                        row = inputs[0][r0 + r]
+                        for ch in range(c):
+                            terms[ch] = row[ch] * row[ch]
+                window_sums(padded[p], rows * pitch, size, sums[p])
+                for r in range(rows):
+                    window = sums[p, r * pitch : r * pitch + c]
+                    if backward:
+                        grow, xrow, srow = inputs[0][r0 + r], inputs[1][r0 + r], inputs[3][r0 + r]
+                        res = outputs[0][r0 + r]
+                        for ch in range(c):
+                            own = grow[ch] * inv_pow(srow[ch], beta)
+                            res[ch] = own - coef * xrow[ch] * window[ch]
+                    else:
+                        row, res, acc = inputs[0][r0 + r], outputs[0][r0 + r], outputs[1][r0 + r]
+                        for ch in range(c):
+                            sc = k + coef * window[ch]
+                            acc[ch] = sc
+                            res[ch] = row[ch] * inv_pow(sc, beta)
+
+    return kernel
 
 
 def lrn_forward_cl(inv_pow, loop):
-    """The same over pixel rows x (M, C), a block of rows at a time in part p's padded[p]
-    and sums[p] (Note [Channels-last LRN])."""
+    return lrn_cl(inv_pow, False, loop)
 
-    def kernel(x, out, scale, padded, sums, size, alpha, beta, k):
-        m, c = x.shape
-        before, pitch, coef = size // 2, c + size - 1, alpha / size
-        parts = padded.shape[0]
-        for p in loop(parts):
-            first, last = jit.part(-(-m // LRN_PIXELS), parts, p)
-            for block in range(first, last):
-                r0, rows = pixel_block(m, block)
-                for r in range(rows):
-                    row, at = x[r0 + r], r * pitch + before
-                    squares = padded[p, at : at + c]
-                    for ch in range(c):
-                        squares[ch] = row[ch] * row[ch]
-                window_sums(padded[p], rows * pitch, size, sums[p])
-                for r in range(rows):
-                    row, res, acc = x[r0 + r], out[r0 + r], scale[r0 + r]
-                    window = sums[p, r * pitch : r * pitch + c]
-                    for ch in range(c):
-                        sc = k + coef * window[ch]
-                        acc[ch] = sc
-                        res[ch] = row[ch] * inv_pow(sc, beta)
 
-    return kernel
+def lrn_backward_cl(inv_pow, loop):
+    return lrn_cl(inv_pow, True, loop)
 
 
 def lrn_backward_cf(inv_pow, loop):
@@ -951,42 +968,17 @@ def lrn_backward_cf(inv_pow, loop):
     return kernel
 
 
-def lrn_backward_cl(inv_pow, loop):
-    """The same over pixel rows (Note [Channels-last LRN])."""
-
-    def kernel(g, x, y, scale, gx, padded, sums, size, alpha, beta):
-        m, c = x.shape
-        after, pitch, coef = (size - 1) // 2, c + size - 1, 2.0 * alpha * beta / size
-        parts = padded.shape[0]
-        for p in loop(parts):
-            first, last = jit.part(-(-m // LRN_PIXELS), parts, p)
-            for block in range(first, last):
-                r0, rows = pixel_block(m, block)
-                for r in range(rows):
-                    grow, yrow, srow, at = g[r0 + r], y[r0 + r], scale[r0 + r], r * pitch + after
-                    terms = padded[p, at : at + c]
-                    for ch in range(c):
-                        terms[ch] = grow[ch] * yrow[ch] / srow[ch]
-                window_sums(padded[p], rows * pitch, size, sums[p])
-                for r in range(rows):
-                    grow, xrow, srow, res = g[r0 + r], x[r0 + r], scale[r0 + r], gx[r0 + r]
-                    window = sums[p, r * pitch : r * pitch + c]
-                    for ch in range(c):
-                        res[ch] = grow[ch] * inv_pow(srow[ch], beta) - coef * xrow[ch] * window[ch]
-
-    return kernel
-
-
-def _lrn_buffers(x, size):
-    """The channels-last kernels' zero-padded block and its window sums, one per part
-    (Note [Channels-last LRN])."""
+def _lrn_cl(template, inputs, outputs, size, alpha, beta, k):
+    """Run a channels-last kernel (``lrn_cl``) with its zero-padded blocks and their
+    window sums, one of each per part (Note [Channels-last LRN])."""
+    x = inputs[0]
     m, c = x.shape
+    entry = _entry(template, (_lrn_power(beta),), x.dtype, x.size, fastmath=False)
     parts = threads.parallel_parts(-(-m // LRN_PIXELS)) if x.size >= _parallel_min else 1
     pitch = c + size - 1
-    return (
-        np.zeros((parts, LRN_PIXELS * pitch + size - 1), x.dtype),
-        np.empty((parts, LRN_PIXELS * pitch), x.dtype),
-    )
+    padded = np.zeros((parts, LRN_PIXELS * pitch + size - 1), x.dtype)
+    sums = np.empty((parts, LRN_PIXELS * pitch), x.dtype)
+    entry(inputs, outputs, padded, sums, size, alpha, beta, k)
 
 
 def _lrn_power(beta):
@@ -997,10 +989,11 @@ def native_local_response_norm(ks, input, size, alpha, beta, k):
     data = input._data
     x, channels_last = channel_view(data)
     out, scale = np.empty_like(x), np.empty_like(x)
-    template = lrn_forward_cl if channels_last else lrn_forward_cf
-    entry = _entry(template, (_lrn_power(beta),), data.dtype, x.size, fastmath=False)
-    buffers = _lrn_buffers(x, size) if channels_last else ()
-    entry(x, out, scale, *buffers, size, alpha, beta, k)
+    if channels_last:
+        _lrn_cl(lrn_forward_cl, (x,), (out, scale), size, alpha, beta, k)
+    else:
+        entry = _entry(lrn_forward_cf, (_lrn_power(beta),), data.dtype, x.size, fastmath=False)
+        entry(x, out, scale, size, alpha, beta, k)
     return (
         from_array(from_channel_view(out, data, channels_last)),
         from_array(from_channel_view(scale, data, channels_last)),
@@ -1012,10 +1005,11 @@ def local_response_norm_backward(ks, grad, input, result, scale, size, alpha, be
     x, channels_last = channel_view(data)
     g, y, s = (_same_view(t._data, data, channels_last) for t in (grad, result, scale))
     gx = np.empty_like(x)
-    template = lrn_backward_cl if channels_last else lrn_backward_cf
-    entry = _entry(template, (_lrn_power(beta),), data.dtype, x.size, fastmath=False)
-    buffers = _lrn_buffers(x, size) if channels_last else ()
-    entry(g, x, y, s, gx, *buffers, size, alpha, beta)
+    if channels_last:
+        _lrn_cl(lrn_backward_cl, (g, x, y, s), (gx,), size, alpha, beta, k)
+    else:
+        entry = _entry(lrn_backward_cf, (_lrn_power(beta),), data.dtype, x.size, fastmath=False)
+        entry(g, x, y, s, gx, size, alpha, beta)
     return from_array(from_channel_view(gx, data, channels_last))
 
 
