@@ -22,7 +22,7 @@ from . import keys, random, reference
 from .devices import Device
 from .meta import broadcast_shapes, check_cast
 from .schema import OPERATORS
-from .tensor import Tensor
+from .tensor import Tensor, expose
 
 __all__ = [
     "__array_namespace_info__",
@@ -163,6 +163,8 @@ def asarray(
         and not np.shares_memory(data, obj)
     ):
         raise ValueError("asarray: copy=False, but the conversion needs a copy")
+    if data is obj or data.base is not None:  # the caller's memory (Note [Sealed storages])
+        expose(data)
     return construct("from_host", data, D.from_numpy(data.dtype), device=device)
 
 
@@ -198,6 +200,7 @@ def from_dlpack(x: Any, /, *, device: DeviceLike = None, copy: bool | None = Non
         if copy is False:
             raise ValueError(f"from_dlpack: moving to {device} needs a copy, but copy=False")
         return asarray(data, device=device)
+    expose(data)  # the producer's memory (Note [Sealed storages])
     return construct("from_host", data, D.from_numpy(data.dtype))
 
 

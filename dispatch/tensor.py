@@ -142,6 +142,7 @@ class Tensor(_Base):
                 f"numpy() needs a dense CPU tensor; this one is on {self.device}"
                 f"{' and sparse' if self._ks & keys.SPARSE else ''}"
             )
+        expose(self._data)  # Note [Sealed storages]
         return self._data
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -182,6 +183,8 @@ class Tensor(_Base):
             kwargs["dl_device"] = dl_device
         if copy is not None:
             kwargs["copy"] = copy
+        if not copy:
+            expose(self._data)  # Note [Sealed storages]
         return self._data.__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -212,7 +215,9 @@ class Tensor(_Base):
             return move(self, "cpu").numpy()
         if upper.reads is not None:
             upper.reads(self)
-        return self.numpy()
+        if self._ks & keys.SPARSE:
+            return self.numpy()  # its error
+        return self._data  # read here, not handed out (Note [Sealed storages])
 
     def item(self) -> bool | int | float:
         if self.size != 1:
@@ -592,6 +597,61 @@ def version_of(t: Tensor) -> int:
     if not versions or not isinstance(t._data, np.ndarray):
         return 0
     return versions.get(id(_root(t._data)), 0)
+
+
+# Note [Sealed storages]: a kernel may keep what it computed from a module parameter
+# (a convolution's transformed filters: Note [Filter cache] in the CPU backend) for as
+# long as the parameter's storage is unchanged. Comparing the values is safe but reads
+# the weight and a copy of it on every call (ResNet-18's, 45 MB: ~4 ms a step); its
+# version (Note [Version counters]) says the same for free, where every write goes
+# through lamina. So a parameter's storage is *sealed* when ``Parameter`` makes it, and
+# ``stamp_of`` gives (storage, version) for the arrays of a sealed storage. A storage
+# that code outside lamina may write is *exposed*, and never sealed again: handed out by
+# ``numpy()`` (``__array__`` too) or ``__dlpack__``, or made by ``asarray`` or
+# ``from_dlpack`` on memory the caller still holds. Such a weight, and every array
+# lamina never sealed, is compared by value, as before. A kernel may seal an array of
+# its own that nothing writes (``seal_array``: the filter cache's results, which a
+# cached result made from them is then kept against).
+sealed: dict[int, None] = {}  # id(root array) of sealed storages
+exposed: dict[int, None] = {}  # id(root array) of exposed ones
+
+
+def _forget_when_freed(root: np.ndarray, table: dict[int, None]) -> None:
+    key = id(root)
+    if key not in table:
+        weakref.finalize(root, table.pop, key, None)
+        table[key] = None
+
+
+def seal(t: Tensor) -> None:
+    """Seal ``t``'s storage unless it was exposed (Note [Sealed storages])."""
+    if isinstance(t._data, np.ndarray):
+        seal_array(t._data)
+
+
+def seal_array(data: np.ndarray) -> None:
+    """Seal the storage of the array ``data`` unless it was exposed: one that only
+    lamina's operations write, or none (a kernel's cached result)."""
+    root = _root(data)
+    if id(root) not in exposed:
+        _forget_when_freed(root, sealed)
+
+
+def expose(data: Any) -> None:
+    """Mark the storage of the array ``data`` exposed (Note [Sealed storages])."""
+    if isinstance(data, np.ndarray):
+        root = _root(data)
+        sealed.pop(id(root), None)
+        _forget_when_freed(root, exposed)
+
+
+def stamp_of(data: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(the storage, its version) of an array of a sealed storage, else None (Note
+    [Sealed storages]): two equal stamps mean equal values."""
+    if not sealed:
+        return None
+    root = _root(data)
+    return (root, versions.get(id(root), 0)) if id(root) in sealed else None
 
 
 core.set_tensor_type(Tensor)

@@ -219,7 +219,7 @@ class _Writer:
                 "or x.indices() and x.values()"
             )
         device = t.device.name
-        values = t.numpy() if device == "cpu" else t.detach().to_device("cpu").numpy()
+        values = t._host()  # read, not handed out (Note [Sealed storages])
         return self._entry(t, values, t.requires_grad, isinstance(t, Parameter), device)
 
     def _ndarray(self, a: np.ndarray, path: tuple) -> str:

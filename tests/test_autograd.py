@@ -2329,6 +2329,42 @@ def test_version_counters_forget_freed_storage():
     assert len(_tensor.versions) <= before + 1
 
 
+def test_sealed_storages_are_stamped_until_exposed():
+    """Note [Sealed storages]: a parameter's storage is stamped (storage, version) from
+    ``Parameter``; an in-place operation changes the stamp; reads leave it; handing the
+    storage out (numpy, __array__, DLPack) or sharing a caller's memory leaves none, for
+    good; the seal is forgotten with the storage."""
+    from lamina.dispatch import tensor as _tensor
+
+    p = lm.nn.Parameter(lm.zeros((2, 3)))
+    first = _tensor.stamp_of(p._data)
+    assert first is not None and _tensor.stamp_of(p._data[1:]) == first  # any view
+    p.tolist(), float(p[0, 0]), repr(p), p.sum().item()  # reads
+    assert _tensor.stamp_of(p._data) == first
+    with lm.no_grad():
+        p.add_(1.0)
+    assert _tensor.stamp_of(p._data)[1] > first[1]
+    exposures = [
+        lambda t: t.numpy(),
+        lambda t: np.asarray(t),
+        lambda t: np.from_dlpack(t),
+    ]
+    for expose in exposures:
+        q = lm.nn.Parameter(lm.zeros(3))
+        expose(q)
+        assert _tensor.stamp_of(q._data) is None
+        assert _tensor.stamp_of(lm.nn.Parameter(q)._data) is None  # never sealed again
+    shared = np.zeros(3)
+    for t in (lm.asarray(shared), lm.from_dlpack(shared), lm.asarray(shared[::2])):
+        assert _tensor.stamp_of(lm.nn.Parameter(t)._data) is None  # the caller's memory
+    assert _tensor.stamp_of(lm.nn.Parameter(lm.asarray([1.0, 2.0]))._data) is not None
+    assert _tensor.stamp_of(np.zeros(3)) is None  # an array lamina never sealed
+    before = len(_tensor.sealed)
+    for _ in range(50):
+        lm.nn.Parameter(lm.ones(3))
+    assert len(_tensor.sealed) <= before + 1
+
+
 # Note [C recording]: the C core records the node of an operator of one tensor (and one
 # setting) itself; the node must be the one graph.record makes (both cores run these)
 ONE_ARGUMENT = {

@@ -1058,6 +1058,40 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     assert not winograd._prepared
 
 
+def test_a_parameter_is_kept_by_its_stamp_and_every_change_is_seen(monkeypatch):
+    """Note [Filter cache] on a module's weight (Note [Sealed storages]): never compared
+    or copied while its storage is sealed, and made again after an in-place operation
+    and an optimizer's step; once a NumPy view of it was handed out, compared by value,
+    so a write through the view is seen too."""
+    monkeypatch.setattr(winograd, "_prepared", {})
+    compared, real = [], winograd._blocks_of
+    monkeypatch.setattr(winograd, "_blocks_of", lambda c, w: compared.append(1) or real(c, w))
+    conv = lm.nn.Conv2d(16, 16, 3, padding=1, dtype=lm.float64)  # by Winograd
+    x = image((1, 16, 16, 16))
+
+    def check():
+        got = conv(x)
+        with lm.backends.use("numpy_ref"):
+            want = conv(x)
+        _close_to_max(got.detach().numpy(), want.detach().numpy(), 1e-12)
+
+    check()
+    check()
+    with lm.no_grad():
+        conv.weight.mul_(2.0)
+    check()
+    optimizer = lm.optim.SGD(conv.parameters(), lr=0.5)
+    lm.sum(conv(x) ** 2).backward()  # the input gradient's flipped weight too
+    optimizer.step()
+    check()
+    assert not compared
+    conv.weight.numpy()[0, 0, 0, 0] = 5.0  # a write lamina does not see
+    check()
+    conv.weight.numpy()[1, 1, 1, 1] = -3.0
+    check()
+    assert compared
+
+
 def test_the_filter_cache_compares_a_strided_weight_whole(monkeypatch):
     """Note [Filter cache] on a weight that is not a C array (compared whole, not
     flattened): a change past the first block is seen, one in the memory between its

@@ -29,7 +29,7 @@ from lamina.dispatch import meta, ops, rewrites
 from lamina.dispatch.arguments import checked
 from lamina.dispatch.dtypes import DType, float32, float64
 from lamina.dispatch.schema import OPERATORS
-from lamina.dispatch.tensor import Tensor
+from lamina.dispatch.tensor import Tensor, seal
 
 from . import functional as F
 from . import init
@@ -53,6 +53,7 @@ class Parameter(metaclass=_ParameterType):
         if requires_grad:
             p.requires_grad_()
         p._is_parameter = True
+        seal(p)  # Note [Sealed storages]
         return p
 
 

@@ -44,10 +44,12 @@ row r % th), sized so its transformed input and products stay in the L2 cache
 
 import math
 import os
+import weakref
 
 import numpy as np
 
 from lamina.backends import jit, precision, threads
+from lamina.dispatch.tensor import seal_array, stamp_of
 
 from .. import blas
 from .layout import NCHW, NHWC
@@ -672,8 +674,13 @@ def _parts(geo, tile_rows):
 # four models, each trained and run for inference in one process, hold 416 MB, and
 # with 256 MB its ResNet-18 inference on 32 x 32 images took 204 ms a batch of 32
 # instead of 137 (two threads), its filters evicted and made again on every call.
+# A module parameter's weight is not copied or compared: its storage's stamp (Note
+# [Sealed storages] in lamina.dispatch.tensor) stands for its values, so an entry keeps
+# the stamp instead of a copy. Comparing and copying took ~9 ms of a ResNet-18 training
+# step at batch 32 on 64 x 64 images and ~4 ms of its inference (45 MB of weights, two
+# threads).
 FILTER_CACHE_BYTES = 512 << 20
-_prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (copy of w, result)
+_prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (w's copy or stamp, result)
 
 
 def prepared(w, tag, build, steady=False, reused=False):
@@ -683,11 +690,12 @@ def prepared(w, tag, build, steady=False, reused=False):
     filters]). With ``reused``, kept even when w changed since the last call: asked for
     again before w changes next."""
     key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype, tag)
+    stamp = stamp_of(w)
     hit = _prepared.get(key)
     if hit is None:  # first seen
-        copy, result = w.copy(), None if steady else build(w)
+        copy, result = _reference(w, stamp), None if steady else build(w)
         kept = result
-    elif _unchanged(hit[0], w):
+    elif _unchanged(hit[0], w, stamp):
         if hit[1] is not None:
             _prepared.pop(key, None)  # (another thread may have evicted it)
             _prepared[key] = hit  # the last one served
@@ -695,8 +703,10 @@ def prepared(w, tag, build, steady=False, reused=False):
         copy, result = hit[0], build(w)
         kept = result
     else:  # changed since the last call (training): its result kept only if reused
-        copy, result = _rewritten(hit, w), None if steady else build(w)
+        copy, result = _rewritten(hit, w, stamp), None if steady else build(w)
         kept = result if reused else None
+    if isinstance(result, np.ndarray) and not np.may_share_memory(result, w):
+        seal_array(result)  # never written: what is cached from it keeps its stamp
     _prepared.pop(key, None)
     _prepared[key] = (copy, kept)
     # only an entry that grew takes the cache past its bound (summing every entry's
@@ -708,23 +718,35 @@ def prepared(w, tag, build, steady=False, reused=False):
     return result
 
 
-def _unchanged(copy, w):
-    """Whether w's bits equal those of its copy: its first block compared first, where
-    a weight changed by an optimizer's step already differs (the whole weight was
-    compared: 0.8 ms for 512 x 512 x 3 x 3 float32, one thread)."""
+def _reference(w, stamp):
+    """What an entry keeps to tell whether w changed: its storage's stamp, as (a weak
+    reference to the storage, its version), or else a copy of w."""
+    return w.copy() if stamp is None else (weakref.ref(stamp[0]), stamp[1])
+
+
+def _unchanged(reference, w, stamp):
+    """Whether w is as when ``reference`` was taken: the same stamp, or where w has none,
+    the same bits as the copy: its first block compared first, where a weight changed
+    by an optimizer's step already differs (the whole weight was compared: 0.8 ms for
+    512 x 512 x 3 x 3 float32, one thread)."""
+    if isinstance(reference, tuple):
+        return stamp is not None and reference[0]() is stamp[0] and reference[1] == stamp[1]
     bits = np.dtype(f"u{w.itemsize}") if w.itemsize in (1, 2, 4, 8) else None
-    return bits is not None and all(
-        np.array_equal(a.view(bits), b.view(bits)) for a, b in _blocks_of(copy, w)
+    return (
+        stamp is None
+        and bits is not None
+        and all(np.array_equal(a.view(bits), b.view(bits)) for a, b in _blocks_of(reference, w))
     )
 
 
-def _rewritten(hit, w):
-    """A copy of w for the entry ``hit`` of a weight that changed: its own copy
-    rewritten in place (a new one took 0.7 ms more for 512 x 512 x 3 x 3 float32),
-    unless a result was kept with it: another thread may be comparing w with that copy
-    to serve the result, which must then fail."""
-    if hit[1] is not None:
-        return w.copy()
+def _rewritten(hit, w, stamp):
+    """A reference (``_reference``) for the entry ``hit`` of a weight that changed: w's
+    stamp, or its copy: the entry's own rewritten in place (a new one took 0.7 ms more
+    for 512 x 512 x 3 x 3 float32), unless a result was kept with it (another thread may
+    be comparing w with that copy to serve the result, which must then fail) or it
+    kept a stamp."""
+    if stamp is not None or hit[1] is not None or isinstance(hit[0], tuple):
+        return _reference(w, stamp)
     np.copyto(hit[0], w)
     return hit[0]
 
@@ -748,8 +770,9 @@ def _cached_bytes():
 
 
 def _entry_bytes(entry):
-    copy, result = entry
-    return copy.nbytes + (0 if result is None else result.nbytes)
+    reference, result = entry
+    copied = 0 if isinstance(reference, tuple) else reference.nbytes
+    return copied + (0 if result is None else result.nbytes)
 
 
 # Note [Steady filters]: from MIN_STEADY_TILES output tiles of the batch, fewer than
