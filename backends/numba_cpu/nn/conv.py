@@ -736,8 +736,14 @@ def _nhwc_geometry(geo):
 
 
 def _nhwc_weights(w, geo):
-    """The groups' (kh kw c_in, c_out) matrices (_nhwc_weight), stacked."""
-    return np.stack([_nhwc_weight(w, g, geo) for g in range(geo.groups)])
+    """The groups' (kh kw c_in, c_out) matrices (_nhwc_weight), stacked: from the filter
+    cache (Note [Filter cache]), so that inference transposes a weight once, and a
+    training step once for its forward pass and input gradient."""
+
+    def stacked(w):
+        return np.stack([_nhwc_weight(w, g, geo) for g in range(geo.groups)])
+
+    return winograd.prepared(w, ("channels-last", geo.groups), stacked, reused=True)
 
 
 def _cols(g, per_group):
