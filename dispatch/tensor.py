@@ -613,14 +613,17 @@ def version_of(t: Tensor) -> int:
 # its own that nothing writes (``seal_array``: the filter cache's results, which a
 # cached result made from them is then kept against).
 sealed: dict[int, None] = {}  # id(root array) of sealed storages
-exposed: dict[int, None] = {}  # id(root array) of exposed ones
+# id(root array) -> a weak reference to it, of exposed ones: ``numpy()`` runs in users'
+# loops, where a finalizer per storage took it from 0.15 to 2.2 us on a fresh result;
+# the references of freed storages are dropped whenever the table doubles
+exposed: dict[int, weakref.ref] = {}
+_EXPOSED_FLOOR = 1024
+_exposed_limit = _EXPOSED_FLOOR
 
 
-def _forget_when_freed(root: np.ndarray, table: dict[int, None]) -> None:
-    key = id(root)
-    if key not in table:
-        weakref.finalize(root, table.pop, key, None)
-        table[key] = None
+def _is_exposed(root: np.ndarray) -> bool:
+    ref = exposed.get(id(root))
+    return ref is not None and ref() is root
 
 
 def seal(t: Tensor) -> None:
@@ -633,16 +636,25 @@ def seal_array(data: np.ndarray) -> None:
     """Seal the storage of the array ``data`` unless it was exposed: one that only
     lamina's operations write, or none (a kernel's cached result)."""
     root = _root(data)
-    if id(root) not in exposed:
-        _forget_when_freed(root, sealed)
+    key = id(root)
+    if key not in sealed and not _is_exposed(root):
+        weakref.finalize(root, sealed.pop, key, None)  # forgotten when freed
+        sealed[key] = None
 
 
 def expose(data: Any) -> None:
     """Mark the storage of the array ``data`` exposed (Note [Sealed storages])."""
+    global _exposed_limit
     if isinstance(data, np.ndarray):
         root = _root(data)
-        sealed.pop(id(root), None)
-        _forget_when_freed(root, exposed)
+        key = id(root)
+        if sealed:
+            sealed.pop(key, None)
+        exposed[key] = weakref.ref(root)
+        if len(exposed) > _exposed_limit:
+            for dead in [k for k, ref in exposed.items() if ref() is None]:
+                del exposed[dead]
+            _exposed_limit = max(_EXPOSED_FLOOR, 2 * len(exposed))
 
 
 def stamp_of(data: np.ndarray) -> tuple[np.ndarray, int] | None:
