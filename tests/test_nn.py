@@ -17,7 +17,7 @@ import pytest
 
 import lamina as lm
 from lamina.backends.numba_cpu import blas, gemm
-from lamina.backends.numba_cpu.nn import conv, pooling, winograd
+from lamina.backends.numba_cpu.nn import conv, filter_cache, pooling, winograd
 from lamina.backends.threads import PARALLEL_ELEMENTS
 from lamina.dispatch import memory
 from lamina.dispatch.decompositions import DECOMPOSITIONS
@@ -1025,7 +1025,7 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     """Note [Filter cache]: served again only while the weight's bits are unchanged,
     whatever changed them (an in-place operation, a write through a NumPy view, even
     0.0 -> -0.0, in the first block compared or after it), and bounded in bytes."""
-    monkeypatch.setattr(winograd, "_FIRST_BLOCK", 100)
+    monkeypatch.setattr(filter_cache, "_FIRST_BLOCK", 100)
     built = []
     real = winograd._transform_filters
     monkeypatch.setattr(winograd, "_transform_filters", lambda *a: built.append(1) or real(*a))
@@ -1053,9 +1053,9 @@ def test_a_changed_weight_is_never_served_from_the_filter_cache(stride, size, mo
     w.numpy()[-1, -1, -1, -1] = 7.0  # past the first block
     check()
     assert len(built) == 6
-    monkeypatch.setattr(winograd, "FILTER_CACHE_BYTES", 0)
+    monkeypatch.setattr(filter_cache, "FILTER_CACHE_BYTES", 0)
     check(param((16, 16, size, size), seed=3, dtype="f8"))  # an entry more: evictions
-    assert not winograd._prepared
+    assert not filter_cache._prepared
 
 
 def test_a_parameter_is_kept_by_its_stamp_and_every_change_is_seen(monkeypatch):
@@ -1063,9 +1063,9 @@ def test_a_parameter_is_kept_by_its_stamp_and_every_change_is_seen(monkeypatch):
     or copied while its storage is sealed, and made again after an in-place operation
     and an optimizer's step; once a NumPy view of it was handed out, compared by value,
     so a write through the view is seen too."""
-    monkeypatch.setattr(winograd, "_prepared", {})
-    compared, real = [], winograd._blocks_of
-    monkeypatch.setattr(winograd, "_blocks_of", lambda c, w: compared.append(1) or real(c, w))
+    monkeypatch.setattr(filter_cache, "_prepared", {})
+    compared, real = [], filter_cache._blocks_of
+    monkeypatch.setattr(filter_cache, "_blocks_of", lambda c, w: compared.append(1) or real(c, w))
     conv = lm.nn.Conv2d(16, 16, 3, padding=1, dtype=lm.float64)  # by Winograd
     x = image((1, 16, 16, 16))
 
@@ -1096,14 +1096,14 @@ def test_the_filter_cache_compares_a_strided_weight_whole(monkeypatch):
     """Note [Filter cache] on a weight that is not a C array (compared whole, not
     flattened): a change past the first block is seen, one in the memory between its
     elements is not."""
-    monkeypatch.setattr(winograd, "_FIRST_BLOCK", 4)
-    monkeypatch.setattr(winograd, "_prepared", {})
+    monkeypatch.setattr(filter_cache, "_FIRST_BLOCK", 4)
+    monkeypatch.setattr(filter_cache, "_prepared", {})
     base = np.arange(64.0).reshape(8, 8)
     w = base[:, ::2]
     built = []
 
     def served():
-        return winograd.prepared(w, "sum", lambda w: built.append(1) or w.sum())
+        return filter_cache.prepared(w, "sum", lambda w: built.append(1) or w.sum())
 
     assert served() == served() == base[:, ::2].sum()
     base[-1, -2] = 100.0  # w's last element
@@ -1266,23 +1266,23 @@ def test_a_copy_kept_with_a_result_is_never_rewritten_in_place(monkeypatch):
     """Note [Filter cache]: a weight that changed gets a new copy where its entry kept
     a result (another thread comparing with the old copy must fail to serve that
     result), and its own copy rewritten in place once it has none (training)."""
-    monkeypatch.setattr(winograd, "_prepared", {})
+    monkeypatch.setattr(filter_cache, "_prepared", {})
     w = np.random.default_rng(0).random((8, 8, 3, 3))
 
     def prepared():
-        return winograd.prepared(w, "twice", lambda w: 2 * w)
+        return filter_cache.prepared(w, "twice", lambda w: 2 * w)
 
     prepared()
     prepared()  # unchanged: its result kept
-    ((first, kept),) = winograd._prepared.values()
+    ((first, kept),) = filter_cache._prepared.values()
     assert kept is not None
     w += 1
     np.testing.assert_array_equal(prepared(), 2 * w)
-    ((second, kept),) = winograd._prepared.values()
+    ((second, kept),) = filter_cache._prepared.values()
     assert kept is None and second is not first and not np.array_equal(first, w)
     w += 1
     np.testing.assert_array_equal(prepared(), 2 * w)
-    ((third, kept),) = winograd._prepared.values()
+    ((third, kept),) = filter_cache._prepared.values()
     assert third is second and np.array_equal(third, w)
 
 
@@ -1292,11 +1292,11 @@ def test_a_reused_result_is_kept_when_its_weight_changed(reused, builds, monkeyp
     forward and again by the input gradient of a training step), a result made from a
     weight that changed since the last call is kept and served until it changes again;
     without, it is made again by the second call."""
-    monkeypatch.setattr(winograd, "_prepared", {})
+    monkeypatch.setattr(filter_cache, "_prepared", {})
     w, built = np.random.default_rng(0).random((8, 8, 3, 3)), []
 
     def prepared():
-        return winograd.prepared(w, "twice", lambda w: built.append(1) or 2 * w, reused=reused)
+        return filter_cache.prepared(w, "twice", lambda w: built.append(1) or 2 * w, reused=reused)
 
     for _ in range(3):  # training steps
         w += 1
@@ -1310,22 +1310,22 @@ def test_the_filter_cache_evicts_copies_without_results_first_then_the_least_ser
 ):
     """Note [Filter cache]'s order of eviction: a trained weight's copy (no result)
     before any result, then the result served longest ago."""
-    monkeypatch.setattr(winograd, "_prepared", {})
-    monkeypatch.setattr(winograd, "FILTER_CACHE_BYTES", 4 * 128)
+    monkeypatch.setattr(filter_cache, "_prepared", {})
+    monkeypatch.setattr(filter_cache, "FILTER_CACHE_BYTES", 4 * 128)
     a, b, c, d = (np.full(16, float(i)) for i in range(4))  # 128 bytes, a result 128 more
 
     def keep():  # the first values of the weights with entries
-        kept = {key[0] for key in winograd._prepared}
+        kept = {key[0] for key in filter_cache._prepared}
         return [w[0] for w in (a, b, c, d) if w.ctypes.data in kept]
 
     def prepared(w):
-        return winograd.prepared(w, "twice", lambda w: 2 * w)
+        return filter_cache.prepared(w, "twice", lambda w: 2 * w)
 
     prepared(a)
     prepared(b)
     b[0] = 9.0  # changed, as in training: a copy alone
     np.testing.assert_array_equal(prepared(b), 2 * b)
-    assert keep() == [0.0, 9.0] and winograd._cached_bytes() == 3 * 128
+    assert keep() == [0.0, 9.0] and filter_cache._cached_bytes() == 3 * 128
     prepared(c)  # 5 x 128 bytes: b's copy goes
     assert keep() == [0.0, 2.0]
     np.testing.assert_array_equal(prepared(a), np.zeros(16))  # served: now the last
@@ -1343,7 +1343,7 @@ def test_inference_takes_winograd_from_fewer_tiles_once_the_weight_is_steady(
     copy (Note [Filter cache])."""
     monkeypatch.setattr(winograd, "MIN_TILES", 256)
     monkeypatch.setattr(winograd, "MIN_STEADY_TILES", 64)
-    monkeypatch.setattr(winograd, "_prepared", {})
+    monkeypatch.setattr(filter_cache, "_prepared", {})
     x = image((4, 16, 16, 16), layout)  # 4 images of 4 x 4 tiles (F(4x4, 3x3)): 64
     w, b = param((24, 16, 3, 3)), param((24,), seed=2)
     with lm.backends.use("numpy_ref"):
@@ -1357,7 +1357,7 @@ def test_inference_takes_winograd_from_fewer_tiles_once_the_weight_is_steady(
         _close_to_max(got.numpy(), want, WINOGRAD_TOLERANCE["f8"])
 
     def filters():  # the Winograd entry (channels-last im2col keeps its weight too)
-        ((copy, u),) = [v for k, v in winograd._prepared.items() if k[-1] == "F(4x4,3x3)"]
+        ((copy, u),) = [v for k, v in filter_cache._prepared.items() if k[-1] == "F(4x4,3x3)"]
         return copy, u
 
     check(False)  # seen once

@@ -64,6 +64,7 @@ from lamina.dispatch.tensor import from_array
 
 from .. import blas, gemm
 from . import depthwise, direct, winograd
+from .filter_cache import prepared
 from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
@@ -743,7 +744,7 @@ def _nhwc_weights(w, geo):
     def stacked(w):
         return np.stack([_nhwc_weight(w, g, geo) for g in range(geo.groups)])
 
-    return winograd.prepared(w, ("channels-last", geo.groups), stacked, reused=True)
+    return prepared(w, ("channels-last", geo.groups), stacked, reused=True)
 
 
 def _cols(g, per_group):
@@ -1230,7 +1231,7 @@ def _tap_weight(w, geo):
     inside its tiny planes, else None."""
     if not _by_taps(geo):
         return None
-    return winograd.prepared(w, "tap-major", _tap_major, reused=True)  # input gradient: again
+    return prepared(w, "tap-major", _tap_major, reused=True)  # input gradient: again
 
 
 def _tap_runs(geo):
@@ -1496,7 +1497,7 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
         return
     s2d = _space_to_depth(geo, x.dtype)
     if s2d is not None:
-        weight = winograd.prepared(w, ("space to depth", geo.sh, geo.sw), s2d.weight)
+        weight = prepared(w, ("space to depth", geo.sh, geo.sw), s2d.weight)
         return _forward(s2d.input(x, layout), weight, bias, s2d.geo, layout, out, floor)
     wt = _tap_weight(w, geo)
     if wt is not None:
@@ -1614,7 +1615,7 @@ def _input_grad(gk, w, geo, order, dtype):
     # col2im) never reads; checking the weight costs a pass over it, not the images
     if geo.transposable and not geo.pointwise and np.isfinite(w).all():
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
-        wf = winograd.prepared(w, ("flipped", geo.groups), lambda w: _flipped(w, geo))
+        wf = prepared(w, ("flipped", geo.groups), lambda w: _flipped(w, geo))
         _forward(gk, wf, None, _transposed(geo, wf), order, gx)
         return gx
     gx = zeros_image(geo.n, geo.c, geo.h, geo.w, dtype, order)

@@ -41,7 +41,7 @@ from lamina.backends.jit import jitable
 
 from .. import gemm
 from .. import vectors as v
-from . import winograd
+from .filter_cache import prepared
 from .layout import NHWC
 
 DIRECT_CHANNELS = 4  # input channels up to which convolutions run direct
@@ -175,7 +175,7 @@ def forward(x, w, bias, geo, layout, out):
     start = np.full(padded, -0.0, x.dtype)  # no bias: negative zeros (Note [Fused epilogues])
     if bias is not None:
         start[: geo.c_out] = bias
-    weight = winograd.prepared(w, ("direct", layout, padded), lambda w: _weight(w, layout, padded))
+    weight = prepared(w, ("direct", layout, padded), lambda w: _weight(w, layout, padded))
     parts = threads.parts_for(geo.flops // 2, geo.n * geo.ho)
     rows = np.empty((parts, 0 if layout == NHWC else geo.wo * geo.c_out), x.dtype)
     xp = _padded(x, geo, layout)

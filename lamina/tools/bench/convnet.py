@@ -466,7 +466,7 @@ def runner(library: str, config: dict) -> timing.Runner:
     weights: a deployed model's, which no training step changes between its calls, as
     training in the same process otherwise would between every sample's calls. lamina
     prepares steady weights once for inference (Note [Filter cache] in
-    backends/numba_cpu/nn/winograd.py); each library gets the same two models."""
+    backends/numba_cpu/nn/filter_cache.py); each library gets the same two models."""
     names = list(load_states(config["weights"]))
     lib, trained = prepared(eager_of(library), config, names)
     models = {"train": trained, "infer": prepared(eager_of(library), config, names)[1]}
