@@ -1454,7 +1454,8 @@ def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     against numpy_ref: 2 groups, stride 2 with a kernel one column wide (which does
     not read every phase of the stride, so its rows are gathered: Note [Flat planes]),
     blocks of 3 of 11 output rows (the last shorter), the 3 images in two parts, cut
-    inside the second but for the input gradient's (Note [Parts of images])."""
+    inside the second but for the input gradient's (Note [Parts of images]), their
+    blocks within BLOCK_BYTES together (Note [Block budget])."""
     parts, real = [], conv._nchw_parts
     spy = lambda *a, **k: parts.append(real(*a, **k)) or parts[-1]
     monkeypatch.setattr(conv, "_nchw_parts", spy)
@@ -1462,11 +1463,12 @@ def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     x = image((3, 4, 22, 21), "NCHW", dtype, requires_grad=True)
     w, b = param((6, 2, 3, 1), dtype=dtype), param((6,), seed=2, dtype=dtype)
     geo = conv.Geometry(x.shape, w.shape, (2, 2), (1,) * 4, (1, 1), 2)
-    monkeypatch.setattr(conv, "BLOCK_BYTES", 3 * geo.wo * geo.k * np.dtype(dtype).itemsize)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 2 * 3 * geo.wo * geo.k * np.dtype(dtype).itemsize)
     fn = lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2)
     _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
     # the forward pass, the input gradient (whole images of 11 rows), the weight gradient
-    assert [(len(p[0]), p[2]) for p in parts[:3]] == [(2, 1), (2, 11), (2, 1)]
+    assert [(len(p[0]), p[1], p[2]) for p in parts[:3]] == [(2, 3, 1), (2, 3, 11), (2, 3, 1)]
+    assert all(p[0].nbytes <= conv.BLOCK_BYTES for p in parts[:3])
 
 
 def test_winograd_blocks_are_at_least_as_big_as_the_filters_they_read():
@@ -1582,14 +1584,15 @@ def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
     rows as runs]) with several blocks of 7 pixels per image, 3 images in two parts, cut
     inside the second but for the input gradient's (Note [Parts of images]); forward
     and both gradients against the oracle, then the same loops run from Python (no
-    BLAS kernels can call) against the kernels."""
+    BLAS kernels can call) against the kernels; the two parts' blocks within
+    BLOCK_BYTES together (Note [Block budget])."""
     parts, real = [], conv._nhwc_parts
     spy = lambda *a, **k: parts.append(real(*a, **k)) or parts[-1]
     monkeypatch.setattr(conv, "_nhwc_parts", spy)
     groups = kwargs.get("groups", 1)
     x = image((3, 4, 42, 41), "NHWC", dtype, requires_grad=True)  # past the parallel threshold
     w, b = param((6, 4 // groups, 3, 3), dtype=dtype), param((6,), seed=2, dtype=dtype)
-    monkeypatch.setattr(conv, "BLOCK_BYTES", 7 * w.shape[1] * 9 * np.dtype(dtype).itemsize)
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 2 * 7 * w.shape[1] * 9 * np.dtype(dtype).itemsize)
     fn = lambda x, w, b: F.conv2d(x, w, b, **kwargs)
     out = _kernels_match_oracle_and_python(fn, [x, w, b], dtype, monkeypatch)
     # forward, both gradients: a strided input gradient scatters (whole images), a stride-1
@@ -1597,6 +1600,7 @@ def test_channels_last_block_loops_in_parts_match_the_oracle_and_python(
     scatter = out.shape[2] * out.shape[3] if "stride" in kwargs else 1
     got = [(len(p[0]), p[2]) for p in parts[:3]]
     assert F.layout_of(out) == "NHWC" and got == [(2, 1), (2, scatter), (2, 1)]
+    assert parts[0][1] == 7 and all(p[0].nbytes <= conv.BLOCK_BYTES for p in parts[:3])
 
 
 # Note [Taps inside tiny planes]: (input, weight, padding)

@@ -517,18 +517,18 @@ class Geometry:
         """The geometry arguments of the im2col kernels after (c0, cin)."""
         return (self.kh, self.kw, self.sh, self.sw, self.pt, self.pl, self.dh, self.dw)
 
-    def block_pixels(self, itemsize):
-        """Output pixels per im2col block (Note [Convolution])."""
-        return max(1, BLOCK_BYTES // (self.k * itemsize))
+    def block_pixels(self, itemsize, parts):
+        """Output pixels per im2col block of each of ``parts`` parts (Note [Block budget])."""
+        return max(1, BLOCK_BYTES // (parts * self.k * itemsize))
 
-    def nchw_rows(self, itemsize):
+    def nchw_rows(self, itemsize, parts):
         """Output rows per NCHW im2col block (whole rows of one image)."""
-        return max(1, self.block_pixels(itemsize) // self.wo)
+        return max(1, self.block_pixels(itemsize, parts) // self.wo)
 
 
-def _reverse_axes(a):
-    """a (3-D, C-contiguous) with its axes reversed, as a C-contiguous array."""
-    out = np.empty(a.shape[::-1], a.dtype)
+def _reverse_axes(a, out=None):
+    """a (3-D, C-contiguous) with its axes reversed, as a C-contiguous array (out)."""
+    out = np.empty(a.shape[::-1], a.dtype) if out is None else out
     _kernel(_reversed_axes, a.dtype, threads.parts_for(a.size, a.shape[1]) > 1)(a, out)
     return out
 
@@ -711,9 +711,23 @@ def _nhwc_parts(geo, dtype, scatter=False):
     """(an im2col buffer per part, pixels per block, pixels per unit of the parts) of
     the channels-last block loops (Note [Parts of images])."""
     parts, unit = _parts_of(geo, geo.ho * geo.wo, scatter)
-    size = geo.block_pixels(np.dtype(dtype).itemsize)
+    size = geo.block_pixels(np.dtype(dtype).itemsize, parts)
     most = min(size, -(-geo.n * geo.ho * geo.wo // (parts * unit)) * unit)  # a part's biggest block
     return np.empty((parts, most * geo.k), dtype), size, unit
+
+
+# Note [Block budget]: the parts of a block loop share BLOCK_BYTES, each part's im2col
+# block a 1/parts share. With a whole BLOCK_BYTES each, two threads' blocks were a
+# training step's peak memory: AlexNet's conv2 weight gradient at batch 32 took 4 MiB
+# more on two threads than on one, in eager and compiled steps alike, so the compiled
+# step's smaller saved state counted for less. A part runs its GEMMs on its own thread,
+# where the block size hardly matters (Note [Convolution]). The weight gradient also
+# gives its blocks back to the pool before it adds up its parts' sums, and writes the
+# sums' transposition into the result (those temporaries came on top of the blocks).
+# AlexNet's training step at batch 32, pool peak above the resting memory, MiB, eager /
+# compiled: two threads 22.4 / 18.6 -> 16.6 / 12.7, one thread 17.2 / 13.3 -> 16.3 /
+# 12.4; the steps of the three convnets on two threads took 0.97x the time (alternated
+# in one process).
 
 
 # Note [Parts of images]: the im2col block loops cut their work into parts at any
@@ -874,7 +888,7 @@ def _nchw_parts(geo, dtype, scatter=False):
     """(an im2col buffer per part, output rows per block, rows per unit of the parts) of
     the channels-first block loop (Note [Parts of images])."""
     parts, unit = _parts_of(geo, geo.ho, scatter)
-    rows = geo.nchw_rows(np.dtype(dtype).itemsize)
+    rows = geo.nchw_rows(np.dtype(dtype).itemsize, parts)
     return np.empty((parts, geo.k * min(rows, geo.ho) * geo.wo), dtype), rows, unit
 
 
@@ -1024,7 +1038,7 @@ def _flat_buffers(geo, wq, dtype):
     """(the im2col and the wide buffer of each part, output rows per block) of the flat
     block loops."""
     parts, _ = _parts_of(geo, geo.ho, scatter=False)
-    rows = max(1, BLOCK_BYTES // (geo.k * wq * np.dtype(dtype).itemsize))
+    rows = max(1, BLOCK_BYTES // (parts * geo.k * wq * np.dtype(dtype).itemsize))
     span = min(rows, geo.ho) * wq
     return (np.empty((parts, c * span), dtype) for c in (geo.k, geo.c_out)), rows
 
@@ -1640,21 +1654,22 @@ def _input_grad(gk, w, geo, order, dtype):
 
 
 def _backward_weight_nhwc(g2, x, geo):
-    gw = np.empty((geo.c_out, geo.cin, geo.kh, geo.kw), x.dtype)
     if geo.pointwise:
+        gw = np.empty((geo.c_out, geo.cin, 1, 1), x.dtype)
         a = x.reshape(-1, geo.c)
         for g in range(geo.groups):
             gw_g = gw[_cols(g, geo.cout), :, 0, 0]  # (cout, cin), C-contiguous
             gemm.product(g2[:, _cols(g, geo.cout)].T, a[:, _cols(g, geo.cin)], gw_g)
         return gw
-    parts, size, unit = _nhwc_parts(geo, x.dtype)
-    sums = np.zeros((len(parts), geo.groups, geo.k, geo.cout), x.dtype)
-    loop = _block_loop(nhwc_weight_grad_step, x.dtype, len(parts) > 1)
-    loop(x, g2, *_nhwc_geometry(geo), size, unit, parts, sums)
+    cols, size, unit = _nhwc_parts(geo, x.dtype)
+    sums = np.zeros((len(cols), geo.groups, geo.k, geo.cout), x.dtype)
+    loop = _block_loop(nhwc_weight_grad_step, x.dtype, len(cols) > 1)
+    loop(x, g2, *_nhwc_geometry(geo), size, unit, cols, sums)
+    del cols  # back in the pool before the sums are added up (Note [Block budget])
+    gw = np.empty((geo.c_out, geo.cin, geo.kh, geo.kw), x.dtype)
     for g, s in enumerate(gemm.parts_total(sums)):  # (kh kw, cin, cout) -> (cout, cin, kh kw)
-        gw[_cols(g, geo.cout)] = _reverse_axes(s.reshape(-1, geo.cin, geo.cout)).reshape(
-            geo.cout, geo.cin, geo.kh, geo.kw
-        )
+        out = gw[_cols(g, geo.cout)].reshape(geo.cout, geo.cin, geo.kh * geo.kw)
+        _reverse_axes(s.reshape(-1, geo.cin, geo.cout), out)
     return gw
 
 
