@@ -539,6 +539,31 @@ def test_normalizations_are_made_again_in_the_backward(name, recompute_any_size)
     assert not again and len(saved) == 2
 
 
+def test_the_channels_last_input_is_converted_again_in_the_backward(recompute_any_size):
+    """Note [Recomputed conversions]: a step compiled channels-last saves no converted
+    copy of its input; the backward converts the input again for the first
+    convolution's weight gradient, whose gradients are bit for bit those of the step
+    compiled without the pass, which saves the copy."""
+    lm.random.seed(0)
+    model = lm.nn.Sequential(
+        lm.nn.Conv2d(3, 4, 3, padding=1), lm.nn.ReLU(), lm.nn.Flatten(), lm.nn.Linear(64, 2)
+    )
+    x = rand(2, 3, 4, 4)
+    grads, conversions = [], []
+    for names in (passes.DEFAULT, [p for p in passes.DEFAULT if p != "recompute_conversion"]):
+        m = copy.deepcopy(model)
+        compiled = jit.compile(m, layout="NHWC", passes=names)
+        lm.sum(compiled(x)).backward()
+        (step,) = compiled._compiled.variants.values()
+        again = [n for n in step.plan.backward.graph.nodes if n.name == "to_layout"]
+        saved = [v for v in step.plan.saved if v.node and v.node.name == "to_layout"]
+        conversions.append((len(again), len(saved)))
+        grads.append([p.grad.numpy() for p in m.parameters()])
+    assert conversions == [(1, 0), (0, 1)]
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("name", list(NORMALIZATIONS))
 def test_values_under_the_recompute_size_are_kept(name, monkeypatch):
     """Note [Values worth recomputing]: with the size set to the first normalization's

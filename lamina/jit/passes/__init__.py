@@ -24,7 +24,11 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
 }
 # passes over a training step's joint graph, before it is split into forward and
 # backward (Note [Joint graph]): they choose what the forward saves
-JOINT = {"recompute": recompute.run, "recompute_normalization": recompute.normalizations}
+JOINT = {
+    "recompute": recompute.run,
+    "recompute_normalization": recompute.normalizations,
+    "recompute_conversion": recompute.conversions,
+}
 DEFAULT = (
     "cse",
     "fold",
@@ -37,6 +41,7 @@ DEFAULT = (
     "fuse",
     "recompute",
     "recompute_normalization",
+    "recompute_conversion",
 )
 
 

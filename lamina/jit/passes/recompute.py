@@ -23,6 +23,13 @@ it divided by; the scale, read only by its own backward, is made again there. Th
 call is the forward's own, on the same input with the same threads, so its results
 are the forward's bit for bit.
 
+Note [Recomputed conversions]: a compiled step that runs channels-last converts its
+input images on the way in, and the first convolution's weight gradient reads the
+converted copy, which the forward would keep through the whole backward (AlexNet at
+batch 32: 1.5 MiB of its 13 MiB peak). The caller holds the input anyway, so the
+backward converts it again just before that use (a transposition of the input batch:
+~0.3 ms).
+
 Note [Values worth recomputing]: a second call costs time whatever its size, and a
 small value costs little memory to keep, so a value under ``RECOMPUTE_BYTES`` (512
 KiB) is kept. At batch 1 recomputing every pool index and normalization made training
@@ -40,7 +47,7 @@ import math
 
 from lamina.dispatch.schema import OPERATORS
 
-from ..graph import Graph, Node, Value, map_values
+from ..graph import INPUT, Graph, Node, Value, map_values
 from ..tracer import record_calls
 
 RECOMPUTE_BYTES = 1 << 19  # Note [Values worth recomputing]
@@ -86,23 +93,42 @@ def normalizations(
     graph: Graph, forward: list[Node], backward: list[Node], outputs: list[Value]
 ) -> tuple[list, list]:
     """The backward computes results of each normalization again from the input it
-    reads anyway (Note [Recomputed normalizations]), where the step returns none of
-    the call's results and nothing writes the input."""
+    reads anyway (Note [Recomputed normalizations])."""
+    return _made_again(graph, forward, backward, outputs, AGAIN, lambda x, read: x in read)
+
+
+def conversions(
+    graph: Graph, forward: list[Node], backward: list[Node], outputs: list[Value]
+) -> tuple[list, list]:
+    """The backward converts the step's input images to another layout again (Note
+    [Recomputed conversions])."""
+    to_layout = {"to_layout": (lambda args: args, (0,))}
+    held = lambda x, read: x.kind == INPUT  # by the step's caller
+    return _made_again(graph, forward, backward, outputs, to_layout, held)
+
+
+def _made_again(graph, forward, backward, outputs, table, kept_anyway):
+    """The forward and backward calls with the results ``table`` names (operator ->
+    (the arguments of the call made again, from the forward's, or None; the indices of
+    its results taken)) made again in the backward, just before their first use there,
+    where the call's input is kept anyway (``kept_anyway(x, read by the backward)``),
+    nothing writes it and the step returns none of the call's results."""
     written = {v for n in forward + backward for v in n.writes()}
     read = {v for n in backward for v in n.inputs()}
     renamed: dict[Value, Value] = {}
     before: dict[Node, list[Node]] = {}
     for node in forward:
-        arguments, taken = AGAIN.get(node.name, (lambda args: None, ()))
+        arguments, taken = table.get(node.name, (lambda args: None, ()))
         args = arguments(node.args)
         results = [node.results[k] for k in taken if node.results[k] in read]
         x = node.args[0]
         returned = any(r in outputs for r in node.results)
-        if args is None or not results or x not in read or x in written or returned:
+        if args is None or not results or not kept_anyway(x, read) or x in written or returned:
             continue
         if not worth_recomputing(results):
             continue
         again, new = record_calls(graph, node.target, *args)
+        new = new if isinstance(new, tuple) else (new,)
         renamed.update((node.results[k], new[k]) for k in taken)
         before.setdefault(next(n for n in backward if read_by(n, results)), []).extend(again)
     return forward, _recomputing(backward, before, renamed)
