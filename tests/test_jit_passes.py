@@ -564,6 +564,36 @@ def test_the_channels_last_input_is_converted_again_in_the_backward(recompute_an
         np.testing.assert_array_equal(a, b)
 
 
+class _ScaledInPlace(lm.nn.Module):
+    """Converts its images to channels-last itself and doubles them in place there."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.linear = lm.nn.Conv2d(3, 4, 3, padding=1), lm.nn.Linear(64, 2)
+
+    def forward(self, x):
+        h = F.to_layout(x, "NHWC")
+        h.mul_(2)
+        return self.linear(lm.flatten(F.relu(self.conv(h)), start_dim=1))
+
+
+def test_a_conversion_written_in_place_is_saved_not_made_again(recompute_any_size):
+    """Note [Recomputed conversions]: a converted copy that the step writes in place is
+    not the input's conversion any more, so the backward does not make it again: the
+    step saves it, and its gradients are eager's."""
+    lm.random.seed(0)
+    model = _ScaledInPlace()
+    eager = copy.deepcopy(model)
+    x = rand(2, 3, 4, 4)
+    compiled = jit.compile(model, layout=None)
+    for run in (eager, compiled):
+        lm.sum(run(x)).backward()
+    (step,) = compiled._compiled.variants.values()
+    assert not [n for n in step.plan.backward.graph.nodes if n.name == "to_layout"]
+    for a, b in zip(eager.parameters(), model.parameters()):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", list(NORMALIZATIONS))
 def test_values_under_the_recompute_size_are_kept(name, monkeypatch):
     """Note [Values worth recomputing]: with the size set to the first normalization's

@@ -782,7 +782,7 @@ def compile(
 ) -> Any:
     """``fn_or_module`` compiled: a callable with the same signature that traces each
     new variant of its inputs into a graph (Note [Guards]), optimizes it with
-    ``passes`` (default: every pass of ``lm.jit.PASSES``, in that order; ``passes=()``
+    ``passes`` (default: ``lm.jit.DEFAULT_PASSES``, in that order; ``passes=()``
     for none) and runs it without per-operator dispatch.
     ``fullgraph=True`` makes a graph break an error (Note [Graph breaks]);
     ``dynamic=None`` makes it dynamic at its second distinct size, ``True`` from the

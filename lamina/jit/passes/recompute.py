@@ -28,7 +28,7 @@ input images on the way in, and the first convolution's weight gradient reads th
 converted copy, which the forward would keep through the whole backward (AlexNet at
 batch 32: 1.5 MiB of its 13 MiB peak). The caller holds the input anyway, so the
 backward converts it again just before that use (a transposition of the input batch:
-~0.3 ms).
+~0.3 ms). The step then saves the input itself, as an eager convolution does.
 
 Note [Values worth recomputing]: a second call costs time whatever its size, and a
 small value costs little memory to keep, so a value under ``RECOMPUTE_BYTES`` (512
@@ -112,8 +112,11 @@ def _made_again(graph, forward, backward, outputs, table, kept_anyway):
     (the arguments of the call made again, from the forward's, or None; the indices of
     its results taken)) made again in the backward, just before their first use there,
     where the call's input is kept anyway (``kept_anyway(x, read by the backward)``),
-    nothing writes it and the step returns none of the call's results."""
-    written = {v for n in forward + backward for v in n.writes()}
+    nothing writes it or the results, nor a view of them, and the step returns none of
+    the call's results."""
+    nodes = forward + backward
+    written = {v for n in nodes for v in n.writes()}
+    touched = lambda v: not written.isdisjoint(_aliases(v, nodes))
     read = {v for n in backward for v in n.inputs()}
     renamed: dict[Value, Value] = {}
     before: dict[Node, list[Node]] = {}
@@ -123,9 +126,9 @@ def _made_again(graph, forward, backward, outputs, table, kept_anyway):
         results = [node.results[k] for k in taken if node.results[k] in read]
         x = node.args[0]
         returned = any(r in outputs for r in node.results)
-        if args is None or not results or not kept_anyway(x, read) or x in written or returned:
+        if args is None or not results or not kept_anyway(x, read) or returned:
             continue
-        if not worth_recomputing(results):
+        if not worth_recomputing(results) or any(map(touched, [x, *node.results])):
             continue
         again, new = record_calls(graph, node.target, *args)
         new = new if isinstance(new, tuple) else (new,)
@@ -150,6 +153,17 @@ def worth_recomputing(values: list[Value]) -> bool:
     """Whether the forward keeping ``values`` is worth a second call (Note [Values
     worth recomputing])."""
     return sum(math.prod(v.shape) * v.dtype.itemsize for v in values) >= RECOMPUTE_BYTES
+
+
+def _aliases(value: Value, nodes: list[Node]) -> set[Value]:
+    """``value`` and the results of ``nodes`` that share its storage: views of it and
+    in-place calls on it, and theirs in turn (Note [Mutation])."""
+    found = {value}
+    for node in nodes:
+        tags = getattr(node.target, "tags", ())
+        if ("view" in tags or "inplace" in tags) and node.args and node.args[0] in found:
+            found.update(node.results)
+    return found
 
 
 def read_by(node: Node, values: list[Value]) -> bool:

@@ -1234,14 +1234,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _passes(text: str) -> list[str]:
     """The parser of ``--passes``: names of lamina.jit's graph passes."""
-    from lamina.jit import PASSES
+    from lamina.jit import passes
 
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in PASSES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"--passes: unknown pass {unknown[0]!r}; the passes are {', '.join(PASSES)}"
-        )
+    try:
+        passes.check(names)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--passes: {error}") from None
     return names
 
 
