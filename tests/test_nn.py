@@ -1471,6 +1471,14 @@ def test_the_nchw_block_loop_as_a_kernel_equals_python_and_the_oracle(
     assert all(p[0].nbytes <= conv.BLOCK_BYTES for p in parts[:3])
 
 
+def test_parts_share_the_block_budget_down_to_a_floor():
+    """Note [Block budget]: one part's block is BLOCK_BYTES, two parts' half each, and
+    from SHARES parts on each gets BLOCK_BYTES / SHARES."""
+    block, floor = conv.BLOCK_BYTES, conv.BLOCK_BYTES // conv.SHARES
+    shares = [conv._part_bytes(parts) for parts in (1, 2, conv.SHARES, 4 * conv.SHARES)]
+    assert shares == [block, block // 2, floor, floor]
+
+
 def test_winograd_blocks_are_at_least_as_big_as_the_filters_they_read():
     """Note [Winograd blocks]: 512 channels' U (16 MB in float32) sizes the blocks, 64
     channels' (256 KB) leaves them at BLOCK_BYTES."""
@@ -1536,7 +1544,8 @@ def test_flat_block_loops_match_the_oracle_and_run_the_same_from_python(
     BLOCK_BYTES), the last one shorter, the 3 images in two parts cut inside the second
     (Note [Parts of images]); the kernels against the oracle, then the same loops run
     from Python (no BLAS kernels can call) against the kernels."""
-    monkeypatch.setattr(conv, "BLOCK_BYTES", 7000)  # 3 (f8) or 6 (f4) of 11 rows at stride 1
+    # a part's block (Note [Block budget]): 3 (f8) or 6 (f4) of 11 rows at stride 1
+    monkeypatch.setattr(conv, "BLOCK_BYTES", 14000)
     monkeypatch.setattr(lm.backends.threads, "_threshold", 0)
     loops, real = [], conv._block_loop
     spy = lambda t, d, parallel: loops.append((t.__name__, parallel)) or real(t, d, parallel)

@@ -68,7 +68,8 @@ from .filter_cache import prepared
 from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
-BLOCK_BYTES = 4 << 20  # one im2col block (Note [Convolution])
+BLOCK_BYTES = 4 << 20  # the im2col blocks of a call's parts together (Note [Block budget])
+SHARES = 4  # parts beyond this many each get BLOCK_BYTES / SHARES (Note [Block budget])
 
 
 # ---------------------------------------------------------------- im2col kernels
@@ -519,7 +520,7 @@ class Geometry:
 
     def block_pixels(self, itemsize, parts):
         """Output pixels per im2col block of each of ``parts`` parts (Note [Block budget])."""
-        return max(1, BLOCK_BYTES // (parts * self.k * itemsize))
+        return max(1, _part_bytes(parts) // (self.k * itemsize))
 
     def nchw_rows(self, itemsize, parts):
         """Output rows per NCHW im2col block (whole rows of one image)."""
@@ -716,14 +717,20 @@ def _nhwc_parts(geo, dtype, scatter=False):
     return np.empty((parts, most * geo.k), dtype), size, unit
 
 
+def _part_bytes(parts):
+    """The bytes of each part's im2col block (Note [Block budget])."""
+    return BLOCK_BYTES // min(parts, SHARES)
+
+
 # Note [Block budget]: the parts of a block loop share BLOCK_BYTES, each part's im2col
-# block a 1/parts share. With a whole BLOCK_BYTES each, two threads' blocks were a
+# block a 1/parts share, but never less than 1/SHARES (1 MB: from 1 MB up, one
+# thread's GEMMs ran as fast as with bigger blocks, Note [Convolution]; only two
+# threads were measured). With a whole BLOCK_BYTES each, two threads' blocks were a
 # training step's peak memory: AlexNet's conv2 weight gradient at batch 32 took 4 MiB
 # more on two threads than on one, in eager and compiled steps alike, so the compiled
-# step's smaller saved state counted for less. A part runs its GEMMs on its own thread,
-# where the block size hardly matters (Note [Convolution]). The weight gradient also
-# gives its blocks back to the pool before it adds up its parts' sums, and writes the
-# sums' transposition into the result (those temporaries came on top of the blocks).
+# step's smaller saved state counted for less. The weight gradient also gives its
+# blocks back to the pool before it adds up its parts' sums, and writes the sums'
+# transposition into the result (those temporaries came on top of the blocks).
 # AlexNet's training step at batch 32, pool peak above the resting memory, MiB, eager /
 # compiled: two threads 22.4 / 18.6 -> 16.6 / 12.7, one thread 17.2 / 13.3 -> 16.3 /
 # 12.4; the steps of the three convnets on two threads took 0.97x the time (alternated
@@ -1038,7 +1045,7 @@ def _flat_buffers(geo, wq, dtype):
     """(the im2col and the wide buffer of each part, output rows per block) of the flat
     block loops."""
     parts, _ = _parts_of(geo, geo.ho, scatter=False)
-    rows = max(1, BLOCK_BYTES // (parts * geo.k * wq * np.dtype(dtype).itemsize))
+    rows = max(1, _part_bytes(parts) // (geo.k * wq * np.dtype(dtype).itemsize))
     span = min(rows, geo.ho) * wq
     return (np.empty((parts, c * span), dtype) for c in (geo.k, geo.c_out)), rows
 

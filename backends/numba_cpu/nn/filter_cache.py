@@ -1,6 +1,5 @@
-"""The filter cache: what convolutions make of a weight (Winograd's transformed filters,
-flipped or tap-major kernels, space-to-depth and channels-last weight matrices), kept
-while the weight does not change (Note [Filter cache])."""
+"""The filter cache: what convolutions make of a weight, kept while the weight does not
+change (Note [Filter cache])."""
 
 import weakref
 
@@ -12,27 +11,27 @@ from lamina.dispatch.tensor import seal_array, stamp_of
 # in inference (measured one thread, 128 -> 64 channels 3 x 3: 402 us, against 6.5 us to
 # compare the weight with a copy), and the weights rarely change between calls. So the
 # last transforms (and the other convolutions' rearranged weights: space-to-depth,
-# flipped, tap-major, channels-last and direct) are kept with a copy of the weight they came
-# from, keyed by the weight's memory, and served again only while its bits equal the
-# copy's: by content, so a write through a NumPy view of the weight is seen as well as
-# any lamina operation. A weight that changed since the last call, as in training,
+# flipped, tap-major, channels-last and direct) are kept with a copy of the weight they
+# came from, keyed by the weight's memory, and served again only while its bits equal
+# the copy's: by content, so a write through a NumPy view of the weight is seen as well
+# as any lamina operation. A weight that changed since the last call, as in training,
 # keeps only its copy: its results would not be served, except those asked for again
 # before the weight changes (``reused``: the tap-major weight of Note [Taps inside tiny
-# planes], which the input gradient takes after the forward). At most FILTER_CACHE_BYTES
-# (copies and results) stay, the copies without a result going first, then the
-# entries served longest ago: so a model trained between inferences of another, or
-# of its own copy, does not evict the other's transforms. A ResNet-18's take 101 MB
+# planes] in conv.py, which the input gradient takes after the forward). At most
+# FILTER_CACHE_BYTES (copies and results) stay, the copies without a result going first,
+# then the entries served longest ago: so a model trained between inferences of another,
+# or of its own copy, does not evict the other's transforms. A ResNet-18's take 101 MB
 # in inference at batch 32 (32 x 32 images; its 512-channel layers' U is 16.8 MB each,
-# Note [Steady filters]), and a cache smaller than a model's transforms serves none of
-# them (each call evicts the entry the next one needs): the reference-model bench's
-# four models, each trained and run for inference in one process, hold 416 MB, and
-# with 256 MB its ResNet-18 inference on 32 x 32 images took 204 ms a batch of 32
-# instead of 137 (two threads), its filters evicted and made again on every call.
-# A module parameter's weight is not copied or compared: its storage's stamp (Note
-# [Sealed storages] in lamina.dispatch.tensor) stands for its values, so an entry keeps
-# the stamp instead of a copy. Comparing and copying took ~9 ms of a ResNet-18 training
-# step at batch 32 on 64 x 64 images and ~4 ms of its inference (45 MB of weights, two
-# threads).
+# Note [Steady filters] in winograd.py), and a cache smaller than a model's transforms
+# serves none of them (each call evicts the entry the next one needs): the
+# reference-model bench's four models, each trained and run for inference in one
+# process, hold 416 MB, and with 256 MB its ResNet-18 inference on 32 x 32 images took
+# 204 ms a batch of 32 instead of 137 (two threads), its filters evicted and made again
+# on every call. A module parameter's weight is not copied or compared: its storage's
+# stamp (Note [Sealed storages] in lamina.dispatch.tensor) stands for its values, so an
+# entry keeps the stamp instead of a copy. Comparing and copying took ~9 ms of a
+# ResNet-18 training step at batch 32 on 64 x 64 images and ~4 ms of its inference (45
+# MB of weights, two threads).
 FILTER_CACHE_BYTES = 512 << 20
 _prepared: dict = {}  # (address, shape, strides, dtype, tag) -> (w's copy or stamp, result)
 
