@@ -565,24 +565,27 @@ def test_the_channels_last_input_is_converted_again_in_the_backward(recompute_an
 
 
 class _ScaledInPlace(lm.nn.Module):
-    """Converts its images to channels-last itself and doubles them in place there."""
+    """Converts its images to channels-last itself and doubles them in place there:
+    all of them, or through a view, the first row of each."""
 
-    def __init__(self):
+    def __init__(self, through_view):
         super().__init__()
         self.conv, self.linear = lm.nn.Conv2d(3, 4, 3, padding=1), lm.nn.Linear(64, 2)
+        self.through_view = through_view
 
     def forward(self, x):
         h = F.to_layout(x, "NHWC")
-        h.mul_(2)
+        (h[:, :, 0] if self.through_view else h).mul_(2)
         return self.linear(lm.flatten(F.relu(self.conv(h)), start_dim=1))
 
 
-def test_a_conversion_written_in_place_is_saved_not_made_again(recompute_any_size):
-    """Note [Recomputed conversions]: a converted copy that the step writes in place is
-    not the input's conversion any more, so the backward does not make it again: the
-    step saves it, and its gradients are eager's."""
+@pytest.mark.parametrize("through_view", [False, True])
+def test_a_conversion_written_in_place_is_saved_not_made_again(through_view, recompute_any_size):
+    """Note [Recomputed conversions]: a converted copy that the step writes in place,
+    itself or through a view, is not the input's conversion any more, so the backward
+    does not make it again: the step saves it, and its gradients are eager's."""
     lm.random.seed(0)
-    model = _ScaledInPlace()
+    model = _ScaledInPlace(through_view)
     eager = copy.deepcopy(model)
     x = rand(2, 3, 4, 4)
     compiled = jit.compile(model, layout=None)

@@ -156,12 +156,11 @@ def worth_recomputing(values: list[Value]) -> bool:
 
 
 def _aliases(value: Value, nodes: list[Node]) -> set[Value]:
-    """``value`` and the results of ``nodes`` that share its storage: views of it and
-    in-place calls on it, and theirs in turn (Note [Mutation])."""
+    """``value`` and the views ``nodes`` make of it, and of those in turn (Note
+    [Mutation]; an in-place call makes no new Value)."""
     found = {value}
     for node in nodes:
-        tags = getattr(node.target, "tags", ())
-        if ("view" in tags or "inplace" in tags) and node.args and node.args[0] in found:
+        if "view" in getattr(node.target, "tags", ()) and node.args and node.args[0] in found:
             found.update(node.results)
     return found
 
