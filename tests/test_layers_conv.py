@@ -56,7 +56,7 @@ DEPTHWISE = [
     (2, 3, 12, 13, 5, 3, 2, 2, 1),  # dilated, wider kernel
     (2, 3, 6, 7, 2, 1, "same", 1, 3),  # even kernel, 'same'
     (0, 4, 5, 5, 3, 1, 1, 1, 1),  # empty batch
-    # planes over 100 output pixels, which NCHW runs channels-first (Note [Small planes]):
+    # planes NCHW runs channels-first (Note [Depthwise order]), all kernels:
     (2, 3, 13, 11, 3, 1, 1, 1, 1),  # inner rows as one run of the plane
     (1, 2, 14, 13, 3, 1, 2, 2, 1),  # the same, dilated
     (1, 2, 23, 21, 3, 2, 1, 1, 1),  # stride 2: row by row
@@ -200,6 +200,49 @@ def test_depthwise_on_two_threads_runs_parts_and_matches_one_thread(monkeypatch)
     for two, one in results.values():
         for a, b_ in zip(two, one):
             np.testing.assert_allclose(a, b_, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "size, stride, expected",
+    [
+        # 4 x 4 images: every kernel channels-last (rows of 4 columns, 16-pixel planes)
+        (4, 1, {"forward": "NHWC", "input": "NHWC", "weight": "NHWC"}),
+        # 8 x 8, stride 2: rows of 8 columns run plane by plane; the gradients'
+        # 64-pixel planes channels-last
+        (8, 2, {"forward": "NCHW", "input": "NHWC", "weight": "NHWC"}),
+        # 9 x 9: every kernel channels-first
+        (9, 1, {"forward": "NCHW", "input": "NCHW", "weight": "NCHW"}),
+        (9, 2, {"forward": "NCHW", "input": "NCHW", "weight": "NCHW"}),
+    ],
+)
+def test_depthwise_nchw_kernels_run_in_the_order_of_their_plane_size(
+    size, stride, expected, monkeypatch
+):
+    """Note [Depthwise order]: an NCHW depthwise convolution's forward pass runs plane
+    by plane from rows of PLANE_COLUMNS input columns, its gradients from planes of more
+    than GRAD_PLANE pixels, each kernel channels-last with transposes below; the results
+    stay NCHW and match the oracle."""
+    from lamina.backends.numba_cpu.nn import depthwise
+
+    ran, real = set(), depthwise._kernel
+    monkeypatch.setattr(
+        depthwise, "_kernel", lambda *args: ran.add((args[1], args[0])) or real(*args)
+    )
+    x, wt = RNG.standard_normal((2, 5, size, size)), RNG.standard_normal((5, 1, 3, 3))
+    lx, lw = _tensor(x, "NCHW", True), lm.asarray(wt).requires_grad_()
+    out = F.conv2d(lx, lw, None, stride, 1, 1, 5)
+    g = RNG.standard_normal(out.shape)
+    out.backward(_tensor(g, "NCHW"))
+    # a stride-1 input gradient runs the forward kernel (of grad, the kernel flipped)
+    modes = ("forward", "weight") if stride == 1 else ("forward", "input", "weight")
+    assert ran == {(mode, expected[mode]) for mode in modes}
+    args = _checked_conv(x, wt, None, stride, 1, 1, 5)
+    _close(out.numpy(), ref.conv2d(None, *args).numpy(), np.float64)
+    gx = ref.conv2d_backward_input(None, lm.asarray(g), args[1], args[0], *args[3:])
+    gw, _ = ref.conv2d_backward_weight(None, lm.asarray(g), args[0], wt.shape, *args[3:], False)
+    _close(lx.grad.numpy(), gx.numpy(), np.float64)
+    _close(lw.grad.numpy(), gw.numpy(), np.float64)
+    assert F.layout_of(out) == F.layout_of(lx.grad) == "NCHW"
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -1289,15 +1289,15 @@ def _weight_grad_taps(x, gk, geo, layout):
     return _in_order(wt.reshape(geo.c_out, geo.kh, geo.kw, geo.c), (0, 3, 1, 2))
 
 
-def _order(geo, layout, dtype):
-    """The memory order the kernels of this convolution run in (Note [Small planes]; a
-    depthwise one's NCHW rows of small planes would be too short to vectorize
-    (``depthwise.on_planes``); a 1x1 one's products on small planes too small,
-    SMALL_POINTWISE_PLANE)."""
+def _order(geo, layout, dtype, mode="forward"):
+    """The memory order the kernel of ``mode`` ("forward", "input" or "weight": the
+    gradients) of this convolution runs in (Note [Small planes]; a depthwise one's NCHW
+    rows of small planes would be too short to vectorize, Note [Depthwise order]; a 1x1
+    one's products on small planes too small, SMALL_POINTWISE_PLANE)."""
     if _batched(geo, dtype, layout):
         return NCHW
     if depthwise.applies(geo):
-        return NHWC if layout == NCHW and not depthwise.on_planes(geo, dtype) else layout
+        return NHWC if layout == NCHW and depthwise.channels_last(geo, mode) else layout
     if layout == NCHW and geo.pointwise:
         return NHWC if geo.ho * geo.wo <= SMALL_POINTWISE_PLANE else NCHW
     if layout == NCHW and geo.ho * geo.wo <= SMALL_PLANE and winograd.algorithm(geo, dtype) is None:
@@ -1597,7 +1597,7 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
     _, layout, unbatched = image(input)
     geo = Geometry(input._shape, weight._shape, stride, padding, dilation, groups)
     w, dtype = weight._data, grad._data.dtype
-    order = _order(geo, layout, dtype)
+    order = _order(geo, layout, dtype, "input")
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
     s2d = _space_to_depth(geo, dtype)
     if not geo.k:  # no input channels: an empty gradient
@@ -1712,7 +1712,7 @@ def conv2d_backward_weight(
     geo = Geometry(
         (x.shape[0], *input._shape[-3:]), weight_shape, stride, padding, dilation, groups
     )
-    order = _order(geo, layout, x.dtype)
+    order = _order(geo, layout, x.dtype, "weight")
     x = _reorder(x, layout, order)
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
     gb = _bias_grad(gk, order) if bias_grad else np.empty(0, x.dtype)

@@ -19,15 +19,15 @@ are tables (windows.tap_ranges). Their innermost loop is contiguous:
           the weight gradient runs pixel by pixel as the forward pass
           (``weight_grad_pixels``).
     NCHW: the forward pass plane by plane, in explicit vectors of output columns
-          (``forward_planes``; Note [Channels-first depthwise forward]); planes whose
-          output rows are shorter than half a vector run channels-last, transposed
-          (``on_planes``). The gradients run over the output columns of one output
-          row and one tap (``nchw_taps``): x[n, c, ih, a sw + off : b sw + off : sw]
-          times w[co, i, j] against grad[n, co, oh, a:b], the stride a compile-time
-          constant (unit stride vectorizes); the weight gradient accumulates into a
-          row per tap, summed at the end of each plane, so the innermost loop is no
-          reduction, and a 3 x 3 kernel's rows with every tap inside the input sum
-          its nine taps in one loop. A stride-1 input gradient is the forward pass
+          (``forward_planes``; Note [Channels-first depthwise forward]); small
+          planes run channels-last, transposed (Note [Depthwise order]). The
+          gradients run over the output columns of one output row and one tap
+          (``nchw_taps``): x[n, c, ih, a sw + off : b sw + off : sw] times w[co, i,
+          j] against grad[n, co, oh, a:b], the stride a compile-time constant (unit
+          stride vectorizes); the weight gradient accumulates into a row per tap,
+          summed at the end of each plane, so the innermost loop is no reduction,
+          and a 3 x 3 kernel's rows with every tap inside the input sum its nine taps
+          in one loop. A stride-1 input gradient is the forward pass
           with the flipped kernel, as in NHWC.
 
 Note [Depthwise parts]: each kernel is a parallel loop over parts of its work (images;
@@ -143,11 +143,37 @@ def applies(geo):
     return geo.groups == geo.c and geo.cin == 1 and geo.groups > 1
 
 
-def on_planes(geo, dtype):
-    """Whether the NCHW forward pass runs plane by plane (Note [Channels-first depthwise
-    forward]): a stride along the width it loads, and output rows of half a vector or
-    more. Smaller planes run channels-last, transposed (conv.py's ``_order``)."""
-    return _loads(geo.sw) and 2 * geo.wo >= v.lanes_of(dtype)
+# Note [Depthwise order]: an NCHW depthwise convolution runs each of its kernels
+# channels-first or channels-last, its images transposed on the way in and out
+# (conv.py's ``_order``), whichever measured faster: batch 32, float32, one thread,
+# Zen 3 (AVX2), ms, channels-first / channels-last with the transposes. The forward
+# pass (and the stride-1 input gradient, which is that forward pass) runs plane by
+# plane where it loads the stride along the width and the input rows have at least
+# PLANE_COLUMNS columns: MobileNet v2's 384 x 4 x 4 took 0.92 / 0.35, 192 x 8 x 8 at
+# stride 2 0.42 / 0.49. The weight gradient and the strided input gradient run their
+# channels-first loops (``nchw_taps``: rows of few vectors end in scalar tails and
+# per-tap sums) on input planes of more than GRAD_PLANE pixels, since larger images'
+# transposes cost more than they save (NumPy's transposing copy of 32 x 96 x 32 x 32
+# takes 10 ms, 14 times a plain copy): the weight gradient of 384 x 4 x 4 took 2.2 /
+# 0.3, 192 x 8 x 8 2.3 / 0.8, but 144 x 16 x 16 3.6 / 4.4 and 96 x 32 x 32 at stride 2
+# 3.1 / 13; the stride-2 input gradient of 192 x 8 x 8 1.4 / 0.3.
+PLANE_COLUMNS = 8
+GRAD_PLANE = 64
+
+
+def channels_last(geo, mode):
+    """Whether the kernel of ``mode`` ("forward", "input" or "weight") of an NCHW
+    depthwise convolution of geometry ``geo`` runs channels-last (Note [Depthwise
+    order])."""
+    if mode == "forward" or (mode == "input" and _by_forward(geo)):
+        return not (_loads(geo.sw) and geo.w >= PLANE_COLUMNS)
+    return geo.h * geo.w <= GRAD_PLANE
+
+
+def _by_forward(geo):
+    """Whether the input gradient is the forward pass of grad with the flipped kernel
+    (``input_grad``)."""
+    return (geo.sh, geo.sw) == (1, 1) and geo.c_out == geo.c
 
 
 def _loads(sw):
@@ -855,7 +881,7 @@ def input_grad(g, w, geo, layout, gx):
         input_grad(g, w, _no_multiplier(geo), layout, repeated)
         np.sum(repeated.reshape(*gx.shape, geo.c_out // geo.c), axis=-1, out=gx)
         return
-    if (geo.sh, geo.sw) == (1, 1) and geo.c_out == geo.c:
+    if _by_forward(geo):
         flipped = copy.copy(geo)
         flipped.h, flipped.w, flipped.ho, flipped.wo = geo.ho, geo.wo, geo.h, geo.w
         pads = (geo.dh * (geo.kh - 1) - geo.pt, geo.dw * (geo.kw - 1) - geo.pl)
