@@ -413,10 +413,13 @@ def test_local_response_norm_on_3d_and_5d_inputs():
         check_against_oracle(lambda x: F.local_response_norm(x, 3, 0.5, 0.75, 1.5), [x])
 
 
+# channels-first, planes of 15 pixels run as (N, C S) rows, of 42 channel by channel
+# (Note [Batch norm of small planes])
+@pytest.mark.parametrize("shape", [(3, 4, 5, 3), (2, 4, 6, 7)], ids=["rows", "channels"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
-def test_batch_norm_matches_the_oracle(training, layout):
-    x = image((3, 4, 5, 3), layout, requires_grad=True)
+def test_batch_norm_matches_the_oracle(training, layout, shape):
+    x = image(shape, layout, requires_grad=True)
     w, b = param((4,)), param((4,), seed=2)
     stats = []
 
@@ -437,10 +440,13 @@ def test_batch_norm_matches_the_oracle(training, layout):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
-def test_batch_norm_with_relu_is_relu_of_batch_norm_bit_for_bit(training, layout, dtype):
+@pytest.mark.parametrize("size", [(16, 20), (4, 5)], ids=["channels", "rows"])
+def test_batch_norm_with_relu_is_relu_of_batch_norm_bit_for_bit(training, layout, dtype, size):
     """Note [Fused batch norm and relu]: outputs, all three gradients and the running
-    statistics equal the two calls', on both backends; a NaN propagates as relu's."""
-    data = np.random.default_rng(0).standard_normal((3, 4, 16, 20)).astype(dtype)  # vectorized
+    statistics equal the two calls', on both backends; a NaN propagates as relu's.
+    Channels-first, planes of 320 pixels run channel by channel, of 20 as (N, C S) rows
+    (Note [Batch norm of small planes]); both vectorize."""
+    data = np.random.default_rng(0).standard_normal((3, 4, *size)).astype(dtype)
     data[1, 2, 3, 4] = np.nan
     x = F.to_layout(lm.asarray(data), layout)
     w, b = param((4,), dtype=dtype), param((4,), seed=2, dtype=dtype)

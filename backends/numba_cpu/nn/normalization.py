@@ -7,7 +7,8 @@ the pixels: an NHWC image, or a 2-D (N, C) batch). Results keep the input's layo
 
 Batch norm, channels-first, works one channel at a time: its N x S values (200 KB for
 16x64x56x56 float32) are read from memory once and stay in the L2 cache for the mean,
-the variance (two passes: exact) and the normalization. Channels-last has no such
+the variance (two passes: exact) and the normalization; small planes run as the
+channels-last kernels do (Note [Batch norm of small planes]). Channels-last has no such
 block, so the statistics are one pass of per-thread partial sums over pixel rows
 (shifted by a sample of each channel, in float64: no cancellation to speak of) and
 the normalization a second pass. Backward has the same structure: the two sums of
@@ -196,14 +197,15 @@ def bn_forward_cf(activation, loop):
 
 
 def bn_statistics_cl(loop):
-    """The per-channel mean and (biased) variance, float64, of the rows of x (M, C):
-    partial sums of (x - shift) and its square (the shift x's first row) over chunks of
-    the rows, one chunk per row of the (chunks, C) float64 ``sums`` and ``squares``,
-    then added up. Each run of ROWS rows is summed in x's dtype first (vectorized at
-    full width: 0.77 -> 0.40 ms on 50176 x 64 float32, one thread), then added in
-    float64."""
+    """The per-channel mean and (biased) variance, float64, of the rows of x (M, C
+    per), each channel ``per`` columns (Note [Batch norm of small planes]): partial sums
+    of (x - shift) and its square (the shift x's first row) over chunks of the rows, one
+    chunk per row of the (chunks, C per) float64 ``sums`` and ``squares``, then added
+    up, each column's mean and variance pooled over its channel's. Each run of ROWS rows
+    is summed in x's dtype first (vectorized at full width: 0.77 -> 0.40 ms on 50176 x
+    64 float32, one thread), then added in float64."""
 
-    def kernel(x, sums, squares, mean, var):
+    def kernel(x, sums, squares, mean, var, per):
         m, c = x.shape
         chunks = sums.shape[0]
         size = (m + chunks - 1) // chunks
@@ -225,30 +227,42 @@ def bn_statistics_cl(loop):
                     s[k] += ps[k]
                     q[k] += pq[k]
                     ps[k], pq[k] = 0, 0
-        for k in range(c):
-            first, second = 0.0, 0.0
-            for t in range(chunks):
-                first += sums[t, k]
-                second += squares[t, k]
-            first, second = first / m, second / m
-            spread = second - first * first
-            mean[k] = np.float64(x[0, k]) + first
-            var[k] = spread if not spread < 0.0 else 0.0  # NaN stays NaN
+        column_mean, column_var = np.empty(per), np.empty(per)
+        for channel in range(c // per):
+            pooled = 0.0
+            for j in range(per):
+                k = channel * per + j
+                first, second = 0.0, 0.0
+                for t in range(chunks):
+                    first += sums[t, k]
+                    second += squares[t, k]
+                first, second = first / m, second / m
+                spread = second - first * first
+                column_mean[j] = np.float64(x[0, k]) + first
+                column_var[j] = spread if not spread < 0.0 else 0.0  # NaN stays NaN
+                pooled += column_mean[j]
+            pooled /= per
+            spread = 0.0
+            for j in range(per):
+                d = column_mean[j] - pooled
+                spread += column_var[j] + d * d
+            mean[channel], var[channel] = pooled, spread / per
 
     return kernel
 
 
 def normalize_cl(activation, loop):
-    """out[i, k] = activation(x[i, k] * a[k] + b[k]) over the rows of x (M, C), with
-    channel k's invstd[k], a[k] and b[k] from ``affine`` (float64, then x's dtype). The
+    """out[i, k] = activation(x[i, k] * a[k] + b[k]) over the rows of x (M, C per), with
+    column k's channel's invstd, a and b from ``affine`` (float64, then x's dtype). The
     per-channel coefficients are made here, not by NumPy: a dozen NumPy calls on
     vectors of C values were half of a small batch norm's time."""
 
-    def kernel(x, weight, bias, mean, var, eps, out, invstd):
+    def kernel(x, weight, bias, mean, var, eps, out, invstd, per):
         c = x.shape[1]
         a, b = np.empty(c, x.dtype), np.empty(c, x.dtype)
         for k in range(c):
-            invstd[k], a[k], b[k] = affine(weight[k], bias[k], mean[k], var[k], eps)
+            ch = k // per
+            invstd[ch], a[k], b[k] = affine(weight[ch], bias[ch], mean[ch], var[ch], eps)
         zero = x.dtype.type(0)
         for i in loop(x.shape[0]):
             row, res = x[i], out[i]
@@ -292,14 +306,17 @@ def bn_backward_cf(gate, loop):
 
 
 def bn_grad_sums_cl(gate, loop):
-    """Partial per-channel sums of g and g * (x - mean), g gated by the result r, over
-    chunks of rows, in runs of ROWS rows in x's dtype as bn_statistics_cl."""
+    """Partial per-column sums of g and g * (x - mean), g gated by the result r, over
+    chunks of rows (M, C per), in runs of ROWS rows in x's dtype as bn_statistics_cl."""
 
-    def kernel(g, x, r, mean, sums, products):
+    def kernel(g, x, r, channel_mean, sums, products, per):
         m, c = x.shape
         chunks = sums.shape[0]
         zero = x.dtype.type(0)
         size = (m + chunks - 1) // chunks
+        mean = np.empty(c, x.dtype)
+        for k in range(c):
+            mean[k] = channel_mean[k // per]
         for t in loop(chunks):
             s, p = sums[t], products[t]
             ps, pp = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
@@ -326,20 +343,26 @@ def bn_grad_cl(gate, loop):
     g[i, k] * a[k] (evaluation: x not read, so a NaN or infinite x leaves g * a, as in
     PyTorch), g gated by the result r. The coefficients (``gradient_affine``) and the
     parameter gradients gw = invstd * sum g (x - mean) and gb = sum g come from the
-    chunks' partial sums (bn_grad_sums_cl), in float64, then in x's dtype."""
+    chunks' partial sums (bn_grad_sums_cl) over each channel's ``per`` columns, in
+    float64, then in x's dtype."""
 
-    def kernel(g, x, r, weight, mean, invstd, sums, products, gx, gw, gb, training):
+    def kernel(g, x, r, weight, channel_mean, invstd, sums, products, gx, gw, gb, training, per):
         zero = x.dtype.type(0)
         m, c = x.shape
         a, b, cc = np.empty(c, x.dtype), np.empty(c, x.dtype), np.empty(c, x.dtype)
-        for k in range(c):
+        mean = np.empty(c, x.dtype)
+        for ch in range(c // per):
             total, total_x = 0.0, 0.0
-            for t in range(sums.shape[0]):
-                total += sums[t, k]
-                total_x += products[t, k]
-            inv = np.float64(invstd[k])
-            gb[k], gw[k] = total, total_x * inv
-            a[k], b[k], cc[k] = gradient_affine(weight[k], inv, total, total_x, m, training)
+            for k in range(ch * per, (ch + 1) * per):
+                for t in range(sums.shape[0]):
+                    total += sums[t, k]
+                    total_x += products[t, k]
+            inv = np.float64(invstd[ch])
+            gb[ch], gw[ch] = total, total_x * inv
+            coefficients = gradient_affine(weight[ch], inv, total, total_x, m * per, training)
+            for k in range(ch * per, (ch + 1) * per):
+                a[k], b[k], cc[k] = coefficients
+                mean[k] = channel_mean[ch]
         for i in loop(m):
             grow, xrow, rrow, res = g[i], x[i], r[i], gx[i]
             if training:
@@ -616,11 +639,11 @@ def _signature(template, dtype):
     lrn_backward = (t.int64, t.float64, t.float64)
     return {
         bn_forward_cf: (a3, vec, vec, f64, f64, a3, t.boolean, t.float64),
-        bn_statistics_cl: (a2, f64_2, f64_2, f64, f64),
-        normalize_cl: (a2, vec, vec, f64, f64, t.float64, a2, vec),
+        bn_statistics_cl: (a2, f64_2, f64_2, f64, f64, t.int64),
+        normalize_cl: (a2, vec, vec, f64, f64, t.float64, a2, vec, t.int64),
         bn_backward_cf: (a3, a3, a3, vec, f64, f64, a3, f64, f64, t.boolean),
-        bn_grad_sums_cl: (a2, a2, a2, vec, f64_2, f64_2),
-        bn_grad_cl: (a2, a2, a2, vec, vec, vec, f64_2, f64_2, a2, vec, vec, t.boolean),
+        bn_grad_sums_cl: (a2, a2, a2, vec, f64_2, f64_2, t.int64),
+        bn_grad_cl: (a2, a2, a2, vec, vec, vec, f64_2, f64_2, a2, vec, vec, t.boolean, t.int64),
         ln_forward: (a2, vec, vec, f64, f64, a2, t.float64),
         ln_backward: (a2, a2, vec, f64, f64, a2, f64_2, f64_2),
         gn_forward_cf: (a3, vec, vec, t.int64, f64_2, f64_2, a3, t.float64),
@@ -657,17 +680,19 @@ def native_batch_norm(
         mean = running_mean._data.astype(np.float64)
         var = running_var._data.astype(np.float64)
     out, invstd = np.empty_like(x), np.empty(c, data.dtype)
-    if not channels_last:
+    if _by_channels(x, channels_last):
         forward = _entry(bn_forward_cf, (activation,), data.dtype, x.size)
         forward(x, w, b, mean, var, out, training, eps)
         invstd[:] = 1.0 / np.sqrt(var + eps)
     else:
+        rows, per = _row_view(x, channels_last)
         if training:
             chunks = _threads() if x.size >= _parallel_min else 1
-            sums, squares = np.empty((chunks, c)), np.empty((chunks, c))
-            _entry(bn_statistics_cl, (), data.dtype, x.size)(x, sums, squares, mean, var)
+            sums, squares = np.empty((chunks, rows.shape[1])), np.empty((chunks, rows.shape[1]))
+            statistics = _entry(bn_statistics_cl, (), data.dtype, x.size)
+            statistics(rows, sums, squares, mean, var, per)
         normalize = _entry(normalize_cl, (activation,), data.dtype, x.size)
-        normalize(x, w, b, mean, var, eps, out, invstd)
+        normalize(rows, w, b, mean, var, eps, out.reshape(rows.shape), invstd, per)
     if training and running_mean is not None:
         _update_running(running_mean, mean, momentum)
     if training and running_var is not None:
@@ -677,6 +702,35 @@ def native_batch_norm(
         from_array(mean.astype(data.dtype)),
         from_array(invstd),
     )
+
+
+# Note [Batch norm of small planes]: channels-first batch norm sums each channel's N
+# rows of S pixels, rows of fewer than SMALL_PLANE pixels too short to vectorize: each
+# sum waits on the last. Those run the channels-last kernels on x as (N, C S) rows,
+# every column one pixel of one channel (``per`` = S columns a channel): the columns'
+# float64 sums are pooled per channel (the variance: the columns' mean variance plus
+# the variance of their means, N values each) and the channel's coefficients used in
+# each of its columns. MobileNet v2's planes, batch 32, float32, Zen 3, us, channel by
+# channel / as rows (PyTorch), forward and backward of a training step: one thread,
+# 960 x 2 x 2 428 / 117 (453) and 1003 / 116 (1829), 384 x 4 x 4 270 / 165 (452) and
+# 526 / 168 (208), but 192 x 8 x 8 218 / 281 (850) and 337 / 312 (231); two threads,
+# 960 x 2 x 2 427 / 115 and 1062 / 113, 384 x 4 x 4 151 / 168 and 175 / 176.
+SMALL_PLANE = 32
+
+
+def _by_channels(x, channels_last):
+    """Whether batch norm of channel view x runs channel by channel (Note [Batch norm of
+    small planes]); so do empty planes, which make no columns."""
+    return not channels_last and (x.shape[2] >= SMALL_PLANE or x.shape[2] == 0)
+
+
+def _row_view(x, channels_last):
+    """(rows, columns per channel): the (M, C) channel view itself, or the (N, C, S)
+    one as (N, C S) rows (Note [Batch norm of small planes])."""
+    if channels_last:
+        return x, 1
+    n, c, s = x.shape
+    return x.reshape(n, c * s), s
 
 
 def _update_running(stat, batch, momentum):
@@ -702,7 +756,7 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
         gw, gb = (from_array(np.zeros(c, data.dtype)) for _ in range(2))
         return from_array(from_channel_view(gx, data, channels_last)), gw, gb
     m, inv = np.ascontiguousarray(mean._data), np.ascontiguousarray(invstd._data)
-    if not channels_last:
+    if _by_channels(x, channels_last):
         sums_w, sums_b = np.empty(c), np.empty(c)
         backward = _entry(bn_backward_cf, (gate,), data.dtype, x.size)
         backward(
@@ -710,12 +764,15 @@ def native_batch_norm_backward(ks, grad, input, weight, mean, invstd, training, 
         )
         gw, gb = sums_w.astype(data.dtype), sums_b.astype(data.dtype)
     else:
+        rows, per = _row_view(x, channels_last)
+        g, r = g.reshape(rows.shape), r.reshape(rows.shape)
         chunks = _threads() if x.size >= _parallel_min else 1
-        sums, products = np.empty((chunks, c)), np.empty((chunks, c))
-        _entry(bn_grad_sums_cl, (gate,), data.dtype, x.size)(g, x, r, m, sums, products)
+        sums, products = np.empty((chunks, rows.shape[1])), np.empty((chunks, rows.shape[1]))
+        _entry(bn_grad_sums_cl, (gate,), data.dtype, x.size)(g, rows, r, m, sums, products, per)
         gw, gb = np.empty(c, data.dtype), np.empty(c, data.dtype)
         grad_input = _entry(bn_grad_cl, (gate,), data.dtype, x.size)
-        grad_input(g, x, r, w, m, inv, sums, products, gx, gw, gb, training)
+        gx_rows = gx.reshape(rows.shape)
+        grad_input(g, rows, r, w, m, inv, sums, products, gx_rows, gw, gb, training, per)
     return from_array(from_channel_view(gx, data, channels_last)), from_array(gw), from_array(gb)
 
 
