@@ -18,6 +18,7 @@ import pytest
 import lamina as lm
 from lamina.backends.numba_cpu import blas, gemm
 from lamina.backends.numba_cpu.nn import conv, filter_cache, pooling, winograd
+from lamina.backends.numba_cpu.nn.layout import transpose_tiles
 from lamina.backends.threads import PARALLEL_ELEMENTS
 from lamina.dispatch import memory
 from lamina.dispatch.decompositions import DECOMPOSITIONS
@@ -1119,22 +1120,44 @@ def test_the_filter_cache_compares_a_strided_weight_whole(monkeypatch):
     assert len(built) == 3  # the first call, the change, the call after it (kept then)
 
 
-@pytest.mark.core_independent  # Note [Core-independent tests]
-def test_reorders_of_many_elements_copy_their_images_in_parts(two_threads, monkeypatch):
-    """conv._reorder: from PARALLEL_ELEMENTS elements the transposing copy runs in
-    parts of the images on two threads, both ways, equal to NumPy's transpose; below,
-    in one piece."""
-    splits, real = [], lm.backends.threads.split
-    monkeypatch.setattr(lm.backends.threads, "split", lambda f, n: splits.append(n) or real(f, n))
-    a = np.random.default_rng(0).standard_normal((4, 8, 64, 64)).astype(np.float32)
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 16, 8, 8), (3, 19, 5, 7), (2, 3, 9, 11), (2, 960, 2, 2), (1, 5, 1, 3), (0, 4, 2, 2)],
+    ids=str,
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_conversions_equal_numpys_transpose(shape, dtype):
+    """Note [Transposes]: images to channels-last and back through whole tiles, the last
+    columns and the last rows (sizes off multiples of TILE, and below it), equal to
+    NumPy's transpose; other dtypes take NumPy's copy."""
+    a = (np.random.default_rng(0).standard_normal(shape) * 100).astype(dtype)
     nhwc = conv._reorder(a, "NCHW", "NHWC")
     back = conv._reorder(nhwc, "NHWC", "NCHW")
-    assert nhwc.flags.c_contiguous and back.flags.c_contiguous and splits == [4, 4]
+    assert nhwc.flags.c_contiguous and back.flags.c_contiguous
     np.testing.assert_array_equal(nhwc, a.transpose(0, 2, 3, 1))
     np.testing.assert_array_equal(back, a)
+    x = lm.asarray(a)
+    y = F.to_layout(x[:, :, ::2], "NHWC")  # strided: made NCHW first
+    np.testing.assert_array_equal(y.numpy(), a[:, :, ::2])
+    np.testing.assert_array_equal(F.to_layout(F.to_layout(x, "NHWC"), "NCHW").numpy(), a)
+
+
+@pytest.mark.core_independent  # Note [Core-independent tests]
+def test_conversions_of_many_elements_run_in_parallel(two_threads, monkeypatch):
+    """From the parallel threshold the tiles' loop runs over the images in parallel on
+    two threads, both ways, equal to NumPy's transpose; below it, serially."""
+    from lamina.backends import jit
+
+    kernels, real = [], jit.cached
+    monkeypatch.setattr(jit, "cached", lambda key, build: kernels.append(key) or real(key, build))
+    a = np.random.default_rng(0).standard_normal((4, 8, 64, 64)).astype(np.float32)
+    nhwc = conv._reorder(a, "NCHW", "NHWC")
+    np.testing.assert_array_equal(conv._reorder(nhwc, "NHWC", "NCHW"), a)
+    np.testing.assert_array_equal(nhwc, a.transpose(0, 2, 3, 1))
     small = conv._reorder(a[:, :, :8], "NCHW", "NHWC")
     np.testing.assert_array_equal(small, a[:, :, :8].transpose(0, 2, 3, 1))
-    assert splits == [4, 4]
+    parallel = [key[-1] for key in kernels if key[0] is transpose_tiles]
+    assert parallel == [True, True, False]
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ from lamina.dispatch.tensor import from_array
 from .. import blas, gemm
 from . import depthwise, direct, winograd
 from .filter_cache import prepared
-from .layout import NCHW, NHWC, empty_image, image, in_layout, logical, zeros_image
+from .layout import NCHW, NHWC, converted, empty_image, image, in_layout, logical, zeros_image
 from .windows import tap_ranges
 
 BLOCK_BYTES = 4 << 20  # the im2col blocks of a call's parts together (Note [Block budget])
@@ -1307,11 +1307,8 @@ def _order(geo, layout, dtype, mode="forward"):
 
 def _reorder(a, src, dst):
     """Kernel-order images ``a`` in order ``src`` as a C-contiguous array in ``dst``
-    (``_copied``)."""
-    if src == dst:
-        return a
-    view = a.transpose((0, 2, 3, 1) if dst == NHWC else (0, 3, 1, 2))
-    return _copied(view, np.empty(view.shape, a.dtype))
+    (Note [Transposes] in layout.py)."""
+    return a if src == dst else converted(a, dst)
 
 
 def _in_order(a, axes):
