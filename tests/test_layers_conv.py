@@ -206,13 +206,13 @@ def test_depthwise_on_two_threads_runs_parts_and_matches_one_thread(monkeypatch)
     "size, stride, expected",
     [
         # 4 x 4 images: every kernel channels-last (rows of 4 columns, 16-pixel planes)
-        (4, 1, {"forward": "NHWC", "input": "NHWC", "weight": "NHWC"}),
-        # 8 x 8, stride 2: rows of 8 columns run plane by plane; the gradients'
-        # 64-pixel planes channels-last
-        (8, 2, {"forward": "NCHW", "input": "NHWC", "weight": "NHWC"}),
-        # 9 x 9: every kernel channels-first
-        (9, 1, {"forward": "NCHW", "input": "NCHW", "weight": "NCHW"}),
-        (9, 2, {"forward": "NCHW", "input": "NCHW", "weight": "NCHW"}),
+        ((4, 4), 1, {"forward": "NHWC", "input": "NHWC", "weight": "NHWC"}),
+        # 16 x 16, stride 2: rows of 16 columns run plane by plane; the gradients'
+        # 256-pixel planes channels-last
+        ((16, 16), 2, {"forward": "NCHW", "input": "NHWC", "weight": "NHWC"}),
+        # 17 x 16: every kernel channels-first
+        ((17, 16), 1, {"forward": "NCHW", "input": "NCHW", "weight": "NCHW"}),
+        ((17, 16), 2, {"forward": "NCHW", "input": "NCHW", "weight": "NCHW"}),
     ],
 )
 def test_depthwise_nchw_kernels_run_in_the_order_of_their_plane_size(
@@ -228,7 +228,7 @@ def test_depthwise_nchw_kernels_run_in_the_order_of_their_plane_size(
     monkeypatch.setattr(
         depthwise, "_kernel", lambda *args: ran.add((args[1], args[0])) or real(*args)
     )
-    x, wt = RNG.standard_normal((2, 5, size, size)), RNG.standard_normal((5, 1, 3, 3))
+    x, wt = RNG.standard_normal((2, 5, *size)), RNG.standard_normal((5, 1, 3, 3))
     lx, lw = _tensor(x, "NCHW", True), lm.asarray(wt).requires_grad_()
     out = F.conv2d(lx, lw, None, stride, 1, 1, 5)
     g = RNG.standard_normal(out.shape)

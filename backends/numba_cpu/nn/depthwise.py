@@ -145,20 +145,21 @@ def applies(geo):
 
 # Note [Depthwise order]: an NCHW depthwise convolution runs each of its kernels
 # channels-first or channels-last, its images transposed on the way in and out
-# (conv.py's ``_order``), whichever measured faster: batch 32, float32, one thread,
-# Zen 3 (AVX2), ms, channels-first / channels-last with the transposes. The forward
-# pass (and the stride-1 input gradient, which is that forward pass) runs plane by
-# plane where it loads the stride along the width and the input rows have at least
-# PLANE_COLUMNS columns: MobileNet v2's 384 x 4 x 4 took 0.92 / 0.35, 192 x 8 x 8 at
-# stride 2 0.42 / 0.49. The weight gradient and the strided input gradient run their
-# channels-first loops (``nchw_taps``: rows of few vectors end in scalar tails and
-# per-tap sums) on input planes of more than GRAD_PLANE pixels, since larger images'
-# transposes cost more than they save (NumPy's transposing copy of 32 x 96 x 32 x 32
-# takes 10 ms, 14 times a plain copy): the weight gradient of 384 x 4 x 4 took 2.2 /
-# 0.3, 192 x 8 x 8 2.3 / 0.8, but 144 x 16 x 16 3.6 / 4.4 and 96 x 32 x 32 at stride 2
-# 3.1 / 13; the stride-2 input gradient of 192 x 8 x 8 1.4 / 0.3.
+# (conv.py's ``_order``; Note [Transposes] in layout.py), whichever measured faster:
+# batch 32, float32, one thread, Zen 3 (AVX2), ms, channels-first / channels-last with
+# the transposes. The forward pass (and the stride-1 input gradient, which is that
+# forward pass) runs plane by plane where it loads the stride along the width and the
+# input rows have at least PLANE_COLUMNS columns: MobileNet v2's 384 x 4 x 4 took 0.92
+# / 0.35, 192 x 8 x 8 at stride 2 0.42 / 0.49. The weight gradient and the strided
+# input gradient run their channels-first loops (``nchw_taps``: rows of few vectors
+# end in scalar tails and per-tap sums) on input planes of more than GRAD_PLANE
+# pixels, where the transposes of larger images cost more than they save: the weight
+# gradient of 384 x 4 x 4 took 2.2 / 0.3, 192 x 8 x 8 2.3 / 0.8, 144 x 16 x 16 3.8 /
+# 2.3 (stride 2: 1.6 / 0.9), but 96 x 32 x 32 at stride 2 3.3 / 6.0 and 32 x 32 x 32
+# 1.7 / 3.9; the stride-2 input gradient of 144 x 16 x 16 2.8 / 1.0, 192 x 8 x 8 1.4 /
+# 0.3.
 PLANE_COLUMNS = 8
-GRAD_PLANE = 64
+GRAD_PLANE = 256
 
 
 def channels_last(geo, mode):
