@@ -420,7 +420,9 @@ def ln_backward(loop):
     """Per row of g, x (R, D), with gw = g * weight and xhat = (x - mean) * rstd:
     gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)); the column sums of g * xhat
     and g (the weight's and bias's gradients) into float64 partial sums, one row of
-    ``weight_sums`` and ``bias_sums`` per chunk of rows."""
+    ``weight_sums`` and ``bias_sums`` per chunk of rows, each run of ROWS rows summed
+    in x's dtype first, as bn_statistics_cl (2048 x 256 float32, Zen 3: 0.28-0.39 ->
+    0.19 ms on two threads, 0.39 -> 0.33 on one)."""
 
     def kernel(g, x, weight, mean, rstd, gx, weight_sums, bias_sums):
         r, d = x.shape
@@ -428,25 +430,32 @@ def ln_backward(loop):
         size = (r + chunks - 1) // chunks
         for t in loop(chunks):
             sw, sb = weight_sums[t], bias_sums[t]
+            pw, pb = np.zeros(d, x.dtype), np.zeros(d, x.dtype)
             for j in range(d):
                 sw[j], sb[j] = 0.0, 0.0
-            for i in range(t * size, min(r, (t + 1) * size)):
-                grow, xrow, res = g[i], x[i], gx[i]
-                first, inv = xrow[0], x.dtype.type(rstd[i])
-                mu = x.dtype.type(mean[i] - first)
-                a = 0.0
-                b = 0.0
+            end = min(r, (t + 1) * size)
+            for i0 in range(t * size, end, ROWS):
+                for i in range(i0, min(end, i0 + ROWS)):
+                    grow, xrow, res = g[i], x[i], gx[i]
+                    first, inv = xrow[0], x.dtype.type(rstd[i])
+                    mu = x.dtype.type(mean[i] - first)
+                    a = 0.0
+                    b = 0.0
+                    for j in range(d):
+                        xhat = ((xrow[j] - first) - mu) * inv
+                        gw = grow[j] * weight[j]
+                        a += gw
+                        b += gw * xhat
+                        pw[j] += grow[j] * xhat
+                        pb[j] += grow[j]
+                    ca, cb = x.dtype.type(a / d), x.dtype.type(b / d)
+                    for j in range(d):
+                        xhat = ((xrow[j] - first) - mu) * inv
+                        res[j] = inv * (grow[j] * weight[j] - ca - xhat * cb)
                 for j in range(d):
-                    xhat = ((xrow[j] - first) - mu) * inv
-                    gw = grow[j] * weight[j]
-                    a += gw
-                    b += gw * xhat
-                    sw[j] += grow[j] * xhat
-                    sb[j] += grow[j]
-                ca, cb = x.dtype.type(a / d), x.dtype.type(b / d)
-                for j in range(d):
-                    xhat = ((xrow[j] - first) - mu) * inv
-                    res[j] = inv * (grow[j] * weight[j] - ca - xhat * cb)
+                    sw[j] += pw[j]
+                    sb[j] += pb[j]
+                    pw[j], pb[j] = 0, 0
 
     return kernel
 
