@@ -1321,10 +1321,11 @@ def _in_order(a, axes):
 
 def _copied(view, out):
     """out[...] = view, in parts along the first axis on lamina's threads from
-    PARALLEL_ELEMENTS elements (NumPy's copy gives up the GIL). Measured on 2 cores,
-    float32, images to channels-last and back, one thread / two, ms: 8 x 64 x 32 x 32
-    1.48 / 0.80 and 0.32 / 0.21; 32 x 96 x 16 x 16 0.68 / 0.39 and 0.27 / 0.18; 32 x 576
-    x 4 x 4 0.18 / 0.14 and 0.12 / 0.11."""
+    PARALLEL_ELEMENTS elements (NumPy's copy gives up the GIL): the weights' reorders
+    (images change order in layout.converted). Measured on 2 cores (Zen 4), float32,
+    when it also reordered images, to channels-last and back, one thread / two, ms: 8
+    x 64 x 32 x 32 1.48 / 0.80 and 0.32 / 0.21; 32 x 96 x 16 x 16 0.68 / 0.39 and 0.27
+    / 0.18; 32 x 576 x 4 x 4 0.18 / 0.14 and 0.12 / 0.11."""
 
     def part(i0, i1):
         np.copyto(out[i0:i1], view[i0:i1])
