@@ -699,6 +699,32 @@ def test_to_layout_converts_and_keeps_values(source):
     check_against_oracle(lambda x: F.to_layout(x, "NHWC"), [x.detach().requires_grad_()])
 
 
+# x's gradient does not depend on the layout its output's gradient arrives in: one in
+# the other layout is transposed into the kernel's (tiles and tails: Note [Transposes])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.conv2d(x, lm.ones((5, 12, 3, 3)), padding=1),
+        lambda x: F.batch_norm(x, None, None, training=True),
+        lambda x: F.batch_norm(x[:, :, :3, :3], None, None, training=True),  # as rows
+        lambda x: F.max_pool2d(x, 2),
+        lambda x: F.adaptive_avg_pool2d(x, 3),
+    ],
+    ids=["conv2d", "batch_norm", "batch_norm_rows", "max_pool2d", "adaptive_avg_pool2d"],
+)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_gradient_in_the_other_layout_gives_the_same_input_gradient(fn, layout):
+    x = image((2, 12, 9, 10), layout, dtype=np.float32, requires_grad=True)
+    y = fn(x)
+    g = np.random.default_rng(3).standard_normal(y.shape).astype(np.float32)
+    other = "NHWC" if layout == "NCHW" else "NCHW"
+    grads = [
+        lm.autograd.grad(y, x, F.to_layout(lm.asarray(g), order), retain_graph=True)[0]
+        for order in (layout, other)
+    ]
+    np.testing.assert_array_equal(grads[1].numpy(), grads[0].numpy())
+
+
 def test_layout_of():
     assert F.layout_of(lm.zeros((2, 3, 4, 5))) == "NCHW"
     assert F.layout_of(lm.zeros((2, 3))) == "NCHW"

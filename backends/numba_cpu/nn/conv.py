@@ -1244,7 +1244,7 @@ def _tap_major(w):
     [Taps inside tiny planes])."""
     if not np.isfinite(w).all():
         return None
-    return _in_order(w, (0, 2, 3, 1)).reshape(w.shape[0], -1)
+    return converted(w, NHWC).reshape(w.shape[0], -1)  # output channels as images
 
 
 def _tap_weight(w, geo):
@@ -1286,7 +1286,7 @@ def _weight_grad_taps(x, gk, geo, layout):
     wt = np.zeros((geo.c_out, geo.kh * geo.kw * geo.c), x.dtype)
     for oh, ow, ih, (a, b), (c0, c1) in _tap_runs(geo):
         gemm.product(gt[oh, ow], xt[ih, a:b].reshape(-1, geo.n).T, wt[:, c0:c1], 1.0)
-    return _in_order(wt.reshape(geo.c_out, geo.kh, geo.kw, geo.c), (0, 3, 1, 2))
+    return converted(wt.reshape(geo.c_out, geo.kh, geo.kw, geo.c), NCHW)
 
 
 def _order(geo, layout, dtype, mode="forward"):
@@ -1311,21 +1311,11 @@ def _reorder(a, src, dst):
     return a if src == dst else converted(a, dst)
 
 
-def _in_order(a, axes):
-    """a.transpose(axes) as a C array, copied in parts (``_copied``): a training step
-    makes a tiny-plane convolution's tap-major weight, and its gradient back, on each
-    call (512 x 512 x 3 x 3 float32: 1 ms on one thread)."""
-    view = a.transpose(axes)
-    return _copied(view, np.empty(view.shape, a.dtype))
-
-
 def _copied(view, out):
     """out[...] = view, in parts along the first axis on lamina's threads from
-    PARALLEL_ELEMENTS elements (NumPy's copy gives up the GIL): the weights' reorders
-    (images change order in layout.converted). Measured on 2 cores (Zen 4), float32,
-    when it also reordered images, to channels-last and back, one thread / two, ms: 8
-    x 64 x 32 x 32 1.48 / 0.80 and 0.32 / 0.21; 32 x 96 x 16 x 16 0.68 / 0.39 and 0.27
-    / 0.18; 32 x 576 x 4 x 4 0.18 / 0.14 and 0.12 / 0.11."""
+    PARALLEL_ELEMENTS elements (NumPy's copy gives up the GIL): the flipped weight of a
+    transposed convolution, whose reversed axes are no transposition of two axes (those
+    are layout.converted's tiles, Note [Transposes])."""
 
     def part(i0, i1):
         np.copyto(out[i0:i1], view[i0:i1])

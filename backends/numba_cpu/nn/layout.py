@@ -63,13 +63,15 @@ def logical(arr, layout, unbatched):
 
 
 def in_layout(data, layout, unbatched):
-    """An (N, C, H, W) array (or (C, H, W)) as a C-contiguous array in a kernel order
-    (copied where its memory is in another order)."""
+    """An (N, C, H, W) array (or (C, H, W)) as a C-contiguous array in a kernel order:
+    data's memory itself where it is in that order, a tiled transpose where it is in
+    the other (Note [Transposes]), else a copy."""
     if unbatched:
         data = data[None]
-    if layout == NHWC:
-        data = data.transpose(0, 2, 3, 1)
-    return np.ascontiguousarray(data)
+    found = layout_of(data)
+    if found is not None and found != layout:
+        return converted(data if found == NCHW else data.transpose(0, 2, 3, 1), layout)
+    return np.ascontiguousarray(data.transpose(0, 2, 3, 1) if layout == NHWC else data)
 
 
 def dense(data):
@@ -181,16 +183,8 @@ def converted(a, layout):
 
 
 def to_layout(ks, x, layout):
-    data = x._data
-    found = layout_of(data)
-    if found == layout:
-        return from_array(data)  # a new tensor of the same storage (a view)
-    if found is None:  # other strides: made NCHW first
-        data = np.ascontiguousarray(data)
-        if layout == NCHW:
-            return from_array(data)
-    kernel_order = data if layout == NHWC else data.transpose(0, 2, 3, 1)
-    return from_array(logical(converted(kernel_order, layout), layout, False))
+    # already in layout: a new tensor of the same storage (a view)
+    return from_array(logical(in_layout(x._data, layout, False), layout, False))
 
 
 def register(registry):

@@ -44,6 +44,8 @@ from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import bump_version, from_array
 
+from .layout import NCHW, NHWC, in_layout
+
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
 
 
@@ -79,14 +81,13 @@ def from_channel_view(a, like, channels_last):
 def _same_view(data, like_data, channels_last):
     """Another tensor's data (grad, result) as the channel view ``channel_view`` gave
     for ``like_data``."""
-    if channels_last and like_data.ndim == 4:
-        a = np.ascontiguousarray(data.transpose(0, 2, 3, 1))
-        return a.reshape(-1, like_data.shape[1])
+    if like_data.ndim == 4:  # an image: in the other order, a tiled transpose
+        data = in_layout(data, NHWC if channels_last else NCHW, False)
+    else:
+        data = np.ascontiguousarray(data)
     if channels_last:
-        return np.ascontiguousarray(data)
-    return np.ascontiguousarray(data).reshape(
-        like_data.shape[0], like_data.shape[1], math.prod(like_data.shape[2:])
-    )
+        return data.reshape(-1, like_data.shape[1])
+    return data.reshape(like_data.shape[0], like_data.shape[1], math.prod(like_data.shape[2:]))
 
 
 def _entry(template, args, dtype, parallel_size, fastmath=jit.REASSOCIATE):
@@ -160,7 +161,23 @@ _GATE = {False: ungated, True: gated}
 
 # ---------------------------------------------------------------- batch norm templates
 
-ROWS = 64  # rows summed in the data's dtype before a float64 accumulation
+# Note [Runs of rows]: a kernel that sums down many rows (batch norm's and group
+# norm's statistics and gradient sums, layer norm's parameter gradients) adds each run
+# of ROWS rows in the data's dtype, a vector of partial sums the loop keeps at full
+# width, and then adds the run into float64 totals (``add_runs``): float64 all the way
+# halves the vector width, float32 all the way loses digits over long columns
+# (50176 x 64 float32, one thread: 0.77 -> 0.40 ms).
+ROWS = 64
+
+
+@jitable
+def add_runs(totals, runs, other_totals, other_runs):
+    """Two vectors of a run's partial sums added into their float64 totals and zeroed
+    for the next run (Note [Runs of rows])."""
+    for k in range(len(runs)):
+        totals[k] += runs[k]
+        other_totals[k] += other_runs[k]
+        runs[k], other_runs[k] = 0, 0
 
 
 def bn_forward_cf(activation, loop):
@@ -201,9 +218,8 @@ def bn_statistics_cl(loop):
     per), each channel ``per`` columns (Note [Batch norm of small planes]): partial sums
     of (x - shift) and its square (the shift x's first row) over chunks of the rows, one
     chunk per row of the (chunks, C per) float64 ``sums`` and ``squares``, then added
-    up, each column's mean and variance pooled over its channel's. Each run of ROWS rows
-    is summed in x's dtype first (vectorized at full width: 0.77 -> 0.40 ms on 50176 x
-    64 float32, one thread), then added in float64."""
+    up, each column's mean and variance pooled over its channel's (Note [Runs of
+    rows])."""
 
     def kernel(x, sums, squares, mean, var, per):
         m, c = x.shape
@@ -223,10 +239,7 @@ def bn_statistics_cl(loop):
                         d = row[k] - sh[k]
                         ps[k] += d
                         pq[k] += d * d
-                for k in range(c):
-                    s[k] += ps[k]
-                    q[k] += pq[k]
-                    ps[k], pq[k] = 0, 0
+                add_runs(s, ps, q, pq)
         column_mean, column_var = np.empty(per), np.empty(per)
         for channel in range(c // per):
             pooled = 0.0
@@ -260,9 +273,11 @@ def normalize_cl(activation, loop):
     def kernel(x, weight, bias, mean, var, eps, out, invstd, per):
         c = x.shape[1]
         a, b = np.empty(c, x.dtype), np.empty(c, x.dtype)
-        for k in range(c):
-            ch = k // per
-            invstd[ch], a[k], b[k] = affine(weight[ch], bias[ch], mean[ch], var[ch], eps)
+        for ch in range(c // per):
+            columns = slice(ch * per, (ch + 1) * per)
+            invstd[ch], a[columns], b[columns] = affine(
+                weight[ch], bias[ch], mean[ch], var[ch], eps
+            )
         zero = x.dtype.type(0)
         for i in loop(x.shape[0]):
             row, res = x[i], out[i]
@@ -307,7 +322,7 @@ def bn_backward_cf(gate, loop):
 
 def bn_grad_sums_cl(gate, loop):
     """Partial per-column sums of g and g * (x - mean), g gated by the result r, over
-    chunks of rows (M, C per), in runs of ROWS rows in x's dtype as bn_statistics_cl."""
+    chunks of rows (M, C per) (Note [Runs of rows])."""
 
     def kernel(g, x, r, channel_mean, sums, products, per):
         m, c = x.shape
@@ -330,10 +345,7 @@ def bn_grad_sums_cl(gate, loop):
                         gk = gate(grow[k], rrow[k], zero)
                         ps[k] += gk
                         pp[k] += gk * (xrow[k] - mean[k])
-                for k in range(c):
-                    s[k] += ps[k]
-                    p[k] += pp[k]
-                    ps[k], pp[k] = 0, 0
+                add_runs(s, ps, p, pp)
 
     return kernel
 
@@ -420,9 +432,8 @@ def ln_backward(loop):
     """Per row of g, x (R, D), with gw = g * weight and xhat = (x - mean) * rstd:
     gx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)); the column sums of g * xhat
     and g (the weight's and bias's gradients) into float64 partial sums, one row of
-    ``weight_sums`` and ``bias_sums`` per chunk of rows, each run of ROWS rows summed
-    in x's dtype first, as bn_statistics_cl (2048 x 256 float32, Zen 3: 0.28-0.39 ->
-    0.19 ms on two threads, 0.39 -> 0.33 on one)."""
+    ``weight_sums`` and ``bias_sums`` per chunk of rows (Note [Runs of rows]: 2048 x
+    256 float32, Zen 3, 0.28-0.39 -> 0.19 ms on two threads, 0.39 -> 0.33 on one)."""
 
     def kernel(g, x, weight, mean, rstd, gx, weight_sums, bias_sums):
         r, d = x.shape
@@ -452,10 +463,7 @@ def ln_backward(loop):
                     for j in range(d):
                         xhat = ((xrow[j] - first) - mu) * inv
                         res[j] = inv * (grow[j] * weight[j] - ca - xhat * cb)
-                for j in range(d):
-                    sw[j] += pw[j]
-                    sb[j] += pb[j]
-                    pw[j], pb[j] = 0, 0
+                add_runs(sw, pw, sb, pb)
 
     return kernel
 
@@ -543,8 +551,8 @@ def gn_backward_cf(loop):
 
 def gn_forward_cl(loop):
     """Per sample n of channels-last x (N, S, C) (in L2 at the usual sizes): float64
-    per-channel sums of x - shift and its square down the pixels (runs of ROWS pixels
-    in x's dtype, as bn_statistics_cl; the shift each channel's first value), combined
+    per-channel sums of x - shift and its square down the pixels (Note [Runs of rows];
+    the shift each channel's first value), combined
     by group: sum (x - mean)^2 = second + 2 (shift - mean) first + S (shift - mean)^2
     over its channels; then out = (x - mean) * rstd * weight + bias, x - mean taken relative to
     the shift (as ln_forward)."""
@@ -564,10 +572,7 @@ def gn_forward_cl(loop):
                         d = row[k] - shift[k]
                         run_first[k] += d
                         run_second[k] += d * d
-                for k in range(c):
-                    first[k] += run_first[k]
-                    second[k] += run_second[k]
-                    run_first[k], run_second[k] = 0, 0
+                add_runs(first, run_first, second, run_second)
             centre, scale = np.empty(c, x.dtype), np.empty(c, x.dtype)
             for g in range(groups):
                 channels = range(g * per, (g + 1) * per)
@@ -593,9 +598,9 @@ def gn_forward_cl(loop):
 
 def gn_backward_cl(loop):
     """Per sample n of channels-last g, x (N, S, C): the per-channel float64 sums
-    total[n, c] of g and products[n, c] of g * (x - mean) (runs of ROWS pixels in x's
-    dtype), then gx = g * rstd * weight + (x - mean) * q + r with the group's
-    coefficients (as gn_backward_cf's)."""
+    total[n, c] of g and products[n, c] of g * (x - mean) (Note [Runs of rows]), then
+    gx = g * rstd * weight + (x - mean) * q + r with the group's coefficients (as
+    gn_backward_cf's)."""
 
     def kernel(g, x, weight, groups, mean, rstd, gx, total, products):
         s, c = x.shape[1], x.shape[2]
@@ -613,10 +618,7 @@ def gn_backward_cl(loop):
                     for k in range(c):
                         run_g[k] += grow[k]
                         run_x[k] += grow[k] * ((xrow[k] - shift[k]) - centre[k])
-                for k in range(c):
-                    sums[k] += run_g[k]
-                    sums_x[k] += run_x[k]
-                    run_g[k], run_x[k] = 0, 0
+                add_runs(sums, run_g, sums_x, run_x)
             p, q, r = np.empty(c, x.dtype), np.empty(c, x.dtype), np.empty(c, x.dtype)
             for gr in range(groups):
                 channels = range(gr * per, (gr + 1) * per)
