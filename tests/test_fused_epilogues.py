@@ -83,6 +83,7 @@ def test_conv2d_relu_is_relu_of_conv2d_bit_for_bit(case, layout, dtype, winograd
         np.testing.assert_allclose(g.numpy(), r.numpy(), rtol=tol, atol=tol)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", CASES[:1] + CASES[3:5] + CASES[-1:], ids=lambda c: c[0])
 def test_conv2d_relu_of_nans_without_a_bias(case, layout):

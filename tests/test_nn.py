@@ -388,6 +388,7 @@ def test_local_response_norm_matches_the_oracle(size, alpha, beta, k, layout):
     assert F.layout_of(out) == layout
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
     "shape, size",
@@ -870,6 +871,7 @@ def test_parallel_cross_entropy_gradient_equals_the_serial_one(two_threads):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("fn", [F.max_pool2d, F.avg_pool2d], ids=["max_pool values", "avg_pool"])
 def test_parallel_nchw_pooling_without_autograd_equals_the_serial_one(fn, two_threads):
     """The values-only NCHW kernels (separable: pooling.py) in their prange variants;
@@ -912,6 +914,7 @@ def test_direct_nchw_pooling_with_indices_equals_the_nhwc_kernel(window, two_thr
     assert want[1].numpy().max() < 70 * 66  # the -inf windows keep an input position
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
 def test_conv2d_in_parts_matches_the_oracle(case, layout, two_threads, monkeypatch):
@@ -924,6 +927,7 @@ def test_conv2d_in_parts_matches_the_oracle(case, layout, two_threads, monkeypat
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
 def test_few_channels_in_parts_match_the_oracle(case, layout, two_threads, monkeypatch):
@@ -1714,6 +1718,7 @@ def test_tiny_planes_multiply_only_the_taps_inside(
     np.testing.assert_array_equal(np.isnan(grads[0]), np.isnan(grads[1]))
 
 
+@pytest.mark.core_independent  # Note [Core-independent tests]
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_winograd_meets_infinities_and_nans_as_the_direct_sum_does(layout, monkeypatch):
     """Note [Winograd and infinities]: a non-finite value would spread over its tiles;
