@@ -44,7 +44,7 @@ from lamina.backends import jit, threads
 from lamina.backends.jit import jitable
 from lamina.dispatch.tensor import bump_version, from_array
 
-from .layout import NCHW, NHWC, in_layout
+from .layout import NCHW, NHWC, in_layout, layout_of
 
 _parallel_min = float("inf")  # Note [Parallel threshold] (lamina.backends.threads)
 
@@ -61,10 +61,8 @@ def channel_view(data):
     """(array, channels_last) of Note [Channel views]."""
     if data.ndim == 2:
         return np.ascontiguousarray(data), True
-    if not data.flags.c_contiguous and data.ndim == 4:
-        nhwc = data.transpose(0, 2, 3, 1)
-        if nhwc.flags.c_contiguous:
-            return nhwc.reshape(-1, data.shape[1]), True
+    if layout_of(data) == NHWC:
+        return data.transpose(0, 2, 3, 1).reshape(-1, data.shape[1]), True
     data = np.ascontiguousarray(data)
     return data.reshape(data.shape[0], data.shape[1], math.prod(data.shape[2:])), False
 
@@ -224,15 +222,14 @@ def bn_statistics_cl(loop):
     def kernel(x, sums, squares, mean, var, per):
         m, c = x.shape
         chunks = sums.shape[0]
-        size = (m + chunks - 1) // chunks
         for t in loop(chunks):
             s, q = sums[t], squares[t]
             sh = np.empty(c, x.dtype)
             ps, pq = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
             for k in range(c):
                 s[k], q[k], sh[k] = 0.0, 0.0, x[0, k]
-            end = min(m, (t + 1) * size)
-            for i0 in range(t * size, end, ROWS):
+            start, end = jit.part(m, chunks, t)
+            for i0 in range(start, end, ROWS):
                 for i in range(i0, min(end, i0 + ROWS)):
                     row = x[i]
                     for k in range(c):
@@ -328,7 +325,6 @@ def bn_grad_sums_cl(gate, loop):
         m, c = x.shape
         chunks = sums.shape[0]
         zero = x.dtype.type(0)
-        size = (m + chunks - 1) // chunks
         mean = np.empty(c, x.dtype)
         for k in range(c):
             mean[k] = channel_mean[k // per]
@@ -337,8 +333,8 @@ def bn_grad_sums_cl(gate, loop):
             ps, pp = np.zeros(c, x.dtype), np.zeros(c, x.dtype)
             for k in range(c):
                 s[k], p[k] = 0.0, 0.0
-            end = min(m, (t + 1) * size)
-            for i0 in range(t * size, end, ROWS):
+            start, end = jit.part(m, chunks, t)
+            for i0 in range(start, end, ROWS):
                 for i in range(i0, min(end, i0 + ROWS)):
                     grow, xrow, rrow = g[i], x[i], r[i]
                     for k in range(c):
@@ -438,14 +434,13 @@ def ln_backward(loop):
     def kernel(g, x, weight, mean, rstd, gx, weight_sums, bias_sums):
         r, d = x.shape
         chunks = weight_sums.shape[0]
-        size = (r + chunks - 1) // chunks
         for t in loop(chunks):
             sw, sb = weight_sums[t], bias_sums[t]
             pw, pb = np.zeros(d, x.dtype), np.zeros(d, x.dtype)
             for j in range(d):
                 sw[j], sb[j] = 0.0, 0.0
-            end = min(r, (t + 1) * size)
-            for i0 in range(t * size, end, ROWS):
+            start, end = jit.part(r, chunks, t)
+            for i0 in range(start, end, ROWS):
                 for i in range(i0, min(end, i0 + ROWS)):
                     grow, xrow, res = g[i], x[i], gx[i]
                     first, inv = xrow[0], x.dtype.type(rstd[i])
