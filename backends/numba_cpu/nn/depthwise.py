@@ -184,6 +184,17 @@ def _loads(sw):
 
 # ---------------------------------------------------------------- what a tap does
 
+# Note [Depthwise helpers inlined or called]: a helper that runs once per image, per
+# channels-last output row or per channels-first plane (pad_image, nine_taps,
+# shared_taps, nine_weight_taps, three_by_three, any_kernel) is a function the kernels
+# call; one that runs per tap, per pixel or per row of a plane is inlined into them
+# (inline="always"). Numba types an inlined helper again at each of its call sites in
+# each kernel variant: with all of them inlined, the eight float32 variants took 48 s to
+# compile, 35 s with the per-row ones called (Zen 3, one process; their run time the
+# same within noise). A call passes each array as a dozen values and counts its
+# references, some 50-100 ns: called per row of a plane, row_sums and border_sums made
+# the channels-first gradients of 16 x 144 x 28 x 28 1.3x slower, so they stay inlined.
+
 
 @jitable(**jit.CALLEE, inline="always")
 def multiply_add(dst, src, w):
@@ -240,7 +251,7 @@ def weight_grad_nchw(xs, ys, w, acc, i, j):
         row[k] += xs[k] * ys[k]
 
 
-@jitable(**jit.CALLEE, inline="always")
+@jitable(**jit.CALLEE)
 def pad_image(x, pt, pl, padded):
     """padded = image x (H, W, C) with pt rows and pl columns of zeros before it and
     zeros after it up to padded's size."""
@@ -328,7 +339,7 @@ def _nine(w, c, k):
     )  # fmt: skip
 
 
-@jitable(**jit.CALLEE, inline="always")
+@jitable(**jit.CALLEE)
 def nine_taps(image, ih, w, bias, ys, oh, w0, w1, sw, left, dh, dw, fetch):
     """The whole vectors of channels of output pixels [w0, w1) of row oh of a 3 x 3
     kernel, all taps inside input rows ih, ih + dh, ih + 2 dh: runs of RUN pixels, each
@@ -367,7 +378,7 @@ def nine_taps(image, ih, w, bias, ys, oh, w0, w1, sw, left, dh, dw, fetch):
 RUN = 8
 
 
-@jitable(**jit.CALLEE, inline="always")
+@jitable(**jit.CALLEE)
 def shared_taps(image, ih, w, bias, ys, oh, w0, w1, dh):
     """nine_taps of a padded image (in the cache: no prefetches) at stride 1, undilated
     along the rows: SHARED neighbouring output pixels a step, each input vector loaded
@@ -440,7 +451,7 @@ def weight_grad_pixels(x, w, y, unused, n0, n1, sh, sw, pt, pl, dh, dw, lo_h, hi
                 nine_weight_taps(x[n], ih, w, y[n], oh, w0, w1, sw, pl, dh, dw)
 
 
-@jitable(**jit.CALLEE, inline="always")
+@jitable(**jit.CALLEE)
 def nine_weight_taps(image, ih, w, ys, oh, w0, w1, sw, left, dh, dw):
     """nine_taps' adjoint in the weight: w[i, j] += the input under tap (i, j) times the
     gradient, over output pixels [w0, w1) of row oh, whose taps are in input rows ih,
@@ -616,7 +627,7 @@ def forward_planes(sw, kw):
     def under(padded, at):  # a tap's input under output columns ow, ow + 1, ...
         return v.load(padded, at) if sw == 1 else v.load_even(padded, at)
 
-    @jitable(**jit.CALLEE, inline="always")
+    @jitable(**jit.CALLEE)
     def three_by_three(padded, wf, taps, y, out, bias, ho, wo, sh, dh, dw, pitch):
         """A 3 x 3 kernel's plane: its nine weights held in registers through it."""
         lanes = v.lanes(padded)
@@ -638,7 +649,7 @@ def forward_planes(sw, kw):
                 acc = v.multiply_add(under(padded, d + 2 * dw), w8, acc)
                 store_row_part(y, out + oh * wo + ow, acc, wo - ow)
 
-    @jitable(**jit.CALLEE, inline="always")
+    @jitable(**jit.CALLEE)
     def any_kernel(padded, weights, y, out, bias, kh, ho, wo, sh, dh, dw, pitch):
         """Any other kernel's plane, its weights as vectors in ``weights``."""
         lanes = v.lanes(padded)
