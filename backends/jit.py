@@ -223,11 +223,13 @@ def compile_kernel(
     fastmath: Any = False,
     nogil: bool = False,
     vector_width: int | None = None,
+    symbol: str | None = None,
 ) -> Callable:
     """Compile ``pyfunc`` for one explicit signature; return its entry point, called
     without Numba's argument typing (Note [Kernel signatures]). ``nogil`` releases the
     GIL while it runs, for kernels called from ``threads.split``'s parts;
-    ``vector_width`` overrides the host's preferred one (Note [Vector width])."""
+    ``vector_width`` overrides the host's preferred one (Note [Vector width]); with a
+    ``symbol``, other kernels can call it by that name (``call_symbol``)."""
     numba = _load()
     _check_cells(pyfunc)
     fastmath = set(fastmath) if fastmath else False  # Numba takes a set, not a frozenset
@@ -238,8 +240,11 @@ def compile_kernel(
     key = f"{signature}|{dispatcher._cache.options}"
     with loop_cache.compiling_once(dispatcher._cache, key), _compiling_for(vector_width):
         dispatcher.compile(signature)  # never another variant's code: Note [Numba's cache races]
-    entry = dispatcher.overloads[signature.args].entry_point
-    return threads.synced(entry) if parallel else entry  # Note [Thread count]
+    compiled = dispatcher.overloads[signature.args]
+    if symbol is not None:
+        _name(symbol, compiled)
+        _named.append(dispatcher)
+    return threads.synced(compiled.entry_point) if parallel else compiled.entry_point
 
 
 def _check_cells(pyfunc: Callable) -> None:
@@ -261,6 +266,63 @@ def _check_cells(pyfunc: Callable) -> None:
             f"pickle differs per process, so Numba's cache would never find it: call "
             f"a jitable Python function instead (Note [Closure cells] in backends/jit.py)"
         )
+
+
+# Note [Kernels called by name]: a function that several kernels call (Winograd's
+# transforms) is compiled once, as a kernel of its own (``compile_kernel(...,
+# symbol=name)``), and called through ``call_symbol(name, args)``: a call of the address
+# registered with LLVM under that name (its C wrapper, which takes Numba's arrays as
+# they are), as kernels call the BLAS (Note [GEMM in kernels] in numba_cpu/blas.py).
+# Called as a jitable instead, it is compiled into each calling kernel again: its LLVM
+# code generation each time, most of the compile of Winograd's block loops: their
+# sixteen float32 variants (two algorithms, both layouts, serial and parallel, forward
+# and weight gradient) took 111 s to compile, 41 s calling the transforms by name, and
+# ran as fast (Zen 3, within noise). A kernel calling one names only the symbol, so it
+# caches; before a process loads it, the named kernel must be compiled or loaded
+# (registering the name).
+_named: list = []  # kernels called by name stay alive: their callers hold only addresses
+
+
+def call_symbol(symbol: str, args: tuple) -> Any:
+    """In a kernel: the kernel compiled under ``symbol`` called with ``args``, returning
+    a value of the dtype of its first argument, an array (Note [Kernels called by
+    name])."""
+    raise TypeError("call_symbol is called from kernels only")
+
+
+def _name(symbol: str, compiled: Any) -> None:
+    import llvmlite.binding as llvm
+
+    wrapper = compiled.fndesc.llvm_cfunc_wrapper_name
+    llvm.add_symbol(symbol, compiled.library.get_pointer_to_function(wrapper))
+
+
+def _lower_call_symbol(numba: Any) -> None:
+    from llvmlite import ir
+    from numba.core import cgutils
+    from numba.extending import intrinsic, overload
+
+    @intrinsic(prefer_literal=True)
+    def call(typingctx: Any, symbol: Any, args: Any) -> Any:
+        if not isinstance(symbol, numba.types.StringLiteral):
+            return None
+        result = args.types[0].dtype
+
+        def codegen(context: Any, builder: Any, signature: Any, values: Any) -> Any:
+            arguments = [context.get_value_type(t) for t in args.types]
+            fnty = ir.FunctionType(context.get_value_type(result), arguments)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol.literal_value)
+            packed, count = values[1], len(arguments)  # the args tuple
+            return builder.call(fn, [builder.extract_value(packed, i) for i in range(count)])
+
+        return result(symbol, args), codegen
+
+    @overload(call_symbol, prefer_literal=True)
+    def _call_symbol(symbol, args):  # Numba compares these names, annotations too
+        return lambda symbol, args: call(symbol, args)
+
+
+on_load(_lower_call_symbol)
 
 
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses

@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lamina.backends import loop_cache
@@ -164,3 +165,25 @@ def test_a_kernel_capturing_a_dispatcher_is_refused():
 
     with pytest.raises(TypeError, match="Closure cells"):
         jit.compile_kernel(kernel, jit.types.int64(jit.types.int64))
+
+
+def test_a_kernel_called_by_name_computes_what_it_computes_called_directly():
+    """Note [Kernels called by name]: arrays and scalars go in, the result comes back;
+    outside a kernel the call is refused."""
+    from lamina.backends import jit
+
+    def scaled(x, k, out):  # out = k x; returns the sum of x
+        for i in range(x.size):
+            out[i] = k * x[i]
+        return x.sum()
+
+    def caller(x, out):
+        return jit.call_symbol("lamina_test_scaled", (x, 3, out)) + 1.0
+
+    t, a1 = jit.types, jit.array(np.float64)
+    jit.compile_kernel(scaled, t.float64(a1, t.int64, a1), symbol="lamina_test_scaled")
+    x, out = np.arange(5.0), np.zeros(5)
+    assert jit.compile_kernel(caller, t.float64(a1, a1))(x, out) == 11.0
+    np.testing.assert_array_equal(out, 3 * x)
+    with pytest.raises(TypeError, match="from kernels only"):
+        jit.call_symbol("lamina_test_scaled", (x, 3, out))

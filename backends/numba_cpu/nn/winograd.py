@@ -44,6 +44,7 @@ row r % th), sized so its transformed input and products stay in the L2 cache
 
 import math
 import os
+import re
 
 import numpy as np
 
@@ -543,8 +544,7 @@ def _signature(template, dtype):
 
 def _step(template, algorithm, layout):
     """Transform ``template``'s Python function for ``algorithm`` and ``layout``, made
-    once and jitable: the block loops compile it into themselves, as the cache needs
-    (Note [Closure cells] in backends/jit.py)."""
+    once and jitable: ``_transform`` compiles it for each dtype."""
 
     def build():
         move = (_STORE if template is transform_output else _FETCH)[layout]
@@ -555,26 +555,47 @@ def _step(template, algorithm, layout):
 
 def _transform(template, algorithm, dtype, layout):
     """Transform ``template``'s kernel for ``algorithm``, dtype and ``layout``, shared
-    by both block loops run from Python."""
+    by both block loops: run from Python, or called by its name, ``_symbol``'s (Note
+    [Kernels called by name] in backends/jit.py)."""
 
     def build():
         fn, sig = _step(template, algorithm, layout), _signature(template, dtype)
-        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True)
+        symbol = _symbol(template, algorithm, dtype, layout)
+        return jit.compile_kernel(fn, sig, fastmath=jit.REASSOCIATE, nogil=True, symbol=symbol)
 
     return jit.cached((template, algorithm.name, np.dtype(dtype), layout), build)
+
+
+def _symbol(template, algorithm, dtype, layout):
+    name = f"{template.__name__}_{algorithm.name}_{np.dtype(dtype).name}_{layout}"
+    return "lamina_winograd_" + re.sub(r"\W", "", name)
+
+
+def _by_name(template, algorithm, dtype, layout):
+    """A jitable calling ``_transform``'s kernel by its name, the kernel compiled or
+    loaded first: that registers the name, which a block loop calling it needs before
+    it loads."""
+    _transform(template, algorithm, dtype, layout)
+    symbol = _symbol(template, algorithm, dtype, layout)
+
+    def step(*args):
+        return jit.call_symbol(symbol, args)
+
+    return jit.jitable(step, **jit.CALLEE)
 
 
 def _kernel(template, algorithm, dtype, layout, parallel):
     """The block loop ``template`` (``forward_blocks``, ``weight_grad_blocks``) for
     ``algorithm``, dtype and images in ``layout``, over parts of the images (``_PARTS``):
-    one kernel, without the GIL, calling the transforms and the BLAS where kernels can
-    (Note [GEMM in kernels]), its loop over the parts parallel or not; else the loops in
-    Python over the transforms' kernels, the parts one after the other."""
+    one kernel, without the GIL, calling the transforms' kernels by name (Note [Kernels
+    called by name] in backends/jit.py) and the BLAS where kernels can (Note [GEMM in
+    kernels]), its loop over the parts parallel or not; else the loops in Python over
+    the transforms' kernels, the parts one after the other."""
     native = blas.available()
 
     def build():
         if native:
-            steps = [_step(t, algorithm, layout) for t in _STEPS[template]]
+            steps = [_by_name(t, algorithm, dtype, layout) for t in _STEPS[template]]
             loop = jit.jitable(template(*steps), **jit.CALLEE)
             signature = _signature(template, dtype)
             return jit.compile_kernel(_PARTS[template](loop), signature, parallel, nogil=True)
