@@ -242,8 +242,7 @@ def compile_kernel(
         dispatcher.compile(signature)  # never another variant's code: Note [Numba's cache races]
     compiled = dispatcher.overloads[signature.args]
     if symbol is not None:
-        _name(symbol, compiled)
-        _named.append(dispatcher)
+        _name(symbol, dispatcher, signature)
     return threads.synced(compiled.entry_point) if parallel else compiled.entry_point
 
 
@@ -269,32 +268,50 @@ def _check_cells(pyfunc: Callable) -> None:
 
 
 # Note [Kernels called by name]: a function that several kernels call (Winograd's
-# transforms) is compiled once, as a kernel of its own (``compile_kernel(...,
-# symbol=name)``), and called through ``call_symbol(name, args)``: a call of the address
-# registered with LLVM under that name (its C wrapper, which takes Numba's arrays as
-# they are), as kernels call the BLAS (Note [GEMM in kernels] in numba_cpu/blas.py).
-# Called as a jitable instead, it is compiled into each calling kernel again: its LLVM
-# code generation each time, most of the compile of Winograd's block loops: their
-# sixteen float32 variants (two algorithms, both layouts, serial and parallel, forward
-# and weight gradient) took 111 s to compile, 41 s calling the transforms by name, and
-# ran as fast (Zen 3, within noise). A kernel calling one names only the symbol, so it
-# caches; before a process loads it, the named kernel must be compiled or loaded
-# (registering the name).
-_named: list = []  # kernels called by name stay alive: their callers hold only addresses
+# transforms, the im2col copies of the convolutions' block loops) is compiled once, as a
+# kernel of its own (``compile_kernel(..., symbol=name)``), and called through
+# ``call_symbol(name, args)`` (``by_name(name)`` makes the jitable that calls it): a call
+# of the address registered with LLVM under that name (its C wrapper, which takes
+# Numba's arrays as they are), as kernels call the BLAS (Note [GEMM in kernels] in
+# numba_cpu/blas.py). Called as a jitable instead, it is compiled into each calling
+# kernel again: its LLVM code generation each time, most of the compile of Winograd's
+# block loops: their sixteen float32 variants (two algorithms, both layouts, serial and
+# parallel, forward and weight gradient) took 111 s to compile, 41 s calling the
+# transforms by name, and ran as fast (Zen 3, within noise); the convolutions' sixteen
+# float32 im2col block loops 46.9 s, 36.6 s calling their copies by name (their times
+# within 2% on ResNet's shapes). A kernel calling one names only the symbol, so it
+# caches. Before a process compiles or loads it, the named kernel must be compiled or
+# loaded, which registers the name and its signature: a call is typed by it, each
+# argument converted to the named kernel's type (an int32 to int64, an array of any
+# layout to 'A', never 'A' to 'C') or the call refused.
+_named: dict[str, tuple[Any, Any]] = {}  # name -> (dispatcher, signature), kept alive
 
 
 def call_symbol(symbol: str, args: tuple) -> Any:
     """In a kernel: the kernel compiled under ``symbol`` called with ``args``, returning
-    a value of the dtype of its first argument, an array (Note [Kernels called by
-    name])."""
+    what it returns (Note [Kernels called by name])."""
     raise TypeError("call_symbol is called from kernels only")
 
 
-def _name(symbol: str, compiled: Any) -> None:
+def by_name(symbol: str) -> Callable:
+    """A jitable calling the kernel compiled (or loaded) under ``symbol`` in this
+    process (Note [Kernels called by name])."""
+    if symbol not in _named:
+        raise LookupError(f"no kernel is compiled under the name {symbol!r}")
+
+    def call(*args):
+        return call_symbol(symbol, args)
+
+    return jitable(call, **CALLEE)
+
+
+def _name(symbol: str, dispatcher: Any, signature: Any) -> None:
     import llvmlite.binding as llvm
 
-    wrapper = compiled.fndesc.llvm_cfunc_wrapper_name
-    llvm.add_symbol(symbol, compiled.library.get_pointer_to_function(wrapper))
+    compiled = dispatcher.overloads[signature.args]
+    wrapper = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
+    llvm.add_symbol(symbol, wrapper)
+    _named[symbol] = dispatcher, compiled.signature
 
 
 def _lower_call_symbol(numba: Any) -> None:
@@ -306,16 +323,30 @@ def _lower_call_symbol(numba: Any) -> None:
     def call(typingctx: Any, symbol: Any, args: Any) -> Any:
         if not isinstance(symbol, numba.types.StringLiteral):
             return None
-        result = args.types[0].dtype
+        name = symbol.literal_value
+        if name not in _named:
+            raise TypeError(f"no kernel is compiled under the name {name!r}")
+        wanted = _named[name][1]
+        given = tuple(args.types)
+        if len(given) != len(wanted.args) or not all(
+            typingctx.can_convert(g, w) for g, w in zip(given, wanted.args)
+        ):
+            raise TypeError(f"kernel {name!r} takes {wanted.args}, not {given}")
 
         def codegen(context: Any, builder: Any, signature: Any, values: Any) -> Any:
-            arguments = [context.get_value_type(t) for t in args.types]
-            fnty = ir.FunctionType(context.get_value_type(result), arguments)
-            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol.literal_value)
-            packed, count = values[1], len(arguments)  # the args tuple
-            return builder.call(fn, [builder.extract_value(packed, i) for i in range(count)])
+            fnty = ir.FunctionType(
+                context.get_value_type(wanted.return_type),
+                [context.get_value_type(t) for t in wanted.args],
+            )
+            fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+            packed = values[1]  # the args tuple
+            converted = [
+                context.cast(builder, builder.extract_value(packed, i), g, w)
+                for i, (g, w) in enumerate(zip(given, wanted.args))
+            ]
+            return builder.call(fn, converted)
 
-        return result(symbol, args), codegen
+        return wanted.return_type(symbol, args), codegen
 
     @overload(call_symbol, prefer_literal=True)
     def _call_symbol(symbol, args):  # Numba compares these names, annotations too
@@ -323,6 +354,76 @@ def _lower_call_symbol(numba: Any) -> None:
 
 
 on_load(_lower_call_symbol)
+
+
+# Note [Assignment in kernels]: an array assigned into a slice in a kernel (``a[i:j] =
+# b``) compiles Numba's check that the shapes agree, whose message formats both shapes
+# with Numba's strings: 4 s of compiling string code the first time in a process and
+# ~0.4 s in each kernel after; in a parallel kernel the assignment becomes a parallel
+# loop of its own too. Kernels assign through ``assign(dst, src)`` instead: loops over
+# the axes, src an array of dst's shape or a number. Compiled from empty caches in one
+# process (float32, Zen 3): the sixteen im2col block loops of the convolutions, four of
+# them assigning, in 54.7 s with Numba's assignments and 46.9 s with ``assign`` (and
+# ran as fast or faster), Winograd's filter transform, serial and parallel, in 6.3 s
+# and 3.9 s.
+def assign(dst: Any, src: Any) -> None:
+    """In a kernel: ``dst[...] = src``, ``src`` an array of dst's shape or a number
+    (Note [Assignment in kernels]); outside one, NumPy's."""
+    dst[...] = src
+
+
+def _lower_assign(numba: Any) -> None:
+    from numba.extending import overload
+
+    Array = numba.types.Array
+
+    @overload(assign, jit_options=CALLEE)
+    def _assign(dst, src):  # Numba compares these names
+        if not isinstance(dst, Array) or (isinstance(src, Array) and src.ndim != dst.ndim):
+            return None
+        if dst.ndim == 1:
+
+            def elements(dst, src):
+                _same_shape(dst, src)
+                for i in range(dst.shape[0]):
+                    dst[i] = _part(src, i)
+
+            return elements
+
+        def rows(dst, src):
+            _same_shape(dst, src)
+            for i in range(dst.shape[0]):
+                assign(dst[i], _part(src, i))
+
+        return rows
+
+    @overload(_part, jit_options=CALLEE)
+    def _part_of(src, i):
+        if isinstance(src, Array):
+            return lambda src, i: src[i]
+        return lambda src, i: src
+
+    @overload(_same_shape, jit_options=CALLEE)
+    def _shapes(dst, src):
+        if not isinstance(src, Array):
+            return lambda dst, src: None
+
+        def check(dst, src):
+            if dst.shape != src.shape:
+                raise ValueError("assign: the arrays' shapes differ")
+
+        return check
+
+
+def _part(src: Any, i: int) -> Any:
+    """In a kernel: ``src[i]`` of an array, a number itself."""
+
+
+def _same_shape(dst: Any, src: Any) -> None:
+    """In a kernel: refuse arrays of two shapes."""
+
+
+on_load(_lower_assign)
 
 
 _cfuncs: list = []  # compiled cfuncs stay alive: the C core holds only their addresses

@@ -4,10 +4,14 @@ the caches compiles none, every kernel coming from Numba's cache or the loop cac
 stale files of Numba's cache are pruned (Note [Numba's cache files] in
 backends/loop_cache.py), so that nothing accumulates across runs.
 
-The first process compiles cold, in a fresh cache directory (~12 s on 2 cores, the
-second under 1 s), so the model is as small as still takes the convolutions' block-loop
+The first process compiles cold, in a fresh cache directory (~30 s on 2 cores, the
+second under 2 s), so the model is as small as still takes the convolutions' block-loop
 kernels (Winograd's and the flat im2col one's) and a split over two threads (Note
-[Split work])."""
+[Split work]).
+
+Two helpers that keep kernels from compiling the same code into each are checked here
+too: calls by name (Note [Kernels called by name]) and ``jit.assign`` (Note [Assignment
+in kernels])."""
 
 import json
 import os
@@ -187,3 +191,59 @@ def test_a_kernel_called_by_name_computes_what_it_computes_called_directly():
     np.testing.assert_array_equal(out, 3 * x)
     with pytest.raises(TypeError, match="from kernels only"):
         jit.call_symbol("lamina_test_scaled", (x, 3, out))
+
+
+def test_a_call_by_name_is_typed_by_the_named_kernels_signature():
+    """An argument converts to the named kernel's type (an int32 to int64, a
+    C-contiguous array to any layout), or the call is refused, naming the kernel; the
+    result has the named kernel's type."""
+    from lamina.backends import jit
+
+    def first(x, k):  # x[k], of any layout
+        return x[k]
+
+    t = jit.types
+    signature = t.float32(jit.array(np.float32, 1, "A"), t.int64)
+    jit.compile_kernel(first, signature, symbol="lamina_test_first")
+
+    def caller(x, k):
+        return jit.call_symbol("lamina_test_first", (x, k))
+
+    x = np.arange(4, dtype=np.float32)
+    call = jit.compile_kernel(caller, t.float64(jit.array(np.float32), t.int32))
+    assert call(x, np.int32(2)) == 2.0
+    for name, signature in [
+        ("lamina_test_first", t.float64(jit.array(np.float64), t.int64)),  # float64 data
+        ("lamina_test_nothing", t.float64(jit.array(np.float32), t.int64)),
+    ]:
+
+        def wrong(x, k):
+            return jit.call_symbol(name, (x, k))
+
+        with pytest.raises(TypeError, match=name):
+            jit.compile_kernel(wrong, signature)
+
+
+def test_assign_in_a_kernel_is_numpys_assignment():
+    """Note [Assignment in kernels]: an array of the view's shape (here a transposed,
+    non-contiguous one) or a number, into a non-contiguous 3-D view, axis by axis;
+    arrays of two shapes are refused; an empty view takes nothing."""
+    from lamina.backends import jit
+
+    def kernel(dst, src, value):
+        jit.assign(dst[:, 1:, ::2], src)
+        jit.assign(dst[:, :1], value)
+
+    a3 = jit.array(np.float32, 3, "A")
+    assign = jit.compile_kernel(kernel, jit.types.void(a3, a3, jit.types.float32))
+    rng = np.random.default_rng(0)
+    for shape in [(2, 3, 5), (0, 3, 5), (3, 1, 4)]:
+        dst = rng.normal(size=shape).astype(np.float32)
+        src = rng.normal(size=dst[:, 1:, ::2].shape[::-1]).astype(np.float32).T
+        expected = dst.copy()
+        expected[:, 1:, ::2] = src
+        expected[:, :1] = -1.5
+        assign(dst, src, np.float32(-1.5))
+        np.testing.assert_array_equal(dst, expected)
+    with pytest.raises(ValueError, match="shapes differ"):
+        assign(np.zeros((2, 3, 5), np.float32), np.zeros((2, 2, 2), np.float32), np.float32(0))

@@ -414,10 +414,20 @@ def _signature(pyfunc, dtype):
 
 
 def _kernel(pyfunc, dtype, parallel=False):
-    def build():  # nogil: Note [Split convolutions]
-        return jit.compile_kernel(pyfunc, _signature(pyfunc, dtype), parallel, nogil=True)
+    """``pyfunc`` compiled for ``dtype``, without the GIL (Note [Split convolutions]); a
+    serial one also under ``_symbol``'s name, which the block loops call (Note [Kernels
+    called by name] in backends/jit.py)."""
 
-    return jit.cached((pyfunc, dtype, parallel), build)
+    def build():
+        symbol = None if parallel else _symbol(pyfunc, dtype)
+        signature = _signature(pyfunc, dtype)
+        return jit.compile_kernel(pyfunc, signature, parallel, nogil=True, symbol=symbol)
+
+    return jit.cached((pyfunc, np.dtype(dtype), parallel), build)
+
+
+def _symbol(pyfunc, dtype):
+    return f"lamina_conv_{pyfunc.__name__}_{np.dtype(dtype).name}"
 
 
 def _blocks_kernel(pyfunc, cols, cin):
@@ -699,7 +709,9 @@ def _block_loop(template, dtype, parallel):
         loop, im2col, before, count, after = _loop_table()[template]
         if not native:
             return loop(template(_kernel(im2col, dtype)))
-        step = jit.jitable(template(im2col), **jit.CALLEE, inline="always")
+        _kernel(im2col, dtype)  # Note [Kernels called by name] in backends/jit.py
+        by_name = jit.by_name(_symbol(im2col, dtype))
+        step = jit.jitable(template(by_name), **jit.CALLEE, inline="always")
         t = jit.types
         arrays = [jit.array(dtype, d) if isinstance(d, int) else d for d in (*before, *after)]
         signature = t.void(*arrays[:2], *[t.int64] * count, *arrays[2:])
@@ -1015,7 +1027,7 @@ def flat_forward_step(im2col):
             im2col(flat, base[g * cin : (g + 1) * cin], taps, wq, oh0, span, cols)
             blas.gemm(weights[g], cols, wide, False, False, 0)
             block = wide.reshape(cout, oh1 - oh0, wq)
-            out[n, g * cout : (g + 1) * cout, oh0:oh1] = block[:, :, :wo]
+            jit.assign(out[n, g * cout : (g + 1) * cout, oh0:oh1], block[:, :, :wo])
 
     return step
 
@@ -1028,14 +1040,14 @@ def flat_weight_grad_step(im2col):
              cin):  # fmt: skip
         cout, k, wo = sums.shape[2], sums.shape[3], grad.shape[3]
         wide = wide_buf[: groups * cout * span].reshape(groups * cout, oh1 - oh0, wq)
-        wide[:, :, :wo] = grad[n, :, oh0:oh1]
-        wide[:, :, wo:] = 0
+        jit.assign(wide[:, :, :wo], grad[n, :, oh0:oh1])  # Note [Assignment in kernels]
+        jit.assign(wide[:, :, wo:], 0)
         block = wide.reshape(groups * cout, span)
         for g in range(groups):
             im2col(flat, base[g * cin : (g + 1) * cin], taps, wq, oh0, span, cols)
             # the extra columns read the next row's values: zero times an infinity or a
             # NaN there would be NaN
-            cols.reshape(k, oh1 - oh0, wq)[:, :, wo:] = 0
+            jit.assign(cols.reshape(k, oh1 - oh0, wq)[:, :, wo:], 0)
             blas.gemm(block[g * cout : (g + 1) * cout], cols, sums[p, g], False, True, 1)
 
     return step

@@ -576,12 +576,7 @@ def _by_name(template, algorithm, dtype, layout):
     loaded first: that registers the name, which a block loop calling it needs before
     it loads."""
     _transform(template, algorithm, dtype, layout)
-    symbol = _symbol(template, algorithm, dtype, layout)
-
-    def step(*args):
-        return jit.call_symbol(symbol, args)
-
-    return jit.jitable(step, **jit.CALLEE)
+    return jit.by_name(_symbol(template, algorithm, dtype, layout))
 
 
 def _kernel(template, algorithm, dtype, layout, parallel):
@@ -727,21 +722,21 @@ def filter_sums(by_pair, m, by_position, transform):
                     rows[b, o] = by_pair[o, i, b]
         else:
             for b in range(m.shape[1]):
-                rows[b] = by_position[0, b, i]
+                jit.assign(rows[b], by_position[0, b, i])  # Note [Assignment in kernels]
                 for k in range(1, by_position.shape[0]):
                     for o in range(c_out):
                         rows[b, o] += by_position[k, b, i, o]
         for a in range(m.shape[0]):
-            sums[:] = 0.0
+            jit.assign(sums, 0.0)
             for b in range(m.shape[1]):
                 f = m[a, b]
                 if f != 0.0:
                     for o in range(c_out):
                         sums[o] += f * rows[b, o]
             if transform:
-                by_position[0, a, i] = sums
+                jit.assign(by_position[0, a, i], sums)
             else:
-                by_pair[:, i, a] = sums
+                jit.assign(by_pair[:, i, a], sums)
 
 
 def _filter_sums(by_pair, m, by_position, transform):
