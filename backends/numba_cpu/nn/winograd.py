@@ -533,9 +533,12 @@ def _signature(template, dtype):
     a1, a2, a3, a4 = (jit.array(dtype, d) for d in (1, 2, 3, 4))
     i, x, done = t.int64, a1.dtype, jit.array(np.bool_, 1)
     buffers = t.Tuple((a4, a4, a4, a4, a2, a2))  # a part axis first
+    own = t.Tuple((a3, a3, a3, a3, a1, a1))  # one part's
     return {
-        forward_blocks: t.void(a4, a3, a1, x, *[i] * 9, buffers, a4, done),
-        weight_grad_blocks: t.void(a4, a4, *[i] * 9, buffers, a4, done),
+        forward_parts: t.void(a4, a3, a1, x, *[i] * 9, buffers, a4, done),
+        weight_grad_parts: t.void(a4, a4, *[i] * 9, buffers, a4, done),
+        forward_blocks: t.boolean(a4, a3, a1, x, *[i] * 11, own, a4),
+        weight_grad_blocks: t.boolean(a4, a4, *[i] * 11, own, a3),
         transform_input: x(a4, *[i] * 7, a3, a3, a3),
         transform_output: x(a3, *[i] * 5, a1, x, a3, a3, a4),
         transform_grad: x(a4, *[i] * 5, a3, a3, a3),
@@ -582,23 +585,36 @@ def _by_name(template, algorithm, dtype, layout):
 def _kernel(template, algorithm, dtype, layout, parallel):
     """The block loop ``template`` (``forward_blocks``, ``weight_grad_blocks``) for
     ``algorithm``, dtype and images in ``layout``, over parts of the images (``_PARTS``):
-    one kernel, without the GIL, calling the transforms' kernels by name (Note [Kernels
-    called by name] in backends/jit.py) and the BLAS where kernels can (Note [GEMM in
-    kernels]), its loop over the parts parallel or not; else the loops in Python over
-    the transforms' kernels, the parts one after the other."""
+    one kernel, without the GIL, its loop over the parts parallel or not, calling the
+    block loop over a part by name (``_part_loop``); else the loops in Python over the
+    transforms' kernels, the parts one after the other."""
     native = blas.available()
 
     def build():
+        parts = _PARTS[template]
         if native:
-            steps = [_by_name(t, algorithm, dtype, layout) for t in _STEPS[template]]
-            loop = jit.jitable(template(*steps), **jit.CALLEE)
-            signature = _signature(template, dtype)
-            return jit.compile_kernel(_PARTS[template](loop), signature, parallel, nogil=True)
-        loop = template(*(_transform(t, algorithm, dtype, layout) for t in _STEPS[template]))
-        return _PARTS[template](loop)
+            loop = jit.by_name(_part_loop(template, algorithm, dtype, layout))
+            return jit.compile_kernel(parts(loop), _signature(parts, dtype), parallel, nogil=True)
+        return parts(template(*(_transform(t, algorithm, dtype, layout) for t in _STEPS[template])))
 
     key = (template, algorithm.name, np.dtype(dtype), layout, native, native and parallel)
     return jit.cached(key, build)
+
+
+def _part_loop(template, algorithm, dtype, layout):
+    """The name of the block loop ``template`` over one part's tile rows: a kernel of
+    its own, compiled once for the serial and the parallel loop over the parts, calling
+    the transforms' kernels by name (Note [Kernels called by name] in backends/jit.py)
+    and the BLAS (Note [GEMM in kernels])."""
+    symbol = _symbol(template, algorithm, dtype, layout)
+
+    def build():
+        loop = template(*(_by_name(t, algorithm, dtype, layout) for t in _STEPS[template]))
+        signature = _signature(template, dtype)
+        return jit.compile_kernel(loop, signature, nogil=True, symbol=symbol)
+
+    jit.cached((_part_loop, template, algorithm.name, np.dtype(dtype), layout), build)
+    return symbol
 
 
 # ---------------------------------------------------------------- the convolutions
