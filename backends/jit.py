@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
 import warnings
 from collections.abc import Callable, Hashable
@@ -271,20 +272,21 @@ def _check_cells(pyfunc: Callable) -> None:
 # transforms, the im2col copies of the convolutions' block loops, and the loop over one
 # part that a serial kernel and its parallel twin both run: the depthwise kernels',
 # Winograd's block loops') is compiled once, as a kernel of its own (``compile_kernel(...,
-# symbol=name)``), and called through ``call_symbol(name, args)`` (``by_name(name)``
-# makes the jitable that calls it): a call of the address registered with LLVM under
-# that name (its C wrapper, which takes Numba's arrays as they are), as kernels call the
-# BLAS (Note [GEMM in kernels] in numba_cpu/blas.py). Called as a jitable instead, it is
-# compiled into each calling kernel again: its LLVM code generation each time, most of
-# the compile of Winograd's block loops: their sixteen float32 variants (two
-# algorithms, both layouts, serial and parallel, forward and weight gradient) took 111 s
-# to compile, 41 s calling the transforms by name, and ran as fast (Zen 3, within
-# noise); the convolutions' sixteen float32 im2col block loops 46.9 s, 36.6 s calling
-# their copies by name (their times within 2% on ResNet's shapes). A kernel calling one
-# names only the symbol, so it caches. Before a process compiles or loads it, the named
-# kernel must be compiled or loaded, which registers the name and its signature: a call
-# is typed by it, each argument converted to the named kernel's type (an int32 to
-# int64, an array of any layout to 'A', never 'A' to 'C') or the call refused.
+# symbol=name)``, the name made by ``kernel_name``), and called through
+# ``call_symbol(name, args)`` (``by_name(name)`` makes the jitable that calls it): a
+# call of the address registered with LLVM under that name (its C wrapper, which takes
+# Numba's arrays as they are), as kernels call the BLAS (Note [GEMM in kernels] in
+# numba_cpu/blas.py). Called as a jitable instead, it is compiled into each calling
+# kernel again: its LLVM code generation each time, most of the compile of Winograd's
+# block loops: their sixteen float32 variants (two algorithms, both layouts, serial and
+# parallel, forward and weight gradient) took 111 s to compile, 41 s calling the
+# transforms by name, and ran as fast (Zen 3, within noise); the convolutions' sixteen
+# float32 im2col block loops 46.9 s, 36.6 s calling their copies by name (their times
+# within 2% on ResNet's shapes). A kernel calling one names only the symbol, so it
+# caches. Before a process compiles or loads it, the named kernel must be compiled or
+# loaded, which registers the name and its signature: a call is typed by it, each
+# argument converted to the named kernel's type (an int32 to int64, an array of any
+# layout to 'A', never 'A' to 'C') or the call refused.
 _named: dict[str, tuple[Any, Any]] = {}  # name -> (dispatcher, signature), kept alive
 
 
@@ -292,6 +294,13 @@ def call_symbol(symbol: str, args: tuple) -> Any:
     """In a kernel: the kernel compiled under ``symbol`` called with ``args``, returning
     what it returns (Note [Kernels called by name])."""
     raise TypeError("call_symbol is called from kernels only")
+
+
+def kernel_name(*parts: Any) -> str:
+    """The name of a kernel called by name, made of ``parts`` (names, dtypes, layouts,
+    numbers) without the characters a symbol cannot hold (Note [Kernels called by
+    name])."""
+    return re.sub(r"\W", "", "_".join(map(str, ("lamina", *parts))))
 
 
 def by_name(symbol: str) -> Callable:

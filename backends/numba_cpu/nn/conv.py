@@ -427,7 +427,7 @@ def _kernel(pyfunc, dtype, parallel=False):
 
 
 def _symbol(pyfunc, dtype):
-    return f"lamina_conv_{pyfunc.__name__}_{np.dtype(dtype).name}"
+    return jit.kernel_name("conv", pyfunc.__name__, np.dtype(dtype))
 
 
 def _blocks_kernel(pyfunc, cols, cin):

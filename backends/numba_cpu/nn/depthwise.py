@@ -779,7 +779,7 @@ def _part_kernel(layout, mode, constants, dtype):
     x, w, y, scratch, rest = sig
     part = t.void(x, w.copy(ndim=w.ndim - 1), y, scratch.copy(ndim=scratch.ndim - 1), i64, i64,
                   *rest)  # fmt: skip
-    symbol = "_".join(map(str, ("lamina_depthwise", layout, mode, *constants, np.dtype(dtype))))
+    symbol = jit.kernel_name("depthwise", layout, mode, *constants, np.dtype(dtype))
 
     def build():
         if layout == NHWC:

@@ -44,7 +44,6 @@ row r % th), sized so its transformed input and products stay in the L2 cache
 
 import math
 import os
-import re
 
 import numpy as np
 
@@ -570,8 +569,7 @@ def _transform(template, algorithm, dtype, layout):
 
 
 def _symbol(template, algorithm, dtype, layout):
-    name = f"{template.__name__}_{algorithm.name}_{np.dtype(dtype).name}_{layout}"
-    return "lamina_winograd_" + re.sub(r"\W", "", name)
+    return jit.kernel_name("winograd", template.__name__, algorithm.name, np.dtype(dtype), layout)
 
 
 def _by_name(template, algorithm, dtype, layout):
