@@ -196,6 +196,17 @@ def _loads(sw):
 # the channels-first gradients of 16 x 144 x 28 x 28 1.3x slower, so they stay inlined.
 
 
+@jitable(**jit.CALLEE)
+def taps_inside(lo, hi):
+    """The outputs [lo.max(), hi.min()) along one axis whose taps all fall inside the
+    input, from each tap's range [lo[t], hi[t]) (tap_ranges). A loop: Numba's max and
+    min of an array compiled in ~2 s, once per process."""
+    first, stop = lo[0], hi[0]
+    for t in range(1, lo.size):
+        first, stop = max(first, lo[t]), min(stop, hi[t])
+    return first, stop
+
+
 @jitable(**jit.CALLEE, inline="always")
 def multiply_add(dst, src, w):
     """dst += src * w: the NHWC kernels' tap."""
@@ -275,8 +286,7 @@ def forward_pixels(x, w, y, padded, n0, n1, bias, sh, sw, pt, pl, dh, dw, lo_h, 
     image (not 0 x 0: small images, whose border pixels would be most of them), each
     image is first copied into it zero-padded, and every pixel has its nine taps."""
     kh, kw, c = w.shape
-    h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
-    w0, w1 = lo_w.max(), hi_w.min()
+    (h0, h1), (w0, w1) = taps_inside(lo_h, hi_h), taps_inside(lo_w, hi_w)
     nine = kh == 3 and kw == 3
     if padded.shape[0]:
         h0, h1, w0, w1 = 0, y.shape[1], 0, y.shape[2]
@@ -431,8 +441,7 @@ def weight_grad_pixels(x, w, y, unused, n0, n1, sh, sw, pt, pl, dh, dw, lo_h, hi
     16x144x56x56, one thread, 13.8 -> 7 ms where the loop over (pixel, tap) pairs
     reloaded grad once per tap."""
     kh, kw = w.shape[0], w.shape[1]
-    h0, h1 = lo_h.max(), hi_h.min()
-    w0, w1 = lo_w.max(), hi_w.min()
+    (h0, h1), (w0, w1) = taps_inside(lo_h, hi_h), taps_inside(lo_w, hi_w)
     nine = kh == 3 and kw == 3
     for n in range(n0, n1):
         for oh in range(y.shape[1]):
@@ -541,31 +550,29 @@ def nchw_taps(tap, with_sums, sw):
     def nine_sums(x0, x1, x2, grow, w0, w1, pl, dw):
         """The nine taps' sums of input times grad over columns [w0, w1) of one output row
         (every tap inside), in one loop (compiled reassociating, so that the sums
-        vectorize)."""
-        a, b = w0 * sw - pl, (w1 - 1) * sw - pl + 1
+        vectorize). The rows are indexed, not sliced into nine views: Numba typed the
+        inlined slicing again at each of the nine, 4 of a 10 s compile (float32, stride
+        1); an unsigned index has no wraparound test, so the loop vectorizes as well."""
+        a = w0 * sw - pl
         c, d = a + dw, a + 2 * dw
-        x0a, x0b, x0d = segment(x0, a, b), segment(x0, c, b + dw), segment(x0, d, b + 2 * dw)
-        x1a, x1b, x1d = segment(x1, a, b), segment(x1, c, b + dw), segment(x1, d, b + 2 * dw)
-        x2a, x2b, x2d = segment(x2, a, b), segment(x2, c, b + dw), segment(x2, d, b + 2 * dw)
-        gs = grow[w0:w1]
-        s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = gs.dtype.type(0)
-        for k in range(gs.size):
-            v = gs[k]
-            s00 += x0a[k] * v
-            s01 += x0b[k] * v
-            s02 += x0d[k] * v
-            s10 += x1a[k] * v
-            s11 += x1b[k] * v
-            s12 += x1d[k] * v
-            s20 += x2a[k] * v
-            s21 += x2b[k] * v
-            s22 += x2d[k] * v
+        s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = grow.dtype.type(0)
+        for k in range(w1 - w0):
+            v, i = grow[np.uint64(w0 + k)], k * sw
+            ia, ic, id_ = np.uint64(a + i), np.uint64(c + i), np.uint64(d + i)
+            s00 += x0[ia] * v
+            s01 += x0[ic] * v
+            s02 += x0[id_] * v
+            s10 += x1[ia] * v
+            s11 += x1[ic] * v
+            s12 += x1[id_] * v
+            s20 += x2[ia] * v
+            s21 += x2[ic] * v
+            s22 += x2[id_] * v
         return s00, s01, s02, s10, s11, s12, s20, s21, s22
 
     def kernel(x, w, y, acc, n0, n1, sh, pt, pl, dh, dw, lo_h, hi_h, lo_w, hi_w):
         kh, kw, m = w.shape[2], w.shape[3], y.shape[1] // x.shape[1]
-        h0, h1 = lo_h.max(), hi_h.min()  # the output rows whose taps all fall inside
-        w0, w1 = lo_w.max(), hi_w.min()
+        (h0, h1), (w0, w1) = taps_inside(lo_h, hi_h), taps_inside(lo_w, hi_w)
         whole_rows = with_sums and kh == 3 and kw == 3 and w0 < w1
         for n in range(n0, n1):
             for co in range(y.shape[1]):
