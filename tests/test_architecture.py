@@ -9,6 +9,7 @@ recording (Note [Autograd in C] in dispatch/csrc/core.h).
 """
 
 import ast
+import functools
 import inspect
 import pathlib
 import re
@@ -19,6 +20,8 @@ import lamina as lm
 from lamina.dispatch import bindings, schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# tests that read the sources only, whichever core runs (Note [Core-independent tests])
+SOURCE_ONLY = pytest.mark.core_independent
 # folder -> (package it is imported as, rank): a module may import its own rank and
 # below; ranks 1 are peers that must not import each other
 LAYERS = {
@@ -78,9 +81,14 @@ def _imports(module, path):
     return found
 
 
-GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+@functools.cache
+def _graph():
+    """module -> its imports, read when a test first needs it, not at collection (every
+    worker of the suite collects this module)."""
+    return {m: _imports(m, p) for m, p in MODULES.items()}
 
 
+@SOURCE_ONLY
 def test_the_layers_are_all_found():
     assert {
         "lamina.dispatch.tensor",
@@ -90,11 +98,12 @@ def test_the_layers_are_all_found():
     } <= set(MODULES)
 
 
+@SOURCE_ONLY
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_run_downward(module):
     folder, rank = _layer(module)
     bad = []
-    for line, target in GRAPH[module]:
+    for line, target in _graph()[module]:
         other, other_rank = _layer(target)
         if other_rank > rank or (other_rank == rank and other != folder):
             bad.append(f"line {line}: {target} ({other}, rank {other_rank})")
@@ -134,15 +143,18 @@ def _cycles(graph):
     return out
 
 
+@SOURCE_ONLY
 def test_no_import_cycles():
-    assert _cycles(GRAPH) == []
+    assert _cycles(_graph()) == []
 
 
+@SOURCE_ONLY
 def test_the_cycle_check_can_fail():
     graph = {"a": [(1, "b")], "b": [(1, "c")], "c": [(1, "a")], "d": [(1, "a")]}
     assert _cycles(graph) == [["a", "b", "c"]]
 
 
+@SOURCE_ONLY
 def test_the_direction_check_can_fail():
     assert _layer("lamina.backends.numba_cpu.views") == ("backends", 1)
     assert _layer("lamina.autograd") == ("autograd", 1)
@@ -200,17 +212,20 @@ def _c_violations(name, source):
     return bad
 
 
+@SOURCE_ONLY
 def test_the_c_core_is_found():
     names = {p.name for p in C_FILES}
     assert {"core.h", "module.c", "tensor.c", "tables.c", "fastpath.c", "recording.c"} <= names
     assert set(AUTOGRAD_ALLOWED) <= names
 
 
+@SOURCE_ONLY
 @pytest.mark.parametrize("path", C_FILES, ids=lambda p: p.name)
 def test_c_files_keep_autograd_in_the_recording_file(path):
     assert _c_violations(path.name, path.read_text()) == []
 
 
+@SOURCE_ONLY
 def test_the_c_check_can_fail():
     source = """
         #include "../../autograd/graph.h"

@@ -864,6 +864,7 @@ def two_threads():
     assert lm.get_num_threads() == 1
 
 
+@pytest.mark.core_independent  # from the parallel threshold on, both cores take the general path
 def test_parallel_kernels(two_threads):
     """Above PARALLEL_ELEMENTS the prange variants run (flat and strided, unary, binary
     and where's ternary). When they compile (a cold cache, as on CI) Numba must turn

@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import test_autograd
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -85,6 +86,10 @@ def test_three_plugins_load_with_the_example_without_a_warning():
 VENDOR_OPERATORS = ("exp", "tanh", "matmul", "add")
 
 
+# Note [Core-independent tests]: the plugins' devices and kernels, in another process;
+# the pure-Python core's bindings meet a plugin's device in the suite's own run of
+# tests/test_autograd.py (the example backend's ``counting``)
+@pytest.mark.core_independent
 def test_the_autograd_suite_passes_on_every_device_with_all_of_them_installed():
     """tests/test_autograd.py's device tests on the two devices only this process has:
     every sample's values and gradients on ``remote`` and ``pinned`` match the CPU's

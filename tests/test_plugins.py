@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 HERE = pathlib.Path(__file__).resolve().parent
 PLUGIN_SENSITIVE = [
     "test_dispatch.py",
@@ -37,6 +39,7 @@ def test_the_unrelated_plugin_is_found_and_registers():
     assert out.stdout.split() == ["entry", "point", "['unrelated']", "unrelated"]
 
 
+@pytest.mark.core_independent  # another process; the suite runs these files under both cores
 def test_plugin_sensitive_tests_pass_with_an_unrelated_plugin_installed():
     files = [str(HERE / f) for f in PLUGIN_SENSITIVE if (HERE / f).exists()]
     # -n0: one process, this test already runs in one of the suite's workers
