@@ -6,6 +6,8 @@ promotion, broadcasting, strides). Kernels compile lazily, once per dtype, and l
 from Numba's on-disk cache afterwards (Note [Kernel cache]).
 """
 
+import functools
+
 import numpy as np
 
 from lamina.backends import jit, threads
@@ -40,6 +42,10 @@ _FLAT = {1: K.unary_flat, 2: K.binary_flat, 3: K.ternary_flat}
 _STRIDED = {1: K.unary_strided, 2: K.binary_strided, 3: K.ternary_strided}
 _SCALAR = {2: K.binary_scalar, 3: K.ternary_scalars}
 _INPLACE = {2: K.binary_inplace}
+_TEMPLATES = {core.LOOP_FLAT: _FLAT, core.LOOP_SCALAR: _SCALAR, core.LOOP_STRIDED: _STRIDED}
+# the C core's loops called by address, by arity (Note [C loops by address])
+_FLAT_AT = {1: K.unary_flat_at, 2: K.binary_flat_at}
+_STRIDED_AT = {1: K.unary_strided_at, 2: K.binary_strided_at}
 # the C core's loops by form (reference.LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED) and arity
 _C_LOOPS = {
     (core.LOOP_FLAT, 1): K.unary_cloop,
@@ -78,12 +84,12 @@ class Elementwise:
         # (dtype kinds, fn(op, dtype, arrays)): a check of the values before the kernel
         # runs, for those kinds; they skip the fast paths
         self.validate_kinds, self.validate = validate or ("", None)
-        self.flat = jit.Family(lambda i: self._numpy_flat(i) or self._compile(_FLAT, i, range))
+        self.flat = jit.Family(lambda i: self._numpy_flat(i) or self._serial(core.LOOP_FLAT, i))
         self.flat_parallel = jit.Family(lambda i: self._compile(_FLAT, i, jit.prange))
-        self.strided = jit.Family(lambda i: self._compile(_STRIDED, i, range))
+        self.strided = jit.Family(lambda i: self._serial(core.LOOP_STRIDED, i))
         self.strided_parallel = jit.Family(lambda i: self._compile(_STRIDED, i, jit.prange))
         self.scalar = jit.Family(
-            lambda i: self._numpy_scalar(i) or self._compile(_SCALAR, i, range)
+            lambda i: self._numpy_scalar(i) or self._serial(core.LOOP_SCALAR, i)
         )
         self.scalar_parallel = jit.Family(lambda i: self._compile(_SCALAR, i, jit.prange))
         self.inplace = jit.Family(lambda i: self._compile(_INPLACE, i, range))
@@ -138,6 +144,29 @@ class Elementwise:
             (template, fn, comp, out, tuple(ins)),
             lambda cache: K.c_loop(template, fn, comp, out, ins, cache),
         )
+
+    def _serial(self, form, index):
+        """The serial loop of ``form`` (LOOP_FLAT, LOOP_SCALAR, LOOP_STRIDED) computing
+        in dtype index ``index``: the C core's loop, called by address (Note [C loops by
+        address] in backends/jit.py); a ternary operator has none, and its template is
+        compiled."""
+        if self.arity == 3:
+            return self._compile(_TEMPLATES[form], index, range)
+        types, comp = jit.types, D.ALL[index]
+        out = jit.array(S.result_dtype(self.op, comp).np)
+        ins = [jit.array(d.np) for d in self.in_dtypes(comp)]
+        if form == core.LOOP_FLAT:
+            kernel, args = _FLAT_AT[self.arity], (*ins, out)
+        elif form == core.LOOP_SCALAR:
+            scalar = getattr(types, K.SCALAR_ARGUMENT[comp.kind])
+            kernel, args = K.scalar_at, (ins[0], scalar, out, types.boolean)
+        else:
+            operand = (types.int64, jit.index())  # offset, strides
+            strided = [t for a in [out, *ins] for t in (a, *operand)]
+            kernel, args = _STRIDED_AT[self.arity], (*strided, jit.index())
+        sig = types.void(types.int64, *args)
+        entry = jit.cached((kernel, sig), lambda: jit.compile_kernel(kernel, sig))
+        return functools.partial(entry, self.address(form, index))
 
     def _compile(self, family, index, loop):
         types = jit.types
@@ -212,7 +241,9 @@ class Elementwise:
                     inplace = self.inplace_parallel if parallel else self.inplace
                     inplace[i](out.reshape(-1), b.reshape(-1))
                     return
-                if not all(dense) and (a.size == 1 or b.size == 1):  # a tensor and a scalar
+                # a tensor and a scalar; a complex one takes the strided loop (the C
+                # loops take a real scalar: Note [Scalar fast path])
+                if not all(dense) and (a.size == 1 or b.size == 1) and comp.kind != "c":
                     scalar = self.scalar_parallel if parallel else self.scalar
                     first = not dense[0]
                     tensor, v = (b, a) if first else (a, b)

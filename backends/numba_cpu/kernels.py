@@ -1032,7 +1032,10 @@ def imag_part(x):
 # ---------------------------------------------------------------- templates
 # Each template takes the scalar function and ``loop`` (``range``, or ``prange`` for the
 # parallel variant, compiled only once an input is big enough to need it). ``loop`` is a
-# closure cell, so it is part of the cache key (Note [Kernel cache]).
+# closure cell, so it is part of the cache key (Note [Kernel cache]). A unary or binary
+# operator's serial loops are the C core's instead (Note [C loops by address] in
+# backends/jit.py): these templates are its parallel variants, its in-place loop and a
+# ternary operator's loops.
 
 
 def unary_flat(fn, loop):
@@ -1585,7 +1588,10 @@ def matmul_int(loop):
 # unbox (~2,000 instructions of a Numba entry point's ~2,500 on the seed's 100
 # elements). The scalar form gets the Python scalar as a double, int64 or uint64 (by
 # the dtype's kind) and casts it to the dtype once, as the Numba entry point of
-# binary_scalar converts it at its boundary.
+# binary_scalar converts it at its boundary. The pure-Python core and the backend's
+# general path run the same loops, called by address from a kernel per signature of
+# dtypes (``*_at`` below): both cores compute with one compiled loop per operator and
+# dtype.
 
 
 def unary_cloop(fn):
@@ -1634,6 +1640,49 @@ def scalar_cloop(fn, cast):
                 out[i] = fn(a[i], w)
 
     return loop
+
+
+# The C loops above called by address (Note [C loops by address] in backends/jit.py):
+# one kernel per signature of dtypes runs every operator's loop of that signature, for
+# the pure-Python core's contiguous path and the general path's serial loops. A strided
+# operand is as the strided templates take it (buffer, element offset, element strides);
+# the loop runs once per row of the iteration shape.
+
+
+def unary_flat_at(address, x, out):
+    jit.call_address(address, (x.ctypes.data, out.ctypes.data, out.size))
+
+
+def binary_flat_at(address, a, b, out):
+    jit.call_address(address, (a.ctypes.data, b.ctypes.data, out.ctypes.data, out.size))
+
+
+def scalar_at(address, a, v, out, scalar_first):
+    """``v``: the scalar as the C loop takes it (SCALAR_ARGUMENT), cast by the loop."""
+    first = np.int32(scalar_first)
+    jit.call_address(address, (a.ctypes.data, v, out.ctypes.data, out.size, first))
+
+
+def unary_strided_at(address, out, oo, os, x, xo, xs, shape):
+    last = shape.size - 1
+    inner, so, sx = shape[last], os[last], xs[last]
+    po, wo = np.int64(out.ctypes.data), out.itemsize
+    px, wx = np.int64(x.ctypes.data), x.itemsize
+    for r in range(_rows(shape)):
+        o, i = _row_start(r, shape, os, oo), _row_start(r, shape, xs, xo)
+        jit.call_address(address, (px + i * wx, po + o * wo, inner, sx, so))
+
+
+def binary_strided_at(address, out, oo, os, a, ao, as_, b, bo, bs, shape):
+    last = shape.size - 1
+    inner, so, sa, sb = shape[last], os[last], as_[last], bs[last]
+    po, wo = np.int64(out.ctypes.data), out.itemsize
+    pa, wa = np.int64(a.ctypes.data), a.itemsize
+    pb, wb = np.int64(b.ctypes.data), b.itemsize
+    for r in range(_rows(shape)):
+        o = _row_start(r, shape, os, oo)
+        i, k = _row_start(r, shape, as_, ao), _row_start(r, shape, bs, bo)
+        jit.call_address(address, (pa + i * wa, pb + k * wb, po + o * wo, inner, sa, sb, so))
 
 
 def fold_rows_cloop(kernel):
