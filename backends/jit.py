@@ -367,11 +367,11 @@ on_load(_lower_call_symbol)
 
 
 # Note [C loops by address]: a kernel may call a C function whose address it is given
-# at run time (``call_address(address, args)``). The C core's elementwise loops (Note
-# [C loops] in numba_cpu/kernels.py) run this way in the pure-Python core and in the
-# backend's general path: through one small kernel per signature of dtypes, where each
-# operator and dtype had its own kernels, compiled beside the C core's loops of the
-# same code. The tests of elementwise operators, autograd and complex numbers, run by
+# at run time (``call_address(address, args)``). The C core's elementwise loops and
+# folds (Note [C loops] in numba_cpu/kernels.py) run this way in the pure-Python core
+# and in the backend's own paths: through one small kernel per signature of dtypes,
+# where each operator and dtype had its own kernels, compiled beside the C core's loops
+# of the same code. The tests of elementwise operators, autograd and complex numbers, run by
 # both cores side by side from empty caches as CI runs them, took 736 CPU-seconds that
 # way and 652 this way (Zen 3); a pure-Python core's call pays ~0.1 us more. The
 # address is an argument, not a constant, so such a kernel caches. The loop is declared

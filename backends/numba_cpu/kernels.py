@@ -1685,6 +1685,18 @@ def binary_strided_at(address, out, oo, os, a, ao, as_, b, bo, bs, shape):
         jit.call_address(address, (pa + i * wa, pb + k * wb, po + o * wo, inner, sa, sb, so))
 
 
+def fold_at(address, x, out):
+    """A fold's C loop (``fold_rows_cloop``, ``fold_columns_cloop``) called by address
+    over contiguous (rows, cols) x (Note [C loops by address] in backends/jit.py)."""
+    jit.call_address(address, (x.ctypes.data, out.ctypes.data, x.shape[0], x.shape[1]))
+
+
+def fold_beside_at(address, x, out, beside):
+    """The same, for ``arg_rows_cloop`` and ``arg_columns_cloop``."""
+    pointers = (x.ctypes.data, out.ctypes.data, beside.ctypes.data)
+    jit.call_address(address, (*pointers, x.shape[0], x.shape[1]))
+
+
 def fold_rows_cloop(kernel):
     """A reduction of the C core's (Note [C loops]): ``kernel`` (reduce_rows, jitable)
     over a contiguous (rows, cols) array into rows results."""

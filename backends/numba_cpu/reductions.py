@@ -4,6 +4,8 @@ same fold, then a search), mean (the sum's fold), var and std (a second pass ove
 deviations from the mean), vector_norm (the deviations from zero; folds of |x|). Every
 loop vectorizes (Note [Vector reductions] in kernels.py)."""
 
+import functools
+
 import numpy as np
 
 from lamina.backends import jit, threads
@@ -50,8 +52,10 @@ class Reduction:
     With a ``columns`` template, a column-major rows view (a reduction over leading
     axes, e.g. sum(x, axis=0)) runs it on the contiguous transpose instead of striding
     down each column (serially: it reads memory in order, faster than threads that
-    stride). Entry points are compiled per (template, dtypes, loop, layout), with
-    reassociation (Note [Vector reductions] in kernels.py)."""
+    stride). A serial fold of a contiguous view runs the C core's loop of the template
+    (``address``; Note [C loops by address] in backends/jit.py); other entry points are
+    compiled per (template, dtypes, loop, layout). Both with reassociation (Note
+    [Vector reductions] in kernels.py)."""
 
     def __init__(self, template, fn, columns=None, parts="itself"):
         self.template, self.fn, self.columns = template, fn, columns
@@ -68,12 +72,16 @@ class Reduction:
             template, rows, layout, loop = self.columns, rows.T, "C", range
         elif loop is not range and layout == "C" and self.parts and _one_long_row(rows):
             return self._split(rows, out, *more)
-        args = (loop,) if self.fn is None else (self.fn, loop)
         outs = (out, *more)
+        if loop is range and layout == "C":  # Note [C loops by address] in backends/jit.py
+            dtypes = [D.from_numpy(a.dtype) for a in (rows, *outs)]
+            key = (self, template, *dtypes)
+            jit.cached(key, lambda: self._by_address(template, *dtypes))(rows, *outs)
+            return
         entry = jit.cached(
             (template, self.fn, rows.dtype, *[a.dtype for a in outs], loop, layout),
             lambda: jit.compile_kernel(
-                template(*args),
+                template(self.fn, loop),
                 jit.types.void(
                     jit.array(rows.dtype, 2, layout), *[jit.array(a.dtype) for a in outs]
                 ),
@@ -82,6 +90,34 @@ class Reduction:
             ),
         )
         entry(rows, out, *more)
+
+    def _by_address(self, template, d, acc, *beside):
+        """``template``'s C loop for these dtypes, called by address: the entry point
+        of the kernel that calls it, with the address bound."""
+        kernel, t = _FOLD_AT[len(beside)], jit.types
+        arrays = [jit.array(o) for o in (acc, *beside)]
+        sig = t.void(t.int64, jit.array(d, 2), *arrays)
+        entry = jit.cached((kernel, sig), lambda: jit.compile_kernel(kernel, sig))
+        return functools.partial(entry, self.address(template is self.template, d, acc, *beside))
+
+    def address(self, rows, d, acc, beside=None):
+        """The C core's loop of this fold (Note [C loops] in kernels.py) over the rows
+        of a contiguous (rows, cols) array of dtype ``d``, or down its columns, into an
+        accumulator of dtype ``acc``, reading (argmax's best values, var's means) an
+        array of dtype ``beside`` next to it."""
+        template = self.template if rows else self.columns
+        wrapper = (_FOLD_WRAPPERS if beside is None else _BESIDE_WRAPPERS)[not rows]
+        ins = [d] if beside is None else [d, beside]
+
+        def build(cache):
+            # inlined into the loop, the kernel's status checks and raise paths go away:
+            # the loop needs nothing of Numba's runtime (Note [Loop cache]); a jitable
+            # function, not a dispatcher, so the loop is cached (Note [Closure cells]);
+            # the loop is compiled with reassociation (Note [Vector reductions])
+            kernel = jit.jitable(template(self.fn, range), inline="always")
+            return K.c_loop(wrapper, kernel, d, acc, ins, cache)
+
+        return jit.c_loop((wrapper, template, self.fn, *ins, acc), build)
 
     def _split(self, rows, out, *more):
         """One long row (a fold of everything) as rows of _SPLIT values, which the
@@ -316,29 +352,17 @@ class FoldSpec:
 
     def address(self, form, index):
         d, acc = D.ALL[index], self.accumulators[index]
-        reduction, ins, wrappers = self.reduction, [d], _FOLD_WRAPPERS
-        if self.arg:
-            wrappers = _BESIDE_WRAPPERS
-        if form in (core.LOOP_DEVIATION_ROWS, core.LOOP_DEVIATION_COLUMNS):
-            reduction, ins, wrappers = self.deviations, [d, D.float64], _BESIDE_WRAPPERS
         rows = form in (core.LOOP_ROWS, core.LOOP_DEVIATION_ROWS)
-        template = reduction.template if rows else reduction.columns
-        wrapper = wrappers[not rows]
-
-        def build(cache):
-            # inlined into the loop, the kernel's status checks and raise paths go away:
-            # the loop needs nothing of Numba's runtime (Note [Loop cache]); a jitable
-            # function, not a dispatcher, so the loop is cached (Note [Closure cells]);
-            # the loop is compiled with reassociation (Note [Vector reductions])
-            kernel = jit.jitable(template(reduction.fn, range), inline="always")
-            return K.c_loop(wrapper, kernel, d, acc, ins, cache)
-
-        return jit.c_loop((wrapper, template, reduction.fn, *ins, acc), build)
+        if form in (core.LOOP_DEVIATION_ROWS, core.LOOP_DEVIATION_COLUMNS):
+            return self.deviations.address(rows, d, acc, D.float64)
+        return self.reduction.address(rows, d, acc, d if self.arg else None)
 
 
 _FOLD_WRAPPERS = (K.fold_rows_cloop, K.fold_columns_cloop)
 # loops with a per-row array beside the accumulator: argmax's best values, var's means
 _BESIDE_WRAPPERS = (K.arg_rows_cloop, K.arg_columns_cloop)
+# those loops called by address, by the count of arrays beside the accumulator
+_FOLD_AT = (K.fold_at, K.fold_beside_at)
 
 
 def _fast(kernel, spec):
