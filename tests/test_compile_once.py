@@ -229,6 +229,36 @@ def test_a_call_by_name_is_typed_by_the_named_kernels_signature():
             jit.compile_kernel(wrong, signature)
 
 
+def test_a_c_function_called_by_address_gets_its_arguments():
+    """Note [C loops by address]: pointers (as integers), a double and a count reach the
+    C function given at run time; a Boolean is refused; outside a kernel the call is."""
+    from lamina.backends import jit
+
+    def scale_loop(x, k, out, n):
+        for i in range(n):
+            out[i] = k * x[i]
+
+    t, f8p = jit.types, jit.types.CPointer(jit.types.float64)
+    scale = jit.compile_cfunc(scale_loop, t.void(f8p, t.float64, f8p, t.int64), cache=False)
+
+    def caller(address, x, k, out):
+        jit.call_address(address, (x.ctypes.data, k, out.ctypes.data, out.size - 1))
+
+    a1 = jit.array(np.float64)
+    kernel = jit.compile_kernel(caller, t.void(t.int64, a1, t.float64, a1))
+    x, out = np.arange(5.0), np.full(5, -1.0)
+    kernel(scale.address, x, 2.5, out)
+    np.testing.assert_array_equal(out, [0.0, 2.5, 5.0, 7.5, -1.0])  # n = size - 1
+
+    def flagged(address, x):
+        jit.call_address(address, (x.ctypes.data, x.size > 0))
+
+    with pytest.raises(TypeError, match="not a Boolean"):
+        jit.compile_kernel(flagged, t.void(t.int64, a1))
+    with pytest.raises(TypeError, match="from kernels only"):
+        jit.call_address(scale.address, (x.ctypes.data, 2.5, out.ctypes.data, 5))
+
+
 def test_assign_in_a_kernel_is_numpys_assignment():
     """Note [Assignment in kernels]: an array of the view's shape (here a transposed,
     non-contiguous one) or a number, into a non-contiguous 3-D view, axis by axis;

@@ -241,9 +241,10 @@ class Elementwise:
                     inplace = self.inplace_parallel if parallel else self.inplace
                     inplace[i](out.reshape(-1), b.reshape(-1))
                     return
-                # a tensor and a scalar; a complex one takes the strided loop (the C
-                # loops take a real scalar: Note [Scalar fast path])
-                if not all(dense) and (a.size == 1 or b.size == 1) and comp.kind != "c":
+                # a tensor and a scalar; a complex one takes the strided loop serially
+                # (the C loops take a real scalar: Note [Scalar fast path])
+                one = a.size == 1 or b.size == 1
+                if not all(dense) and one and (parallel or comp.kind != "c"):
                     scalar = self.scalar_parallel if parallel else self.scalar
                     first = not dense[0]
                     tensor, v = (b, a) if first else (a, b)

@@ -1658,7 +1658,8 @@ def binary_flat_at(address, a, b, out):
 
 
 def scalar_at(address, a, v, out, scalar_first):
-    """``v``: the scalar as the C loop takes it (SCALAR_ARGUMENT), cast by the loop."""
+    """``v``: the scalar, converted by the entry point to the type the C loop takes
+    (SCALAR_ARGUMENT) and cast by the loop to the dtype."""
     first = np.int32(scalar_first)
     jit.call_address(address, (a.ctypes.data, v, out.ctypes.data, out.size, first))
 

@@ -74,7 +74,7 @@ class Reduction:
             return self._split(rows, out, *more)
         outs = (out, *more)
         if loop is range and layout == "C":  # Note [C loops by address] in backends/jit.py
-            dtypes = [D.from_numpy(a.dtype) for a in (rows, *outs)]
+            dtypes = (rows.dtype, *[a.dtype for a in outs])
             key = (self, template, *dtypes)
             jit.cached(key, lambda: self._by_address(template, *dtypes))(rows, *outs)
             return
@@ -92,21 +92,23 @@ class Reduction:
         entry(rows, out, *more)
 
     def _by_address(self, template, d, acc, *beside):
-        """``template``'s C loop for these dtypes, called by address: the entry point
-        of the kernel that calls it, with the address bound."""
+        """``template``'s C loop for these NumPy dtypes, called by address: the entry
+        point of the kernel that calls it, with the address bound."""
         kernel, t = _FOLD_AT[len(beside)], jit.types
         arrays = [jit.array(o) for o in (acc, *beside)]
         sig = t.void(t.int64, jit.array(d, 2), *arrays)
         entry = jit.cached((kernel, sig), lambda: jit.compile_kernel(kernel, sig))
-        return functools.partial(entry, self.address(template is self.template, d, acc, *beside))
+        along_rows = template is self.template
+        address = self.address(along_rows, *[D.from_numpy(a) for a in (d, acc, *beside)])
+        return functools.partial(entry, address)
 
-    def address(self, rows, d, acc, beside=None):
-        """The C core's loop of this fold (Note [C loops] in kernels.py) over the rows
+    def address(self, along_rows, d, acc, beside=None):
+        """The C core's loop of this fold (Note [C loops] in kernels.py) along the rows
         of a contiguous (rows, cols) array of dtype ``d``, or down its columns, into an
         accumulator of dtype ``acc``, reading (argmax's best values, var's means) an
         array of dtype ``beside`` next to it."""
-        template = self.template if rows else self.columns
-        wrapper = (_FOLD_WRAPPERS if beside is None else _BESIDE_WRAPPERS)[not rows]
+        template = self.template if along_rows else self.columns
+        wrapper = (_FOLD_WRAPPERS if beside is None else _BESIDE_WRAPPERS)[not along_rows]
         ins = [d] if beside is None else [d, beside]
 
         def build(cache):
@@ -352,10 +354,10 @@ class FoldSpec:
 
     def address(self, form, index):
         d, acc = D.ALL[index], self.accumulators[index]
-        rows = form in (core.LOOP_ROWS, core.LOOP_DEVIATION_ROWS)
+        along_rows = form in (core.LOOP_ROWS, core.LOOP_DEVIATION_ROWS)
         if form in (core.LOOP_DEVIATION_ROWS, core.LOOP_DEVIATION_COLUMNS):
-            return self.deviations.address(rows, d, acc, D.float64)
-        return self.reduction.address(rows, d, acc, d if self.arg else None)
+            return self.deviations.address(along_rows, d, acc, D.float64)
+        return self.reduction.address(along_rows, d, acc, d if self.arg else None)
 
 
 _FOLD_WRAPPERS = (K.fold_rows_cloop, K.fold_columns_cloop)
