@@ -60,6 +60,13 @@ def multiply_add(x, w, acc):
     raise NotImplementedError
 
 
+def registers():
+    """How many vector registers the host has (a compile-time constant): 32 with
+    AVX-512 and on 64-bit Arm, else 16. A kernel keeps fewer vectors than that live
+    through its inner loop, or LLVM spills them to memory (Note [Registers] in nn/direct.py)."""
+    raise NotImplementedError
+
+
 def prefetch(a, i):
     """Hint that a's element i is read soon."""
     raise NotImplementedError
@@ -80,11 +87,21 @@ def _host_register_bytes():
     return _register_bytes(jit.numba)  # asking LLVM for the host's features takes ~0.3 ms
 
 
+def _features(numba):
+    codegen = numba.core.registry.cpu_target.target_context.codegen()
+    return codegen._get_host_cpu_features().split(",")
+
+
 def _register_bytes(numba):
     """The width in bytes of the host's widest vector registers."""
-    codegen = numba.core.registry.cpu_target.target_context.codegen()
-    features = codegen._get_host_cpu_features().split(",")
+    features = _features(numba)
     return 64 if "+avx512f" in features else 32 if "+avx" in features else 16
+
+
+def _register_count(numba):
+    """The number of the host's vector registers (``registers``)."""
+    features = _features(numba)
+    return 32 if "+avx512f" in features or "+neon" in features else 16
 
 
 def _lower(numba):
@@ -234,6 +251,8 @@ def _lower(numba):
             count = vector_of(a).count
             return lambda a: count
 
+    count = _register_count(numba)
+    overload(registers)(lambda: lambda: count)
     overload(load)(lambda a, i: lambda a, i: vector_load(a, i))
     overload(store_first)(lambda a, i, v, n: lambda a, i, v, n: vector_store_first(a, i, v, n))
     overload(splat)(lambda a, i: lambda a, i: vector_splat(a, i))

@@ -32,6 +32,18 @@ Measured at batch 32, 64 x 64 images, one thread, Zen 4, float32, channels-last
     MobileNet v2, 32 3x3 s2    1.7 -> 0.64 (1.4 -> 1.1) [0.63]  2.8 -> 2.1 [1.4]
 
 The forward pass runs at 110-114 GFLOP/s, where OpenBLAS's GEMM alone reached 95.
+
+Note [Registers]: a step's sums stay in registers through its taps only where they
+fit: PIXELS x vectors sums, PIXELS broadcast inputs and a weight vector. AVX-512 has
+32 vector registers, which hold four vectors' 16 sums and the rest; AVX2 has 16, and
+LLVM stored and reloaded the sums that did not fit at every tap. There a step takes
+two vectors of output channels (8 sums). Measured on a Zen 3 VM (AVX2), one thread,
+float32 forward, channels-last, four vectors -> two, us: Inception's stem (32 7 x 7
+stride 2, 64 x 64 images) at batch 1 242-335 -> 159-280, at batch 32 6170-9328 ->
+4469-5934; ResNet-18's (64) at batch 8 3067-4338 -> 2294-3144 (PyTorch's: ~190 at
+batch 1, ~4450 at batch 32). Channels-first it moved within noise. The weight
+gradient keeps four vectors: its gradient vectors are only read, and a spilled one is
+an operand loaded from the cache, where a spilled sum is stored and loaded again.
 """
 
 import numpy as np
@@ -95,10 +107,11 @@ def row(xp, w, bias, base, taps, wo, cout, dst, at):
     row of one channel) in taps = (segments, kh, plane, height, run, step)."""
     segments, run = taps[0], taps[4]
     lanes = v.lanes(w)
+    most = 4 if v.registers() >= 32 else 2  # vectors of channels a pass: Note [Registers]
     padded = w.shape[1]
     zero = xp.size - xp.size // xp.shape[0]  # the last image's: zeros
-    for cb in range(0, padded, 4 * lanes):
-        vectors = min(4, (padded - cb) // lanes)
+    for cb in range(0, padded, most * lanes):
+        vectors = min(most, (padded - cb) // lanes)
         s0 = v.load(bias, cb)
         s1 = v.load(bias, cb + lanes) if vectors > 1 else s0
         s2 = v.load(bias, cb + 2 * lanes) if vectors > 2 else s0
