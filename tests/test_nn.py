@@ -283,6 +283,32 @@ def test_max_and_min_pool_match_the_oracle(fn, case, layout, nchw_kernel, monkey
     np.testing.assert_array_equal(picked.reshape(out.shape), out.numpy())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+@pytest.mark.parametrize("fn", [F.max_pool2d, F.min_pool2d], ids=["max", "min"])
+def test_channels_last_pooling_without_indices_matches_the_oracle_bit_for_bit(fn, case, dtype):
+    """Note [Extremes in registers]: 19 channels (whole vectors and a tail in either
+    dtype) with NaNs, infinities and zeros of both signs (ties keep the first), against
+    numpy_ref; and the values of the kernel with indices."""
+    rng = np.random.default_rng(5)
+    data = rng.uniform(-1.0, 1.0, (2, 19, 7, 6))
+    special = rng.random(data.shape)
+    data[special < 0.3] = 0.0
+    data[special < 0.15] = -0.0
+    data[special > 0.97] = np.nan
+    data[(special > 0.93) & (special <= 0.95)] = np.inf
+    data[(special > 0.95) & (special <= 0.97)] = -np.inf
+    x = F.to_layout(lm.asarray(data.astype(dtype)), "NHWC")
+    out = fn(x, **case[1])
+    assert F.layout_of(out) == "NHWC" and out.dtype == x.dtype
+    with lm.backends.use("numpy_ref"):
+        want = fn(x, **case[1]).numpy()
+    indexed = fn(x, **case[1], return_indices=True)[0].numpy()
+    bits = np.dtype(dtype.__name__.replace("float", "int"))
+    for other in (want, indexed):  # NaNs alike (the input's), and the signs of zeros
+        np.testing.assert_array_equal(out.numpy().view(bits), other.view(bits))
+
+
 def test_max_pool_ties_and_nans_follow_pytorch(nchw_indices):
     x = lm.asarray(np.array([[[[1.0, 1.0, 0.0], [1.0, 0.5, 2.0], [np.nan, 3.0, 3.0]]]]))
     out, idx = F.max_pool2d(x, 2, 1, return_indices=True)

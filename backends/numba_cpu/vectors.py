@@ -60,6 +60,17 @@ def multiply_add(x, w, acc):
     raise NotImplementedError
 
 
+def fold_max(best, x):
+    """x where x > best or x is NaN, else best, lane by lane: a max pooling's running
+    extreme (a NaN wins and stays, a tie keeps ``best``)."""
+    raise NotImplementedError
+
+
+def fold_min(best, x):
+    """x where x < best or x is NaN, else best, lane by lane."""
+    raise NotImplementedError
+
+
 def registers():
     """How many vector registers the host has (a compile-time constant): 32 with
     AVX-512 and on 64-bit Arm, else 16. A kernel keeps fewer vectors than that live
@@ -211,6 +222,25 @@ def _lower(numba):
             builder.call(fn, [args[2], p, ir.Constant(i32, a.dtype.bitwidth // 8), mask])
 
         return types.void(a, i, v, count), codegen
+
+    def folder(op):
+        @intrinsic
+        def vector_fold(typingctx, best, x):
+            if not (isinstance(x, Vector) and x == best):
+                return None
+
+            def codegen(context, builder, sig, args):
+                best, x = args
+                beyond = builder.fcmp_ordered(op, x, best)
+                take = builder.or_(beyond, builder.fcmp_unordered("uno", x, x))
+                return builder.select(take, x, best)
+
+            return x(best, x), codegen
+
+        return lambda best, x: lambda best, x: vector_fold(best, x)
+
+    overload(fold_max)(folder(">"))
+    overload(fold_min)(folder("<"))
 
     @intrinsic
     def vector_multiply_add(typingctx, x, w, acc):
