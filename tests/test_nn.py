@@ -286,10 +286,10 @@ def test_max_and_min_pool_match_the_oracle(fn, case, layout, nchw_kernel, monkey
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", POOL_CASES, ids=[c[0] for c in POOL_CASES])
 @pytest.mark.parametrize("fn", [F.max_pool2d, F.min_pool2d], ids=["max", "min"])
-def test_channels_last_pooling_without_indices_matches_the_oracle_bit_for_bit(fn, case, dtype):
+def test_channels_last_pooling_matches_the_oracle_bit_for_bit(fn, case, dtype):
     """Note [Extremes in registers]: 19 channels (whole vectors and a tail in either
-    dtype) with NaNs, infinities and zeros of both signs (ties keep the first), against
-    numpy_ref; and the values of the kernel with indices."""
+    dtype) with NaNs, infinities and zeros of both signs (ties keep the first, the
+    last NaN is the index), with and without indices, against numpy_ref."""
     rng = np.random.default_rng(5)
     data = rng.uniform(-1.0, 1.0, (2, 19, 7, 6))
     special = rng.random(data.shape)
@@ -299,14 +299,14 @@ def test_channels_last_pooling_without_indices_matches_the_oracle_bit_for_bit(fn
     data[(special > 0.93) & (special <= 0.95)] = np.inf
     data[(special > 0.95) & (special <= 0.97)] = -np.inf
     x = F.to_layout(lm.asarray(data.astype(dtype)), "NHWC")
-    out = fn(x, **case[1])
-    assert F.layout_of(out) == "NHWC" and out.dtype == x.dtype
+    got = [fn(x, **case[1]), *fn(x, **case[1], return_indices=True)]
     with lm.backends.use("numpy_ref"):
-        want = fn(x, **case[1]).numpy()
-    indexed = fn(x, **case[1], return_indices=True)[0].numpy()
+        want = [fn(x, **case[1]), *fn(x, **case[1], return_indices=True)]
     bits = np.dtype(dtype.__name__.replace("float", "int"))
-    for other in (want, indexed):  # NaNs alike (the input's), and the signs of zeros
-        np.testing.assert_array_equal(out.numpy().view(bits), other.view(bits))
+    for g, w in zip(got, want):  # NaNs alike (the input's), and the signs of zeros
+        assert F.layout_of(g) == "NHWC" and g.dtype == w.dtype
+        view = bits if g.dtype == x.dtype else np.int64
+        np.testing.assert_array_equal(g.numpy().view(view), w.numpy().view(view))
 
 
 def test_max_pool_ties_and_nans_follow_pytorch(nchw_indices):

@@ -71,6 +71,17 @@ def fold_min(best, x):
     raise NotImplementedError
 
 
+def taken_max(best, x, where, here):
+    """``here`` where fold_max(best, x) takes x, else ``where``, lane by lane: where a
+    running maximum was found."""
+    raise NotImplementedError
+
+
+def taken_min(best, x, where, here):
+    """``here`` where fold_min(best, x) takes x, else ``where``."""
+    raise NotImplementedError
+
+
 def registers():
     """How many vector registers the host has (a compile-time constant): 32 with
     AVX-512 and on 64-bit Arm, else 16. A kernel keeps fewer vectors than that live
@@ -223,6 +234,11 @@ def _lower(numba):
 
         return types.void(a, i, v, count), codegen
 
+    def takes(builder, op, best, x):
+        """Where a fold by ``op`` takes x: x beyond best, or x NaN."""
+        beyond = builder.fcmp_ordered(op, x, best)
+        return builder.or_(beyond, builder.fcmp_unordered("uno", x, x))
+
     def folder(op):
         @intrinsic
         def vector_fold(typingctx, best, x):
@@ -231,16 +247,32 @@ def _lower(numba):
 
             def codegen(context, builder, sig, args):
                 best, x = args
-                beyond = builder.fcmp_ordered(op, x, best)
-                take = builder.or_(beyond, builder.fcmp_unordered("uno", x, x))
-                return builder.select(take, x, best)
+                return builder.select(takes(builder, op, best, x), x, best)
 
             return x(best, x), codegen
 
         return lambda best, x: lambda best, x: vector_fold(best, x)
 
+    def taker(op):
+        @intrinsic
+        def vector_taken(typingctx, best, x, where, here):
+            if not (isinstance(x, Vector) and x == best == where == here):
+                return None
+
+            def codegen(context, builder, sig, args):
+                best, x, where, here = args
+                return builder.select(takes(builder, op, best, x), here, where)
+
+            return x(best, x, where, here), codegen
+
+        return lambda best, x, where, here: (
+            lambda best, x, where, here: vector_taken(best, x, where, here)
+        )
+
     overload(fold_max)(folder(">"))
     overload(fold_min)(folder("<"))
+    overload(taken_max)(taker(">"))
+    overload(taken_min)(taker("<"))
 
     @intrinsic
     def vector_multiply_add(typingctx, x, w, acc):

@@ -81,74 +81,64 @@ def unscaled(total, scale):
 # ---------------------------------------------------------------- templates
 
 
-def pool_nhwc(better, loop):
-    """x (N, H, W, C) -> out and idx (N, Ho, Wo, C), one output row per job: the loop
-    over channels vectorizes with the indices in it."""
-
-    def kernel(x, out, idx, first_h, count_h, dh, first_w, count_w, dw, init):
-        w, c, ho, wo = x.shape[2], x.shape[3], out.shape[1], out.shape[2]
-        for job in loop(x.shape[0] * ho):
-            n, oh = job // ho, job % ho
-            fh = first_h[oh]
-            for ow in range(wo):
-                o, ix, fw = out[n, oh, ow], idx[n, oh, ow], first_w[ow]
-                for k in range(c):
-                    o[k] = init
-                    ix[k] = fh * w + fw
-                for a in range(count_h[oh]):
-                    ih = fh + a * dh
-                    for b in range(count_w[ow]):
-                        iw = fw + b * dw
-                        src, at = x[n, ih, iw], ih * w + iw
-                        for k in range(c):
-                            value, cur = src[k], o[k]
-                            take = better(value, cur) | (value != value)
-                            o[k] = value if take else cur
-                            ix[k] = at if take else ix[k]
-
-    return kernel
+# Note [Extremes in registers]: NHWC max and min pooling keeps each whole vector of
+# channels' running extreme in a register through the window's taps (``vectors.fold_max``:
+# PyTorch's rule, ``better | NaN``), stored once per output pixel; with indices, the
+# number of the tap that gave it in another register (``vectors.taken_max``, the tap
+# numbers as floats: exact), turned into input positions once per output pixel. The
+# loop this replaces kept both in the output rows, loaded, selected and stored back at
+# every tap, and LLVM made those selects masked stores, which AMD's CPUs run slowly.
+# Measured one thread, float32, 32 images, on a Zen 3 VM (AVX2), before -> after
+# (PyTorch channels-last), ms: 3 x 3 stride 2 on 32 channels of 32 x 32 2.43 -> 0.97
+# (0.91), with indices 3.74 -> 0.76 (0.67); 3 x 3 stride 1 on 112 of 8 x 8 1.02 ->
+# 0.65 (0.45), with indices 1.99 -> 0.55 (0.31); 2 x 2 stride 2 on 16 of 64 x 64 with
+# indices 3.80 -> 1.46 (1.95). NCHW pooling with indices on small planes runs this
+# kernel too (Note [NCHW indices]). The channels after the last whole vector run one
+# by one.
 
 
-# Note [Extremes in registers]: NHWC max and min pooling without indices keeps each
-# whole vector of channels' running extreme in a register through the window's taps
-# (``vectors.fold_max``: PyTorch's rule, as ``better | NaN`` above), stored once per
-# output pixel. pool_nhwc's loop keeps it in the output row, loaded, selected and
-# stored back at every tap, and LLVM makes that select a masked store, which AMD's
-# CPUs run slowly. Measured one thread, float32, 3 x 3 windows, 32 images, on a Zen 3
-# VM (AVX2), before -> after (PyTorch channels-last): 32 channels of 32 x 32 at stride
-# 2 2.43 -> 0.97 ms (0.91); 64 of 16 x 16 at stride 2 1.06 -> 0.48 (0.39); 112 of 8 x
-# 8 at stride 1 1.02 -> 0.65 (0.45). With indices (training) the masked stores stay.
+def pool_nhwc(better, fold, taken, with_indices, loop):
+    """x (N, H, W, C) -> out (and idx) (N, Ho, Wo, C), max or min pooling, one output
+    row per job (Note [Extremes in registers]), from ``start``'s value, with the
+    window's tap numbers and positions from ``_taps``."""
 
-
-def extremes_nhwc(better, fold, loop):
-    """x (N, H, W, C) -> out (N, Ho, Wo, C), max or min pooling without indices, one
-    output row per job (Note [Extremes in registers]); the channels after the last
-    whole vector one by one, from ``start``'s value."""
-
-    def kernel(x, out, first_h, count_h, dh, first_w, count_w, dw, start):
+    def kernel(x, out, idx, first_h, count_h, dh, first_w, count_w, dw, start, taps, offsets):
         h, w, c, ho, wo = x.shape[1], x.shape[2], x.shape[3], out.shape[1], out.shape[2]
-        lanes = v.lanes(x)
+        lanes, kw = v.lanes(x), taps.shape[1]
         vectors = c - c % lanes
         for job in loop(x.shape[0] * ho):
             n, oh = job // ho, job % ho
             fh = first_h[oh]
+            found = np.empty(vectors if with_indices else 0, x.dtype)  # the taps that won
             for ow in range(wo):
-                fw, at = first_w[ow], (job * wo + ow) * c
+                fw, cw, at = first_w[ow], count_w[ow], (job * wo + ow) * c
                 for k in range(0, vectors, lanes):
-                    best = v.splat(start, 0)
+                    best, where = v.splat(start, 0), v.splat(taps, 0)
                     for a in range(count_h[oh]):
                         row = (n * h + fh + a * dh) * w + fw
-                        for b in range(count_w[ow]):
-                            best = fold(best, v.load(x, (row + b * dw) * c + k))
+                        for b in range(cw):
+                            value = v.load(x, (row + b * dw) * c + k)
+                            if with_indices:
+                                where = taken(best, value, where, v.splat(taps, a * kw + b))
+                            best = fold(best, value)
                     v.store(out, at + k, best)
+                    if with_indices:
+                        v.store(found, k, where)
+                for k in range(found.size):  # the winning taps' input positions
+                    idx[n, oh, ow, k] = fh * w + fw + offsets[int(found[k])]
                 for k in range(vectors, c):
-                    extreme = start[0]
+                    extreme, position = start[0], fh * w + fw
                     for a in range(count_h[oh]):
-                        for b in range(count_w[ow]):
-                            value = x[n, fh + a * dh, fw + b * dw, k]
+                        ih = fh + a * dh
+                        for b in range(cw):
+                            iw = fw + b * dw
+                            value = x[n, ih, iw, k]
                             take = better(value, extreme) | (value != value)
                             extreme = value if take else extreme
+                            position = ih * w + iw if take else position
                     out[n, oh, ow, k] = extreme
+                    if with_indices:
+                        idx[n, oh, ow, k] = position
 
     return kernel
 
@@ -346,13 +336,12 @@ def _signature(template, dtype):
     """``template``'s kernel signature: every kernel returns nothing but ``scatter``,
     which returns the count of indices it skipped."""
     _I, _X, void = jit.types.int64, jit.index(), jit.types.void
-    a = {d: jit.array(dtype, d) for d in (3, 4)}
+    a = {d: jit.array(dtype, d) for d in (1, 2, 3, 4)}
     i = {d: jit.array(np.int64, d) for d in (2, 3, 4)}
     scalar = jit.array(dtype, 1).dtype
     scale = jit.array(dtype, 2)
     return {
-        pool_nhwc: void(a[4], a[4], i[4], _X, _X, _I, _X, _X, _I, scalar),
-        extremes_nhwc: void(a[4], a[4], _X, _X, _I, _X, _X, _I, jit.array(dtype, 1)),
+        pool_nhwc: void(a[4], a[4], i[4], _X, _X, _I, _X, _X, _I, a[1], a[2], _X),
         separable_nchw: void(a[3], a[3], _X, _X, _I, _I, scalar, scale, scale),
         pool_nchw: void(a[3], a[3], i[3], _X, _X, _I, _X, _I, scalar, scale, scale, i[2]),
         avg_nhwc: void(a[4], a[4], _X, _X, _X, _X, scale),
@@ -411,6 +400,17 @@ def _direct_nchw(plane_bytes):
     return plane_bytes >= DIRECT_BYTES
 
 
+_FOLDS = {greater: (v.fold_max, v.taken_max), less: (v.fold_min, v.taken_min)}
+
+
+def _taps(kh, kw, row, column, dtype):
+    """pool_nhwc's tables of a kh x kw window: each tap's number a kw + b as a float of
+    the images' dtype (exact: a window has few taps), and its input position from the
+    window's first, a row + b column."""
+    a, b = np.divmod(np.arange(kh * kw), kw)
+    return np.arange(kh * kw, dtype=dtype).reshape(kh, kw), a * row + b * column
+
+
 def _pool(better, init, with_indices):
     """The kernel of max (better = greater) or min pooling, with or without indices."""
 
@@ -424,19 +424,17 @@ def _pool(better, init, with_indices):
         fw, cw = windows(w, wo, kw, sw, pw, dw)
         shape = (n, ho, wo, c) if layout == NHWC else (n, c, ho, wo)
         out = np.empty(shape, x.dtype)
-        idx = np.empty(shape, np.int64) if with_indices else None
+        idx = np.empty(shape if with_indices else (1,) * 4, np.int64)
+        by_taps = (np.full(1, init, x.dtype), *_taps(kh, kw, dh * w, dw, x.dtype))
+        nhwc = (better, *_FOLDS[better], with_indices)  # pool_nhwc's functions
         if layout == NCHW and not with_indices:
             fold = fold_max if better is greater else fold_min
             unused = np.empty((ho, wo), x.dtype)  # unscaled ignores the scale table
             window = (kernel_size, stride, padding, dilation)
             _separable(x, out, fold, unscaled, *window, init, unused)
-        elif layout == NHWC and not with_indices:  # Note [Extremes in registers]
-            fold = v.fold_max if better is greater else v.fold_min
-            args = (x, out, fh, ch, dh, fw, cw, dw, np.full(1, init, x.dtype))
-            _run(extremes_nhwc, (better, fold), x.dtype, x.size, *args)
         elif layout == NHWC:
-            args = (x, out, idx, fh, ch, dh, fw, cw, dw, init)
-            _run(pool_nhwc, (better,), x.dtype, x.size, *args)
+            args = (x, out, idx, fh, ch, dh, fw, cw, dw, *by_taps)
+            _run(pool_nhwc, nhwc, x.dtype, x.size, *args)
         elif _direct_nchw(h * w * x.itemsize):  # Note [NCHW indices]
             rows = _work_rows(n * c * ho, wo, kw, sw, dw, init, x.dtype)
             vals, cols = (np.empty((len(rows), wo), t) for t in (x.dtype, np.int64))
@@ -448,8 +446,8 @@ def _pool(better, init, with_indices):
             def part(i0, i1):
                 xt = np.ascontiguousarray(x[i0:i1].transpose(0, 2, 3, 1))
                 out_t, idx_t = (np.empty((i1 - i0, ho, wo, c), a.dtype) for a in (out, idx))
-                args = (xt, out_t, idx_t, fh, ch, dh, fw, cw, dw, init)
-                _run(pool_nhwc, (better,), x.dtype, 0, *args)  # serial: a part of a split
+                args = (xt, out_t, idx_t, fh, ch, dh, fw, cw, dw, *by_taps)
+                _run(pool_nhwc, nhwc, x.dtype, 0, *args)  # serial: a part of a split
                 out[i0:i1], idx[i0:i1] = out_t.transpose(0, 3, 1, 2), idx_t.transpose(0, 3, 1, 2)
 
             if x.size < _parallel_min:
