@@ -15,6 +15,7 @@ the first extreme wins, a NaN always replaces (so the last NaN's index is kept);
 index is the flat position ``ih * W + iw`` in the input plane, whatever the layout.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -100,7 +101,7 @@ def unscaled(total, scale):
 def pool_nhwc(better, fold, taken, with_indices, loop):
     """x (N, H, W, C) -> out (and idx) (N, Ho, Wo, C), max or min pooling, one output
     row per job (Note [Extremes in registers]), from ``start``'s value, with the
-    window's tap numbers and positions from ``_taps``."""
+    window's tap numbers and positions from ``_by_taps``."""
 
     def kernel(x, out, idx, first_h, count_h, dh, first_w, count_w, dw, start, taps, offsets):
         h, w, c, ho, wo = x.shape[1], x.shape[2], x.shape[3], out.shape[1], out.shape[2]
@@ -403,12 +404,15 @@ def _direct_nchw(plane_bytes):
 _FOLDS = {greater: (v.fold_max, v.taken_max), less: (v.fold_min, v.taken_min)}
 
 
-def _taps(kh, kw, row, column, dtype):
-    """pool_nhwc's tables of a kh x kw window: each tap's number a kw + b as a float of
-    the images' dtype (exact: a window has few taps), and its input position from the
-    window's first, a row + b column."""
-    a, b = np.divmod(np.arange(kh * kw), kw)
-    return np.arange(kh * kw, dtype=dtype).reshape(kh, kw), a * row + b * column
+@functools.lru_cache(maxsize=64)
+def _by_taps(init, kh, kw, row, column, dtype):
+    """pool_nhwc's last arguments for a kh x kw window (read only; kept, since
+    making them took 3 us of a small call): the extreme's start, each tap's number
+    a kw + b as a float of the images' dtype (exact: a window has few taps), and its
+    input position from the window's first, a row + b column."""
+    a, b = np.divmod(np.arange(kh * kw, dtype=np.int64), kw)
+    numbers = np.arange(kh * kw, dtype=dtype).reshape(kh, kw)
+    return np.full(1, init, dtype), numbers, a * row + b * column
 
 
 def _pool(better, init, with_indices):
@@ -425,7 +429,6 @@ def _pool(better, init, with_indices):
         shape = (n, ho, wo, c) if layout == NHWC else (n, c, ho, wo)
         out = np.empty(shape, x.dtype)
         idx = np.empty(shape if with_indices else (1,) * 4, np.int64)
-        by_taps = (np.full(1, init, x.dtype), *_taps(kh, kw, dh * w, dw, x.dtype))
         nhwc = (better, *_FOLDS[better], with_indices)  # pool_nhwc's functions
         if layout == NCHW and not with_indices:
             fold = fold_max if better is greater else fold_min
@@ -433,8 +436,8 @@ def _pool(better, init, with_indices):
             window = (kernel_size, stride, padding, dilation)
             _separable(x, out, fold, unscaled, *window, init, unused)
         elif layout == NHWC:
-            args = (x, out, idx, fh, ch, dh, fw, cw, dw, *by_taps)
-            _run(pool_nhwc, nhwc, x.dtype, x.size, *args)
+            by_taps = _by_taps(init, kh, kw, dh * w, dw, x.dtype)
+            _run(pool_nhwc, nhwc, x.dtype, x.size, x, out, idx, fh, ch, dh, fw, cw, dw, *by_taps)
         elif _direct_nchw(h * w * x.itemsize):  # Note [NCHW indices]
             rows = _work_rows(n * c * ho, wo, kw, sw, dw, init, x.dtype)
             vals, cols = (np.empty((len(rows), wo), t) for t in (x.dtype, np.int64))
@@ -446,6 +449,7 @@ def _pool(better, init, with_indices):
             def part(i0, i1):
                 xt = np.ascontiguousarray(x[i0:i1].transpose(0, 2, 3, 1))
                 out_t, idx_t = (np.empty((i1 - i0, ho, wo, c), a.dtype) for a in (out, idx))
+                by_taps = _by_taps(init, kh, kw, dh * w, dw, x.dtype)
                 args = (xt, out_t, idx_t, fh, ch, dh, fw, cw, dw, *by_taps)
                 _run(pool_nhwc, nhwc, x.dtype, 0, *args)  # serial: a part of a split
                 out[i0:i1], idx[i0:i1] = out_t.transpose(0, 3, 1, 2), idx_t.transpose(0, 3, 1, 2)
