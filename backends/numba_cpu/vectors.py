@@ -109,6 +109,7 @@ def _host_register_bytes():
     return _register_bytes(jit.numba)  # asking LLVM for the host's features takes ~0.3 ms
 
 
+@functools.cache
 def _features(numba):
     codegen = numba.core.registry.cpu_target.target_context.codegen()
     return codegen._get_host_cpu_features().split(",")

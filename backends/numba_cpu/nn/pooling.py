@@ -98,10 +98,11 @@ def unscaled(total, scale):
 # by one.
 
 
-def pool_nhwc(better, fold, taken, with_indices, loop):
+def pool_nhwc(better, with_indices, loop):
     """x (N, H, W, C) -> out (and idx) (N, Ho, Wo, C), max or min pooling, one output
     row per job (Note [Extremes in registers]), from ``start``'s value, with the
     window's tap numbers and positions from ``_by_taps``."""
+    _, fold, taken = _FOLDS[better]
 
     def kernel(x, out, idx, first_h, count_h, dh, first_w, count_w, dw, start, taps, offsets):
         h, w, c, ho, wo = x.shape[1], x.shape[2], x.shape[3], out.shape[1], out.shape[2]
@@ -401,7 +402,11 @@ def _direct_nchw(plane_bytes):
     return plane_bytes >= DIRECT_BYTES
 
 
-_FOLDS = {greater: (v.fold_max, v.taken_max), less: (v.fold_min, v.taken_min)}
+# better -> its folds: a scalar one, a vector one and the vector one's taken index
+_FOLDS = {
+    greater: (fold_max, v.fold_max, v.taken_max),
+    less: (fold_min, v.fold_min, v.taken_min),
+}
 
 
 @functools.lru_cache(maxsize=64)
@@ -429,9 +434,9 @@ def _pool(better, init, with_indices):
         shape = (n, ho, wo, c) if layout == NHWC else (n, c, ho, wo)
         out = np.empty(shape, x.dtype)
         idx = np.empty(shape if with_indices else (1,) * 4, np.int64)
-        nhwc = (better, *_FOLDS[better], with_indices)  # pool_nhwc's functions
+        nhwc = (better, with_indices)  # pool_nhwc's template arguments
         if layout == NCHW and not with_indices:
-            fold = fold_max if better is greater else fold_min
+            fold = _FOLDS[better][0]
             unused = np.empty((ho, wo), x.dtype)  # unscaled ignores the scale table
             window = (kernel_size, stride, padding, dilation)
             _separable(x, out, fold, unscaled, *window, init, unused)
