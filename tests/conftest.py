@@ -63,3 +63,13 @@ def _winograd_at_any_tile_count(monkeypatch):
     from lamina.backends.numba_cpu.nn import winograd
 
     monkeypatch.setattr(winograd, "MIN_TILES", 1)
+
+
+@pytest.fixture(autouse=True)
+def _direct_on_few_channels_only(monkeypatch):
+    """Channels-last convolutions of 5 to 16 input channels keep to the paths tests of
+    Winograd, space-to-depth and im2col check them on: running them direct is a speed
+    rule, tested on its own (test_nn.py restores it)."""
+    from lamina.backends.numba_cpu.nn import direct
+
+    monkeypatch.setattr(direct, "DIRECT_CHANNELS_LAST", direct.DIRECT_CHANNELS)

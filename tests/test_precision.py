@@ -81,7 +81,7 @@ CONV_CASES = [
 def test_float32_convolution_is_within_3x_pytorchs_error(case, layout):
     _, shape, c_out, k, stride, pad, algorithm, torch_errors = case
     geo = conv.Geometry(shape, (c_out, shape[1], k, k), (stride,) * 2, (pad,) * 4, (1, 1), 1)
-    s2d = conv._space_to_depth(geo, np.float32)
+    s2d = conv._space_to_depth(geo, np.float32, layout)
     alg = winograd.algorithm(geo if s2d is None else s2d.geo, np.float32)
     assert (alg and alg.name) == (algorithm if winograd.ENABLED else None)
     x, w, g = conv_case(shape, c_out, k, stride, pad)

@@ -1129,7 +1129,7 @@ def _batched(geo, dtype, layout=NCHW):
         and not depthwise.applies(geo)
         and winograd.algorithm(geo, dtype) is None
         and not _by_groups(geo, dtype)
-        and _space_to_depth(geo, dtype) is None
+        and _space_to_depth(geo, dtype, NCHW) is None
     )
 
 
@@ -1422,12 +1422,13 @@ class _SpaceToDepth:
         return np.ascontiguousarray(padded[:, :, : o.kh, : o.kw])
 
 
-def _space_to_depth(geo, dtype):
-    """The _SpaceToDepth of a strided convolution that Winograd then takes, or None
-    (also where it runs direct: Note [Direct convolution of few channels])."""
+def _space_to_depth(geo, dtype, layout):
+    """The _SpaceToDepth of a strided convolution of images in ``layout`` that
+    Winograd then takes, or None (also where it runs direct: Note [Direct convolution
+    of few channels])."""
     if (geo.sh, geo.sw) == (1, 1) or (geo.dh, geo.dw, geo.groups) != (1, 1, 1):
         return None
-    if direct.applies(geo):
+    if direct.applies(geo, layout):
         return None
     s2d = _SpaceToDepth(geo)
     return s2d if winograd.algorithm(s2d.geo, dtype) is not None else None
@@ -1504,7 +1505,7 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
     if depthwise.applies(geo):  # in parallel inside (Note [Depthwise parts])
         depthwise.forward(x, w, bias, geo, layout, out)
         return _epilogue(out, None, layout, floor)  # the sums started from the bias
-    if direct.applies(geo):  # Note [Direct convolution of few channels]
+    if direct.applies(geo, layout):  # Note [Direct convolution of few channels]
         direct.forward(x, w, bias, geo, layout, out)
         return _epilogue(out, None, layout, floor)
     if _by_groups(geo, x.dtype):
@@ -1516,7 +1517,7 @@ def _forward(x, w, bias, geo, layout, out, floor=NO_FLOOR):
             _forward(xg, wg, b, one, layout, part, floor)
             _channel_view(out, g, geo.cout, layout)[...] = part
         return
-    s2d = _space_to_depth(geo, x.dtype)
+    s2d = _space_to_depth(geo, x.dtype, layout)
     if s2d is not None:
         weight = prepared(w, ("space to depth", geo.sh, geo.sw), s2d.weight)
         return _forward(s2d.input(x, layout), weight, bias, s2d.geo, layout, out, floor)
@@ -1599,7 +1600,7 @@ def conv2d_backward_input(ks, grad, weight, input, stride, padding, dilation, gr
     w, dtype = weight._data, grad._data.dtype
     order = _order(geo, layout, dtype, "input")
     gk = _reorder(in_layout(grad._data, layout, unbatched), layout, order)
-    s2d = _space_to_depth(geo, dtype)
+    s2d = _space_to_depth(geo, dtype, order)
     if not geo.k:  # no input channels: an empty gradient
         gx = empty_image(geo.n, geo.c, geo.h, geo.w, dtype, order)
     elif s2d is None:
@@ -1718,7 +1719,7 @@ def conv2d_backward_weight(
     gb = _bias_grad(gk, order) if bias_grad else np.empty(0, x.dtype)
     if not geo.k:  # no input channels: an empty weight gradient, the bias's still counts
         return from_array(np.zeros(weight_shape, x.dtype)), from_array(gb)
-    s2d = _space_to_depth(geo, x.dtype)
+    s2d = _space_to_depth(geo, x.dtype, order)
     if s2d is not None:
         x, geo = s2d.input(x, order), s2d.geo
     gw = _weight_grad(x, gk, winograd.algorithm(geo, x.dtype), geo, order)
@@ -1730,7 +1731,7 @@ def conv2d_backward_weight(
 def _weight_grad(x, gk, alg, geo, order):
     if depthwise.applies(geo):
         return depthwise.weight_grad(x, gk, geo, order)
-    if direct.applies(geo):
+    if direct.applies(geo, order):
         return direct.weight_grad(x, gk, geo, order)
     if _by_groups(geo, x.dtype):
         one = _one_group(geo)
