@@ -130,20 +130,26 @@ DIRECT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("case", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
-def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, monkeypatch):
-    """Forward (with a bias, without one, and relu'd) and weight gradient through the
-    direct kernels, and the input gradient, against the oracle in both layouts; an
-    infinite weight (forward) or gradient (weight gradient) gives the oracle's NaN
-    where it meets the padding (both multiply its zeros)."""
+@pytest.fixture
+def direct_calls(monkeypatch):
+    """The direct kernels called ("forward", "weight_grad"), in order."""
     calls = []
     for name in ("forward", "weight_grad"):
         real = getattr(conv.direct, name)
         monkeypatch.setattr(
             conv.direct, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a)
         )
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=[c[0] for c in DIRECT_CASES])
+def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, direct_calls):
+    """Forward (with a bias, without one, and relu'd) and weight gradient through the
+    direct kernels, and the input gradient, against the oracle in both layouts; an
+    infinite weight (forward) or gradient (weight gradient) gives the oracle's NaN
+    where it meets the padding (both multiply its zeros)."""
     _, xs, ws, kwargs = case
     x, w, b = (
         image(xs, layout, dtype, requires_grad=True),
@@ -156,7 +162,7 @@ def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, monke
     relu = check_against_oracle(
         lambda x, w: fused.conv2d_relu(x, w, b, **kwargs), [x, w], rtol, rtol
     )
-    assert calls == ["forward", "weight_grad"] * 3 and (relu[0].numpy() >= 0).all()
+    assert direct_calls == ["forward", "weight_grad"] * 3 and (relu[0].numpy() >= 0).all()
     infinite = param(ws, dtype=dtype)
     infinite.detach()[0, 0, 0, 0] = np.inf
     with np.errstate(invalid="ignore"):
@@ -173,7 +179,7 @@ def test_few_channels_run_direct_and_match_the_oracle(case, layout, dtype, monke
             g[0, 0, 0, 0] = np.inf
             out.backward(F.to_layout(lm.asarray(g), layout))
             grads.append(w.grad.numpy())
-    assert not np.isfinite(grads[0]).all() and calls[-1] == "weight_grad"
+    assert not np.isfinite(grads[0]).all() and direct_calls[-1] == "weight_grad"
     np.testing.assert_array_equal(np.isnan(grads[0]), np.isnan(grads[1]))
     np.testing.assert_array_equal(np.isinf(grads[0]), np.isinf(grads[1]))
 
@@ -985,29 +991,25 @@ CHANNELS_LAST_DIRECT_CASES = [
 @pytest.mark.parametrize(
     "case", CHANNELS_LAST_DIRECT_CASES, ids=[c[0] for c in CHANNELS_LAST_DIRECT_CASES]
 )
-def test_channels_last_convolutions_of_up_to_16_channels_run_direct(case, dtype, monkeypatch):
+def test_channels_last_convolutions_of_up_to_16_channels_run_direct(
+    case, dtype, direct_calls, monkeypatch
+):
     """Note [Up to 16]: channels-last convolutions of kernels wider than 1 x 1 on up to
     16 input channels run direct, forward and weight gradient, and match the oracle; 17
     channels, 1 x 1 kernels and channels-first images of big planes do not."""
     monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS_LAST", 16)  # conftest narrows it
-    calls = []
-    for name in ("forward", "weight_grad"):
-        real = getattr(conv.direct, name)
-        monkeypatch.setattr(
-            conv.direct, name, lambda *a, _f=real, _n=name: calls.append(_n) or _f(*a)
-        )
     _, xs, ws, kwargs, forwards = case
     x = image(xs, "NHWC", dtype, requires_grad=True)
     w, b = param(ws, dtype=dtype), param(ws[:1], 2, dtype)
     rtol = 1e-10 if dtype == np.float64 else 2e-5
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b], rtol, rtol)
-    assert sorted(calls) == ["forward"] * forwards + ["weight_grad"]
-    calls.clear()
+    assert sorted(direct_calls) == ["forward"] * forwards + ["weight_grad"]
+    direct_calls.clear()
     others = [((1, 17, 6, 5), (4, 17, 3, 3), "NHWC"), ((1, 16, 6, 5), (4, 16, 1, 1), "NHWC"),
               ((1, 16, 11, 10), (4, 16, 3, 3), "NCHW")]  # fmt: skip
     for xs, ws, layout in others:
         F.conv2d(image(xs, layout, dtype), param(ws, dtype=dtype)).sum().backward()
-    assert calls == []
+    assert direct_calls == []
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
