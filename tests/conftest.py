@@ -72,4 +72,5 @@ def _direct_on_few_channels_only(monkeypatch):
     rule, tested on its own (test_nn.py restores it)."""
     from lamina.backends.numba_cpu.nn import direct
 
-    monkeypatch.setattr(direct, "DIRECT_CHANNELS_LAST", direct.DIRECT_CHANNELS)
+    few = dict.fromkeys(direct.DIRECT_CHANNELS_LAST, direct.DIRECT_CHANNELS)
+    monkeypatch.setattr(direct, "DIRECT_CHANNELS_LAST", few)

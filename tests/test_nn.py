@@ -843,7 +843,7 @@ def im2col_on_few_channels(monkeypatch):
     """The im2col and taps paths for images of few channels, which run direct by
     default (Note [Direct convolution of few channels]): small shapes test them."""
     monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS", 0)
-    monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS_LAST", 0)
+    monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS_LAST", {"forward": 0, "weight": 0})
 
 
 @pytest.fixture
@@ -973,16 +973,24 @@ def test_few_channels_in_parts_match_the_oracle(case, layout, two_threads, monke
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b])
 
 
-# Note [Up to 16]: (id, input shape, weight shape, conv2d's keywords, direct forward
-# passes: the forward, and a stride-1 convolution's input gradient)
+# Note [Up to 16]: (id, input shape, weight shape, conv2d's keywords, the direct kernels
+# called: the forward pass, a stride-1 convolution's input gradient -- a forward pass
+# -- and, up to 8 input channels, the weight gradient)
 CHANNELS_LAST_DIRECT_CASES = [
-    ("16_channels", (2, 16, 9, 10), (8, 16, 3, 3), _kw(padding=1), 2),
+    ("16_channels", (2, 16, 9, 10), (8, 16, 3, 3), _kw(padding=1), ["forward"] * 2),
+    (
+        "8_channels",
+        (2, 8, 7, 9),
+        (13, 8, 3, 2),
+        _kw(padding=(1, 0)),
+        ["forward"] * 2 + ["weight_grad"],
+    ),
     (
         "5_channels_strided",
         (1, 5, 11, 7),
         (19, 5, 5, 3),
         _kw(stride=(2, 1), padding=(2, 1), dilation=(2, 1)),
-        1,
+        ["forward", "weight_grad"],
     ),
 ]
 
@@ -994,16 +1002,17 @@ CHANNELS_LAST_DIRECT_CASES = [
 def test_channels_last_convolutions_of_up_to_16_channels_run_direct(
     case, dtype, direct_calls, monkeypatch
 ):
-    """Note [Up to 16]: channels-last convolutions of kernels wider than 1 x 1 on up to
-    16 input channels run direct, forward and weight gradient, and match the oracle; 17
-    channels, 1 x 1 kernels and channels-first images of big planes do not."""
-    monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS_LAST", 16)  # conftest narrows it
-    _, xs, ws, kwargs, forwards = case
+    """Note [Up to 16]: channels-last convolutions of kernels wider than 1 x 1 run their
+    forward pass direct on up to 16 input channels and their weight gradient on up to
+    8, and match the oracle (the conftest's narrower limits restored); 17 channels, 1 x
+    1 kernels and channels-first images of big planes do not run direct."""
+    monkeypatch.setattr(conv.direct, "DIRECT_CHANNELS_LAST", {"forward": 16, "weight": 8})
+    _, xs, ws, kwargs, kernels = case
     x = image(xs, "NHWC", dtype, requires_grad=True)
     w, b = param(ws, dtype=dtype), param(ws[:1], 2, dtype)
     rtol = 1e-10 if dtype == np.float64 else 2e-5
     check_against_oracle(lambda x, w, b: F.conv2d(x, w, b, **kwargs), [x, w, b], rtol, rtol)
-    assert sorted(direct_calls) == ["forward"] * forwards + ["weight_grad"]
+    assert sorted(direct_calls) == kernels
     direct_calls.clear()
     others = [((1, 17, 6, 5), (4, 17, 3, 3), "NHWC"), ((1, 16, 6, 5), (4, 16, 1, 1), "NHWC"),
               ((1, 16, 11, 10), (4, 16, 3, 3), "NCHW")]  # fmt: skip

@@ -1422,13 +1422,13 @@ class _SpaceToDepth:
         return np.ascontiguousarray(padded[:, :, : o.kh, : o.kw])
 
 
-def _space_to_depth(geo, dtype, layout):
+def _space_to_depth(geo, dtype, layout, mode="forward"):
     """The _SpaceToDepth of a strided convolution of images in ``layout`` that
-    Winograd then takes, or None (also where it runs direct: Note [Direct convolution
-    of few channels])."""
+    Winograd then takes in its ``mode`` pass, or None (also where that pass runs
+    direct: Note [Direct convolution of few channels])."""
     if (geo.sh, geo.sw) == (1, 1) or (geo.dh, geo.dw, geo.groups) != (1, 1, 1):
         return None
-    if direct.applies(geo, layout):
+    if direct.applies(geo, layout, mode):
         return None
     s2d = _SpaceToDepth(geo)
     return s2d if winograd.algorithm(s2d.geo, dtype) is not None else None
@@ -1719,7 +1719,7 @@ def conv2d_backward_weight(
     gb = _bias_grad(gk, order) if bias_grad else np.empty(0, x.dtype)
     if not geo.k:  # no input channels: an empty weight gradient, the bias's still counts
         return from_array(np.zeros(weight_shape, x.dtype)), from_array(gb)
-    s2d = _space_to_depth(geo, x.dtype, order)
+    s2d = _space_to_depth(geo, x.dtype, order, "weight")
     if s2d is not None:
         x, geo = s2d.input(x, order), s2d.geo
     gw = _weight_grad(x, gk, winograd.algorithm(geo, x.dtype), geo, order)
@@ -1731,7 +1731,7 @@ def conv2d_backward_weight(
 def _weight_grad(x, gk, alg, geo, order):
     if depthwise.applies(geo):
         return depthwise.weight_grad(x, gk, geo, order)
-    if direct.applies(geo, order):
+    if direct.applies(geo, order, "weight"):
         return direct.weight_grad(x, gk, geo, order)
     if _by_groups(geo, x.dtype):
         one = _one_group(geo)

@@ -45,32 +45,35 @@ batch 1, ~4450 at batch 32). Channels-first it moved within noise. The weight
 gradient keeps four vectors: its gradient vectors are only read, and a spilled one is
 an operand loaded from the cache, where a spilled sum is stored and loaded again.
 
-Note [Up to 16]: channels-last convolutions of kernels wider than 1 x 1 run direct up
-to DIRECT_CHANNELS_LAST input channels, forward and weight gradient. There a kernel
-row's taps are still one run of kW C_in values, and with so few channels Winograd's
-products and im2col's GEMMs, whose inner dimension is C_in (or kH kW C_in), are too
-thin to pay for their transforms and copies. Measured on a Zen 3 VM (AVX2), float32,
-channels-last, 3 x 3 kernels, one thread, batch 32 (batch 1), ms, before -> after:
+Note [Up to 16]: channels-last convolutions of kernels wider than 1 x 1 run their
+forward pass direct up to 16 input channels, and their weight gradient up to 8
+(DIRECT_CHANNELS_LAST). There a kernel row's taps are still one run of kW C_in values,
+and with so few channels Winograd's products and im2col's GEMMs, whose inner dimension
+is C_in (or kH kW C_in), are too thin to pay for their transforms and copies. Measured
+on a Zen 3 VM (AVX2), float32, channels-last, 3 x 3 kernels, one thread, batch 32
+(batch 1), ms, before -> after, each pass alone:
 
     convolution                    forward                      weight gradient
-    16 -> 16 on 64 x 64 (VGG's)    20.1 -> 11.6 (0.60 -> 0.41)  16.5 -> 15.1 (0.59 -> 0.58)
-    8 -> 32 on 32 x 32             5.6 -> 3.3 (0.25 -> 0.15)    5.1 -> 4.4 (0.31 -> 0.26)
-    16 -> 32 on 32 x 32            7.2 -> 5.7 (0.27 -> 0.21)
-    16 -> 64 on 16 x 16            2.87 -> 2.90 (0.17 -> 0.16)
+    16 -> 16 on 64 x 64 (VGG's)    20.1 -> 11.6 (0.60 -> 0.41)  16.8 -> 18.8 (0.45 -> 0.49)
+    16 -> 32 on 32 x 32            7.2 -> 5.7 (0.27 -> 0.21)    4.4 -> 4.9 (0.20 -> 0.19)
+    16 -> 64 on 16 x 16            2.87 -> 2.90 (0.17 -> 0.16)  1.85 -> 3.10 (0.12 -> 0.13)
+    12 -> 24 on 32 x 32            4.7 -> 3.0 (0.32 -> 0.25)    3.6 -> 3.5 (0.19 -> 0.13)
+    8 -> 32 on 32 x 32             5.6 -> 3.3 (0.25 -> 0.15)    3.3 -> 2.9 (0.18 -> 0.12)
+    5 -> 16 on 64 x 64                                          8.7 -> 5.8 (0.29 -> 0.19)
     16 -> 16 stride 2, 64 x 64     6.6 -> 4.1 (0.20 -> 0.17)
-    12 -> 24 on 32 x 32            4.7 -> 3.0 (0.32 -> 0.25)    5.3 -> 4.8 (0.28 -> 0.23)
 
-PyTorch took 17.5-20.3 ms for the first at batch 32. On two threads the forward passes
-ran 1.0-2.4x as fast, the weight gradients 0.94-2.4x. With 24 channels direct lost
-(24 -> 48 on 16 x 16: 2.0 -> 2.8). It lost as well channels-first, where a run is one
-channel's kernel row (16 -> 32 forward: 6.1 -> 8.8; 16 -> 16 weight gradient 26 ->
-34), and in 1 x 1 convolutions at batch 1, whose input is the GEMM's matrix already
-(16 -> 96: 0.16 -> 0.18): those keep DIRECT_CHANNELS. A stride-1 convolution's input
-gradient is a forward pass (conv.py), so one of at most 16 output channels runs direct
-too. A strided one's runs by col2im rather than space-to-depth, which is only taken
-where direct is not (conv.py's ``_space_to_depth``): as fast or faster, measured
-(forward and input gradient, 16 -> 16 stride 2: 0.61 against 0.64 ms at batch 1, 10.8
-against 11.6 at batch 32).
+PyTorch took 17.5-20.3 ms for the first forward pass at batch 32. On two threads the
+forward passes ran 1.0-2.4x as fast, the weight gradients of 5 and 8 channels
+0.99-1.65x, of 12 0.89-1.25x, of 16 0.74-0.90x. The forward pass lost with 24 channels
+(24 -> 48 on 16 x 16: 2.0 -> 2.8), and both lost channels-first, where a run is one
+channel's kernel row (16 -> 32 forward: 6.1 -> 8.8), and in 1 x 1 convolutions at
+batch 1, whose input is the GEMM's matrix already (16 -> 96: 0.16 -> 0.18): those keep
+DIRECT_CHANNELS. A stride-1 convolution's input gradient is a forward pass (conv.py),
+so one of at most 16 output channels runs direct too. A strided one's runs by col2im
+rather than space-to-depth, which is only taken where the forward pass is not direct
+(conv.py's ``_space_to_depth``): as fast or faster, measured (forward and input
+gradient, 16 -> 16 stride 2: 0.61 against 0.64 ms at batch 1, 10.8 against 11.6 at
+batch 32).
 """
 
 import numpy as np
@@ -84,16 +87,18 @@ from .filter_cache import prepared
 from .layout import NHWC
 
 DIRECT_CHANNELS = 4  # input channels up to which convolutions run direct
-DIRECT_CHANNELS_LAST = 16  # and channels-last ones of kernels wider than 1 x 1 (Note [Up to 16])
+# and channels-last ones of kernels wider than 1 x 1, by pass (Note [Up to 16])
+DIRECT_CHANNELS_LAST = {"forward": 16, "weight": 8}
 PIXELS = 4  # output pixels a step (Note [Direct convolution of few channels])
 
 
-def applies(geo, layout):
-    """Whether conv2d of ``geo`` on images in ``layout`` (its forward pass and weight
-    gradient) runs direct (Note [Direct convolution of few channels]): one group of few
-    input channels (Note [Up to 16]), kernel columns adjacent."""
+def applies(geo, layout, mode="forward"):
+    """Whether the ``mode`` pass ("forward", or "weight": the weight gradient) of conv2d
+    of ``geo`` on images in ``layout`` runs direct (Note [Direct convolution of few
+    channels]): one group of few input channels (Note [Up to 16]), kernel columns
+    adjacent."""
     wide = layout == NHWC and geo.kh * geo.kw > 1
-    few = DIRECT_CHANNELS_LAST if wide else DIRECT_CHANNELS
+    few = DIRECT_CHANNELS_LAST[mode] if wide else DIRECT_CHANNELS
     return geo.groups == 1 and 0 < geo.c <= few and geo.dw == 1
 
 
