@@ -450,11 +450,11 @@ def _pool(better, init, with_indices):
             args = (*planes, fh, ch, dh, fw, pw, init, rows, vals, cols)
             _run(pool_nchw, (better, kw, sw, dw), x.dtype, x.size, *args)
         else:
+            by_taps = _by_taps(init, kh, kw, dh * w, dw, x.dtype)
 
             def part(i0, i1):
                 xt = np.ascontiguousarray(x[i0:i1].transpose(0, 2, 3, 1))
                 out_t, idx_t = (np.empty((i1 - i0, ho, wo, c), a.dtype) for a in (out, idx))
-                by_taps = _by_taps(init, kh, kw, dh * w, dw, x.dtype)
                 args = (xt, out_t, idx_t, fh, ch, dh, fw, cw, dw, *by_taps)
                 _run(pool_nhwc, nhwc, x.dtype, 0, *args)  # serial: a part of a split
                 out[i0:i1], idx[i0:i1] = out_t.transpose(0, 3, 1, 2), idx_t.transpose(0, 3, 1, 2)
